@@ -1,0 +1,77 @@
+import Foundation
+import ReceiptCore
+import Testing
+
+@Suite("Receipt base64 tolerance")
+struct ReceiptBase64Tests {
+    /// Bytes whose base64 has '+', '/' and needs padding.
+    static let bytes: [UInt8] = [0xFB, 0xEF, 0xBE, 0xFF, 0xFF, 0xFE, 0x3E, 0x00, 0x30, 0x82]
+    static let canonical = Data(bytes).base64EncodedString()  // "++++///+PgAwgg=="
+
+    @Test("mangled forms decode to the same bytes", arguments: [
+        canonical,
+        canonical.replacingOccurrences(of: "+", with: " "),  // form-decoded query string
+        canonical.replacingOccurrences(of: "=", with: ""),  // padding stripped
+        canonical.replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_"),  // URL-safe
+        "++++\n///+\r\nPgAw\tgg==\n",  // line-wrapped (mail, PEM-ish)
+        canonical + "  ",  // trailing blanks after the padding
+    ])
+    func mangled(_ text: String) throws {
+        #expect(try ReceiptDecoder.base64Bytes(text) == Self.bytes)
+    }
+
+    @Test("invalid text is rejected", arguments: ["*not base64*", "QUJD=QUJD", "A", "QUJDR", "QQ===", "%2B%2F"])
+    func invalid(_ text: String) {
+        #expect(throws: ReceiptDecodingError.invalidBase64) { try ReceiptDecoder.base64Bytes(text) }
+    }
+
+    @Test("empty text is .empty", arguments: ["", "\n", "\r\n\t"])
+    func empty(_ text: String) {
+        #expect(throws: ReceiptDecodingError.empty) { try ReceiptDecoder.base64Bytes(text) }
+    }
+
+    @Test("a real receipt survives query-string mangling",
+        .enabled(if: ReceiptTestData.available, Comment(rawValue: ReceiptTestData.skipMessage)))
+    func realReceipt() throws {
+        let text = try ReceiptTestData.base64("revenuecat-sandboxReceipt.b64")
+        #expect(text.contains("+"), "fixture should exercise '+'")
+        let reference = try ReceiptDecoder.decode(base64: text)
+        var wrapped = ""
+        for (index, character) in text.replacingOccurrences(of: "+", with: " ").replacingOccurrences(of: "=", with: "").enumerated() {
+            if index > 0, index % 76 == 0 { wrapped += "\r\n" }
+            wrapped.append(character)
+        }
+        #expect(try ReceiptDecoder.decode(base64: wrapped) == reference)
+        #expect(reference.inApp.count == 9)
+    }
+
+    @Test("errors expose a bounded code and no receipt bytes")
+    func errorShape() {
+        let secret = "MIISecretReceiptBytes"
+        do {
+            _ = try ReceiptDecoder.decode(base64: secret + "*")
+            Issue.record("expected an error")
+        } catch {
+            #expect(error == .invalidBase64)
+            #expect(error.reason == "invalid_base64")
+            #expect(!error.description.contains("Secret"))
+            #expect(error != .empty)
+        }
+        let all: [ReceiptDecodingError] = [.invalidBase64, .empty, .unknownFormat, .notPKCS7, .notSignedData, .noContent,
+            .malformedPayload, .malformedTransactionReceipt, .tooLarge]
+        #expect(Set(all.map(\.reason)).count == all.count)
+        #expect(all.allSatisfy { $0.reason.count <= 40 && $0.reason.allSatisfy { $0.isLowercase || $0 == "_" || $0.isNumber } })
+    }
+
+    @Test("environments map to the API names")
+    func environments() {
+        #expect(ReceiptEnvironment.production.apiName == "production" && !ReceiptEnvironment.production.isSandbox)
+        #expect(ReceiptEnvironment(rawValue: "ProductionVPP").apiName == "production")
+        #expect(ReceiptEnvironment.productionSandbox.apiName == "sandbox" && ReceiptEnvironment.productionSandbox.isSandbox)
+        #expect(ReceiptEnvironment(rawValue: "ProductionVPPSandbox").apiName == "sandbox")
+        #expect(ReceiptEnvironment.sandbox.apiName == "sandbox")
+        #expect(ReceiptEnvironment.xcode.apiName == "xcode" && ReceiptEnvironment.xcode.isSandbox)
+        #expect(ReceiptEnvironment(rawValue: "LocalTesting").apiName == "xcode")
+        #expect(ReceiptEnvironment.xcode.rawValue == "Xcode")
+    }
+}
