@@ -1,0 +1,52 @@
+internal import COpenSSL
+
+/// One-shot message digests.
+public enum Digest {
+    /// SHA-256 of `data` (32 bytes).
+    public static func sha256(_ data: some Collection<UInt8>) -> [UInt8] {
+        digest(data, EVP_sha256(), length: 32)
+    }
+
+    /// SHA-1 of `data` (20 bytes); only for legacy formats such as iOS 6 receipts.
+    public static func sha1(_ data: some Collection<UInt8>) -> [UInt8] {
+        digest(data, EVP_sha1(), length: 20)
+    }
+
+    /// Lower-case hex without separators, e.g. `"e3b0c442…"`.
+    public static func hex(_ bytes: [UInt8]) -> String {
+        let digits = Array("0123456789abcdef".utf8)
+        var out: [UInt8] = []
+        out.reserveCapacity(bytes.count * 2)
+        for byte in bytes {
+            out.append(digits[Int(byte >> 4)])
+            out.append(digits[Int(byte & 0x0F)])
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    private static func digest(_ data: some Collection<UInt8>, _ type: OpaquePointer?, length: Int) -> [UInt8] {
+        let bytes = Array(data)
+        var output = [UInt8](repeating: 0, count: Int(EVP_MAX_MD_SIZE))
+        var size: UInt32 = 0
+        let ok = bytes.withUnsafeBytes { input in
+            // EVP_Digest only fails on allocation failure or a broken provider set-up; neither is
+            // recoverable here, and a wrong digest must never be returned silently.
+            EVP_Digest(input.baseAddress, input.count, &output, &size, type, nil)
+        }
+        precondition(ok == 1 && Int(size) == length, "EVP_Digest failed: \(OpenSSLError.drainQueue())")
+        return Array(output.prefix(length))
+    }
+}
+
+/// Cryptographically secure random bytes from OpenSSL's DRBG.
+public enum SecureRandom {
+    /// `count` random bytes (`RAND_bytes`).
+    public static func bytes(_ count: Int) -> [UInt8] {
+        guard count > 0 else { return [] }
+        var output = [UInt8](repeating: 0, count: count)
+        let ok = output.withUnsafeMutableBytes { RAND_bytes($0.baseAddress, Int32(clamping: $0.count)) }
+        // Returning predictable bytes would be worse than stopping: this is the only safe failure.
+        precondition(ok == 1 && count <= Int(Int32.max), "RAND_bytes failed: \(OpenSSLError.drainQueue())")
+        return output
+    }
+}

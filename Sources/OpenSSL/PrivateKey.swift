@@ -1,0 +1,48 @@
+internal import COpenSSL
+
+/// An RSA (or other) private key held by OpenSSL.
+///
+/// `@unchecked Sendable` is honest here: the `EVP_PKEY` is never mutated after `init`, and OpenSSL 3
+/// allows concurrent read-only use (signing, encoding) of one key from several threads.
+public final class PrivateKey: @unchecked Sendable {
+    let pkey: OpaquePointer
+
+    private init(owning pkey: OpaquePointer) {
+        self.pkey = pkey
+    }
+
+    deinit {
+        EVP_PKEY_free(pkey)
+    }
+
+    /// Generates a new RSA key with public exponent 65537.
+    ///
+    /// - Throws: ``OpenSSLError`` with code `.keyGeneration`.
+    public static func generateRSA(bits: Int = 2048) throws -> PrivateKey {
+        guard (1024...16384).contains(bits), let pkey = copenssl_rsa_generate(UInt32(bits)) else {
+            throw OpenSSLError.drain(.keyGeneration, "EVP_RSA_gen(\(bits))")
+        }
+        return PrivateKey(owning: pkey)
+    }
+
+    /// Reads an unencrypted PEM private key (PKCS#8 `PRIVATE KEY` or traditional `RSA PRIVATE KEY`).
+    ///
+    /// - Throws: ``OpenSSLError`` with code `.decode`, also for encrypted keys.
+    public init(pem: String) throws {
+        let key = try withReadBIO(Array(pem.utf8)) { bio in
+            // A callback that supplies no passphrase, so an encrypted key fails instead of OpenSSL
+            // prompting on the terminal.
+            PEM_read_bio_PrivateKey(bio, nil, { _, _, _, _ in 0 }, nil)
+        }
+        guard let key else { throw OpenSSLError.drain(.decode, "PEM_read_bio_PrivateKey") }
+        self.pkey = key
+    }
+
+    /// The key as unencrypted PKCS#8 PEM (`-----BEGIN PRIVATE KEY-----`).
+    public func pemPKCS8() throws -> String {
+        let bytes = try collectingBIO("PEM_write_bio_PrivateKey", .other) { bio in
+            PEM_write_bio_PrivateKey(bio, pkey, nil, nil, 0, nil, nil) == 1
+        }
+        return String(decoding: bytes, as: UTF8.self)
+    }
+}
