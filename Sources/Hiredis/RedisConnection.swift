@@ -1,0 +1,410 @@
+internal import CHiredis
+import Dispatch
+import Logging
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// One blocking connection to Redis, built on hiredis.
+///
+/// The blocking methods (``send(_:)``, ``pipeline(_:)``) are for Dispatch worker threads; the async
+/// ones (``command(_:)``, ``pipelined(_:)``) hop to the connection's own serial queue, so the
+/// cooperative thread pool never blocks on the socket.
+///
+/// ```swift
+/// let redis = try RedisConnection(configuration: .init(port: 6379))
+/// _ = try redis.send(["LPUSH", "receipts:queue", payload])
+/// let job = try redis.send(["BLMOVE", "receipts:queue", "receipts:processing", "RIGHT", "LEFT", "5"])
+/// ```
+///
+/// After an I/O error, timeout or protocol error the hiredis context is unusable: it is freed, the
+/// call throws, and the next call reconnects (and re-`AUTH`s) once before sending. A Redis restart
+/// therefore costs one failed call, not a dead connection.
+///
+/// `@unchecked Sendable` is sound because every access to the hiredis context and the mutable
+/// state below happens on `queue`, a private serial queue; hiredis itself is not thread-safe.
+public final class RedisConnection: @unchecked Sendable {
+    private let configuration: RedisConfiguration
+    private let logger: Logger
+    private let queue: DispatchQueue
+    /// Marks `queue`, so a call made from a closure already running on it runs inline instead of
+    /// deadlocking on `queue.sync`.
+    private let queueKey = DispatchSpecificKey<Bool>()
+
+    // Confined to `queue`.
+    private var context: UnsafeMutablePointer<redisContext>?
+    private var isClosed = false
+
+    /// Connects to Redis, blocking for at most ``RedisConfiguration/connectTimeout``, and sends
+    /// `AUTH` when a password is configured.
+    ///
+    /// - Parameters:
+    ///   - configuration: Server address, password and timeouts.
+    ///   - label: Names the connection's dispatch queue and its log metadata.
+    ///   - logger: Receives reconnect events; defaults to the task-local `Logger.current`.
+    /// - Throws: ``RedisError`` with code ``RedisError/Code/connectionFailed``.
+    public convenience init(configuration: RedisConfiguration, label: String = "redis", logger: Logger = Logger.current) throws {
+        self.init(unconnected: configuration, label: label, logger: logger)
+        _ = try onQueue { try self.connectedContext() }
+    }
+
+    /// Creates the connection without connecting; the first call connects. Used by the pool so
+    /// that creating it never blocks an async caller.
+    init(unconnected configuration: RedisConfiguration, label: String, logger: Logger) {
+        self.configuration = configuration
+        var logger = logger
+        logger[metadataKey: "redis.connection"] = "\(label)"
+        self.logger = logger
+        self.queue = DispatchQueue(label: "receiptq.hiredis.\(label)")
+        queue.setSpecific(key: queueKey, value: true)
+    }
+
+    deinit {
+        // No other reference exists, so touching the context off the queue is safe here; going
+        // through the queue could deadlock if the last reference dies on it.
+        if let context { redisFree(context) }
+    }
+
+    /// Runs one command and waits for its reply. Blocking: call it from a Dispatch worker thread.
+    ///
+    /// Arguments go through `redisCommandArgv`, so they are binary-safe and never parsed as a
+    /// format string.
+    ///
+    /// - Parameter arguments: The command name and its arguments, e.g. `["SET", key, value]`.
+    /// - Returns: The reply.
+    /// - Throws: ``RedisError``: code ``RedisError/Code/server`` for an error reply,
+    ///   ``RedisError/Code/io``/``RedisError/Code/timeout`` when the connection broke (the next
+    ///   call reconnects), ``RedisError/Code/connectionFailed`` when that reconnect fails.
+    public func send(_ arguments: [String]) throws -> RedisValue {
+        try send(bytes: arguments.map { Array($0.utf8) })
+    }
+
+    /// Runs one command with binary arguments and waits for its reply. Blocking.
+    ///
+    /// - Parameter arguments: The command name and its arguments as raw bytes.
+    /// - Returns: The reply.
+    /// - Throws: ``RedisError``, as for ``send(_:)``.
+    public func send(bytes arguments: [[UInt8]]) throws -> RedisValue {
+        try onQueue { try self.sendOnQueue(arguments) }
+    }
+
+    /// Sends several commands in one round trip and returns their replies in order. Blocking.
+    ///
+    /// Error replies come back as ``RedisValue/error(_:)`` values in their slot instead of
+    /// throwing, because the other commands did run.
+    ///
+    /// - Parameter commands: Each command's name and arguments.
+    /// - Returns: One reply per command.
+    /// - Throws: ``RedisError`` when the connection fails; then the commands may or may not have run.
+    public func pipeline(_ commands: [[String]]) throws -> [RedisValue] {
+        try pipeline(bytes: commands.map { $0.map { Array($0.utf8) } })
+    }
+
+    /// Sends several commands with binary arguments in one round trip. Blocking.
+    ///
+    /// - Parameter commands: Each command's name and arguments as raw bytes.
+    /// - Returns: One reply per command; error replies are ``RedisValue/error(_:)`` values.
+    /// - Throws: ``RedisError`` when the connection fails; then the commands may or may not have run.
+    public func pipeline(bytes commands: [[[UInt8]]]) throws -> [RedisValue] {
+        try onQueue { try self.pipelineOnQueue(commands) }
+    }
+
+    /// Runs one command on the connection's queue without blocking the caller's thread.
+    ///
+    /// - Parameter arguments: The command name and its arguments.
+    /// - Returns: The reply.
+    /// - Throws: ``RedisError``, as for ``send(_:)``.
+    public func command(_ arguments: [String]) async throws -> RedisValue {
+        let encoded = arguments.map { Array($0.utf8) }
+        return try await onQueueAsync { try self.sendOnQueue(encoded) }
+    }
+
+    /// Pipelines several commands on the connection's queue without blocking the caller's thread.
+    ///
+    /// - Parameter commands: Each command's name and arguments.
+    /// - Returns: One reply per command; error replies are ``RedisValue/error(_:)`` values.
+    /// - Throws: ``RedisError`` when the connection fails.
+    public func pipelined(_ commands: [[String]]) async throws -> [RedisValue] {
+        let encoded = commands.map { $0.map { Array($0.utf8) } }
+        return try await onQueueAsync { try self.pipelineOnQueue(encoded) }
+    }
+
+    /// Closes the connection; later calls throw ``RedisError/Code/closed``. Idempotent.
+    ///
+    /// Waits for a command in flight on this connection to finish first (at most the command
+    /// timeout), since hiredis cannot be interrupted from another thread.
+    public func close() {
+        onQueue {
+            isClosed = true
+            dropContext()
+        }
+    }
+
+    /// Runs `body` on the connection's queue and returns its result to an async caller; used by
+    /// ``RedisConnectionPool`` so a pooled caller's blocking calls run inline on the queue.
+    func run<T: Sendable>(_ body: @Sendable (RedisConnection) throws -> T) async throws -> T {
+        // The continuation is resumed only after `body` has run, so it never outlives this call.
+        try await withoutActuallyEscaping(body) { body in
+            try await onQueueAsync { try body(self) }
+        }
+    }
+
+    // MARK: - Queue confinement
+
+    private func onQueue<T>(_ body: () throws -> T) rethrows -> T {
+        if DispatchQueue.getSpecific(key: queueKey) == true { return try body() }
+        return try queue.sync(execute: body)
+    }
+
+    private func onQueueAsync<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+        let work = PendingWork(body)
+        return try await withCheckedThrowingContinuation { continuation in
+            queue.async { continuation.resume(with: work.run()) }
+        }
+    }
+
+    // MARK: - On-queue implementation
+
+    private func sendOnQueue(_ arguments: [[UInt8]]) throws -> RedisValue {
+        guard !arguments.isEmpty else { throw RedisError.from(.invalidArgument("empty command")) }
+        let context = try connectedContext()
+        let value = try withSIGPIPEBlocked { () throws -> RedisValue in
+            let raw = try Self.withArgv(arguments) { argc, argv, lengths in
+                redisCommandArgv(context, argc, argv, lengths)
+            }
+            guard let raw else { throw brokenConnection(context) }
+            defer { freeReplyObject(raw) }
+            return Self.convert(raw)
+        }
+        if case .error(let message) = value {
+            throw RedisError.from(.reply(message, arguments: arguments, connecting: false))
+        }
+        return value
+    }
+
+    private func pipelineOnQueue(_ commands: [[[UInt8]]]) throws -> [RedisValue] {
+        guard !commands.isEmpty else { return [] }
+        guard !commands.contains(where: \.isEmpty) else { throw RedisError.from(.invalidArgument("empty command")) }
+        let context = try connectedContext()
+        return try withSIGPIPEBlocked {
+            for arguments in commands {
+                // Appending only copies into hiredis's output buffer, so it fails only when out of
+                // memory; the commands already buffered would then desynchronise the context.
+                let status = try? Self.withArgv(arguments) { argc, argv, lengths in
+                    redisAppendCommandArgv(context, argc, argv, lengths)
+                }
+                guard status == REDIS_OK else { throw brokenConnection(context) }
+            }
+            var replies: [RedisValue] = []
+            replies.reserveCapacity(commands.count)
+            for arguments in commands {
+                var raw: UnsafeMutableRawPointer?
+                guard redisGetReply(context, &raw) == REDIS_OK, let reply = raw else {
+                    throw brokenConnection(context)
+                }
+                defer { freeReplyObject(reply) }
+                // Error replies are values here, but get the same scrubbing as thrown ones.
+                let value = Self.convert(reply)
+                if case .error(let message) = value {
+                    replies.append(.error(RedisError.scrub(message, arguments: arguments)))
+                } else {
+                    replies.append(value)
+                }
+            }
+            return replies
+        }
+    }
+
+    /// Returns the live context, connecting first when there is none: on first use of a pooled
+    /// connection, or after a failure freed the previous context. One attempt per call.
+    private func connectedContext() throws -> UnsafeMutablePointer<redisContext> {
+        guard !isClosed else { throw RedisError.from(.closed) }
+        if let context { return context }
+        let context = try withSIGPIPEBlocked { try connect() }
+        self.context = context
+        logger.debug("redis connected", metadata: ["redis.host": "\(configuration.host)", "redis.port": "\(configuration.port)"])
+        return context
+    }
+
+    private func connect() throws -> UnsafeMutablePointer<redisContext> {
+        guard let port = Int32(exactly: configuration.port), (1...65535).contains(port) else {
+            throw RedisError.from(.invalidConfiguration("invalid port \(configuration.port)"))
+        }
+        let connected = configuration.host.withCString { host in
+            // hiredis polls with a zero timeout as "give up at once", not "no timeout".
+            configuration.connectTimeout > .zero
+                ? redisConnectWithTimeout(host, port, Self.makeTimeval(configuration.connectTimeout))
+                : redisConnect(host, port)
+        }
+        guard let context = connected else { throw RedisError.from(.allocation) }
+        // Every failure below must free the context: it is not stored until the end.
+        do {
+            guard context.pointee.err == 0 else {
+                throw RedisError.from(.context(context, errno: errno, connecting: true))
+            }
+            // Without keepalive a silently dropped peer (NAT, failover) blocks a BLMOVE forever.
+            guard redisEnableKeepAlive(context) == REDIS_OK,
+                redisSetTimeout(context, Self.makeTimeval(configuration.commandTimeout ?? .zero)) == REDIS_OK
+            else {
+                throw RedisError.from(.context(context, errno: errno, connecting: true))
+            }
+            if let password = configuration.password {
+                let arguments = [Array("AUTH".utf8), Array(password.utf8)]
+                let raw = try Self.withArgv(arguments) { argc, argv, lengths in
+                    redisCommandArgv(context, argc, argv, lengths)
+                }
+                guard let raw else { throw RedisError.from(.context(context, errno: errno, connecting: true)) }
+                defer { freeReplyObject(raw) }
+                if case .error(let message) = Self.convert(raw) {
+                    throw RedisError.from(.reply(message, arguments: arguments, connecting: true))
+                }
+            }
+            return context
+        } catch {
+            redisFree(context)
+            throw error
+        }
+    }
+
+    /// Maps the context's error, then frees the context: after any hiredis I/O, timeout or
+    /// protocol error the context must not be reused, and a late reply would desynchronise it.
+    private func brokenConnection(_ context: UnsafeMutablePointer<redisContext>) -> RedisError {
+        let savedErrno = errno
+        let error =
+            context.pointee.err == 0
+            ? RedisError.from(.allocation)
+            : RedisError.from(.context(context, errno: savedErrno, connecting: false))
+        logger.info("redis connection dropped; reconnecting on next call", metadata: ["error.code": "\(error.code)"])
+        dropContext()
+        return error
+    }
+
+    private func dropContext() {
+        if let context { redisFree(context) }
+        context = nil
+    }
+
+    // MARK: - Conversions
+
+    /// Lays all arguments out in one buffer and calls `body` with hiredis's argv/argvlen arrays.
+    /// The pointers are valid only inside `body`; hiredis copies them into its output buffer.
+    private static func withArgv<R>(
+        _ arguments: [[UInt8]],
+        _ body: (Int32, UnsafeMutablePointer<UnsafePointer<CChar>?>, UnsafePointer<Int>) throws -> R
+    ) throws -> R {
+        guard let argc = Int32(exactly: arguments.count) else { throw RedisError.from(.invalidArgument("too many arguments")) }
+        var storage: [UInt8] = []
+        storage.reserveCapacity(arguments.reduce(1) { $0 + $1.count })
+        var offsets: [Int] = []
+        var lengths: [Int] = []
+        for argument in arguments {
+            offsets.append(storage.count)
+            lengths.append(argument.count)
+            storage += argument
+        }
+        // Keeps the buffer non-empty, so it has a base address even if every argument is empty.
+        storage.append(0)
+        return try storage.withUnsafeBufferPointer { bytes in
+            try bytes.withMemoryRebound(to: CChar.self) { chars in
+                guard let base = chars.baseAddress else { throw RedisError.from(.allocation) }
+                var argv: [UnsafePointer<CChar>?] = offsets.map { UnsafePointer(base + $0) }
+                return try argv.withUnsafeMutableBufferPointer { argvBuffer in
+                    try lengths.withUnsafeBufferPointer { lengthBuffer in
+                        guard let argvBase = argvBuffer.baseAddress, let lengthBase = lengthBuffer.baseAddress else {
+                            throw RedisError.from(.invalidArgument("empty command"))
+                        }
+                        return try body(argc, argvBase, lengthBase)
+                    }
+                }
+            }
+        }
+    }
+
+    /// Copies a hiredis reply tree into a ``RedisValue``; the caller frees the tree.
+    private static func convert(_ raw: UnsafeMutableRawPointer) -> RedisValue {
+        let reply = raw.assumingMemoryBound(to: redisReply.self).pointee
+        switch reply.type {
+        case REDIS_REPLY_STRING:
+            return .bulk(bytes(reply.str, count: reply.len))
+        case REDIS_REPLY_STATUS:
+            return .status(String(decoding: bytes(reply.str, count: reply.len), as: UTF8.self))
+        case REDIS_REPLY_ERROR:
+            return .error(String(decoding: bytes(reply.str, count: reply.len), as: UTF8.self))
+        case REDIS_REPLY_INTEGER:
+            return .integer(Int(truncatingIfNeeded: reply.integer))
+        case REDIS_REPLY_ARRAY:
+            guard let elements = reply.element else { return .array([]) }
+            return .array((0..<reply.elements).map { index in
+                elements[index].map { convert(UnsafeMutableRawPointer($0)) } ?? .null
+            })
+        default:
+            // REDIS_REPLY_NIL, and any type a future hiredis might add.
+            return .null
+        }
+    }
+
+    private static func bytes(_ pointer: UnsafeMutablePointer<CChar>?, count: Int) -> [UInt8] {
+        guard let pointer, count > 0 else { return [] }
+        return Array(UnsafeRawBufferPointer(start: pointer, count: count))
+    }
+
+    private static func makeTimeval(_ duration: Duration) -> timeval {
+        let (seconds, attoseconds) = duration.components
+        guard seconds >= 0, seconds > 0 || attoseconds > 0 else { return timeval(tv_sec: 0, tv_usec: 0) }
+        // Round up, so a positive timeout never becomes 0, which the kernel reads as "no timeout".
+        var wholeSeconds = seconds
+        var microseconds = (attoseconds + 999_999_999_999) / 1_000_000_000_000
+        if microseconds == 1_000_000 {
+            wholeSeconds += 1
+            microseconds = 0
+        }
+        return timeval(tv_sec: Int(wholeSeconds), tv_usec: Int(microseconds))
+    }
+}
+
+/// Runs `body` with SIGPIPE blocked on this thread and discards a SIGPIPE it raised.
+///
+/// hiredis 0.14 writes with `write(2)`, not `send(MSG_NOSIGNAL)`, so writing to a socket the
+/// server has already reset raises SIGPIPE, whose default action kills the whole process. This
+/// keeps the fix local to the connection's thread instead of ignoring SIGPIPE process-wide; the
+/// write still fails with EPIPE, which hiredis reports as an I/O error.
+private func withSIGPIPEBlocked<T>(_ body: () throws -> T) rethrows -> T {
+    #if canImport(Glibc)
+    var pipeSignal = sigset_t()
+    sigemptyset(&pipeSignal)
+    sigaddset(&pipeSignal, SIGPIPE)
+    var previous = sigset_t()
+    pthread_sigmask(SIG_BLOCK, &pipeSignal, &previous)
+    defer {
+        // A SIGPIPE that was already blocked belongs to whoever blocked it; leave it pending.
+        var pending = sigset_t()
+        if sigismember(&previous, SIGPIPE) == 0, sigpending(&pending) == 0, sigismember(&pending, SIGPIPE) == 1 {
+            var noWait = timespec(tv_sec: 0, tv_nsec: 0)
+            _ = sigtimedwait(&pipeSignal, nil, &noWait)
+        }
+        pthread_sigmask(SIG_SETMASK, &previous, nil)
+    }
+    #endif
+    return try body()
+}
+
+/// Carries a closure into a dispatched block and drops it before the awaiting caller resumes.
+///
+/// `withConnection` accepts a non-escaping body through `withoutActuallyEscaping`, which traps if
+/// the body is still referenced when it returns. The dispatched block itself may be released
+/// only after the continuation has resumed the caller, so it must not capture the body directly.
+private final class PendingWork<T: Sendable>: @unchecked Sendable {
+    // Touched only by the one dispatched block that calls `run()`.
+    private var work: (@Sendable () throws -> T)?
+
+    init(_ work: @escaping @Sendable () throws -> T) { self.work = work }
+
+    func run() -> Result<T, any Error> {
+        guard let work else { return .failure(CancellationError()) }
+        self.work = nil
+        return Result { try work() }
+    }
+}

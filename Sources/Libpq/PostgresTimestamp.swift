@@ -1,0 +1,153 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
+import Foundation
+#endif
+
+/// Text conversions for `timestamptz`, done by hand: the civil-date arithmetic below is exact,
+/// and needs neither a formatter nor the process's time zone.
+enum PostgresTimestamp {
+    /// `yyyy-MM-ddTHH:mm:ss.SSSZ` in UTC, rounded to the nearest millisecond.
+    static func format(_ date: Date) -> String {
+        let totalMilliseconds = Int64((date.timeIntervalSince1970 * 1000).rounded())
+        let (days, dayMilliseconds) = floorDivide(totalMilliseconds, 86_400_000)
+        let (year, month, day) = civil(fromDays: days)
+        let hour = dayMilliseconds / 3_600_000
+        let minute = dayMilliseconds / 60_000 % 60
+        let second = dayMilliseconds / 1000 % 60
+        let millisecond = dayMilliseconds % 1000
+        return "\(pad(year, 4))-\(pad(month, 2))-\(pad(day, 2))T\(pad(hour, 2)):\(pad(minute, 2)):\(pad(second, 2))"
+            + ".\(pad(millisecond, 3))Z"
+    }
+
+    /// Parses PostgreSQL's ISO output: `2026-11-21 10:41:14.123+00`, with optional fraction,
+    /// an optional `±HH[:MM[:SS]]` offset (absent for `timestamp` and `date`: read as UTC), and
+    /// `T` accepted in place of the space. `infinity`/`-infinity` map to `Date.distantFuture`/`distantPast`.
+    /// Returns `nil` for anything else, including BC dates.
+    static func parse(_ text: String) -> Date? {
+        switch text {
+        case "infinity": return .distantFuture
+        case "-infinity": return .distantPast
+        default: break
+        }
+        var scanner = Scanner(Array(text.utf8))
+        guard let year = scanner.number(minDigits: 4, maxDigits: 7), scanner.skip("-"),
+            let month = scanner.number(minDigits: 2, maxDigits: 2), scanner.skip("-"),
+            let day = scanner.number(minDigits: 2, maxDigits: 2),
+            (1...12).contains(month), (1...31).contains(day)
+        else { return nil }
+        var seconds = Double(days(fromYear: year, month: month, day: day)) * 86_400
+        if scanner.skip(" ") || scanner.skip("T") {
+            guard let hour = scanner.number(minDigits: 2, maxDigits: 2), scanner.skip(":"),
+                let minute = scanner.number(minDigits: 2, maxDigits: 2), scanner.skip(":"),
+                let second = scanner.number(minDigits: 2, maxDigits: 2),
+                hour <= 24, minute < 60, second <= 60
+            else { return nil }
+            var fraction = 0.0
+            if scanner.skip(".") {
+                guard let digits = scanner.digits(maxDigits: 9) else { return nil }
+                fraction = Double(digits.value) / pow10(digits.count)
+            }
+            seconds += Double(hour * 3600 + minute * 60 + second) + fraction
+            if let sign = scanner.sign() {
+                guard let offsetHours = scanner.number(minDigits: 2, maxDigits: 2) else { return nil }
+                var offset = offsetHours * 3600
+                if scanner.skip(":") {
+                    guard let offsetMinutes = scanner.number(minDigits: 2, maxDigits: 2) else { return nil }
+                    offset += offsetMinutes * 60
+                    if scanner.skip(":") {
+                        guard let offsetSeconds = scanner.number(minDigits: 2, maxDigits: 2) else { return nil }
+                        offset += offsetSeconds
+                    }
+                }
+                // The text is local time at that offset; UTC = local − offset.
+                seconds -= Double(sign * offset)
+            }
+        }
+        guard scanner.isAtEnd else { return nil }
+        return Date(timeIntervalSince1970: seconds)
+    }
+
+    // MARK: - Civil calendar (Howard Hinnant's days_from_civil / civil_from_days)
+
+    private static func days(fromYear year: Int, month: Int, day: Int) -> Int64 {
+        let y = Int64(month <= 2 ? year - 1 : year)
+        let era = (y >= 0 ? y : y - 399) / 400
+        let yearOfEra = y - era * 400
+        let shiftedMonth = Int64(month > 2 ? month - 3 : month + 9)
+        let dayOfYear = (153 * shiftedMonth + 2) / 5 + Int64(day) - 1
+        let dayOfEra = yearOfEra * 365 + yearOfEra / 4 - yearOfEra / 100 + dayOfYear
+        return era * 146_097 + dayOfEra - 719_468
+    }
+
+    private static func civil(fromDays days: Int64) -> (year: Int64, month: Int64, day: Int64) {
+        let z = days + 719_468
+        let era = (z >= 0 ? z : z - 146_096) / 146_097
+        let dayOfEra = z - era * 146_097
+        let yearOfEra = (dayOfEra - dayOfEra / 1460 + dayOfEra / 36_524 - dayOfEra / 146_096) / 365
+        let dayOfYear = dayOfEra - (365 * yearOfEra + yearOfEra / 4 - yearOfEra / 100)
+        let shiftedMonth = (5 * dayOfYear + 2) / 153
+        let day = dayOfYear - (153 * shiftedMonth + 2) / 5 + 1
+        let month = shiftedMonth < 10 ? shiftedMonth + 3 : shiftedMonth - 9
+        return (yearOfEra + era * 400 + (month <= 2 ? 1 : 0), month, day)
+    }
+
+    private static func floorDivide(_ value: Int64, _ divisor: Int64) -> (quotient: Int64, remainder: Int64) {
+        let quotient = value >= 0 ? value / divisor : (value - divisor + 1) / divisor
+        return (quotient, value - quotient * divisor)
+    }
+
+    private static func pad(_ value: Int64, _ width: Int) -> String {
+        let digits = String(value)
+        return digits.count >= width ? digits : String(repeating: "0", count: width - digits.count) + digits
+    }
+
+    private static func pow10(_ exponent: Int) -> Double {
+        (0..<exponent).reduce(1.0) { value, _ in value * 10 }
+    }
+
+    /// A cursor over ASCII bytes.
+    private struct Scanner {
+        let bytes: [UInt8]
+        var index = 0
+
+        init(_ bytes: [UInt8]) { self.bytes = bytes }
+
+        var isAtEnd: Bool { index == bytes.count }
+
+        mutating func skip(_ character: Unicode.Scalar) -> Bool {
+            guard index < bytes.count, bytes[index] == UInt8(ascii: character) else { return false }
+            index += 1
+            return true
+        }
+
+        mutating func sign() -> Int? {
+            if skip("+") { return 1 }
+            if skip("-") { return -1 }
+            return nil
+        }
+
+        mutating func digits(maxDigits: Int) -> (value: Int, count: Int)? {
+            var value = 0
+            var count = 0
+            while index < bytes.count, count < maxDigits, (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(bytes[index]) {
+                value = value * 10 + Int(bytes[index] - UInt8(ascii: "0"))
+                count += 1
+                index += 1
+            }
+            // Digits beyond the precision a Date can hold are skipped, not rejected.
+            while index < bytes.count, (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(bytes[index]) { index += 1 }
+            return count == 0 ? nil : (value, count)
+        }
+
+        mutating func number(minDigits: Int, maxDigits: Int) -> Int? {
+            let start = index
+            var value = 0
+            while index < bytes.count, index - start < maxDigits, (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(bytes[index]) {
+                value = value * 10 + Int(bytes[index] - UInt8(ascii: "0"))
+                index += 1
+            }
+            return index - start >= minDigits ? value : nil
+        }
+    }
+}
