@@ -1,0 +1,164 @@
+import Foundation
+
+/// What kind of work a job is.
+public enum JobKind: String, Sendable, Codable {
+    /// First validation of a receipt a client posted.
+    case validate
+    /// A re-poll of a subscription before it expires.
+    case repoll
+}
+
+/// Who put the job on the queue.
+public enum JobOrigin: String, Sendable, Codable {
+    case api
+    case scheduler
+    case dashboard
+    case cli
+}
+
+/// What the client sent along with the receipt, kept as given.
+public struct Submission: Sendable, Equatable, Codable {
+    public var userIdentifier: String?
+    public var identifierForVendor: String?
+    public var countryCode: String?
+    /// The end user's address; nil when the client sent JSON `null` to keep it unstored.
+    public var ipAddress: String?
+    public var metadata: JSONValue?
+
+    enum CodingKeys: String, CodingKey {
+        case userIdentifier = "user_identifier"
+        case identifierForVendor = "identifier_for_vendor"
+        case countryCode = "country_code"
+        case ipAddress = "ip_address"
+        case metadata
+    }
+
+    /// Creates a submission.
+    public init(
+        userIdentifier: String? = nil, identifierForVendor: String? = nil, countryCode: String? = nil,
+        ipAddress: String? = nil, metadata: JSONValue? = nil
+    ) {
+        self.userIdentifier = userIdentifier
+        self.identifierForVendor = identifierForVendor
+        self.countryCode = countryCode
+        self.ipAddress = ipAddress
+        self.metadata = metadata
+    }
+}
+
+/// The versioned JSON a job travels in through Redis (queue, processing, retry and dead sets).
+///
+/// Sidekiq-style: the envelope carries its own failure history, so the dead letters are
+/// self-describing. `errorMessage` is redacted and bounded; the receipt itself never leaves
+/// `receipt`.
+public struct JobEnvelope: Sendable, Equatable, Codable {
+    /// The envelope format; bumped when a field changes meaning.
+    public static let currentVersion = 1
+
+    public var v: Int
+    /// The job id, which is also the receipt id (UUIDv7).
+    public var id: UUID
+    public var kind: JobKind
+    /// The registered app the receipt belongs to.
+    public var appID: UUID
+    /// How many validation attempts have failed so far.
+    public var attempt: Int
+    public var enqueuedAt: Date
+    public var firstFailedAt: Date?
+    public var lastFailedAt: Date?
+    /// A bounded error code of the last failure (`timeout`, `apple_21005`, `shared_secret_mismatch`, …).
+    public var errorCode: String?
+    /// A short, redacted description of the last failure.
+    public var errorMessage: String?
+    public var origin: JobOrigin
+    /// The receipt, base64 as normalized at ingestion.
+    public var receipt: String
+    /// Locally decoded facts, so a pending resource can be shown before Apple answers.
+    public var style: ReceiptStyle?
+    public var bundleID: String?
+    public var environment: String?
+    public var submission: Submission
+    /// Every call made to Apple for this job, across attempts (the audit trail of a dead letter).
+    public var history: [AppleCall]
+
+    // Explicit keys: the snake_case strategies do not round-trip `appID`/`bundleID`.
+    enum CodingKeys: String, CodingKey {
+        case v, id, kind, attempt, origin, receipt, style, environment, submission, history
+        case appID = "app_id"
+        case enqueuedAt = "enqueued_at"
+        case firstFailedAt = "first_failed_at"
+        case lastFailedAt = "last_failed_at"
+        case errorCode = "error_code"
+        case errorMessage = "error_message"
+        case bundleID = "bundle_id"
+    }
+
+    /// Creates an envelope for a new job.
+    public init(
+        id: UUID, kind: JobKind, appID: UUID, enqueuedAt: Date, origin: JobOrigin, receipt: String,
+        style: ReceiptStyle? = nil, bundleID: String? = nil, environment: String? = nil,
+        submission: Submission = Submission()
+    ) {
+        self.v = Self.currentVersion
+        self.id = id
+        self.kind = kind
+        self.appID = appID
+        self.attempt = 0
+        self.enqueuedAt = enqueuedAt
+        self.origin = origin
+        self.receipt = receipt
+        self.style = style
+        self.bundleID = bundleID
+        self.environment = environment
+        self.submission = submission
+        self.history = []
+    }
+
+    /// The envelope after a failed attempt.
+    /// - Parameters:
+    ///   - code: bounded error code.
+    ///   - message: redacted description (truncated to 200 characters).
+    ///   - calls: the Apple calls of this attempt.
+    ///   - now: when it failed.
+    public func failed(code: String, message: String, calls: [AppleCall], at now: Date) -> JobEnvelope {
+        var copy = self
+        copy.attempt += 1
+        copy.firstFailedAt = copy.firstFailedAt ?? now
+        copy.lastFailedAt = now
+        copy.errorCode = code
+        copy.errorMessage = String(message.prefix(200))
+        copy.history.append(contentsOf: calls)
+        // Bound the history: a job retried for days must not grow without limit.
+        if copy.history.count > 50 { copy.history.removeFirst(copy.history.count - 50) }
+        return copy
+    }
+
+    /// The JSON bytes stored in Redis.
+    public func encoded() -> [UInt8] {
+        // Encoding a struct of strings, numbers and dates cannot fail.
+        (try? Self.encoder.encode(self)).map { [UInt8]($0) } ?? []
+    }
+
+    /// Parses an envelope from Redis.
+    /// - Throws: `DecodingError` when the bytes are not an envelope of a known version.
+    public static func decode(_ bytes: [UInt8]) throws -> JobEnvelope {
+        let envelope = try decoder.decode(JobEnvelope.self, from: Data(bytes))
+        guard envelope.v <= currentVersion else {
+            throw DecodingError.dataCorrupted(.init(codingPath: [], debugDescription: "unknown envelope version"))
+        }
+        return envelope
+    }
+
+    private static var encoder: JSONEncoder {
+        let encoder = JSONEncoder()
+        encoder.dateEncodingStrategy = .millisecondsSince1970
+        encoder.outputFormatting = [.sortedKeys]
+        return encoder
+    }
+
+    private static var decoder: JSONDecoder {
+        let decoder = JSONDecoder()
+        decoder.dateDecodingStrategy = .millisecondsSince1970
+        return decoder
+    }
+}

@@ -1,0 +1,54 @@
+import Foundation
+
+/// Exponential backoff with full jitter, dense at first because a user is waiting.
+///
+/// Attempt `n` (1-based) waits a uniform random time in `[base·2^(n-1)/2, min(cap, base·2^(n-1))]`:
+/// seconds at first, minutes after a few failures, at most `cap`. A job whose first failure is older
+/// than `maxAge` is given up (dead letters).
+public struct RetryPolicy: Sendable, Equatable {
+    public var base: Duration
+    public var cap: Duration
+    public var maxAge: Duration
+
+    /// Creates a policy.
+    /// - Parameters:
+    ///   - base: the first delay's upper bound (default 2 s).
+    ///   - cap: the largest delay (default 1 h).
+    ///   - maxAge: how long after the first failure a job is still retried (default 72 h).
+    public init(base: Duration = .seconds(2), cap: Duration = .seconds(3600), maxAge: Duration = .seconds(72 * 3600)) {
+        self.base = base
+        self.cap = cap
+        self.maxAge = maxAge
+    }
+
+    /// The upper bound of the delay before attempt `attempt` (1-based).
+    public func ceiling(attempt: Int) -> Duration {
+        let exponent = min(max(attempt - 1, 0), 40)
+        let seconds = base.seconds * pow(2, Double(exponent))
+        return .milliseconds(Int64(min(seconds, cap.seconds) * 1000))
+    }
+
+    /// When to run a job next, or nil to give up.
+    /// - Parameters:
+    ///   - attempt: the number of failed attempts so far (≥ 1).
+    ///   - firstFailedAt: when the job first failed.
+    ///   - now: the current time (from the injected clock).
+    ///   - generator: randomness for the jitter.
+    public func nextRun(
+        attempt: Int, firstFailedAt: Date, now: Date, using generator: inout some RandomNumberGenerator
+    ) -> Date? {
+        let ceiling = self.ceiling(attempt: attempt).seconds
+        let delay = Double.random(in: (ceiling / 2)...max(ceiling / 2, ceiling), using: &generator)
+        let runAt = now.addingTimeInterval(delay)
+        guard runAt.timeIntervalSince(firstFailedAt) <= maxAge.seconds else { return nil }
+        return runAt
+    }
+}
+
+extension Duration {
+    /// The duration in (fractional) seconds.
+    public var seconds: Double {
+        let (s, attoseconds) = components
+        return Double(s) + Double(attoseconds) / 1e18
+    }
+}

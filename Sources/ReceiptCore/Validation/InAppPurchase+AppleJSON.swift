@@ -1,0 +1,83 @@
+import Foundation
+
+extension InAppPurchase {
+    /// Reads one transaction of a `verifyReceipt` answer (`in_app`, `latest_receipt_info`, or an
+    /// iOS 6 receipt object). Every value may be a string; dates come as `*_ms`, as a millisecond
+    /// string (iOS 6 `expires_date`), or as `"2013-08-01 07:00:00 Etc/GMT"`.
+    /// - Returns: nil when the transaction has no `transaction_id` or `product_id`.
+    public init?(appleJSON json: JSONValue) {
+        guard let transactionID = json["transaction_id"]?.stringValue,
+            let productID = json["product_id"]?.stringValue
+        else { return nil }
+        func date(_ key: String) -> Date? {
+            if let ms = json["\(key)_ms"]?.stringValue.flatMap(Double.init) { return Date(timeIntervalSince1970: ms / 1000) }
+            guard let text = json[key]?.stringValue, !text.isEmpty else { return nil }
+            if let ms = Double(text) { return Date(timeIntervalSince1970: ms / 1000) }
+            return AppleDateFormat.parse(text)
+        }
+        self.init(
+            quantity: json["quantity"]?.intValue ?? 1,
+            productID: productID,
+            transactionID: transactionID,
+            originalTransactionID: json["original_transaction_id"]?.stringValue ?? transactionID,
+            purchaseDate: date("purchase_date"),
+            originalPurchaseDate: date("original_purchase_date"),
+            expiresDate: date("expires_date"),
+            cancellationDate: date("cancellation_date"),
+            webOrderLineItemID: json["web_order_line_item_id"]?.stringValue,
+            isTrialPeriod: json["is_trial_period"]?.boolValue ?? false,
+            isInIntroOfferPeriod: json["is_in_intro_offer_period"]?.boolValue ?? false
+        )
+    }
+
+    /// This purchase in Apple's `verifyReceipt` JSON shape (iOS 7 style), as the mock App Store answers.
+    public var appleJSON: JSONValue {
+        var object: [String: JSONValue] = [
+            "quantity": .string(String(quantity)),
+            "product_id": .string(productID),
+            "transaction_id": .string(transactionID),
+            "original_transaction_id": .string(originalTransactionID),
+            "is_trial_period": .string(isTrialPeriod ? "true" : "false"),
+            "is_in_intro_offer_period": .string(isInIntroOfferPeriod ? "true" : "false"),
+        ]
+        func put(_ key: String, _ date: Date?) {
+            guard let date else { return }
+            object[key] = .string(AppleDateFormat.format(date))
+            object["\(key)_ms"] = .string(String(Int64((date.timeIntervalSince1970 * 1000).rounded())))
+        }
+        put("purchase_date", purchaseDate)
+        put("original_purchase_date", originalPurchaseDate)
+        put("expires_date", expiresDate)
+        put("cancellation_date", cancellationDate)
+        if let webOrderLineItemID { object["web_order_line_item_id"] = .string(webOrderLineItemID) }
+        return .object(object)
+    }
+}
+
+/// Apple's `verifyReceipt` date text: `"2013-08-01 07:00:00 Etc/GMT"`.
+public enum AppleDateFormat {
+    /// Formats a date as Apple does (UTC, `Etc/GMT`).
+    public static func format(_ date: Date) -> String {
+        var calendar = Calendar(identifier: .gregorian)
+        calendar.timeZone = TimeZone(identifier: "UTC")!
+        let c = calendar.dateComponents([.year, .month, .day, .hour, .minute, .second], from: date)
+        func pad(_ value: Int?, _ width: Int = 2) -> String {
+            let text = String(value ?? 0)
+            return String(repeating: "0", count: max(0, width - text.count)) + text
+        }
+        return "\(pad(c.year, 4))-\(pad(c.month))-\(pad(c.day)) \(pad(c.hour)):\(pad(c.minute)):\(pad(c.second)) Etc/GMT"
+    }
+
+    /// Parses `"yyyy-MM-dd HH:mm:ss Etc/GMT"` (the zone is always GMT for these fields).
+    public static func parse(_ text: String) -> Date? {
+        let parts = text.split(separator: " ")
+        guard parts.count >= 2 else { return nil }
+        let day = parts[0].split(separator: "-").compactMap { Int($0) }
+        let time = parts[1].split(separator: ":").compactMap { Int($0) }
+        guard day.count == 3, time.count == 3 else { return nil }
+        var calendar = Calendar(identifier: .gregorian)
+        calendar.timeZone = TimeZone(identifier: "UTC")!
+        return calendar.date(
+            from: DateComponents(year: day[0], month: day[1], day: day[2], hour: time[0], minute: time[1], second: time[2]))
+    }
+}

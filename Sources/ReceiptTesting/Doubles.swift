@@ -1,0 +1,138 @@
+import Foundation
+import ReceiptCore
+
+/// An in-memory `JobQueue` recording every transition, for worker tests without Redis.
+public final class MemoryJobQueue: JobQueue, @unchecked Sendable {
+    // Tests drive it from one lane thread and read it after the lane stopped; the lock makes
+    // reads during a run safe too.
+    private let lock = NSLock()
+    private var ready: [[UInt8]] = []
+    private var processing: [[UInt8]] = []
+    public private(set) var acknowledged: [(job: ReservedJob, result: [UInt8]?)] = []
+    public private(set) var retries: [(envelope: JobEnvelope, runAt: Date)] = []
+    public private(set) var dead: [JobEnvelope?] = []
+
+    /// Creates a queue holding `jobs`.
+    public init(jobs: [JobEnvelope] = []) { ready = jobs.map { $0.encoded() } }
+
+    /// Adds raw bytes (e.g. a poison job).
+    public func push(raw: [UInt8]) { lock.withLock { ready.append(raw) } }
+
+    /// Jobs still in processing (reserved and never resolved).
+    public var inProcessing: Int { lock.withLock { processing.count } }
+
+    public func reserve(timeout: Duration) throws -> ReservedJob? {
+        lock.withLock {
+            guard !ready.isEmpty else { return nil }
+            let raw = ready.removeFirst()
+            processing.append(raw)
+            return ReservedJob(raw: raw)
+        }
+    }
+
+    public func acknowledge(_ job: ReservedJob, result: [UInt8]?) throws {
+        lock.withLock {
+            remove(job)
+            acknowledged.append((job, result))
+        }
+    }
+
+    public func scheduleRetry(_ job: ReservedJob, updated: JobEnvelope, runAt: Date) throws {
+        lock.withLock {
+            remove(job)
+            retries.append((updated, runAt))
+        }
+    }
+
+    public func bury(_ job: ReservedJob, updated: JobEnvelope?, at: Date) throws {
+        lock.withLock {
+            remove(job)
+            dead.append(updated)
+        }
+    }
+
+    public func heartbeat(busy: Int) throws {}
+
+    private func remove(_ job: ReservedJob) {
+        if let index = processing.firstIndex(of: job.raw) { processing.remove(at: index) }
+    }
+}
+
+/// An in-memory `ReceiptStore`: saves records and can be told to fail (a Postgres outage).
+public final class MemoryReceiptStore: ReceiptStore, @unchecked Sendable {
+    private let lock = NSLock()
+    public var apps: [UUID: AppRecord]
+    public private(set) var saved: [ValidationRecord] = []
+    /// When set, every call throws it.
+    public var failure: (any Error)?
+
+    /// Creates a store knowing `apps`.
+    public init(apps: [AppRecord] = []) {
+        self.apps = Dictionary(uniqueKeysWithValues: apps.map { ($0.id, $0) })
+    }
+
+    public func app(id: UUID) throws -> AppRecord? {
+        try lock.withLock {
+            if let failure { throw failure }
+            return apps[id]
+        }
+    }
+
+    public func save(_ record: ValidationRecord) throws -> ReceiptResource {
+        try lock.withLock {
+            if let failure { throw failure }
+            saved.append(record)
+            return ReceiptResource(
+                id: record.envelope.id, style: record.envelope.style, appFamilyID: record.envelope.appID,
+                bundleID: record.envelope.bundleID, environment: record.environment, submission: record.envelope.submission,
+                validationStatus: record.status, appleStatus: record.appleStatus,
+                inAppPurchases: record.purchases.map { InAppPurchaseResource($0) }, createdAt: record.envelope.enqueuedAt,
+                updatedAt: record.validatedAt)
+        }
+    }
+}
+
+/// A `ReceiptVerifier` that answers from a script, for worker tests without HTTP.
+public final class StubVerifier: ReceiptVerifier, @unchecked Sendable {
+    private let lock = NSLock()
+    private var reports: [VerificationReport]
+    public private(set) var requests: [VerificationRequest] = []
+
+    /// Answers with `reports` in order, repeating the last one.
+    public init(_ reports: [VerificationReport]) { self.reports = reports }
+
+    public func verify(_ request: VerificationRequest) -> VerificationReport {
+        lock.withLock {
+            requests.append(request)
+            return reports.count > 1 ? reports.removeFirst() : reports[0]
+        }
+    }
+
+    /// A report of one call answered with `status` and `body`.
+    public static func report(status: Int, verdict: AppleVerdict, transactions: [JSONValue] = []) -> VerificationReport {
+        let response = VerifyReceiptResponse(
+            json: .object([
+                "status": .number(Double(status)), "environment": .string("Sandbox"),
+                "receipt": .object(["in_app": .array(transactions)]),
+            ]))
+        return VerificationReport(
+            verdict: verdict, response: response,
+            calls: [
+                AppleCall(endpoint: .production, httpStatus: 200, appleStatus: status, isRetryable: nil, latencyMs: 5, errorCode: nil)
+            ], errorCode: verdict == .valid || verdict == .invalid ? nil : "apple_\(status)")
+    }
+}
+
+/// A seeded random generator (SplitMix64) so backoff and fuzz tests are reproducible.
+public struct SeededGenerator: RandomNumberGenerator {
+    private var state: UInt64
+    /// Creates a generator from `seed`.
+    public init(seed: UInt64) { state = seed }
+    public mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}
