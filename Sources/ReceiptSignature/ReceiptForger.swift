@@ -1,0 +1,86 @@
+import Foundation
+import OpenSSL
+import ReceiptCore
+
+/// A certificate authority for forged test receipts: a root and a receipt-signing leaf, shaped
+/// like Apple's (root → signer), but never trusted in production.
+public struct TestCertificateAuthority: Sendable {
+    public var root: Certificate
+    public var rootKey: PrivateKey
+    public var signer: Certificate
+    public var signerKey: PrivateKey
+
+    /// Generates a new authority valid from a year ago for ten years (so receipts dated in the past verify).
+    public static func generate(name: String = "receiptq Test Root CA (NOT APPLE)") throws -> TestCertificateAuthority {
+        let now = Date()
+        let from = now.addingTimeInterval(-365 * 86_400)
+        let to = now.addingTimeInterval(10 * 365 * 86_400)
+        let rootKey = try PrivateKey.generateRSA(bits: 2048)
+        let root = try CertificateFactory.selfSigned(
+            CertificateRequestSpec(
+                commonName: name, organization: "receiptq tests", isCA: true, validFrom: from, validTo: to, serial: 1),
+            key: rootKey)
+        let signerKey = try PrivateKey.generateRSA(bits: 2048)
+        let signer = try CertificateFactory.issue(
+            CertificateRequestSpec(
+                commonName: "receiptq Test Receipt Signing", organization: "receiptq tests", isCA: false, validFrom: from,
+                validTo: to, serial: 2),
+            publicKeyOf: signerKey, issuer: root, issuerKey: rootKey)
+        return TestCertificateAuthority(root: root, rootKey: rootKey, signer: signer, signerKey: signerKey)
+    }
+
+    /// Loads the authority kept in `directory` (`root.pem`, `root.key`, `signer.pem`, `signer.key`), or
+    /// generates and saves one, so forged receipts stay verifiable across runs.
+    public static func loadOrCreate(directory: URL) throws -> TestCertificateAuthority {
+        let files = ["root.pem", "root.key", "signer.pem", "signer.key"].map { directory.appendingPathComponent($0) }
+        if files.allSatisfy({ FileManager.default.fileExists(atPath: $0.path) }) {
+            let text = try files.map { try String(contentsOf: $0, encoding: .utf8) }
+            return TestCertificateAuthority(
+                root: try Certificate(pem: text[0]), rootKey: try PrivateKey(pem: text[1]),
+                signer: try Certificate(pem: text[2]), signerKey: try PrivateKey(pem: text[3]))
+        }
+        let authority = try generate()
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        let contents = [authority.root.pem, try authority.rootKey.pemPKCS8(), authority.signer.pem, try authority.signerKey.pemPKCS8()]
+        for (file, text) in zip(files, contents) {
+            try text.write(to: file, atomically: true, encoding: .utf8)
+        }
+        // The keys are test keys, but still nobody else's business.
+        for file in [files[1], files[3]] { chmod(file.path, 0o600) }
+        return authority
+    }
+}
+
+/// Writes receipts in Apple's format, signed by a ``TestCertificateAuthority``: for tests, the demo
+/// and the benchmark.
+public enum ReceiptForger {
+    /// A unified (iOS 7+) receipt: the DER payload in a PKCS#7 SignedData, signed like Apple's.
+    /// - Returns: the receipt bytes (base64-encode them to send).
+    public static func unified(
+        _ receipt: AppReceipt, authority: TestCertificateAuthority, digest: PKCS7.DigestAlgorithm = .sha256
+    ) throws -> [UInt8] {
+        try PKCS7.sign(
+            content: ReceiptPayloadEncoder.encode(receipt), signer: authority.signer, key: authority.signerKey,
+            chain: [authority.root], digest: digest)
+    }
+
+    /// A demo receipt: one non-consumable and one monthly subscription, in the sandbox.
+    public static func demoReceipt(bundleID: String, now: Date = Date()) -> AppReceipt {
+        let base = UInt64(now.timeIntervalSince1970 * 1000)
+        let purchased = now.addingTimeInterval(-3600)
+        return AppReceipt(
+            style: .unified, bundleID: bundleID, environment: .productionSandbox, applicationVersion: "1.0",
+            originalApplicationVersion: "1.0", opaqueValue: SecureRandom.bytes(16), sha1Hash: SecureRandom.bytes(20),
+            creationDate: now, originalPurchaseDate: purchased,
+            inApp: [
+                InAppPurchase(
+                    quantity: 1, productID: "\(bundleID).lifetime", transactionID: "\(base)01",
+                    originalTransactionID: "\(base)01", purchaseDate: purchased, originalPurchaseDate: purchased),
+                InAppPurchase(
+                    quantity: 1, productID: "\(bundleID).pro.monthly", transactionID: "\(base)02",
+                    originalTransactionID: "\(base)02", purchaseDate: purchased, originalPurchaseDate: purchased,
+                    expiresDate: purchased.addingTimeInterval(30 * 86_400), webOrderLineItemID: "\(base)03",
+                    isTrialPeriod: true),
+            ])
+    }
+}

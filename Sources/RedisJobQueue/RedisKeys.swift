@@ -1,0 +1,28 @@
+/// receiptq's Redis key schema, in one place (DESIGN.md "Redis keys").
+///
+/// Every key carries the `{rq}` hash tag (or the configured prefix) so that the multi-key Lua
+/// moves stay legal on Redis Cluster.
+public struct RedisKeys: Sendable, Equatable {
+    /// The prefix, `{rq}` by default; tests use a unique one per test.
+    public var prefix: String
+
+    /// Creates the schema for `prefix`.
+    public init(prefix: String = "{rq}") { self.prefix = prefix }
+
+    /// Ready jobs of `kind`: LPUSH to add, BLMOVE RIGHT → LEFT to take.
+    public func queue(_ kind: String) -> String { "\(prefix):queue:\(kind)" }
+    /// Jobs held by one worker lane.
+    public func processing(_ worker: String) -> String { "\(prefix):processing:\(worker)" }
+    /// A worker lane's heartbeat hash (with TTL).
+    public func worker(_ worker: String) -> String { "\(prefix):worker:\(worker)" }
+    /// Every worker lane that ever registered, for the janitor.
+    public var workers: String { "\(prefix):workers" }
+    /// Jobs waiting in backoff (score = run at, ms).
+    public var retry: String { "\(prefix):retry" }
+    /// Dead letters (score = died at, ms).
+    public var dead: String { "\(prefix):dead" }
+    /// The worker's answer for a waiting API request.
+    public func result(_ id: String) -> String { "\(prefix):result:\(id)" }
+    /// The pending resource of a queued receipt, until Postgres has it.
+    public func pending(_ id: String) -> String { "\(prefix):pending:\(id)" }
+}
