@@ -1,0 +1,191 @@
+import Foundation
+import HTTPTypes
+import Hummingbird
+import Logging
+import NIOCore
+import ReceiptCore
+
+/// The client API: `POST /client/itunes_connect/receipts`, `GET /client/itunes_connect/receipts/{id}`,
+/// and the health probes.
+///
+/// A 2xx means the receipt is durably in Redis (or already in Postgres): when Redis cannot take the
+/// job the answer is 503 with `Retry-After`, never a 2xx.
+public struct IngestAPI: Sendable {
+    /// API settings.
+    public struct Configuration: Sendable {
+        /// How long a POST waits for the worker before answering 206 (default 2 s).
+        public var syncWait: Duration
+        /// The largest body accepted (413 beyond; default 1 MiB).
+        public var maxBodyBytes: Int
+        /// A header set by a trusted reverse proxy with the client's address (e.g. `X-Forwarded-For`);
+        /// nil to use the peer address.
+        public var trustedProxyHeader: String?
+
+        /// Creates a configuration with production defaults.
+        public init(syncWait: Duration = .seconds(2), maxBodyBytes: Int = 1 << 20, trustedProxyHeader: String? = nil) {
+            self.syncWait = syncWait
+            self.maxBodyBytes = maxBodyBytes
+            self.trustedProxyHeader = trustedProxyHeader
+        }
+    }
+
+    let intake: any ReceiptIntake
+    let catalog: any ReceiptCatalog
+    let configuration: Configuration
+    let now: @Sendable () -> Date
+
+    /// Creates the API.
+    /// - Parameters:
+    ///   - intake: Redis, where receipts are queued.
+    ///   - catalog: Postgres, for tokens and stored receipts.
+    ///   - configuration: settings.
+    ///   - now: the injected clock.
+    public init(
+        intake: any ReceiptIntake, catalog: any ReceiptCatalog, configuration: Configuration = Configuration(),
+        now: @escaping @Sendable () -> Date = { Date() }
+    ) {
+        self.intake = intake
+        self.catalog = catalog
+        self.configuration = configuration
+        self.now = now
+    }
+
+    /// Adds the API's routes to `router`.
+    public func addRoutes(to router: Router<IngestRequestContext>) {
+        router.post("/client/itunes_connect/receipts") { request, context in
+            try await submit(request, context: context)
+        }
+        router.get("/client/itunes_connect/receipts/{id}") { request, context in
+            try await show(request, context: context)
+        }
+        router.get("/health/live") { _, _ in
+            json(.ok, ["status": .string("ok")])
+        }
+        router.get("/health/ready") { _, _ in
+            await intake.ping()
+                ? json(.ok, ["status": .string("ok")]) : json(.serviceUnavailable, ["status": .string("redis unreachable")])
+        }
+    }
+
+    func submit(_ request: Request, context: IngestRequestContext) async throws -> Response {
+        let app: AppRecord
+        switch await authenticate(request, context: context) {
+        case .success(let found?): app = found
+        case .success(nil): return unauthorized()
+        case .failure: return unavailable()
+        }
+        guard let contentType = request.headers[.contentType], contentType.lowercased().hasPrefix("application/json") else {
+            return json(.unsupportedMediaType, ["error": .string("Content-Type must be application/json")])
+        }
+        let body: ByteBuffer
+        do {
+            body = try await request.body.collect(upTo: configuration.maxBodyBytes)
+        } catch is NIOTooManyBytesError {
+            return json(.contentTooLarge, ["error": .string("body larger than \(configuration.maxBodyBytes) bytes")])
+        }
+        guard let parsed = try? JSONDecoder().decode(JSONValue.self, from: Data(body.readableBytesView)) else {
+            return unprocessable([FieldError(field: "body", reason: "must be valid JSON")])
+        }
+        let submit: SubmitReceiptRequest
+        switch SubmitReceiptRequest.parse(parsed) {
+        case .success(let value): submit = value
+        case .failure(let failure): return unprocessable(failure.errors)
+        }
+        var submission = submit.submission
+        if submit.ipAddressOmitted { submission.ipAddress = clientAddress(request, context: context) }
+
+        let envelope = JobEnvelope(
+            id: JobID.make(at: now()), kind: .validate, appID: app.id, enqueuedAt: now(), origin: .api,
+            receipt: submit.receiptBase64, style: submit.receipt.style, bundleID: submit.receipt.bundleID,
+            environment: submit.receipt.environment.apiName, submission: submission)
+        let pending = ReceiptResource.pending(envelope, purchases: submit.receipt.inApp)
+        do {
+            try await intake.enqueue(envelope, pending: pending)
+        } catch {
+            context.logger.error("Receipt not queued: Redis unavailable", metadata: ["error": "\(error)"])
+            return unavailable()
+        }
+        // From here on the receipt is durable: whatever happens, the answer is 2xx.
+        if let done = try? await intake.awaitResult(id: envelope.id, timeout: configuration.syncWait) {
+            return resource(.ok, done)
+        }
+        return resource(.partialContent, pending)
+    }
+
+    func show(_ request: Request, context: IngestRequestContext) async throws -> Response {
+        let app: AppRecord
+        switch await authenticate(request, context: context) {
+        case .success(let found?): app = found
+        case .success(nil): return unauthorized()
+        case .failure: return unavailable()
+        }
+        guard let id = context.parameters.get("id").flatMap(UUID.init(uuidString:)) else { return notFound() }
+        do {
+            if let stored = try await catalog.receipt(id: id, appID: app.id) { return resource(.ok, stored) }
+            if let pending = try await intake.pendingResource(id: id), pending.appFamilyID == app.id {
+                return resource(.ok, pending)
+            }
+        } catch {
+            context.logger.error("Receipt lookup failed", metadata: ["error": "\(error)"])
+            return unavailable()
+        }
+        return notFound()
+    }
+
+    /// The app of the request's Bearer token; a failure means the token store is unreachable (503),
+    /// which must not be confused with a bad token (401).
+    private func authenticate(_ request: Request, context: IngestRequestContext) async -> Result<AppRecord?, any Error> {
+        guard let header = request.headers[.authorization], header.hasPrefix("Bearer ") else { return .success(nil) }
+        let token = header.dropFirst(7).trimmingCharacters(in: .whitespaces)
+        guard !token.isEmpty, token.count <= 200 else { return .success(nil) }
+        do {
+            return .success(try await catalog.authenticate(token: token))
+        } catch {
+            context.logger.error("Token lookup failed", metadata: ["error": "\(error)"])
+            return .failure(error)
+        }
+    }
+
+    private func clientAddress(_ request: Request, context: IngestRequestContext) -> String? {
+        if let header = configuration.trustedProxyHeader, let name = HTTPField.Name(header), let value = request.headers[name] {
+            // The left-most entry is the client as the first trusted proxy saw it.
+            let first = value.split(separator: ",").first.map { String($0).trimmingCharacters(in: .whitespaces) }
+            if let first, IPAddressText.isValid(first) { return first }
+        }
+        return context.remoteAddress?.ipAddress
+    }
+}
+
+func json(_ status: HTTPResponse.Status, _ object: [String: JSONValue]) -> Response {
+    let data = (try? JSONEncoder().encode(JSONValue.object(object))) ?? Data()
+    return Response(status: status, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(bytes: data)))
+}
+
+func resource(_ status: HTTPResponse.Status, _ resource: ReceiptResource) -> Response {
+    Response(
+        status: status, headers: [.contentType: "application/json"],
+        body: .init(byteBuffer: ByteBuffer(bytes: resource.encoded())))
+}
+
+func unprocessable(_ errors: [FieldError]) -> Response {
+    let data = (try? JSONEncoder().encode(["errors": errors])) ?? Data()
+    return Response(
+        status: .unprocessableContent, headers: [.contentType: "application/json"],
+        body: .init(byteBuffer: ByteBuffer(bytes: data)))
+}
+
+/// 401 without detail: nothing tells a caller whether the token exists, was revoked, or was malformed.
+func unauthorized() -> Response {
+    var response = json(.unauthorized, ["error": .string("unauthorized")])
+    response.headers[.wwwAuthenticate] = "Bearer"
+    return response
+}
+
+/// 503 with `Retry-After`: the client may send the same receipt again later.
+func unavailable() -> Response {
+    var response = json(.serviceUnavailable, ["error": .string("temporarily unavailable, retry later")])
+    response.headers[.retryAfter] = "5"
+    return response
+}
+
+func notFound() -> Response { json(.notFound, ["error": .string("not found")]) }

@@ -1,0 +1,129 @@
+import Foundation
+import ReceiptCore
+
+/// One reason a request body was refused: the field and why (the 422 body lists them all).
+public struct FieldError: Sendable, Equatable, Codable {
+    public var field: String
+    public var reason: String
+
+    /// Creates a field error.
+    public init(field: String, reason: String) {
+        self.field = field
+        self.reason = reason
+    }
+}
+
+/// Every field error of one request.
+public struct FieldErrors: Error, Sendable, Equatable {
+    public var errors: [FieldError]
+    /// Wraps a list of field errors.
+    public init(_ errors: [FieldError]) { self.errors = errors }
+}
+
+/// The body of `POST /client/itunes_connect/receipts`, validated field by field.
+///
+/// Unknown fields are ignored, as in the client API this endpoint is compatible with.
+public struct SubmitReceiptRequest: Sendable, Equatable {
+    /// The receipt as decoded locally.
+    public var receipt: AppReceipt
+    /// The receipt's base64, normalized (whitespace removed, `+` restored).
+    public var receiptBase64: String
+    public var submission: Submission
+    /// True when `ip_address` was absent (so the peer address applies), false when given or `null`.
+    public var ipAddressOmitted: Bool
+
+    /// The largest `metadata` object accepted, as encoded JSON.
+    public static let maxMetadataBytes = 16 * 1024
+
+    /// Validates a parsed JSON body.
+    /// - Returns: the request, or every field error found.
+    public static func parse(_ body: JSONValue) -> Result<SubmitReceiptRequest, FieldErrors> {
+        guard let object = body.objectValue else {
+            return .failure(FieldErrors([FieldError(field: "body", reason: "must be a JSON object")]))
+        }
+        var errors: [FieldError] = []
+        var receipt: AppReceipt?
+        var receiptBase64 = ""
+        switch object["receipt"] {
+        case .string(let text)?:
+            do {
+                let bytes = try ReceiptDecoder.base64Bytes(text)
+                receipt = try ReceiptDecoder.decode(bytes: bytes)
+                receiptBase64 = Data(bytes).base64EncodedString()
+            } catch {
+                errors.append(FieldError(field: "receipt", reason: "is not an App Store receipt (\(error.reason))"))
+            }
+        case nil, .null?:
+            errors.append(FieldError(field: "receipt", reason: "is required"))
+        default:
+            errors.append(FieldError(field: "receipt", reason: "must be a base64 string"))
+        }
+
+        var submission = Submission()
+        submission.userIdentifier = optionalString(object, "user_identifier", maxLength: 255, &errors)
+        if let country = optionalString(object, "country_code", maxLength: 2, &errors) {
+            if country.count == 2, country.allSatisfy({ $0.isASCII && $0.isLetter }) {
+                submission.countryCode = country.uppercased()
+            } else {
+                errors.append(FieldError(field: "country_code", reason: "must be an ISO 3166-1 alpha-2 code"))
+            }
+        }
+        if let idfv = optionalString(object, "identifier_for_vendor", maxLength: 36, &errors) {
+            if let uuid = UUID(uuidString: idfv) {
+                submission.identifierForVendor = uuid.uuidString
+            } else {
+                errors.append(FieldError(field: "identifier_for_vendor", reason: "must be a UUID"))
+            }
+        }
+        let ipOmitted = object["ip_address"] == nil
+        if let ip = optionalString(object, "ip_address", maxLength: 45, &errors) {
+            if IPAddressText.isValid(ip) {
+                submission.ipAddress = ip
+            } else {
+                errors.append(FieldError(field: "ip_address", reason: "must be an IPv4 or IPv6 address"))
+            }
+        }
+        switch object["metadata"] {
+        case nil, .null?: break
+        case .object?:
+            let size = (try? JSONEncoder().encode(object["metadata"]))?.count ?? 0
+            if size > maxMetadataBytes {
+                errors.append(FieldError(field: "metadata", reason: "must be at most \(maxMetadataBytes) bytes of JSON"))
+            } else {
+                submission.metadata = object["metadata"]
+            }
+        default:
+            errors.append(FieldError(field: "metadata", reason: "must be a JSON object"))
+        }
+        guard errors.isEmpty, let receipt else { return .failure(FieldErrors(errors)) }
+        return .success(
+            SubmitReceiptRequest(
+                receipt: receipt, receiptBase64: receiptBase64, submission: submission, ipAddressOmitted: ipOmitted))
+    }
+
+    private static func optionalString(
+        _ object: [String: JSONValue], _ field: String, maxLength: Int, _ errors: inout [FieldError]
+    ) -> String? {
+        switch object[field] {
+        case nil, .null?: return nil
+        case .string(let value)?:
+            guard value.count <= maxLength else {
+                errors.append(FieldError(field: field, reason: "must be at most \(maxLength) characters"))
+                return nil
+            }
+            return value
+        default:
+            errors.append(FieldError(field: field, reason: "must be a string"))
+            return nil
+        }
+    }
+}
+
+/// Textual IP address checks, without a resolver.
+enum IPAddressText {
+    static func isValid(_ text: String) -> Bool {
+        var v4 = in_addr()
+        var v6 = in6_addr()
+        return inet_pton(AF_INET, text, &v4) == 1 || inet_pton(AF_INET6, text, &v6) == 1
+    }
+}

@@ -1,0 +1,269 @@
+import Foundation
+import HTTPTypes
+import Hummingbird
+import Logging
+import NIOCore
+import ReceiptCore
+import ServiceLifecycle
+
+/// A stand-in for Apple's `verifyReceipt`, used in development, tests and the benchmark.
+///
+/// It decodes each receipt (so the answer matches what the receipt holds), applies Apple's
+/// environment rules (a sandbox receipt at production answers 21007, the reverse 21008), checks
+/// the shared secret when one is configured for the bundle id (21004), and can be scripted with
+/// ``MockRule``s to answer any status, delay, HTTP error or non-JSON body.
+///
+/// ```swift
+/// let mock = try await MockAppStore.start(state: MockAppStoreState())
+/// // point the client at mock.productionURL / mock.sandboxURL
+/// await mock.stop()
+/// ```
+public enum MockAppStore {
+    /// The largest request body accepted (Apple's receipts are a few KB; real ones can be larger).
+    static let maxBodySize = 4 << 20
+
+    /// The mock's routes: `POST /verifyReceipt` (production), `POST /sandbox/verifyReceipt`,
+    /// `POST /mock/rules`, `DELETE /mock/rules`, `POST /mock/secrets`.
+    public static func router(state: MockAppStoreState) -> Router<BasicRequestContext> {
+        let router = Router()
+        router.post("/verifyReceipt") { request, _ in
+            try await verifyReceipt(request, endpoint: .production, state: state)
+        }
+        router.post("/sandbox/verifyReceipt") { request, _ in
+            try await verifyReceipt(request, endpoint: .sandbox, state: state)
+        }
+        router.post("/mock/rules") { request, context -> Response in
+            let rule = try await request.decode(as: MockRule.self, context: context)
+            state.addRule(rule)
+            return Response(status: .created)
+        }
+        router.delete("/mock/rules") { _, _ -> Response in
+            state.clearRules()
+            return Response(status: .noContent)
+        }
+        router.post("/mock/secrets") { request, context -> Response in
+            struct SecretBody: Decodable {
+                var bundle_id: String
+                var shared_secret: String?
+            }
+            let body = try await request.decode(as: SecretBody.self, context: context)
+            state.setSharedSecret(body.shared_secret, for: body.bundle_id)
+            return Response(status: .noContent)
+        }
+        return router
+    }
+
+    /// The mock as a Hummingbird application, for `receiptq mock-appstore`.
+    public static func application(
+        host: String, port: Int, state: MockAppStoreState, logger: Logger,
+        onRunning: @escaping @Sendable (Int) async -> Void = { _ in }
+    ) -> some ApplicationProtocol {
+        Application(
+            router: router(state: state), configuration: .init(address: .hostname(host, port: port)),
+            onServerRunning: { channel in await onRunning(channel.localAddress?.port ?? 0) }, logger: logger)
+    }
+
+    /// Starts the mock on `host:port` (port 0 = any free port) in the background.
+    /// - Returns: a handle with the bound URLs; call `stop()` when done.
+    public static func start(
+        host: String = "127.0.0.1", port: Int = 0, state: MockAppStoreState, logger: Logger = Logger(label: "mock-appstore")
+    ) async throws -> RunningMockAppStore {
+        let (ports, continuation) = AsyncStream<Int>.makeStream()
+        let app = application(host: host, port: port, state: state, logger: logger) { port in
+            continuation.yield(port)
+            continuation.finish()
+        }
+        let group = ServiceGroup(services: [app], gracefulShutdownSignals: [], logger: logger)
+        let task = Task { try await group.run() }
+        var iterator = ports.makeAsyncIterator()
+        guard let bound = await iterator.next(), bound > 0 else {
+            task.cancel()
+            throw MockAppStoreError(message: "mock App Store did not start on \(host):\(port)")
+        }
+        return RunningMockAppStore(host: host, port: bound, state: state, group: group, task: task)
+    }
+
+    static func verifyReceipt(_ request: Request, endpoint: AppStoreEnvironment, state: MockAppStoreState) async throws -> Response {
+        state.count(endpoint)
+        let body = try await request.body.collect(upTo: maxBodySize)
+        guard let json = try? JSONDecoder().decode(JSONValue.self, from: Data(body.readableBytesView)),
+            let receiptData = json["receipt-data"]?.stringValue
+        else {
+            return jsonResponse(["status": .number(21000)])
+        }
+        let receipt = try? ReceiptDecoder.decode(base64: receiptData)
+        let transactionIDs = receipt?.inApp.map(\.transactionID) ?? []
+
+        // Per request (headers) first, then per receipt (opaque value), then server-side rules.
+        let rule =
+            headerRule(request) ?? receipt.flatMap(receiptRule)
+            ?? state.takeRule(bundleID: receipt?.bundleID, transactionIDs: transactionIDs)
+        let delay = state.baseDelay + .milliseconds(rule?.delayMs ?? 0)
+        if delay > .zero { try await Task.sleep(for: delay) }
+        let environmentName = endpoint == .production ? "Production" : "Sandbox"
+        if let rule {
+            if let httpStatus = rule.httpStatus {
+                return textResponse(HTTPResponse.Status(code: httpStatus), "mock App Store error \(httpStatus)")
+            }
+            switch rule.body {
+            case "html": return textResponse(.ok, "<html><body>The service is temporarily unavailable.</body></html>")
+            case "garbage": return textResponse(.ok, "\u{1}\u{2}not json{")
+            case "empty": return textResponse(.ok, "")
+            default: break
+            }
+            if let status = rule.status {
+                var answer: [String: JSONValue] = ["status": .number(Double(status)), "environment": .string(environmentName)]
+                if let retryable = rule.isRetryable { answer["is_retryable"] = .bool(retryable) }
+                return jsonResponse(answer)
+            }
+        }
+        guard let receipt else { return jsonResponse(["status": .number(21002)]) }
+
+        // Apple's environment rules: the endpoint must match the receipt's environment.
+        let isSandboxReceipt = receipt.environment.isSandbox
+        if endpoint == .production && isSandboxReceipt { return jsonResponse(["status": .number(21007)]) }
+        if endpoint == .sandbox && !isSandboxReceipt { return jsonResponse(["status": .number(21008)]) }
+        if let required = state.sharedSecret(for: receipt.bundleID), json["password"]?.stringValue != required {
+            return jsonResponse(["status": .number(21004), "environment": .string(environmentName)])
+        }
+        return jsonResponse(
+            answer(
+                for: receipt, receiptData: receiptData, environmentName: environmentName,
+                excludeOld: json["exclude-old-transactions"]?.boolValue ?? false))
+    }
+
+    /// Apple's answer for a receipt it accepts.
+    static func answer(for receipt: AppReceipt, receiptData: String, environmentName: String, excludeOld: Bool) -> [String: JSONValue] {
+        let now = Date()
+        func date(_ key: String, _ value: Date?, into object: inout [String: JSONValue]) {
+            guard let value else { return }
+            object[key] = .string(AppleDateFormat.format(value))
+            object["\(key)_ms"] = .string(String(Int64(value.timeIntervalSince1970 * 1000)))
+        }
+        if receipt.style == .transaction, let purchase = receipt.inApp.first {
+            // iOS 6 shape: a flat receipt object; 21006 with latest_expired_receipt_info once expired.
+            var flat = purchase.appleJSON.objectValue ?? [:]
+            flat["bid"] = .string(receipt.bundleID)
+            flat["bvrs"] = .string(receipt.applicationVersion ?? "1.0")
+            if let expires = purchase.expiresDate {
+                flat["expires_date"] = .string(String(Int64(expires.timeIntervalSince1970 * 1000)))
+                if expires < now {
+                    return [
+                        "status": .number(21006), "environment": .string(environmentName), "receipt": .object(flat),
+                        "latest_expired_receipt_info": .object(flat),
+                    ]
+                }
+                return [
+                    "status": .number(0), "environment": .string(environmentName), "receipt": .object(flat),
+                    "latest_receipt_info": .object(flat), "latest_receipt": .string(receiptData),
+                ]
+            }
+            return ["status": .number(0), "environment": .string(environmentName), "receipt": .object(flat)]
+        }
+        var object: [String: JSONValue] = [
+            "receipt_type": .string(receipt.environment.rawValue),
+            "adam_id": .number(0), "app_item_id": .number(0), "download_id": .number(0),
+            "version_external_identifier": .number(0),
+            "bundle_id": .string(receipt.bundleID),
+            "application_version": .string(receipt.applicationVersion ?? "1.0"),
+            "original_application_version": .string(receipt.originalApplicationVersion ?? "1.0"),
+            "in_app": .array(receipt.inApp.map(\.appleJSON)),
+        ]
+        date("receipt_creation_date", receipt.creationDate, into: &object)
+        date("request_date", now, into: &object)
+        date("original_purchase_date", receipt.originalPurchaseDate, into: &object)
+        var answer: [String: JSONValue] = [
+            "status": .number(0), "environment": .string(environmentName), "receipt": .object(object),
+        ]
+        let subscriptions = receipt.inApp.filter { $0.expiresDate != nil }
+        if !subscriptions.isEmpty {
+            var latest = subscriptions
+            if excludeOld {
+                // Only the newest transaction of each subscription, as Apple does.
+                latest = Dictionary(grouping: subscriptions, by: \.originalTransactionID).values.compactMap {
+                    $0.max { ($0.expiresDate ?? .distantPast) < ($1.expiresDate ?? .distantPast) }
+                }
+            }
+            answer["latest_receipt_info"] = .array(latest.map(\.appleJSON))
+            answer["latest_receipt"] = .string(receiptData)
+            let newest = Dictionary(grouping: subscriptions, by: \.originalTransactionID).values.compactMap {
+                $0.max { ($0.expiresDate ?? .distantPast) < ($1.expiresDate ?? .distantPast) }
+            }
+            answer["pending_renewal_info"] = .array(
+                newest.map { purchase in
+                    .object([
+                        "auto_renew_product_id": .string(purchase.productID),
+                        "product_id": .string(purchase.productID),
+                        "original_transaction_id": .string(purchase.originalTransactionID),
+                        "auto_renew_status": .string(purchase.cancellationDate == nil ? "1" : "0"),
+                    ])
+                })
+        }
+        return answer
+    }
+
+    static func headerRule(_ request: Request) -> MockRule? {
+        func header(_ name: String) -> String? { HTTPField.Name(name).flatMap { request.headers[$0] } }
+        var rule = MockRule()
+        rule.status = header("X-Mock-Status").flatMap(Int.init)
+        rule.delayMs = header("X-Mock-Delay-Ms").flatMap(Int.init)
+        rule.httpStatus = header("X-Mock-HTTP-Status").flatMap(Int.init)
+        rule.body = header("X-Mock-Body")
+        return rule == MockRule() ? nil : rule
+    }
+
+    static func receiptRule(_ receipt: AppReceipt) -> MockRule? {
+        guard let opaque = receipt.opaqueValue, let text = String(bytes: opaque, encoding: .utf8), text.hasPrefix("mock:")
+        else { return nil }
+        return MockRule(directives: String(text.dropFirst(5)))
+    }
+
+    static func jsonResponse(_ object: [String: JSONValue]) -> Response {
+        let data = (try? JSONEncoder().encode(JSONValue.object(object))) ?? Data()
+        return Response(
+            status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(bytes: data)))
+    }
+
+    static func textResponse(_ status: HTTPResponse.Status, _ text: String) -> Response {
+        Response(
+            status: status, headers: [.contentType: "text/html; charset=utf-8"],
+            body: .init(byteBuffer: ByteBuffer(string: text)))
+    }
+}
+
+/// A running in-process mock App Store.
+public final class RunningMockAppStore: Sendable {
+    /// The bound port.
+    public let port: Int
+    /// `http://host:port`.
+    public let baseURL: String
+    /// The scripted state (rules, secrets, counters).
+    public let state: MockAppStoreState
+    private let group: ServiceGroup
+    private let task: Task<Void, any Error>
+
+    init(host: String, port: Int, state: MockAppStoreState, group: ServiceGroup, task: Task<Void, any Error>) {
+        self.port = port
+        self.baseURL = "http://\(host):\(port)"
+        self.state = state
+        self.group = group
+        self.task = task
+    }
+
+    /// The production endpoint URL.
+    public var productionURL: String { "\(baseURL)/verifyReceipt" }
+    /// The sandbox endpoint URL.
+    public var sandboxURL: String { "\(baseURL)/sandbox/verifyReceipt" }
+
+    /// Stops the server and waits for it.
+    public func stop() async {
+        await group.triggerGracefulShutdown()
+        _ = try? await task.value
+    }
+}
+
+/// The mock could not start.
+public struct MockAppStoreError: Error, CustomStringConvertible {
+    public var message: String
+    public var description: String { "MockAppStoreError: \(message)" }
+}

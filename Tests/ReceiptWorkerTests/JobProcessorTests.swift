@@ -1,0 +1,153 @@
+import Foundation
+import Logging
+import ReceiptCore
+import ReceiptTesting
+import ReceiptWorker
+import ServiceLifecycle
+import Testing
+
+@Suite("Job processor: Apple's verdicts become the right transitions")
+struct JobProcessorTests {
+    let app = AppRecord(id: UUID(), name: "t", bundleID: "com.example", sharedSecret: "s3cret")
+    let now = Date(timeIntervalSince1970: 1_800_000_000)
+    let logger = Logger(label: "test")
+
+    func envelope(firstFailedAt: Date? = nil) -> JobEnvelope {
+        var envelope = JobEnvelope(
+            id: JobID.make(), kind: .validate, appID: app.id, enqueuedAt: now, origin: .api, receipt: "MIIx", style: .unified,
+            bundleID: "com.example")
+        envelope.firstFailedAt = firstFailedAt
+        return envelope
+    }
+
+    func run(_ envelope: JobEnvelope, verifier: StubVerifier, store: MemoryReceiptStore? = nil) throws -> (
+        JobOutcome, MemoryJobQueue, MemoryReceiptStore
+    ) {
+        let queue = MemoryJobQueue(jobs: [envelope])
+        let store = store ?? MemoryReceiptStore(apps: [app])
+        let processor = JobProcessor(retryPolicy: RetryPolicy(), now: { [now] in now })
+        var rng = SeededGenerator(seed: 1)
+        let job = try #require(try queue.reserve(timeout: .zero))
+        let outcome = try processor.process(
+            job, on: WorkerLane(queue: queue, store: store, verifier: verifier), logger: logger, using: &rng)
+        return (outcome, queue, store)
+    }
+
+    @Test("Valid: stored with its purchases, then acknowledged with the resource for the waiting API")
+    func valid() throws {
+        let transaction: JSONValue = .object([
+            "transaction_id": .string("1000"), "original_transaction_id": .string("1000"), "product_id": .string("p1"),
+            "quantity": .string("1"), "purchase_date_ms": .string("1700000000000"),
+        ])
+        let verifier = StubVerifier([StubVerifier.report(status: 0, verdict: .valid, transactions: [transaction])])
+        let (outcome, queue, store) = try run(envelope(), verifier: verifier)
+        #expect(outcome == .validated)
+        #expect(store.saved.count == 1)
+        #expect(store.saved.first?.status == .valid)
+        #expect(store.saved.first?.purchases.map(\.transactionID) == ["1000"])
+        #expect(store.saved.first?.environment == "sandbox")
+        #expect(queue.acknowledged.count == 1)
+        let resource = try ReceiptResource.decode(try #require(queue.acknowledged.first?.result))
+        #expect(resource.validationStatus == .valid)
+        #expect(queue.inProcessing == 0)
+        #expect(verifier.requests.first?.sharedSecret == "s3cret")
+    }
+
+    @Test("Invalid (21003): stored as invalid and acknowledged, never retried")
+    func invalid() throws {
+        let (outcome, queue, store) = try run(envelope(), verifier: StubVerifier([StubVerifier.report(status: 21003, verdict: .invalid)]))
+        #expect(outcome == .invalid)
+        #expect(store.saved.first?.status == .invalid)
+        #expect(queue.retries.isEmpty && queue.dead.isEmpty)
+    }
+
+    @Test("Transient (21005): retried in seconds with the attempt counted and the call recorded")
+    func transient() throws {
+        let (outcome, queue, store) = try run(envelope(), verifier: StubVerifier([StubVerifier.report(status: 21005, verdict: .transient)]))
+        #expect(outcome == .retried)
+        #expect(store.saved.isEmpty)
+        let retry = try #require(queue.retries.first)
+        #expect(retry.envelope.attempt == 1)
+        #expect(retry.envelope.errorCode == "apple_21005")
+        #expect(retry.envelope.history.count == 1)
+        let delay = retry.runAt.timeIntervalSince(now)
+        #expect(delay >= 1 && delay <= 2)
+        #expect(queue.inProcessing == 0)
+    }
+
+    @Test("Shared secret mismatch (21004): parked in the dead letters, receipt marked failed")
+    func sharedSecretMismatch() throws {
+        let (outcome, queue, store) = try run(
+            envelope(), verifier: StubVerifier([StubVerifier.report(status: 21004, verdict: .configurationError)]))
+        #expect(outcome == .dead)
+        #expect(queue.dead.first??.errorCode == "shared_secret_mismatch")
+        #expect(store.saved.first?.status == .failed)
+    }
+
+    @Test("Postgres down after Apple answered: the job is retried, not acknowledged, not lost")
+    func storeDown() throws {
+        struct Down: Error {}
+        let store = MemoryReceiptStore(apps: [app])
+        let queue = MemoryJobQueue(jobs: [envelope()])
+        let processor = JobProcessor(retryPolicy: RetryPolicy(), now: { [now] in now })
+        var rng = SeededGenerator(seed: 1)
+        let job = try #require(try queue.reserve(timeout: .zero))
+        store.failure = Down()
+        let outcome = try processor.process(
+            job, on: WorkerLane(queue: queue, store: store, verifier: StubVerifier([StubVerifier.report(status: 0, verdict: .valid)])),
+            logger: logger, using: &rng)
+        #expect(outcome == .retried)
+        #expect(queue.acknowledged.isEmpty)
+        #expect(queue.retries.first?.envelope.errorCode == "store_unavailable")
+    }
+
+    @Test("Retries end in the dead letters once the job is older than the maximum age")
+    func exhausted() throws {
+        let old = envelope(firstFailedAt: now.addingTimeInterval(-73 * 3600))
+        let (outcome, queue, _) = try run(old, verifier: StubVerifier([StubVerifier.report(status: 21005, verdict: .transient)]))
+        #expect(outcome == .dead)
+        #expect(queue.dead.count == 1)
+    }
+
+    @Test("A poison job (not an envelope) and a job of an unknown app go to the dead letters")
+    func poison() throws {
+        let queue = MemoryJobQueue()
+        queue.push(raw: [0xFF, 0xFE, 0x00])
+        let processor = JobProcessor(retryPolicy: RetryPolicy(), now: { [now] in now })
+        var rng = SeededGenerator(seed: 1)
+        let lane = WorkerLane(queue: queue, store: MemoryReceiptStore(), verifier: StubVerifier([StubVerifier.report(status: 0, verdict: .valid)]))
+        #expect(try processor.process(try #require(try queue.reserve(timeout: .zero)), on: lane, logger: logger, using: &rng) == .dead)
+        let (outcome, other, _) = try run(
+            envelope(), verifier: StubVerifier([StubVerifier.report(status: 0, verdict: .valid)]), store: MemoryReceiptStore())
+        #expect(outcome == .dead)
+        #expect(other.dead.first??.errorCode == "unknown_app")
+    }
+}
+
+@Suite("Worker pool")
+struct WorkerPoolTests {
+    @Test("Lanes drain the queue, then graceful shutdown stops them")
+    func drainsAndStops() async throws {
+        let app = AppRecord(id: UUID(), name: "t", bundleID: "b", sharedSecret: nil)
+        let jobs = (0..<50).map { _ in
+            JobEnvelope(id: JobID.make(), kind: .validate, appID: app.id, enqueuedAt: Date(), origin: .api, receipt: "x")
+        }
+        let queue = MemoryJobQueue(jobs: jobs)
+        let store = MemoryReceiptStore(apps: [app])
+        let verifier = StubVerifier([StubVerifier.report(status: 0, verdict: .valid)])
+        let pool = WorkerPool(
+            configuration: .init(concurrency: 4, reserveTimeout: .milliseconds(20)),
+            makeLane: { _ in WorkerLane(queue: queue, store: store, verifier: verifier) }, logger: Logger(label: "test"))
+        let group = ServiceGroup(services: [pool], gracefulShutdownSignals: [], logger: Logger(label: "test"))
+        try await withThrowingTaskGroup(of: Void.self) { tasks in
+            tasks.addTask { try await group.run() }
+            let deadline = ContinuousClock.now + .seconds(20)
+            while pool.processedCount < 50, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(10)) }
+            await group.triggerGracefulShutdown()
+            try await tasks.waitForAll()
+        }
+        #expect(pool.processedCount == 50)
+        #expect(queue.acknowledged.count == 50)
+        #expect(Set(store.saved.map(\.envelope.id)) == Set(jobs.map(\.id)))
+    }
+}
