@@ -1,0 +1,188 @@
+// swift-tools-version:6.1
+import PackageDescription
+
+// Applied to every target, as Hummingbird does: each flag is an accepted Swift Evolution proposal.
+let swiftSettings: [SwiftSetting] = [
+    // SE-0335: spell existentials `any P`, so the cost of dynamic dispatch is visible.
+    .enableUpcomingFeature("ExistentialAny"),
+    // SE-0444: a file sees only the members of modules it imports itself.
+    .enableUpcomingFeature("MemberImportVisibility"),
+]
+
+let package = Package(
+    name: "receiptq",
+    platforms: [.macOS(.v15)],
+    products: [
+        .executable(name: "receiptq", targets: ["ReceiptQueueCLI"])
+    ],
+    dependencies: [
+        .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.28.1"),
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+        .package(url: "https://github.com/apple/swift-asn1", from: "1.7.4"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
+        .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
+        .package(url: "https://github.com/apple/swift-http-types", from: "1.8.0"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
+    ],
+    targets: [
+        // System libraries: modulemap + shim.h, nothing else.
+        .systemLibrary(name: "CHiredis", pkgConfig: "hiredis", providers: [.apt(["libhiredis-dev"])]),
+        .systemLibrary(name: "CLibpq", pkgConfig: "libpq", providers: [.apt(["libpq-dev"])]),
+        .systemLibrary(name: "CCurl", pkgConfig: "libcurl", providers: [.apt(["libcurl4-openssl-dev"])]),
+        .systemLibrary(name: "COpenSSL", pkgConfig: "openssl", providers: [.apt(["libssl-dev"])]),
+
+        // Thin façades: one owner per C handle, confined to a serial DispatchQueue.
+        .target(
+            name: "Hiredis",
+            dependencies: ["CHiredis", .product(name: "Logging", package: "swift-log")],
+            swiftSettings: swiftSettings
+        ),
+        .target(
+            name: "Libpq",
+            dependencies: ["CLibpq", .product(name: "Logging", package: "swift-log")],
+            swiftSettings: swiftSettings
+        ),
+        .target(
+            name: "Curl",
+            dependencies: ["CCurl"],
+            swiftSettings: swiftSettings
+        ),
+        .target(
+            name: "OpenSSL",
+            dependencies: ["COpenSSL"],
+            swiftSettings: swiftSettings
+        ),
+
+        // The pure domain: no I/O, no C.
+        .target(
+            name: "ReceiptCore",
+            dependencies: [.product(name: "SwiftASN1", package: "swift-asn1")],
+            swiftSettings: swiftSettings
+        ),
+
+        // Adapters: the domain's protocols implemented on the façades.
+        .target(
+            name: "RedisJobQueue",
+            dependencies: ["ReceiptCore", "Hiredis", .product(name: "Logging", package: "swift-log")],
+            swiftSettings: swiftSettings
+        ),
+        .target(
+            name: "PostgresStore",
+            dependencies: ["ReceiptCore", "Libpq", "OpenSSL", .product(name: "Logging", package: "swift-log")],
+            resources: [.copy("Migrations")],
+            swiftSettings: swiftSettings
+        ),
+        .target(
+            name: "AppStoreClient",
+            dependencies: ["ReceiptCore", "Curl"],
+            swiftSettings: swiftSettings
+        ),
+        .target(
+            name: "ReceiptSignature",
+            dependencies: ["ReceiptCore", "OpenSSL"],
+            swiftSettings: swiftSettings
+        ),
+
+        // Services.
+        .target(
+            name: "ReceiptWorker",
+            dependencies: [
+                "ReceiptCore",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .target(
+            name: "ReceiptScheduler",
+            dependencies: [
+                "ReceiptCore",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .target(
+            name: "IngestAPI",
+            dependencies: [
+                "ReceiptCore",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "HTTPTypes", package: "swift-http-types"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .target(
+            name: "MockAppStore",
+            dependencies: [
+                "ReceiptCore",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "HTTPTypes", package: "swift-http-types"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+
+        // Composition root: what the CLI and the end-to-end tests both call.
+        .target(
+            name: "ReceiptQueueApp",
+            dependencies: [
+                "ReceiptCore", "Hiredis", "Libpq", "Curl", "OpenSSL",
+                "RedisJobQueue", "PostgresStore", "AppStoreClient", "ReceiptSignature",
+                "ReceiptWorker", "ReceiptScheduler", "IngestAPI", "MockAppStore",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "UnixSignals", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .executableTarget(
+            name: "ReceiptQueueCLI",
+            dependencies: [
+                "ReceiptQueueApp", "ReceiptCore", "Libpq", "PostgresStore", "MockAppStore", "ReceiptSignature", "OpenSSL",
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .target(
+            name: "ReceiptTesting",
+            dependencies: ["ReceiptCore"],
+            swiftSettings: swiftSettings
+        ),
+
+        // test targets
+        .testTarget(
+            name: "ReceiptCoreTests",
+            dependencies: ["ReceiptCore", "ReceiptTesting"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "ReceiptWorkerTests",
+            dependencies: [
+                "ReceiptWorker", "ReceiptTesting",
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "FacadeTests",
+            dependencies: ["Hiredis", "Libpq", "Curl", "OpenSSL", "ReceiptTesting", "MockAppStore"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "IntegrationTests",
+            dependencies: [
+                "ReceiptQueueApp", "ReceiptTesting", "MockAppStore", "Curl", "Hiredis", "Libpq", "PostgresStore", "RedisJobQueue",
+                "ReceiptSignature", "ReceiptCore",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+    ]
+)

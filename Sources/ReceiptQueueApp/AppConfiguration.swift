@@ -1,0 +1,102 @@
+import AppStoreClient
+import Foundation
+import Hiredis
+import IngestAPI
+import Libpq
+import RedisJobQueue
+import ReceiptCore
+
+/// Every setting of receiptq, read from environment variables (12-factor). Each has a default that
+/// works with `scripts/services`; the README's configuration table lists them.
+///
+/// Secrets (`REDIS_PASSWORD`, `POSTGRES_PASSWORD`) are never printed: `description` redacts them.
+public struct AppConfiguration: Sendable, CustomStringConvertible {
+    /// `development` or `production` (`RECEIPTQ_ENV`).
+    public var environment: String
+    public var httpHost: String
+    public var httpPort: Int
+    public var redis: RedisConfiguration
+    public var keys: RedisKeys
+    public var postgres: PostgresConfiguration
+    public var appStore: AppStoreClient.Configuration
+    /// True when `APPSTORE_PRODUCTION_URL` was not set: `all` then starts the in-process mock App Store.
+    public var appStoreIsDefaultMock: Bool
+    public var mockAppStorePort: Int
+    public var workerConcurrency: Int
+    public var workerShutdownTimeout: Duration
+    public var retryPolicy: RetryPolicy
+    public var api: IngestAPI.Configuration
+    public var logLevel: String
+    public var logFormat: String
+
+    /// Reads the configuration.
+    /// - Parameter environment: the variables (default: the process environment).
+    /// - Throws: `ConfigurationError` naming the variable whose value is not valid.
+    public init(environment: [String: String] = ProcessInfo.processInfo.environment) throws {
+        func string(_ key: String, _ fallback: String) -> String {
+            guard let value = environment[key], !value.isEmpty else { return fallback }
+            return value
+        }
+        func int(_ key: String, _ fallback: Int, range: ClosedRange<Int> = 0...Int.max) throws -> Int {
+            guard let text = environment[key], !text.isEmpty else { return fallback }
+            guard let value = Int(text), range.contains(value) else {
+                throw ConfigurationError(variable: key, reason: "must be an integer in \(range.lowerBound)...\(range.upperBound)")
+            }
+            return value
+        }
+        self.environment = string("RECEIPTQ_ENV", "development")
+        httpHost = string("HTTP_HOST", "127.0.0.1")
+        httpPort = try int("HTTP_PORT", 8080, range: 0...65535)
+        redis = RedisConfiguration(
+            host: string("REDIS_HOSTNAME", "127.0.0.1"), port: try int("REDIS_PORT", 16379, range: 1...65535),
+            password: environment["REDIS_PASSWORD"].flatMap { $0.isEmpty ? nil : $0 },
+            connectTimeout: .milliseconds(try int("REDIS_CONNECT_TIMEOUT_MS", 2000, range: 1...600_000)),
+            commandTimeout: .seconds(10))
+        keys = RedisKeys(prefix: string("REDIS_KEY_PREFIX", "{rq}"))
+        postgres = PostgresConfiguration(
+            host: string("POSTGRES_HOSTNAME", "127.0.0.1"), port: try int("POSTGRES_PORT", 15432, range: 1...65535),
+            user: string("POSTGRES_USER", "receiptq"),
+            password: environment["POSTGRES_PASSWORD"].flatMap { $0.isEmpty ? nil : $0 },
+            database: string("POSTGRES_DB", "receiptq"))
+        mockAppStorePort = try int("MOCK_APPSTORE_PORT", 9090, range: 0...65535)
+        appStoreIsDefaultMock = (environment["APPSTORE_PRODUCTION_URL"] ?? "").isEmpty
+        let mockBase = "http://127.0.0.1:\(mockAppStorePort)"
+        appStore = AppStoreClient.Configuration(
+            productionURL: string("APPSTORE_PRODUCTION_URL", "\(mockBase)/verifyReceipt"),
+            sandboxURL: string("APPSTORE_SANDBOX_URL", "\(mockBase)/sandbox/verifyReceipt"),
+            connectTimeout: .milliseconds(try int("APPSTORE_CONNECT_TIMEOUT_MS", 5000, range: 1...600_000)),
+            requestTimeout: .milliseconds(try int("APPSTORE_REQUEST_TIMEOUT_MS", 30_000, range: 1...600_000)),
+            caInfo: environment["APPSTORE_CA_FILE"].flatMap { $0.isEmpty ? nil : $0 })
+        workerConcurrency = try int("WORKER_CONCURRENCY", 16, range: 1...4096)
+        workerShutdownTimeout = .seconds(try int("WORKER_SHUTDOWN_TIMEOUT_SECONDS", 25, range: 0...3600))
+        retryPolicy = RetryPolicy(
+            base: .milliseconds(try int("RETRY_BASE_MS", 2000, range: 1...3_600_000)),
+            cap: .seconds(try int("RETRY_MAX_BACKOFF_SECONDS", 3600, range: 1...86_400)),
+            maxAge: .seconds(try int("RETRY_MAX_AGE_HOURS", 72, range: 1...8760) * 3600))
+        api = IngestAPI.Configuration(
+            syncWait: .milliseconds(try int("API_SYNC_WAIT_MS", 2000, range: 0...60_000)),
+            maxBodyBytes: try int("API_MAX_BODY_BYTES", 1 << 20, range: 1024...(64 << 20)),
+            trustedProxyHeader: environment["API_TRUSTED_PROXY_HEADER"].flatMap { $0.isEmpty ? nil : $0 })
+        logLevel = string("LOG_LEVEL", "info")
+        logFormat = string("LOG_FORMAT", "text")
+        if self.environment == "production" && appStoreIsDefaultMock {
+            throw ConfigurationError(
+                variable: "APPSTORE_PRODUCTION_URL", reason: "must be set in production (the default is the local mock)")
+        }
+    }
+
+    public var description: String {
+        "AppConfiguration(env: \(environment), http: \(httpHost):\(httpPort), redis: \(redis), postgres: \(postgres), "
+            + "appstore: \(appStore.productionURL), workers: \(workerConcurrency))"
+    }
+}
+
+/// A configuration variable with a value receiptq cannot use.
+public struct ConfigurationError: Error, CustomStringConvertible, Equatable {
+    /// The environment variable.
+    public var variable: String
+    /// What is wrong with it (never its value, which may be a secret).
+    public var reason: String
+
+    public var description: String { "\(variable) \(reason)" }
+}

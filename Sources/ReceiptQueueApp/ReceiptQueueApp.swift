@@ -1,0 +1,83 @@
+import AppStoreClient
+import Foundation
+import Hiredis
+import Hummingbird
+import IngestAPI
+import Libpq
+import Logging
+import MockAppStore
+import PostgresStore
+import ReceiptCore
+import ReceiptScheduler
+import ReceiptWorker
+import RedisJobQueue
+import ServiceLifecycle
+import UnixSignals
+
+/// The composition root: builds each role from an ``AppConfiguration``. The CLI and the
+/// end-to-end tests both call these, so what is tested is what runs.
+public enum ReceiptQueueApp {
+    /// Applies pending database migrations.
+    /// - Returns: the names of the migrations applied.
+    @discardableResult
+    public static func migrate(_ configuration: AppConfiguration) throws -> [String] {
+        let connection = try PostgresConnection(configuration: configuration.postgres, label: "migrate")
+        defer { connection.close() }
+        return try Migrator.migrate(connection)
+    }
+
+    /// The ingestion API as a Hummingbird application.
+    /// - Parameters:
+    ///   - onRunning: called with the bound port once the server listens (port 0 picks a free one).
+    public static func makeAPI(
+        _ configuration: AppConfiguration, logger: Logger, onRunning: @escaping @Sendable (Int) async -> Void = { _ in }
+    ) -> some ApplicationProtocol {
+        let redisPool = RedisConnectionPool(configuration: configuration.redis, size: 32)
+        let postgresPool = PostgresConnectionPool(configuration: configuration.postgres, size: 8)
+        let api = IngestAPI(
+            intake: RedisIntake(pool: redisPool, keys: configuration.keys),
+            catalog: PostgresCatalog(pool: postgresPool), configuration: configuration.api)
+        let router = Router(context: IngestRequestContext.self)
+        api.addRoutes(to: router)
+        return Application(
+            router: router,
+            configuration: .init(address: .hostname(configuration.httpHost, port: configuration.httpPort), serverName: "receiptq"),
+            onServerRunning: { channel in await onRunning(channel.localAddress?.port ?? 0) }, logger: logger)
+    }
+
+    /// The worker pool: `WORKER_CONCURRENCY` lanes, each with its own Redis, Postgres and curl handle.
+    public static func makeWorkerPool(_ configuration: AppConfiguration, logger: Logger) -> WorkerPool {
+        let host = ProcessInfo.processInfo.hostName
+        let pid = ProcessInfo.processInfo.processIdentifier
+        let instance = String(UInt32.random(in: 0...UInt32.max), radix: 36)
+        return WorkerPool(
+            configuration: .init(
+                concurrency: configuration.workerConcurrency, shutdownTimeout: configuration.workerShutdownTimeout,
+                retryPolicy: configuration.retryPolicy),
+            makeLane: { index in
+                let redis = try RedisConnection(configuration: configuration.redis, label: "worker-\(index)")
+                let postgres = try PostgresConnection(configuration: configuration.postgres, label: "worker-\(index)")
+                return WorkerLane(
+                    queue: RedisWorkQueue(
+                        connection: redis, keys: configuration.keys, workerID: "\(host)-\(pid)-\(instance)-\(index)"),
+                    store: PostgresReceiptStore(connection: postgres),
+                    verifier: try AppStoreClient(configuration: configuration.appStore))
+            }, logger: logger)
+    }
+
+    /// The scheduler: retry promotion and the janitor.
+    public static func makeScheduler(_ configuration: AppConfiguration, logger: Logger) -> Scheduler {
+        Scheduler(
+            makeMaintenance: {
+                RedisMaintenance(
+                    connection: try RedisConnection(configuration: configuration.redis, label: "scheduler"),
+                    keys: configuration.keys)
+            }, logger: logger)
+    }
+
+    /// Runs services until SIGTERM/SIGINT, then shuts them down gracefully in reverse order.
+    public static func run(_ services: [any Service], logger: Logger) async throws {
+        let group = ServiceGroup(services: services, gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
+        try await group.run()
+    }
+}

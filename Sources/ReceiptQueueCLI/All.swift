@@ -1,0 +1,74 @@
+import ArgumentParser
+import Foundation
+import ReceiptCore
+import Libpq
+import Logging
+import MockAppStore
+import ReceiptQueueApp
+import ServiceLifecycle
+
+struct All: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Runs every role in one process: API, workers, scheduler, and (unless APPSTORE_PRODUCTION_URL is set) the mock App Store.")
+
+    @Flag(help: "Register a demo app, forge a demo receipt, and print the curl commands to try it.")
+    var demo = false
+
+    @Option(help: "Where the demo keeps its test CA and request file.")
+    var demoDirectory = ".local/demo"
+
+    func run() async throws {
+        let (configuration, logger) = try bootstrap(label: "all")
+        let applied = try ReceiptQueueApp.migrate(configuration)
+        if !applied.isEmpty { logger.info("Migrations applied", metadata: ["migrations": "\(applied)"]) }
+
+        var services: [any Service] = []
+        if configuration.appStoreIsDefaultMock {
+            let state = MockAppStoreState()
+            state.setSharedSecret(ReceiptQueueApp.demoSecret, for: ReceiptQueueApp.demoBundleID)
+            services.append(
+                MockAppStore.application(
+                    host: "127.0.0.1", port: configuration.mockAppStorePort, state: state, logger: logger))
+        }
+        let setup =
+            demo
+            ? try ReceiptQueueApp.prepareDemo(configuration, directory: URL(fileURLWithPath: demoDirectory).standardizedFileURL)
+            : nil
+        services.append(ReceiptQueueApp.makeWorkerPool(configuration, logger: logger))
+        services.append(ReceiptQueueApp.makeScheduler(configuration, logger: logger))
+        services.append(
+            ReceiptQueueApp.makeAPI(configuration, logger: logger) { port in
+                if let setup { printDemo(setup, host: configuration.httpHost, port: port, configuration: configuration) }
+            })
+        try await ReceiptQueueApp.run(services, logger: logger)
+    }
+
+    private func printDemo(_ setup: DemoSetup, host: String, port: Int, configuration: AppConfiguration) {
+        let base = "http://\(host):\(port)/client/itunes_connect/receipts"
+        // Unbuffered: the instructions must appear at once even when stdout is a pipe.
+        FileHandle.standardOutput.write(
+            Data(
+                """
+
+            receiptq is running: API \(base), workers ×\(configuration.workerConcurrency), scheduler, mock App Store.
+            Demo app "\(setup.app.name)" (bundle id \(setup.app.bundleID)), API token (shown once):
+
+                export RQ_TOKEN=\(setup.token)
+
+            Post the forged demo receipt (answers 200 once validated, 206 if the worker needs longer):
+
+                curl -sS -X POST \(base) -H "Authorization: Bearer $RQ_TOKEN" -H 'Content-Type: application/json' --data @\(setup.requestFile.path) | tee /tmp/receiptq-post.json
+
+            Read it back:
+
+                curl -sS \(base)/$(sed -E 's/.*"id":"([^"]+)".*/\\1/' /tmp/receiptq-post.json) -H "Authorization: Bearer $RQ_TOKEN"
+
+            And see the row in Postgres:
+
+                psql -h \(configuration.postgres.host) -p \(configuration.postgres.port) -U \(configuration.postgres.user) \(configuration.postgres.database) -c 'SELECT id, status, environment, bundle_id FROM receipts ORDER BY created_at DESC LIMIT 5'
+
+            Ctrl-C stops everything (gracefully).
+
+            """.utf8))
+    }
+}

@@ -1,0 +1,138 @@
+import Curl
+import Foundation
+import Hiredis
+import Libpq
+import Logging
+import MockAppStore
+import PostgresStore
+import ReceiptCore
+import ReceiptQueueApp
+import ReceiptSignature
+import ReceiptTesting
+import ServiceLifecycle
+import Testing
+
+/// A whole receiptq (API, workers, scheduler) against the real test Redis and Postgres and an
+/// in-process mock App Store, isolated by a unique Redis key prefix and a unique app.
+final class TestSystem: Sendable {
+    let configuration: AppConfiguration
+    let mock: RunningMockAppStore
+    let apiPort: Int
+    let token: String
+    let app: AppRecord
+    let authority: TestCertificateAuthority
+    let client: HTTPClient
+    private let group: ServiceGroup
+    private let task: Task<Void, any Error>
+
+    static let sharedAuthority = Result { try TestCertificateAuthority.generate() }
+
+    /// Starts everything; `environment` overrides configuration variables.
+    static func start(environment overrides: [String: String] = [:], sharedSecret: String? = "integration-secret") async throws
+        -> TestSystem
+    {
+        let mock = try await MockAppStore.start(state: MockAppStoreState())
+        let prefix = "{rqt-\(UUID().uuidString.prefix(8).lowercased())}"
+        var environment = [
+            "HTTP_HOST": "127.0.0.1", "HTTP_PORT": "0",
+            "REDIS_HOSTNAME": TestEnvironment.redisHost, "REDIS_PORT": String(TestEnvironment.redisPort),
+            "REDIS_KEY_PREFIX": prefix,
+            "POSTGRES_HOSTNAME": TestEnvironment.postgresHost, "POSTGRES_PORT": String(TestEnvironment.postgresPort),
+            "POSTGRES_USER": TestEnvironment.postgresUser, "POSTGRES_DB": TestEnvironment.postgresDatabase,
+            "APPSTORE_PRODUCTION_URL": mock.productionURL, "APPSTORE_SANDBOX_URL": mock.sandboxURL,
+            "APPSTORE_REQUEST_TIMEOUT_MS": "5000",
+            "WORKER_CONCURRENCY": "4", "API_SYNC_WAIT_MS": "5000", "RETRY_BASE_MS": "200",
+        ]
+        if let password = TestEnvironment.postgresPassword { environment["POSTGRES_PASSWORD"] = password }
+        environment.merge(overrides) { _, new in new }
+        let configuration = try AppConfiguration(environment: environment)
+        try ReceiptQueueApp.migrate(configuration)
+
+        let connection = try PostgresConnection(configuration: configuration.postgres)
+        defer { connection.close() }
+        let bundleID = "com.example.it.\(UUID().uuidString.prefix(8).lowercased())"
+        let (app, token) = try AppAdmin(connection: connection).addApp(
+            name: "it-\(UUID().uuidString)", bundleID: bundleID, sharedSecret: sharedSecret)
+        mock.state.setSharedSecret(sharedSecret, for: bundleID)
+
+        var logger = Logger(label: "it")
+        logger.logLevel = .warning
+        let (ports, continuation) = AsyncStream<Int>.makeStream()
+        let services: [any Service] = [
+            ReceiptQueueApp.makeWorkerPool(configuration, logger: logger),
+            ReceiptQueueApp.makeScheduler(configuration, logger: logger),
+            ReceiptQueueApp.makeAPI(configuration, logger: logger) { port in
+                continuation.yield(port)
+                continuation.finish()
+            },
+        ]
+        let group = ServiceGroup(services: services, gracefulShutdownSignals: [], logger: logger)
+        let task = Task { try await group.run() }
+        var iterator = ports.makeAsyncIterator()
+        let port = try #require(await iterator.next())
+        return TestSystem(
+            configuration: configuration, mock: mock, apiPort: port, token: token, app: app,
+            authority: try sharedAuthority.get(), client: try HTTPClient(options: CurlOptions(), lanes: 8), group: group,
+            task: task)
+    }
+
+    private init(
+        configuration: AppConfiguration, mock: RunningMockAppStore, apiPort: Int, token: String, app: AppRecord,
+        authority: TestCertificateAuthority, client: HTTPClient, group: ServiceGroup, task: Task<Void, any Error>
+    ) {
+        self.configuration = configuration
+        self.mock = mock
+        self.apiPort = apiPort
+        self.token = token
+        self.app = app
+        self.authority = authority
+        self.client = client
+        self.group = group
+        self.task = task
+    }
+
+    func stop() async {
+        await group.triggerGracefulShutdown()
+        _ = try? await task.value
+        await mock.stop()
+    }
+
+    var receiptsURL: String { "http://127.0.0.1:\(apiPort)/client/itunes_connect/receipts" }
+
+    /// A forged receipt of this system's app (sandbox by default), base64.
+    func forgeReceipt(environment: ReceiptEnvironment = .productionSandbox, mock directives: String? = nil) throws -> (String, AppReceipt) {
+        var receipt = ReceiptForger.demoReceipt(bundleID: app.bundleID)
+        receipt.environment = environment
+        if let directives { receipt.opaqueValue = Array("mock:\(directives)".utf8) }
+        return (Data(try ReceiptForger.unified(receipt, authority: authority)).base64EncodedString(), receipt)
+    }
+
+    func post(_ body: String, token: String? = nil, contentType: String = "application/json") async throws -> (Int, JSONValue?) {
+        var headers: [(name: String, value: String)] = [(name: "Content-Type", value: contentType)]
+        headers.append((name: "Authorization", value: "Bearer \(token ?? self.token)"))
+        let response = try await client.send(Curl.HTTPRequest(method: "POST", url: receiptsURL, headers: headers, body: Array(body.utf8)))
+        return (response.status, try? JSONDecoder().decode(JSONValue.self, from: Data(response.body)))
+    }
+
+    func get(_ id: String, token: String? = nil) async throws -> (Int, JSONValue?) {
+        let response = try await client.send(
+            Curl.HTTPRequest(
+                method: "GET", url: "\(receiptsURL)/\(id)",
+                headers: [(name: "Authorization", value: "Bearer \(token ?? self.token)")], body: []))
+        return (response.status, try? JSONDecoder().decode(JSONValue.self, from: Data(response.body)))
+    }
+
+    func postgres() throws -> PostgresConnection { try PostgresConnection(configuration: configuration.postgres) }
+
+    func redis() throws -> RedisConnection { try RedisConnection(configuration: configuration.redis) }
+
+    /// Polls `condition` until it holds or `timeout` passes (Redis and Postgres have no push to wait on here).
+    func eventually(timeout: Duration = .seconds(20), _ condition: () async throws -> Bool) async throws -> Bool {
+        let deadline = ContinuousClock.now + timeout
+        while ContinuousClock.now < deadline {
+            if try await condition() { return true }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        return false
+    }
+}
