@@ -337,9 +337,10 @@ public final class RedisConnection: @unchecked Sendable {
             return .integer(Int(truncatingIfNeeded: reply.integer))
         case REDIS_REPLY_ARRAY:
             guard let elements = reply.element else { return .array([]) }
-            return .array((0..<reply.elements).map { index in
-                elements[index].map { convert(UnsafeMutableRawPointer($0)) } ?? .null
-            })
+            return .array(
+                (0..<reply.elements).map { index in
+                    elements[index].map { convert(UnsafeMutableRawPointer($0)) } ?? .null
+                })
         default:
             // REDIS_REPLY_NIL, and any type a future hiredis might add.
             return .null

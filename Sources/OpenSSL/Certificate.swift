@@ -1,6 +1,7 @@
 internal import COpenSSL
-public import struct Foundation.Date
 import Foundation
+
+public import struct Foundation.Date
 
 /// An X.509 certificate held by OpenSSL.
 ///

@@ -1,6 +1,7 @@
 internal import COpenSSL
-public import struct Foundation.Date
 import Foundation
+
+public import struct Foundation.Date
 
 /// What to put in a certificate made by ``CertificateFactory``.
 public struct CertificateRequestSpec: Sendable {

@@ -8,7 +8,9 @@ public struct OpenSSLError: Error, CustomStringConvertible, Equatable {
     /// A bounded classification, usable as a metric label or dead-letter code.
     public struct Code: Hashable, Sendable, CustomStringConvertible {
         private enum Value: String, Hashable, Sendable {
-            case decode, keyGeneration = "key_generation", certificate, signing, verification, other
+            case decode
+            case keyGeneration = "key_generation"
+            case certificate, signing, verification, other
         }
 
         private let value: Value

@@ -1,6 +1,7 @@
 internal import COpenSSL
-public import struct Foundation.Date
 import Foundation
+
+public import struct Foundation.Date
 
 /// PKCS#7 SignedData, in the shape Apple uses for app receipts.
 public enum PKCS7 {

@@ -34,7 +34,9 @@ func readAll(_ bio: OpaquePointer) -> [UInt8] {
 }
 
 /// DER-encodes with one of OpenSSL's two-pass `i2d_*` functions.
-func derEncode(_ operation: String, _ code: OpenSSLError.Code, _ encode: (UnsafeMutablePointer<UnsafeMutablePointer<UInt8>?>?) -> Int32) throws -> [UInt8] {
+func derEncode(
+    _ operation: String, _ code: OpenSSLError.Code, _ encode: (UnsafeMutablePointer<UnsafeMutablePointer<UInt8>?>?) -> Int32
+) throws -> [UInt8] {
     let length = encode(nil)
     guard length > 0 else { throw OpenSSLError.drain(code, operation) }
     var bytes = [UInt8](repeating: 0, count: Int(length))

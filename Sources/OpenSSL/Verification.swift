@@ -1,6 +1,7 @@
 internal import COpenSSL
-public import struct Foundation.Date
 import Foundation
+
+public import struct Foundation.Date
 
 /// Certificate chain verification against explicit trust anchors (never the system store).
 public enum ChainVerifier {

@@ -12,7 +12,9 @@ public struct AppAdmin {
 
     /// Registers an app and issues its first token.
     /// - Returns: the app and the token (shown once: only its hash is stored).
-    public func addApp(name: String, bundleID: String, sharedSecret: String?, excludeOldTransactions: Bool = false) throws -> (
+    public func addApp(
+        name: String, bundleID: String, sharedSecret: String?, excludeOldTransactions: Bool = false
+    ) throws -> (
         AppRecord, String
     ) {
         let app = AppRecord(

@@ -3,8 +3,8 @@ import Foundation
 import Hiredis
 import IngestAPI
 import Libpq
-import RedisJobQueue
 import ReceiptCore
+import RedisJobQueue
 
 /// Every setting of receiptq, read from environment variables (12-factor). Each has a default that
 /// works with `scripts/services`; the README's configuration table lists them.

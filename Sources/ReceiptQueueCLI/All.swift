@@ -1,9 +1,9 @@
 import ArgumentParser
 import Foundation
-import ReceiptCore
 import Libpq
 import Logging
 import MockAppStore
+import ReceiptCore
 import ReceiptQueueApp
 import ServiceLifecycle
 
@@ -50,25 +50,25 @@ struct All: AsyncParsableCommand {
             Data(
                 """
 
-            receiptq is running: API \(base), workers ×\(configuration.workerConcurrency), scheduler, mock App Store.
-            Demo app "\(setup.app.name)" (bundle id \(setup.app.bundleID)), API token (shown once):
+                receiptq is running: API \(base), workers ×\(configuration.workerConcurrency), scheduler, mock App Store.
+                Demo app "\(setup.app.name)" (bundle id \(setup.app.bundleID)), API token (shown once):
 
-                export RQ_TOKEN=\(setup.token)
+                    export RQ_TOKEN=\(setup.token)
 
-            Post the forged demo receipt (answers 200 once validated, 206 if the worker needs longer):
+                Post the forged demo receipt (answers 200 once validated, 206 if the worker needs longer):
 
-                curl -sS -X POST \(base) -H "Authorization: Bearer $RQ_TOKEN" -H 'Content-Type: application/json' --data @\(setup.requestFile.path) | tee /tmp/receiptq-post.json
+                    curl -sS -X POST \(base) -H "Authorization: Bearer $RQ_TOKEN" -H 'Content-Type: application/json' --data @\(setup.requestFile.path) | tee /tmp/receiptq-post.json
 
-            Read it back:
+                Read it back:
 
-                curl -sS \(base)/$(sed -E 's/.*"id":"([^"]+)".*/\\1/' /tmp/receiptq-post.json) -H "Authorization: Bearer $RQ_TOKEN"
+                    curl -sS \(base)/$(sed -E 's/.*"id":"([^"]+)".*/\\1/' /tmp/receiptq-post.json) -H "Authorization: Bearer $RQ_TOKEN"
 
-            And see the row in Postgres:
+                And see the row in Postgres:
 
-                psql -h \(configuration.postgres.host) -p \(configuration.postgres.port) -U \(configuration.postgres.user) \(configuration.postgres.database) -c 'SELECT id, status, environment, bundle_id FROM receipts ORDER BY created_at DESC LIMIT 5'
+                    psql -h \(configuration.postgres.host) -p \(configuration.postgres.port) -U \(configuration.postgres.user) \(configuration.postgres.database) -c 'SELECT id, status, environment, bundle_id FROM receipts ORDER BY created_at DESC LIMIT 5'
 
-            Ctrl-C stops everything (gracefully).
+                Ctrl-C stops everything (gracefully).
 
-            """.utf8))
+                """.utf8))
     }
 }

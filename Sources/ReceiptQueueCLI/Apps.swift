@@ -1,8 +1,8 @@
 import ArgumentParser
 import Foundation
-import ReceiptCore
 import Libpq
 import PostgresStore
+import ReceiptCore
 import ReceiptQueueApp
 
 struct Apps: AsyncParsableCommand {

@@ -18,6 +18,9 @@ struct ReceiptQueueCommand: AsyncParsableCommand {
 
 /// Reads the configuration and sets up logging once per process.
 func bootstrap(label: String) throws -> (AppConfiguration, Logger) {
+    // libcurl runs with CURLOPT_NOSIGNAL and expects the application to ignore SIGPIPE; a peer
+    // that resets a socket must cost one failed call, not the process.
+    signal(SIGPIPE, SIG_IGN)
     let configuration = try AppConfiguration()
     let level = Logger.Level(rawValue: configuration.logLevel.lowercased()) ?? .info
     LoggingSystem.bootstrap { label in

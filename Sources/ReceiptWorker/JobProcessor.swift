@@ -97,7 +97,8 @@ public struct JobProcessor {
                 message: "Apple rejected the request: fix the app's configuration, then retry", calls: report.calls, at: now())
             return try bury(job, failed, lane, logger)
         case .transient, .outage, .switchEnvironment:
-            return try retryOrBury(job, envelope, code: code, message: "Apple did not validate the receipt yet", calls: report.calls, lane, logger, &generator)
+            return try retryOrBury(
+                job, envelope, code: code, message: "Apple did not validate the receipt yet", calls: report.calls, lane, logger, &generator)
         }
     }
 

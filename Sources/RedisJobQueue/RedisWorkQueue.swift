@@ -89,16 +89,17 @@ public final class RedisWorkQueue: JobQueue {
     public func heartbeat(busy: Int) throws {
         let host = ProcessInfo.processInfo.hostName
         let pid = String(ProcessInfo.processInfo.processIdentifier)
-        try exec([
-            ["MULTI"],
-            ["SADD", keys.workers, workerID],
+        try exec(
             [
-                "HSET", keys.worker(workerID), "host", host, "pid", pid, "busy", String(busy),
-                "started_at", String(milliseconds(startedAt)), "beat_at", String(milliseconds(Date())),
-            ],
-            // Three missed beats and the janitor may take this lane's jobs back.
-            ["EXPIRE", keys.worker(workerID), "30"],
-        ].map { $0.map(bytes) })
+                ["MULTI"],
+                ["SADD", keys.workers, workerID],
+                [
+                    "HSET", keys.worker(workerID), "host", host, "pid", pid, "busy", String(busy),
+                    "started_at", String(milliseconds(startedAt)), "beat_at", String(milliseconds(Date())),
+                ],
+                // Three missed beats and the janitor may take this lane's jobs back.
+                ["EXPIRE", keys.worker(workerID), "30"],
+            ].map { $0.map(bytes) })
     }
 
     private func exec(_ commands: [[[UInt8]]]) throws {

@@ -157,9 +157,11 @@ struct PKCS7Tests {
         let pki = try pki()
         let der = try PKCS7.sign(content: Self.content, signer: pki.leaf, key: pki.leafKey, chain: [pki.ca], digest: .sha256)
         let result = PKCS7.verify(der: der, trustedRoots: [pki.otherRoot], at: nil)
-        #expect(result == PKCS7.Verification(
-            valid: false, reason: "untrusted_chain", signerCommonName: pki.leaf.subjectCommonName, digest: "sha256", content: Self.content
-        ))
+        #expect(
+            result
+                == PKCS7.Verification(
+                    valid: false, reason: "untrusted_chain", signerCommonName: pki.leaf.subjectCommonName, digest: "sha256", content: Self.content
+                ))
         #expect(PKCS7.verify(der: der, trustedRoots: [], at: nil).reason == "untrusted_chain")
     }
 
@@ -190,7 +192,9 @@ struct PKCS7Tests {
 }
 
 /// Real Apple receipts and certificates from the shared test-data folder (never copied into the repo).
-@Suite("OpenSSL façade: real App Store data", .enabled(if: TestEnvironment.appStoreTestData != nil, "shared/testdata/appstore not found; set RECEIPTQ_TESTDATA"))
+@Suite(
+    "OpenSSL façade: real App Store data",
+    .enabled(if: TestEnvironment.appStoreTestData != nil, "shared/testdata/appstore not found; set RECEIPTQ_TESTDATA"))
 struct OpenSSLAppStoreDataTests {
     private static var root: URL { TestEnvironment.appStoreTestData ?? URL(fileURLWithPath: "/nonexistent") }
 
@@ -217,8 +221,9 @@ struct OpenSSLAppStoreDataTests {
     }
 
     @Test func appleRootFingerprint() throws {
-        #expect(try Self.appleRoot().sha256Fingerprint
-            == "B0:B1:73:0E:CB:C7:FF:45:05:14:2C:49:F1:29:5E:6E:DA:6B:CA:ED:7E:2C:68:C5:BE:91:B5:A1:10:01:F0:24")
+        #expect(
+            try Self.appleRoot().sha256Fingerprint
+                == "B0:B1:73:0E:CB:C7:FF:45:05:14:2C:49:F1:29:5E:6E:DA:6B:CA:ED:7E:2C:68:C5:BE:91:B5:A1:10:01:F0:24")
         #expect(try Self.appleRoot().subjectCommonName == "Apple Root CA")
     }
 
@@ -251,7 +256,8 @@ struct OpenSSLAppStoreDataTests {
     }
 
     @Test func xcodeReceiptsVerifyAgainstTheStoreKitTestCertificate() throws {
-        let storeKit = try Certificate(pem: String(contentsOf: Self.root.appendingPathComponent("certs/StoreKitTestCertificate-tpinappreceipt.pem"), encoding: .utf8))
+        let storeKit = try Certificate(
+            pem: String(contentsOf: Self.root.appendingPathComponent("certs/StoreKitTestCertificate-tpinappreceipt.pem"), encoding: .utf8))
         let der = try Self.receipt("receipts/tpinappreceipt-xcode.b64")
         let created = try Self.date("2020-07-22T18:33:15+0100")
         // The StoreKit certificate's extended key usage is code signing, which the S/MIME signing
@@ -267,7 +273,8 @@ struct OpenSSLAppStoreDataTests {
     /// iOS 6 transaction receipts: `signature` = version byte ‖ RSA-SHA1 signature ‖ UInt32 length ‖
     /// certificate DER, over version byte ‖ purchase-info.
     @Test func transactionReceiptSignatures() throws {
-        let iTunesCA = try Certificate(pem: String(contentsOf: Self.root.appendingPathComponent("certs/AppleiTunesStoreCertificationAuthority.pem"), encoding: .utf8))
+        let iTunesCA = try Certificate(
+            pem: String(contentsOf: Self.root.appendingPathComponent("certs/AppleiTunesStoreCertificationAuthority.pem"), encoding: .utf8))
         let appleRoot = try Self.appleRoot()
         var checked = 0
         for (name, entry) in try Self.expected().sorted(by: { $0.key < $1.key }) where entry["kind"] as? String == "transaction" {
@@ -285,8 +292,11 @@ struct OpenSSLAppStoreDataTests {
 
             let purchase = try #require((entry["purchase_info"] as? [String: Any])?["purchase-date-ms"] as? String)
             let purchaseDate = Date(timeIntervalSince1970: try #require(Double(purchase)) / 1000)
-            #expect(ChainVerifier.verify(certificate, intermediates: [iTunesCA], trustedRoots: [appleRoot], at: purchaseDate) == (true, nil), "\(name)")
-            #expect(ChainVerifier.verify(certificate, intermediates: [iTunesCA], trustedRoots: [appleRoot], at: nil) == (false, "certificate_expired"), "\(name)")
+            #expect(
+                ChainVerifier.verify(certificate, intermediates: [iTunesCA], trustedRoots: [appleRoot], at: purchaseDate) == (true, nil), "\(name)")
+            #expect(
+                ChainVerifier.verify(certificate, intermediates: [iTunesCA], trustedRoots: [appleRoot], at: nil) == (false, "certificate_expired"),
+                "\(name)")
             checked += 1
         }
         #expect(checked == 5)

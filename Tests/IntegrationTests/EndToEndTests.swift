@@ -3,10 +3,10 @@ import Hiredis
 import Libpq
 import MockAppStore
 import PostgresStore
-import ReceiptQueueApp
-import RedisJobQueue
 import ReceiptCore
+import ReceiptQueueApp
 import ReceiptTesting
+import RedisJobQueue
 import Testing
 
 /// The slice, through real Redis, Postgres, HTTP and the mock App Store.
@@ -18,7 +18,8 @@ struct EndToEndTests {
         defer { Task { await system.stop() } }
         let (receipt, decoded) = try system.forgeReceipt()
         let (status, body) = try await system.post(
-            #"{"receipt":"\#(receipt)","user_identifier":"user-1","country_code":"de","metadata":{"campaign":"x"},"ip_address":null,"unknown_field":1}"#)
+            #"{"receipt":"\#(receipt)","user_identifier":"user-1","country_code":"de","metadata":{"campaign":"x"},"ip_address":null,"unknown_field":1}"#
+        )
         #expect(status == 200)
         let resource = try #require(body)
         #expect(resource["validation_status"]?.stringValue == "valid")
@@ -42,7 +43,8 @@ struct EndToEndTests {
         // And Postgres has the rows: the receipt, its purchases, and both Apple calls.
         let pg = try system.postgres()
         defer { pg.close() }
-        let row = try #require(try await pg.query("SELECT status, environment, apple_status FROM receipts WHERE id = \(UUID(uuidString: id)!)").rows.first)
+        let row = try #require(
+            try await pg.query("SELECT status, environment, apple_status FROM receipts WHERE id = \(UUID(uuidString: id)!)").rows.first)
         #expect(row.string("status") == "valid")
         #expect(row.string("environment") == "sandbox")
         #expect(row.int("apple_status") == 0)
@@ -162,7 +164,8 @@ struct EndToEndTests {
             let receipts = try pg.query("SELECT status, updated_at::text AS u FROM receipts WHERE id = \(uuid)").rows.map {
                 "\($0.string("status") ?? "")|\($0.string("u") ?? "")"
             }
-            let purchases = try pg.query("SELECT transaction_id, updated_at::text AS u FROM in_app_purchases WHERE receipt_id = \(uuid) ORDER BY 1").rows
+            let purchases = try pg.query("SELECT transaction_id, updated_at::text AS u FROM in_app_purchases WHERE receipt_id = \(uuid) ORDER BY 1")
+                .rows
                 .map { "\($0.string("transaction_id") ?? "")|\($0.string("u") ?? "")" }
             let attempts = try pg.query("SELECT count(*) AS n FROM validation_attempts WHERE receipt_id = \(uuid)").rows.map {
                 "\($0.int("n") ?? -1)"

@@ -28,7 +28,9 @@ final class TestSystem: Sendable {
     static let sharedAuthority = Result { try TestCertificateAuthority.generate() }
 
     /// Starts everything; `environment` overrides configuration variables.
-    static func start(environment overrides: [String: String] = [:], sharedSecret: String? = "integration-secret") async throws
+    static func start(
+        environment overrides: [String: String] = [:], sharedSecret: String? = "integration-secret"
+    ) async throws
         -> TestSystem
     {
         let mock = try await MockAppStore.start(state: MockAppStoreState())

@@ -23,7 +23,8 @@ struct JobTests {
             submission: Submission(userIdentifier: "u1", metadata: .object(["k": .number(1)])))
         #expect(try JobEnvelope.decode(envelope.encoded()) == envelope)
         let call = AppleCall(endpoint: .production, httpStatus: 503, appleStatus: nil, isRetryable: nil, latencyMs: 3, errorCode: "http_503")
-        let failed = envelope.failed(code: "http_503", message: String(repeating: "x", count: 500), calls: [call], at: Date(timeIntervalSince1970: 1_700_000_100))
+        let failed = envelope.failed(
+            code: "http_503", message: String(repeating: "x", count: 500), calls: [call], at: Date(timeIntervalSince1970: 1_700_000_100))
         #expect(failed.attempt == 1)
         #expect(failed.errorMessage?.count == 200)
         #expect(failed.history == [call])

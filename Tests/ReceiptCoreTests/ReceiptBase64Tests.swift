@@ -8,14 +8,16 @@ struct ReceiptBase64Tests {
     static let bytes: [UInt8] = [0xFB, 0xEF, 0xBE, 0xFF, 0xFF, 0xFE, 0x3E, 0x00, 0x30, 0x82]
     static let canonical = Data(bytes).base64EncodedString()  // "++++///+PgAwgg=="
 
-    @Test("mangled forms decode to the same bytes", arguments: [
-        canonical,
-        canonical.replacingOccurrences(of: "+", with: " "),  // form-decoded query string
-        canonical.replacingOccurrences(of: "=", with: ""),  // padding stripped
-        canonical.replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_"),  // URL-safe
-        "++++\n///+\r\nPgAw\tgg==\n",  // line-wrapped (mail, PEM-ish)
-        canonical + "  ",  // trailing blanks after the padding
-    ])
+    @Test(
+        "mangled forms decode to the same bytes",
+        arguments: [
+            canonical,
+            canonical.replacingOccurrences(of: "+", with: " "),  // form-decoded query string
+            canonical.replacingOccurrences(of: "=", with: ""),  // padding stripped
+            canonical.replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_"),  // URL-safe
+            "++++\n///+\r\nPgAw\tgg==\n",  // line-wrapped (mail, PEM-ish)
+            canonical + "  ",  // trailing blanks after the padding
+        ])
     func mangled(_ text: String) throws {
         #expect(try ReceiptDecoder.base64Bytes(text) == Self.bytes)
     }
@@ -30,7 +32,8 @@ struct ReceiptBase64Tests {
         #expect(throws: ReceiptDecodingError.empty) { try ReceiptDecoder.base64Bytes(text) }
     }
 
-    @Test("a real receipt survives query-string mangling",
+    @Test(
+        "a real receipt survives query-string mangling",
         .enabled(if: ReceiptTestData.available, Comment(rawValue: ReceiptTestData.skipMessage)))
     func realReceipt() throws {
         let text = try ReceiptTestData.base64("revenuecat-sandboxReceipt.b64")
@@ -57,8 +60,10 @@ struct ReceiptBase64Tests {
             #expect(!error.description.contains("Secret"))
             #expect(error != .empty)
         }
-        let all: [ReceiptDecodingError] = [.invalidBase64, .empty, .unknownFormat, .notPKCS7, .notSignedData, .noContent,
-            .malformedPayload, .malformedTransactionReceipt, .tooLarge]
+        let all: [ReceiptDecodingError] = [
+            .invalidBase64, .empty, .unknownFormat, .notPKCS7, .notSignedData, .noContent,
+            .malformedPayload, .malformedTransactionReceipt, .tooLarge,
+        ]
         #expect(Set(all.map(\.reason)).count == all.count)
         #expect(all.allSatisfy { $0.reason.count <= 40 && $0.reason.allSatisfy { $0.isLowercase || $0 == "_" || $0.isNumber } })
     }

@@ -89,8 +89,10 @@ struct ReceiptDecoderTests {
         #expect(purchase.expiresDate == millis(info["expires-date"]))
         if let formatted = info["purchase-date"] {
             // The readable twin agrees with the milliseconds to the second.
-            let readable = try #require(ReceiptTestData.date(formatted.replacingOccurrences(of: " Etc/GMT", with: "Z")
-                .replacingOccurrences(of: " ", with: "T")))
+            let readable = try #require(
+                ReceiptTestData.date(
+                    formatted.replacingOccurrences(of: " Etc/GMT", with: "Z")
+                        .replacingOccurrences(of: " ", with: "T")))
             #expect(abs(try #require(purchase.purchaseDate).timeIntervalSince(readable)) < 1)
         }
 
@@ -100,8 +102,10 @@ struct ReceiptDecoderTests {
         #expect(parts.version == 2)
         #expect(parts.signature.count == 128)
         #expect(parts.certificate.first == 0x30)
-        #expect(TransactionReceiptCodec.signatureBlob(version: parts.version, signature: parts.signature,
-            certificate: parts.certificate) == blob)
+        #expect(
+            TransactionReceiptCodec.signatureBlob(
+                version: parts.version, signature: parts.signature,
+                certificate: parts.certificate) == blob)
         let purchaseInfo = try #require(receipt.transactionPurchaseInfo)
         #expect(TransactionReceiptCodec.signedBytes(version: 2, purchaseInfo: purchaseInfo) == [2] + purchaseInfo)
 

@@ -56,18 +56,22 @@ struct ReceiptEncoderTests {
         #expect(decoded.inApp[2].isInIntroOfferPeriod && decoded.inApp[2].promotionalOfferID == "winback")
     }
 
-    @Test("minimal receipts and odd values round-trip", arguments: [
-        AppReceipt(bundleID: "a", environment: .production),
-        AppReceipt(bundleID: "", environment: ReceiptEnvironment(rawValue: "ProductionVPP"), applicationVersion: ""),
-        AppReceipt(
-            bundleID: "ünïcødé.app", environment: .xcode,
-            inApp: [
-                InAppPurchase(quantity: 0, productID: "", transactionID: "0", originalTransactionID: "",
-                    webOrderLineItemID: "0042"),
-                InAppPurchase(quantity: -1, productID: "p", transactionID: "t", originalTransactionID: "o",
-                    purchaseDate: Date(timeIntervalSince1970: 1_600_000_000.25), webOrderLineItemID: "-5"),
-            ]),
-    ])
+    @Test(
+        "minimal receipts and odd values round-trip",
+        arguments: [
+            AppReceipt(bundleID: "a", environment: .production),
+            AppReceipt(bundleID: "", environment: ReceiptEnvironment(rawValue: "ProductionVPP"), applicationVersion: ""),
+            AppReceipt(
+                bundleID: "ünïcødé.app", environment: .xcode,
+                inApp: [
+                    InAppPurchase(
+                        quantity: 0, productID: "", transactionID: "0", originalTransactionID: "",
+                        webOrderLineItemID: "0042"),
+                    InAppPurchase(
+                        quantity: -1, productID: "p", transactionID: "t", originalTransactionID: "o",
+                        purchaseDate: Date(timeIntervalSince1970: 1_600_000_000.25), webOrderLineItemID: "-5"),
+                ]),
+        ])
     func oddRoundTrip(_ receipt: AppReceipt) throws {
         #expect(try ReceiptDecoder.decodePayload(ReceiptPayloadEncoder.encode(receipt)) == receipt)
     }
@@ -110,12 +114,15 @@ struct ReceiptEncoderTests {
                 Self.attribute(12, value),
             ])
         }
-        #expect(try ReceiptDecoder.decodePayload(receipt(creation: "2021-04-03T22:38:45+0300")).creationDate
-            == Date(timeIntervalSince1970: 1_617_478_725))
-        #expect(try ReceiptDecoder.decodePayload(receipt(creation: "2021-04-03T22:38:45+03:00")).creationDate
-            == Date(timeIntervalSince1970: 1_617_478_725))
-        #expect(try ReceiptDecoder.decodePayload(receipt(creation: "2021-04-03T19:38:45.5Z")).creationDate
-            == Date(timeIntervalSince1970: 1_617_478_725.5))
+        #expect(
+            try ReceiptDecoder.decodePayload(receipt(creation: "2021-04-03T22:38:45+0300")).creationDate
+                == Date(timeIntervalSince1970: 1_617_478_725))
+        #expect(
+            try ReceiptDecoder.decodePayload(receipt(creation: "2021-04-03T22:38:45+03:00")).creationDate
+                == Date(timeIntervalSince1970: 1_617_478_725))
+        #expect(
+            try ReceiptDecoder.decodePayload(receipt(creation: "2021-04-03T19:38:45.5Z")).creationDate
+                == Date(timeIntervalSince1970: 1_617_478_725.5))
         #expect(try ReceiptDecoder.decodePayload(receipt(creation: "")).creationDate == nil)
         #expect(throws: ReceiptDecodingError.malformedPayload) {
             try ReceiptDecoder.decodePayload(receipt(creation: "yesterday"))

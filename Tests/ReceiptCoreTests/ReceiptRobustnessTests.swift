@@ -75,8 +75,10 @@ struct ReceiptRobustnessTests {
     @Test(
         "truncated real receipts never decode",
         .enabled(if: ReceiptTestData.available, Comment(rawValue: ReceiptTestData.skipMessage)),
-        arguments: ["kvitto-sandboxReceipt.b64", "apple-xcode-app-receipt-with-transaction.b64", "transaction-cargobay-1.b64",
-            "aiv-mac-mindnode-sha256.b64"]
+        arguments: [
+            "kvitto-sandboxReceipt.b64", "apple-xcode-app-receipt-with-transaction.b64", "transaction-cargobay-1.b64",
+            "aiv-mac-mindnode-sha256.b64",
+        ]
     )
     func truncated(_ name: String) throws {
         let bytes = try ReceiptTestData.bytes(name)

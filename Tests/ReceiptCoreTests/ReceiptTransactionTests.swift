@@ -102,20 +102,22 @@ struct ReceiptTransactionTests {
         #expect(receipt.transactionInfo?["nested"] == nil)
     }
 
-    @Test("malformed transaction receipts", arguments: [
-        "{",
-        "{}",  // no purchase-info
-        "{ \"purchase-info\" = \"!!!\"; }",  // not base64
-        "{ \"purchase-info\" = \"e30=\"; \"signature\" = \"*\"; }",  // signature not base64
-        "{ \"purchase-info\" = \"bm90IGEgcGxpc3Q=\"; }",  // "not a plist"
-        "{ \"a\" = \"1\"; \"a\" = \"2\"; \"purchase-info\" = \"e30=\"; }",  // duplicate key
-        "{ \"purchase-info\" = \"e30=\"; } trailing",
-        "{ \"purchase-info\" \"e30=\"; }",
-        "{ \"purchase-info\" = \"e30=\" \"x\" = \"y\"; }",
-        "{ \"purchase-info\" = \"unterminated; }",
-        "{ \"purchase-info\" = \"e30=\"; " + String(repeating: "x = {", count: 40) + " }",
-        "{ hello world }",
-    ])
+    @Test(
+        "malformed transaction receipts",
+        arguments: [
+            "{",
+            "{}",  // no purchase-info
+            "{ \"purchase-info\" = \"!!!\"; }",  // not base64
+            "{ \"purchase-info\" = \"e30=\"; \"signature\" = \"*\"; }",  // signature not base64
+            "{ \"purchase-info\" = \"bm90IGEgcGxpc3Q=\"; }",  // "not a plist"
+            "{ \"a\" = \"1\"; \"a\" = \"2\"; \"purchase-info\" = \"e30=\"; }",  // duplicate key
+            "{ \"purchase-info\" = \"e30=\"; } trailing",
+            "{ \"purchase-info\" \"e30=\"; }",
+            "{ \"purchase-info\" = \"e30=\" \"x\" = \"y\"; }",
+            "{ \"purchase-info\" = \"unterminated; }",
+            "{ \"purchase-info\" = \"e30=\"; " + String(repeating: "x = {", count: 40) + " }",
+            "{ hello world }",
+        ])
     func malformed(_ text: String) {
         #expect(throws: ReceiptDecodingError.malformedTransactionReceipt) {
             try ReceiptDecoder.decode(bytes: Array(text.utf8))

@@ -20,7 +20,9 @@ struct JobProcessorTests {
         return envelope
     }
 
-    func run(_ envelope: JobEnvelope, verifier: StubVerifier, store: MemoryReceiptStore? = nil) throws -> (
+    func run(
+        _ envelope: JobEnvelope, verifier: StubVerifier, store: MemoryReceiptStore? = nil
+    ) throws -> (
         JobOutcome, MemoryJobQueue, MemoryReceiptStore
     ) {
         let queue = MemoryJobQueue(jobs: [envelope])
