@@ -177,7 +177,7 @@ let package = Package(
         .testTarget(
             name: "IntegrationTests",
             dependencies: [
-                "ReceiptQueueApp", "ReceiptTesting", "MockAppStore", "Curl", "Hiredis", "Libpq", "PostgresStore", "RedisJobQueue",
+                "ReceiptQueueApp", "ReceiptTesting", "MockAppStore", "Curl", "AppStoreClient", "Hiredis", "Libpq", "PostgresStore", "RedisJobQueue",
                 "ReceiptSignature", "ReceiptCore",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
