@@ -1,5 +1,5 @@
+import LeasePool
 import Logging
-import Synchronization
 
 /// A fixed-size pool of ``RedisConnection``s for async callers such as the HTTP API.
 ///
@@ -15,23 +15,7 @@ import Synchronization
 /// }
 /// ```
 public final class RedisConnectionPool: Sendable {
-    private struct Waiter {
-        var id: UInt64
-        var continuation: CheckedContinuation<RedisConnection, any Error>
-    }
-
-    private struct State {
-        var idle: [RedisConnection] = []
-        var created = 0
-        var waiters: [Waiter] = []
-        var nextWaiterID: UInt64 = 0
-        var isClosed = false
-    }
-
-    private let configuration: RedisConfiguration
-    private let size: Int
-    private let logger: Logger
-    private let state = Mutex(State())
+    private let leases: LeasePool<RedisConnection>
 
     /// Creates a pool; no connection is opened until a caller needs one.
     ///
@@ -40,9 +24,10 @@ public final class RedisConnectionPool: Sendable {
     ///   - size: The most connections open at once; at least 1.
     ///   - logger: Passed to each connection; defaults to the task-local `Logger.current`.
     public init(configuration: RedisConfiguration, size: Int, logger: Logger = Logger.current) {
-        self.configuration = configuration
-        self.size = max(1, size)
-        self.logger = logger
+        leases = LeasePool(
+            size: size,
+            make: { index in RedisConnection(unconnected: configuration, label: "pool-\(index)", logger: logger) },
+            close: { $0.close() }, closedError: { RedisError.from(.closed) })
     }
 
     /// Lends a connection to `body`, waiting until one is free.
@@ -57,8 +42,8 @@ public final class RedisConnectionPool: Sendable {
     /// - Throws: What `body` throws, ``RedisError/Code/closed`` when the pool is closed, or
     ///   `CancellationError` when the task is cancelled while waiting.
     public func withConnection<T: Sendable>(_ body: @Sendable (RedisConnection) throws -> T) async throws -> T {
-        let connection = try await acquire()
-        defer { release(connection) }
+        let connection = try await leases.acquire()
+        defer { leases.release(connection) }
         return try await connection.run(body)
     }
 
@@ -73,73 +58,5 @@ public final class RedisConnectionPool: Sendable {
 
     /// Closes idle connections now and busy ones when they are released; waiting and later
     /// callers get ``RedisError/Code/closed``. Idempotent.
-    public func close() {
-        let (idle, waiters) = state.withLock { state -> ([RedisConnection], [Waiter]) in
-            state.isClosed = true
-            defer {
-                state.idle = []
-                state.waiters = []
-            }
-            return (state.idle, state.waiters)
-        }
-        for waiter in waiters { waiter.continuation.resume(throwing: RedisError.from(.closed)) }
-        for connection in idle { connection.close() }
-    }
-
-    private enum Acquired {
-        case connection(RedisConnection)
-        case failure(any Error)
-        case waiting
-    }
-
-    private func acquire() async throws -> RedisConnection {
-        let id = state.withLock { state in
-            state.nextWaiterID += 1
-            return state.nextWaiterID
-        }
-        return try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<RedisConnection, any Error>) in
-                let acquired = state.withLock { state -> Acquired in
-                    if state.isClosed { return .failure(RedisError.from(.closed)) }
-                    if let connection = state.idle.popLast() { return .connection(connection) }
-                    if state.created < size {
-                        state.created += 1
-                        let connection = RedisConnection(
-                            unconnected: configuration,
-                            label: "pool-\(state.created)",
-                            logger: logger
-                        )
-                        return .connection(connection)
-                    }
-                    // Checked under the lock: the cancellation handler takes the same lock, so
-                    // either it sees this waiter or this sees the cancellation.
-                    if Task.isCancelled { return .failure(CancellationError()) }
-                    state.waiters.append(Waiter(id: id, continuation: continuation))
-                    return .waiting
-                }
-                switch acquired {
-                case .connection(let connection): continuation.resume(returning: connection)
-                case .failure(let error): continuation.resume(throwing: error)
-                case .waiting: break
-                }
-            }
-        } onCancel: {
-            let waiter = state.withLock { state -> Waiter? in
-                guard let index = state.waiters.firstIndex(where: { $0.id == id }) else { return nil }
-                return state.waiters.remove(at: index)
-            }
-            waiter?.continuation.resume(throwing: CancellationError())
-        }
-    }
-
-    private func release(_ connection: RedisConnection) {
-        let (waiter, closeIt) = state.withLock { state -> (Waiter?, Bool) in
-            if state.isClosed { return (nil, true) }
-            if !state.waiters.isEmpty { return (state.waiters.removeFirst(), false) }
-            state.idle.append(connection)
-            return (nil, false)
-        }
-        if closeIt { connection.close() }
-        waiter?.continuation.resume(returning: connection)
-    }
+    public func close() { leases.close() }
 }
