@@ -13,7 +13,9 @@ let package = Package(
     name: "receiptq",
     platforms: [.macOS(.v15)],
     products: [
-        .executable(name: "receiptq", targets: ["ReceiptQueueCLI"])
+        .executable(name: "receiptq", targets: ["ReceiptQueueCLI"]),
+        // The pure domain as a library, for the fuzzing package in Fuzz/.
+        .library(name: "ReceiptCore", targets: ["ReceiptCore"]),
     ],
     dependencies: [
         .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.28.1"),

@@ -99,6 +99,12 @@ public final class Certificate: @unchecked Sendable {
         return String(decoding: UnsafeBufferPointer(start: utf8, count: Int(length)), as: UTF8.self)
     }
 
+    /// Whether the certificate is issued by its own subject and verifies with its own key (a root).
+    public var isSelfSigned: Bool {
+        defer { _ = OpenSSLError.drainQueue() }
+        return X509_check_issued(x509, x509) == X509_V_OK
+    }
+
     /// Start of the validity period.
     public var notBefore: Date { Self.date(X509_get0_notBefore(x509)) }
 

@@ -77,4 +77,24 @@ public enum RSASignature {
         }
         return withExtendedLifetime(certificate) { result == 1 }
     }
+
+    /// Signs `data` with RSA PKCS#1 v1.5 SHA-1, the scheme of iOS 6 transaction receipts; for
+    /// forging test receipts only (Apple's own keys are never ours).
+    ///
+    /// - Throws: ``OpenSSLError`` with code `.signing`.
+    public static func signSHA1(data: [UInt8], key: PrivateKey) throws -> [UInt8] {
+        defer { OpenSSLError.drainQueue() }
+        guard let context = EVP_MD_CTX_new() else { throw OpenSSLError.drain(.signing, "EVP_DigestSign") }
+        defer { EVP_MD_CTX_free(context) }
+        guard EVP_DigestSignInit(context, nil, EVP_sha1(), nil, key.pkey) == 1 else { throw OpenSSLError.drain(.signing, "EVP_DigestSign") }
+        var length = 0
+        let sized = data.withUnsafeBufferPointer { EVP_DigestSign(context, nil, &length, $0.baseAddress, $0.count) }
+        guard sized == 1 else { throw OpenSSLError.drain(.signing, "EVP_DigestSign") }
+        var signature = [UInt8](repeating: 0, count: length)
+        let signed = signature.withUnsafeMutableBufferPointer { out in
+            data.withUnsafeBufferPointer { EVP_DigestSign(context, out.baseAddress, &length, $0.baseAddress, $0.count) }
+        }
+        guard signed == 1 else { throw OpenSSLError.drain(.signing, "EVP_DigestSign") }
+        return withExtendedLifetime(key) { Array(signature.prefix(length)) }
+    }
 }
