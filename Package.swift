@@ -173,6 +173,11 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
         .testTarget(
+            name: "ReceiptSignatureTests",
+            dependencies: ["ReceiptSignature", "ReceiptCore", "OpenSSL", "ReceiptTesting"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
             name: "FacadeTests",
             dependencies: ["Hiredis", "Libpq", "Curl", "OpenSSL", "ReceiptTesting", "MockAppStore"],
             swiftSettings: swiftSettings

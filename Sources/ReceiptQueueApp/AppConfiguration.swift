@@ -28,6 +28,9 @@ public struct AppConfiguration: Sendable, CustomStringConvertible {
     public var api: IngestAPI.Configuration
     public var logLevel: String
     public var logFormat: String
+    /// A directory of PEM certificates trusted for receipt signatures (Apple's roots and
+    /// intermediates); nil until configured. receiptq ships no Apple certificate.
+    public var trustRootsDirectory: String?
 
     /// Reads the configuration.
     /// - Parameter environment: the variables (default: the process environment).
@@ -79,6 +82,7 @@ public struct AppConfiguration: Sendable, CustomStringConvertible {
             trustedProxyHeader: environment["API_TRUSTED_PROXY_HEADER"].flatMap { $0.isEmpty ? nil : $0 })
         logLevel = string("LOG_LEVEL", "info")
         logFormat = string("LOG_FORMAT", "text")
+        trustRootsDirectory = environment["RECEIPTQ_TRUST_ROOTS_DIR"].flatMap { $0.isEmpty ? nil : $0 }
         if self.environment == "production" && appStoreIsDefaultMock {
             throw ConfigurationError(
                 variable: "APPSTORE_PRODUCTION_URL", reason: "must be set in production (the default is the local mock)")

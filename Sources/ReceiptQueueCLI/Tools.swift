@@ -36,6 +36,7 @@ struct Forge: AsyncParsableCommand {
     @Option(help: "Mock App Store directives carried in the receipt, e.g. status=21005,delay_ms=50.") var mock: String?
     @Option(help: "Directory of the test CA (created on first use).") var caDirectory = ".local/demo/forge-ca"
     @Option(help: "Signature digest: sha1 or sha256.") var digest = "sha256"
+    @Option(help: "Receipt style: unified (iOS 7+) or transaction (iOS 6, first purchase only).") var style = "unified"
     @Flag(help: "Print a JSON request body ({\"receipt\": …}) instead of bare base64.") var json = false
 
     func run() async throws {
@@ -61,7 +62,13 @@ struct Forge: AsyncParsableCommand {
         if !products.isEmpty { receipt.inApp = purchases }
         if let mock { receipt.opaqueValue = Array("mock:\(mock)".utf8) }
         let authority = try TestCertificateAuthority.loadOrCreate(directory: URL(fileURLWithPath: caDirectory))
-        let encoded = Data(try ReceiptForger.unified(receipt, authority: authority, digest: digest)).base64EncodedString()
+        let bytes: [UInt8]
+        switch style {
+        case "unified": bytes = try ReceiptForger.unified(receipt, authority: authority, digest: digest)
+        case "transaction": bytes = try ReceiptForger.transaction(receipt, authority: authority)
+        default: throw ValidationError("--style must be unified or transaction")
+        }
+        let encoded = Data(bytes).base64EncodedString()
         print(json ? "{\"receipt\":\"\(encoded)\"}" : encoded)
     }
 }
@@ -71,29 +78,49 @@ struct ReceiptCommand: AsyncParsableCommand {
         commandName: "receipt", abstract: "Works with receipts locally.", subcommands: [Inspect.self])
 
     struct Inspect: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Decodes a receipt (base64, from FILE or stdin) and prints it as JSON.")
+        static let configuration = CommandConfiguration(
+            abstract: "Decodes a receipt (base64, from FILE or stdin), checks its signature, and prints one JSON object.",
+            discussion: "Exit status 0 when the receipt decoded (whatever its signature), 2 when it is not a receipt.")
+
         @Argument(help: "A file with the base64 receipt, or - for standard input.") var file = "-"
+        @Option(help: "Directory of trusted PEM certificates (default: RECEIPTQ_TRUST_ROOTS_DIR).") var trustRoots: String?
+        @Flag(help: "Judge certificates now instead of at the receipt's own date.") var now = false
 
         func run() async throws {
-            let data = file == "-" ? FileHandle.standardInput.readDataToEndOfFile() : try Data(contentsOf: URL(fileURLWithPath: file))
+            let data: Data
             do {
-                let receipt = try ReceiptDecoder.decode(base64: String(decoding: data, as: UTF8.self))
-                let resource: JSONValue = .object([
-                    "style": .string(receipt.style.rawValue),
-                    "bundle_id": .string(receipt.bundleID),
-                    "environment": .string(receipt.environment.rawValue),
-                    "application_version": receipt.applicationVersion.map(JSONValue.string) ?? .null,
-                    "original_application_version": receipt.originalApplicationVersion.map(JSONValue.string) ?? .null,
-                    "creation_date": receipt.creationDate.map { .string(ISO8601DateFormatter().string(from: $0)) } ?? .null,
-                    "in_app": .array(receipt.inApp.map(\.appleJSON)),
-                ])
-                let encoder = JSONEncoder()
-                encoder.outputFormatting = [.sortedKeys, .prettyPrinted, .withoutEscapingSlashes]
-                print(String(decoding: try encoder.encode(resource), as: UTF8.self))
-            } catch let error as ReceiptDecodingError {
-                FileHandle.standardError.write(Data("receiptq: not a receipt: \(error.reason)\n".utf8))
-                throw ExitCode(2)
+                data =
+                    file == "-"
+                    ? FileHandle.standardInput.readDataToEndOfFile() : try Data(contentsOf: URL(fileURLWithPath: file))
+            } catch {
+                fail("cannot read \(file)")
             }
+            let directory = trustRoots ?? ProcessInfo.processInfo.environment["RECEIPTQ_TRUST_ROOTS_DIR"]
+            var verifier: ReceiptSignatureVerifier?
+            if let directory, !directory.isEmpty {
+                do {
+                    verifier = ReceiptSignatureVerifier(trustStore: try TrustStore.load(directory: URL(fileURLWithPath: directory)))
+                } catch {
+                    fail("cannot load trusted certificates from \(directory)")
+                }
+            }
+            let bytes: [UInt8]
+            let inspected: JSONValue
+            do {
+                bytes = try ReceiptDecoder.base64Bytes(String(decoding: data, as: UTF8.self))
+                inspected = try ReceiptInspector.inspect(bytes: bytes, verifier: verifier, time: now ? .now : .receiptDate)
+            } catch {
+                fail("not an App Store receipt (\(error.reason))")
+            }
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.sortedKeys, .prettyPrinted, .withoutEscapingSlashes]
+            print(String(decoding: try encoder.encode(inspected), as: UTF8.self))
+        }
+
+        /// One line on stderr and exit status 2, as the contract says.
+        private func fail(_ message: String) -> Never {
+            FileHandle.standardError.write(Data("receiptq: \(message)\n".utf8))
+            Foundation.exit(2)
         }
     }
 }

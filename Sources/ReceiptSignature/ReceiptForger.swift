@@ -64,8 +64,43 @@ public enum ReceiptForger {
             chain: [authority.root], digest: digest)
     }
 
+    /// An iOS 6 transaction receipt for `receipt`'s first purchase: purchase-info signed with
+    /// RSA-SHA1 over version byte ‖ purchase-info, the signer certificate embedded, as Apple did.
+    public static func transaction(_ receipt: AppReceipt, authority: TestCertificateAuthority) throws -> [UInt8] {
+        guard let purchase = receipt.inApp.first else {
+            throw ForgeError(message: "a transaction receipt needs one purchase")
+        }
+        func ms(_ date: Date?) -> String? { date.map { String(Int64(($0.timeIntervalSince1970 * 1000).rounded())) } }
+        var fields: [String: String] = [
+            "bid": receipt.bundleID,
+            "bvrs": receipt.applicationVersion ?? "1.0",
+            "product-id": purchase.productID,
+            "transaction-id": purchase.transactionID,
+            "original-transaction-id": purchase.originalTransactionID,
+            "quantity": String(purchase.quantity),
+            "item-id": "1",
+            "unique-identifier": "0000forged",
+        ]
+        fields["purchase-date-ms"] = ms(purchase.purchaseDate)
+        fields["purchase-date"] = purchase.purchaseDate.map(AppleDateFormat.format)
+        fields["original-purchase-date-ms"] = ms(purchase.originalPurchaseDate)
+        fields["original-purchase-date"] = purchase.originalPurchaseDate.map(AppleDateFormat.format)
+        fields["expires-date"] = ms(purchase.expiresDate)
+        fields["web-order-line-item-id"] = purchase.webOrderLineItemID
+        let purchaseInfo = TransactionReceiptCodec.encodePurchaseInfo(fields)
+        // Version 3 is the 2048-bit layout (256-byte signature), which our test keys need.
+        let version: UInt8 = 3
+        let signature = try RSASignature.signSHA1(
+            data: TransactionReceiptCodec.signedBytes(version: version, purchaseInfo: purchaseInfo), key: authority.signerKey)
+        let blob = TransactionReceiptCodec.signatureBlob(version: version, signature: signature, certificate: authority.signer.der)
+        let environment = receipt.environment.isSandbox ? "Sandbox" : "Production"
+        return TransactionReceiptCodec.encode(environment: environment, purchaseInfoBytes: purchaseInfo, signatureBlob: blob)
+    }
+
     /// A demo receipt: one non-consumable and one monthly subscription, in the sandbox.
     public static func demoReceipt(bundleID: String, now: Date = Date()) -> AppReceipt {
+        // Receipts carry whole seconds; rounding here keeps a forged receipt equal to its decoding.
+        let now = Date(timeIntervalSince1970: now.timeIntervalSince1970.rounded(.down))
         let base = UInt64(now.timeIntervalSince1970 * 1000)
         let purchased = now.addingTimeInterval(-3600)
         return AppReceipt(
@@ -83,4 +118,10 @@ public enum ReceiptForger {
                     isTrialPeriod: true),
             ])
     }
+}
+
+/// A receipt could not be forged as asked.
+public struct ForgeError: Error, CustomStringConvertible {
+    public var message: String
+    public var description: String { "ForgeError: \(message)" }
 }

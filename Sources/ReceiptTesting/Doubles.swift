@@ -3,9 +3,9 @@ import ReceiptCore
 
 /// An in-memory `JobQueue` recording every transition, for worker tests without Redis.
 public final class MemoryJobQueue: JobQueue, @unchecked Sendable {
-    // Tests drive it from one lane thread and read it after the lane stopped; the lock makes
-    // reads during a run safe too.
-    private let lock = NSLock()
+    // Several lanes share one queue in pool tests; the condition guards the lists and lets an
+    // empty reserve wait like BLMOVE does, instead of spinning a lane at 100% CPU.
+    private let lock = NSCondition()
     private var ready: [[UInt8]] = []
     private var processing: [[UInt8]] = []
     public private(set) var acknowledged: [(job: ReservedJob, result: [UInt8]?)] = []
@@ -16,13 +16,20 @@ public final class MemoryJobQueue: JobQueue, @unchecked Sendable {
     public init(jobs: [JobEnvelope] = []) { ready = jobs.map { $0.encoded() } }
 
     /// Adds raw bytes (e.g. a poison job).
-    public func push(raw: [UInt8]) { lock.withLock { ready.append(raw) } }
+    public func push(raw: [UInt8]) {
+        lock.withLock {
+            ready.append(raw)
+            lock.broadcast()
+        }
+    }
 
     /// Jobs still in processing (reserved and never resolved).
     public var inProcessing: Int { lock.withLock { processing.count } }
 
     public func reserve(timeout: Duration) throws -> ReservedJob? {
         lock.withLock {
+            let deadline = Date().addingTimeInterval(timeout.seconds)
+            while ready.isEmpty, lock.wait(until: deadline) {}
             guard !ready.isEmpty else { return nil }
             let raw = ready.removeFirst()
             processing.append(raw)
