@@ -1,0 +1,38 @@
+import CLibFuzzer
+import ReceiptCore
+
+/// libFuzzer entry point: every decoder entry point gets the same bytes. Thrown errors are the
+/// expected outcome for most inputs; only a crash (trap, ASan report), a hang or runaway memory is
+/// a finding. Build with `-sanitize=fuzzer,address -parse-as-library` (see scripts/fuzz).
+@_cdecl("LLVMFuzzerTestOneInput")
+public func fuzz(_ start: UnsafeRawPointer, _ count: Int) -> CInt {
+    let bytes = Array(UnsafeRawBufferPointer(start: start, count: count))
+
+    // Either style, dispatched on the first byte (DER SEQUENCE or `{`).
+    _ = try? ReceiptDecoder.decode(bytes: bytes)
+    // The bytes as text: invalid UTF-8 becomes U+FFFD, which the base64 reader must refuse cleanly.
+    _ = try? ReceiptDecoder.decode(base64: String(decoding: bytes, as: UTF8.self))
+    // Each stage on its own, so a payload or plist is reached without a valid envelope first.
+    _ = try? ReceiptDecoder.signedContent(ofPKCS7: bytes)
+    _ = try? ReceiptDecoder.decodePayload(bytes)
+    _ = try? TransactionReceiptCodec.decode(bytes)
+    return 0
+}
+
+/// The process entry point. SwiftPM (tools version 5.5 and later) links every executable target
+/// with `--defsym main=<Module>_main`, expecting the Swift compiler to emit `<Module>_main`; with
+/// `-parse-as-library` it emits none, so the link would fail. This stands in for it and hands
+/// control to libFuzzer's driver, exactly as libFuzzer's own `main` does. (Where the toolchain does
+/// not rename `main`, libFuzzer's `main` runs and this function is simply unused.)
+@_cdecl("ReceiptDecoderFuzzer_main")
+public func fuzzerMain(
+    _ argc: CInt,
+    _ argv: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>
+) -> CInt {
+    var argc = argc
+    var argv: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>? = argv
+    return LLVMFuzzerRunDriver(&argc, &argv) { data, size in
+        guard let data else { return fuzz(UnsafeRawPointer(bitPattern: 1)!, 0) }
+        return fuzz(UnsafeRawPointer(data), size)
+    }
+}
