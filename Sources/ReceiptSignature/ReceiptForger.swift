@@ -10,6 +10,14 @@ public struct TestCertificateAuthority: Sendable {
     public var signer: Certificate
     public var signerKey: PrivateKey
 
+    /// An authority from existing certificates and keys (for chains other than root → signer).
+    public init(root: Certificate, rootKey: PrivateKey, signer: Certificate, signerKey: PrivateKey) {
+        self.root = root
+        self.rootKey = rootKey
+        self.signer = signer
+        self.signerKey = signerKey
+    }
+
     /// Generates a new authority valid from a year ago for ten years (so receipts dated in the past verify).
     public static func generate(name: String = "receiptq Test Root CA (NOT APPLE)") throws -> TestCertificateAuthority {
         let now = Date()

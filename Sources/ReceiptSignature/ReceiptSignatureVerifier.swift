@@ -20,6 +20,11 @@ public struct TrustStore: Sendable {
         self.storeKitTestCertificates = storeKitTestCertificates
     }
 
+    /// The intermediates allowed to issue iOS 6 transaction-receipt signers: the iTunes Store CA.
+    public var transactionIntermediates: [Certificate] {
+        intermediates.filter { $0.subjectCommonName?.contains("iTunes Store") == true }
+    }
+
     /// Loads every `*.pem`, `*.crt` and `*.cer` (PEM) file of `directory`.
     /// - Throws: when the directory cannot be read or a file is not a PEM certificate.
     public static func load(directory: URL) throws -> TrustStore {
@@ -134,8 +139,11 @@ public struct ReceiptSignatureVerifier: Sendable {
         guard RSASignature.verifySHA1(signature: parts.signature, data: signed, certificate: certificate) else {
             return SignatureResult(valid: false, reason: "signature_mismatch", signer: signer, digest: "sha1")
         }
+        // Only the iTunes Store CA may stand between an iOS 6 signer and the root: ChainVerifier
+        // checks no purpose, and every developer certificate also chains to Apple's root through
+        // WWDR, so offering the WWDR intermediates here would let any developer sign receipts.
         let chain = ChainVerifier.verify(
-            certificate, intermediates: trustStore.intermediates, trustedRoots: trustStore.roots, at: date)
+            certificate, intermediates: trustStore.transactionIntermediates, trustedRoots: trustStore.roots, at: date)
         return SignatureResult(valid: chain.valid, reason: chain.reason, signer: signer, digest: "sha1")
     }
 }

@@ -186,6 +186,35 @@ struct ForgedReceiptSignatureTests {
         #expect(try verifier.verify(bytes: bytes, receipt: unsigned).reason == "no_signature")
     }
 
+    @Test("An iOS 6 signer issued through any intermediate but the iTunes Store CA is refused")
+    func transactionChainOnlyThroughITunesStoreCA() throws {
+        let root = try Self.authority.get()
+        func authority(through intermediateName: String) throws -> (TestCertificateAuthority, Certificate) {
+            let window = (Date().addingTimeInterval(-86_400), Date().addingTimeInterval(86_400 * 365))
+            let intermediateKey = try PrivateKey.generateRSA()
+            let intermediate = try CertificateFactory.issue(
+                CertificateRequestSpec(
+                    commonName: intermediateName, organization: "t", isCA: true, validFrom: window.0, validTo: window.1, serial: 10),
+                publicKeyOf: intermediateKey, issuer: root.root, issuerKey: root.rootKey)
+            let leafKey = try PrivateKey.generateRSA()
+            let leaf = try CertificateFactory.issue(
+                CertificateRequestSpec(
+                    commonName: "Some Developer", organization: "t", isCA: false, validFrom: window.0, validTo: window.1, serial: 11),
+                publicKeyOf: leafKey, issuer: intermediate, issuerKey: intermediateKey)
+            return (TestCertificateAuthority(root: root.root, rootKey: root.rootKey, signer: leaf, signerKey: leafKey), intermediate)
+        }
+        var receipt = ReceiptForger.demoReceipt(bundleID: "com.example.ios6")
+        receipt.inApp = [receipt.inApp[0]]
+        for (name, expectValid) in [("Fake Worldwide Developer Relations CA", false), ("Apple iTunes Store Certification Authority", true)] {
+            let (signing, intermediate) = try authority(through: name)
+            let bytes = try ReceiptForger.transaction(receipt, authority: signing)
+            let store = TrustStore(roots: [root.root], intermediates: [intermediate])
+            let result = ReceiptSignatureVerifier(trustStore: store).verify(bytes: bytes, receipt: try ReceiptDecoder.decode(bytes: bytes))
+            #expect(result.valid == expectValid, "\(name)")
+            if !expectValid { #expect(result.reason == "untrusted_chain") }
+        }
+    }
+
     @Test("inspect reports every field the contract names, with Apple's names")
     func inspectShape() throws {
         let (bytes, _) = try forged()
