@@ -16,6 +16,7 @@ let package = Package(
         .executable(name: "receiptq", targets: ["ReceiptQueueCLI"]),
         // The pure domain as a library, for the fuzzing package in Fuzz/.
         .library(name: "ReceiptCore", targets: ["ReceiptCore"]),
+        .executable(name: "receiptq-bench", targets: ["ReceiptBench"]),
     ],
     dependencies: [
         .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.28.1"),
@@ -150,6 +151,11 @@ let package = Package(
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ],
+            swiftSettings: swiftSettings
+        ),
+        .executableTarget(
+            name: "ReceiptBench",
+            dependencies: ["ReceiptCore", "ReceiptSignature", "OpenSSL"],
             swiftSettings: swiftSettings
         ),
         .target(

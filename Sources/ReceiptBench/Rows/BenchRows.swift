@@ -1,0 +1,8 @@
+/// Every row, in the order `scripts/bench` runs them when given none. Add new rows here.
+enum BenchRows {
+    static var all: [any BenchRow.Type] {
+        [
+            ReceiptRow.self
+        ]
+    }
+}
