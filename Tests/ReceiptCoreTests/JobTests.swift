@@ -38,7 +38,7 @@ struct JobTests {
         #expect(throws: (any Error).self) { try JobEnvelope.decode([0xFF, 0x00]) }
     }
 
-    @Test("Backoff grows from seconds to the cap and stays within its bounds")
+    @Test("Backoff grows from seconds to the cap and stays within its bounds, spread over the whole window")
     func backoffBounds() {
         let policy = RetryPolicy(base: .seconds(2), cap: .seconds(3600), maxAge: .seconds(72 * 3600))
         var rng = SeededGenerator(seed: 42)
@@ -48,9 +48,12 @@ struct JobTests {
             for _ in 0..<50 {
                 let runAt = policy.nextRun(attempt: attempt, firstFailedAt: start, now: start, using: &rng)!
                 let delay = runAt.timeIntervalSince(start)
-                #expect(delay >= ceiling / 2 - 0.001 && delay <= ceiling + 0.001, "attempt \(attempt): \(delay)")
+                #expect(delay >= 0.2 - 0.001 && delay <= ceiling + 0.001, "attempt \(attempt): \(delay)")
             }
         }
+        // Full jitter: the delays of one attempt cover the window, not just its upper half.
+        let delays = (0..<2000).map { _ in policy.nextRun(attempt: 10, firstFailedAt: start, now: start, using: &rng)!.timeIntervalSince(start) }
+        #expect(delays.min()! < 1024 * 0.1 && delays.max()! > 1024 * 0.9)
         #expect(policy.ceiling(attempt: 1) == .seconds(2))
         #expect(policy.ceiling(attempt: 100) == .seconds(3600))
     }

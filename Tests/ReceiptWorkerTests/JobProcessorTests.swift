@@ -73,7 +73,7 @@ struct JobProcessorTests {
         #expect(retry.envelope.errorCode == "apple_21005")
         #expect(retry.envelope.history.count == 1)
         let delay = retry.runAt.timeIntervalSince(now)
-        #expect(delay >= 1 && delay <= 2)
+        #expect(delay >= 0.2 && delay <= 2)
         #expect(queue.inProcessing == 0)
     }
 

@@ -2,9 +2,11 @@ import Foundation
 
 /// Exponential backoff with full jitter, dense at first because a user is waiting.
 ///
-/// Attempt `n` (1-based) waits a uniform random time in `[base·2^(n-1)/2, min(cap, base·2^(n-1))]`:
-/// seconds at first, minutes after a few failures, at most `cap`. A job whose first failure is older
-/// than `maxAge` is given up (dead letters).
+/// Attempt `n` (1-based) waits a uniform random time in `[0, min(cap, base·2^(n-1))]` ("full
+/// jitter": after an Apple outage, thousands of retries spread over the whole window instead of
+/// arriving together), with a floor of a tenth of `base` so a retry never spins. Seconds at first,
+/// minutes after a few failures, at most `cap`. A job whose first failure is older than `maxAge`
+/// is given up (dead letters).
 public struct RetryPolicy: Sendable, Equatable {
     public var base: Duration
     public var cap: Duration
@@ -38,7 +40,8 @@ public struct RetryPolicy: Sendable, Equatable {
         attempt: Int, firstFailedAt: Date, now: Date, using generator: inout some RandomNumberGenerator
     ) -> Date? {
         let ceiling = self.ceiling(attempt: attempt).seconds
-        let delay = Double.random(in: (ceiling / 2)...max(ceiling / 2, ceiling), using: &generator)
+        let floor = min(base.seconds / 10, ceiling)
+        let delay = Double.random(in: floor...ceiling, using: &generator)
         let runAt = now.addingTimeInterval(delay)
         guard runAt.timeIntervalSince(firstFailedAt) <= maxAge.seconds else { return nil }
         return runAt
