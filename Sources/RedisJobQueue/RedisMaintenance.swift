@@ -21,6 +21,7 @@ public final class RedisMaintenance: QueueMaintenance {
     private let connection: RedisConnection
     private let keys: RedisKeys
     private var promoteSHA: String?
+    private var rescueSHA: String?
 
     /// Creates the maintenance helper on its own connection.
     public init(connection: RedisConnection, keys: RedisKeys) {
@@ -46,7 +47,30 @@ public final class RedisMaintenance: QueueMaintenance {
         }
     }
 
-    /// Requeues the jobs of worker lanes whose heartbeat has lapsed (crashed or killed processes).
+    /// Moves one job out of a dead worker's processing list, only if it is still there (another
+    /// janitor may have taken it), either back to its queue (counting the recovery) or to the dead
+    /// letters. Versioned like the promotion script.
+    static let rescueScript = """
+        -- receiptq:rescue_orphan:v1
+        -- KEYS: processing list, queue, dead zset, recovery counter; ARGV: job, buried job or '', now ms
+        if redis.call('LREM', KEYS[1], 1, ARGV[1]) == 0 then return 0 end
+        if ARGV[2] ~= '' then
+          redis.call('ZADD', KEYS[3], ARGV[3], ARGV[2])
+          redis.call('DEL', KEYS[4])
+          return 2
+        end
+        redis.call('INCR', KEYS[4])
+        redis.call('EXPIRE', KEYS[4], 604800)
+        redis.call('RPUSH', KEYS[2], ARGV[1])
+        return 1
+        """
+
+    /// How many times a job may be rescued from a dead worker before it is taken for a poison job
+    /// (one that kills every worker that runs it) and buried.
+    public var maxRecoveries = 3
+
+    /// Requeues the jobs of worker lanes whose heartbeat lapsed (crashed or killed processes); a
+    /// job rescued more than ``maxRecoveries`` times goes to the dead letters as `poison_job`.
     /// - Returns: how many jobs were given back.
     @discardableResult
     public func requeueOrphans() throws -> Int {
@@ -55,12 +79,53 @@ public final class RedisMaintenance: QueueMaintenance {
         for member in members {
             guard let worker = member.string else { continue }
             if try connection.send(["EXISTS", keys.worker(worker)]).int == 1 { continue }
-            // LMOVE one at a time: each job is either still in processing or back in the queue.
-            while case .bulk = try connection.send(["LMOVE", keys.processing(worker), keys.queue("validate"), "RIGHT", "RIGHT"]) {
-                moved += 1
+            let processing = keys.processing(worker)
+            while case .array(let jobs) = try connection.send(["LRANGE", processing, "-100", "-1"]), !jobs.isEmpty {
+                for case .bulk(let raw) in jobs.reversed() {
+                    moved += try rescue(raw, from: processing) == 1 ? 1 : 0
+                }
             }
             _ = try connection.send(["SREM", keys.workers, worker])
         }
         return moved
     }
+
+    private func rescue(_ raw: [UInt8], from processing: String) throws -> Int {
+        let envelope = try? JobEnvelope.decode(raw)
+        let id = envelope?.id.uuidString.lowercased() ?? "raw-\(fnv1a(raw))"
+        let counter = "\(keys.prefix):recoveries:\(id)"
+        let recoveries = try connection.send(["GET", counter]).int ?? 0
+        var buried: [UInt8] = []
+        if recoveries >= maxRecoveries {
+            buried =
+                envelope?.failed(
+                    code: "poison_job", message: "the job was running when \(recoveries + 1) workers died", calls: [],
+                    at: Date()
+                ).encoded() ?? raw
+        }
+        if rescueSHA == nil { rescueSHA = try connection.send(["SCRIPT", "LOAD", Self.rescueScript]).string }
+        let queue = keys.queue((envelope?.kind ?? .validate).rawValue)
+        let arguments: [[UInt8]] =
+            [Array("EVALSHA".utf8), Array((rescueSHA ?? "").utf8), Array("4".utf8)]
+            + [processing, queue, keys.dead, counter].map { Array($0.utf8) }
+            + [raw, buried, Array(String(Int64(Date().timeIntervalSince1970 * 1000)).utf8)]
+        do {
+            return try connection.send(bytes: arguments).int ?? 0
+        } catch let error as RedisError where error.message.hasPrefix("NOSCRIPT") {
+            rescueSHA = try connection.send(["SCRIPT", "LOAD", Self.rescueScript]).string
+            var retried = arguments
+            retried[1] = Array((rescueSHA ?? "").utf8)
+            return try connection.send(bytes: retried).int ?? 0
+        }
+    }
+}
+
+/// A stable name for bytes that are not an envelope (a hash for bookkeeping, not for security).
+func fnv1a(_ bytes: [UInt8]) -> String {
+    var hash: UInt64 = 0xcbf2_9ce4_8422_2325
+    for byte in bytes {
+        hash ^= UInt64(byte)
+        hash &*= 0x100_0000_01b3
+    }
+    return String(hash, radix: 16)
 }
