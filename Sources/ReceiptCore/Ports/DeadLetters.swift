@@ -1,0 +1,316 @@
+import Foundation
+
+/// Which job set a ``JobSetStore`` serves, and so what an entry's score means.
+public enum JobSetKind: String, Sendable, Equatable, CaseIterable {
+    /// The dead letters: jobs given up on; the score is when the job died.
+    case dead
+    /// Jobs waiting in backoff; the score is when the job runs again.
+    case retry
+}
+
+/// One member of a job set (the dead letters or the retries), as the dashboard and `receiptq dlq`
+/// show it.
+///
+/// ```swift
+/// let page = try await deadLetters.list(filter: JobSetFilter(errorCode: "timeout"), offset: 0, limit: 50)
+/// for entry in page.entries {
+///     print(entry.id, entry.bundleID ?? "-", entry.errorCode ?? "-", entry.attempts)
+/// }
+/// ```
+///
+/// A member whose bytes are not a job envelope (a poison job) is still an entry: its `envelope`
+/// is nil, its id is derived from a hash of its bytes, and it can be deleted like any other.
+///
+/// `raw` and `envelope.receipt` hold the receipt itself: show ``envelopeForDisplay`` instead.
+/// `description` never includes either.
+public struct JobSetEntry: Sendable, Equatable, Identifiable, CustomStringConvertible {
+    /// An entry's identifier: the job id, or `poison-<hash>` for a member that is not an envelope.
+    ///
+    /// Parsing is exact: a UUID in any letter case names that job and nothing else, never a
+    /// prefix or a substring.
+    public struct ID: Sendable, Hashable, CustomStringConvertible, LosslessStringConvertible {
+        private static let poisonPrefix = "poison-"
+
+        /// The canonical form: a lowercase UUID, or `poison-` and 32 lowercase hex digits.
+        public let rawValue: String
+
+        /// The identifier of a job.
+        public init(job: UUID) { self.init(canonical: job.uuidString.lowercased()) }
+
+        /// The identifier of a poison member: a 128-bit FNV-1a hash of its bytes, so the same bytes
+        /// always get the same id and can be found again to delete them.
+        public init(poison raw: [UInt8]) {
+            let hex = String(Self.fnv1a128(raw), radix: 16)
+            self.init(canonical: Self.poisonPrefix + String(repeating: "0", count: 32 - hex.count) + hex)
+        }
+
+        /// Parses an identifier as shown in the dashboard or passed to `receiptq dlq`.
+        /// - Parameter text: a UUID in any letter case, or `poison-` and 32 hex digits.
+        /// - Returns: nil for anything else (including a partial UUID).
+        public init?(_ text: String) {
+            let text = text.trimmingCharacters(in: .whitespacesAndNewlines).lowercased()
+            if let uuid = UUID(uuidString: text) {
+                self.init(job: uuid)
+                return
+            }
+            let digits = text.dropFirst(Self.poisonPrefix.count)
+            guard text.hasPrefix(Self.poisonPrefix), digits.count == 32, digits.allSatisfy(\.isHexDigit) else { return nil }
+            self.init(canonical: text)
+        }
+
+        private init(canonical: String) { rawValue = canonical }
+
+        /// The job id, or nil for a poison member.
+        public var jobID: UUID? { UUID(uuidString: rawValue) }
+
+        /// Whether this names a poison member.
+        public var isPoison: Bool { rawValue.hasPrefix(Self.poisonPrefix) }
+
+        /// The canonical form, ``rawValue``.
+        public var description: String { rawValue }
+
+        private static func fnv1a128(_ bytes: [UInt8]) -> UInt128 {
+            // Not a security hash: poison members are our own workers' output, and the id only
+            // has to tell a few thousand of them apart.
+            var hash: UInt128 = 0x6c62_272e_07bb_0142_62b8_2175_6295_c58d
+            let prime: UInt128 = 0x0000_0000_0100_0000_0000_0000_0000_013b
+            for byte in bytes {
+                hash ^= UInt128(byte)
+                hash = hash &* prime
+            }
+            return hash
+        }
+    }
+
+    /// The job id, or a hash-derived id for a poison member.
+    public let id: ID
+    /// The parsed envelope, or nil when the member is not a valid envelope (a poison job).
+    public let envelope: JobEnvelope?
+    /// The member's bytes exactly as stored, which delete and retry match on. Holds the receipt:
+    /// never render or log it.
+    public let raw: [UInt8]
+    /// The member's score: when the job died (dead letters) or when it runs again (retries).
+    public let score: Date
+
+    /// Parses a member of a job set.
+    /// - Parameters:
+    ///   - raw: the member's bytes.
+    ///   - score: its score as a date.
+    public init(raw: [UInt8], score: Date) {
+        let envelope = try? JobEnvelope.decode(raw)
+        self.envelope = envelope
+        self.id = envelope.map { ID(job: $0.id) } ?? ID(poison: raw)
+        self.raw = raw
+        self.score = score
+    }
+
+    /// Whether the member is not a valid envelope; such a member can be deleted but not retried.
+    public var isPoison: Bool { envelope == nil }
+    /// The job id (nil for a poison member).
+    public var jobID: UUID? { envelope?.id }
+    /// Which queue a retry sends the job to.
+    public var kind: JobKind? { envelope?.kind }
+    /// The registered app the receipt belongs to.
+    public var appID: UUID? { envelope?.appID }
+    /// The bundle id decoded from the receipt at ingestion.
+    public var bundleID: String? { envelope?.bundleID }
+    /// The bounded code of the last failure.
+    public var errorCode: String? { envelope?.errorCode }
+    /// The redacted description of the last failure.
+    public var errorMessage: String? { envelope?.errorMessage }
+    /// How many attempts have failed so far (0 for a poison member).
+    public var attempts: Int { envelope?.attempt ?? 0 }
+    /// When the job first failed (since it was last queued by an operator).
+    public var firstFailedAt: Date? { envelope?.firstFailedAt }
+    /// When the job last failed.
+    public var lastFailedAt: Date? { envelope?.lastFailedAt }
+    /// When the receipt was queued at ingestion.
+    public var enqueuedAt: Date? { envelope?.enqueuedAt }
+    /// The end user's identifier the client sent along.
+    public var userIdentifier: String? { envelope?.submission.userIdentifier }
+    /// Who put the job on the queue last.
+    public var origin: JobOrigin? { envelope?.origin }
+
+    /// How long ago the receipt was queued (for a poison member: how long ago its score was).
+    /// - Parameter now: the current time, from the injected clock.
+    /// - Returns: zero or more.
+    public func age(at now: Date) -> Duration {
+        let since = enqueuedAt ?? score
+        return .milliseconds(Int64(max(0, now.timeIntervalSince(since)) * 1000))
+    }
+
+    /// The envelope with the receipt replaced by a placeholder, for a detail page or `dlq show`.
+    public var envelopeForDisplay: JobEnvelope? {
+        guard var copy = envelope else { return nil }
+        copy.receipt = "<receipt: \(copy.receipt.utf8.count) base64 characters, not shown>"
+        return copy
+    }
+
+    /// A log-safe summary: no receipt, no user data.
+    public var description: String {
+        "JobSetEntry(id: \(id), errorCode: \(errorCode ?? "none"), attempts: \(attempts), score: \(score), "
+            + "poison: \(isPoison))"
+    }
+}
+
+/// Which entries of a job set to list, retry or delete; every condition given must hold.
+///
+/// ```swift
+/// let filter = JobSetFilter(errorCode: "shared_secret_mismatch", appID: app.id)
+/// let moved = try await deadLetters.retryAll(matching: filter)
+/// ```
+///
+/// The substring search looks only at the job id, bundle id, error code and message, and the
+/// user identifier, case-insensitively; never at the receipt, so a search cannot probe receipt
+/// contents. A poison member matches only an empty filter or a search for its `poison-…` id.
+public struct JobSetFilter: Sendable, Equatable {
+    /// The last failure's error code, matched exactly.
+    public var errorCode: String?
+    /// The app the job belongs to.
+    public var appID: UUID?
+    /// A case-insensitive substring of the id, bundle id, error code or message, or user identifier.
+    public var search: String?
+
+    /// Every entry.
+    public static var all: JobSetFilter { JobSetFilter() }
+
+    /// Creates a filter; empty or blank strings count as "any".
+    /// - Parameters:
+    ///   - errorCode: the exact error code, e.g. `shared_secret_mismatch`.
+    ///   - appID: the app.
+    ///   - search: a substring to look for.
+    public init(errorCode: String? = nil, appID: UUID? = nil, search: String? = nil) {
+        self.errorCode = Self.nonBlank(errorCode)
+        self.appID = appID
+        self.search = Self.nonBlank(search)
+    }
+
+    /// Whether the filter selects every entry.
+    public var isEmpty: Bool { Self.nonBlank(errorCode) == nil && appID == nil && Self.nonBlank(search) == nil }
+
+    /// Whether `entry` is selected.
+    /// - Parameter entry: a member of a job set.
+    /// - Returns: true when every condition given holds.
+    public func matches(_ entry: JobSetEntry) -> Bool {
+        if let code = Self.nonBlank(errorCode), entry.errorCode != code { return false }
+        if let appID, entry.appID != appID { return false }
+        guard let needle = Self.nonBlank(search)?.lowercased() else { return true }
+        // Deliberately not the receipt, the raw bytes, the device or network fields.
+        let haystacks = [entry.id.rawValue, entry.bundleID, entry.errorCode, entry.errorMessage, entry.userIdentifier]
+        return haystacks.contains { $0?.lowercased().contains(needle) ?? false }
+    }
+
+    private static func nonBlank(_ text: String?) -> String? {
+        guard let trimmed = text?.trimmingCharacters(in: .whitespacesAndNewlines), !trimmed.isEmpty else { return nil }
+        return trimmed
+    }
+}
+
+/// One page of a job set listing.
+public struct JobSetPage: Sendable, Equatable {
+    /// The entries of this page, in the set's listing order.
+    public var entries: [JobSetEntry]
+    /// How many entries match the filter in the whole set.
+    public var totalMatching: Int
+    /// The offset this page starts at, among the matching entries.
+    public var offset: Int
+    /// The page size asked for.
+    public var limit: Int
+    /// False when the store examined only part of a very large set for a filtered page, so
+    /// `totalMatching` counts the matches among the members it examined (show it as "at least").
+    public var totalIsExact: Bool
+
+    /// Creates a page.
+    /// - Parameters:
+    ///   - entries: the entries.
+    ///   - totalMatching: how many match in all.
+    ///   - offset: where the page starts.
+    ///   - limit: the page size.
+    ///   - totalIsExact: whether the whole set was examined; default true.
+    public init(entries: [JobSetEntry], totalMatching: Int, offset: Int, limit: Int, totalIsExact: Bool = true) {
+        self.entries = entries
+        self.totalMatching = totalMatching
+        self.offset = offset
+        self.limit = limit
+        self.totalIsExact = totalIsExact
+    }
+
+    /// The offset of the next page, or nil on the last page.
+    public var nextOffset: Int? { limit > 0 && offset + limit < totalMatching ? offset + limit : nil }
+    /// The offset of the previous page, or nil on the first page.
+    public var previousOffset: Int? { offset > 0 ? max(0, offset - limit) : nil }
+}
+
+/// The dead letters or the retries, as the dashboard and `receiptq dlq` manage them.
+///
+/// Retrying moves a job to the front of its queue, atomically and at most once even when two
+/// operators retry it at the same moment, with its failure fields reset (see
+/// ``JobEnvelope/requeued(by:)``). A poison member cannot be retried, only deleted.
+///
+/// ```swift
+/// let dead: any JobSetStore = RedisJobSet.dead(pool: pool, keys: keys)
+/// if let id = JobSetEntry.ID(idFromURL), let entry = try await dead.entry(id: id) {
+///     try await dead.retry(ids: [entry.id])
+/// }
+/// ```
+public protocol JobSetStore: Sendable {
+    /// Which set this is, and so what an entry's score means.
+    var kind: JobSetKind { get }
+
+    /// How many members the set holds.
+    func count() async throws -> Int
+
+    /// A page of the entries matching `filter`, in the set's listing order.
+    /// - Parameters:
+    ///   - filter: which entries.
+    ///   - offset: how many matching entries to skip.
+    ///   - limit: the most entries to return.
+    /// - Returns: the page, with the number of matching entries.
+    func list(filter: JobSetFilter, offset: Int, limit: Int) async throws -> JobSetPage
+
+    /// The entry with this id (the newest one, should a job be in the set twice), or nil.
+    func entry(id: JobSetEntry.ID) async throws -> JobSetEntry?
+
+    /// Moves these jobs to the front of their queues, failure fields reset.
+    /// - Parameter ids: the entries; unknown ids and poison members are skipped.
+    /// - Returns: how many jobs were requeued.
+    @discardableResult
+    func retry(ids: [JobSetEntry.ID]) async throws -> Int
+
+    /// Moves every job matching `filter` to the front of its queue, failure fields reset.
+    /// - Parameter filter: which entries; poison members are skipped.
+    /// - Returns: how many jobs were requeued.
+    @discardableResult
+    func retryAll(matching filter: JobSetFilter) async throws -> Int
+
+    /// Removes these entries for good.
+    /// - Parameter ids: the entries; unknown ids are skipped.
+    /// - Returns: how many members were removed.
+    @discardableResult
+    func delete(ids: [JobSetEntry.ID]) async throws -> Int
+
+    /// Removes every entry matching `filter` for good.
+    /// - Parameter filter: which entries.
+    /// - Returns: how many members were removed.
+    @discardableResult
+    func deleteAll(matching filter: JobSetFilter) async throws -> Int
+}
+
+extension JobEnvelope {
+    /// The envelope an operator sends back to the queue.
+    ///
+    /// Keeps the attempt count and the history of Apple calls (the audit trail), but clears the
+    /// failure fields: `RetryPolicy` gives up by the age of `firstFailedAt`, so the requeued job
+    /// gets a fresh age budget instead of dying again at its next failure.
+    /// - Parameter origin: who requeued it (`.dashboard` or `.cli`).
+    /// - Returns: the updated envelope.
+    public func requeued(by origin: JobOrigin) -> JobEnvelope {
+        var copy = self
+        copy.origin = origin
+        copy.firstFailedAt = nil
+        copy.lastFailedAt = nil
+        copy.errorCode = nil
+        copy.errorMessage = nil
+        return copy
+    }
+}
