@@ -50,24 +50,40 @@ public enum ReceiptQueueApp {
         let host = ProcessInfo.processInfo.hostName
         let pid = ProcessInfo.processInfo.processIdentifier
         let instance = String(UInt32.random(in: 0...UInt32.max), radix: 36)
+        let workerID: @Sendable (Int) -> String = { index in "\(host)-\(pid)-\(instance)-\(index)" }
         return WorkerPool(
             configuration: .init(
                 concurrency: configuration.workerConcurrency, shutdownTimeout: configuration.workerShutdownTimeout,
+                heartbeatInterval: .seconds(max(1, configuration.workerHeartbeatTTLSeconds / 3)),
                 retryPolicy: configuration.retryPolicy),
             makeLane: { index in
                 let redis = try RedisConnection(configuration: configuration.redis, label: "worker-\(index)")
                 let postgres = try PostgresConnection(configuration: configuration.postgres, label: "worker-\(index)")
+                let queue = RedisWorkQueue(connection: redis, keys: configuration.keys, workerID: workerID(index))
+                queue.heartbeatTTLSeconds = configuration.workerHeartbeatTTLSeconds
                 return WorkerLane(
-                    queue: RedisWorkQueue(
-                        connection: redis, keys: configuration.keys, workerID: "\(host)-\(pid)-\(instance)-\(index)"),
-                    store: PostgresReceiptStore(connection: postgres),
-                    verifier: try AppStoreClient(configuration: configuration.appStore))
+                    queue: queue, store: PostgresReceiptStore(connection: postgres),
+                    verifier: try AppStoreClient(configuration: configuration.appStore),
+                    // Same thread, same connection: the circuit is consulted between queue calls.
+                    circuit: RedisOutageCircuit(connection: redis, keys: configuration.keys))
+            },
+            requeueAbandoned: { lanes in
+                do {
+                    let redis = try RedisConnection(configuration: configuration.redis, label: "worker-shutdown")
+                    defer { redis.close() }
+                    let maintenance = RedisMaintenance(connection: redis, keys: configuration.keys)
+                    for lane in lanes { try maintenance.requeueInFlight(worker: workerID(lane)) }
+                } catch {
+                    // The heartbeat lapses soon and the janitor takes the jobs back: late, not lost.
+                    logger.error("Could not requeue the jobs in hand at shutdown", metadata: ["error": "\(error)"])
+                }
             }, logger: logger)
     }
 
     /// The scheduler: retry promotion and the janitor.
     public static func makeScheduler(_ configuration: AppConfiguration, logger: Logger) -> Scheduler {
         Scheduler(
+            configuration: .init(janitorInterval: .seconds(max(1, configuration.workerHeartbeatTTLSeconds / 2))),
             makeMaintenance: {
                 RedisMaintenance(
                     connection: try RedisConnection(configuration: configuration.redis, label: "scheduler"),

@@ -1,18 +1,24 @@
 import Foundation
 import Logging
 import ReceiptCore
+import Synchronization
 
 /// The resources one worker lane owns: its own queue connection, store connection and HTTP handle.
 public struct WorkerLane {
     public var queue: any JobQueue
     public var store: any ReceiptStore
     public var verifier: any ReceiptVerifier
+    /// The shared outage circuit; nil calls Apple regardless.
+    public var circuit: (any OutageCircuit)?
 
     /// Bundles a lane's resources.
-    public init(queue: any JobQueue, store: any ReceiptStore, verifier: any ReceiptVerifier) {
+    public init(
+        queue: any JobQueue, store: any ReceiptStore, verifier: any ReceiptVerifier, circuit: (any OutageCircuit)? = nil
+    ) {
         self.queue = queue
         self.store = store
         self.verifier = verifier
+        self.circuit = circuit
     }
 }
 
@@ -22,6 +28,8 @@ public enum JobOutcome: String, Sendable, Equatable {
     case invalid
     case retried
     case dead
+    /// Apple is down for everyone (the circuit is open): put back without using an attempt.
+    case deferred
 }
 
 /// Runs one job through Apple's rules: verify → store → acknowledge, or retry, or bury.
@@ -58,6 +66,15 @@ public struct JobProcessor {
         logger[metadataKey: "job.id"] = "\(envelope.id)"
         logger[metadataKey: "job.attempt"] = "\(envelope.attempt)"
 
+        // While Apple fails for everyone, jobs wait for the probe instead of hammering it, and
+        // keep their attempts: the outage is not the receipt's fault. A circuit that cannot be
+        // read (Redis trouble) lets the call through; the queue will surface that error anyway.
+        if case .deny(let until)? = try? lane.circuit?.permission(now: now()) {
+            let spread = Double.random(in: 0...10, using: &generator)
+            try lane.queue.scheduleRetry(job, updated: envelope, runAt: until.addingTimeInterval(spread))
+            return .deferred
+        }
+
         let app: AppRecord?
         do {
             app = try lane.store.app(id: envelope.appID)
@@ -73,6 +90,9 @@ public struct JobProcessor {
                 receiptData: envelope.receipt, sharedSecret: app.sharedSecret,
                 excludeOldTransactions: app.excludeOldTransactions))
         let code = report.errorCode ?? report.response.map { "apple_\($0.status)" } ?? "unknown"
+        if let transition = try? lane.circuit?.record(outage: report.verdict == .outage, now: now()) {
+            logger.warning("Apple outage circuit changed", metadata: ["circuit.transition": "\(transition)"])
+        }
 
         switch report.verdict {
         case .valid, .invalid:
@@ -92,6 +112,13 @@ public struct JobProcessor {
             logger.debug("Job validated", metadata: ["receipt.status": "\(record.status.rawValue)"])
             return record.status == .valid ? .validated : .invalid
         case .configurationError:
+            if ConfigurationAlarm.raiseOnce(appID: app.id) {
+                // Every receipt of this app will fail the same way until someone fixes the secret:
+                // say it once, loudly, not once per job.
+                logger.error(
+                    "Apple rejects this app's shared secret (21004): update it, then retry the dead letters",
+                    metadata: ["app.id": "\(app.id)", "app.bundle_id": "\(app.bundleID)"])
+            }
             let failed = envelope.failed(
                 code: report.response?.status == 21004 ? "shared_secret_mismatch" : code,
                 message: "Apple rejected the request: fix the app's configuration, then retry", calls: report.calls, at: now())
@@ -127,5 +154,15 @@ public struct JobProcessor {
         try lane.queue.bury(job, updated: failed, at: now())
         logger.info("Job moved to the dead letters", metadata: ["job.error": "\(failed.errorCode ?? "")"])
         return .dead
+    }
+}
+
+/// Remembers, per process, which apps' configuration errors were already reported.
+enum ConfigurationAlarm {
+    private static let raised = Mutex<Set<UUID>>([])
+
+    /// True the first time it is called for `appID`.
+    static func raiseOnce(appID: UUID) -> Bool {
+        raised.withLock { $0.insert(appID).inserted }
     }
 }
