@@ -24,6 +24,8 @@ public struct AppConfiguration: Sendable, CustomStringConvertible {
     public var mockAppStorePort: Int
     public var workerConcurrency: Int
     public var workerShutdownTimeout: Duration
+    /// How long a worker lane's heartbeat lives; the janitor requeues its jobs once it lapses.
+    public var workerHeartbeatTTLSeconds: Int
     public var retryPolicy: RetryPolicy
     public var api: IngestAPI.Configuration
     public var logLevel: String
@@ -72,6 +74,7 @@ public struct AppConfiguration: Sendable, CustomStringConvertible {
             caInfo: environment["APPSTORE_CA_FILE"].flatMap { $0.isEmpty ? nil : $0 })
         workerConcurrency = try int("WORKER_CONCURRENCY", 16, range: 1...4096)
         workerShutdownTimeout = .seconds(try int("WORKER_SHUTDOWN_TIMEOUT_SECONDS", 25, range: 0...3600))
+        workerHeartbeatTTLSeconds = try int("WORKER_HEARTBEAT_TTL_SECONDS", 30, range: 2...3600)
         retryPolicy = RetryPolicy(
             base: .milliseconds(try int("RETRY_BASE_MS", 2000, range: 1...3_600_000)),
             cap: .seconds(try int("RETRY_MAX_BACKOFF_SECONDS", 3600, range: 1...86_400)),

@@ -45,23 +45,31 @@ public final class WorkerPool: Service, Sendable {
 
     private let configuration: Configuration
     private let makeLane: @Sendable (Int) throws -> WorkerLane
+    private let requeueAbandoned: @Sendable ([Int]) -> Void
     private let now: @Sendable () -> Date
     private let logger: Logger
     private let stopping = Atomic<Bool>(false)
     private let processed = Atomic<Int>(0)
+    private let running = Mutex<Set<Int>>([])
+    private let finished = Mutex<CheckedContinuation<Void, Never>?>(nil)
 
     /// Creates a pool.
     /// - Parameters:
     ///   - configuration: pool settings.
     ///   - makeLane: builds lane `index`'s resources, on that lane's own thread; retried with backoff when it fails.
+    ///   - requeueAbandoned: called once graceful shutdown's deadline passed with the lanes still
+    ///     busy; it must put their in-flight jobs back on the queue (on its own connection: the
+    ///     lanes' own are blocked).
     ///   - now: the injected clock.
     ///   - logger: where the pool logs.
     public init(
         configuration: Configuration, makeLane: @escaping @Sendable (Int) throws -> WorkerLane,
-        now: @escaping @Sendable () -> Date = { Date() }, logger: Logger
+        requeueAbandoned: @escaping @Sendable ([Int]) -> Void = { _ in }, now: @escaping @Sendable () -> Date = { Date() },
+        logger: Logger
     ) {
         self.configuration = configuration
         self.makeLane = makeLane
+        self.requeueAbandoned = requeueAbandoned
         self.now = now
         self.logger = logger
     }
@@ -71,22 +79,46 @@ public final class WorkerPool: Service, Sendable {
 
     public func run() async throws {
         let group = DispatchGroup()
+        running.withLock { $0 = Set(0..<configuration.concurrency) }
         for index in 0..<configuration.concurrency {
             group.enter()
             DispatchQueue(label: "receiptq.worker.\(index)").async {
                 self.runLane(index)
+                _ = self.running.withLock { $0.remove(index) }
                 group.leave()
             }
         }
         logger.info("Worker pool started", metadata: ["worker.concurrency": "\(configuration.concurrency)"])
         await withTaskCancellationOrGracefulShutdownHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-                group.notify(queue: .global()) { continuation.resume() }
+                finished.withLock { $0 = continuation }
+                group.notify(queue: .global()) { self.finish() }
             }
         } onCancelOrGracefulShutdown: {
             self.stopping.store(true, ordering: .relaxed)
+            let deadline = DispatchTime.now() + .milliseconds(Int(self.configuration.shutdownTimeout.seconds * 1000))
+            DispatchQueue.global().asyncAfter(deadline: deadline) { self.abandonBusyLanes() }
         }
         logger.info("Worker pool stopped")
+    }
+
+    /// Resumes `run()` once, whichever comes first: every lane finished, or the deadline passed.
+    private func finish() {
+        finished.withLock { continuation in
+            continuation?.resume()
+            continuation = nil
+        }
+    }
+
+    /// The deadline passed: give the jobs of lanes still blocked in a call back to the queue, so a
+    /// restart picks them up at once instead of after the heartbeat lapses (Sidekiq's
+    /// hard_shutdown). If such a lane still finishes its job, the replay is a no-op.
+    private func abandonBusyLanes() {
+        let busy = running.withLock { $0 }
+        guard !busy.isEmpty else { return }
+        logger.warning("Shutdown deadline passed; requeueing the jobs in hand", metadata: ["worker.lanes": "\(busy.sorted())"])
+        requeueAbandoned(busy.sorted())
+        finish()
     }
 
     /// Asks the lanes to stop after their current job (also what graceful shutdown does).

@@ -9,11 +9,16 @@ public final class RedisMaintenance: QueueMaintenance {
     /// Moves due retries to the front of their queue. Versioned (the name carries the version) so a
     /// changed script never runs under an old SHA; atomic, so a job is never in both places.
     static let promoteScript = """
-        -- receiptq:promote_due:v1
+        -- receiptq:promote_due:v2
+        -- KEYS: retry zset, validate queue, repoll queue; ARGV: now ms, limit
         local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
         for _, job in ipairs(due) do
           redis.call('ZREM', KEYS[1], job)
-          redis.call('RPUSH', KEYS[2], job)
+          -- Read the kind only; the job's bytes are pushed unchanged (never re-encoded by cjson).
+          local ok, envelope = pcall(cjson.decode, job)
+          local queue = KEYS[2]
+          if ok and type(envelope) == 'table' and envelope.kind == 'repoll' then queue = KEYS[3] end
+          redis.call('RPUSH', queue, job)
         end
         return #due
         """
@@ -34,16 +39,16 @@ public final class RedisMaintenance: QueueMaintenance {
     @discardableResult
     public func promoteDueRetries(now: Date, limit: Int) throws -> Int {
         let args = [String(Int64(now.timeIntervalSince1970 * 1000)), String(limit)]
-        let keyArgs = [keys.retry, keys.queue("validate")]
+        let keyArgs = [keys.retry, keys.queue(JobKind.validate.rawValue), keys.queue(JobKind.repoll.rawValue)]
         if promoteSHA == nil {
             promoteSHA = try connection.send(["SCRIPT", "LOAD", Self.promoteScript]).string
         }
         do {
-            return try connection.send(["EVALSHA", promoteSHA ?? "", "2"] + keyArgs + args).int ?? 0
+            return try connection.send(["EVALSHA", promoteSHA ?? "", "3"] + keyArgs + args).int ?? 0
         } catch let error as RedisError where error.message.hasPrefix("NOSCRIPT") {
             // Redis restarted without persistence of scripts: load again, once.
             promoteSHA = try connection.send(["SCRIPT", "LOAD", Self.promoteScript]).string
-            return try connection.send(["EVALSHA", promoteSHA ?? "", "2"] + keyArgs + args).int ?? 0
+            return try connection.send(["EVALSHA", promoteSHA ?? "", "3"] + keyArgs + args).int ?? 0
         }
     }
 
@@ -51,16 +56,19 @@ public final class RedisMaintenance: QueueMaintenance {
     /// janitor may have taken it), either back to its queue (counting the recovery) or to the dead
     /// letters. Versioned like the promotion script.
     static let rescueScript = """
-        -- receiptq:rescue_orphan:v1
-        -- KEYS: processing list, queue, dead zset, recovery counter; ARGV: job, buried job or '', now ms
+        -- receiptq:rescue_orphan:v2
+        -- KEYS: processing list, queue, dead zset, recovery counter
+        -- ARGV: job, buried job or '', now ms, '1' to count the recovery (a crash) or '0' (a shutdown)
         if redis.call('LREM', KEYS[1], 1, ARGV[1]) == 0 then return 0 end
         if ARGV[2] ~= '' then
           redis.call('ZADD', KEYS[3], ARGV[3], ARGV[2])
           redis.call('DEL', KEYS[4])
           return 2
         end
-        redis.call('INCR', KEYS[4])
-        redis.call('EXPIRE', KEYS[4], 604800)
+        if ARGV[4] == '1' then
+          redis.call('INCR', KEYS[4])
+          redis.call('EXPIRE', KEYS[4], 604800)
+        end
         redis.call('RPUSH', KEYS[2], ARGV[1])
         return 1
         """
@@ -79,24 +87,39 @@ public final class RedisMaintenance: QueueMaintenance {
         for member in members {
             guard let worker = member.string else { continue }
             if try connection.send(["EXISTS", keys.worker(worker)]).int == 1 { continue }
-            let processing = keys.processing(worker)
-            while case .array(let jobs) = try connection.send(["LRANGE", processing, "-100", "-1"]), !jobs.isEmpty {
-                for case .bulk(let raw) in jobs.reversed() {
-                    moved += try rescue(raw, from: processing) == 1 ? 1 : 0
-                }
-            }
-            _ = try connection.send(["SREM", keys.workers, worker])
+            moved += try drain(worker: worker, counting: true)
         }
         return moved
     }
 
-    private func rescue(_ raw: [UInt8], from processing: String) throws -> Int {
+    /// Gives back every job a live worker lane holds, without counting it as a recovery: for a
+    /// graceful shutdown whose deadline passed while the lane was still blocked in a call.
+    /// - Returns: how many jobs were given back.
+    @discardableResult
+    public func requeueInFlight(worker: String) throws -> Int {
+        _ = try connection.send(["DEL", keys.worker(worker)])
+        return try drain(worker: worker, counting: false)
+    }
+
+    private func drain(worker: String, counting: Bool) throws -> Int {
+        var moved = 0
+        let processing = keys.processing(worker)
+        while case .array(let jobs) = try connection.send(["LRANGE", processing, "-100", "-1"]), !jobs.isEmpty {
+            for case .bulk(let raw) in jobs.reversed() {
+                moved += try rescue(raw, from: processing, counting: counting) == 1 ? 1 : 0
+            }
+        }
+        _ = try connection.send(["SREM", keys.workers, worker])
+        return moved
+    }
+
+    private func rescue(_ raw: [UInt8], from processing: String, counting: Bool) throws -> Int {
         let envelope = try? JobEnvelope.decode(raw)
         let id = envelope?.id.uuidString.lowercased() ?? "raw-\(fnv1a(raw))"
         let counter = "\(keys.prefix):recoveries:\(id)"
         let recoveries = try connection.send(["GET", counter]).int ?? 0
         var buried: [UInt8] = []
-        if recoveries >= maxRecoveries {
+        if counting, recoveries >= maxRecoveries {
             buried =
                 envelope?.failed(
                     code: "poison_job", message: "the job was running when \(recoveries + 1) workers died", calls: [],
@@ -108,7 +131,7 @@ public final class RedisMaintenance: QueueMaintenance {
         let arguments: [[UInt8]] =
             [Array("EVALSHA".utf8), Array((rescueSHA ?? "").utf8), Array("4".utf8)]
             + [processing, queue, keys.dead, counter].map { Array($0.utf8) }
-            + [raw, buried, Array(String(Int64(Date().timeIntervalSince1970 * 1000)).utf8)]
+            + [raw, buried, Array(String(Int64(Date().timeIntervalSince1970 * 1000)).utf8), Array((counting ? "1" : "0").utf8)]
         do {
             return try connection.send(bytes: arguments).int ?? 0
         } catch let error as RedisError where error.message.hasPrefix("NOSCRIPT") {

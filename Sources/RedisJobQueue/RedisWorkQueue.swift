@@ -26,6 +26,8 @@ public final class RedisWorkQueue: JobQueue {
     private let retention: DeadLetterRetention
     private let resultTTLSeconds = 60
     private let startedAt = Date()
+    /// How long a heartbeat stays valid; the janitor takes the lane's jobs back once it lapses.
+    public var heartbeatTTLSeconds = 30
 
     /// Creates a lane's queue.
     /// - Parameters:
@@ -98,7 +100,7 @@ public final class RedisWorkQueue: JobQueue {
                     "started_at", String(milliseconds(startedAt)), "beat_at", String(milliseconds(Date())),
                 ],
                 // Three missed beats and the janitor may take this lane's jobs back.
-                ["EXPIRE", keys.worker(workerID), "30"],
+                ["EXPIRE", keys.worker(workerID), String(heartbeatTTLSeconds)],
             ].map { $0.map(bytes) })
     }
 
@@ -109,6 +111,13 @@ public final class RedisWorkQueue: JobQueue {
         let replies = try connection.pipeline(bytes: all)
         if case .error(let message)? = replies.last { throw RedisQueueError.transactionFailed(message) }
         if case .null? = replies.last { throw RedisQueueError.transactionFailed("EXEC aborted") }
+        // A command can fail inside EXEC (e.g. WRONGTYPE) while the others ran: say so loudly
+        // rather than report a move that half happened.
+        if case .array(let results)? = replies.last, let failure = results.first(where: { if case .error = $0 { true } else { false } }),
+            case .error(let message) = failure
+        {
+            throw RedisQueueError.transactionFailed("a command inside EXEC failed: \(message)")
+        }
     }
 }
 

@@ -4,6 +4,7 @@ import ReceiptCore
 import ReceiptTesting
 import ReceiptWorker
 import ServiceLifecycle
+import Synchronization
 import Testing
 
 @Suite("Job processor: Apple's verdicts become the right transitions")
@@ -103,6 +104,39 @@ struct JobProcessorTests {
         #expect(queue.retries.first?.envelope.errorCode == "store_unavailable")
     }
 
+    @Test("While the outage circuit is open, jobs are deferred past it without using an attempt; outages open it")
+    func circuit() throws {
+        let circuit = MemoryOutageCircuit(policy: CircuitPolicy(minimumFailures: 2, failureRatio: 0.5))
+        let outage = VerificationReport(
+            verdict: .outage, response: nil,
+            calls: [AppleCall(endpoint: .production, httpStatus: 503, appleStatus: nil, isRetryable: nil, latencyMs: 1, errorCode: "http_503")],
+            errorCode: "http_503")
+        let queue = MemoryJobQueue(jobs: [envelope(), envelope(), envelope()])
+        let store = MemoryReceiptStore(apps: [app])
+        let lane = WorkerLane(queue: queue, store: store, verifier: StubVerifier([outage]), circuit: circuit)
+        let processor = JobProcessor(retryPolicy: RetryPolicy(), now: { [now] in now })
+        var rng = SeededGenerator(seed: 3)
+        // Two outages: each retried (attempt used), and the second opens the circuit.
+        for _ in 0..<2 {
+            let job = try #require(try queue.reserve(timeout: .zero))
+            #expect(try processor.process(job, on: lane, logger: logger, using: &rng) == .retried)
+        }
+        guard case .open(let until) = try circuit.state(now: now) else {
+            Issue.record("the circuit should be open")
+            return
+        }
+        // The third job is not sent to Apple at all.
+        let third = try #require(try queue.reserve(timeout: .zero))
+        let verifier = StubVerifier([StubVerifier.report(status: 0, verdict: .valid)])
+        let guarded = WorkerLane(queue: queue, store: store, verifier: verifier, circuit: circuit)
+        #expect(try processor.process(third, on: guarded, logger: logger, using: &rng) == .deferred)
+        #expect(verifier.requests.isEmpty)
+        let deferred = try #require(queue.retries.last)
+        #expect(deferred.envelope.attempt == 0)
+        #expect(deferred.envelope.errorCode == nil)
+        #expect(deferred.runAt >= until)
+    }
+
     @Test("Retries end in the dead letters once the job is older than the maximum age")
     func exhausted() throws {
         let old = envelope(firstFailedAt: now.addingTimeInterval(-73 * 3600))
@@ -151,5 +185,63 @@ struct WorkerPoolTests {
         #expect(pool.processedCount == 50)
         #expect(queue.acknowledged.count == 50)
         #expect(Set(store.saved.map(\.envelope.id)) == Set(jobs.map(\.id)))
+    }
+}
+
+@Suite("Worker pool shutdown")
+struct WorkerPoolShutdownTests {
+    /// Apple taking far longer than the shutdown deadline.
+    final class SlowVerifier: ReceiptVerifier, @unchecked Sendable {
+        func verify(_ request: VerificationRequest) -> VerificationReport {
+            Thread.sleep(forTimeInterval: 3)
+            return StubVerifier.report(status: 0, verdict: .valid)
+        }
+    }
+
+    @Test("Past the shutdown deadline, the pool hands the busy lanes' jobs back and returns")
+    func abandonsBusyLanesAtTheDeadline() async throws {
+        let app = AppRecord(id: UUID(), name: "t", bundleID: "b", sharedSecret: nil)
+        let queue = MemoryJobQueue(
+            jobs: (0..<2).map { _ in
+                JobEnvelope(id: JobID.make(), kind: .validate, appID: app.id, enqueuedAt: Date(), origin: .api, receipt: "x")
+            })
+        let store = MemoryReceiptStore(apps: [app])
+        let abandoned = Mutex<[Int]>([])
+        let pool = WorkerPool(
+            configuration: .init(concurrency: 2, reserveTimeout: .milliseconds(20), shutdownTimeout: .milliseconds(300)),
+            makeLane: { _ in WorkerLane(queue: queue, store: store, verifier: SlowVerifier()) },
+            requeueAbandoned: { lanes in abandoned.withLock { $0 = lanes } }, logger: Logger(label: "test"))
+        let group = ServiceGroup(services: [pool], gracefulShutdownSignals: [], logger: Logger(label: "test"))
+        try await withThrowingTaskGroup(of: Void.self) { tasks in
+            tasks.addTask { try await group.run() }
+            while queue.inProcessing < 2 { try await Task.sleep(for: .milliseconds(10)) }
+            let started = ContinuousClock.now
+            await group.triggerGracefulShutdown()
+            try await tasks.waitForAll()
+            // Returned at the deadline, not after the 3 s calls.
+            #expect(ContinuousClock.now - started < .seconds(2))
+        }
+        #expect(abandoned.withLock { $0 } == [0, 1])
+        #expect(store.saved.isEmpty)
+    }
+
+    @Test("Lanes that finish within the deadline are not requeued")
+    func cleanShutdown() async throws {
+        let abandoned = Mutex<[Int]?>(nil)
+        let pool = WorkerPool(
+            configuration: .init(concurrency: 3, reserveTimeout: .milliseconds(20), shutdownTimeout: .seconds(5)),
+            makeLane: { _ in
+                WorkerLane(
+                    queue: MemoryJobQueue(), store: MemoryReceiptStore(), verifier: StubVerifier([StubVerifier.report(status: 0, verdict: .valid)]))
+            },
+            requeueAbandoned: { lanes in abandoned.withLock { $0 = lanes } }, logger: Logger(label: "test"))
+        let group = ServiceGroup(services: [pool], gracefulShutdownSignals: [], logger: Logger(label: "test"))
+        try await withThrowingTaskGroup(of: Void.self) { tasks in
+            tasks.addTask { try await group.run() }
+            try await Task.sleep(for: .milliseconds(100))
+            await group.triggerGracefulShutdown()
+            try await tasks.waitForAll()
+        }
+        #expect(abandoned.withLock { $0 } == nil)
     }
 }

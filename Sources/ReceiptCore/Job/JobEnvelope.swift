@@ -46,6 +46,14 @@ public struct Submission: Sendable, Equatable, Codable {
     }
 }
 
+extension JobEnvelope: CustomStringConvertible {
+    /// A description without the receipt or the client's data, so an envelope interpolated into a
+    /// log line leaks nothing.
+    public var description: String {
+        "JobEnvelope(id: \(id), kind: \(kind.rawValue), app: \(appID), attempt: \(attempt), error: \(errorCode ?? "none"))"
+    }
+}
+
 /// The versioned JSON a job travels in through Redis (queue, processing, retry and dead sets).
 ///
 /// Sidekiq-style: the envelope carries its own failure history, so the dead letters are
