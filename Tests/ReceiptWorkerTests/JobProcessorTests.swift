@@ -193,7 +193,7 @@ struct WorkerPoolShutdownTests {
     /// Apple taking far longer than the shutdown deadline.
     final class SlowVerifier: ReceiptVerifier, @unchecked Sendable {
         func verify(_ request: VerificationRequest) -> VerificationReport {
-            Thread.sleep(forTimeInterval: 3)
+            Thread.sleep(forTimeInterval: 10)
             return StubVerifier.report(status: 0, verdict: .valid)
         }
     }
@@ -218,8 +218,8 @@ struct WorkerPoolShutdownTests {
             let started = ContinuousClock.now
             await group.triggerGracefulShutdown()
             try await tasks.waitForAll()
-            // Returned at the deadline, not after the 3 s calls.
-            #expect(ContinuousClock.now - started < .seconds(2))
+            // Returned at the deadline (0.3 s), not after the 10 s calls; the margin absorbs a loaded machine.
+            #expect(ContinuousClock.now - started < .seconds(8))
         }
         #expect(abandoned.withLock { $0 } == [0, 1])
         #expect(store.saved.isEmpty)
