@@ -101,15 +101,19 @@ public enum PKCS7 {
             return Verification(valid: false, reason: looksLikePKCS7(der) ? "malformed" : "not_pkcs7")
         }
         defer { PKCS7_free(p7) }
-        return verify(p7, trustedRoots: trustedRoots, intermediates: intermediates, at: time, purpose: checkPurpose ? "smime_sign" : nil)
+        let purpose = checkPurpose ? "smime_sign" : nil
+        return verify(p7, intermediates: intermediates) { signer, untrusted in
+            ChainVerifier.chainFailure(signer, untrusted: untrusted, trustedRoots: trustedRoots, at: time, purpose: purpose)
+        }
     }
 
-    private static func verify(
+    /// The checks on a decoded SignedData, shared by this reference path and ``PKCS7Verifier``:
+    /// `chainFailure` judges the chain from the signer, given every embedded certificate followed by
+    /// `intermediates` as untrusted helpers, and returns nil or a reason.
+    static func verify(
         _ p7: UnsafeMutablePointer<COpenSSL.PKCS7>,
-        trustedRoots: [Certificate],
         intermediates: [Certificate],
-        at time: Date?,
-        purpose: String?
+        chainFailure: (_ signer: Certificate, _ untrusted: [Certificate]) -> String?
     ) -> Verification {
         guard copenssl_pkcs7_type_is_signed(p7) == 1 else { return Verification(valid: false, reason: "not_signed_data") }
         guard copenssl_pkcs7_get_detached(p7) == 0 else { return Verification(valid: false, reason: "no_content") }
@@ -143,7 +147,7 @@ public enum PKCS7 {
 
         // Like PKCS7_verify, the chain starts at the signer and may use every embedded certificate.
         let untrusted = embedded + intermediates
-        if let reason = ChainVerifier.chainFailure(signer, untrusted: untrusted, trustedRoots: trustedRoots, at: time, purpose: purpose) {
+        if let reason = chainFailure(signer, untrusted) {
             result.reason = reason
             return result
         }

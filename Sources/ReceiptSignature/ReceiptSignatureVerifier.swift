@@ -81,11 +81,26 @@ public enum VerificationTime: Sendable, Equatable {
 /// Checks that Apple signed a receipt, with OpenSSL: PKCS#7 for unified receipts, RSA-SHA1 over
 /// version byte ‖ purchase-info for iOS 6 transaction receipts, and the certificate chain to the
 /// trusted roots in both cases.
+///
+/// Unified receipts go through ``PKCS7Verifier``s, which keep the embedded certificates and the
+/// chain verdicts in process-wide caches: make one verifier at start-up and share it (it is
+/// `Sendable`). ``verifyReference(bytes:receipt:time:)`` runs the uncached reference path, which
+/// gives the same results.
 public struct ReceiptSignatureVerifier: Sendable {
     public let trustStore: TrustStore
+    private let apple: PKCS7Verifier
+    private let storeKit: PKCS7Verifier?
+    private let transactionChain: CachedChainVerifier
 
     /// Creates a verifier trusting `trustStore`.
-    public init(trustStore: TrustStore) { self.trustStore = trustStore }
+    public init(trustStore: TrustStore) {
+        self.trustStore = trustStore
+        apple = PKCS7Verifier(trustedRoots: trustStore.roots, intermediates: trustStore.intermediates)
+        storeKit =
+            trustStore.storeKitTestCertificates.isEmpty
+            ? nil : PKCS7Verifier(trustedRoots: trustStore.storeKitTestCertificates, checkPurpose: false)
+        transactionChain = CachedChainVerifier(intermediates: trustStore.transactionIntermediates, trustedRoots: trustStore.roots)
+    }
 
     /// Verifies the signature of `receipt`, decoded from `bytes`.
     /// - Parameters:
@@ -93,12 +108,30 @@ public struct ReceiptSignatureVerifier: Sendable {
     ///   - receipt: its decoded form (for the dates and, for iOS 6, the signature blob).
     ///   - time: when to judge the certificates.
     public func verify(bytes: [UInt8], receipt: AppReceipt, time: VerificationTime = .receiptDate) -> SignatureResult {
+        verify(bytes: bytes, receipt: receipt, time: time, cached: true)
+    }
+
+    /// ``verify(bytes:receipt:time:)`` without the caches: every certificate decoded and every chain
+    /// built by OpenSSL on each call, as before the caches existed. The same result, several times
+    /// slower; for tests that hold the cached path to it, and for diagnosis.
+    public func verifyReference(bytes: [UInt8], receipt: AppReceipt, time: VerificationTime = .receiptDate) -> SignatureResult {
+        verify(bytes: bytes, receipt: receipt, time: time, cached: false)
+    }
+
+    /// How many unified verifications the cached path decided, and how many it handed to the reference path.
+    public var statistics: PKCS7Verifier.Statistics {
+        let counts = [apple.statistics] + (storeKit.map { [$0.statistics] } ?? [])
+        return PKCS7Verifier.Statistics(
+            fastPath: counts.reduce(0) { $0 + $1.fastPath }, referencePath: counts.reduce(0) { $0 + $1.referencePath })
+    }
+
+    private func verify(bytes: [UInt8], receipt: AppReceipt, time: VerificationTime, cached: Bool) -> SignatureResult {
         guard !trustStore.roots.isEmpty || !trustStore.storeKitTestCertificates.isEmpty else {
             return SignatureResult(valid: false, reason: "no_trust_roots", signer: nil, digest: nil)
         }
         switch receipt.style {
-        case .unified: return verifyUnified(bytes, at: date(time, receipt.creationDate))
-        case .transaction: return verifyTransaction(receipt, at: date(time, receipt.inApp.first?.purchaseDate))
+        case .unified: return verifyUnified(bytes, at: date(time, receipt.creationDate), cached: cached)
+        case .transaction: return verifyTransaction(receipt, at: date(time, receipt.inApp.first?.purchaseDate), cached: cached)
         }
     }
 
@@ -110,28 +143,34 @@ public struct ReceiptSignatureVerifier: Sendable {
         }
     }
 
-    private func verifyUnified(_ bytes: [UInt8], at date: Date?) -> SignatureResult {
-        var result = PKCS7.verify(
-            der: bytes, trustedRoots: trustStore.roots, intermediates: trustStore.intermediates, at: date)
-        if !result.valid, result.reason == "untrusted_chain", !trustStore.storeKitTestCertificates.isEmpty {
+    private func verifyUnified(_ bytes: [UInt8], at date: Date?, cached: Bool) -> SignatureResult {
+        var result =
+            cached
+            ? apple.verify(der: bytes, at: date)
+            : PKCS7.verify(der: bytes, trustedRoots: trustStore.roots, intermediates: trustStore.intermediates, at: date)
+        if !result.valid, result.reason == "untrusted_chain", let storeKit {
             // Xcode's StoreKit certificate signs with a code-signing key usage, so the purpose check
             // is dropped, but only for the certificates the operator chose to trust.
-            let storeKit = PKCS7.verify(
-                der: bytes, trustedRoots: trustStore.storeKitTestCertificates, at: date, checkPurpose: false)
-            if storeKit.valid { result = storeKit }
+            let trusted =
+                cached
+                ? storeKit.verify(der: bytes, at: date)
+                : PKCS7.verify(der: bytes, trustedRoots: trustStore.storeKitTestCertificates, at: date, checkPurpose: false)
+            if trusted.valid { result = trusted }
         }
         return SignatureResult(
             valid: result.valid, reason: result.valid ? nil : result.reason, signer: result.signerCommonName,
             digest: result.digest)
     }
 
-    private func verifyTransaction(_ receipt: AppReceipt, at date: Date?) -> SignatureResult {
+    private func verifyTransaction(_ receipt: AppReceipt, at date: Date?, cached: Bool) -> SignatureResult {
         guard let blob = receipt.transactionSignature, let purchaseInfo = receipt.transactionPurchaseInfo,
             let parts = TransactionReceiptCodec.parseSignatureBlob(blob)
         else {
             return SignatureResult(valid: false, reason: "no_signature", signer: nil, digest: nil)
         }
-        guard let certificate = try? Certificate(der: parts.certificate) else {
+        // Cached: the signer certificate is decoded once, and the chain judged from a cached verdict.
+        let leaf = cached ? transactionChain.leaf(der: parts.certificate) : nil
+        guard let certificate = cached ? leaf?.certificate : try? Certificate(der: parts.certificate) else {
             return SignatureResult(valid: false, reason: "malformed", signer: nil, digest: "sha1")
         }
         let signer = certificate.subjectCommonName
@@ -142,8 +181,12 @@ public struct ReceiptSignatureVerifier: Sendable {
         // Only the iTunes Store CA may stand between an iOS 6 signer and the root: ChainVerifier
         // checks no purpose, and every developer certificate also chains to Apple's root through
         // WWDR, so offering the WWDR intermediates here would let any developer sign receipts.
-        let chain = ChainVerifier.verify(
-            certificate, intermediates: trustStore.transactionIntermediates, trustedRoots: trustStore.roots, at: date)
+        let chain =
+            if let leaf {
+                transactionChain.verify(leaf, at: date)
+            } else {
+                ChainVerifier.verify(certificate, intermediates: trustStore.transactionIntermediates, trustedRoots: trustStore.roots, at: date)
+            }
         return SignatureResult(valid: chain.valid, reason: chain.reason, signer: signer, digest: "sha1")
     }
 }

@@ -15,51 +15,71 @@ enum ReceiptBase64 {
     }()
 
     static func decode(_ text: String) -> [UInt8]? {
-        var output: [UInt8] = []
-        output.reserveCapacity(text.utf8.count * 3 / 4)
-        var accumulator: UInt32 = 0
-        var count = 0
-        var padding = 0
-        for byte in text.utf8 {
-            switch byte {
-            case UInt8(ascii: "\n"), UInt8(ascii: "\r"), UInt8(ascii: "\t"):
-                continue
-            case UInt8(ascii: "="):
-                padding += 1
-                continue
-            case UInt8(ascii: " ") where padding > 0:
-                // Trailing blanks after the padding: nothing to restore.
-                continue
-            default:
-                break
+        // Native strings are contiguous UTF-8: decode in place. Bridged ones are copied first.
+        if let result = text.utf8.withContiguousStorageIfAvailable({ decode(utf8: $0) }) { return result }
+        return Array(text.utf8).withUnsafeBufferPointer { decode(utf8: $0) }
+    }
+
+    /// One pass over the UTF-8 bytes, with the table and the output reached through buffers (the
+    /// table's lazy initialisation is checked once per call, not once per character).
+    private static func decode(utf8 input: UnsafeBufferPointer<UInt8>) -> [UInt8]? {
+        table.withUnsafeBufferPointer { table -> [UInt8]? in
+            var valid = true
+            // Each 4 sextets give 3 bytes; at most 3 sextets are left over, giving at most 2 bytes.
+            let output = [UInt8](unsafeUninitializedCapacity: input.count / 4 * 3 + 3) { out, initialized in
+                var written = 0
+                var accumulator: UInt32 = 0
+                var count = 0
+                var padding = 0
+                for byte in input {
+                    switch byte {
+                    case UInt8(ascii: "\n"), UInt8(ascii: "\r"), UInt8(ascii: "\t"):
+                        continue
+                    case UInt8(ascii: "="):
+                        padding += 1
+                        continue
+                    case UInt8(ascii: " ") where padding > 0:
+                        // Trailing blanks after the padding: nothing to restore.
+                        continue
+                    default:
+                        break
+                    }
+                    let value = table[Int(byte)]
+                    // Data after padding means two receipts glued together, or garbage.
+                    guard padding == 0, value != 0xFF else {
+                        valid = false
+                        break
+                    }
+                    accumulator = accumulator << 6 | UInt32(value)
+                    count += 1
+                    if count == 4 {
+                        out[written] = UInt8(truncatingIfNeeded: accumulator >> 16)
+                        out[written + 1] = UInt8(truncatingIfNeeded: accumulator >> 8)
+                        out[written + 2] = UInt8(truncatingIfNeeded: accumulator)
+                        written += 3
+                        accumulator = 0
+                        count = 0
+                    }
+                }
+                switch (valid && padding <= 2, count) {
+                case (false, _):
+                    valid = false
+                case (true, 0):
+                    valid = padding == 0
+                case (true, 2):
+                    out[written] = UInt8(truncatingIfNeeded: accumulator >> 4)
+                    written += 1
+                case (true, 3):
+                    out[written] = UInt8(truncatingIfNeeded: accumulator >> 10)
+                    out[written + 1] = UInt8(truncatingIfNeeded: accumulator >> 2)
+                    written += 2
+                default:
+                    // One leftover sextet cannot encode a byte.
+                    valid = false
+                }
+                initialized = written
             }
-            // Data after padding means two receipts glued together, or garbage.
-            guard padding == 0 else { return nil }
-            let value = table[Int(byte)]
-            guard value != 0xFF else { return nil }
-            accumulator = accumulator << 6 | UInt32(value)
-            count += 1
-            if count == 4 {
-                output.append(UInt8(truncatingIfNeeded: accumulator >> 16))
-                output.append(UInt8(truncatingIfNeeded: accumulator >> 8))
-                output.append(UInt8(truncatingIfNeeded: accumulator))
-                accumulator = 0
-                count = 0
-            }
+            return valid ? output : nil
         }
-        guard padding <= 2 else { return nil }
-        switch count {
-        case 0:
-            guard padding == 0 else { return nil }
-        case 2:
-            output.append(UInt8(truncatingIfNeeded: accumulator >> 4))
-        case 3:
-            output.append(UInt8(truncatingIfNeeded: accumulator >> 10))
-            output.append(UInt8(truncatingIfNeeded: accumulator >> 2))
-        default:
-            // One leftover sextet cannot encode a byte.
-            return nil
-        }
-        return output
     }
 }

@@ -44,9 +44,16 @@ public enum ReceiptDecoder {
     public static func signedContent(ofPKCS7 bytes: [UInt8]) throws(ReceiptDecodingError) -> [UInt8] {
         guard !bytes.isEmpty else { throw .empty }
         guard bytes.count <= maximumSize else { throw .tooLarge }
+        let trimmed = trimmedToFirstElement(bytes)
+        if let payload = try trimmed.withUnsafeBufferPointer({ buffer throws(ReceiptDecodingError) -> [UInt8]? in
+            guard let scanner = BERScanner(buffer) else { return nil }
+            return try signedContent(scanner, buffer)
+        }) {
+            return payload
+        }
         let root: ASN1Node
         do {
-            root = try BER.parse(trimmedToFirstElement(bytes))
+            root = try BER.parse(trimmed)
         } catch {
             throw .notPKCS7
         }
@@ -85,6 +92,48 @@ public enum ReceiptDecoder {
         return payload
     }
 
+    /// The checks above, on the nodes of a ``BERScanner`` instead of `BER.parse`'s tree: the same
+    /// questions in the same order, so the same payload or error. (The scanner only takes low tag
+    /// numbers, so comparing identifier bytes is comparing `ASN1Identifier`s.)
+    private static func signedContent(_ scanner: BERScanner, _ bytes: UnsafeBufferPointer<UInt8>) throws(ReceiptDecodingError) -> [UInt8] {
+        let nodes = scanner.nodes
+        func contents(_ index: Int) -> UnsafeBufferPointer<UInt8> { UnsafeBufferPointer(rebasing: bytes[nodes[index].contents]) }
+        // ContentInfo ::= SEQUENCE { contentType OID, content [0] EXPLICIT ANY }
+        guard nodes[0].identifier == 0x30 else { throw .notPKCS7 }
+        let contentInfo = scanner.children(of: 0)
+        guard contentInfo.count >= 1, nodes[contentInfo[0]].identifier == 0x06 else { throw .notPKCS7 }
+        guard contents(contentInfo[0]).elementsEqual(signedDataOID) else { throw .notSignedData }
+        guard contentInfo.count >= 2, nodes[contentInfo[1]].identifier == 0xA0,
+            let signedData = scanner.firstChild(of: contentInfo[1]), nodes[signedData].identifier == 0x30
+        else { throw .notSignedData }
+
+        // SignedData ::= SEQUENCE { version, digestAlgorithms SET, encapContentInfo SEQUENCE, ... }
+        let fields = scanner.children(of: signedData)
+        guard fields.count >= 3, nodes[fields[0]].tag == 0x02, nodes[fields[1]].tag == 0x11, nodes[fields[2]].identifier == 0x30 else {
+            throw .notSignedData
+        }
+
+        // EncapsulatedContentInfo ::= SEQUENCE { eContentType OID, eContent [0] EXPLICIT OCTET STRING OPTIONAL }
+        let encapsulated = scanner.children(of: fields[2])
+        guard encapsulated.count >= 1, nodes[encapsulated[0]].tag == 0x06 else { throw .notSignedData }
+        guard encapsulated.count >= 2 else { throw .noContent }
+        guard nodes[encapsulated[1]].identifier == 0xA0, let octets = scanner.firstChild(of: encapsulated[1]) else {
+            throw .notSignedData
+        }
+        var payload: [UInt8] = []
+        func append(_ index: Int) -> Bool {
+            guard nodes[index].tag == 0x04 else { return false }
+            guard nodes[index].isConstructed else {
+                payload.append(contentsOf: contents(index))
+                return true
+            }
+            return scanner.children(of: index).allSatisfy(append)
+        }
+        guard append(octets) else { throw .notSignedData }
+        guard !payload.isEmpty else { throw .noContent }
+        return payload
+    }
+
     /// Decodes a receipt payload: `SET OF ReceiptAttribute { type INTEGER, version INTEGER, value OCTET STRING }`.
     ///
     /// The SET's children are read in wire order: Apple's payloads are not in DER SET order, so
@@ -94,12 +143,15 @@ public enum ReceiptDecoder {
         let attributes = try parseAttributeSet(payload)
         var receipt = AppReceipt(bundleID: "", environment: .production)
         var sawBundleID = false
-        var seen = Set<Int>()
+        // Modelled receipt attribute types are 0…21: one bit each.
+        var seen: UInt64 = 0
         for attribute in attributes {
             let type = attribute.type
             // A second copy of a modelled field would let two readers of one signed receipt disagree.
             if type != ReceiptAttributeType.inAppPurchase, isModelledReceiptAttribute(type) {
-                guard seen.insert(type).inserted else { throw .malformedPayload }
+                let bit: UInt64 = 1 << UInt64(type)
+                guard seen & bit == 0 else { throw .malformedPayload }
+                seen |= bit
             }
             let value = attribute.value
             switch type {
@@ -191,6 +243,7 @@ public enum ReceiptDecoder {
     }
 
     private static func parseAttributeSet(_ bytes: [UInt8]) throws(ReceiptDecodingError) -> [ReceiptAttribute] {
+        if let attributes = try attributeSetInUsualShape(bytes) { return attributes }
         let root: ASN1Node
         do {
             root = try BER.parse(bytes)
@@ -215,13 +268,49 @@ public enum ReceiptDecoder {
         return attributes
     }
 
+    /// ``parseAttributeSet(_:)`` for the shape every real payload has: a constructed SET of
+    /// constructed SEQUENCEs of exactly a primitive INTEGER, INTEGER and OCTET STRING, with definite
+    /// lengths of at most 4 bytes and nothing after the SET. `BER.parse` accepts all of these, and
+    /// the checks below are the ones the general path applies to its nodes, so the result (or the
+    /// error) is the same. nil means "another shape": the general path decides.
+    private static func attributeSetInUsualShape(_ bytes: [UInt8]) throws(ReceiptDecodingError) -> [ReceiptAttribute]? {
+        let layout: [AttributeLayout]? = bytes.withUnsafeBufferPointer { buffer in
+            guard let set = DefiniteElement(buffer, at: 0, limit: buffer.count), set.identifier == 0x31, set.end == buffer.count
+            else { return nil }
+            var fields: [AttributeLayout] = []
+            var cursor = set.contents.lowerBound
+            while cursor < set.end {
+                guard let sequence = DefiniteElement(buffer, at: cursor, limit: set.end), sequence.identifier == 0x30,
+                    let type = DefiniteElement(buffer, at: sequence.contents.lowerBound, limit: sequence.end), type.identifier == 0x02,
+                    let version = DefiniteElement(buffer, at: type.end, limit: sequence.end), version.identifier == 0x02,
+                    let value = DefiniteElement(buffer, at: version.end, limit: sequence.end), value.identifier == 0x04,
+                    value.end == sequence.end
+                else { return nil }
+                fields.append(AttributeLayout(type: type.contents, version: version.contents, value: value.contents))
+                cursor = sequence.end
+            }
+            return fields
+        }
+        guard let layout else { return nil }
+        var attributes: [ReceiptAttribute] = []
+        attributes.reserveCapacity(layout.count)
+        for field in layout {
+            guard let type = integer(bytes[field.type]), let version = integer(bytes[field.version]) else { throw .malformedPayload }
+            attributes.append(ReceiptAttribute(type: Int(type), version: Int(version), value: Array(bytes[field.value])))
+        }
+        return attributes
+    }
+
     private static func decodeInAppPurchase(_ bytes: [UInt8]) throws(ReceiptDecodingError) -> InAppPurchase {
         var purchase = InAppPurchase(productID: "", transactionID: "", originalTransactionID: "")
-        var seen = Set<Int>()
+        // Modelled in-app attribute types are 1701…1721: one bit each.
+        var seen: UInt64 = 0
         for attribute in try parseAttributeSet(bytes) {
             let type = attribute.type
             if isModelledInAppAttribute(type) {
-                guard seen.insert(type).inserted else { throw .malformedPayload }
+                let bit: UInt64 = 1 << UInt64(type - 1701)
+                guard seen & bit == 0 else { throw .malformedPayload }
+                seen |= bit
             }
             let value = attribute.value
             switch type {
@@ -259,6 +348,37 @@ public enum ReceiptDecoder {
         return purchase
     }
 
+    /// Where an attribute's three fields' contents are.
+    private struct AttributeLayout {
+        var type: Range<Int>
+        var version: Range<Int>
+        var value: Range<Int>
+    }
+
+    /// One element with a low tag number and a definite length of at most 4 bytes, inside `limit`.
+    private struct DefiniteElement {
+        var identifier: UInt8
+        var contents: Range<Int>
+        var end: Int { contents.upperBound }
+
+        init?(_ bytes: UnsafeBufferPointer<UInt8>, at offset: Int, limit: Int) {
+            guard offset + 2 <= limit else { return nil }
+            identifier = bytes[offset]
+            guard identifier & 0x1F != 0x1F else { return nil }
+            var start = offset + 2
+            var length = Int(bytes[offset + 1])
+            if length >= 0x80 {
+                let count = length & 0x7F
+                guard (1...4).contains(count), start + count <= limit else { return nil }
+                length = 0
+                for index in 0..<count { length = length << 8 | Int(bytes[start + index]) }
+                start += count
+            }
+            guard length <= limit - start else { return nil }
+            contents = start..<(start + length)
+        }
+    }
+
     // MARK: Attribute values (each value is itself one DER element inside the OCTET STRING)
 
     private static func element(_ value: [UInt8]) throws(ReceiptDecodingError) -> ASN1Node {
@@ -269,9 +389,40 @@ public enum ReceiptDecoder {
         }
     }
 
+    /// A value in the shape nearly all are in: exactly one primitive element, with a low tag
+    /// number and a definite length of at most 4 bytes. For those, `BER.parse` would return a
+    /// `.primitive` node with these very identifier and contents; nil means "not that shape", and
+    /// the caller asks `BER.parse` (which decides every other case, errors included).
+    private static func primitiveElement(_ value: [UInt8]) -> (identifier: UInt8, contents: ArraySlice<UInt8>)? {
+        value.withUnsafeBufferPointer { bytes -> (UInt8, ArraySlice<UInt8>)? in
+            guard bytes.count >= 2 else { return nil }
+            let identifier = bytes[0]
+            // Not constructed, not the high-tag-number form, not [UNIVERSAL 0] (which BER.parse rejects).
+            guard identifier & 0x20 == 0, identifier & 0x1F != 0x1F, identifier != 0 else { return nil }
+            var start = 2
+            var length = Int(bytes[1])
+            if length >= 0x80 {
+                let count = length & 0x7F
+                guard (1...4).contains(count), bytes.count >= 2 + count else { return nil }
+                length = 0
+                for index in 0..<count { length = length << 8 | Int(bytes[2 + index]) }
+                start += count
+            }
+            guard bytes.count - start == length else { return nil }
+            return (identifier, value[start...])
+        }
+    }
+
     /// UTF8String, IA5String, PrintableString or VisibleString; nil for an empty OCTET STRING.
     private static func optionalString(_ value: [UInt8]) throws(ReceiptDecodingError) -> String? {
         guard !value.isEmpty else { return nil }
+        if let (identifier, contents) = primitiveElement(value) {
+            // Universal class (top bits 00) and one of the four string tags.
+            guard [12, 19, 22, 26].contains(identifier), let text = String(validating: contents, as: UTF8.self) else {
+                throw .malformedPayload
+            }
+            return text
+        }
         let node = try element(value)
         guard node.identifier.tagClass == .universal, [12, 19, 22, 26].contains(node.identifier.tagNumber),
             case .primitive(let bytes) = node.content,
@@ -293,12 +444,20 @@ public enum ReceiptDecoder {
 
     private static func optionalInteger(_ value: [UInt8]) throws(ReceiptDecodingError) -> Int64? {
         guard !value.isEmpty else { return nil }
+        if let (identifier, contents) = primitiveElement(value) {
+            guard identifier == 0x02, let number = integer(contents) else { throw .malformedPayload }
+            return number
+        }
         guard let number = integer(try element(value)) else { throw .malformedPayload }
         return number
     }
 
     private static func integerOrString(_ value: [UInt8]) throws(ReceiptDecodingError) -> String? {
         guard !value.isEmpty else { return nil }
+        if let (identifier, contents) = primitiveElement(value) {
+            if identifier == 0x02, let number = integer(contents) { return String(number) }
+            return try optionalString(value)
+        }
         let node = try element(value)
         if let number = integer(node) { return String(number) }
         return try optionalString(value)
@@ -306,7 +465,13 @@ public enum ReceiptDecoder {
 
     /// A two's-complement INTEGER of at most 64 bits; BER's non-minimal encodings are accepted.
     private static func integer(_ node: ASN1Node) -> Int64? {
-        guard node.identifier == .integer, case .primitive(let bytes) = node.content, !bytes.isEmpty else { return nil }
+        guard node.identifier == .integer, case .primitive(let bytes) = node.content else { return nil }
+        return integer(bytes)
+    }
+
+    /// The value of an INTEGER's contents octets; nil when empty or wider than 64 bits.
+    private static func integer(_ bytes: ArraySlice<UInt8>) -> Int64? {
+        guard !bytes.isEmpty else { return nil }
         var significant = bytes[...]
         // Redundant sign bytes carry no value; strip them so long encodings of small numbers fit.
         while significant.count > 1 {
