@@ -35,15 +35,15 @@ let package = Package(
         .systemLibrary(name: "COpenSSL", pkgConfig: "openssl", providers: [.apt(["libssl-dev"])]),
 
         // Thin façades: one owner per C handle, confined to a serial DispatchQueue.
-        .target(name: "LeasePool", swiftSettings: swiftSettings),
+        .target(name: "FacadeSupport", swiftSettings: swiftSettings),
         .target(
             name: "Hiredis",
-            dependencies: ["CHiredis", "LeasePool", .product(name: "Logging", package: "swift-log")],
+            dependencies: ["CHiredis", "FacadeSupport", .product(name: "Logging", package: "swift-log")],
             swiftSettings: swiftSettings
         ),
         .target(
             name: "Libpq",
-            dependencies: ["CLibpq", "LeasePool", .product(name: "Logging", package: "swift-log")],
+            dependencies: ["CLibpq", "FacadeSupport", .product(name: "Logging", package: "swift-log")],
             swiftSettings: swiftSettings
         ),
         .target(

@@ -1,5 +1,6 @@
 internal import CHiredis
 import Dispatch
+import FacadeSupport
 import Logging
 
 #if canImport(Glibc)
@@ -29,10 +30,7 @@ import Darwin
 public final class RedisConnection: @unchecked Sendable {
     private let configuration: RedisConfiguration
     private let logger: Logger
-    private let queue: DispatchQueue
-    /// Marks `queue`, so a call made from a closure already running on it runs inline instead of
-    /// deadlocking on `queue.sync`.
-    private let queueKey = DispatchSpecificKey<Bool>()
+    private let queue: ConfinedQueue
 
     // Confined to `queue`.
     private var context: UnsafeMutablePointer<redisContext>?
@@ -58,8 +56,7 @@ public final class RedisConnection: @unchecked Sendable {
         var logger = logger
         logger[metadataKey: "redis.connection"] = "\(label)"
         self.logger = logger
-        self.queue = DispatchQueue(label: "receiptq.hiredis.\(label)")
-        queue.setSpecific(key: queueKey, value: true)
+        self.queue = ConfinedQueue(label: "receiptq.hiredis.\(label)")
     }
 
     deinit {
@@ -154,16 +151,10 @@ public final class RedisConnection: @unchecked Sendable {
 
     // MARK: - Queue confinement
 
-    private func onQueue<T>(_ body: () throws -> T) rethrows -> T {
-        if DispatchQueue.getSpecific(key: queueKey) == true { return try body() }
-        return try queue.sync(execute: body)
-    }
+    private func onQueue<T>(_ body: () throws -> T) rethrows -> T { try queue.sync(body) }
 
     private func onQueueAsync<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
-        let work = PendingWork(body)
-        return try await withCheckedThrowingContinuation { continuation in
-            queue.async { continuation.resume(with: work.run()) }
-        }
+        try await queue.async(body)
     }
 
     // MARK: - On-queue implementation
@@ -390,22 +381,4 @@ private func withSIGPIPEBlocked<T>(_ body: () throws -> T) rethrows -> T {
     }
     #endif
     return try body()
-}
-
-/// Carries a closure into a dispatched block and drops it before the awaiting caller resumes.
-///
-/// `withConnection` accepts a non-escaping body through `withoutActuallyEscaping`, which traps if
-/// the body is still referenced when it returns. The dispatched block itself may be released
-/// only after the continuation has resumed the caller, so it must not capture the body directly.
-private final class PendingWork<T: Sendable>: @unchecked Sendable {
-    // Touched only by the one dispatched block that calls `run()`.
-    private var work: (@Sendable () throws -> T)?
-
-    init(_ work: @escaping @Sendable () throws -> T) { self.work = work }
-
-    func run() -> Result<T, any Error> {
-        guard let work else { return .failure(CancellationError()) }
-        self.work = nil
-        return Result { try work() }
-    }
 }

@@ -1,4 +1,4 @@
-import LeasePool
+import FacadeSupport
 import Logging
 
 /// A fixed-size pool of ``RedisConnection``s for async callers such as the HTTP API.

@@ -1,5 +1,6 @@
 internal import CLibpq
 import Dispatch
+import FacadeSupport
 import Logging
 
 #if canImport(Glibc)
@@ -37,10 +38,7 @@ import Darwin
 public final class PostgresConnection: @unchecked Sendable {
     private let configuration: PostgresConfiguration
     private let logger: Logger
-    private let queue: DispatchQueue
-    /// Marks `queue`, so a call made from a closure already running on it runs inline instead of
-    /// deadlocking on `queue.sync`.
-    private let queueKey = DispatchSpecificKey<Bool>()
+    private let queue: ConfinedQueue
     /// Target of libpq's notice processor; lives as long as the connection, which frees the
     /// `PGconn` (and with it the only pointer to this) first.
     private let notices: NoticeSink
@@ -72,8 +70,7 @@ public final class PostgresConnection: @unchecked Sendable {
         logger[metadataKey: "postgres.connection"] = "\(label)"
         self.logger = logger
         self.notices = NoticeSink(logger: logger)
-        self.queue = DispatchQueue(label: "receiptq.libpq.\(label)")
-        queue.setSpecific(key: queueKey, value: true)
+        self.queue = ConfinedQueue(label: "receiptq.libpq.\(label)")
     }
 
     deinit {
@@ -163,16 +160,10 @@ public final class PostgresConnection: @unchecked Sendable {
 
     // MARK: - Queue confinement
 
-    private func onQueue<T>(_ body: () throws -> T) rethrows -> T {
-        if DispatchQueue.getSpecific(key: queueKey) == true { return try body() }
-        return try queue.sync(execute: body)
-    }
+    private func onQueue<T>(_ body: () throws -> T) rethrows -> T { try queue.sync(body) }
 
     private func onQueueAsync<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
-        let work = PendingWork(body)
-        return try await withCheckedThrowingContinuation { continuation in
-            queue.async { continuation.resume(with: work.run()) }
-        }
+        try await queue.async(body)
     }
 
     // MARK: - On-queue implementation
@@ -384,23 +375,5 @@ final class NoticeSink: Sendable {
         var text = String(cString: message)
         while text.last?.isNewline == true { text.removeLast() }
         logger.debug("postgres notice", metadata: ["postgres.notice": "\(text)"])
-    }
-}
-
-/// Carries a closure into a dispatched block and drops it before the awaiting caller resumes.
-///
-/// `withConnection` accepts a non-escaping body through `withoutActuallyEscaping`, which traps if
-/// the body is still referenced when it returns. The dispatched block itself may be released
-/// only after the continuation has resumed the caller, so it must not capture the body directly.
-private final class PendingWork<T: Sendable>: @unchecked Sendable {
-    // Touched only by the one dispatched block that calls `run()`.
-    private var work: (@Sendable () throws -> T)?
-
-    init(_ work: @escaping @Sendable () throws -> T) { self.work = work }
-
-    func run() -> Result<T, any Error> {
-        guard let work else { return .failure(CancellationError()) }
-        self.work = nil
-        return Result { try work() }
     }
 }

@@ -1,4 +1,4 @@
-import LeasePool
+import FacadeSupport
 import Logging
 
 /// A fixed-size pool of ``PostgresConnection``s for async callers.
