@@ -35,4 +35,10 @@ static inline CURLcode ccurl_easy_getinfo_off_t(CURL *_Nonnull handle, CURLINFO 
     return curl_easy_getinfo(handle, info, value);
 }
 
+// curl_multi_setopt is variadic; Swift cannot import it. For CURLOPTTYPE_LONG multi options
+// (connection limits, CURLMOPT_PIPELINING).
+static inline CURLMcode ccurl_multi_setopt_long(CURLM *_Nonnull multi, CURLMoption option, long value) {
+    return curl_multi_setopt(multi, option, value);
+}
+
 #endif

@@ -14,11 +14,7 @@ public final class CurlEasy {
     /// The libcurl version line, e.g. `libcurl/7.88.1 OpenSSL/3.0.…`.
     public static var version: String { CurlGlobal.version }
 
-    private let handle: UnsafeMutableRawPointer
-    private let options: CurlOptions
-    // Callback targets and the error buffer must outlive every transfer, so the handle owns them.
-    private let sink: ResponseSink
-    private let errorBuffer: UnsafeMutablePointer<CChar>
+    private let easy: EasyHandle
 
     /// How many new connections the last ``perform(_:)`` opened (`CURLINFO_NUM_CONNECTS`):
     /// 0 when it reused a kept-alive connection.
@@ -28,21 +24,78 @@ public final class CurlEasy {
     ///
     /// - Throws: ``CurlError`` when libcurl cannot initialise or rejects an option.
     public init(options: CurlOptions) throws {
+        easy = try EasyHandle(options: options)
+    }
+
+    /// Performs `request` synchronously on the calling thread and returns the final response.
+    ///
+    /// Every HTTP status is a response. Options set here (URL, method, headers, body) are re-set on
+    /// each call; `curl_easy_reset` is not used because it would drop the handle-wide options.
+    ///
+    /// - Throws: ``CurlError`` for transport failures, timeouts, TLS failures, oversized bodies and
+    ///   non-http(s) URLs.
+    public func perform(_ request: HTTPRequest) throws -> HTTPResponse {
+        lastNewConnections = 0
+        try easy.prepare(request)
+        let result = easy.finish(curl_easy_perform(easy.raw))
+        lastNewConnections = easy.newConnections
+        return try result.get()
+    }
+}
+
+@available(*, unavailable)
+extension CurlEasy: Sendable {}
+
+/// One configured libcurl easy handle and the state of its current transfer; the part of a
+/// transfer that ``CurlEasy`` (blocking, one at a time) and ``CurlMulti`` (many on one engine
+/// thread) share, so both apply the same options, security rules and error mapping.
+///
+/// Not thread-safe: the owner confines it to one thread or serial queue. A transfer is
+/// ``prepare(_:)``, then either `curl_easy_perform` or a multi handle runs it, then exactly one
+/// ``finish(_:)`` or ``abandon()`` releases what the transfer needed.
+final class EasyHandle {
+    /// The `CURL *`; only the owner's thread may pass it to libcurl.
+    let raw: UnsafeMutableRawPointer
+    private let options: CurlOptions
+    // Callback targets and the error buffer must outlive every transfer, so the handle owns them.
+    private let sink: ResponseSink
+    private let errorBuffer: UnsafeMutablePointer<CChar>
+    // Per-transfer state, set by prepare(_:) and released by finish(_:)/abandon(): libcurl reads the
+    // header list and the copied body while the transfer runs, and no longer.
+    private var headerList: UnsafeMutablePointer<curl_slist>? = nil
+    private var postedBody = false
+    private var query: Substring? = nil
+
+    /// How many new connections the last finished transfer opened (`CURLINFO_NUM_CONNECTS`).
+    private(set) var newConnections = 0
+
+    /// Creates a handle with `options` applied once.
+    ///
+    /// - Parameters:
+    ///   - options: the handle-wide settings.
+    ///   - waitForMultiplexing: sets `CURLOPT_PIPEWAIT`, so that inside a multi handle a transfer
+    ///     waits for a connection still being set up to offer HTTP/2 instead of opening another.
+    /// - Throws: ``CurlError`` when libcurl cannot initialise or rejects an option.
+    init(options: CurlOptions, waitForMultiplexing: Bool = false) throws {
         CurlGlobal.initialize()
         guard CurlGlobal.succeeded, let handle = curl_easy_init() else {
             throw CurlError(.other, message: "curl_easy_init failed")
         }
-        self.handle = handle
+        self.raw = handle
         self.options = options
         self.sink = ResponseSink(limit: options.maxResponseBytes)
         self.errorBuffer = .allocate(capacity: Int(CURL_ERROR_SIZE))
         errorBuffer.initialize(repeating: 0, count: Int(CURL_ERROR_SIZE))
         // deinit runs if a later setopt throws, so the handle is never leaked.
         try configure()
+        if waitForMultiplexing {
+            try set(CURLOPT_PIPEWAIT, 1)
+        }
     }
 
     deinit {
-        curl_easy_cleanup(handle)
+        releaseTransfer()
+        curl_easy_cleanup(raw)
         errorBuffer.deallocate()
     }
 
@@ -68,67 +121,96 @@ public final class CurlEasy {
         }
         try set(CURLOPT_USERAGENT, options.userAgent)
         // Fails fast when Content-Length announces too much; the write callback covers chunked bodies.
-        try check(ccurl_easy_setopt_off_t(handle, CURLOPT_MAXFILESIZE_LARGE, curl_off_t(options.maxResponseBytes)))
-        try check(ccurl_easy_setopt_ptr(handle, CURLOPT_ERRORBUFFER, errorBuffer))
+        try check(ccurl_easy_setopt_off_t(raw, CURLOPT_MAXFILESIZE_LARGE, curl_off_t(options.maxResponseBytes)))
+        try check(ccurl_easy_setopt_ptr(raw, CURLOPT_ERRORBUFFER, errorBuffer))
 
         let context = Unmanaged.passUnretained(sink).toOpaque()
-        try check(ccurl_easy_setopt_write_callback(handle, CURLOPT_WRITEFUNCTION, curlWriteBody))
-        try check(ccurl_easy_setopt_ptr(handle, CURLOPT_WRITEDATA, context))
-        try check(ccurl_easy_setopt_write_callback(handle, CURLOPT_HEADERFUNCTION, curlWriteHeader))
-        try check(ccurl_easy_setopt_ptr(handle, CURLOPT_HEADERDATA, context))
+        try check(ccurl_easy_setopt_write_callback(raw, CURLOPT_WRITEFUNCTION, curlWriteBody))
+        try check(ccurl_easy_setopt_ptr(raw, CURLOPT_WRITEDATA, context))
+        try check(ccurl_easy_setopt_write_callback(raw, CURLOPT_HEADERFUNCTION, curlWriteHeader))
+        try check(ccurl_easy_setopt_ptr(raw, CURLOPT_HEADERDATA, context))
     }
 
-    /// Performs `request` synchronously on the calling thread and returns the final response.
+    /// Sets the per-request options (URL, method, body, headers) for the next transfer.
     ///
-    /// Every HTTP status is a response. Options set here (URL, method, headers, body) are re-set on
-    /// each call; `curl_easy_reset` is not used because it would drop the handle-wide options.
+    /// `curl_easy_reset` is not used because it would drop the handle-wide options.
     ///
-    /// - Throws: ``CurlError`` for transport failures, timeouts, TLS failures, oversized bodies and
-    ///   non-http(s) URLs.
-    public func perform(_ request: HTTPRequest) throws -> HTTPResponse {
-        let query = request.url.firstIndex(of: "?").map { request.url[$0...].dropFirst() }
-        sink.reset()
+    /// - Throws: ``CurlError`` for a bad method, CR/LF in a header or a rejected option; the
+    ///   transfer state is released, so the handle can be reused at once.
+    func prepare(_ request: HTTPRequest) throws {
+        releaseTransfer()
         errorBuffer[0] = 0
-        lastNewConnections = 0
-
-        try set(CURLOPT_URL, request.url)
-        try applyMethodAndBody(request)
-        let headerList = try makeHeaderList(request)
-        // libcurl reads the list during the transfer only; free it after and clear the dangling pointer.
-        defer {
-            _ = ccurl_easy_setopt_ptr(handle, CURLOPT_HTTPHEADER, nil)
-            curl_slist_free_all(headerList)
+        query = request.url.firstIndex(of: "?").map { request.url[$0...].dropFirst() }
+        do {
+            try set(CURLOPT_URL, request.url)
+            try applyMethodAndBody(request)
+            headerList = try makeHeaderList(request)
+            try check(ccurl_easy_setopt_ptr(raw, CURLOPT_HTTPHEADER, headerList))
+        } catch {
+            releaseTransfer()
+            throw error
         }
-        try check(ccurl_easy_setopt_ptr(handle, CURLOPT_HTTPHEADER, headerList))
+    }
 
-        let result = curl_easy_perform(handle)
+    /// Reads the outcome of the transfer that ended with `result`, then releases its state.
+    func finish(_ result: CURLcode) -> Result<HTTPResponse, CurlError> {
+        defer { releaseTransfer() }
         var connects = 0
-        if ccurl_easy_getinfo_long(handle, CURLINFO_NUM_CONNECTS, &connects) == CURLE_OK {
-            lastNewConnections = connects
-        }
+        newConnections = ccurl_easy_getinfo_long(raw, CURLINFO_NUM_CONNECTS, &connects) == CURLE_OK ? connects : 0
         guard result == CURLE_OK else {
-            throw CurlError.map(result, detail: errorText(), bodyTooLarge: sink.tooLarge, redacting: query)
+            return .failure(CurlError.map(result, detail: errorText(), bodyTooLarge: sink.tooLarge, redacting: query))
         }
+        do {
+            var status = 0
+            try check(ccurl_easy_getinfo_long(raw, CURLINFO_RESPONSE_CODE, &status))
+            var micros: curl_off_t = 0
+            try check(ccurl_easy_getinfo_off_t(raw, CURLINFO_TOTAL_TIME_T, &micros))
+            var version = 0
+            try check(ccurl_easy_getinfo_long(raw, CURLINFO_HTTP_VERSION, &version))
+            let (headers, body) = sink.take()
+            return .success(
+                HTTPResponse(
+                    status: status,
+                    headers: headers,
+                    body: body,
+                    totalTime: .microseconds(Int64(micros)),
+                    httpVersion: Self.versionName(version)
+                )
+            )
+        } catch {
+            return .failure(error as? CurlError ?? CurlError(.other, message: "curl_easy_getinfo failed"))
+        }
+    }
 
-        var status = 0
-        try check(ccurl_easy_getinfo_long(handle, CURLINFO_RESPONSE_CODE, &status))
-        var micros: curl_off_t = 0
-        try check(ccurl_easy_getinfo_off_t(handle, CURLINFO_TOTAL_TIME_T, &micros))
-        var version = 0
-        try check(ccurl_easy_getinfo_long(handle, CURLINFO_HTTP_VERSION, &version))
-        return HTTPResponse(
-            status: status,
-            headers: sink.headers,
-            body: sink.body,
-            totalTime: .microseconds(Int64(micros)),
-            httpVersion: Self.versionName(version)
-        )
+    /// Releases the state of a transfer that will not be finished (it was cancelled, or never
+    /// started), so the handle can be reused.
+    func abandon() {
+        newConnections = 0
+        releaseTransfer()
+    }
+
+    /// Frees the header list and the copied body and empties the sink; safe to call twice.
+    private func releaseTransfer() {
+        if let list = headerList {
+            // Clear libcurl's pointer before freeing, so the handle never holds a dangling list.
+            _ = ccurl_easy_setopt_ptr(raw, CURLOPT_HTTPHEADER, nil)
+            curl_slist_free_all(list)
+            headerList = nil
+        }
+        if postedBody {
+            // Setting CURLOPT_POSTFIELDS frees libcurl's COPYPOSTFIELDS copy; an idle handle in a
+            // free list would otherwise keep the last request body alive.
+            _ = ccurl_easy_setopt_ptr(raw, CURLOPT_POSTFIELDS, nil)
+            postedBody = false
+        }
+        sink.reset()
+        query = nil
     }
 
     private func applyMethodAndBody(_ request: HTTPRequest) throws {
         let method = request.method.uppercased()
         // Each call undoes what the previous request may have set, since there is no reset.
-        try check(ccurl_easy_setopt_ptr(handle, CURLOPT_CUSTOMREQUEST, nil))
+        try check(ccurl_easy_setopt_ptr(raw, CURLOPT_CUSTOMREQUEST, nil))
         switch method {
         case "GET" where request.body.isEmpty:
             try set(CURLOPT_HTTPGET, 1)
@@ -142,11 +224,12 @@ public final class CurlEasy {
             try set(CURLOPT_POST, 1)
             // Size first, then COPYPOSTFIELDS copies exactly that many bytes (NULs included), so
             // no Swift buffer has to outlive this call.
-            try check(ccurl_easy_setopt_off_t(handle, CURLOPT_POSTFIELDSIZE_LARGE, curl_off_t(request.body.count)))
+            try check(ccurl_easy_setopt_off_t(raw, CURLOPT_POSTFIELDSIZE_LARGE, curl_off_t(request.body.count)))
+            postedBody = true
             try request.body.withUnsafeBytes { bytes in
                 // A non-nil pointer even for an empty body: nil would make libcurl read from stdin.
                 let pointer = bytes.baseAddress ?? UnsafeRawPointer(errorBuffer)
-                try check(ccurl_easy_setopt_ptr(handle, CURLOPT_COPYPOSTFIELDS, pointer))
+                try check(ccurl_easy_setopt_ptr(raw, CURLOPT_COPYPOSTFIELDS, pointer))
             }
             if method != "POST" {
                 try set(CURLOPT_CUSTOMREQUEST, method)
@@ -190,12 +273,12 @@ public final class CurlEasy {
     }
 
     private func set(_ option: CURLoption, _ value: Int) throws {
-        try check(ccurl_easy_setopt_long(handle, option, value))
+        try check(ccurl_easy_setopt_long(raw, option, value))
     }
 
     // libcurl copies string options (since 7.17), so the C string only has to live for the call.
     private func set(_ option: CURLoption, _ value: String) throws {
-        try check(value.withCString { ccurl_easy_setopt_ptr(handle, option, $0) })
+        try check(value.withCString { ccurl_easy_setopt_ptr(raw, option, $0) })
     }
 
     private func check(_ result: CURLcode) throws {
@@ -226,10 +309,10 @@ public final class CurlEasy {
 }
 
 @available(*, unavailable)
-extension CurlEasy: Sendable {}
+extension EasyHandle: Sendable {}
 
 /// Collects one transfer's headers and body; the write callbacks reach it through an unretained
-/// pointer, which is safe because the owning ``CurlEasy`` keeps it alive as long as the handle.
+/// pointer, which is safe because the owning ``EasyHandle`` keeps it alive as long as the handle.
 private final class ResponseSink {
     let limit: Int
     var body: [UInt8] = []
@@ -242,6 +325,12 @@ private final class ResponseSink {
         body = []
         headers = []
         tooLarge = false
+    }
+
+    /// Hands the collected response over without copying; the sink is left empty.
+    func take() -> (headers: [(name: String, value: String)], body: [UInt8]) {
+        defer { reset() }
+        return (headers, body)
     }
 
     func appendBody(_ bytes: UnsafeRawBufferPointer) -> Bool {

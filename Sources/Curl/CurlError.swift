@@ -17,6 +17,7 @@ public struct CurlError: Error, CustomStringConvertible, Equatable {
             case responseTooLarge = "response_too_large"
             case unsupportedProtocol = "unsupported_protocol"
             case invalidRequest = "invalid_request"
+            case cancelled
             case other
         }
 
@@ -41,6 +42,9 @@ public struct CurlError: Error, CustomStringConvertible, Equatable {
         public static let unsupportedProtocol = Code(.unsupportedProtocol)
         /// The request was malformed: a bad URL, or CR/LF in a header.
         public static let invalidRequest = Code(.invalidRequest)
+        /// The request was withdrawn before it completed: ``CurlMulti`` shut down or the caller's
+        /// task was cancelled.
+        public static let cancelled = Code(.cancelled)
         /// Anything else; ``CurlError/curlCode`` says what.
         public static let other = Code(.other)
 
@@ -122,6 +126,14 @@ public struct CurlError: Error, CustomStringConvertible, Equatable {
             message = message.replacingOccurrences(of: query, with: "<redacted>")
         }
         return CurlError(code, curlCode: Int(result.rawValue), message: message)
+    }
+
+    /// The one place multi-interface result codes become ``CurlError``s: every `CURLM_*` failure
+    /// (out of memory, a bad handle, an internal error) is a bug or exhaustion, so it is `.other`.
+    /// ``curlCode`` stays 0 because it holds `CURLE_*` numbers only; the `CURLM_*` one goes in the message.
+    static func map(multi result: CURLMcode) -> CurlError {
+        let text = curl_multi_strerror(result).map { String(cString: $0) } ?? "libcurl multi error"
+        return CurlError(.other, message: "\(text) (CURLM \(result.rawValue))")
     }
 }
 

@@ -1,0 +1,499 @@
+internal import CCurl
+import Dispatch
+import Synchronization
+
+extension CurlMulti {
+    /// The engine's fixed limits, validated by ``CurlMulti/init(options:maxConcurrent:maxHostConnections:)``.
+    struct Limits {
+        var maxConcurrent: Int
+        var maxHostConnections: Int
+    }
+
+    /// One accepted request on its way to the engine thread.
+    struct Submission: Sendable {
+        let id: UInt64
+        let request: HTTPRequest
+        let completion: Completion
+    }
+
+    /// The part of a ``CurlMulti`` that any thread may touch: an inbox of requests and cancellations
+    /// behind a mutex, the counters, and the means to wake and to join the engine thread. Everything
+    /// that touches libcurl lives in ``EngineLoop``, on the engine thread.
+    final class Engine: Sendable {
+        /// Everything other threads share with the engine thread; only touched under `state`'s lock.
+        struct State: ~Copyable {
+            var accepting = true
+            var pending = PendingQueue()
+            /// Ids whose cancellation the engine has not seen yet.
+            var cancellations: [UInt64] = []
+            /// Set while the loop owns a live multi handle, cleared before `curl_multi_cleanup`.
+            var wakeup: Wakeup? = nil
+            /// A wakeup was sent that the loop has not yet answered by taking its inbox; saves one
+            /// socketpair write per request when 1,000 arrive at once.
+            var wakeupPending = false
+            var stopDeadline: ContinuousClock.Instant? = nil
+            var startError: CurlError? = nil
+            var counters = Statistics()
+
+            mutating func wake() {
+                guard !wakeupPending, let wakeup else { return }
+                wakeupPending = true
+                wakeup.wake()
+            }
+        }
+
+        let state = Mutex(State())
+        private let nextID = Atomic<UInt64>(0)
+        private let queue: DispatchQueue
+        /// Left when the engine thread has torn everything down; `shutdown` waits on it.
+        private let finished = DispatchGroup()
+        /// Set on `queue`, so the engine thread can recognise itself and never wait for itself.
+        private let onEngineThread = EngineThreadMarker()
+
+        init(label: String) {
+            queue = DispatchQueue(label: label)
+            onEngineThread.mark(queue)
+        }
+
+        /// Starts the engine thread and waits until it has set up the multi handle (or failed to).
+        func start(options: CurlOptions, limits: Limits) throws {
+            let started = DispatchSemaphore(value: 0)
+            finished.enter()
+            queue.async { [self] in
+                // The handles are created on the engine thread so that no other thread ever calls
+                // libcurl with them (the wakeup aside).
+                do {
+                    let loop = try EngineLoop(engine: self, options: options, limits: limits)
+                    started.signal()
+                    loop.run()
+                } catch {
+                    state.withLock {
+                        $0.accepting = false
+                        $0.startError = error as? CurlError ?? CurlError(.other, message: "curl_multi_init failed")
+                    }
+                    started.signal()
+                }
+                finished.leave()
+            }
+            started.wait()
+            if let error = state.withLock({ $0.startError }) {
+                throw error
+            }
+        }
+
+        func makeID() -> UInt64 {
+            nextID.add(1, ordering: .relaxed).newValue
+        }
+
+        /// Queues `request`, or fails it at once (on this thread) once shutdown has begun.
+        func submit(_ request: HTTPRequest, id: UInt64, completion: @escaping Completion) {
+            let accepted = state.withLock { state in
+                guard state.accepting else { return false }
+                state.pending.append(Submission(id: id, request: request, completion: completion))
+                state.wake()
+                return true
+            }
+            if !accepted {
+                completion(.failure(Self.shutDownError))
+            }
+        }
+
+        /// Asks the engine to cancel request `id` if it is still queued or in flight.
+        func cancel(_ id: UInt64) {
+            state.withLock { state in
+                guard state.wakeup != nil else { return }
+                state.cancellations.append(id)
+                state.wake()
+            }
+        }
+
+        func shutdown(gracePeriod: Duration) {
+            state.withLock { state in
+                if state.accepting {
+                    state.accepting = false
+                    state.stopDeadline = .now + max(gracePeriod, .zero)
+                }
+                state.wake()
+            }
+            if !onEngineThread.isCurrent {
+                finished.wait()
+            }
+        }
+
+        var statistics: Statistics {
+            state.withLock { state in
+                var counters = state.counters
+                counters.queued = state.pending.count
+                return counters
+            }
+        }
+
+        static let shutDownError = CurlError(.cancelled, message: "the HTTP engine is shutting down")
+        static let cancelledError = CurlError(.cancelled, message: "the request was cancelled")
+    }
+
+    /// The `CURLM *`, for `curl_multi_wakeup` only.
+    ///
+    /// `@unchecked Sendable`: libcurl documents `curl_multi_wakeup` as callable from any thread, and
+    /// the engine clears its copy under the lock before `curl_multi_cleanup`, while every `wake()`
+    /// runs under that lock too, so it is never called on a freed handle.
+    struct Wakeup: @unchecked Sendable {
+        let multi: UnsafeMutableRawPointer
+
+        func wake() {
+            // Only fails for a bad handle; a full socketpair already means "wake up".
+            _ = curl_multi_wakeup(multi)
+        }
+    }
+
+    /// Recognises the engine's queue: the loop is one long block on it, so "on the queue" means
+    /// "on the engine thread".
+    ///
+    /// `@unchecked Sendable`: the key is never mutated after `init`, and libdispatch synchronises
+    /// `setSpecific`/`getSpecific` itself.
+    final class EngineThreadMarker: @unchecked Sendable {
+        private let key = DispatchSpecificKey<Bool>()
+
+        func mark(_ queue: DispatchQueue) {
+            queue.setSpecific(key: key, value: true)
+        }
+
+        var isCurrent: Bool {
+            DispatchQueue.getSpecific(key: key) == true
+        }
+    }
+
+    /// A FIFO of submissions that also supports removing one by id (a cancelled request): removal
+    /// leaves a hole that `popFirst` skips, and the storage is compacted as the head advances.
+    struct PendingQueue {
+        private var slots: [Submission?] = []
+        private var head = 0
+        private(set) var count = 0
+
+        mutating func append(_ submission: Submission) {
+            slots.append(submission)
+            count += 1
+        }
+
+        mutating func popFirst() -> Submission? {
+            while head < slots.count {
+                let submission = slots[head]
+                slots[head] = nil
+                head += 1
+                if let submission {
+                    count -= 1
+                    compactIfNeeded()
+                    return submission
+                }
+            }
+            compactIfNeeded()
+            return nil
+        }
+
+        mutating func remove(id: UInt64) -> Submission? {
+            guard let index = slots[head...].firstIndex(where: { $0?.id == id }), let submission = slots[index] else {
+                return nil
+            }
+            slots[index] = nil
+            count -= 1
+            return submission
+        }
+
+        mutating func removeAll() -> [Submission] {
+            let all = slots[head...].compactMap { $0 }
+            self = PendingQueue()
+            return all
+        }
+
+        // Amortised O(1): the consumed prefix is dropped once it is at least half the storage.
+        private mutating func compactIfNeeded() {
+            if head == slots.count {
+                slots.removeAll(keepingCapacity: slots.count <= 4096)
+                head = 0
+            } else if head >= 1024, head * 2 >= slots.count {
+                slots.removeFirst(head)
+                head = 0
+            }
+        }
+    }
+
+    /// The engine thread's side: owns the `CURLM *`, the in-flight transfers and the free list.
+    ///
+    /// Not `Sendable`: created, run and torn down on the engine thread only.
+    final class EngineLoop {
+        /// One transfer inside libcurl.
+        private struct Transfer {
+            let id: UInt64
+            let easy: EasyHandle
+            let completion: Completion
+        }
+
+        private typealias Outcome = (completion: Completion, result: Result<HTTPResponse, CurlError>)
+
+        private let engine: Engine
+        private let options: CurlOptions
+        private let limits: Limits
+        private let multi: UnsafeMutableRawPointer
+        private var active: [UnsafeMutableRawPointer: Transfer] = [:]
+        private var activeIDs: [UInt64: UnsafeMutableRawPointer] = [:]
+        private var idle: [EasyHandle] = []
+        private var tornDown = false
+        // Counted here and published once per loop iteration, so the lock is taken twice per round,
+        // not once per transfer.
+        private var connectionsDelta = 0
+        private var handlesDelta = 0
+
+        private static let maxPollMilliseconds: Int32 = 1000
+
+        init(engine: Engine, options: CurlOptions, limits: Limits) throws {
+            CurlGlobal.initialize()
+            guard CurlGlobal.succeeded, let multi = curl_multi_init() else {
+                throw CurlError(.other, message: "curl_multi_init failed")
+            }
+            self.engine = engine
+            self.options = options
+            self.limits = limits
+            self.multi = multi
+            // deinit frees the multi handle if a setopt below throws.
+            // HTTP/2 over TLS multiplexes many transfers on one connection; plain HTTP stays 1.1
+            // because h2c prior knowledge cannot multiplex in 7.88 (see CurlOptions.HTTPVersion).
+            try set(CURLMOPT_PIPELINING, CURLPIPE_MULTIPLEX)
+            try set(CURLMOPT_MAX_HOST_CONNECTIONS, limits.maxHostConnections)
+            // A transfer uses one connection at a time, so more connections than transfers could only
+            // be idle ones; and the cache keeps that many, because libcurl's default (4 × the handles
+            // currently added) shrinks as a burst drains and would close connections we want again.
+            try set(CURLMOPT_MAX_TOTAL_CONNECTIONS, limits.maxConcurrent)
+            try set(CURLMOPT_MAXCONNECTS, limits.maxConcurrent)
+            engine.state.withLock { $0.wakeup = Wakeup(multi: multi) }
+        }
+
+        deinit {
+            teardown()
+        }
+
+        /// Drives transfers until shutdown has drained or cancelled all of them, then tears down.
+        func run() {
+            var outcomes: [Outcome] = []
+            var stopping = false
+            while true {
+                var running: Int32 = 0
+                let performed = curl_multi_perform(multi, &running)
+                guard performed == CURLM_OK else {
+                    failEverything(CurlError.map(multi: performed), into: &outcomes)
+                    break
+                }
+                reapFinished(into: &outcomes)
+
+                let intake = takeInbox()
+                stopping = intake.stopping
+                for submission in intake.admit {
+                    start(submission, into: &outcomes)
+                }
+                for submission in intake.rejected {
+                    outcomes.append((submission.completion, .failure(intake.stopping ? Engine.shutDownError : Engine.cancelledError)))
+                }
+                for id in intake.cancelActive {
+                    if let raw = activeIDs[id] {
+                        cancel(raw, with: Engine.cancelledError, into: &outcomes)
+                    }
+                }
+                var pollTimeout = Self.maxPollMilliseconds
+                if let deadline = intake.deadline {
+                    let left = deadline - .now
+                    if left <= .zero {
+                        for raw in Array(active.keys) {
+                            cancel(raw, with: Engine.shutDownError, into: &outcomes)
+                        }
+                    } else {
+                        pollTimeout = min(pollTimeout, Int32(clamping: Self.milliseconds(rounding: left)))
+                    }
+                }
+                deliver(&outcomes)
+                if stopping && active.isEmpty {
+                    break
+                }
+                // Sleeps until a socket is ready, libcurl's next timeout (it shortens the wait itself),
+                // a wakeup from another thread, or pollTimeout.
+                let polled = curl_multi_poll(multi, nil, 0, pollTimeout, nil)
+                guard polled == CURLM_OK else {
+                    failEverything(CurlError.map(multi: polled), into: &outcomes)
+                    break
+                }
+            }
+            deliver(&outcomes)
+            teardown()
+        }
+
+        private struct Intake {
+            var admit: [Submission] = []
+            var rejected: [Submission] = []
+            var cancelActive: [UInt64] = []
+            var stopping = false
+            var deadline: ContinuousClock.Instant? = nil
+        }
+
+        /// Takes what other threads left: new requests up to the free capacity, cancellations,
+        /// and the shutdown flag (which turns every queued request into a rejection).
+        private func takeInbox() -> Intake {
+            let room = limits.maxConcurrent - active.count
+            return engine.state.withLock { state in
+                var intake = Intake()
+                state.wakeupPending = false
+                intake.stopping = !state.accepting
+                intake.deadline = state.stopDeadline
+                if intake.stopping {
+                    intake.rejected = state.pending.removeAll()
+                } else {
+                    while intake.admit.count < room, let submission = state.pending.popFirst() {
+                        intake.admit.append(submission)
+                    }
+                }
+                for id in state.cancellations {
+                    if let submission = state.pending.remove(id: id) {
+                        intake.rejected.append(submission)
+                    } else {
+                        intake.cancelActive.append(id)
+                    }
+                }
+                state.cancellations = []
+                return intake
+            }
+        }
+
+        private func start(_ submission: Submission, into outcomes: inout [Outcome]) {
+            let easy: EasyHandle
+            if let reused = idle.popLast() {
+                easy = reused
+            } else {
+                do {
+                    easy = try EasyHandle(options: options, waitForMultiplexing: options.httpVersion == .http2TLS)
+                    handlesDelta += 1
+                } catch {
+                    outcomes.append((submission.completion, .failure(Self.curlError(error))))
+                    return
+                }
+            }
+            do {
+                try easy.prepare(submission.request)
+            } catch {
+                recycle(easy)
+                outcomes.append((submission.completion, .failure(Self.curlError(error))))
+                return
+            }
+            let added = curl_multi_add_handle(multi, easy.raw)
+            guard added == CURLM_OK else {
+                easy.abandon()
+                recycle(easy)
+                outcomes.append((submission.completion, .failure(CurlError.map(multi: added))))
+                return
+            }
+            active[easy.raw] = Transfer(id: submission.id, easy: easy, completion: submission.completion)
+            activeIDs[submission.id] = easy.raw
+        }
+
+        private func reapFinished(into outcomes: inout [Outcome]) {
+            var queuedMessages: Int32 = 0
+            while let message = curl_multi_info_read(multi, &queuedMessages) {
+                // Read the message before removing the handle: removal invalidates it.
+                guard message.pointee.msg == CURLMSG_DONE, let raw = message.pointee.easy_handle else { continue }
+                let result = message.pointee.data.result
+                guard let transfer = active.removeValue(forKey: raw) else { continue }
+                activeIDs[transfer.id] = nil
+                _ = curl_multi_remove_handle(multi, raw)
+                let outcome = transfer.easy.finish(result)
+                connectionsDelta += transfer.easy.newConnections
+                recycle(transfer.easy)
+                outcomes.append((transfer.completion, outcome))
+            }
+        }
+
+        /// Aborts an in-flight transfer: removing the handle closes its connection mid-transfer.
+        private func cancel(_ raw: UnsafeMutableRawPointer, with error: CurlError, into outcomes: inout [Outcome]) {
+            guard let transfer = active.removeValue(forKey: raw) else { return }
+            activeIDs[transfer.id] = nil
+            _ = curl_multi_remove_handle(multi, raw)
+            transfer.easy.abandon()
+            recycle(transfer.easy)
+            outcomes.append((transfer.completion, .failure(error)))
+        }
+
+        /// After a multi-handle failure (only out of memory or a libcurl bug): nothing can run any
+        /// more, so every request, queued or in flight, fails with `error` and intake stops.
+        private func failEverything(_ error: CurlError, into outcomes: inout [Outcome]) {
+            let queued = engine.state.withLock { state in
+                state.accepting = false
+                state.cancellations = []
+                return state.pending.removeAll()
+            }
+            for raw in Array(active.keys) {
+                cancel(raw, with: error, into: &outcomes)
+            }
+            for submission in queued {
+                outcomes.append((submission.completion, .failure(error)))
+            }
+        }
+
+        private func recycle(_ easy: EasyHandle) {
+            // Never more than maxConcurrent handles exist, so this bound only documents the invariant.
+            if idle.count < limits.maxConcurrent {
+                idle.append(easy)
+            }
+        }
+
+        /// Publishes the counters, then calls the completions (outside the lock, on this thread), so a
+        /// completion already sees itself counted.
+        private func deliver(_ outcomes: inout [Outcome]) {
+            let failed = outcomes.count { if case .failure = $0.result { true } else { false } }
+            let (completed, inFlight, connections, handles) = (outcomes.count, active.count, connectionsDelta, handlesDelta)
+            engine.state.withLock { state in
+                state.counters.inFlight = inFlight
+                state.counters.completed += completed
+                state.counters.failed += failed
+                state.counters.connectionsOpened += connections
+                state.counters.handlesCreated += handles
+            }
+            connectionsDelta = 0
+            handlesDelta = 0
+            for outcome in outcomes {
+                outcome.completion(outcome.result)
+            }
+            outcomes.removeAll(keepingCapacity: true)
+        }
+
+        /// Frees every handle; the wakeup is withdrawn first so no other thread can touch the multi
+        /// handle while or after it is freed.
+        private func teardown() {
+            guard !tornDown else { return }
+            tornDown = true
+            engine.state.withLock { $0.wakeup = nil }
+            for (raw, _) in active {
+                _ = curl_multi_remove_handle(multi, raw)
+            }
+            active = [:]
+            activeIDs = [:]
+            idle = []
+            // Closes the cached connections; the easy handles were all removed or never added.
+            _ = curl_multi_cleanup(multi)
+        }
+
+        private func set(_ option: CURLMoption, _ value: Int) throws {
+            let result = ccurl_multi_setopt_long(multi, option, value)
+            guard result == CURLM_OK else {
+                throw CurlError.map(multi: result)
+            }
+        }
+
+        private static func curlError(_ error: any Error) -> CurlError {
+            error as? CurlError ?? CurlError(.other, message: "unexpected error")
+        }
+
+        private static func milliseconds(rounding duration: Duration) -> Int64 {
+            let (seconds, attoseconds) = duration.components
+            // Rounded up, so the loop never wakes just before the deadline and polls again for 0 ms.
+            return seconds * 1000 + (attoseconds + 999_999_999_999_999) / 1_000_000_000_000_000
+        }
+    }
+}
+
+@available(*, unavailable)
+extension CurlMulti.EngineLoop: Sendable {}

@@ -1,0 +1,643 @@
+import Curl
+import Foundation
+import Synchronization
+import Testing
+
+/// A loopback HTTP(S) server on Python's asyncio in a `python3` child process: one thread holds
+/// thousands of slow requests at once, which the thread-per-request server in CurlTests cannot. It
+/// exits when our end of its stdin pipe closes, so no server outlives the test process.
+private final class AsyncLoopbackServer: Sendable {
+    let port: Int
+    private let process: Process
+    private let stdin: Pipe
+
+    static let script = #"""
+        import asyncio, json, os, resource, ssl, sys, threading, urllib.parse
+
+        # 1,000 concurrent connections need more descriptors than the usual soft limit of 1,024.
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        stats = {"connections": 0, "active": 0, "peak": 0, "requests": 0}
+
+        def response(status, body, headers=()):
+            head = "HTTP/1.1 %d X\r\nContent-Length: %d\r\n" % (status, len(body))
+            head += "".join("%s: %s\r\n" % kv for kv in headers)
+            return head.encode() + b"\r\n" + body
+
+        async def route(method, url, query, headers, body, peer, writer):
+            path = url.path
+            if path == "/delay":
+                await asyncio.sleep(int(query["ms"]) / 1000)
+                return response(200, b"late")
+            if path == "/echo":
+                extra = [("X-Method", method), ("X-Client-Port", str(peer[1]))]
+                extra += [("X-Echo-" + k, v) for k, v in headers.items() if k.startswith("x-test")]
+                return response(200, body, extra)
+            if path == "/status":
+                return response(int(query["code"]), b"unavailable", [("Retry-After", "1")])
+            if path == "/big":
+                return response(200, b"x" * int(query["n"]))
+            if path == "/bigchunked":
+                writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+                chunk = b"y" * 65536
+                for _ in range(int(query["n"]) // 65536 + 1):
+                    writer.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                    await writer.drain()
+                return b"0\r\n\r\n"
+            if path == "/stats":
+                return response(200, json.dumps(stats).encode())
+            return response(404, b"")
+
+        async def handle(reader, writer):
+            stats["connections"] += 1
+            peer = writer.get_extra_info("peername")
+            try:
+                while True:
+                    line = await reader.readline()
+                    if not line:
+                        break
+                    method, target, _ = line.decode("latin-1").split(" ", 2)
+                    headers = {}
+                    while True:
+                        header = await reader.readline()
+                        if header in (b"\r\n", b"\n", b""):
+                            break
+                        name, _, value = header.decode("latin-1").partition(":")
+                        headers[name.strip().lower()] = value.strip()
+                    length = int(headers.get("content-length", "0"))
+                    body = await reader.readexactly(length) if length else b""
+                    url = urllib.parse.urlparse(target)
+                    query = dict(urllib.parse.parse_qsl(url.query))
+                    stats["requests"] += 1
+                    stats["active"] += 1
+                    stats["peak"] = max(stats["peak"], stats["active"])
+                    try:
+                        out = await route(method, url, query, headers, body, peer, writer)
+                    finally:
+                        stats["active"] -= 1
+                    writer.write(out)
+                    await writer.drain()
+            except (ConnectionError, asyncio.IncompleteReadError, ssl.SSLError):
+                pass
+            finally:
+                writer.close()
+
+        async def main():
+            context = None
+            if len(sys.argv) == 3:
+                context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+                context.load_cert_chain(sys.argv[1], sys.argv[2])
+            loop = asyncio.get_running_loop()
+            loop.set_exception_handler(lambda loop, context: None)  # clients that reject our cert
+            server = await asyncio.start_server(handle, "127.0.0.1", 0, backlog=4096, ssl=context)
+            print(server.sockets[0].getsockname()[1], flush=True)
+            threading.Thread(target=lambda: (sys.stdin.read(), os._exit(0)), daemon=True).start()
+            await server.serve_forever()
+
+        asyncio.run(main())
+        """#
+
+    /// Starts the server; with `certificate` and `key` (PEM paths) it speaks HTTPS.
+    init(certificate: String? = nil, key: String? = nil) throws {
+        let scriptURL = FileManager.default.temporaryDirectory
+            .appendingPathComponent("receiptq-asyncloopback-\(UUID().uuidString).py")
+        try Self.script.write(to: scriptURL, atomically: true, encoding: .utf8)
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = ["python3", scriptURL.path] + [certificate, key].compactMap { $0 }
+        let stdout = Pipe()
+        let stdin = Pipe()
+        process.standardOutput = stdout
+        process.standardInput = stdin
+        try process.run()
+        var line = Data()
+        while let byte = try stdout.fileHandleForReading.read(upToCount: 1), let first = byte.first, first != 0x0A {
+            line.append(first)
+        }
+        guard let port = Int(String(decoding: line, as: UTF8.self)) else {
+            process.terminate()
+            throw CocoaError(.fileReadCorruptFile)
+        }
+        self.port = port
+        self.process = process
+        self.stdin = stdin
+    }
+
+    deinit {
+        try? stdin.fileHandleForWriting.close()
+        process.terminate()
+    }
+
+    /// `http://127.0.0.1:<port><path>` (or `https://localhost:<port><path>` for TLS servers).
+    func url(_ path: String, tls: Bool = false) -> String {
+        tls ? "https://localhost:\(port)\(path)" : "http://127.0.0.1:\(port)\(path)"
+    }
+
+    /// The server's own counts: connections accepted and the peak of requests being handled at once.
+    func stats(caInfo: String? = nil) throws -> (connections: Int, peak: Int) {
+        var options = CurlOptions()
+        options.caInfo = caInfo
+        let response = try CurlEasy(options: options).perform(HTTPRequest(url: url("/stats", tls: caInfo != nil)))
+        let object = try JSONSerialization.jsonObject(with: Data(response.body)) as? [String: Int] ?? [:]
+        // Minus the connection this request itself opened.
+        return ((object["connections"] ?? 0) - 1, object["peak"] ?? 0)
+    }
+}
+
+/// Records completions by index, counts how often each one was called, and lets a test await all.
+private final class Completions: Sendable {
+    private struct State {
+        var calls: [Int]
+        var results: [Result<HTTPResponse, CurlError>?]
+        var finished = 0
+        var waiter: CheckedContinuation<Void, Never>? = nil
+    }
+
+    private let state: Mutex<State>
+
+    init(expected: Int) {
+        state = Mutex(State(calls: Array(repeating: 0, count: expected), results: Array(repeating: nil, count: expected)))
+    }
+
+    /// A completion for request `index`; calling it twice is recorded, not hidden.
+    func completion(_ index: Int) -> CurlMulti.Completion {
+        { result in self.record(index, result) }
+    }
+
+    func record(_ index: Int, _ result: Result<HTTPResponse, CurlError>) {
+        let waiter = state.withLock { state -> CheckedContinuation<Void, Never>? in
+            state.calls[index] += 1
+            guard state.results[index] == nil else { return nil }
+            state.results[index] = result
+            state.finished += 1
+            guard state.finished == state.results.count else { return nil }
+            defer { state.waiter = nil }
+            return state.waiter
+        }
+        waiter?.resume()
+    }
+
+    /// Returns once every index has a result.
+    func wait() async {
+        await withCheckedContinuation { continuation in
+            let done = state.withLock { state in
+                if state.finished == state.results.count { return true }
+                state.waiter = continuation
+                return false
+            }
+            if done { continuation.resume() }
+        }
+    }
+
+    var calls: [Int] { state.withLock { $0.calls } }
+    var results: [Result<HTTPResponse, CurlError>?] { state.withLock { $0.results } }
+}
+
+/// A self-signed certificate for `localhost`, made with the `openssl` CLI.
+private struct TestCertificate {
+    let certificate: String
+    let key: String
+
+    init() throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("receiptq-tls-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        certificate = dir.appendingPathComponent("cert.pem").path
+        key = dir.appendingPathComponent("key.pem").path
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = [
+            "openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", certificate,
+            "-days", "2", "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost",
+        ]
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        process.waitUntilExit()
+        guard process.terminationStatus == 0 else { throw CocoaError(.fileWriteUnknown) }
+    }
+}
+
+/// A numeric field of /proc/self/status, e.g. `Threads` or `VmRSS` (in kB).
+private func processStatus(_ field: String) throws -> Int {
+    let text = try String(contentsOfFile: "/proc/self/status", encoding: .utf8)
+    let line = try #require(text.split(separator: "\n").first { $0.hasPrefix(field + ":") })
+    let value = line.dropFirst(field.count + 1).split(whereSeparator: { $0 == " " || $0 == "\t" }).first
+    return try #require(value.flatMap { Int($0) })
+}
+
+/// Lets this process open the ~2,000 descriptors the tests need (1,000 sockets plus the rest).
+private func raiseDescriptorLimit() {
+    var limit = rlimit()
+    // Glibc imports RLIMIT_NOFILE as a case of enum __rlimit_resource; the functions take its raw value.
+    let resource = __rlimit_resource_t(RLIMIT_NOFILE.rawValue)
+    guard getrlimit(resource, &limit) == 0, limit.rlim_cur < limit.rlim_max else { return }
+    limit.rlim_cur = limit.rlim_max
+    _ = setrlimit(resource, &limit)
+}
+
+private func multiOptions(timeout: Duration = .seconds(20), maxBytes: Int = 4 << 20) -> CurlOptions {
+    var options = CurlOptions()
+    options.requestTimeout = timeout
+    options.connectTimeout = .seconds(5)
+    options.maxResponseBytes = maxBytes
+    return options
+}
+
+/// A loopback port nobody listens on: bind to port 0, read the port, close.
+private func unusedPort() throws -> Int {
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    guard fd >= 0 else { throw POSIXError(.EMFILE) }
+    defer { close(fd) }
+    var addr = sockaddr_in()
+    addr.sin_family = sa_family_t(AF_INET)
+    addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+    let bound = withUnsafeMutablePointer(to: &addr) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+            bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0
+        }
+    }
+    guard bound else { throw POSIXError(.EADDRINUSE) }
+    return Int(UInt16(bigEndian: addr.sin_port))
+}
+
+/// Polls `condition` every 10 ms for up to `limit`; true once it holds.
+private func eventually(within limit: Duration = .seconds(10), _ condition: () -> Bool) async throws -> Bool {
+    let deadline = ContinuousClock.now + limit
+    while ContinuousClock.now < deadline {
+        if condition() { return true }
+        try await Task.sleep(for: .milliseconds(10))
+    }
+    return condition()
+}
+
+private func seconds(_ duration: Duration) -> String {
+    let (whole, attos) = duration.components
+    return String(format: "%.3f s", Double(whole) + Double(attos) / 1e18)
+}
+
+// Serialized: the thread, RSS and timing measurements must not overlap each other.
+@Suite("CurlMulti engine", .serialized, .timeLimit(.minutes(3)))
+struct CurlMultiTests {
+    @Test func thousandSlowRequestsOverlapOnOneEngineThread() async throws {
+        raiseDescriptorLimit()
+        let server = try AsyncLoopbackServer()
+        let multi = try CurlMulti(options: multiOptions(), maxConcurrent: 1000, maxHostConnections: 1000)
+        let threadsBefore = try processStatus("Threads")
+        var peakThreads = threadsBefore
+        var walls: [Duration] = []
+        for _ in 0..<2 {
+            let completions = Completions(expected: 1000)
+            let start = ContinuousClock.now
+            for index in 0..<1000 {
+                multi.send(HTTPRequest(url: server.url("/delay?ms=200")), completion: completions.completion(index))
+            }
+            try await Task.sleep(for: .milliseconds(100))
+            peakThreads = max(peakThreads, try processStatus("Threads"))
+            await completions.wait()
+            walls.append(ContinuousClock.now - start)
+            #expect(completions.calls.allSatisfy { $0 == 1 })
+            let statuses = completions.results.map { try? $0?.get().status }
+            #expect(statuses.allSatisfy { $0 == 200 }, "\(statuses.filter { $0 != 200 }.count) failed")
+        }
+        let threadsAfter = try processStatus("Threads")
+        let stats = multi.statistics
+        let serverStats = try server.stats()
+
+        // Serially this is 2 × 200 s; overlapped about 2 × 0.2–1 s. Only "clearly overlapped" is asserted.
+        #expect(walls.allSatisfy { $0 < .seconds(10) })
+        #expect(serverStats.peak >= 500, "the server never saw many requests at once")
+        #expect(peakThreads - threadsBefore < 50)
+        #expect(threadsAfter - threadsBefore < 50)
+        #expect(stats.completed == 2000 && stats.failed == 0 && stats.inFlight == 0 && stats.queued == 0)
+        // The second round reused the first round's connections and handles.
+        #expect(stats.connectionsOpened <= 1000)
+        #expect(serverStats.connections <= 1000)
+        #expect(stats.handlesCreated <= 1000)
+        print(
+            "CurlMulti 1000×200 ms: wall \(walls.map(seconds)), threads \(threadsBefore) → peak \(peakThreads) → \(threadsAfter),",
+            "connections opened \(stats.connectionsOpened) (server saw \(serverStats.connections), peak \(serverStats.peak) at once),",
+            "handles created \(stats.handlesCreated)"
+        )
+    }
+
+    @Test func fewHostConnectionsAreReusedByManyTransfers() async throws {
+        let server = try AsyncLoopbackServer()
+        let multi = try CurlMulti(options: multiOptions(), maxConcurrent: 1000, maxHostConnections: 4)
+        let completions = Completions(expected: 200)
+        for index in 0..<200 {
+            multi.send(
+                HTTPRequest(method: "POST", url: server.url("/echo"), body: Array("request \(index)".utf8)),
+                completion: completions.completion(index)
+            )
+        }
+        await completions.wait()
+        for (index, result) in completions.results.enumerated() {
+            let response = try #require(try result?.get())
+            #expect(response.status == 200)
+            #expect(response.body == Array("request \(index)".utf8))
+        }
+        let ports = Set(completions.results.compactMap { try? $0?.get().header("X-Client-Port") })
+        #expect(ports.count <= 4)
+        #expect(multi.statistics.connectionsOpened <= 4)
+        #expect(try server.stats().connections <= 4)
+    }
+
+    @Test func oneReusedHandleResetsPerRequestState() async throws {
+        let server = try AsyncLoopbackServer()
+        let multi = try CurlMulti(options: multiOptions(), maxConcurrent: 1)
+        let body: [UInt8] = [0x00, 0x01, 0xFF, 0x00, 0x7B] + Array(repeating: 0x41, count: 5000)
+        let post = try await multi.send(
+            HTTPRequest(method: "POST", url: server.url("/echo"), headers: [("X-Test-Token", "abc def")], body: body)
+        )
+        #expect(post.status == 200)
+        #expect(post.body == body)
+        #expect(post.header("X-Echo-x-test-token") == "abc def")
+        #expect(post.httpVersion == "1.1")
+
+        let get = try await multi.send(HTTPRequest(url: server.url("/echo")))
+        #expect(get.header("X-Method") == "GET")
+        #expect(get.body.isEmpty)
+        #expect(get.header("X-Echo-x-test-token") == nil)
+
+        let put = try await multi.send(HTTPRequest(method: "PUT", url: server.url("/echo"), body: [1, 2, 3]))
+        #expect(put.header("X-Method") == "PUT")
+        #expect(put.body == [1, 2, 3])
+
+        let stats = multi.statistics
+        #expect(stats.handlesCreated == 1)
+        #expect(stats.connectionsOpened == 1)
+        #expect(Set([post, get, put].map { $0.header("X-Client-Port") }).count == 1)
+    }
+
+    /// Each case runs through ``CurlEasy`` and ``CurlMulti``; both must agree with the expectation.
+    @Test(arguments: [
+        ("refused", CurlError.Code.couldNotConnect),
+        ("/delay?ms=3000&secret=hunter2", .timeout),
+        ("/big?n=300000", .responseTooLarge),
+        ("/bigchunked?n=300000", .responseTooLarge),
+        ("ftp://127.0.0.1/", .unsupportedProtocol),
+        ("file:///etc/passwd", .unsupportedProtocol),
+        ("header-injection", .invalidRequest),
+        ("bad method", .invalidRequest),
+    ])
+    func errorsMapLikeCurlEasy(path: String, expected: CurlError.Code) async throws {
+        let server = try AsyncLoopbackServer()
+        let options = multiOptions(timeout: .milliseconds(700), maxBytes: 100_000)
+        let request: HTTPRequest
+        switch path {
+        case "refused": request = HTTPRequest(url: "http://127.0.0.1:\(try unusedPort())/")
+        case "header-injection": request = HTTPRequest(url: server.url("/echo"), headers: [("X-Test", "a\r\nHost: evil")])
+        case "bad method": request = HTTPRequest(method: "GE T", url: server.url("/echo"))
+        case let path where path.hasPrefix("/"): request = HTTPRequest(url: server.url(path))
+        default: request = HTTPRequest(url: path)
+        }
+        let easyError = #expect(throws: CurlError.self) { try CurlEasy(options: options).perform(request) }
+        let multi = try CurlMulti(options: options)
+        let start = ContinuousClock.now
+        let multiError = await #expect(throws: CurlError.self) { try await multi.send(request) }
+        let elapsed = ContinuousClock.now - start
+        #expect(easyError?.code == expected)
+        #expect(multiError?.code == expected)
+        #expect(multiError?.curlCode == easyError?.curlCode)
+        #expect(multiError?.description.contains("hunter2") == false)
+        if expected == .timeout {
+            #expect(elapsed >= .milliseconds(650) && elapsed < .milliseconds(2500))
+        }
+        // The engine's handle is still good after the failure.
+        let after = try await multi.send(HTTPRequest(url: server.url("/big?n=99999")))
+        #expect(after.body.count == 99_999)
+    }
+
+    @Test func timeoutsAreKeptPerRequestWhileOthersSucceed() async throws {
+        let server = try AsyncLoopbackServer()
+        let multi = try CurlMulti(options: multiOptions(timeout: .milliseconds(700)))
+        let completions = Completions(expected: 3)
+        let start = ContinuousClock.now
+        let slowElapsed = Mutex<Duration?>(nil)
+        multi.send(HTTPRequest(url: server.url("/delay?ms=3000"))) { result in
+            slowElapsed.withLock { $0 = ContinuousClock.now - start }
+            completions.record(0, result)
+        }
+        multi.send(HTTPRequest(url: server.url("/delay?ms=100")), completion: completions.completion(1))
+        multi.send(HTTPRequest(url: server.url("/status?code=503")), completion: completions.completion(2))
+        await completions.wait()
+        let results = completions.results
+        #expect(throws: CurlError(.timeout)) { try results[0]?.get() }
+        let elapsed = try #require(slowElapsed.withLock { $0 })
+        #expect(elapsed >= .milliseconds(650) && elapsed < .milliseconds(2500))
+        #expect(try results[1]?.get().status == 200)
+        let unavailable = try #require(try results[2]?.get())
+        #expect(unavailable.status == 503)
+        #expect(unavailable.header("retry-after") == "1")
+        #expect(unavailable.body == Array("unavailable".utf8))
+    }
+
+    @Test func httpsVerifiesThePeerAndFallsBackToHTTP1() async throws {
+        let files = try TestCertificate()
+        let server = try AsyncLoopbackServer(certificate: files.certificate, key: files.key)
+
+        let untrusted = try CurlMulti(options: multiOptions())
+        let untrustedError = await #expect(throws: CurlError.self) { try await untrusted.send(HTTPRequest(url: server.url("/echo", tls: true))) }
+        #expect(untrustedError?.code == .tls)
+
+        var trustedOptions = multiOptions()
+        trustedOptions.caInfo = files.certificate
+        // HTTP/2 is offered over ALPN; this server only speaks 1.1, and transfers waiting for a
+        // multiplexable connection (CURLOPT_PIPEWAIT) must then open their own instead of queueing.
+        trustedOptions.httpVersion = .http2TLS
+        let trusted = try CurlMulti(options: trustedOptions, maxConcurrent: 100, maxHostConnections: 100)
+        let completions = Completions(expected: 100)
+        let start = ContinuousClock.now
+        for index in 0..<100 {
+            trusted.send(HTTPRequest(url: server.url("/delay?ms=200", tls: true)), completion: completions.completion(index))
+        }
+        await completions.wait()
+        let wall = ContinuousClock.now - start
+        let versions = completions.results.map { try? $0?.get().httpVersion }
+        #expect(versions.allSatisfy { $0 == "1.1" })
+        // Serially 20 s.
+        #expect(wall < .seconds(8))
+
+        // Verification includes the host name: the certificate names only `localhost`.
+        let wrongHost = await #expect(throws: CurlError.self) {
+            try await trusted.send(HTTPRequest(url: "https://127.0.0.1:\(server.port)/echo"))
+        }
+        #expect(wrongHost?.code == .tls)
+        print("CurlMulti 100×200 ms over TLS (h2 offered, 1.1 negotiated): wall \(seconds(wall)), \(trusted.statistics)")
+    }
+
+    @Test func shutdownCancelsQueuedAndInFlightRequestsExactlyOnce() async throws {
+        let server = try AsyncLoopbackServer()
+        let multi = try CurlMulti(options: multiOptions(), maxConcurrent: 50)
+        let completions = Completions(expected: 201)
+        for index in 0..<200 {
+            multi.send(HTTPRequest(url: server.url("/delay?ms=10000")), completion: completions.completion(index))
+        }
+        #expect(try await eventually { multi.statistics.inFlight == 50 && multi.statistics.queued == 150 })
+
+        let start = ContinuousClock.now
+        multi.shutdown()
+        let took = ContinuousClock.now - start
+        #expect(took < .seconds(3))
+        // Every completion was called before shutdown returned.
+        #expect(completions.calls.prefix(200).allSatisfy { $0 == 1 })
+
+        // After shutdown: refused at once, on this thread, still exactly once.
+        multi.send(HTTPRequest(url: server.url("/echo")), completion: completions.completion(200))
+        #expect(completions.calls == Array(repeating: 1, count: 201))
+        #expect(
+            completions.results.allSatisfy { result in
+                if case .failure(let error) = result { error.code == .cancelled } else { false }
+            }
+        )
+        let late = await #expect(throws: CurlError.self) { try await multi.send(HTTPRequest(url: server.url("/echo"))) }
+        #expect(late?.code == .cancelled)
+
+        multi.shutdown()  // A second call is harmless.
+        let stats = multi.statistics
+        #expect(stats.completed == 200 && stats.failed == 200 && stats.inFlight == 0 && stats.queued == 0)
+    }
+
+    @Test func gracefulShutdownLetsInFlightRequestsFinish() async throws {
+        let server = try AsyncLoopbackServer()
+        let multi = try CurlMulti(options: multiOptions(), maxConcurrent: 10)
+        let completions = Completions(expected: 20)
+        for index in 0..<20 {
+            multi.send(HTTPRequest(url: server.url("/delay?ms=300")), completion: completions.completion(index))
+        }
+        #expect(try await eventually { multi.statistics.inFlight == 10 })
+        let start = ContinuousClock.now
+        multi.shutdown(gracePeriod: .seconds(10))
+        let took = ContinuousClock.now - start
+        #expect(took < .seconds(5))
+        #expect(completions.calls.allSatisfy { $0 == 1 })
+        let statuses = completions.results.map { result -> String in
+            switch result {
+            case .success(let response)?: "\(response.status)"
+            case .failure(let error)?: "\(error.code)"
+            case nil: "missing"
+            }
+        }
+        #expect(statuses.filter { $0 == "200" }.count == 10)
+        #expect(statuses.filter { $0 == "cancelled" }.count == 10)
+    }
+
+    @Test func deinitCancelsAndIsSafeOnTheEngineThread() async throws {
+        let server = try AsyncLoopbackServer()
+
+        // Dropping the last reference from the outside shuts down and waits.
+        let dropped = Completions(expected: 20)
+        do {
+            let multi = try CurlMulti(options: multiOptions(), maxConcurrent: 5)
+            for index in 0..<20 {
+                multi.send(HTTPRequest(url: server.url("/delay?ms=10000")), completion: dropped.completion(index))
+            }
+        }
+        await dropped.wait()
+        #expect(dropped.calls.allSatisfy { $0 == 1 })
+
+        // A completion holding the last reference: deinit then runs on the engine thread itself,
+        // where waiting for the engine to finish would deadlock.
+        let lastReference = Completions(expected: 1)
+        weak var weakMulti: CurlMulti?
+        do {
+            let multi = try CurlMulti(options: multiOptions())
+            weakMulti = multi
+            multi.send(HTTPRequest(url: server.url("/delay?ms=100"))) { [multi] result in
+                withExtendedLifetime(multi) { lastReference.record(0, result) }
+            }
+        }
+        await lastReference.wait()
+        #expect(try lastReference.results[0]?.get().status == 200)
+        #expect(try await eventually { weakMulti == nil })
+    }
+
+    @Test func asyncSendRunsConcurrentlyAndHonoursCancellation() async throws {
+        let server = try AsyncLoopbackServer()
+        let multi = try CurlMulti(options: multiOptions(), maxConcurrent: 1000)
+        let echoed = try await withThrowingTaskGroup(of: Bool.self) { group in
+            for index in 0..<100 {
+                group.addTask {
+                    let body = Array("request \(index)".utf8)
+                    let response = try await multi.send(HTTPRequest(method: "POST", url: server.url("/echo"), body: body))
+                    return response.status == 200 && response.body == body
+                }
+            }
+            return try await group.reduce(into: 0) { $0 += $1 ? 1 : 0 }
+        }
+        #expect(echoed == 100)
+
+        // Cancelling the task aborts an in-flight transfer promptly.
+        let inFlight = Task { try await multi.send(HTTPRequest(url: server.url("/delay?ms=10000"))) }
+        #expect(try await eventually { multi.statistics.inFlight == 1 })
+        let start = ContinuousClock.now
+        inFlight.cancel()
+        let error = await #expect(throws: CurlError.self) { try await inFlight.value }
+        #expect(error?.code == .cancelled)
+        #expect(ContinuousClock.now - start < .seconds(2))
+        #expect(try await eventually { multi.statistics.inFlight == 0 })
+        // The aborted transfer's handle is the next one reused, and works.
+        #expect(try await multi.send(HTTPRequest(url: server.url("/echo"))).status == 200)
+
+        // And removes a queued one without disturbing the transfer ahead of it.
+        let single = try CurlMulti(options: multiOptions(), maxConcurrent: 1)
+        let ahead = Task { try await single.send(HTTPRequest(url: server.url("/delay?ms=500"))) }
+        #expect(try await eventually { single.statistics.inFlight == 1 })
+        let queued = Task { try await single.send(HTTPRequest(url: server.url("/echo"))) }
+        #expect(try await eventually { single.statistics.queued == 1 })
+        queued.cancel()
+        let queuedError = await #expect(throws: CurlError.self) { try await queued.value }
+        #expect(queuedError?.code == .cancelled)
+        #expect(try await ahead.value.status == 200)
+
+        // A task cancelled before it sends never reaches the engine.
+        let before = single.statistics.completed
+        let early = Task {
+            withUnsafeCurrentTask { $0?.cancel() }
+            return try await single.send(HTTPRequest(url: server.url("/echo")))
+        }
+        await #expect(throws: CancellationError.self) { try await early.value }
+        #expect(single.statistics.completed == before)
+    }
+
+    @Test func rssStaysBoundedOverTenThousandRequests() async throws {
+        let server = try AsyncLoopbackServer()
+        let multi = try CurlMulti(options: multiOptions(), maxConcurrent: 100, maxHostConnections: 100)
+        let body = [UInt8](repeating: 0x5A, count: 4096)
+
+        func run(_ count: Int) async throws {
+            // At most 500 outstanding, as a worker bounded by worker.concurrency would submit.
+            for batch in stride(from: 0, to: count, by: 500) {
+                let size = min(500, count - batch)
+                let completions = Completions(expected: size)
+                for index in 0..<size {
+                    multi.send(HTTPRequest(method: "POST", url: server.url("/echo"), body: body), completion: completions.completion(index))
+                }
+                await completions.wait()
+                let bad = completions.results.filter { (try? $0?.get().body.count) != body.count }.count
+                try #require(bad == 0, "\(bad) requests failed")
+            }
+        }
+
+        try await run(2000)
+        let rssBefore = try processStatus("VmRSS")
+        let threadsBefore = try processStatus("Threads")
+        let start = ContinuousClock.now
+        try await run(10_000)
+        let wall = ContinuousClock.now - start
+        let rssAfter = try processStatus("VmRSS")
+        let stats = multi.statistics
+        // Leaking the 4 KiB request or response body per request would add 40 MB, an easy handle
+        // hundreds; other suites running alongside may add a few MB.
+        #expect(rssAfter - rssBefore < 32_000)
+        #expect(try processStatus("Threads") - threadsBefore < 10)
+        #expect(stats.completed == 12_000 && stats.failed == 0)
+        #expect(stats.handlesCreated <= 100)
+        #expect(stats.connectionsOpened <= 100)
+        print(
+            "CurlMulti 10,000 × 4 KiB POST: VmRSS \(rssBefore) kB → \(rssAfter) kB, wall \(seconds(wall)),",
+            "handles \(stats.handlesCreated), connections \(stats.connectionsOpened)"
+        )
+    }
+}
