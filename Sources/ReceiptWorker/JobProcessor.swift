@@ -52,8 +52,8 @@ public struct JobProcessor {
     }
 
     /// Processes one reserved job on `lane`.
-    /// - Throws: only queue errors (Redis unreachable): the job then stays in processing and the
-    ///   janitor brings it back.
+    /// - Throws: only queue errors (Redis unreachable): the job then stays in processing; the
+    ///   lane's queue gives it back before its next reserve (the janitor, if the lane dies).
     public func process(
         _ job: ReservedJob, on lane: WorkerLane, logger: Logger, using generator: inout some RandomNumberGenerator
     ) throws -> JobOutcome {

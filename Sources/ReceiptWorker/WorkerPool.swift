@@ -148,7 +148,8 @@ public final class WorkerPool: Service, Sendable {
                 pause = 0.1
             } catch {
                 // Redis or Postgres unreachable: back off (bounded), keep the lane, try again. The
-                // façades reconnect on the next call.
+                // façades reconnect on the next call, and the queue gives back the job a failed call
+                // left in this lane's processing list before it reserves the next one.
                 logger.warning("Worker lane error", metadata: ["error": "\(error)"])
                 sleepUnlessStopping(pause)
                 pause = min(pause * 2, 5)

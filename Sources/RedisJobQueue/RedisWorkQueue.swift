@@ -26,6 +26,13 @@ public final class RedisWorkQueue: JobQueue {
     private let retention: DeadLetterRetention
     private let resultTTLSeconds = 60
     private let startedAt = Date()
+    /// Set when a call failed: the lane's processing list may then hold a job the lane no longer
+    /// knows about: a BLMOVE that ran but whose reply was lost, or a job whose acknowledgement
+    /// (or retry, or burial) failed when Redis went away. Such a job would stay there for good,
+    /// since the janitor only empties the lists of lanes whose heartbeat lapsed, and this lane
+    /// keeps beating. The next `reserve` gives those jobs back first (true at start too, for a lane
+    /// rebuilt with the id of one that held jobs).
+    private var mayHoldStrays = true
     /// How long a heartbeat stays valid; the janitor takes the lane's jobs back once it lapses.
     public var heartbeatTTLSeconds = 30
 
@@ -49,10 +56,33 @@ public final class RedisWorkQueue: JobQueue {
     }
 
     public func reserve(timeout: Duration) throws -> ReservedJob? {
-        let seconds = String(format: "%.3f", max(timeout.seconds, 0.01))
-        let reply = try connection.send(["BLMOVE", queueKey, processingKey, "RIGHT", "LEFT", seconds])
-        guard case .bulk(let bytes) = reply else { return nil }
-        return ReservedJob(raw: bytes)
+        try tracked {
+            // A lane reserves only with empty hands, so whatever its list still holds is a stray.
+            if mayHoldStrays { try requeueStrays() }
+            let seconds = String(format: "%.3f", max(timeout.seconds, 0.01))
+            let reply = try connection.send(["BLMOVE", queueKey, processingKey, "RIGHT", "LEFT", seconds])
+            guard case .bulk(let bytes) = reply else { return nil }
+            return ReservedJob(raw: bytes)
+        }
+    }
+
+    /// Moves every job left in this lane's processing list back to the head of its queue, one
+    /// atomic LMOVE each (a janitor may be draining the same list: each job moves once). Not a
+    /// recovery in the poison-job sense: the lane did not die. A replay is harmless, since the store
+    /// is idempotent (a job already stored is stored again unchanged, same attempt).
+    private func requeueStrays() throws {
+        while case .bulk = try connection.send(["LMOVE", processingKey, queueKey, "RIGHT", "RIGHT"]) {}
+        mayHoldStrays = false
+    }
+
+    /// Runs `body`, remembering a failure: see ``mayHoldStrays``.
+    private func tracked<T>(_ body: () throws -> T) throws -> T {
+        do {
+            return try body()
+        } catch {
+            mayHoldStrays = true
+            throw error
+        }
     }
 
     public func acknowledge(_ job: ReservedJob, result: [UInt8]?) throws {
@@ -105,6 +135,10 @@ public final class RedisWorkQueue: JobQueue {
     }
 
     private func exec(_ commands: [[[UInt8]]]) throws {
+        try tracked { try execUntracked(commands) }
+    }
+
+    private func execUntracked(_ commands: [[[UInt8]]]) throws {
         var all = commands
         all.append(["EXEC"].map(bytes))
         // Byte-exact: LREM must match the stored job to the byte, even a poison job that is not UTF-8.

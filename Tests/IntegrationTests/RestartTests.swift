@@ -1,0 +1,772 @@
+import Dispatch
+import Foundation
+import Hiredis
+import Libpq
+import Logging
+import MockAppStore
+import PostgresStore
+import ReceiptCore
+import ReceiptQueueApp
+import ReceiptSignature
+import ReceiptTesting
+import RedisJobQueue
+import ServiceLifecycle
+import Synchronization
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Redis and Postgres restarted under a running system: nothing lost, nothing stored twice.
+///
+/// The shared test servers are never restarted (other suites run against them in parallel): each
+/// test starts its own throwaway `redis-server` or Postgres cluster on a free loopback port in a
+/// temp dir, restarts that one mid-run, and deletes it at the end, also when the test fails.
+@Suite("Restarts: Redis and Postgres restarted mid-run", .enabled(if: TestEnvironment.integrationEnabled), .serialized)
+struct RestartTests {
+    static let jobs = 2000
+    /// Jobs put straight into the retry set once Redis is back (retries that fell due during the
+    /// outage): the scheduler must recover its connection (and its Lua script, which a restart
+    /// forgets) by itself to promote them.
+    static let retriesAfterRestart = 100
+
+    // MARK: - Redis
+
+    @Test("Redis shut down (SHUTDOWN, AOF flushed) and restarted mid-run: every job validated exactly once")
+    func redisShutdownAndRestart() async throws {
+        try await redisRestart(crash: false)
+    }
+
+    @Test("Redis killed (SIGKILL) and restarted mid-run: every job it still holds validated exactly once")
+    func redisKillAndRestart() async throws {
+        try await redisRestart(crash: true)
+    }
+
+    private func redisRestart(crash: Bool) async throws {
+        let server = try await offload { try ThrowawayRedis() }
+        defer { server.destroy() }
+        let system = try await RestartSystem.start(environment: [
+            "REDIS_HOSTNAME": "127.0.0.1", "REDIS_PORT": String(server.port),
+            "POSTGRES_HOSTNAME": TestEnvironment.postgresHost, "POSTGRES_PORT": String(TestEnvironment.postgresPort),
+            "POSTGRES_USER": TestEnvironment.postgresUser, "POSTGRES_DB": TestEnvironment.postgresDatabase,
+        ])
+        do {
+            try await redisScenario(system, server, crash: crash)
+        } catch {
+            await system.stop()
+            throw error
+        }
+        await system.stop()
+    }
+
+    private func redisScenario(_ system: RestartSystem, _ server: ThrowawayRedis, crash: Bool) async throws {
+        let envelopes = system.makeEnvelopes(Self.jobs)
+        let queued = Array(envelopes.dropLast(Self.retriesAfterRestart))
+        let heldBack = Array(envelopes.suffix(Self.retriesAfterRestart))
+        try system.enqueue(queued)
+        if crash {
+            // The jobs were accepted before a point Redis made durable (see below): an AOF rewrite,
+            // fsynced when it completes.
+            try await offload { try server.rewriteAppendOnlyFile() }
+        }
+        let started = ContinuousClock.now
+        system.startWorkers()
+
+        // Mid-run: a good part stored, most still to do, jobs in the lanes' hands.
+        try await system.waitUntilStored(atLeast: Self.jobs / 6, timeout: .seconds(30))
+        let storedAtRestart = try system.validIDs().count
+        #expect(storedAtRestart < Self.jobs, "Redis went down mid-run")
+        if crash { try await offload { try server.kill() } } else { try await offload { try server.shutdown() } }
+        try await Task.sleep(for: .seconds(1))
+        try await offload { try server.start() }
+
+        // What Redis still holds once it is back: with SHUTDOWN, everything; after SIGKILL, see below.
+        let survivors = try system.idsHeldByRedis()
+        try system.scheduleRetries(heldBack)
+        try await system.waitUntilDrained(expected: Self.jobs, timeout: .seconds(150))
+        print(
+            "RestartTests: Redis \(crash ? "SIGKILL" : "SHUTDOWN") after \(storedAtRestart) of \(Self.jobs) stored; "
+                + "\(survivors.count) jobs in Redis after the restart; all done \(ContinuousClock.now - started) after the start")
+
+        let valid = try system.validIDs()
+        let all = Set(envelopes.map(\.id))
+        if crash {
+            // SIGKILL with `appendfsync everysec`: Redis write()s its AOF buffer to the file before it
+            // answers, so a killed *process* loses at most the writes of a lagging fsync (Redis
+            // postpones the write up to 2 s while a previous fsync is still running); a crash of the
+            // *machine* loses up to ~1 s of acknowledged writes. "Nothing lost" can therefore only
+            // promise: every job Redis accepted before its last fsync survives, and a job accepted in
+            // the last second may be gone (a client needing more must use WAIT/WAITAOF or
+            // `appendfsync always`). A lost write of a later *move* (BLMOVE, ack, retry) is harmless:
+            // Redis comes back in an earlier state where the job is still queued or in processing,
+            // and the replay stores nothing twice.
+            //
+            // So: every job Redis still holds after the restart ends valid, exactly once; and since
+            // the enqueue was made durable before the workers started (the AOF rewrite above), no job
+            // is lost at all.
+            #expect(survivors.isSubset(of: valid), "a job Redis held after the restart was not validated")
+        }
+        #expect(valid.subtracting(all).isEmpty)
+        #expect(all.subtracting(valid).isEmpty, "jobs lost: \(all.subtracting(valid).count)")
+        #expect(try system.counts() == RedisCounts(queue: 0, processing: 0, retry: 0, dead: 0))
+        // Exactly once: one receipt row per job (its primary key) and one Apple call recorded per
+        // job (a production receipt needs one), even for jobs stored but not acknowledged when Redis
+        // went away and then replayed.
+        let audit = try system.auditAttempts()
+        #expect(audit.receipts == Self.jobs)
+        #expect(audit.withoutExactlyOneCall == 0, "receipts without exactly one recorded Apple call")
+    }
+
+    // MARK: - Postgres
+
+    @Test("Postgres stopped (fast) and restarted mid-run: every job validated exactly once, nothing dead")
+    func postgresFastStopAndRestart() async throws {
+        try await postgresRestart(mode: "fast")
+    }
+
+    @Test("Postgres crashed (immediate) and restarted mid-run: every job validated exactly once, nothing dead")
+    func postgresImmediateStopAndRestart() async throws {
+        try await postgresRestart(mode: "immediate")
+    }
+
+    private func postgresRestart(mode: String) async throws {
+        let server = try await offload { try ThrowawayPostgres() }
+        defer { server.destroy() }
+        try await offload { try server.createDatabase(user: "receiptq", database: "receiptq_restart") }
+        let system = try await RestartSystem.start(environment: [
+            "REDIS_HOSTNAME": TestEnvironment.redisHost, "REDIS_PORT": String(TestEnvironment.redisPort),
+            "POSTGRES_HOSTNAME": "127.0.0.1", "POSTGRES_PORT": String(server.port),
+            "POSTGRES_USER": "receiptq", "POSTGRES_DB": "receiptq_restart",
+        ])
+        do {
+            try await postgresScenario(system, server, mode: mode)
+        } catch {
+            await system.stop()
+            throw error
+        }
+        await system.stop()
+    }
+
+    private func postgresScenario(_ system: RestartSystem, _ server: ThrowawayPostgres, mode: String) async throws {
+        let envelopes = system.makeEnvelopes(Self.jobs)
+        try system.enqueue(envelopes)
+        let started = ContinuousClock.now
+        system.startWorkers()
+
+        try await system.waitUntilStored(atLeast: Self.jobs / 6, timeout: .seconds(30))
+        let storedAtRestart = try system.validIDs().count
+        #expect(storedAtRestart < Self.jobs, "Postgres went down mid-run")
+        try await offload { try server.stop(mode: mode) }
+        // While Postgres is down the lanes keep taking jobs: each fails to store and goes to the
+        // retry set as store_unavailable, to come back through the scheduler's promotion.
+        try await Task.sleep(for: .seconds(1))
+        try await offload { try server.start() }
+
+        try await system.waitUntilDrained(expected: Self.jobs, timeout: .seconds(150))
+        let audit = try system.auditAttempts()
+        print(
+            "RestartTests: Postgres stop -m \(mode) after \(storedAtRestart) of \(Self.jobs) stored; "
+                + "\(audit.retriedByStoreFailure) stored by a retry; all done \(ContinuousClock.now - started) after the start")
+        let valid = try system.validIDs()
+        let all = Set(envelopes.map(\.id))
+        #expect(valid == all, "jobs lost: \(all.subtracting(valid).count)")
+        #expect(try system.counts() == RedisCounts(queue: 0, processing: 0, retry: 0, dead: 0))
+        #expect(audit.receipts == Self.jobs)
+        // A job whose store failed runs again as its next attempt, so a receipt may record more
+        // than one attempt (one whose COMMIT succeeded but whose answer was lost with the server,
+        // then its replay: both Apple calls really happened). Exactly once here means: one receipt
+        // row per job, and exactly one recorded Apple call per attempt, never a replayed call twice.
+        #expect(audit.attemptsWithoutExactlyOneCall == 0)
+        #expect(audit.retriedByStoreFailure > 0, "the outage was seen by the workers (jobs retried as store_unavailable)")
+    }
+}
+
+// MARK: - The system under test
+
+struct RedisCounts: Equatable, CustomStringConvertible {
+    var queue: Int
+    var processing: Int
+    var retry: Int
+    var dead: Int
+    var description: String { "queue \(queue), processing \(processing), retry \(retry), dead \(dead)" }
+}
+
+/// Workers and scheduler in-process (what `receiptq work` and `receiptq schedule` run) against the
+/// given Redis and Postgres, a mock App Store answering after ~10 ms, one app and one production
+/// receipt (one Apple call per job).
+final class RestartSystem: Sendable {
+    let configuration: AppConfiguration
+    let mock: RunningMockAppStore
+    let app: AppRecord
+    /// Production receipts (one Apple call each), base64; the jobs take them in turn.
+    let receipts: [String]
+    private let group: ServiceGroup
+    private let task = Mutex<Task<Void, any Error>?>(nil)
+
+    static func start(environment overrides: [String: String]) async throws -> RestartSystem {
+        let mock = try await MockAppStore.start(state: MockAppStoreState(baseDelay: .milliseconds(10)))
+        do {
+            var environment = [
+                "REDIS_KEY_PREFIX": "{rqt-\(UUID().uuidString.prefix(8).lowercased())}",
+                "APPSTORE_PRODUCTION_URL": mock.productionURL, "APPSTORE_SANDBOX_URL": mock.sandboxURL,
+                "APPSTORE_REQUEST_TIMEOUT_MS": "5000",
+                "WORKER_CONCURRENCY": "16", "WORKER_SHUTDOWN_TIMEOUT_SECONDS": "5",
+                // A store failure comes back within a few hundred ms, and the backoff of a job that
+                // failed many times during the outage stays short: the test's tail is the outage.
+                "RETRY_BASE_MS": "100", "RETRY_MAX_BACKOFF_SECONDS": "2",
+            ]
+            if let password = TestEnvironment.postgresPassword { environment["POSTGRES_PASSWORD"] = password }
+            environment.merge(overrides) { _, new in new }
+            let configuration = try AppConfiguration(environment: environment)
+            try ReceiptQueueApp.migrate(configuration)
+            let connection = try PostgresConnection(configuration: configuration.postgres)
+            defer { connection.close() }
+            let (app, _) = try AppAdmin(connection: connection).addApp(
+                name: "restart-\(UUID().uuidString)", bundleID: "com.example.restart.\(UUID().uuidString.prefix(8).lowercased())",
+                sharedSecret: "s")
+            mock.state.setSharedSecret("s", for: app.bundleID)
+            // Several receipts, each with its own transactions: with one, every job's transaction
+            // would wait on the same two ledger rows and the lanes would run one at a time. The
+            // forger derives transaction ids from `now` (whole seconds): a distinct one each, away
+            // from other suites' receipts forged at the same time.
+            let offset = Double(Int.random(in: 0..<400_000))
+            let receipts = try (0..<16).map { index in
+                var receipt = ReceiptForger.demoReceipt(bundleID: app.bundleID, now: Date().addingTimeInterval(-offset - Double(index)))
+                receipt.environment = .production
+                return Data(try ReceiptForger.unified(receipt, authority: try TestSystem.sharedAuthority.get())).base64EncodedString()
+            }
+
+            var logger = Logger(label: "it.restart")
+            // The lanes warn on every failed call while a server is down; errors are what matters.
+            logger.logLevel = ProcessInfo.processInfo.environment["RESTART_TESTS_LOG"] == "1" ? .info : .error
+            let services: [any Service] = [
+                ReceiptQueueApp.makeWorkerPool(configuration, logger: logger),
+                ReceiptQueueApp.makeScheduler(configuration, logger: logger),
+            ]
+            let group = ServiceGroup(services: services, gracefulShutdownSignals: [], logger: logger)
+            return RestartSystem(configuration: configuration, mock: mock, app: app, receipts: receipts, group: group)
+        } catch {
+            await mock.stop()
+            throw error
+        }
+    }
+
+    private init(configuration: AppConfiguration, mock: RunningMockAppStore, app: AppRecord, receipts: [String], group: ServiceGroup) {
+        self.configuration = configuration
+        self.mock = mock
+        self.app = app
+        self.receipts = receipts
+        self.group = group
+    }
+
+    func startWorkers() {
+        task.withLock { task in
+            guard task == nil else { return }
+            task = Task { [group] in try await group.run() }
+        }
+    }
+
+    func stop() async {
+        if let task = task.withLock({ $0 }) {
+            await group.triggerGracefulShutdown()
+            _ = try? await task.value
+        }
+        await mock.stop()
+    }
+
+    func makeEnvelopes(_ count: Int) -> [JobEnvelope] {
+        (0..<count).map { index in
+            JobEnvelope(
+                id: JobID.make(), kind: .validate, appID: app.id, enqueuedAt: Date(), origin: .api, receipt: receipts[index % receipts.count])
+        }
+    }
+
+    private func redis() throws -> RedisConnection { try RedisConnection(configuration: configuration.redis, label: "restart-test") }
+
+    /// LPUSHes the jobs as the API does (without the pending resource, which only the API reads).
+    func enqueue(_ envelopes: [JobEnvelope]) throws {
+        let redis = try redis()
+        defer { redis.close() }
+        let queue = Array(configuration.keys.queue(JobKind.validate.rawValue).utf8)
+        for start in stride(from: 0, to: envelopes.count, by: 500) {
+            let replies = try redis.pipeline(
+                bytes: envelopes[start..<min(start + 500, envelopes.count)].map { [Array("LPUSH".utf8), queue, $0.encoded()] })
+            #expect(!replies.contains { if case .error = $0 { true } else { false } })
+        }
+    }
+
+    /// Puts jobs into the retry set, due now.
+    func scheduleRetries(_ envelopes: [JobEnvelope]) throws {
+        let redis = try redis()
+        defer { redis.close() }
+        let now = String(Int64(Date().timeIntervalSince1970 * 1000))
+        _ = try redis.pipeline(bytes: envelopes.map { [Array("ZADD".utf8), Array(configuration.keys.retry.utf8), Array(now.utf8), $0.encoded()] })
+    }
+
+    /// The ids of this app's receipts stored as valid.
+    func validIDs() throws -> Set<UUID> {
+        let connection = try PostgresConnection(configuration: configuration.postgres, label: "restart-test")
+        defer { connection.close() }
+        let rows = try connection.query("SELECT id FROM receipts WHERE app_id = \(app.id) AND status = 'valid'").rows
+        return Set(rows.compactMap { $0.uuid("id") })
+    }
+
+    /// Every processing list under this system's prefix, whether or not its worker is registered.
+    private func processingKeys(_ redis: RedisConnection) throws -> [String] {
+        var keys: [String] = []
+        var cursor = "0"
+        repeat {
+            let reply = try redis.send(["SCAN", cursor, "MATCH", "\(configuration.keys.prefix):processing:*", "COUNT", "1000"])
+            guard case .array(let parts) = reply, parts.count == 2 else { break }
+            cursor = parts[0].string ?? "0"
+            keys += (parts[1].array ?? []).compactMap(\.string)
+        } while cursor != "0"
+        return keys
+    }
+
+    func counts() throws -> RedisCounts {
+        let redis = try redis()
+        defer { redis.close() }
+        let keys = configuration.keys
+        let processing = try processingKeys(redis).reduce(0) { $0 + (try redis.send(["LLEN", $1]).int ?? 0) }
+        return RedisCounts(
+            queue: try redis.send(["LLEN", keys.queue(JobKind.validate.rawValue)]).int ?? -1, processing: processing,
+            retry: try redis.send(["ZCARD", keys.retry]).int ?? -1, dead: try redis.send(["ZCARD", keys.dead]).int ?? -1)
+    }
+
+    /// The ids of the jobs Redis holds anywhere: queued, in a lane's hands, waiting to retry, dead.
+    func idsHeldByRedis() throws -> Set<UUID> {
+        let redis = try redis()
+        defer { redis.close() }
+        let keys = configuration.keys
+        var members: [RedisValue] = []
+        members += try redis.send(["LRANGE", keys.queue(JobKind.validate.rawValue), "0", "-1"]).array ?? []
+        for key in try processingKeys(redis) { members += try redis.send(["LRANGE", key, "0", "-1"]).array ?? [] }
+        members += try redis.send(["ZRANGE", keys.retry, "0", "-1"]).array ?? []
+        members += try redis.send(["ZRANGE", keys.dead, "0", "-1"]).array ?? []
+        return Set(members.compactMap { $0.bytes.flatMap { try? JobEnvelope.decode($0).id } })
+    }
+
+    /// Waits until at least `count` receipts are stored; a server being down only delays it.
+    func waitUntilStored(atLeast count: Int, timeout: Duration) async throws {
+        let deadline = ContinuousClock.now + timeout
+        var stored = 0
+        while ContinuousClock.now < deadline {
+            stored = (try? validIDs().count) ?? stored
+            if stored >= count { return }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        Issue.record("only \(stored) of \(count) receipts stored after \(timeout)")
+        throw RestartTestError("timed out waiting for receipts")
+    }
+
+    /// Waits until `expected` receipts are stored and Redis holds none of the jobs any more (the
+    /// acknowledgement follows the commit, so the two are awaited together).
+    func waitUntilDrained(expected: Int, timeout: Duration) async throws {
+        let deadline = ContinuousClock.now + timeout
+        var stored = -1
+        var counts: RedisCounts?
+        while ContinuousClock.now < deadline {
+            stored = (try? validIDs().count) ?? stored
+            counts = (try? self.counts()) ?? counts
+            if stored == expected, counts == RedisCounts(queue: 0, processing: 0, retry: 0, dead: 0) { return }
+            try await Task.sleep(for: .milliseconds(100))
+        }
+        Issue.record("after \(timeout): \(stored) of \(expected) stored; Redis: \(counts.map { "\($0)" } ?? "unreachable")")
+    }
+
+    struct AttemptAudit {
+        /// This app's receipt rows.
+        var receipts: Int
+        /// Receipts with no or several rows in `validation_attempts`.
+        var withoutExactlyOneCall: Int
+        /// (receipt, attempt) pairs with several recorded calls (a production receipt needs one).
+        var attemptsWithoutExactlyOneCall: Int
+        /// Receipts stored by an attempt after a store failure.
+        var retriedByStoreFailure: Int
+    }
+
+    func auditAttempts() throws -> AttemptAudit {
+        let connection = try PostgresConnection(configuration: configuration.postgres, label: "restart-test")
+        defer { connection.close() }
+        let row = try connection.query(
+            """
+            WITH per_receipt AS (
+              SELECT r.id, r.error_code, count(a.id) AS calls, count(DISTINCT a.attempt) AS attempts, max(a.attempt) AS last_attempt
+              FROM receipts r LEFT JOIN validation_attempts a ON a.receipt_id = r.id
+              WHERE r.app_id = \(app.id) GROUP BY r.id, r.error_code)
+            SELECT count(*) AS receipts,
+                   count(*) FILTER (WHERE calls <> 1) AS odd_receipts,
+                   count(*) FILTER (WHERE calls <> attempts OR attempts = 0) AS odd_attempts,
+                   count(*) FILTER (WHERE last_attempt > 0) AS retried
+            FROM per_receipt
+            """
+        ).rows.first
+        return AttemptAudit(
+            receipts: row?.int("receipts") ?? -1, withoutExactlyOneCall: row?.int("odd_receipts") ?? -1,
+            attemptsWithoutExactlyOneCall: row?.int("odd_attempts") ?? -1, retriedByStoreFailure: row?.int("retried") ?? -1)
+    }
+}
+
+struct RestartTestError: Error, CustomStringConvertible {
+    var description: String
+    init(_ description: String) { self.description = description }
+}
+
+/// Runs blocking work (process launches, waits) off the cooperative pool, which has as many
+/// threads as cores: two here.
+func offload<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+    try await withCheckedThrowingContinuation { continuation in
+        DispatchQueue.global().async { continuation.resume(with: Result { try body() }) }
+    }
+}
+
+// MARK: - Throwaway servers
+
+/// A free TCP port on 127.0.0.1 (the kernel's pick; free when this returns, almost surely still
+/// free a moment later).
+func freeLoopbackPort() throws -> Int {
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    guard fd >= 0 else { throw RestartTestError("socket: errno \(errno)") }
+    defer { close(fd) }
+    var address = sockaddr_in()
+    address.sin_family = sa_family_t(AF_INET)
+    address.sin_port = 0
+    address.sin_addr.s_addr = inet_addr("127.0.0.1")
+    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+    let bound = withUnsafeMutablePointer(to: &address) { pointer in
+        pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { address in
+            bind(fd, address, length) == 0 && getsockname(fd, address, &length) == 0
+        }
+    }
+    guard bound else { throw RestartTestError("bind: errno \(errno)") }
+    return Int(UInt16(bigEndian: address.sin_port))
+}
+
+/// Starts `arguments` (looked up on PATH) in `/`, stdin from /dev/null, stdout and stderr appended
+/// to `log` (or /dev/null), and no other descriptor of ours.
+///
+/// Not Foundation's `Process`: on Linux it learns that a child exited from EOF on a socket the child
+/// inherits, so a daemon the child leaves behind (the postmaster of `pg_ctl start`) keeps
+/// `waitUntilExit()` waiting for ever; and every descriptor of the test (Redis and Postgres
+/// connections, listening sockets) would live on in the servers.
+func spawn(_ arguments: [String], log: String? = nil) throws -> pid_t {
+    var actions = posix_spawn_file_actions_t()
+    posix_spawn_file_actions_init(&actions)
+    defer { posix_spawn_file_actions_destroy(&actions) }
+    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+    posix_spawn_file_actions_addopen(&actions, 1, log ?? "/dev/null", O_WRONLY | O_CREAT | O_APPEND, 0o644)
+    posix_spawn_file_actions_adddup2(&actions, 1, 2)
+    guard let closeFrom, let changeDirectory else { throw RestartTestError("glibc ≥ 2.34 needed (posix_spawn closefrom)") }
+    guard closeFrom(&actions, 3) == 0, changeDirectory(&actions, "/") == 0 else {
+        throw RestartTestError("posix_spawn file actions failed")
+    }
+    var attributes = posix_spawnattr_t()
+    posix_spawnattr_init(&attributes)
+    defer { posix_spawnattr_destroy(&attributes) }
+    var noSignals = sigset_t()
+    sigemptyset(&noSignals)
+    var defaults = sigset_t()
+    sigemptyset(&defaults)
+    sigaddset(&defaults, SIGPIPE)
+    posix_spawnattr_setsigmask(&attributes, &noSignals)
+    posix_spawnattr_setsigdefault(&attributes, &defaults)
+    posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
+    let argv = arguments.map { strdup($0) } + [nil]
+    defer { for argument in argv { free(argument) } }
+    var pid: pid_t = 0
+    let status = posix_spawnp(&pid, arguments[0], &actions, &attributes, argv, environ)
+    guard status == 0 else { throw RestartTestError("cannot start \(arguments[0]): error \(status)") }
+    return pid
+}
+
+// glibc has both (2.34, 2.29), but its headers hide them from Swift's Glibc module.
+private typealias SpawnCloseFrom = @convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, Int32) -> Int32
+private typealias SpawnChangeDirectory = @convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, UnsafePointer<CChar>) -> Int32
+private let closeFrom = dlsym(nil, "posix_spawn_file_actions_addclosefrom_np").map { unsafeBitCast($0, to: SpawnCloseFrom.self) }
+// runuser keeps the cwd, which the server's user may not be allowed to read.
+private let changeDirectory = dlsym(nil, "posix_spawn_file_actions_addchdir_np").map { unsafeBitCast($0, to: SpawnChangeDirectory.self) }
+
+/// Waits for a child started by `spawn`; nil when `timeout` passed first (it then still runs).
+/// - Returns: its exit status, or 128 + the signal that ended it.
+func waitForChild(_ pid: pid_t, timeout: TimeInterval? = nil) -> Int32? {
+    let deadline = timeout.map { Date().addingTimeInterval($0) }
+    var status: Int32 = 0
+    while true {
+        let result = waitpid(pid, &status, deadline == nil ? 0 : WNOHANG)
+        if result == pid { break }
+        if result < 0, errno != EINTR { return -1 }
+        if let deadline, result == 0 {
+            if Date() >= deadline { return nil }
+            usleep(20_000)
+        }
+    }
+    let signal = status & 0x7f
+    return signal == 0 ? (status >> 8) & 0xff : 128 + signal
+}
+
+/// Runs a command to completion, stdout and stderr appended to `log`.
+/// - Returns: its exit status.
+@discardableResult
+func runCommand(_ arguments: [String], log: URL?) throws -> Int32 {
+    let pid = try spawn(arguments, log: log?.path)
+    return waitForChild(pid) ?? -1
+}
+
+/// True when `pid` is a live process (not a zombie: the slow PID 1 here may not have reaped it).
+func processIsAlive(_ pid: Int32) -> Bool {
+    guard pid > 0, let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+        let end = stat.range(of: ") ", options: .backwards)
+    else { return false }
+    let state = stat[end.upperBound...].first
+    return state != "Z" && state != "X"
+}
+
+/// The last lines of a log, for a failure message.
+func tail(_ url: URL, lines: Int = 20) -> String {
+    guard let text = try? String(contentsOf: url, encoding: .utf8) else { return "(no log at \(url.path))" }
+    return text.split(separator: "\n", omittingEmptySubsequences: false).suffix(lines).joined(separator: "\n")
+}
+
+/// A `redis-server` of this test alone: its own port and temp dir, AOF on (fsync every second),
+/// no RDB snapshots. `destroy()` kills it and deletes its data; call it in a `defer`.
+final class ThrowawayRedis: @unchecked Sendable {
+    /// Set once, in `init`.
+    private(set) var port = 0
+    let directory: URL
+    private let lock = NSLock()
+    // Guarded by `lock`.
+    private var pid: pid_t?
+
+    init() throws {
+        directory = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("receiptq-redis-\(UUID().uuidString.prefix(8))")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        var lastError: (any Error)?
+        for _ in 0..<3 {
+            // A port taken between picking and binding: pick again.
+            do {
+                port = try freeLoopbackPort()
+                try start()
+                return
+            } catch {
+                lastError = error
+            }
+        }
+        try? FileManager.default.removeItem(at: directory)
+        throw lastError ?? RestartTestError("redis-server did not start")
+    }
+
+    deinit { destroy() }
+
+    private var log: URL { directory.appendingPathComponent("redis.log") }
+
+    /// Starts the server (on the same port and dir as before) and waits until it answers PING,
+    /// which it does only once the AOF is loaded.
+    func start() throws {
+        let pid = try spawn(
+            [
+                "redis-server", "--port", String(port), "--bind", "127.0.0.1", "--dir", directory.path, "--appendonly", "yes",
+                "--appendfsync", "everysec", "--save", "", "--daemonize", "no", "--logfile", log.path,
+            ])
+        lock.withLock { self.pid = pid }
+        let connection = RedisConfiguration(host: "127.0.0.1", port: port, connectTimeout: .milliseconds(500), commandTimeout: .seconds(2))
+        let deadline = Date().addingTimeInterval(15)
+        while Date() < deadline {
+            if waitForChild(pid, timeout: 0) != nil {
+                lock.withLock { self.pid = nil }
+                throw RestartTestError("redis-server exited: \(tail(log))")
+            }
+            if let redis = try? RedisConnection(configuration: connection, label: "throwaway-ping"),
+                (try? redis.send(["PING"]).string) == "PONG"
+            {
+                redis.close()
+                return
+            }
+            usleep(50_000)
+        }
+        throw RestartTestError("redis-server on port \(port) not ready: \(tail(log))")
+    }
+
+    /// BGREWRITEAOF, waiting until it completed: everything written before is then on disk
+    /// (the rewrite fsyncs the new AOF before it replaces the old one).
+    func rewriteAppendOnlyFile() throws {
+        let redis = try RedisConnection(configuration: RedisConfiguration(host: "127.0.0.1", port: port), label: "throwaway-admin")
+        defer { redis.close() }
+        func persistence() throws -> [String: String] {
+            let info = try redis.send(["INFO", "persistence"]).string ?? ""
+            return Dictionary(
+                info.split(whereSeparator: \.isNewline).compactMap { line in
+                    let parts = line.split(separator: ":", maxSplits: 1)
+                    return parts.count == 2 ? (String(parts[0]), String(parts[1])) : nil
+                }, uniquingKeysWith: { $1 })
+        }
+        let before = try persistence()["aof_rewrites"] ?? ""
+        _ = try redis.send(["BGREWRITEAOF"])
+        let deadline = Date().addingTimeInterval(15)
+        while Date() < deadline {
+            let state = try persistence()
+            if state["aof_rewrites"] != before, state["aof_rewrite_in_progress"] == "0", state["aof_rewrite_scheduled"] == "0" {
+                guard state["aof_last_bgrewrite_status"] == "ok" else { throw RestartTestError("AOF rewrite failed: \(tail(log))") }
+                return
+            }
+            usleep(50_000)
+        }
+        throw RestartTestError("AOF rewrite did not finish: \(tail(log))")
+    }
+
+    /// `redis-cli shutdown`: Redis flushes and fsyncs its AOF, then exits.
+    func shutdown() throws {
+        try runCommand(["redis-cli", "-h", "127.0.0.1", "-p", String(port), "shutdown"], log: nil)
+        try waitForExit()
+    }
+
+    /// SIGKILL: a crash, the AOF is whatever reached the file.
+    func kill() throws {
+        guard let pid = lock.withLock({ self.pid }) else { return }
+        Glibc.kill(pid, SIGKILL)
+        try waitForExit()
+    }
+
+    private func waitForExit() throws {
+        guard let pid = lock.withLock({ self.pid }) else { return }
+        guard waitForChild(pid, timeout: 15) != nil else { throw RestartTestError("redis-server did not exit") }
+        lock.withLock { self.pid = nil }
+    }
+
+    /// Kills the server if it runs and deletes its data. Idempotent.
+    func destroy() {
+        if let pid = lock.withLock({ () -> pid_t? in
+            defer { self.pid = nil }
+            return self.pid
+        }) {
+            Glibc.kill(pid, SIGKILL)
+            _ = waitForChild(pid)
+        }
+        try? FileManager.default.removeItem(at: directory)
+    }
+}
+
+/// A Postgres cluster of this test alone, in a temp dir, on its own loopback port (no Unix socket),
+/// trust auth on 127.0.0.1, fsync off (a process crash loses nothing with fsync off; only a machine
+/// crash would). As root it runs as the `postgres` user (Postgres refuses root), like
+/// `scripts/services`. `destroy()` stops it and deletes the cluster; call it in a `defer`.
+final class ThrowawayPostgres: @unchecked Sendable {
+    /// Set once, in `init`.
+    private(set) var port = 0
+    let directory: URL
+    private let bin: String
+    private let asServerUser: [String]
+    private var data: String { directory.appendingPathComponent("data").path }
+    private var log: URL { directory.appendingPathComponent("postgres.log") }
+    private var commandLog: URL { directory.appendingPathComponent("commands.log") }
+
+    init() throws {
+        bin = try Self.findBin()
+        let isRoot = geteuid() == 0
+        asServerUser = isRoot ? ["runuser", "-u", "postgres", "--"] : []
+        // mkdtemp: private to us, then handed to the server's user.
+        var template = Array("/tmp/receiptq-pg-XXXXXX".utf8CString)
+        guard let made = template.withUnsafeMutableBufferPointer({ mkdtemp($0.baseAddress!) }) else {
+            throw RestartTestError("mkdtemp: errno \(errno)")
+        }
+        directory = URL(fileURLWithPath: String(cString: made))
+        do {
+            if isRoot {
+                guard let user = getpwnam("postgres") else { throw RestartTestError("no 'postgres' system user (scripts/setup)") }
+                guard chown(directory.path, user.pointee.pw_uid, user.pointee.pw_gid) == 0 else {
+                    throw RestartTestError("chown: errno \(errno)")
+                }
+            }
+            let status = try runCommand(
+                asServerUser + [
+                    "\(bin)/initdb", "-D", directory.appendingPathComponent("data").path, "-U", "postgres", "--auth=trust",
+                    "--encoding=UTF8", "--no-locale", "--no-sync",
+                ], log: directory.appendingPathComponent("initdb.log"))
+            guard status == 0 else { throw RestartTestError("initdb failed: \(tail(directory.appendingPathComponent("initdb.log")))") }
+            var lastError: (any Error)?
+            for _ in 0..<3 {
+                do {
+                    port = try freeLoopbackPort()
+                    try configure()
+                    try start()
+                    return
+                } catch {
+                    lastError = error
+                }
+            }
+            throw lastError ?? RestartTestError("postgres did not start")
+        } catch {
+            try? FileManager.default.removeItem(at: directory)
+            throw error
+        }
+    }
+
+    deinit { destroy() }
+
+    /// The newest server binaries Debian installed (off PATH, one dir per major version).
+    private static func findBin() throws -> String {
+        let base = "/usr/lib/postgresql"
+        let versions = (try? FileManager.default.contentsOfDirectory(atPath: base)) ?? []
+        guard
+            let best = versions.compactMap(Int.init).sorted().last(where: {
+                FileManager.default.isExecutableFile(atPath: "\(base)/\($0)/bin/pg_ctl")
+            })
+        else { throw RestartTestError("no Postgres server binaries in \(base)/*/bin (scripts/setup)") }
+        return "\(base)/\(best)/bin"
+    }
+
+    /// Written as the server's user, so it stays the owner of its files.
+    private func configure() throws {
+        let settings = """
+            listen_addresses = '127.0.0.1'
+            port = \(port)
+            unix_socket_directories = ''
+            max_connections = 100
+            fsync = off
+            full_page_writes = off
+            """
+        let status = try runCommand(
+            asServerUser + ["sh", "-c", "printf '%s\\n' \"$1\" > \"$2\"", "sh", settings, "\(data)/postgresql.auto.conf"], log: commandLog)
+        guard status == 0 else { throw RestartTestError("could not write postgresql.auto.conf: \(tail(commandLog))") }
+    }
+
+    /// Starts the server and waits until it accepts connections (crash recovery included).
+    func start() throws {
+        // An immediate stop can leave a postmaster.pid whose process is a zombie, which Postgres
+        // (kill(pid, 0)) would take for a running server.
+        let pidFile = "\(data)/postmaster.pid"
+        if let text = try? String(contentsOfFile: pidFile, encoding: .utf8),
+            let pid = text.split(separator: "\n").first.flatMap({ Int32($0) }), !processIsAlive(pid)
+        {
+            try? FileManager.default.removeItem(atPath: pidFile)
+        }
+        let status = try runCommand(asServerUser + ["\(bin)/pg_ctl", "-D", data, "-l", log.path, "-w", "-t", "30", "start"], log: commandLog)
+        guard status == 0 else { throw RestartTestError("pg_ctl start failed: \(tail(commandLog))\n\(tail(log))") }
+    }
+
+    /// `pg_ctl stop -m <mode>`: `fast` rolls back and disconnects every session, then checkpoints;
+    /// `immediate` kills the server processes without a checkpoint (a crash: the next start
+    /// replays the WAL).
+    func stop(mode: String) throws {
+        let status = try runCommand(asServerUser + ["\(bin)/pg_ctl", "-D", data, "-m", mode, "-w", "-t", "30", "stop"], log: commandLog)
+        guard status == 0 else { throw RestartTestError("pg_ctl stop -m \(mode) failed: \(tail(commandLog))") }
+    }
+
+    /// A login role (superuser, as `scripts/services` makes it) and its database.
+    func createDatabase(user: String, database: String) throws {
+        let admin = try PostgresConnection(
+            configuration: PostgresConfiguration(host: "127.0.0.1", port: port, user: "postgres", database: "postgres"), label: "throwaway-admin")
+        defer { admin.close() }
+        try admin.execute("CREATE ROLE \(user) LOGIN SUPERUSER")
+        try admin.execute("CREATE DATABASE \(database) OWNER \(user)")
+    }
+
+    /// Stops the server if it runs (immediate: it is thrown away) and deletes the cluster. Idempotent.
+    func destroy() {
+        if FileManager.default.fileExists(atPath: "\(data)/postmaster.pid") {
+            _ = try? runCommand(asServerUser + ["\(bin)/pg_ctl", "-D", data, "-m", "immediate", "-w", "-t", "30", "stop"], log: nil)
+        }
+        try? FileManager.default.removeItem(at: directory)
+    }
+}
