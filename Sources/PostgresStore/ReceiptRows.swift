@@ -5,14 +5,16 @@ import ReceiptCore
 /// Reads the receipt resource back from Postgres; shared by the worker's store and the API's catalog.
 enum ReceiptRows {
     static func resource(_ connection: PostgresConnection, id: UUID, appID: UUID?) throws -> ReceiptResource? {
+        // Always by primary key: a combined "($2 IS NULL OR app_id = $2)" let the planner pick the
+        // (app_id, created_at) index and scan an app's whole history to return one row.
         let rows = try connection.query(
             """
             SELECT id, app_id, style, bundle_id, environment, status, apple_status, is_fraud, fraud_reason,
                    user_identifier, identifier_for_vendor, country_code, ip_address, metadata::text AS metadata,
                    array_to_json(transaction_ids)::text AS transaction_ids, created_at, updated_at
-            FROM receipts WHERE id = \(id) AND (\(appID)::uuid IS NULL OR app_id = \(appID))
+            FROM receipts WHERE id = \(id)
             """
-        ).rows
+        ).rows.filter { appID == nil || $0.uuid("app_id") == appID }
         guard let row = rows.first, let appFamilyID = row.uuid("app_id") else { return nil }
         let submission = Submission(
             userIdentifier: row.string("user_identifier"), identifierForVendor: row.string("identifier_for_vendor"),
