@@ -155,7 +155,12 @@ let package = Package(
         ),
         .executableTarget(
             name: "ReceiptBench",
-            dependencies: ["ReceiptCore", "ReceiptSignature", "OpenSSL"],
+            dependencies: [
+                "ReceiptCore", "ReceiptSignature", "OpenSSL",
+                // The pipeline and queue_only rows drive the real adapters and the worker pool.
+                "Hiredis", "Libpq", "Curl", "RedisJobQueue", "PostgresStore", "AppStoreClient", "ReceiptWorker", "ReceiptQueueApp",
+                .product(name: "Logging", package: "swift-log"),
+            ],
             swiftSettings: swiftSettings
         ),
         .target(

@@ -2,7 +2,9 @@
 enum BenchRows {
     static var all: [any BenchRow.Type] {
         [
-            ReceiptRow.self
+            ReceiptRow.self,
+            QueueOnlyRow.self,
+            PipelineRow.self,
         ]
     }
 }

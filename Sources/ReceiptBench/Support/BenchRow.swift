@@ -12,6 +12,8 @@ protocol BenchRow {
     static var summary: String { get }
     /// Servers the row needs from `scripts/services`: `redis`, `postgres`; empty for none.
     static var services: [String] { get }
+    /// Other products of the package the row runs (e.g. `receiptq`); scripts/bench builds them in release.
+    static var products: [String] { get }
     /// Row-specific options beyond the common ones, for `--help` and argument checking.
     static var options: [OptionSpec] { get }
     /// Default samples per workload when `--iterations` is absent.
@@ -24,6 +26,7 @@ protocol BenchRow {
 
 extension BenchRow {
     static var services: [String] { [] }
+    static var products: [String] { [] }
     static var options: [OptionSpec] { [] }
     static var defaultIterations: Int { 2_000 }
 }

@@ -1,4 +1,8 @@
+// Linking the worker's modules makes Glibc's timespec/timeval resolve to CDispatch's copy of the
+// header, and MemberImportVisibility then wants that module imported to read tv_sec & co.
+import CDispatch
 import Foundation
+import Glibc
 
 /// The clocks every row samples with.
 ///

@@ -1,0 +1,176 @@
+import Foundation
+import Synchronization
+
+/// A process the bench starts (the worker, the mock App Store, perf), its stderr kept in a log file.
+final class ChildProcess {
+    let process = Process()
+    let logURL: URL
+    let label: String
+
+    init(executable: URL, arguments: [String], environment: [String: String], label: String, logDirectory: URL) throws {
+        self.label = label
+        logURL = logDirectory.appendingPathComponent("\(label).log")
+        _ = FileManager.default.createFile(atPath: logURL.path, contents: nil)
+        process.executableURL = executable
+        process.arguments = arguments
+        process.environment = environment
+        process.standardInput = FileHandle.nullDevice
+        process.standardOutput = try FileHandle(forWritingTo: logURL)
+        process.standardError = try FileHandle(forWritingTo: logURL)
+        try process.run()
+    }
+
+    var pid: Int32 { process.processIdentifier }
+    var isRunning: Bool { process.isRunning }
+
+    /// SIGTERM (graceful), then SIGKILL after `grace`; returns the exit status, or nil if it had to be killed.
+    @discardableResult
+    func stop(grace: Double = 15) -> Int32? {
+        guard process.isRunning else { return process.terminationStatus }
+        kill(pid, SIGTERM)
+        let deadline = Date().addingTimeInterval(grace)
+        while process.isRunning, Date() < deadline { usleep(20_000) }
+        guard !process.isRunning else {
+            kill(pid, SIGKILL)
+            process.waitUntilExit()
+            return nil
+        }
+        process.waitUntilExit()
+        return process.terminationStatus
+    }
+
+    /// The last lines of its output, for error messages.
+    func logTail(lines: Int = 15) -> String {
+        guard let text = try? String(contentsOf: logURL, encoding: .utf8) else { return "(no log)" }
+        return text.split(separator: "\n", omittingEmptySubsequences: false).suffix(lines).joined(separator: "\n")
+    }
+
+    /// Lines of its output matching `needle`, counted (e.g. repeated lane errors).
+    func logCount(_ needle: String) -> Int {
+        guard let text = try? String(contentsOf: logURL, encoding: .utf8) else { return 0 }
+        return text.split(separator: "\n").filter { $0.contains(needle) }.count
+    }
+
+    /// Runs a command to completion and returns its status and output (stdout + stderr).
+    static func run(_ executable: String, _ arguments: [String], timeout: Double = 120) -> (status: Int32, output: String) {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: executable)
+        process.arguments = arguments
+        let pipe = Pipe()
+        process.standardOutput = pipe
+        process.standardError = pipe
+        process.standardInput = FileHandle.nullDevice
+        do { try process.run() } catch { return (-1, "\(error)") }
+        let reader = OutputReader(pipe.fileHandleForReading)
+        let deadline = Date().addingTimeInterval(timeout)
+        while process.isRunning, Date() < deadline { usleep(20_000) }
+        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+        process.waitUntilExit()
+        return (process.terminationStatus, reader.finish())
+    }
+
+    /// Finds `name` on PATH (or next to the swift toolchain), nil when absent.
+    static func which(_ name: String) -> String? {
+        let path = ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin"
+        for directory in path.split(separator: ":").map(String.init) + ["/opt/swift/usr/bin"] {
+            let candidate = "\(directory)/\(name)"
+            if FileManager.default.isExecutableFile(atPath: candidate) { return candidate }
+        }
+        return nil
+    }
+}
+
+/// Drains a pipe on its own thread, so a chatty child never blocks on a full pipe.
+private final class OutputReader: Sendable {
+    private let data = Mutex(Data())
+    private let done = DispatchSemaphore(value: 0)
+
+    init(_ handle: FileHandle) {
+        Thread { [self] in
+            let all = handle.readDataToEndOfFile()
+            data.withLock { $0 = all }
+            done.signal()
+        }.start()
+    }
+
+    func finish() -> String {
+        done.wait()
+        return String(decoding: data.withLock { $0 }, as: UTF8.self)
+    }
+}
+
+enum Network {
+    /// A TCP port on 127.0.0.1 that was free a moment ago (the kernel picks it).
+    static func freePort() throws -> Int {
+        let socket = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard socket >= 0 else { throw Failure(description: "socket() failed") }
+        defer { close(socket) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_port = 0
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { pointer in
+                bind(socket, pointer, length) == 0 && getsockname(socket, pointer, &length) == 0
+            }
+        }
+        guard bound else { throw Failure(description: "bind() failed") }
+        return Int(UInt16(bigEndian: address.sin_port))
+    }
+
+    /// Waits until something accepts connections on 127.0.0.1:`port`.
+    static func waitForListener(port: Int, timeout: Double) -> Bool {
+        let deadline = Date().addingTimeInterval(timeout)
+        while Date() < deadline {
+            let socket = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+            var address = sockaddr_in()
+            address.sin_family = sa_family_t(AF_INET)
+            address.sin_addr.s_addr = inet_addr("127.0.0.1")
+            address.sin_port = UInt16(port).bigEndian
+            let connected = withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                    connect(socket, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0
+                }
+            }
+            close(socket)
+            if connected { return true }
+            usleep(50_000)
+        }
+        return false
+    }
+
+    struct Failure: Error, CustomStringConvertible {
+        var description: String
+    }
+}
+
+/// Runs async work from the bench's synchronous rows and waits for it.
+func blockingAwait<T: Sendable>(_ body: @escaping @Sendable () async throws -> T) throws -> T {
+    let box = ResultBox<T>()
+    Task {
+        do { box.finish(.success(try await body())) } catch { box.finish(.failure(error)) }
+    }
+    return try box.wait()
+}
+
+private final class ResultBox<T: Sendable>: Sendable {
+    private let result = Mutex<Result<T, any Error>?>(nil)
+    private let done = DispatchSemaphore(value: 0)
+
+    func finish(_ value: Result<T, any Error>) {
+        result.withLock { $0 = value }
+        done.signal()
+    }
+
+    func wait() throws -> T {
+        done.wait()
+        return try result.withLock { $0! }.get()
+    }
+}
+
+/// Sleeps `seconds` on this thread.
+func pause(seconds: Double) {
+    guard seconds > 0 else { return }
+    usleep(UInt32(min(seconds, 4_000) * 1_000_000))
+}

@@ -1,0 +1,145 @@
+import Foundation
+import ReceiptCore
+import ReceiptSignature
+
+/// Makes queue jobs as the ingest API would, fast enough to feed thousands per second.
+///
+/// One unified production receipt (a lifetime purchase and a monthly subscription, like
+/// ``ReceiptForger/demoReceipt(bundleID:now:)``) is forged and signed once. Each job gets a copy
+/// whose four transaction ids (transaction + original, per purchase) carry the job's serial number,
+/// patched into the DER in place: every job writes its own `in_app_purchases` rows, as real
+/// traffic does, instead of all lanes fighting over the same two rows. The copy's signature no
+/// longer matches, which nothing on this path checks (the worker does not verify signatures and
+/// the mock App Store only decodes). The envelope is the encoder's output for a template, with the
+/// id, `enqueued_at` and receipt spliced in, so making a job costs a few microseconds.
+struct JobFactory: Sendable {
+    /// The signed receipt (DER) and where its 10-digit serials sit.
+    struct ReceiptTemplate: Sendable {
+        var der: [UInt8]
+        var serialOffsets: [Int]
+        var bundleID: String
+        /// Run-unique first digits of every transaction id.
+        var tag: String
+    }
+
+    static let serialDigits = 10
+    private static let placeholderID = UUID(uuidString: "0BADC0DE-0000-4000-8000-00000000B0B0")!
+    /// 2100-01-01T00:00:00Z: 13 digits in milliseconds, like any date of this century, and exact in binary.
+    private static let placeholderDate = Date(timeIntervalSince1970: 4_102_444_800)
+    private static let placeholderReceipt = "@@RECEIPT@@"
+
+    let receipt: ReceiptTemplate
+    let appID: UUID
+    /// The envelope's bytes between the placeholders, and which value follows each segment.
+    private let segments: [[UInt8]]
+    private let slots: [Slot]
+
+    private enum Slot: Sendable {
+        case id, enqueuedAt, receipt
+    }
+
+    struct SetupError: Error, CustomStringConvertible {
+        var description: String
+    }
+
+    /// Forges and signs the receipt (two RSA key generations and one signature: about a second).
+    static func forgeReceipt(bundleID: String) throws -> ReceiptTemplate {
+        let tag = String(UInt32.random(in: 10_000_000...99_999_999))
+        let marker = String(repeating: "0", count: serialDigits)
+        var receipt = ReceiptForger.demoReceipt(bundleID: bundleID)
+        receipt.environment = .production
+        receipt.opaqueValue = Array("receiptq-bench".utf8)
+        for (index, suffix) in ["01", "02"].enumerated() where index < receipt.inApp.count {
+            receipt.inApp[index].transactionID = "\(tag)\(marker)\(suffix)"
+            receipt.inApp[index].originalTransactionID = "\(tag)\(marker)\(suffix)"
+        }
+        let der = try ReceiptForger.unified(receipt, authority: TestCertificateAuthority.generate())
+        let needle = Array("\(tag)\(marker)".utf8)
+        let offsets = occurrences(of: needle, in: der).map { $0 + tag.utf8.count }
+        guard offsets.count == 2 * receipt.inApp.count else {
+            throw SetupError(description: "expected \(2 * receipt.inApp.count) transaction ids in the forged receipt, found \(offsets.count)")
+        }
+        return ReceiptTemplate(der: der, serialOffsets: offsets, bundleID: bundleID, tag: tag)
+    }
+
+    init(receipt: ReceiptTemplate, appID: UUID) throws {
+        self.receipt = receipt
+        self.appID = appID
+        let template = JobEnvelope(
+            id: Self.placeholderID, kind: .validate, appID: appID, enqueuedAt: Self.placeholderDate, origin: .api,
+            receipt: Self.placeholderReceipt, style: .unified, bundleID: receipt.bundleID, environment: "production",
+            submission: Submission(userIdentifier: "bench-user", countryCode: "US")
+        ).encoded()
+        let markers: [(Slot, [UInt8])] = [
+            (.id, Array(Self.placeholderID.uuidString.utf8)),
+            (.enqueuedAt, Array(String(Self.milliseconds(Self.placeholderDate)).utf8)),
+            (.receipt, Array(Self.placeholderReceipt.utf8)),
+        ]
+        var found: [(offset: Int, length: Int, slot: Slot)] = []
+        for (slot, marker) in markers {
+            let at = Self.occurrences(of: marker, in: template)
+            guard at.count == 1 else { throw SetupError(description: "envelope template: \(slot) found \(at.count) times") }
+            found.append((at[0], marker.count, slot))
+        }
+        found.sort { $0.offset < $1.offset }
+        var segments: [[UInt8]] = []
+        var start = 0
+        for item in found {
+            segments.append(Array(template[start..<item.offset]))
+            start = item.offset + item.length
+        }
+        segments.append(Array(template[start...]))
+        self.segments = segments
+        self.slots = found.map(\.slot)
+
+        // The splice must round-trip, or every measured job would be a poison job.
+        let probe = makeJob(serial: 42, now: Date(timeIntervalSince1970: 1_763_700_000.5))
+        let decoded = try JobEnvelope.decode(probe.bytes)
+        let parsed = try ReceiptDecoder.decode(base64: decoded.receipt)
+        guard decoded.id == probe.id, Self.milliseconds(decoded.enqueuedAt) == 1_763_700_000_500,
+            parsed.inApp.first?.transactionID == "\(receipt.tag)\(Self.serial(42))01"
+        else { throw SetupError(description: "the spliced envelope does not decode to what was spliced in") }
+    }
+
+    /// The base64 receipt of job `serial`.
+    func receiptBase64(serial: Int) -> String {
+        var der = receipt.der
+        let digits = Array(Self.serial(serial).utf8)
+        for offset in receipt.serialOffsets {
+            for index in 0..<digits.count { der[offset + index] = digits[index] }
+        }
+        return Data(der).base64EncodedString()
+    }
+
+    /// The envelope bytes of job `serial`, enqueued `now`.
+    func makeJob(serial: Int, now: Date = Date()) -> (id: UUID, bytes: [UInt8]) {
+        let id = JobID.make(at: now)
+        let values: [Slot: [UInt8]] = [
+            .id: Array(id.uuidString.utf8), .enqueuedAt: Array(String(Self.milliseconds(now)).utf8),
+            .receipt: Array(receiptBase64(serial: serial).utf8),
+        ]
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(segments.reduce(0) { $0 + $1.count } + 4_096)
+        for (index, segment) in segments.enumerated() {
+            bytes += segment
+            if index < slots.count, let value = values[slots[index]] { bytes += value }
+        }
+        return (id, bytes)
+    }
+
+    static func serial(_ value: Int) -> String {
+        let text = String(value % 10_000_000_000)
+        return String(repeating: "0", count: serialDigits - text.count) + text
+    }
+
+    static func milliseconds(_ date: Date) -> Int64 { Int64((date.timeIntervalSince1970 * 1000).rounded()) }
+
+    static func occurrences(of needle: [UInt8], in haystack: [UInt8]) -> [Int] {
+        guard !needle.isEmpty, haystack.count >= needle.count else { return [] }
+        var found: [Int] = []
+        for start in 0...(haystack.count - needle.count) where haystack[start] == needle[0] {
+            if haystack[start..<(start + needle.count)].elementsEqual(needle) { found.append(start) }
+        }
+        return found
+    }
+}
