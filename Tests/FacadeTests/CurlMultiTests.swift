@@ -7,9 +7,8 @@ import Testing
 /// thousands of slow requests at once, which the thread-per-request server in CurlTests cannot. It
 /// exits when our end of its stdin pipe closes, so no server outlives the test process.
 private final class AsyncLoopbackServer: Sendable {
-    let port: Int
-    private let process: Process
-    private let stdin: Pipe
+    private let server: PythonServer
+    var port: Int { server.port }
 
     static let script = #"""
         import asyncio, json, os, resource, ssl, sys, threading, urllib.parse
@@ -99,39 +98,11 @@ private final class AsyncLoopbackServer: Sendable {
 
     /// Starts the server; with `certificate` and `key` (PEM paths) it speaks HTTPS.
     init(certificate: String? = nil, key: String? = nil) throws {
-        let scriptURL = FileManager.default.temporaryDirectory
-            .appendingPathComponent("receiptq-asyncloopback-\(UUID().uuidString).py")
-        try Self.script.write(to: scriptURL, atomically: true, encoding: .utf8)
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["python3", scriptURL.path] + [certificate, key].compactMap { $0 }
-        let stdout = Pipe()
-        let stdin = Pipe()
-        process.standardOutput = stdout
-        process.standardInput = stdin
-        try process.run()
-        var line = Data()
-        while let byte = try stdout.fileHandleForReading.read(upToCount: 1), let first = byte.first, first != 0x0A {
-            line.append(first)
-        }
-        guard let port = Int(String(decoding: line, as: UTF8.self)) else {
-            process.terminate()
-            throw CocoaError(.fileReadCorruptFile)
-        }
-        self.port = port
-        self.process = process
-        self.stdin = stdin
-    }
-
-    deinit {
-        try? stdin.fileHandleForWriting.close()
-        process.terminate()
+        server = try PythonServer(script: Self.script, arguments: [certificate, key].compactMap { $0 })
     }
 
     /// `http://127.0.0.1:<port><path>` (or `https://localhost:<port><path>` for TLS servers).
-    func url(_ path: String, tls: Bool = false) -> String {
-        tls ? "https://localhost:\(port)\(path)" : "http://127.0.0.1:\(port)\(path)"
-    }
+    func url(_ path: String, tls: Bool = false) -> String { server.url(path, tls: tls) }
 
     /// The server's own counts: connections accepted and the peak of requests being handled at once.
     func stats(caInfo: String? = nil) throws -> (connections: Int, peak: Int) {
