@@ -61,7 +61,10 @@ public final class AppStoreClient: ReceiptVerifier {
             let (call, response) = send(body, to: environment)
             calls.append(call)
             guard let response else {
-                return VerificationReport(verdict: .outage, response: nil, calls: calls, errorCode: call.errorCode)
+                // The classifier decides, so "what a failed call means" lives in one place.
+                return VerificationReport(
+                    verdict: AppleStatus.verdictForFailedCall(httpStatus: call.httpStatus), response: nil, calls: calls,
+                    errorCode: call.errorCode)
             }
             let verdict = AppleStatus.verdict(status: response.status, isRetryable: response.isRetryable, from: environment)
             if case .switchEnvironment(let target) = verdict {
