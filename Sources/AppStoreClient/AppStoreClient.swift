@@ -2,15 +2,16 @@ import Curl
 import Foundation
 import ReceiptCore
 
-/// `ReceiptVerifier` on libcurl: Apple's `verifyReceipt`, production first.
+/// `ReceiptVerifier` on libcurl's multi interface: Apple's `verifyReceipt`, production first.
 ///
 /// 21007 sends the receipt to the sandbox and 21008 back to production, at most once each way per
 /// attempt, because Apple's sandbox has been seen answering 21007 itself. Transport failures, HTTP
 /// errors and non-JSON bodies are reported as an outage, never as an invalid receipt.
 ///
-/// Not thread-safe: each worker lane owns one (and with it one kept-alive connection).
+/// Thread-safe: one client per process; its ``CurlMulti`` engine runs every call on one thread,
+/// thousands at once, over kept-alive connections.
 public final class AppStoreClient: ReceiptVerifier {
-    /// Endpoints and timeouts.
+    /// Endpoints, timeouts and concurrency.
     public struct Configuration: Sendable {
         public var productionURL: String
         public var sandboxURL: String
@@ -18,6 +19,8 @@ public final class AppStoreClient: ReceiptVerifier {
         public var requestTimeout: Duration
         /// A CA bundle to trust instead of the system's (for a TLS mock); verification stays on.
         public var caInfo: String?
+        /// Calls inside libcurl at once (and connections kept); more wait in the engine's queue.
+        public var maxConcurrent: Int
 
         /// Apple's real endpoints.
         public static let apple = Configuration(
@@ -28,95 +31,76 @@ public final class AppStoreClient: ReceiptVerifier {
         /// is known to take minutes at times, and a too-short timeout turns slowness into retries.
         public init(
             productionURL: String, sandboxURL: String, connectTimeout: Duration = .seconds(5),
-            requestTimeout: Duration = .seconds(30), caInfo: String? = nil
+            requestTimeout: Duration = .seconds(30), caInfo: String? = nil, maxConcurrent: Int = 1000
         ) {
             self.productionURL = productionURL
             self.sandboxURL = sandboxURL
             self.connectTimeout = connectTimeout
             self.requestTimeout = requestTimeout
             self.caInfo = caInfo
+            self.maxConcurrent = maxConcurrent
         }
     }
 
     private let configuration: Configuration
-    private let easy: CurlEasy
+    private let engine: CurlMulti
 
-    /// Creates a client with its own curl handle.
-    /// - Throws: `CurlError` when libcurl cannot create a handle.
+    /// Creates a client and starts its HTTP engine thread.
+    /// - Throws: `CurlError` when libcurl cannot create the multi handle.
     public init(configuration: Configuration) throws {
         self.configuration = configuration
         var options = CurlOptions()
         options.connectTimeout = configuration.connectTimeout
         options.requestTimeout = configuration.requestTimeout
         options.caInfo = configuration.caInfo
-        self.easy = try CurlEasy(options: options)
+        // HTTP/1.1 carries one call per connection: allow as many connections to Apple as calls.
+        self.engine = try CurlMulti(
+            options: options, maxConcurrent: configuration.maxConcurrent, maxHostConnections: configuration.maxConcurrent)
     }
 
-    public func verify(_ request: VerificationRequest) -> VerificationReport {
+    public func verify(_ request: VerificationRequest, completion: @escaping @Sendable (VerificationReport) -> Void) {
         let body = Self.requestBody(request)
-        var environment = AppStoreEnvironment.production
-        var flipped: Set<AppStoreEnvironment> = []
-        var calls: [AppleCall] = []
-        while true {
-            let (call, response) = send(body, to: environment)
-            calls.append(call)
-            guard let response else {
-                // The classifier decides, so "what a failed call means" lives in one place.
-                return VerificationReport(
-                    verdict: AppleStatus.verdictForFailedCall(httpStatus: call.httpStatus), response: nil, calls: calls,
-                    errorCode: call.errorCode)
+        step(VerificationSession(), .production, body: body, completion: completion)
+    }
+
+    /// Stops the engine: calls still in flight after `gracePeriod` end as transport errors.
+    public func shutdown(gracePeriod: Duration = .zero) { engine.shutdown(gracePeriod: gracePeriod) }
+
+    private func step(
+        _ session: VerificationSession, _ environment: AppStoreEnvironment, body: [UInt8],
+        completion: @escaping @Sendable (VerificationReport) -> Void
+    ) {
+        let url = environment == .production ? configuration.productionURL : configuration.sandboxURL
+        let started = ContinuousClock.now
+        let request = Curl.HTTPRequest(method: "POST", url: url, headers: [(name: "Content-Type", value: "application/json")], body: body)
+        engine.send(request) { result in
+            let latency = Int(((ContinuousClock.now - started).seconds * 1000).rounded())
+            let (call, response) = Self.interpret(result, from: environment, latencyMs: latency)
+            var session = session
+            switch session.handle(call, response) {
+            case .send(let next): self.step(session, next, body: body, completion: completion)
+            case .finish(let report): completion(report)
             }
-            let verdict = AppleStatus.verdict(status: response.status, isRetryable: response.isRetryable, from: environment)
-            if case .switchEnvironment(let target) = verdict {
-                guard flipped.insert(target).inserted else {
-                    return VerificationReport(
-                        verdict: .transient, response: response, calls: calls, errorCode: "environment_loop")
-                }
-                environment = target
-                continue
-            }
-            let code: String? =
-                switch verdict {
-                case .valid, .invalid: nil
-                default: "apple_\(response.status)"
-                }
-            return VerificationReport(verdict: verdict, response: response, calls: calls, errorCode: code)
         }
     }
 
-    private func send(_ body: [UInt8], to environment: AppStoreEnvironment) -> (AppleCall, VerifyReceiptResponse?) {
-        let url = environment == .production ? configuration.productionURL : configuration.sandboxURL
-        let started = ContinuousClock.now
-        func elapsed() -> Int { Int(((ContinuousClock.now - started).seconds * 1000).rounded()) }
-        do {
-            let response = try easy.perform(
-                HTTPRequest(method: "POST", url: url, headers: [(name: "Content-Type", value: "application/json")], body: body))
-            guard response.status == 200 else {
-                let call = AppleCall(
-                    endpoint: environment, httpStatus: response.status, appleStatus: nil, isRetryable: nil,
-                    latencyMs: elapsed(), errorCode: "http_\(response.status)")
-                return (call, nil)
-            }
-            guard let parsed = VerifyReceiptResponse(body: response.body) else {
-                let call = AppleCall(
-                    endpoint: environment, httpStatus: 200, appleStatus: nil, isRetryable: nil, latencyMs: elapsed(),
-                    errorCode: "non_json_body")
-                return (call, nil)
-            }
-            let call = AppleCall(
-                endpoint: environment, httpStatus: 200, appleStatus: parsed.status, isRetryable: parsed.isRetryable,
-                latencyMs: elapsed(), errorCode: nil)
-            return (call, parsed)
-        } catch let error as CurlError {
-            let call = AppleCall(
-                endpoint: environment, httpStatus: nil, appleStatus: nil, isRetryable: nil, latencyMs: elapsed(),
-                errorCode: "transport_\(error.code)")
-            return (call, nil)
-        } catch {
-            let call = AppleCall(
-                endpoint: environment, httpStatus: nil, appleStatus: nil, isRetryable: nil, latencyMs: elapsed(),
-                errorCode: "transport_other")
-            return (call, nil)
+    /// One call's outcome as the audit trail records it, and Apple's answer when there was one.
+    static func interpret(
+        _ result: Result<Curl.HTTPResponse, CurlError>, from environment: AppStoreEnvironment, latencyMs: Int
+    ) -> (AppleCall, VerifyReceiptResponse?) {
+        func call(_ http: Int?, _ status: Int? = nil, _ retryable: Bool? = nil, error: String?) -> AppleCall {
+            AppleCall(
+                endpoint: environment, httpStatus: http, appleStatus: status, isRetryable: retryable, latencyMs: latencyMs,
+                errorCode: error)
+        }
+        switch result {
+        case .failure(let error):
+            return (call(nil, error: "transport_\(error.code)"), nil)
+        case .success(let response) where response.status != 200:
+            return (call(response.status, error: "http_\(response.status)"), nil)
+        case .success(let response):
+            guard let parsed = VerifyReceiptResponse(body: response.body) else { return (call(200, error: "non_json_body"), nil) }
+            return (call(200, parsed.status, parsed.isRetryable, error: nil), parsed)
         }
     }
 
@@ -128,5 +112,43 @@ public final class AppStoreClient: ReceiptVerifier {
         ]
         if let secret = request.sharedSecret { object["password"] = .string(secret) }
         return (try? JSONEncoder().encode(JSONValue.object(object))).map { [UInt8]($0) } ?? []
+    }
+}
+
+/// Apple's environment rules for one attempt, as a pure state machine: which endpoint to call
+/// next, and when the attempt is over.
+struct VerificationSession: Sendable {
+    /// What to do after a call.
+    enum Step: Sendable {
+        case send(AppStoreEnvironment)
+        case finish(VerificationReport)
+    }
+
+    private var flipped: Set<AppStoreEnvironment> = []
+    private var calls: [AppleCall] = []
+
+    /// Takes the outcome of the call to `call.endpoint`.
+    mutating func handle(_ call: AppleCall, _ response: VerifyReceiptResponse?) -> Step {
+        calls.append(call)
+        guard let response else {
+            // The classifier decides, so "what a failed call means" lives in one place.
+            return .finish(
+                VerificationReport(
+                    verdict: AppleStatus.verdictForFailedCall(httpStatus: call.httpStatus), response: nil, calls: calls,
+                    errorCode: call.errorCode))
+        }
+        let verdict = AppleStatus.verdict(status: response.status, isRetryable: response.isRetryable, from: call.endpoint)
+        if case .switchEnvironment(let target) = verdict {
+            guard flipped.insert(target).inserted else {
+                return .finish(VerificationReport(verdict: .transient, response: response, calls: calls, errorCode: "environment_loop"))
+            }
+            return .send(target)
+        }
+        let code: String? =
+            switch verdict {
+            case .valid, .invalid: nil
+            default: "apple_\(response.status)"
+            }
+        return .finish(VerificationReport(verdict: verdict, response: response, calls: calls, errorCode: code))
     }
 }

@@ -2,9 +2,10 @@ import Foundation
 import Libpq
 import ReceiptCore
 
-/// One worker lane's `ReceiptStore` on its own Postgres connection.
+/// The worker's `ReceiptStore` on one Postgres connection: a batch of results is one transaction
+/// of a few set-based statements (group commit), whatever its size.
 ///
-/// Not thread-safe: a lane owns it and calls it from its own thread.
+/// Not thread-safe: a worker thread owns it and calls it from that thread.
 public final class PostgresReceiptStore: ReceiptStore {
     private let connection: PostgresConnection
     private var apps: [UUID: (record: AppRecord, loadedAt: Date)] = [:]
@@ -25,81 +26,243 @@ public final class PostgresReceiptStore: ReceiptStore {
         return record
     }
 
-    public func save(_ record: ValidationRecord) throws -> ReceiptResource {
-        let envelope = record.envelope
-        let submission = envelope.submission
-        let environment = record.environment ?? envelope.environment ?? "unknown"
-        let transactionIDs = record.purchases.map(\.transactionID)
-        let metadata = submission.metadata.flatMap { try? JSONEncoder().encode($0) }.map { String(decoding: $0, as: UTF8.self) }
-        return try connection.transaction { connection in
-            // Idempotent: a replay writes the same values, and the WHERE makes it a no-op (updated_at included).
-            _ = try connection.query(
-                """
-                INSERT INTO receipts (id, app_id, style, bundle_id, environment, status, apple_status, user_identifier,
-                    identifier_for_vendor, country_code, ip_address, metadata, receipt_data, latest_receipt,
-                    transaction_ids, error_code, created_at, validated_at)
-                VALUES (\(envelope.id), \(envelope.appID), \(envelope.style?.rawValue), \(envelope.bundleID), \(environment),
-                    \(record.status.rawValue), \(record.appleStatus), \(submission.userIdentifier),
-                    \(submission.identifierForVendor), \(submission.countryCode), \(submission.ipAddress),
-                    \(metadata)::jsonb, \(envelope.receipt), \(record.latestReceipt),
-                    \(ReceiptRows.textArray(transactionIDs))::text[], \(envelope.errorCode), \(envelope.enqueuedAt),
-                    \(record.validatedAt))
-                ON CONFLICT (id) DO UPDATE SET
-                    environment = EXCLUDED.environment, status = EXCLUDED.status, apple_status = EXCLUDED.apple_status,
-                    latest_receipt = EXCLUDED.latest_receipt, transaction_ids = EXCLUDED.transaction_ids,
-                    error_code = EXCLUDED.error_code, validated_at = EXCLUDED.validated_at, updated_at = now()
-                WHERE (receipts.environment, receipts.status, receipts.apple_status, receipts.transaction_ids,
-                       receipts.error_code)
-                      IS DISTINCT FROM
-                      (EXCLUDED.environment, EXCLUDED.status, EXCLUDED.apple_status, EXCLUDED.transaction_ids,
-                       EXCLUDED.error_code)
-                  -- a late failure never overwrites Apple's verdict
-                  AND NOT (receipts.status IN ('valid', 'invalid') AND EXCLUDED.status = 'failed')
-                """)
-            for purchase in record.purchases {
-                _ = try connection.query(
-                    """
-                    INSERT INTO in_app_purchases (app_id, receipt_id, environment, transaction_id, original_transaction_id,
-                        product_id, quantity, purchase_date, original_purchase_date, expires_date, cancellation_date,
-                        web_order_line_item_id, is_trial_period, is_in_intro_offer_period, user_identifier)
-                    VALUES (\(envelope.appID), \(envelope.id), \(environment), \(purchase.transactionID),
-                        \(purchase.originalTransactionID), \(purchase.productID), \(purchase.quantity), \(purchase.purchaseDate),
-                        \(purchase.originalPurchaseDate), \(purchase.expiresDate), \(purchase.cancellationDate),
-                        \(purchase.webOrderLineItemID), \(purchase.isTrialPeriod), \(purchase.isInIntroOfferPeriod),
-                        \(submission.userIdentifier))
-                    ON CONFLICT (environment, transaction_id) DO UPDATE SET
-                        expires_date = EXCLUDED.expires_date,
-                        cancellation_date = EXCLUDED.cancellation_date,
-                        user_identifier = COALESCE(in_app_purchases.user_identifier, EXCLUDED.user_identifier),
-                        is_conflict = in_app_purchases.is_conflict OR COALESCE(
-                            in_app_purchases.user_identifier <> EXCLUDED.user_identifier, false),
-                        conflict_user_identifier = CASE
-                            WHEN COALESCE(in_app_purchases.user_identifier <> EXCLUDED.user_identifier, false)
-                            THEN EXCLUDED.user_identifier ELSE in_app_purchases.conflict_user_identifier END,
-                        updated_at = now()
-                    WHERE (in_app_purchases.expires_date, in_app_purchases.cancellation_date)
-                              IS DISTINCT FROM (EXCLUDED.expires_date, EXCLUDED.cancellation_date)
-                       OR (in_app_purchases.user_identifier IS NULL AND EXCLUDED.user_identifier IS NOT NULL)
-                       OR COALESCE(in_app_purchases.user_identifier <> EXCLUDED.user_identifier, false)
-                          AND in_app_purchases.conflict_user_identifier IS DISTINCT FROM EXCLUDED.user_identifier
-                    """)
+    public func save(_ records: [ValidationRecord]) throws -> [Result<ReceiptResource, StoreFailure>] {
+        guard !records.isEmpty else { return [] }
+        do {
+            let resources = try connection.transaction { connection in
+                for group in Self.conflictFreeGroups(records) { try write(group, on: connection) }
+                return try ReceiptRows.resources(connection, ids: records.map(\.envelope.id))
             }
-            for (seq, call) in record.calls.enumerated() {
-                _ = try connection.query(
-                    """
-                    INSERT INTO validation_attempts (receipt_id, attempt, seq, endpoint, http_status, apple_status,
-                        is_retryable, latency_ms, error_code)
-                    VALUES (\(envelope.id), \(envelope.attempt), \(seq), \(call.endpoint.rawValue), \(call.httpStatus),
-                        \(call.appleStatus), \(call.isRetryable), \(call.latencyMs), \(call.errorCode))
-                    ON CONFLICT (receipt_id, attempt, seq) DO NOTHING
-                    """)
+            return records.map { record in
+                resources[record.envelope.id].map { .success($0) }
+                    ?? .failure(StoreFailure(code: "missing_after_write", message: "receipt row not readable after commit"))
             }
-            guard let resource = try ReceiptRows.resource(connection, id: envelope.id, appID: envelope.appID) else {
-                throw PostgresStoreError(code: "missing_after_write", message: "receipt row not readable after commit")
-            }
-            return resource
+        } catch let error as PostgresError where !Self.isConnectionFailure(error) {
+            // The database refused something in the batch (a constraint, a value): find which record
+            // by storing each alone, so one bad record does not hold back the others.
+            guard records.count > 1 else { return [.failure(Self.failure(error))] }
+            return try records.map { record in try save([record])[0] }
         }
     }
+
+    /// Splits a batch so that no statement touches the same row twice: Postgres refuses an
+    /// `INSERT … ON CONFLICT DO UPDATE` that would (a replayed job queued twice, two receipts of
+    /// one batch sharing a transaction). Almost always one group.
+    static func conflictFreeGroups(_ records: [ValidationRecord]) -> [[ValidationRecord]] {
+        var groups: [(records: [ValidationRecord], keys: Set<String>)] = []
+        for record in records {
+            let environment = environment(of: record)
+            let keys = ["r:\(record.envelope.id)"] + record.purchases.map { "p:\(environment)\u{0}\($0.transactionID)" }
+            if let index = groups.firstIndex(where: { $0.keys.isDisjoint(with: keys) }) {
+                groups[index].records.append(record)
+                groups[index].keys.formUnion(keys)
+            } else {
+                groups.append(([record], Set(keys)))
+            }
+        }
+        return groups.map(\.records)
+    }
+
+    private static func environment(of record: ValidationRecord) -> String {
+        record.environment ?? record.envelope.environment ?? "unknown"
+    }
+
+    private static func isConnectionFailure(_ error: PostgresError) -> Bool {
+        [.connectionFailed, .connectionLost, .closed].contains(error.code)
+    }
+
+    private static func failure(_ error: PostgresError) -> StoreFailure {
+        StoreFailure(code: error.sqlState ?? "\(error.code)", message: "Postgres refused the record")
+    }
+
+    /// Three statements for the whole group: receipts, the ledger, the audit trail.
+    private func write(_ records: [ValidationRecord], on connection: PostgresConnection) throws {
+        var receipts = ReceiptColumns()
+        var purchases = PurchaseColumns()
+        var attempts = AttemptColumns()
+        for record in records {
+            receipts.append(record)
+            purchases.append(record)
+            attempts.append(record)
+        }
+        // Idempotent: a replay writes the same values, and the WHERE makes it a no-op (updated_at included).
+        _ = try connection.query(
+            """
+            INSERT INTO receipts (id, app_id, style, bundle_id, environment, status, apple_status, user_identifier,
+                identifier_for_vendor, country_code, ip_address, metadata, receipt_data, latest_receipt,
+                transaction_ids, error_code, created_at, validated_at)
+            SELECT u.id, u.app_id, u.style, u.bundle_id, u.environment, u.status, u.apple_status, u.user_identifier,
+                u.identifier_for_vendor, u.country_code, u.ip_address, u.metadata::jsonb, u.receipt_data, u.latest_receipt,
+                ARRAY(SELECT jsonb_array_elements_text(u.transaction_ids::jsonb)), u.error_code, u.created_at, u.validated_at
+            FROM unnest(\(receipts.id)::uuid[], \(receipts.appID)::uuid[], \(receipts.style)::text[], \(receipts.bundleID)::text[],
+                \(receipts.environment)::text[], \(receipts.status)::text[], \(receipts.appleStatus)::int[],
+                \(receipts.userIdentifier)::text[], \(receipts.identifierForVendor)::text[], \(receipts.countryCode)::text[],
+                \(receipts.ipAddress)::text[], \(receipts.metadata)::text[], \(receipts.receiptData)::text[],
+                \(receipts.latestReceipt)::text[], \(receipts.transactionIDs)::text[], \(receipts.errorCode)::text[],
+                \(receipts.createdAt)::timestamptz[], \(receipts.validatedAt)::timestamptz[])
+              AS u(id, app_id, style, bundle_id, environment, status, apple_status, user_identifier, identifier_for_vendor,
+                   country_code, ip_address, metadata, receipt_data, latest_receipt, transaction_ids, error_code,
+                   created_at, validated_at)
+            ON CONFLICT (id) DO UPDATE SET
+                environment = EXCLUDED.environment, status = EXCLUDED.status, apple_status = EXCLUDED.apple_status,
+                latest_receipt = EXCLUDED.latest_receipt, transaction_ids = EXCLUDED.transaction_ids,
+                error_code = EXCLUDED.error_code, validated_at = EXCLUDED.validated_at, updated_at = now()
+            WHERE (receipts.environment, receipts.status, receipts.apple_status, receipts.transaction_ids,
+                   receipts.error_code)
+                  IS DISTINCT FROM
+                  (EXCLUDED.environment, EXCLUDED.status, EXCLUDED.apple_status, EXCLUDED.transaction_ids,
+                   EXCLUDED.error_code)
+              -- a late failure never overwrites Apple's verdict
+              AND NOT (receipts.status IN ('valid', 'invalid') AND EXCLUDED.status = 'failed')
+            """)
+        if !purchases.transactionID.isEmpty {
+            _ = try connection.query(
+                """
+                INSERT INTO in_app_purchases (app_id, receipt_id, environment, transaction_id, original_transaction_id,
+                    product_id, quantity, purchase_date, original_purchase_date, expires_date, cancellation_date,
+                    web_order_line_item_id, is_trial_period, is_in_intro_offer_period, user_identifier)
+                SELECT * FROM unnest(\(purchases.appID)::uuid[], \(purchases.receiptID)::uuid[], \(purchases.environment)::text[],
+                    \(purchases.transactionID)::text[], \(purchases.originalTransactionID)::text[], \(purchases.productID)::text[],
+                    \(purchases.quantity)::int[], \(purchases.purchaseDate)::timestamptz[],
+                    \(purchases.originalPurchaseDate)::timestamptz[], \(purchases.expiresDate)::timestamptz[],
+                    \(purchases.cancellationDate)::timestamptz[], \(purchases.webOrderLineItemID)::text[],
+                    \(purchases.isTrialPeriod)::boolean[], \(purchases.isInIntroOfferPeriod)::boolean[],
+                    \(purchases.userIdentifier)::text[])
+                ON CONFLICT (environment, transaction_id) DO UPDATE SET
+                    expires_date = EXCLUDED.expires_date,
+                    cancellation_date = EXCLUDED.cancellation_date,
+                    user_identifier = COALESCE(in_app_purchases.user_identifier, EXCLUDED.user_identifier),
+                    is_conflict = in_app_purchases.is_conflict OR COALESCE(
+                        in_app_purchases.user_identifier <> EXCLUDED.user_identifier, false),
+                    conflict_user_identifier = CASE
+                        WHEN COALESCE(in_app_purchases.user_identifier <> EXCLUDED.user_identifier, false)
+                        THEN EXCLUDED.user_identifier ELSE in_app_purchases.conflict_user_identifier END,
+                    updated_at = now()
+                WHERE (in_app_purchases.expires_date, in_app_purchases.cancellation_date)
+                          IS DISTINCT FROM (EXCLUDED.expires_date, EXCLUDED.cancellation_date)
+                   OR (in_app_purchases.user_identifier IS NULL AND EXCLUDED.user_identifier IS NOT NULL)
+                   OR COALESCE(in_app_purchases.user_identifier <> EXCLUDED.user_identifier, false)
+                      AND in_app_purchases.conflict_user_identifier IS DISTINCT FROM EXCLUDED.user_identifier
+                """)
+        }
+        if !attempts.receiptID.isEmpty {
+            _ = try connection.query(
+                """
+                INSERT INTO validation_attempts (receipt_id, attempt, seq, endpoint, http_status, apple_status,
+                    is_retryable, latency_ms, error_code)
+                SELECT * FROM unnest(\(attempts.receiptID)::uuid[], \(attempts.attempt)::int[], \(attempts.seq)::int[],
+                    \(attempts.endpoint)::text[], \(attempts.httpStatus)::int[], \(attempts.appleStatus)::int[],
+                    \(attempts.isRetryable)::boolean[], \(attempts.latencyMs)::int[], \(attempts.errorCode)::text[])
+                ON CONFLICT (receipt_id, attempt, seq) DO NOTHING
+                """)
+        }
+    }
+}
+
+/// The columns of a batch of `receipts` rows, one array literal each.
+private struct ReceiptColumns {
+    private var columns: [[String?]] = Array(repeating: [], count: 18)
+
+    mutating func append(_ record: ValidationRecord) {
+        let envelope = record.envelope
+        let submission = envelope.submission
+        let metadata = submission.metadata.flatMap { try? JSONEncoder().encode($0) }.map { String(decoding: $0, as: UTF8.self) }
+        let transactionIDs = (try? JSONEncoder().encode(record.purchases.map(\.transactionID))).map { String(decoding: $0, as: UTF8.self) }
+        let values: [String?] = [
+            envelope.id.uuidString, envelope.appID.uuidString, envelope.style?.rawValue, envelope.bundleID,
+            record.environment ?? envelope.environment ?? "unknown", record.status.rawValue, record.appleStatus.map(String.init),
+            submission.userIdentifier, submission.identifierForVendor, submission.countryCode, submission.ipAddress, metadata,
+            envelope.receipt,
+            // Apple echoes the receipt it was sent as latest_receipt: keep a copy only when it differs.
+            record.latestReceipt == envelope.receipt ? nil : record.latestReceipt,
+            transactionIDs ?? "[]", envelope.errorCode, envelope.enqueuedAt.postgresText, record.validatedAt.postgresText,
+        ]
+        for (index, value) in values.enumerated() { columns[index].append(value) }
+    }
+
+    private func column(_ index: Int) -> String { PostgresArray.literal(columns[index]) }
+    var id: String { column(0) }
+    var appID: String { column(1) }
+    var style: String { column(2) }
+    var bundleID: String { column(3) }
+    var environment: String { column(4) }
+    var status: String { column(5) }
+    var appleStatus: String { column(6) }
+    var userIdentifier: String { column(7) }
+    var identifierForVendor: String { column(8) }
+    var countryCode: String { column(9) }
+    var ipAddress: String { column(10) }
+    var metadata: String { column(11) }
+    var receiptData: String { column(12) }
+    var latestReceipt: String { column(13) }
+    var transactionIDs: String { column(14) }
+    var errorCode: String { column(15) }
+    var createdAt: String { column(16) }
+    var validatedAt: String { column(17) }
+}
+
+/// The columns of a batch of `in_app_purchases` rows.
+private struct PurchaseColumns {
+    private var columns: [[String?]] = Array(repeating: [], count: 15)
+
+    mutating func append(_ record: ValidationRecord) {
+        let envelope = record.envelope
+        let environment = record.environment ?? envelope.environment ?? "unknown"
+        for purchase in record.purchases {
+            let values: [String?] = [
+                envelope.appID.uuidString, envelope.id.uuidString, environment, purchase.transactionID,
+                purchase.originalTransactionID, purchase.productID, String(purchase.quantity), purchase.purchaseDate?.postgresText,
+                purchase.originalPurchaseDate?.postgresText, purchase.expiresDate?.postgresText,
+                purchase.cancellationDate?.postgresText, purchase.webOrderLineItemID, purchase.isTrialPeriod.postgresText,
+                purchase.isInIntroOfferPeriod.postgresText, envelope.submission.userIdentifier,
+            ]
+            for (index, value) in values.enumerated() { columns[index].append(value) }
+        }
+    }
+
+    private func column(_ index: Int) -> String { PostgresArray.literal(columns[index]) }
+    var appID: String { column(0) }
+    var receiptID: String { column(1) }
+    var environment: String { column(2) }
+    var transactionID: String { columns[3].isEmpty ? "" : column(3) }
+    var originalTransactionID: String { column(4) }
+    var productID: String { column(5) }
+    var quantity: String { column(6) }
+    var purchaseDate: String { column(7) }
+    var originalPurchaseDate: String { column(8) }
+    var expiresDate: String { column(9) }
+    var cancellationDate: String { column(10) }
+    var webOrderLineItemID: String { column(11) }
+    var isTrialPeriod: String { column(12) }
+    var isInIntroOfferPeriod: String { column(13) }
+    var userIdentifier: String { column(14) }
+}
+
+/// The columns of a batch of `validation_attempts` rows: one per call to Apple.
+private struct AttemptColumns {
+    private var columns: [[String?]] = Array(repeating: [], count: 9)
+
+    mutating func append(_ record: ValidationRecord) {
+        for (seq, call) in record.calls.enumerated() {
+            let values: [String?] = [
+                record.envelope.id.uuidString, String(record.envelope.attempt), String(seq), call.endpoint.rawValue,
+                call.httpStatus.map(String.init), call.appleStatus.map(String.init), call.isRetryable?.postgresText,
+                String(call.latencyMs), call.errorCode,
+            ]
+            for (index, value) in values.enumerated() { columns[index].append(value) }
+        }
+    }
+
+    private func column(_ index: Int) -> String { PostgresArray.literal(columns[index]) }
+    var receiptID: String { columns[0].isEmpty ? "" : column(0) }
+    var attempt: String { column(1) }
+    var seq: String { column(2) }
+    var endpoint: String { column(3) }
+    var httpStatus: String { column(4) }
+    var appleStatus: String { column(5) }
+    var isRetryable: String { column(6) }
+    var latencyMs: String { column(7) }
+    var errorCode: String { column(8) }
 }
 
 /// Errors of the Postgres adapter that are not Postgres's own.

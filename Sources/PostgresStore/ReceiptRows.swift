@@ -2,9 +2,17 @@ import Foundation
 import Libpq
 import ReceiptCore
 
-/// Reads the receipt resource back from Postgres; shared by the worker's store and the API's catalog.
+/// Reads receipt resources back from Postgres; shared by the worker's store and the API's catalog.
 enum ReceiptRows {
+    /// One receipt, only if it belongs to `appID` (any app when nil).
     static func resource(_ connection: PostgresConnection, id: UUID, appID: UUID?) throws -> ReceiptResource? {
+        guard let resource = try resources(connection, ids: [id])[id] else { return nil }
+        return appID == nil || resource.appFamilyID == appID ? resource : nil
+    }
+
+    /// Several receipts in two statements (receipts, then their purchases), keyed by id; missing ids are absent.
+    static func resources(_ connection: PostgresConnection, ids: [UUID]) throws -> [UUID: ReceiptResource] {
+        guard !ids.isEmpty else { return [:] }
         // Always by primary key: a combined "($2 IS NULL OR app_id = $2)" let the planner pick the
         // (app_id, created_at) index and scan an app's whole history to return one row.
         let rows = try connection.query(
@@ -12,43 +20,74 @@ enum ReceiptRows {
             SELECT id, app_id, style, bundle_id, environment, status, apple_status, is_fraud, fraud_reason,
                    user_identifier, identifier_for_vendor, country_code, ip_address, metadata::text AS metadata,
                    array_to_json(transaction_ids)::text AS transaction_ids, created_at, updated_at
-            FROM receipts WHERE id = \(id)
-            """
-        ).rows.filter { appID == nil || $0.uuid("app_id") == appID }
-        guard let row = rows.first, let appFamilyID = row.uuid("app_id") else { return nil }
-        let submission = Submission(
-            userIdentifier: row.string("user_identifier"), identifierForVendor: row.string("identifier_for_vendor"),
-            countryCode: row.string("country_code"), ipAddress: row.string("ip_address"),
-            metadata: row.string("metadata").flatMap { try? JSONDecoder().decode(JSONValue.self, from: Data($0.utf8)) })
-        let environment = row.string("environment")
-        let transactionIDs =
-            row.string("transaction_ids").flatMap { try? JSONDecoder().decode([String].self, from: Data($0.utf8)) } ?? []
-        let purchases = try purchasesResource(
-            connection, environment: environment ?? "", transactionIDs: transactionIDs, user: submission.userIdentifier)
-        return ReceiptResource(
-            id: id, style: row.string("style").flatMap(ReceiptStyle.init(rawValue:)), appFamilyID: appFamilyID,
-            bundleID: row.string("bundle_id"), isFraud: row.bool("is_fraud") ?? false, fraudReason: row.string("fraud_reason"),
-            environment: environment, submission: submission,
-            validationStatus: row.string("status").flatMap(ValidationStatus.init(rawValue:)) ?? .pending,
-            appleStatus: row.int("apple_status"), inAppPurchases: purchases,
-            createdAt: row.date("created_at") ?? Date(), updatedAt: row.date("updated_at") ?? Date())
-    }
-
-    private static func purchasesResource(
-        _ connection: PostgresConnection, environment: String, transactionIDs: [String], user: String?
-    ) throws -> [InAppPurchaseResource] {
-        guard !transactionIDs.isEmpty else { return [] }
-        let rows = try connection.query(
-            """
-            SELECT transaction_id, original_transaction_id, product_id, quantity, purchase_date, original_purchase_date,
-                   expires_date, cancellation_date, web_order_line_item_id, is_trial_period, is_in_intro_offer_period,
-                   user_identifier
-            FROM in_app_purchases
-            WHERE environment = \(environment) AND transaction_id = ANY(\(textArray(transactionIDs))::text[])
-            ORDER BY purchase_date NULLS LAST, transaction_id
+            FROM receipts WHERE id = ANY(\(PostgresArray.literal(ids.map(\.uuidString)))::uuid[])
             """
         ).rows
-        return rows.map { row in
+        var receipts: [(row: PostgresRow, id: UUID, app: UUID, environment: String?, transactionIDs: [String])] = []
+        for row in rows {
+            guard let id = row.uuid("id"), let app = row.uuid("app_id") else { continue }
+            let transactionIDs =
+                row.string("transaction_ids").flatMap { try? JSONDecoder().decode([String].self, from: Data($0.utf8)) } ?? []
+            receipts.append((row, id, app, row.string("environment"), transactionIDs))
+        }
+        let keys = receipts.flatMap { receipt in receipt.transactionIDs.map { PurchaseKey(environment: receipt.environment ?? "", transactionID: $0) }
+        }
+        let purchases = try purchaseRows(connection, keys: keys)
+
+        var result: [UUID: ReceiptResource] = [:]
+        for receipt in receipts {
+            let row = receipt.row
+            let submission = Submission(
+                userIdentifier: row.string("user_identifier"), identifierForVendor: row.string("identifier_for_vendor"),
+                countryCode: row.string("country_code"), ipAddress: row.string("ip_address"),
+                metadata: row.string("metadata").flatMap { try? JSONDecoder().decode(JSONValue.self, from: Data($0.utf8)) })
+            let owned = receipt.transactionIDs.compactMap { purchases[PurchaseKey(environment: receipt.environment ?? "", transactionID: $0)] }
+                .sorted { lhs, rhs in
+                    switch (lhs.purchase.purchaseDate, rhs.purchase.purchaseDate) {
+                    case (let l?, let r?) where l != r: l < r
+                    case (.some, nil): true
+                    case (nil, .some): false
+                    default: lhs.purchase.transactionID < rhs.purchase.transactionID
+                    }
+                }
+                .map { entry in
+                    let user = submission.userIdentifier
+                    return InAppPurchaseResource(entry.purchase, isConflict: entry.owner != nil && user != nil && entry.owner != user)
+                }
+            result[receipt.id] = ReceiptResource(
+                id: receipt.id, style: row.string("style").flatMap(ReceiptStyle.init(rawValue:)), appFamilyID: receipt.app,
+                bundleID: row.string("bundle_id"), isFraud: row.bool("is_fraud") ?? false, fraudReason: row.string("fraud_reason"),
+                environment: receipt.environment, submission: submission,
+                validationStatus: row.string("status").flatMap(ValidationStatus.init(rawValue:)) ?? .pending,
+                appleStatus: row.int("apple_status"), inAppPurchases: owned,
+                createdAt: row.date("created_at") ?? Date(), updatedAt: row.date("updated_at") ?? Date())
+        }
+        return result
+    }
+
+    struct PurchaseKey: Hashable {
+        var environment: String
+        var transactionID: String
+    }
+
+    /// The ledger rows of `keys`, each with the user who first claimed it.
+    private static func purchaseRows(
+        _ connection: PostgresConnection, keys: [PurchaseKey]
+    ) throws -> [PurchaseKey: (purchase: InAppPurchase, owner: String?)] {
+        guard !keys.isEmpty else { return [:] }
+        let rows = try connection.query(
+            """
+            SELECT p.environment, p.transaction_id, p.original_transaction_id, p.product_id, p.quantity, p.purchase_date,
+                   p.original_purchase_date, p.expires_date, p.cancellation_date, p.web_order_line_item_id,
+                   p.is_trial_period, p.is_in_intro_offer_period, p.user_identifier
+            FROM in_app_purchases p
+            JOIN unnest(\(PostgresArray.literal(keys.map(\.environment)))::text[],
+                        \(PostgresArray.literal(keys.map(\.transactionID)))::text[]) AS k(environment, transaction_id)
+              ON p.environment = k.environment AND p.transaction_id = k.transaction_id
+            """
+        ).rows
+        var result: [PurchaseKey: (purchase: InAppPurchase, owner: String?)] = [:]
+        for row in rows {
             let purchase = InAppPurchase(
                 quantity: row.int("quantity") ?? 1, productID: row.string("product_id") ?? "",
                 transactionID: row.string("transaction_id") ?? "",
@@ -57,15 +96,34 @@ enum ReceiptRows {
                 expiresDate: row.date("expires_date"), cancellationDate: row.date("cancellation_date"),
                 webOrderLineItemID: row.string("web_order_line_item_id"), isTrialPeriod: row.bool("is_trial_period") ?? false,
                 isInIntroOfferPeriod: row.bool("is_in_intro_offer_period") ?? false)
-            let owner = row.string("user_identifier")
-            return InAppPurchaseResource(purchase, isConflict: owner != nil && user != nil && owner != user)
+            result[PurchaseKey(environment: row.string("environment") ?? "", transactionID: purchase.transactionID)] =
+                (purchase, row.string("user_identifier"))
         }
+        return result
+    }
+}
+
+/// Postgres array literals for `unnest` and `ANY`: one parameter carries a whole column of a batch.
+enum PostgresArray {
+    /// `{"a","b",NULL}`: every element quoted and escaped, so any string round-trips; nil is SQL NULL.
+    static func literal(_ values: [String?]) -> String {
+        var text = "{"
+        for (index, value) in values.enumerated() {
+            if index > 0 { text += "," }
+            guard let value else {
+                text += "NULL"
+                continue
+            }
+            text += "\""
+            for character in value.unicodeScalars {
+                if character == "\\" || character == "\"" { text += "\\" }
+                text.unicodeScalars.append(character)
+            }
+            text += "\""
+        }
+        return text + "}"
     }
 
-    /// A Postgres text[] literal; every element quoted and escaped, so any string round-trips.
-    static func textArray(_ values: [String]) -> String {
-        "{"
-            + values.map { "\"" + $0.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"") + "\"" }
-            .joined(separator: ",") + "}"
-    }
+    /// Convenience for non-optional columns.
+    static func literal(_ values: [String]) -> String { literal(values.map(Optional.some)) }
 }

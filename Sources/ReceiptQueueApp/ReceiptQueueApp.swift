@@ -45,34 +45,41 @@ public enum ReceiptQueueApp {
             onServerRunning: { channel in await onRunning(channel.localAddress?.port ?? 0) }, logger: logger)
     }
 
-    /// The worker pool: `WORKER_CONCURRENCY` lanes, each with its own Redis, Postgres and curl handle.
-    public static func makeWorkerPool(_ configuration: AppConfiguration, logger: Logger) -> WorkerPool {
+    /// The worker: `WORKER_CONCURRENCY` validations in flight on a few threads (a fetcher, two
+    /// committers with their own Redis and Postgres connections, one libcurl engine thread).
+    /// - Throws: when libcurl cannot start its engine.
+    public static func makeWorker(_ configuration: AppConfiguration, logger: Logger) throws -> WorkerEngine {
         let host = ProcessInfo.processInfo.hostName
         let pid = ProcessInfo.processInfo.processIdentifier
         let instance = String(UInt32.random(in: 0...UInt32.max), radix: 36)
-        let workerID: @Sendable (Int) -> String = { index in "\(host)-\(pid)-\(instance)-\(index)" }
-        return WorkerPool(
+        let workerID = "\(host)-\(pid)-\(instance)"
+        var appStore = configuration.appStore
+        appStore.maxConcurrent = configuration.workerConcurrency
+        return WorkerEngine(
             configuration: .init(
                 concurrency: configuration.workerConcurrency, shutdownTimeout: configuration.workerShutdownTimeout,
                 heartbeatInterval: .seconds(max(1, configuration.workerHeartbeatTTLSeconds / 3)),
                 retryPolicy: configuration.retryPolicy),
-            makeLane: { index in
-                let redis = try RedisConnection(configuration: configuration.redis, label: "worker-\(index)")
-                let postgres = try PostgresConnection(configuration: configuration.postgres, label: "worker-\(index)")
-                let queue = RedisWorkQueue(connection: redis, keys: configuration.keys, workerID: workerID(index))
+            makeQueue: { role in
+                let queue = RedisWorkQueue(
+                    connection: try RedisConnection(configuration: configuration.redis, label: "worker-\(role)"), keys: configuration.keys,
+                    workerID: workerID)
                 queue.heartbeatTTLSeconds = configuration.workerHeartbeatTTLSeconds
-                return WorkerLane(
-                    queue: queue, store: PostgresReceiptStore(connection: postgres),
-                    verifier: try AppStoreClient(configuration: configuration.appStore),
-                    // Same thread, same connection: the circuit is consulted between queue calls.
-                    circuit: RedisOutageCircuit(connection: redis, keys: configuration.keys))
+                return queue
             },
-            requeueAbandoned: { lanes in
+            makeStore: { role in
+                PostgresReceiptStore(connection: try PostgresConnection(configuration: configuration.postgres, label: "worker-\(role)"))
+            },
+            makeCircuit: {
+                RedisOutageCircuit(
+                    connection: try RedisConnection(configuration: configuration.redis, label: "worker-circuit"), keys: configuration.keys)
+            },
+            verifier: try AppStoreClient(configuration: appStore),
+            requeueAbandoned: {
                 do {
                     let redis = try RedisConnection(configuration: configuration.redis, label: "worker-shutdown")
                     defer { redis.close() }
-                    let maintenance = RedisMaintenance(connection: redis, keys: configuration.keys)
-                    for lane in lanes { try maintenance.requeueInFlight(worker: workerID(lane)) }
+                    try RedisMaintenance(connection: redis, keys: configuration.keys).requeueInFlight(worker: workerID)
                 } catch {
                     // The heartbeat lapses soon and the janitor takes the jobs back: late, not lost.
                     logger.error("Could not requeue the jobs in hand at shutdown", metadata: ["error": "\(error)"])

@@ -34,7 +34,7 @@ struct All: AsyncParsableCommand {
             demo
             ? try ReceiptQueueApp.prepareDemo(configuration, directory: URL(fileURLWithPath: demoDirectory).standardizedFileURL)
             : nil
-        services.append(ReceiptQueueApp.makeWorkerPool(configuration, logger: logger))
+        services.append(try ReceiptQueueApp.makeWorker(configuration, logger: logger))
         services.append(ReceiptQueueApp.makeScheduler(configuration, logger: logger))
         services.append(
             ReceiptQueueApp.makeAPI(configuration, logger: logger) { port in

@@ -51,7 +51,7 @@ struct Work: AsyncParsableCommand {
     func run() async throws {
         var (configuration, logger) = try bootstrap(label: "work")
         if let concurrency { configuration.workerConcurrency = concurrency }
-        try await ReceiptQueueApp.run([ReceiptQueueApp.makeWorkerPool(configuration, logger: logger)], logger: logger)
+        try await ReceiptQueueApp.run([ReceiptQueueApp.makeWorker(configuration, logger: logger)], logger: logger)
     }
 }
 

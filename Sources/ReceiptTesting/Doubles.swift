@@ -26,35 +26,40 @@ public final class MemoryJobQueue: JobQueue, @unchecked Sendable {
     /// Jobs still in processing (reserved and never resolved).
     public var inProcessing: Int { lock.withLock { processing.count } }
 
-    public func reserve(timeout: Duration) throws -> ReservedJob? {
+    public func reserve(max: Int, timeout: Duration) throws -> [ReservedJob] {
         lock.withLock {
             let deadline = Date().addingTimeInterval(timeout.seconds)
             while ready.isEmpty, lock.wait(until: deadline) {}
-            guard !ready.isEmpty else { return nil }
-            let raw = ready.removeFirst()
-            processing.append(raw)
-            return ReservedJob(raw: raw)
+            let taken = Array(ready.prefix(Swift.max(1, max)))
+            ready.removeFirst(taken.count)
+            processing.append(contentsOf: taken)
+            return taken.map(ReservedJob.init(raw:))
         }
     }
 
-    public func acknowledge(_ job: ReservedJob, result: [UInt8]?) throws {
+    public func settle(_ settlements: [Settlement]) throws {
         lock.withLock {
-            remove(job)
-            acknowledged.append((job, result))
+            for settlement in settlements {
+                remove(settlement.job)
+                switch settlement {
+                case .acknowledge(let job, let result): acknowledged.append((job, result))
+                case .retry(_, let updated, let runAt): retries.append((updated, runAt))
+                case .bury(_, let updated, _): dead.append(updated)
+                }
+            }
         }
     }
 
-    public func scheduleRetry(_ job: ReservedJob, updated: JobEnvelope, runAt: Date) throws {
+    public func requeueStrays(keeping inFlight: [[UInt8]]) throws -> Int {
         lock.withLock {
-            remove(job)
-            retries.append((updated, runAt))
-        }
-    }
-
-    public func bury(_ job: ReservedJob, updated: JobEnvelope?, at: Date) throws {
-        lock.withLock {
-            remove(job)
-            dead.append(updated)
+            var kept = inFlight
+            var strays: [[UInt8]] = []
+            for raw in processing {
+                if let index = kept.firstIndex(of: raw) { kept.remove(at: index) } else { strays.append(raw) }
+            }
+            for raw in strays { remove(ReservedJob(raw: raw)) }
+            ready.insert(contentsOf: strays, at: 0)
+            return strays.count
         }
     }
 
@@ -85,16 +90,19 @@ public final class MemoryReceiptStore: ReceiptStore, @unchecked Sendable {
         }
     }
 
-    public func save(_ record: ValidationRecord) throws -> ReceiptResource {
+    public func save(_ records: [ValidationRecord]) throws -> [Result<ReceiptResource, StoreFailure>] {
         try lock.withLock {
             if let failure { throw failure }
-            saved.append(record)
-            return ReceiptResource(
-                id: record.envelope.id, style: record.envelope.style, appFamilyID: record.envelope.appID,
-                bundleID: record.envelope.bundleID, environment: record.environment, submission: record.envelope.submission,
-                validationStatus: record.status, appleStatus: record.appleStatus,
-                inAppPurchases: record.purchases.map { InAppPurchaseResource($0) }, createdAt: record.envelope.enqueuedAt,
-                updatedAt: record.validatedAt)
+            saved.append(contentsOf: records)
+            return records.map { record in
+                .success(
+                    ReceiptResource(
+                        id: record.envelope.id, style: record.envelope.style, appFamilyID: record.envelope.appID,
+                        bundleID: record.envelope.bundleID, environment: record.environment, submission: record.envelope.submission,
+                        validationStatus: record.status, appleStatus: record.appleStatus,
+                        inAppPurchases: record.purchases.map { InAppPurchaseResource($0) }, createdAt: record.envelope.enqueuedAt,
+                        updatedAt: record.validatedAt))
+            }
         }
     }
 }
@@ -108,11 +116,13 @@ public final class StubVerifier: ReceiptVerifier, @unchecked Sendable {
     /// Answers with `reports` in order, repeating the last one.
     public init(_ reports: [VerificationReport]) { self.reports = reports }
 
-    public func verify(_ request: VerificationRequest) -> VerificationReport {
-        lock.withLock {
+    public func verify(_ request: VerificationRequest, completion: @escaping @Sendable (VerificationReport) -> Void) {
+        let report = lock.withLock {
             requests.append(request)
             return reports.count > 1 ? reports.removeFirst() : reports[0]
         }
+        // Answer on another thread, as the HTTP engine does, never inside the caller's call.
+        DispatchQueue.global().async { completion(report) }
     }
 
     /// A report of one call answered with `status` and `body`.

@@ -2,10 +2,11 @@ import Foundation
 import Hiredis
 import ReceiptCore
 
-/// One worker lane's view of the Redis queues: reliable fetch with BLMOVE into its own processing
-/// list, and every state change as one MULTI/EXEC so a job is always in exactly one place.
+/// One worker process's view of the Redis queues: reliable fetch into the process's own processing
+/// list, in batches, and every settlement of a batch in one MULTI/EXEC round trip.
 ///
-/// Not thread-safe: a lane owns it and calls it from its own thread.
+/// Not thread-safe: each worker thread (the fetcher, each committer) owns one, on its own
+/// connection; instances built with the same `workerID` share one processing list.
 public final class RedisWorkQueue: JobQueue {
     /// Dead-letter retention, trimmed on every burial (Sidekiq's defaults).
     public struct DeadLetterRetention: Sendable {
@@ -26,22 +27,18 @@ public final class RedisWorkQueue: JobQueue {
     private let retention: DeadLetterRetention
     private let resultTTLSeconds = 60
     private let startedAt = Date()
-    /// Set when a call failed: the lane's processing list may then hold a job the lane no longer
-    /// knows about: a BLMOVE that ran but whose reply was lost, or a job whose acknowledgement
-    /// (or retry, or burial) failed when Redis went away. Such a job would stay there for good,
-    /// since the janitor only empties the lists of lanes whose heartbeat lapsed, and this lane
-    /// keeps beating. The next `reserve` gives those jobs back first (true at start too, for a lane
-    /// rebuilt with the id of one that held jobs).
-    private var mayHoldStrays = true
-    /// How long a heartbeat stays valid; the janitor takes the lane's jobs back once it lapses.
+    /// How many `LMOVE`s the next reserve pipelines: grows while the queue keeps them all busy,
+    /// shrinks when it runs dry, so an idle queue costs few commands and a deep one few round trips.
+    private var burst = 4
+    /// How long a heartbeat stays valid; the janitor takes the process's jobs back once it lapses.
     public var heartbeatTTLSeconds = 30
 
-    /// Creates a lane's queue.
+    /// Creates a worker thread's queue.
     /// - Parameters:
-    ///   - connection: the lane's own connection (its command timeout must exceed the reserve timeout).
+    ///   - connection: the thread's own connection (its command timeout must exceed the reserve timeout).
     ///   - keys: the key schema.
-    ///   - workerID: unique per lane and process (host, pid, lane).
-    ///   - kind: which queue the lane serves.
+    ///   - workerID: unique per worker process (host, pid, a random instance).
+    ///   - kind: which queue the worker serves.
     ///   - retention: dead-letter caps.
     public init(
         connection: RedisConnection, keys: RedisKeys, workerID: String, kind: JobKind = .validate,
@@ -55,66 +52,72 @@ public final class RedisWorkQueue: JobQueue {
         self.retention = retention
     }
 
-    public func reserve(timeout: Duration) throws -> ReservedJob? {
-        try tracked {
-            // A lane reserves only with empty hands, so whatever its list still holds is a stray.
-            if mayHoldStrays { try requeueStrays() }
-            let seconds = String(format: "%.3f", max(timeout.seconds, 0.01))
-            let reply = try connection.send(["BLMOVE", queueKey, processingKey, "RIGHT", "LEFT", seconds])
-            guard case .bulk(let bytes) = reply else { return nil }
-            return ReservedJob(raw: bytes)
+    public func reserve(max: Int, timeout: Duration) throws -> [ReservedJob] {
+        let count = Swift.max(1, Swift.min(max, burst))
+        let move = ["LMOVE", queueKey, processingKey, "RIGHT", "LEFT"].map(bytes)
+        var jobs: [ReservedJob] = []
+        for case .bulk(let raw) in try connection.pipeline(bytes: Array(repeating: move, count: count)) {
+            jobs.append(ReservedJob(raw: raw))
         }
-    }
-
-    /// Moves every job left in this lane's processing list back to the head of its queue, one
-    /// atomic LMOVE each (a janitor may be draining the same list: each job moves once). Not a
-    /// recovery in the poison-job sense: the lane did not die. A replay is harmless, since the store
-    /// is idempotent (a job already stored is stored again unchanged, same attempt).
-    private func requeueStrays() throws {
-        while case .bulk = try connection.send(["LMOVE", processingKey, queueKey, "RIGHT", "RIGHT"]) {}
-        mayHoldStrays = false
-    }
-
-    /// Runs `body`, remembering a failure: see ``mayHoldStrays``.
-    private func tracked<T>(_ body: () throws -> T) throws -> T {
-        do {
-            return try body()
-        } catch {
-            mayHoldStrays = true
-            throw error
+        burst = Swift.min(Swift.max(jobs.count * 2, 4), 512)
+        if !jobs.isEmpty { return jobs }
+        // Nothing ready: block on the queue, so an idle worker costs one command per timeout.
+        let seconds = String(format: "%.3f", Swift.max(timeout.seconds, 0.01))
+        guard case .bulk(let raw) = try connection.send(["BLMOVE", queueKey, processingKey, "RIGHT", "LEFT", seconds]) else {
+            return []
         }
+        return [ReservedJob(raw: raw)]
     }
 
-    public func acknowledge(_ job: ReservedJob, result: [UInt8]?) throws {
+    public func requeueStrays(keeping inFlight: [[UInt8]]) throws -> Int {
+        guard case .array(let listed) = try connection.send(["LRANGE", processingKey, "0", "-1"]) else { return 0 }
+        var kept: [[UInt8]: Int] = [:]
+        for raw in inFlight { kept[raw, default: 0] += 1 }
+        var moved = 0
+        for case .bulk(let raw) in listed {
+            if let left = kept[raw], left > 0 {
+                kept[raw] = left - 1
+                continue
+            }
+            // One atomic move each, only if the job is still there (a committer or a janitor may
+            // have taken it meanwhile). Not a recovery in the poison-job sense: nothing died.
+            try exec([
+                ["MULTI"].map(bytes), [bytes("LREM"), bytes(processingKey), bytes("-1"), raw],
+                [bytes("RPUSH"), bytes(queueKey), raw],
+            ])
+            moved += 1
+        }
+        return moved
+    }
+
+    public func settle(_ settlements: [Settlement]) throws {
+        guard !settlements.isEmpty else { return }
         var commands: [[[UInt8]]] = [["MULTI"].map(bytes)]
-        if let id = job.envelope?.id.uuidString.lowercased(), let result {
-            commands.append([bytes("LPUSH"), bytes(keys.result(id)), result])
-            commands.append(["EXPIRE", keys.result(id), String(resultTTLSeconds)].map(bytes))
-            commands.append(["DEL", keys.pending(id)].map(bytes))
+        var buried = false
+        for settlement in settlements {
+            switch settlement {
+            case .acknowledge(let job, let result):
+                if let id = job.envelope?.id.uuidString.lowercased(), let result {
+                    commands.append([bytes("LPUSH"), bytes(keys.result(id)), result])
+                    commands.append(["EXPIRE", keys.result(id), String(resultTTLSeconds)].map(bytes))
+                    commands.append(["DEL", keys.pending(id)].map(bytes))
+                }
+            case .retry(_, let updated, let runAt):
+                commands.append([bytes("ZADD"), bytes(keys.retry), bytes(String(milliseconds(runAt))), updated.encoded()])
+            case .bury(let job, let updated, let date):
+                commands.append([bytes("ZADD"), bytes(keys.dead), bytes(String(milliseconds(date))), updated?.encoded() ?? job.raw])
+                if let id = updated?.id.uuidString.lowercased() { commands.append(["DEL", keys.pending(id)].map(bytes)) }
+                buried = true
+            }
+            // From the tail: jobs are reserved to the head and finish roughly in order, so the
+            // scan stops after a few elements even with a thousand jobs in flight.
+            commands.append([bytes("LREM"), bytes(processingKey), bytes("-1"), settlement.job.raw])
         }
-        commands.append([bytes("LREM"), bytes(processingKey), bytes("1"), job.raw])
-        try exec(commands)
-    }
-
-    public func scheduleRetry(_ job: ReservedJob, updated: JobEnvelope, runAt: Date) throws {
-        try exec([
-            ["MULTI"].map(bytes),
-            [bytes("ZADD"), bytes(keys.retry), bytes(String(milliseconds(runAt))), updated.encoded()],
-            [bytes("LREM"), bytes(processingKey), bytes("1"), job.raw],
-        ])
-    }
-
-    public func bury(_ job: ReservedJob, updated: JobEnvelope?, at date: Date) throws {
-        let now = milliseconds(date)
-        let oldest = now - Int64(retention.maxAge.seconds * 1000)
-        var commands: [[[UInt8]]] = [
-            ["MULTI"].map(bytes),
-            [bytes("ZADD"), bytes(keys.dead), bytes(String(now)), updated?.encoded() ?? job.raw],
-            ["ZREMRANGEBYSCORE", keys.dead, "-inf", "(\(oldest)"].map(bytes),
-            ["ZREMRANGEBYRANK", keys.dead, "0", String(-(retention.maxJobs + 1))].map(bytes),
-            [bytes("LREM"), bytes(processingKey), bytes("1"), job.raw],
-        ]
-        if let id = updated?.id.uuidString.lowercased() { commands.append(["DEL", keys.pending(id)].map(bytes)) }
+        if buried {
+            let oldest = milliseconds(Date()) - Int64(retention.maxAge.seconds * 1000)
+            commands.append(["ZREMRANGEBYSCORE", keys.dead, "-inf", "(\(oldest)"].map(bytes))
+            commands.append(["ZREMRANGEBYRANK", keys.dead, "0", String(-(retention.maxJobs + 1))].map(bytes))
+        }
         try exec(commands)
     }
 
@@ -129,16 +132,12 @@ public final class RedisWorkQueue: JobQueue {
                     "HSET", keys.worker(workerID), "host", host, "pid", pid, "busy", String(busy),
                     "started_at", String(milliseconds(startedAt)), "beat_at", String(milliseconds(Date())),
                 ],
-                // Three missed beats and the janitor may take this lane's jobs back.
+                // Three missed beats and the janitor may take this process's jobs back.
                 ["EXPIRE", keys.worker(workerID), String(heartbeatTTLSeconds)],
             ].map { $0.map(bytes) })
     }
 
     private func exec(_ commands: [[[UInt8]]]) throws {
-        try tracked { try execUntracked(commands) }
-    }
-
-    private func execUntracked(_ commands: [[[UInt8]]]) throws {
         var all = commands
         all.append(["EXEC"].map(bytes))
         // Byte-exact: LREM must match the stored job to the byte, even a poison job that is not UTF-8.

@@ -29,6 +29,7 @@ struct AppStoreClientTests {
         func exercise() async throws {
             let client = try AppStoreClient(
                 configuration: .init(productionURL: mock.productionURL, sandboxURL: mock.sandboxURL, requestTimeout: timeout))
+            defer { client.shutdown() }
             try await body(client, mock)
         }
         let outcome: Result<Void, any Error>
@@ -42,17 +43,9 @@ struct AppStoreClientTests {
         try outcome.get()
     }
 
-    /// Runs the blocking client on a Dispatch thread, as the worker lanes do: blocking the
-    /// cooperative pool would starve the in-process mock's handlers.
+    /// One verification through the client's asynchronous engine; the calling task never blocks a thread.
     func verify(_ client: AppStoreClient, _ request: VerificationRequest) async -> VerificationReport {
-        final class Box: @unchecked Sendable {
-            let client: AppStoreClient
-            init(_ client: AppStoreClient) { self.client = client }
-        }
-        let box = Box(client)
-        return await withCheckedContinuation { continuation in
-            DispatchQueue.global().async { continuation.resume(returning: box.client.verify(request)) }
-        }
+        await client.verify(request)
     }
 
     func request(_ receipt: String, secret: String? = nil) -> VerificationRequest {

@@ -241,7 +241,7 @@ final class RestartSystem: Sendable {
             // The lanes warn on every failed call while a server is down; errors are what matters.
             logger.logLevel = ProcessInfo.processInfo.environment["RESTART_TESTS_LOG"] == "1" ? .info : .error
             let services: [any Service] = [
-                ReceiptQueueApp.makeWorkerPool(configuration, logger: logger),
+                try ReceiptQueueApp.makeWorker(configuration, logger: logger),
                 ReceiptQueueApp.makeScheduler(configuration, logger: logger),
             ]
             let group = ServiceGroup(services: services, gracefulShutdownSignals: [], logger: logger)

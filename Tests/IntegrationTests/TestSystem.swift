@@ -61,7 +61,7 @@ final class TestSystem: Sendable {
         logger.logLevel = .warning
         let (ports, continuation) = AsyncStream<Int>.makeStream()
         let services: [any Service] = [
-            ReceiptQueueApp.makeWorkerPool(configuration, logger: logger),
+            try ReceiptQueueApp.makeWorker(configuration, logger: logger),
             ReceiptQueueApp.makeScheduler(configuration, logger: logger),
             ReceiptQueueApp.makeAPI(configuration, logger: logger) { port in
                 continuation.yield(port)

@@ -30,14 +30,8 @@ import RedisJobQueue
 /// - per job, from server counters: Redis commands and round trips, Postgres commits, tuples and
 ///   WAL fsyncs, and the CPU of Postgres, Redis, the mock and the bench.
 ///
-/// At one concurrency (`--profile-at`, 100) the row also profiles: `perf record` of the worker
-/// process for a few seconds after the window, and an in-process run whose lanes time each stage
-/// (``PipelineStage``) with the real adapters under the real `WorkerPool`.
-///
-/// With the current design a lane is an OS thread with its own Redis, Postgres and curl
-/// connections, so concurrency N needs N Postgres connections: a level that does not fit in the
-/// server's `max_connections` is recorded as an error instead of being run (`--over-limit` runs it
-/// anyway, to see how it fails).
+/// At one concurrency (`--profile-at`, 100) the row also profiles: `perf record` of the worker,
+/// Postgres, Redis and the mock for a few seconds after the window.
 enum PipelineRow: BenchRow {
     static let name = "pipeline"
     static let summary =
@@ -49,10 +43,9 @@ enum PipelineRow: BenchRow {
         OptionSpec(name: "--latency-ms", takesValue: true, help: "the mock App Store's latency (default 50)"),
         OptionSpec(name: "--warmup-seconds", takesValue: true, help: "load before the window (default 4)"),
         OptionSpec(name: "--seconds", takesValue: true, help: "the measured window (default 12)"),
-        OptionSpec(name: "--profile-at", takesValue: true, help: "profile at this concurrency: perf + stage timers (default 100; 0 = none)"),
+        OptionSpec(name: "--profile-at", takesValue: true, help: "profile at this concurrency with perf (default 100; 0 = none)"),
         OptionSpec(name: "--receiptq", takesValue: true, help: "the receiptq binary (default: next to receiptq-bench)"),
         OptionSpec(name: "--allow-fsync-off", takesValue: false, help: "run even if Postgres has fsync off (results marked not durable)"),
-        OptionSpec(name: "--over-limit", takesValue: false, help: "run levels that need more Postgres connections than are free"),
         OptionSpec(name: "--keep-data", takesValue: false, help: "keep the bench's apps and receipts in Postgres"),
         OptionSpec(
             name: "--analyze-after-warmup", takesValue: false,
@@ -181,7 +174,7 @@ enum PipelineRow: BenchRow {
             title: "pipeline: receiptq work → mock App Store (\(latencyMs) ms) → Postgres (fsync \(durability["fsync"] ?? "?"), "
                 + "synchronous_commit on); \(Format.json(context.warmup)) s warm-up, \(Format.json(context.seconds)) s window",
             headers: [
-                "level", "lanes", "rps", "ideal", "% ideal", "p50 ms", "p99 ms", "worker µs/job", "rss MB", "pg µs/job",
+                "level", "threads", "rps", "ideal", "% ideal", "p50 ms", "p99 ms", "worker µs/job", "rss MB", "pg µs/job",
                 "redis µs/job", "mock µs/job", "bench µs/job", "machine busy %",
             ])
         var profile: [String: Any]?
@@ -190,7 +183,7 @@ enum PipelineRow: BenchRow {
             for concurrency in levels {
                 let key = "c\(concurrency)"
                 FileHandle.standardError.write(Data("pipeline: \(key)…\n".utf8))
-                let level = try runLevel(concurrency, context: context, profile: concurrency == profileAt, overLimit: options.has("--over-limit"))
+                let level = try runLevel(concurrency, context: context, profile: concurrency == profileAt)
                 result[key] = level
                 table.add(tableRow(key, level))
                 if let error = level["error"] as? String {
@@ -198,15 +191,10 @@ enum PipelineRow: BenchRow {
                 } else {
                     details.append(levelDetail(key, level))
                 }
-                if concurrency == profileAt, level["error"] == nil {
-                    FileHandle.standardError.write(Data("pipeline: profiling \(key) in-process (stage timers)…\n".utf8))
-                    var stages = try PipelineProfile.run(concurrency: concurrency, context: context)
+                if concurrency == profileAt, var measured = result[key] as? [String: Any], let perf = measured.removeValue(forKey: "perf") {
                     // The perf record of the separate processes belongs with the profile, not the level's numbers.
-                    if var measured = result[key] as? [String: Any], let perf = measured.removeValue(forKey: "perf") {
-                        stages["perf"] = perf
-                        result[key] = measured
-                    }
-                    profile = stages
+                    profile = ["perf": perf]
+                    result[key] = measured
                 }
             }
         } catch {
@@ -248,7 +236,9 @@ enum PipelineRow: BenchRow {
         }
         print(table.render())
         for detail in details { print(detail) }
-        if let profile { print(PipelineProfile.render(profile, concurrency: profileAt)) }
+        if let perf = profile?["perf"] as? [String: Any] {
+            for note in PerfProfile.notes(perf, title: "worker, Postgres, Redis and mock at c\(profileAt)") { print(note) }
+        }
         // The worker's and the mock's logs are kept only when the row fails.
         context.mock?.stop()
         try? FileManager.default.removeItem(at: context.logDirectory)
@@ -358,28 +348,9 @@ enum PipelineRow: BenchRow {
         }
     }
 
-    static func runLevel(_ concurrency: Int, context: Context, profile: Bool, overLimit: Bool) throws -> [String: Any] {
+    static func runLevel(_ concurrency: Int, context: Context, profile: Bool) throws -> [String: Any] {
         let ideal = Double(concurrency) * context.idealPerLane
         var level: [String: Any] = ["concurrency": concurrency, "ideal_rps": Format.json(ideal)]
-
-        // One lane = one Postgres connection: check it fits before starting anything.
-        let capacity = try context.postgres.query(
-            """
-            SELECT current_setting('max_connections')::int AS max,
-                   (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend')::int AS used
-            """
-        ).rows.first
-        let maxConnections = capacity?.int("max") ?? 0
-        let used = capacity?.int("used") ?? 0
-        let free = maxConnections - used
-        level["postgres_connections"] = ["max": maxConnections, "in_use_before": used, "needed": concurrency]
-        if concurrency > free && !overLimit {
-            level["error"] = "postgres max_connections"
-            level["detail"] =
-                "\(concurrency) lanes need \(concurrency) Postgres connections (one per lane in the current design); "
-                + "max_connections = \(maxConnections), \(used) in use, \(free) free. Not run (--over-limit runs it anyway)."
-            return level
-        }
 
         let app = try context.makeApp("c\(concurrency)")
         guard let receipt = context.receipt else { throw Failure(description: "no receipt template") }
@@ -395,23 +366,21 @@ enum PipelineRow: BenchRow {
         var workerStopped = false
         defer { if !workerStopped { worker.stop(grace: 5) } }
 
-        // Ready = every lane has its connections and has registered its heartbeat.
+        // Ready = the worker has its connections and has registered its heartbeat.
         let started = Date()
-        let readyBy = started.addingTimeInterval(20 + Double(concurrency) / 50)
-        var lanes = 0
+        let readyBy = started.addingTimeInterval(30)
+        var registered = 0
         while Date() < readyBy, worker.isRunning {
-            lanes = try context.redis.send(["SCARD", keys.workers]).int ?? 0
-            if lanes >= concurrency { break }
+            registered = try context.redis.send(["SCARD", keys.workers]).int ?? 0
+            if registered >= 1 { break }
             usleep(100_000)
         }
         guard worker.isRunning else { throw Failure(description: "receiptq work exited:\n\(worker.logTail())") }
-        level["lanes_started"] = lanes
         level["startup_s"] = Format.json(Date().timeIntervalSince(started), places: 100)
-        if lanes < concurrency {
-            level["error"] = "lanes did not start"
+        if registered < 1 {
+            level["error"] = "worker did not start"
             level["detail"] =
-                "\(lanes) of \(concurrency) lanes registered within \(Int(readyBy.timeIntervalSince(started))) s; worker threads "
-                + "\(ProcessStats.memory(pid: worker.pid)?.threads ?? -1); lane errors logged: \(worker.logCount("Worker lane error"))"
+                "no heartbeat within \(Int(readyBy.timeIntervalSince(started))) s; fetch errors logged: \(worker.logCount("Worker fetch error"))"
             FileHandle.standardError.write(Data("pipeline: c\(concurrency): \(level["detail"] ?? "")\n".utf8))
         }
 
@@ -634,7 +603,7 @@ enum PipelineRow: BenchRow {
         let byProcess = level["cpu_us_per_job_by_process"] as? [String: Double] ?? [:]
         let machine = level["machine_cpu_pct"] as? [String: Double] ?? [:]
         return [
-            key, "\(level["lanes_started"] ?? "?")", Format.rate(value("rps")), Format.rate(value("ideal_rps")),
+            key, "\(level["worker_threads"] ?? "?")", Format.rate(value("rps")), Format.rate(value("ideal_rps")),
             Format.micros(value("pct_of_ideal")), Format.micros(value("p50_ms")), Format.micros(value("p99_ms")),
             Format.micros(value("cpu_us_per_job")), Format.micros(value("rss_mb")), Format.micros(byProcess["postgres"] ?? .nan),
             Format.micros(byProcess["redis"] ?? .nan), Format.micros(byProcess["mock_appstore"] ?? .nan),

@@ -9,36 +9,36 @@ import RedisJobQueue
 /// `queue_only`: the Redis queue path alone, jobs per second.
 ///
 /// A feeder `LPUSH`es real envelopes (the pipeline row's, ~4 KB with the receipt) to keep a deep
-/// backlog; N lanes of the real `WorkerPool` + `JobProcessor` take them with `BLMOVE`, "verify" them
-/// with a verifier that answers at once, "store" them in memory (no Postgres) and acknowledge them
-/// with the real `RedisWorkQueue` (MULTI: result LPUSH + EXPIRE, DEL pending, LREM; EXEC). Per job
-/// that is the envelope's JSON decode, the result's JSON encode and two Redis round trips, on the
-/// Redis of scripts/services (AOF on, `appendfsync everysec`). Everything runs in the bench's
-/// process; the CPU of Redis and of the bench is reported per job.
+/// backlog; the real `WorkerEngine` with N jobs in flight takes them in batches (pipelined `LMOVE`s),
+/// "verifies" them with a verifier that answers at once, "stores" them in memory (no Postgres) and
+/// settles them with the real `RedisWorkQueue` (one MULTI/EXEC per batch: result LPUSH + EXPIRE,
+/// DEL pending, LREM per job). Per job that is the envelope's JSON decode and the result's JSON
+/// encode, on the Redis of scripts/services (AOF on, `appendfsync everysec`). Everything runs in
+/// the bench's process; the CPU of Redis and of the bench is reported per job.
 ///
-/// `rps` is the best lane count; `with_circuit_rps` adds the outage circuit's two `EVALSHA`s per
-/// job, which the real worker also does (four round trips in all).
+/// `rps` is the best concurrency; `with_circuit_rps` adds the outage circuit as the worker uses it
+/// (a local gate, outcomes sent to Redis in batches).
 enum QueueOnlyRow: BenchRow {
     static let name = "queue_only"
-    static let summary = "Redis queue alone: LPUSH feeder + N lanes BLMOVE → instant verifier, in-memory store → ack (jobs/s)"
+    static let summary = "Redis queue alone: LPUSH feeder + WorkerEngine (N in flight) → instant verifier, in-memory store → settle (jobs/s)"
     static let services = ["redis"]
     static let options = [
-        OptionSpec(name: "--lanes", takesValue: true, help: "lane counts to try, comma-separated (default 4,16,64)"),
+        OptionSpec(name: "--lanes", takesValue: true, help: "concurrencies (jobs in flight) to try, comma-separated (default 64,256,1024)"),
         OptionSpec(name: "--warmup-seconds", takesValue: true, help: "load before each window (default 2)"),
         OptionSpec(name: "--seconds", takesValue: true, help: "each measured window (default 10)"),
         OptionSpec(name: "--no-circuit-run", takesValue: false, help: "skip the extra run with the outage circuit"),
-        OptionSpec(name: "--perf-lanes", takesValue: true, help: "perf record bench + Redis after this run's window (default 16; 0 = none)"),
+        OptionSpec(name: "--perf-lanes", takesValue: true, help: "perf record bench + Redis after this concurrency's window (default 256; 0 = none)"),
     ]
 
     static func run(_ options: BenchOptions) throws -> [String: Any] {
-        let laneCounts = try (options.extra["--lanes"] ?? "4,16,64").split(separator: ",").map { text -> Int in
+        let laneCounts = try (options.extra["--lanes"] ?? "64,256,1024").split(separator: ",").map { text -> Int in
             guard let value = Int(text.trimmingCharacters(in: .whitespaces)), value > 0 else {
                 throw PipelineRow.Failure(description: "--lanes needs positive integers, not \(text)")
             }
             return value
         }
         let warmup = Double(options.extra["--warmup-seconds"] ?? "2") ?? 2
-        let perfLanes = Int(options.extra["--perf-lanes"] ?? "16") ?? 16
+        let perfLanes = Int(options.extra["--perf-lanes"] ?? "256") ?? 256
         let seconds = max(1, Double(options.extra["--seconds"] ?? "10") ?? 10)
         let configuration = try AppConfiguration()
         let redis = try RedisConnection(configuration: configuration.redis, label: "bench")
@@ -69,7 +69,7 @@ enum QueueOnlyRow: BenchRow {
             "targets": ["rps_ge_15000": ["value": Format.json(best.rps), "met": best.rps >= 15_000]],
             "envelope_bytes": factory.makeJob(serial: 0).bytes.count, "warmup_s": warmup, "window_s": seconds,
             "method":
-                "WorkerPool + JobProcessor in the bench process; RedisWorkQueue reserve (BLMOVE) + acknowledge (MULTI/EXEC); "
+                "WorkerEngine in the bench process; RedisWorkQueue batched reserve (LMOVE pipeline) + settle (MULTI/EXEC per batch); "
                 + "instant verifier, in-memory store; processed jobs in the window / window",
         ]
         if !options.has("--no-circuit-run"), best.lanes > 0 {
@@ -82,7 +82,7 @@ enum QueueOnlyRow: BenchRow {
             table.add(row("+circuit", result))
         }
         table.notes = [
-            "jobs/s = jobs acknowledged in the window; µs/job = process CPU over the window ÷ jobs (bench = feeder + lanes)",
+            "jobs/s = jobs settled in the window; µs/job = process CPU over the window ÷ jobs (bench = feeder + worker); lanes = jobs in flight",
             "best: \(best.lanes) lanes, \(Format.rate(best.rps)) jobs/s (target ≥ 15000: \(best.rps >= 15_000 ? "met" : "not met")); "
                 + "envelopes of \(output["envelope_bytes"] ?? "?") bytes",
         ]
@@ -116,23 +116,26 @@ enum QueueOnlyRow: BenchRow {
         let redisConfiguration = configuration.redis
         var logger = Logger(label: "bench.queue_only")
         logger.logLevel = .warning
-        let pool = WorkerPool(
+        let workerID = "bench\(prefix)"
+        let pool = WorkerEngine(
             configuration: .init(
                 concurrency: lanes, reserveTimeout: .milliseconds(500), shutdownTimeout: .seconds(10), heartbeatInterval: .seconds(10)),
-            makeLane: { index in
-                let connection = try RedisConnection(configuration: redisConfiguration, label: "queue-\(index)")
-                return WorkerLane(
-                    queue: RedisWorkQueue(connection: connection, keys: keys, workerID: "bench\(prefix)-\(index)"),
-                    store: InstantStore(app: app), verifier: InstantVerifier(),
-                    circuit: circuit ? RedisOutageCircuit(connection: connection, keys: keys) : nil)
-            }, logger: logger)
+            makeQueue: { role in
+                RedisWorkQueue(
+                    connection: try RedisConnection(configuration: redisConfiguration, label: "queue-\(role)"), keys: keys,
+                    workerID: workerID)
+            },
+            makeStore: { _ in InstantStore(app: app) },
+            makeCircuit: {
+                circuit ? RedisOutageCircuit(connection: try RedisConnection(configuration: redisConfiguration, label: "circuit"), keys: keys) : nil
+            }, verifier: InstantVerifier(), logger: logger)
         let task = Task { try await pool.run() }
         defer {
             pool.stop()
             _ = try? blockingAwait { try await task.value }
         }
         let readyBy = Date().addingTimeInterval(30)
-        while Date() < readyBy, (try redis.send(["SCARD", keys.workers]).int ?? 0) < lanes { usleep(50_000) }
+        while Date() < readyBy, (try redis.send(["SCARD", keys.workers]).int ?? 0) < 1 { usleep(50_000) }
 
         let feederRedis = try RedisConnection(configuration: redisConfiguration, label: "bench-feeder")
         defer { feederRedis.close() }
@@ -204,19 +207,21 @@ final class InstantStore: ReceiptStore {
 
     func app(id: UUID) throws -> AppRecord? { id == known.id ? known : nil }
 
-    func save(_ record: ValidationRecord) throws -> ReceiptResource {
-        var resource = ReceiptResource.pending(record.envelope, purchases: record.purchases)
-        resource.validationStatus = record.status
-        return resource
+    func save(_ records: [ValidationRecord]) throws -> [Result<ReceiptResource, StoreFailure>] {
+        records.map { record in
+            var resource = ReceiptResource.pending(record.envelope, purchases: record.purchases)
+            resource.validationStatus = record.status
+            return .success(resource)
+        }
     }
 }
 
 /// Apple answering `status 0` at once, with no purchases to parse.
-final class InstantVerifier: ReceiptVerifier {
+final class InstantVerifier: ReceiptVerifier, Sendable {
     private static let report = VerificationReport(
         verdict: .valid, response: VerifyReceiptResponse(json: .object(["status": .number(0), "environment": .string("Production")])),
         calls: [AppleCall(endpoint: .production, httpStatus: 200, appleStatus: 0, isRetryable: nil, latencyMs: 0, errorCode: nil)],
         errorCode: nil)
 
-    func verify(_ request: VerificationRequest) -> VerificationReport { Self.report }
+    func verify(_ request: VerificationRequest, completion: @escaping @Sendable (VerificationReport) -> Void) { completion(Self.report) }
 }

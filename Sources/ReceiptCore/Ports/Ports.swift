@@ -37,18 +37,38 @@ public struct ReservedJob: Sendable, Equatable {
     }
 }
 
-/// The queue as one worker lane sees it. Blocking: each lane owns one and calls it from its own
-/// Dispatch thread, never from the cooperative pool.
+/// How a reserved job leaves the worker's processing list: each is one atomic move in Redis.
+public enum Settlement: Sendable, Equatable {
+    /// Done (stored in Postgres, or nothing to store): drop it, publishing `result` for a waiting API request.
+    case acknowledge(ReservedJob, result: [UInt8]?)
+    /// Back to the retry set, to run again at `runAt`.
+    case retry(ReservedJob, updated: JobEnvelope, runAt: Date)
+    /// To the dead letters, with its failure history (`updated`), or as it was when unreadable.
+    case bury(ReservedJob, updated: JobEnvelope?, at: Date)
+
+    /// The job being settled.
+    public var job: ReservedJob {
+        switch self {
+        case .acknowledge(let job, _), .retry(let job, _, _), .bury(let job, _, _): job
+        }
+    }
+}
+
+/// The queue as one worker process sees it: reliable fetch into the process's own processing list,
+/// in batches. Blocking: the worker calls it from its own Dispatch threads, never from the
+/// cooperative pool. One instance per thread; instances of one process share its processing list.
 public protocol JobQueue: AnyObject {
-    /// Moves the next job into this lane's processing list, waiting at most `timeout`.
-    func reserve(timeout: Duration) throws -> ReservedJob?
-    /// Acknowledges a finished job (after the store committed), publishing `result` for a waiting API request.
-    func acknowledge(_ job: ReservedJob, result: [UInt8]?) throws
-    /// Moves a job from processing to the retry set, to run again at `runAt`.
-    func scheduleRetry(_ job: ReservedJob, updated: JobEnvelope, runAt: Date) throws
-    /// Moves a job from processing to the dead letters.
-    func bury(_ job: ReservedJob, updated: JobEnvelope?, at: Date) throws
-    /// Refreshes this lane's liveness, so the janitor leaves its processing list alone.
+    /// Moves up to `max` jobs into the processing list, waiting at most `timeout` for the first.
+    /// - Returns: the jobs, oldest first; empty when none arrived in time.
+    func reserve(max: Int, timeout: Duration) throws -> [ReservedJob]
+    /// Settles finished jobs (after the store committed), each move atomic; safe to repeat after a
+    /// failure whose outcome is unknown (a repeated move finds nothing left to move).
+    func settle(_ settlements: [Settlement]) throws
+    /// Gives back to the queue every job in the processing list that is not in `inFlight`: jobs
+    /// a lost reply left there. Returns how many.
+    @discardableResult
+    func requeueStrays(keeping inFlight: [[UInt8]]) throws -> Int
+    /// Refreshes the process's liveness, so the janitor leaves its processing list alone.
     func heartbeat(busy: Int) throws
 }
 
@@ -81,20 +101,50 @@ public struct ValidationRecord: Sendable, Equatable {
     }
 }
 
-/// Durable storage of validation results, for one worker lane (blocking, like `JobQueue`).
+/// Durable storage of validation results (blocking, like `JobQueue`; one instance per thread).
 public protocol ReceiptStore: AnyObject {
     /// The app a job belongs to.
     func app(id: UUID) throws -> AppRecord?
-    /// Stores a result in one transaction, idempotently (replaying the same job changes nothing),
-    /// and returns the receipt resource as the API shows it.
-    func save(_ record: ValidationRecord) throws -> ReceiptResource
+    /// Stores results in one transaction where it can (group commit), idempotently (replaying the
+    /// same job changes nothing), and returns each receipt resource as the API shows it, in order.
+    /// - Returns: one result per record: a record the database refuses (say, its app was deleted)
+    ///   fails alone, without failing the others.
+    /// - Throws: when the database is unreachable: nothing of the batch is known to be stored.
+    func save(_ records: [ValidationRecord]) throws -> [Result<ReceiptResource, StoreFailure>]
 }
 
-/// Calls Apple (or the mock) for one receipt, following the environment rules. Never throws:
-/// transport failures are part of the report.
-public protocol ReceiptVerifier: AnyObject {
-    /// Validates one receipt.
-    func verify(_ request: VerificationRequest) -> VerificationReport
+/// Why one record of a batch could not be stored (bounded code; never receipt data).
+public struct StoreFailure: Error, Sendable, Equatable, CustomStringConvertible {
+    /// A bounded code, e.g. a Postgres SQLSTATE class name.
+    public var code: String
+    /// A short description without receipt data or secrets.
+    public var message: String
+
+    /// Creates a failure.
+    public init(code: String, message: String) {
+        self.code = code
+        self.message = message
+    }
+
+    public var description: String { "StoreFailure.\(code): \(message)" }
+}
+
+/// Calls Apple (or the mock) for one receipt, following the environment rules. Asynchronous so that
+/// thousands of calls can be in flight on one thread. Never fails: transport failures are part of
+/// the report.
+public protocol ReceiptVerifier: Sendable {
+    /// Validates one receipt and calls `completion` exactly once, on any thread. `completion` must
+    /// return quickly (it may run on the HTTP engine's only thread).
+    func verify(_ request: VerificationRequest, completion: @escaping @Sendable (VerificationReport) -> Void)
+}
+
+extension ReceiptVerifier {
+    /// Validates one receipt, suspending until the report arrives.
+    public func verify(_ request: VerificationRequest) async -> VerificationReport {
+        await withCheckedContinuation { continuation in
+            verify(request) { continuation.resume(returning: $0) }
+        }
+    }
 }
 
 /// The Redis side of the ingestion API (async: it runs in Hummingbird's handlers).

@@ -1,0 +1,125 @@
+import Foundation
+import ReceiptCore
+import Synchronization
+
+/// What became of one job.
+public enum JobOutcome: String, Sendable, Equatable, CaseIterable {
+    case validated
+    case invalid
+    case retried
+    case dead
+    /// Apple is down for everyone (the circuit is open): put back without using an attempt.
+    case deferred
+}
+
+/// What the worker must do with one job, decided from what is known about it; the engine carries
+/// it out in this order: store (in Postgres), then settle (in Redis).
+public enum JobPlan: Sendable, Equatable {
+    /// Store Apple's verdict, then acknowledge with the stored resource for a waiting API request.
+    case store(ValidationRecord)
+    /// Back to the retry set, to run again at `runAt`; `outcome` is `.retried` or `.deferred`.
+    case retry(JobEnvelope, runAt: Date, outcome: JobOutcome)
+    /// To the dead letters with its history (nil: the job's bytes were not an envelope); marked
+    /// `failed` in Postgres first when Postgres is reachable.
+    case bury(JobEnvelope?)
+
+    /// The outcome the plan leads to once carried out.
+    public var outcome: JobOutcome {
+        switch self {
+        case .store(let record): record.status == .valid ? .validated : .invalid
+        case .retry(_, _, let outcome): outcome
+        case .bury: .dead
+        }
+    }
+}
+
+/// Apple's rules for one job, as pure decisions: valid/invalid are stored; transient answers,
+/// outages and a database that cannot store are retried with backoff until the retry budget is
+/// spent; a configuration error (21004) is buried at once. No I/O: time and randomness come in.
+///
+/// The safety of the pipeline rests on the order the engine follows for each plan: a job leaves the
+/// processing list only after Postgres committed (acknowledge) or together with its move to the
+/// retry/dead set (one Redis transaction), so a crash at any instant leaves it in processing for
+/// the janitor, and a replay is harmless because `ReceiptStore.save` is idempotent.
+public struct JobPlanner: Sendable {
+    /// Backoff and give-up rules.
+    public var retryPolicy: RetryPolicy
+    /// The injected clock.
+    public var now: @Sendable () -> Date
+
+    /// Creates a planner.
+    public init(retryPolicy: RetryPolicy, now: @escaping @Sendable () -> Date) {
+        self.retryPolicy = retryPolicy
+        self.now = now
+    }
+
+    /// Apple is down for everyone: wait for the probe, spread over 10 s so the queue does not
+    /// stampede when the circuit closes, and keep the attempt: the outage is not the receipt's fault.
+    public func deferred(_ envelope: JobEnvelope, until: Date, using generator: inout some RandomNumberGenerator) -> JobPlan {
+        .retry(envelope, runAt: until.addingTimeInterval(Double.random(in: 0...10, using: &generator)), outcome: .deferred)
+    }
+
+    /// The job names an app that is not registered (deleted since it was queued).
+    public func unknownApp(_ envelope: JobEnvelope) -> JobPlan {
+        .bury(envelope.failed(code: "unknown_app", message: "app not registered", calls: [], at: now()))
+    }
+
+    /// Postgres could not be read or written: run the job again later (Apple's answer is not lost
+    /// for good, it is asked again).
+    public func storeUnavailable(
+        _ envelope: JobEnvelope, calls: [AppleCall], code: String = "store_unavailable", using generator: inout some RandomNumberGenerator
+    ) -> JobPlan {
+        retryOrBury(envelope, code: code, message: "the result could not be stored", calls: calls, using: &generator)
+    }
+
+    /// What Apple's answer (or the transport failure) means for the job.
+    public func plan(
+        _ envelope: JobEnvelope, report: VerificationReport, using generator: inout some RandomNumberGenerator
+    ) -> JobPlan {
+        let code = report.errorCode ?? report.response.map { "apple_\($0.status)" } ?? "unknown"
+        switch report.verdict {
+        case .valid, .invalid:
+            return .store(
+                ValidationRecord(
+                    envelope: envelope, status: report.verdict == .valid ? .valid : .invalid,
+                    environment: report.response?.environment?.lowercased(), appleStatus: report.response?.status,
+                    purchases: report.response?.transactions.compactMap(InAppPurchase.init(appleJSON:)) ?? [],
+                    latestReceipt: report.response?.latestReceipt, calls: report.calls, validatedAt: now()))
+        case .configurationError:
+            return .bury(
+                envelope.failed(
+                    code: report.response?.status == 21004 ? "shared_secret_mismatch" : code,
+                    message: "Apple rejected the request: fix the app's configuration, then retry", calls: report.calls, at: now()))
+        case .transient, .outage, .switchEnvironment:
+            return retryOrBury(envelope, code: code, message: "Apple did not validate the receipt yet", calls: report.calls, using: &generator)
+        }
+    }
+
+    /// The `failed` row a buried job leaves in Postgres (best effort; the dead letter is what counts).
+    public func failedRecord(_ failed: JobEnvelope) -> ValidationRecord {
+        ValidationRecord(
+            envelope: failed, status: .failed, environment: nil, appleStatus: failed.history.last?.appleStatus, purchases: [],
+            latestReceipt: nil, calls: [], validatedAt: now())
+    }
+
+    private func retryOrBury(
+        _ envelope: JobEnvelope, code: String, message: String, calls: [AppleCall], using generator: inout some RandomNumberGenerator
+    ) -> JobPlan {
+        let failed = envelope.failed(code: code, message: message, calls: calls, at: now())
+        guard
+            let runAt = retryPolicy.nextRun(
+                attempt: failed.attempt, firstFailedAt: failed.firstFailedAt ?? now(), now: now(), using: &generator)
+        else { return .bury(failed) }
+        return .retry(failed, runAt: runAt, outcome: .retried)
+    }
+}
+
+/// Remembers, per process, which apps' configuration errors were already reported.
+enum ConfigurationAlarm {
+    private static let raised = Mutex<Set<UUID>>([])
+
+    /// True the first time it is called for `appID`.
+    static func raiseOnce(appID: UUID) -> Bool {
+        raised.withLock { $0.insert(appID).inserted }
+    }
+}

@@ -1,0 +1,444 @@
+import Dispatch
+import Foundation
+import Logging
+import ReceiptCore
+import ServiceLifecycle
+import Synchronization
+
+/// The worker: `concurrency` validations in flight in one process on a handful of threads.
+///
+/// ```swift
+/// let engine = WorkerEngine(configuration: .init(concurrency: 1000), makeQueue: { try queue($0) },
+///                           makeStore: { try store($0) }, verifier: appStore, logger: logger)
+/// try await ServiceGroup(services: [engine], logger: logger).run()
+/// ```
+///
+/// **Pipeline.** One *fetcher* thread reserves jobs in batches (as many as there are free slots)
+/// into the process's processing list, asks the local ``CircuitGate`` and starts each call to
+/// Apple on the asynchronous verifier (libcurl's multi interface: one thread for every call).
+/// Each answer becomes a ``JobPlan`` on the HTTP thread and waits for a *committer*: a few threads,
+/// each with its own Postgres and Redis connection, that take every plan waiting (up to
+/// `commitBatch`), store them in one Postgres transaction (group commit), then settle them in one
+/// Redis round trip. A slot is freed only after the settlement, so `concurrency` bounds memory too.
+///
+/// **Nothing is lost.** A job leaves the processing list only in its settlement, after the commit;
+/// a failed settlement is repeated until it succeeds (a repeat moves nothing twice). A reserve whose
+/// reply was lost leaves a job the process does not know of; the fetcher gives such strays back
+/// before it reserves again. If the process dies, the janitor requeues its list once the heartbeat
+/// lapses.
+///
+/// **Shutdown.** Graceful shutdown stops reserving and lets the jobs in hand finish. If they have
+/// not after `shutdownTimeout`, `requeueAbandoned` gives the whole processing list back to the
+/// queue, so that a restart picks the jobs up at once (a job that still finishes is a harmless replay).
+public final class WorkerEngine: Service, Sendable {
+    /// Engine settings.
+    public struct Configuration: Sendable {
+        /// Jobs in flight in this process (`WORKER_CONCURRENCY`).
+        public var concurrency: Int
+        /// The most jobs one reserve takes.
+        public var fetchBatch: Int
+        /// The most jobs one Postgres transaction stores.
+        public var commitBatch: Int
+        /// Committer threads (each with one Postgres and one Redis connection).
+        public var committers: Int
+        /// How long one reserve blocks on an empty queue; short, so shutdown is noticed quickly.
+        public var reserveTimeout: Duration
+        /// How long graceful shutdown waits for the jobs in hand.
+        public var shutdownTimeout: Duration
+        /// How often the process refreshes its heartbeat.
+        public var heartbeatInterval: Duration
+        /// How often the local view of a closed outage circuit is refreshed from Redis.
+        public var circuitRefresh: Duration
+        /// Backoff and give-up rules.
+        public var retryPolicy: RetryPolicy
+
+        /// Creates a configuration; every value has a production default.
+        public init(
+            concurrency: Int = 16, fetchBatch: Int = 128, commitBatch: Int = 128, committers: Int = 2,
+            reserveTimeout: Duration = .seconds(2), shutdownTimeout: Duration = .seconds(25), heartbeatInterval: Duration = .seconds(5),
+            circuitRefresh: Duration = .milliseconds(250), retryPolicy: RetryPolicy = RetryPolicy()
+        ) {
+            self.concurrency = max(1, concurrency)
+            self.fetchBatch = max(1, fetchBatch)
+            self.commitBatch = max(1, commitBatch)
+            self.committers = max(1, committers)
+            self.reserveTimeout = reserveTimeout
+            self.shutdownTimeout = shutdownTimeout
+            self.heartbeatInterval = heartbeatInterval
+            self.circuitRefresh = circuitRefresh
+            self.retryPolicy = retryPolicy
+        }
+    }
+
+    /// A job whose plan waits for a committer.
+    private struct Decided {
+        var token: Int
+        var job: ReservedJob
+        var plan: JobPlan
+    }
+
+    /// Everything the threads share, under one lock.
+    private struct Shared {
+        var nextToken = 0
+        var inFlight: [Int: ReservedJob] = [:]
+        var decided: [Decided] = []
+        var stopping = false
+        var fetcherDone = false
+        var abandoned = false
+        var outcomes: [JobOutcome: Int] = [:]
+    }
+
+    private let configuration: Configuration
+    private let makeQueue: @Sendable (String) throws -> any JobQueue
+    private let makeStore: @Sendable (String) throws -> any ReceiptStore
+    private let makeCircuit: @Sendable () throws -> (any OutageCircuit)?
+    private let verifier: any ReceiptVerifier
+    private let requeueAbandoned: @Sendable () -> Void
+    private let planner: JobPlanner
+    private let now: @Sendable () -> Date
+    private let logger: Logger
+    private let condition = NSCondition()
+    private nonisolated(unsafe) var shared = Shared()
+    private let finished = Mutex<CheckedContinuation<Void, Never>?>(nil)
+
+    /// Creates an engine.
+    /// - Parameters:
+    ///   - configuration: engine settings.
+    ///   - makeQueue: a queue for one thread (`"fetcher"`, `"committer-0"`, …), all on this process's
+    ///     processing list; called again after a failure.
+    ///   - makeStore: a store for one thread; when it fails, that thread's jobs are retried later.
+    ///   - makeCircuit: the shared outage circuit on its own connection (nil: none).
+    ///   - verifier: the asynchronous verifier (Apple, or a mock), shared by every job.
+    ///   - requeueAbandoned: gives the processing list back to the queue when graceful shutdown's
+    ///     deadline passes with jobs still in hand.
+    ///   - now: the injected clock.
+    ///   - logger: where the engine logs.
+    public init(
+        configuration: Configuration, makeQueue: @escaping @Sendable (String) throws -> any JobQueue,
+        makeStore: @escaping @Sendable (String) throws -> any ReceiptStore,
+        makeCircuit: @escaping @Sendable () throws -> (any OutageCircuit)? = { nil }, verifier: any ReceiptVerifier,
+        requeueAbandoned: @escaping @Sendable () -> Void = {}, now: @escaping @Sendable () -> Date = { Date() }, logger: Logger
+    ) {
+        self.configuration = configuration
+        self.makeQueue = makeQueue
+        self.makeStore = makeStore
+        self.makeCircuit = makeCircuit
+        self.verifier = verifier
+        self.requeueAbandoned = requeueAbandoned
+        self.planner = JobPlanner(retryPolicy: configuration.retryPolicy, now: now)
+        self.now = now
+        self.logger = logger
+    }
+
+    /// Jobs settled since start (any outcome); for tests and the benchmark.
+    public var processedCount: Int { locked { $0.outcomes.values.reduce(0, +) } }
+
+    /// Jobs settled since start, by outcome.
+    public var outcomes: [JobOutcome: Int] { locked { $0.outcomes } }
+
+    /// Jobs reserved and not yet settled.
+    public var inFlightCount: Int { locked { $0.inFlight.count } }
+
+    public func run() async throws {
+        let group = DispatchGroup()
+        group.enter()
+        DispatchQueue(label: "receiptq.worker.fetcher").async {
+            self.runFetcher()
+            group.leave()
+        }
+        for index in 0..<configuration.committers {
+            group.enter()
+            DispatchQueue(label: "receiptq.worker.committer.\(index)").async {
+                self.runCommitter(index)
+                group.leave()
+            }
+        }
+        logger.info("Worker started", metadata: ["worker.concurrency": "\(configuration.concurrency)"])
+        await withTaskCancellationOrGracefulShutdownHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                finished.withLock { $0 = continuation }
+                group.notify(queue: .global()) { self.finish() }
+            }
+        } onCancelOrGracefulShutdown: {
+            self.stop()
+            let deadline = DispatchTime.now() + .milliseconds(Int(self.configuration.shutdownTimeout.seconds * 1000))
+            DispatchQueue.global().asyncAfter(deadline: deadline) { self.abandon() }
+        }
+        logger.info("Worker stopped")
+    }
+
+    /// Stops reserving; the jobs in hand still finish (also what graceful shutdown does).
+    public func stop() {
+        locked(notify: true) { $0.stopping = true }
+    }
+
+    private func finish() {
+        finished.withLock { continuation in
+            continuation?.resume()
+            continuation = nil
+        }
+    }
+
+    /// The deadline passed with jobs in hand (Apple slow, Postgres down): give them back now
+    /// rather than after the heartbeat lapses (Sidekiq's hard shutdown).
+    private func abandon() {
+        let busy = locked { $0.inFlight.count }
+        guard busy > 0 else { return }
+        logger.warning("Shutdown deadline passed; requeueing the jobs in hand", metadata: ["worker.in_flight": "\(busy)"])
+        requeueAbandoned()
+        // Only now release the committers: `run()` must not return before the jobs are back.
+        locked(notify: true) { $0.abandoned = true }
+        finish()
+    }
+
+    // MARK: Fetcher
+
+    private func runFetcher() {
+        var queue: (any JobQueue)?
+        var store: (any ReceiptStore)?
+        var gate: CircuitGate?
+        var lastHeartbeat = Date.distantPast
+        var mayHoldStrays = true
+        var pause = 0.1
+        var rng = SystemRandomNumberGenerator()
+        while !locked({ $0.stopping }) {
+            do {
+                if gate == nil { gate = CircuitGate(circuit: try makeCircuit(), refreshInterval: configuration.circuitRefresh) }
+                if queue == nil { queue = try makeQueue("fetcher") }
+                guard let queue, let gate else { continue }
+                if store == nil { store = try? makeStore("fetcher") }
+                flush(gate)
+                if now().timeIntervalSince(lastHeartbeat) >= configuration.heartbeatInterval.seconds {
+                    try queue.heartbeat(busy: inFlightCount)
+                    lastHeartbeat = now()
+                }
+                let free = waitForFreeSlots()
+                guard free > 0 else { continue }
+                if mayHoldStrays {
+                    let moved = try queue.requeueStrays(keeping: locked { Array($0.inFlight.values.map(\.raw)) })
+                    if moved > 0 { logger.info("Gave back jobs a lost reply left in processing", metadata: ["jobs": "\(moved)"]) }
+                    mayHoldStrays = false
+                }
+                let jobs = try queue.reserve(max: min(free, configuration.fetchBatch), timeout: configuration.reserveTimeout)
+                for job in jobs { start(job, store: store, gate: gate, using: &rng) }
+                pause = 0.1
+            } catch {
+                // Redis unreachable: back off (bounded) and try again; the façade reconnects on the
+                // next call. A reserve that failed may still have moved a job: look for strays first.
+                mayHoldStrays = true
+                logger.warning("Worker fetch error", metadata: ["error": "\(error)"])
+                sleepUnlessStopping(pause)
+                pause = min(pause * 2, 5)
+            }
+        }
+        if let gate { flush(gate) }
+        locked(notify: true) { $0.fetcherDone = true }
+    }
+
+    private func flush(_ gate: CircuitGate) {
+        do {
+            for transition in try gate.flush(now: now()) {
+                logger.warning("Apple outage circuit changed", metadata: ["circuit.transition": "\(transition)"])
+            }
+        } catch {
+            logger.debug("Outage circuit unreachable", metadata: ["error": "\(error)"])
+        }
+    }
+
+    /// Waits (briefly) until a slot is free; returns how many are.
+    private func waitForFreeSlots() -> Int {
+        condition.lock()
+        defer { condition.unlock() }
+        let deadline = Date().addingTimeInterval(0.1)
+        while shared.inFlight.count >= configuration.concurrency, !shared.stopping {
+            if !condition.wait(until: deadline) { break }
+        }
+        return shared.stopping ? 0 : configuration.concurrency - shared.inFlight.count
+    }
+
+    private func start(
+        _ job: ReservedJob, store: (any ReceiptStore)?, gate: CircuitGate, using generator: inout SystemRandomNumberGenerator
+    ) {
+        let token = locked { shared -> Int in
+            shared.nextToken += 1
+            shared.inFlight[shared.nextToken] = job
+            return shared.nextToken
+        }
+        guard let envelope = job.envelope else {
+            logger.warning("Undecodable job buried")
+            return decide(token, job, .bury(nil))
+        }
+        let permission = gate.permission(now: now())
+        if case .deny(let until) = permission {
+            return decide(token, job, planner.deferred(envelope, until: until, using: &generator))
+        }
+        let app: AppRecord?
+        do {
+            guard let store else { throw StoreFailure(code: "store_unavailable", message: "no connection") }
+            app = try store.app(id: envelope.appID)
+        } catch {
+            return decide(token, job, planner.storeUnavailable(envelope, calls: [], using: &generator))
+        }
+        guard let app else { return decide(token, job, planner.unknownApp(envelope)) }
+        let isProbe = permission == .probe
+        let request = VerificationRequest(
+            receiptData: envelope.receipt, sharedSecret: app.sharedSecret, excludeOldTransactions: app.excludeOldTransactions)
+        verifier.verify(request) { report in
+            // On the HTTP engine's thread: count, decide, hand over; nothing here blocks.
+            gate.record(outage: report.verdict == .outage, probe: isProbe)
+            var rng = SystemRandomNumberGenerator()
+            let plan = self.planner.plan(envelope, report: report, using: &rng)
+            if case .bury(let failed?) = plan, failed.errorCode == "shared_secret_mismatch", ConfigurationAlarm.raiseOnce(appID: app.id) {
+                // Every receipt of this app will fail the same way until someone fixes the secret:
+                // say it once, loudly, not once per job.
+                self.logger.error(
+                    "Apple rejects this app's shared secret (21004): update it, then retry the dead letters",
+                    metadata: ["app.id": "\(app.id)", "app.bundle_id": "\(app.bundleID)"])
+            }
+            self.decide(token, job, plan)
+        }
+    }
+
+    private func decide(_ token: Int, _ job: ReservedJob, _ plan: JobPlan) {
+        condition.lock()
+        shared.decided.append(Decided(token: token, job: job, plan: plan))
+        condition.broadcast()
+        condition.unlock()
+    }
+
+    // MARK: Committers
+
+    private func runCommitter(_ index: Int) {
+        let role = "committer-\(index)"
+        var queue: (any JobQueue)?
+        var store: (any ReceiptStore)?
+        var rng = SystemRandomNumberGenerator()
+        while let batch = takeBatch() {
+            if store == nil { store = try? makeStore(role) }
+            var settlements: [Settlement] = []
+            var outcomes: [JobOutcome] = []
+            for (settlement, outcome) in commit(batch, store: &store, using: &rng) {
+                settlements.append(settlement)
+                outcomes.append(outcome)
+            }
+            var pause = 0.1
+            // Repeated until Redis takes it: the jobs stay in flight (their slots held) meanwhile.
+            while true {
+                do {
+                    if queue == nil { queue = try makeQueue(role) }
+                    try queue?.settle(settlements)
+                    break
+                } catch {
+                    logger.warning("Worker settle error", metadata: ["error": "\(error)"])
+                    if locked({ $0.abandoned }) { return }
+                    Thread.sleep(forTimeInterval: pause)
+                    pause = min(pause * 2, 5)
+                }
+            }
+            condition.lock()
+            for (item, outcome) in zip(batch, outcomes) {
+                shared.inFlight[item.token] = nil
+                shared.outcomes[outcome, default: 0] += 1
+            }
+            condition.broadcast()
+            condition.unlock()
+        }
+    }
+
+    /// Every decided job, up to `commitBatch`; nil once the fetcher stopped and nothing is left in
+    /// hand, or when shutdown gave up on the jobs in hand.
+    private func takeBatch() -> [Decided]? {
+        condition.lock()
+        defer { condition.unlock() }
+        while true {
+            if shared.abandoned { return nil }
+            if !shared.decided.isEmpty {
+                let count = min(shared.decided.count, configuration.commitBatch)
+                let batch = Array(shared.decided.prefix(count))
+                shared.decided.removeFirst(count)
+                return batch
+            }
+            if shared.fetcherDone, shared.inFlight.isEmpty { return nil }
+            condition.wait(until: Date().addingTimeInterval(0.5))
+        }
+    }
+
+    /// Stores what must be stored, in one call, and turns each plan into its settlement.
+    private func commit(
+        _ batch: [Decided], store: inout (any ReceiptStore)?, using generator: inout SystemRandomNumberGenerator
+    ) -> [(Settlement, JobOutcome)] {
+        var records: [ValidationRecord] = []
+        for item in batch {
+            switch item.plan {
+            case .store(let record): records.append(record)
+            case .bury(let failed?): records.append(planner.failedRecord(failed))
+            case .bury(nil), .retry: break
+            }
+        }
+        var results: [Result<ReceiptResource, StoreFailure>]?
+        if !records.isEmpty, let connected = store {
+            do {
+                results = try connected.save(records)
+            } catch {
+                logger.warning("Worker store error", metadata: ["error": "\(error)"])
+                store = nil
+            }
+        }
+        var next = 0
+        func result() -> Result<ReceiptResource, StoreFailure>? {
+            defer { next += 1 }
+            return results.map { $0[next] }
+        }
+        let at = now()
+        return batch.map { item in
+            switch item.plan {
+            case .store(let record):
+                switch result() {
+                case .success(let resource)?:
+                    return (.acknowledge(item.job, result: resource.encoded()), item.plan.outcome)
+                case .failure(let failure)?:
+                    logger.warning("Postgres refused a result", metadata: ["error": "\(failure)", "job.id": "\(record.envelope.id)"])
+                    return settlement(
+                        item.job, planner.storeUnavailable(record.envelope, calls: record.calls, code: "store_refused", using: &generator), at)
+                case nil:
+                    return settlement(item.job, planner.storeUnavailable(record.envelope, calls: record.calls, using: &generator), at)
+                }
+            case .bury(let failed?):
+                // Marking it failed in Postgres is best effort; the dead letter is what counts.
+                _ = result()
+                logger.info("Job moved to the dead letters", metadata: ["job.id": "\(failed.id)", "job.error": "\(failed.errorCode ?? "")"])
+                return settlement(item.job, item.plan, at)
+            case .bury(nil), .retry:
+                return settlement(item.job, item.plan, at)
+            }
+        }
+    }
+
+    private func settlement(_ job: ReservedJob, _ plan: JobPlan, _ at: Date) -> (Settlement, JobOutcome) {
+        switch plan {
+        case .store:
+            // Never reached: a stored record is acknowledged by the caller with its resource.
+            return (.acknowledge(job, result: nil), plan.outcome)
+        case .retry(let updated, let runAt, _):
+            return (.retry(job, updated: updated, runAt: runAt), plan.outcome)
+        case .bury(let updated):
+            return (.bury(job, updated: updated, at: at), plan.outcome)
+        }
+    }
+
+    // MARK: Helpers
+
+    private func locked<T>(notify: Bool = false, _ body: (inout Shared) -> T) -> T {
+        condition.lock()
+        defer {
+            if notify { condition.broadcast() }
+            condition.unlock()
+        }
+        return body(&shared)
+    }
+
+    private func sleepUnlessStopping(_ seconds: Double) {
+        let end = Date().addingTimeInterval(seconds)
+        while !locked({ $0.stopping }), Date() < end { usleep(50_000) }
+    }
+}
