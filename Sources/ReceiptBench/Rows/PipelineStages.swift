@@ -175,5 +175,9 @@ final class TimedCircuit: OutageCircuit {
         try recorder.time(.record) { try inner.record(outage: outage, now: now) }
     }
 
+    func record(successes: Int, outages: Int, now: Date) throws -> CircuitTransition? {
+        try recorder.time(.record) { try inner.record(successes: successes, outages: outages, now: now) }
+    }
+
     func state(now: Date) throws -> CircuitStatus { try inner.state(now: now) }
 }
