@@ -99,7 +99,7 @@ struct JobSetTests {
         }
     }
 
-    @Test("Retrying one moves it to the front of its queue with the failure fields reset and origin dashboard")
+    @Test("Retrying one moves it to the front of its queue with a fresh retry budget and origin dashboard")
     func retryOne() async throws {
         try await JobSetFixture.with { fixture in
             let waiting = Self.envelope(failedAt: Self.time(0))
@@ -119,7 +119,9 @@ struct JobSetTests {
             #expect(queue.map(\.id) == [waiting.id, job.id])  // RPUSH: taken next by BLMOVE RIGHT
             let requeued = try #require(queue.last)
             #expect(requeued.origin == .dashboard)
-            #expect(requeued.attempt == 3 && requeued.history == job.history)
+            // A fresh budget: no backoff carried over, and the 72 h give-up age starts again.
+            #expect(job.attempt == 3 && job.history.count == 3)
+            #expect(requeued.attempt == 0 && requeued.history == job.history)
             #expect(requeued.firstFailedAt == nil && requeued.lastFailedAt == nil)
             #expect(requeued.errorCode == nil && requeued.errorMessage == nil)
             #expect(requeued.receipt == job.receipt && requeued.enqueuedAt == job.enqueuedAt && requeued.appID == job.appID)
