@@ -27,6 +27,8 @@ public struct AppConfiguration: Sendable, CustomStringConvertible {
     /// How long a worker lane's heartbeat lives; the janitor requeues its jobs once it lapses.
     public var workerHeartbeatTTLSeconds: Int
     public var retryPolicy: RetryPolicy
+    /// When the shared Apple outage circuit opens and how long it stays open (`CIRCUIT_*`).
+    public var circuitPolicy: CircuitPolicy
     public var api: IngestAPI.Configuration
     public var logLevel: String
     public var logFormat: String
@@ -46,6 +48,14 @@ public struct AppConfiguration: Sendable, CustomStringConvertible {
             guard let text = environment[key], !text.isEmpty else { return fallback }
             guard let value = Int(text), range.contains(value) else {
                 throw ConfigurationError(variable: key, reason: "must be an integer in \(range.lowerBound)...\(range.upperBound)")
+            }
+            return value
+        }
+        func double(_ key: String, _ fallback: Double, range: ClosedRange<Double>) throws -> Double {
+            guard let text = environment[key], !text.isEmpty else { return fallback }
+            // `Double("nan")` parses, and NaN is in no range, so this also refuses it.
+            guard let value = Double(text), range.contains(value) else {
+                throw ConfigurationError(variable: key, reason: "must be a decimal number in \(range.lowerBound)...\(range.upperBound)")
             }
             return value
         }
@@ -79,6 +89,19 @@ public struct AppConfiguration: Sendable, CustomStringConvertible {
             base: .milliseconds(try int("RETRY_BASE_MS", 2000, range: 1...3_600_000)),
             cap: .seconds(try int("RETRY_MAX_BACKOFF_SECONDS", 3600, range: 1...86_400)),
             maxAge: .seconds(try int("RETRY_MAX_AGE_HOURS", 72, range: 1...8760) * 3600))
+        let openSeconds = try int("CIRCUIT_OPEN_SECONDS", 10, range: 1...86_400)
+        let maximumOpenSeconds = try int("CIRCUIT_MAX_OPEN_SECONDS", 300, range: 1...86_400)
+        guard maximumOpenSeconds >= openSeconds else {
+            // CircuitPolicy would quietly raise it to the first open period; say so instead.
+            throw ConfigurationError(variable: "CIRCUIT_MAX_OPEN_SECONDS", reason: "must be at least CIRCUIT_OPEN_SECONDS")
+        }
+        circuitPolicy = CircuitPolicy(
+            // At most 300 one-second buckets: CircuitPolicy would cut a longer window silently.
+            window: .seconds(try int("CIRCUIT_WINDOW_SECONDS", 30, range: 1...300)),
+            minimumFailures: try int("CIRCUIT_MIN_FAILURES", 20, range: 1...1_000_000),
+            failureRatio: try double("CIRCUIT_FAILURE_RATIO", 0.8, range: 0...1),
+            openDuration: .seconds(openSeconds), maximumOpenDuration: .seconds(maximumOpenSeconds),
+            probeLease: .seconds(try int("CIRCUIT_PROBE_LEASE_SECONDS", 30, range: 1...3600)))
         api = IngestAPI.Configuration(
             syncWait: .milliseconds(try int("API_SYNC_WAIT_MS", 2000, range: 0...60_000)),
             maxBodyBytes: try int("API_MAX_BODY_BYTES", 1 << 20, range: 1024...(64 << 20)),

@@ -72,7 +72,8 @@ public enum ReceiptQueueApp {
             },
             makeCircuit: {
                 RedisOutageCircuit(
-                    connection: try RedisConnection(configuration: configuration.redis, label: "worker-circuit"), keys: configuration.keys)
+                    connection: try RedisConnection(configuration: configuration.redis, label: "worker-circuit"), keys: configuration.keys,
+                    policy: configuration.circuitPolicy)
             },
             verifier: try AppStoreClient(configuration: appStore),
             requeueAbandoned: {

@@ -19,6 +19,9 @@ import ReceiptCore
 /// requeue it once. Bulk operations read the set in chunks and act in batches of
 /// ``batchSize``, each batch atomic, so a 10,000-entry set never blocks Redis for long.
 ///
+/// `retry(ids:)` puts its few jobs at the front of the queue (taken next); `retryAll(matching:)`
+/// puts its jobs at the back, behind the jobs already queued, like fresh API jobs.
+///
 /// The dead letters list newest first; the retries list soonest first (the next to run on top).
 public struct RedisJobSet: JobSetStore {
     /// Options of a job set.
@@ -48,18 +51,38 @@ public struct RedisJobSet: JobSetStore {
     /// again with newer failure fields) or left (promoted, deleted, retried by someone else), ZREM
     /// returns 0 and nothing is pushed, so the new bytes always replace exactly the member they
     /// were made from.
+    ///
+    /// v2 takes the end of the queue as its first argument (see ``Placement``): v1 always pushed
+    /// to the front.
     static let requeueScript = """
-        -- receiptq:requeue_from_set:v1
-        -- KEYS[1] the job set, KEYS[2] the queue; ARGV pairs of (stored member, rewritten envelope).
+        -- receiptq:requeue_from_set:v2
+        -- KEYS[1] the job set, KEYS[2] the queue; ARGV[1] 'front' or 'back', then pairs of
+        -- (stored member, rewritten envelope). Workers take from the right: RPUSH is the front.
+        local push
+        if ARGV[1] == 'front' then
+          push = 'RPUSH'
+        elseif ARGV[1] == 'back' then
+          push = 'LPUSH'
+        else
+          return redis.error_reply('ERR requeue placement must be front or back')
+        end
         local moved = 0
-        for i = 1, #ARGV - 1, 2 do
+        for i = 2, #ARGV - 1, 2 do
           if redis.call('ZREM', KEYS[1], ARGV[i]) == 1 then
-            redis.call('RPUSH', KEYS[2], ARGV[i + 1])
+            redis.call(push, KEYS[2], ARGV[i + 1])
             moved = moved + 1
           end
         end
         return moved
         """
+
+    /// Which end of its queue a requeued job goes to.
+    enum Placement: String {
+        /// Taken next: someone is waiting for these few receipts.
+        case front
+        /// Behind every job already queued, as a fresh API job is.
+        case back
+    }
 
     /// Members read per `ZRANGE` while scanning.
     static let scanChunk = 500
@@ -151,7 +174,8 @@ public struct RedisJobSet: JobSetStore {
 
     @discardableResult
     public func retry(ids: [JobSetEntry.ID]) async throws -> Int {
-        try await requeue(members(withIDs: Set(ids)))
+        // An operator retrying a few receipts by hand: someone is waiting for them.
+        try await requeue(members(withIDs: Set(ids)), to: .front)
     }
 
     @discardableResult
@@ -159,7 +183,8 @@ public struct RedisJobSet: JobSetStore {
         var moved = 0
         try await scan(descending: true) { chunk in
             let selected = chunk.filter { !$0.isPoison && filter.matches($0) }
-            moved += try await requeue(selected)
+            // Thousands of old jobs at the front would starve the fresh API jobs behind them.
+            moved += try await requeue(selected, to: .back)
             // Each selected member has left the set, moved by us or by someone else first.
             return selected.count
         }
@@ -267,9 +292,9 @@ public struct RedisJobSet: JobSetStore {
 
     // MARK: - Moving and removing
 
-    /// Requeues `entries` (poison members skipped) to the front of their kind's queue.
+    /// Requeues `entries` (poison members skipped) to one end of their kind's queue.
     /// - Returns: how many were moved.
-    private func requeue(_ entries: [JobSetEntry]) async throws -> Int {
+    private func requeue(_ entries: [JobSetEntry], to placement: Placement) async throws -> Int {
         var moves: [(queue: String, old: [UInt8], new: [UInt8])] = []
         for entry in entries {
             guard let envelope = entry.envelope else { continue }
@@ -286,7 +311,7 @@ public struct RedisJobSet: JobSetStore {
             var script = ScriptRunner(source: Self.requeueScript)
             var moved = 0
             for batch in batches {
-                var arguments = [bytes(key), bytes(batch.queue)]
+                var arguments = [bytes(key), bytes(batch.queue), bytes(placement.rawValue)]
                 for (old, new) in batch.pairs { arguments += [old, new] }
                 guard let count = try script.run(on: connection, keyCount: 2, arguments: arguments).int else {
                     throw RedisQueueError.unexpectedReply("EVALSHA")

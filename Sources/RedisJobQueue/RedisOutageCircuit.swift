@@ -30,11 +30,14 @@ public final class RedisOutageCircuit: OutageCircuit {
     /// never runs under an old SHA. `KEYS[3]` onwards are the window's buckets, newest first,
     /// computed by the caller from its `now` so that every key the script touches is declared
     /// (Redis Cluster) and shares the prefix's hash tag.
+    ///
+    /// v2 counts outcomes in batches: `record` is one outcome (counts 1/0 or 0/1) that may be the
+    /// prober's verdict, `batch` is any number of non-probe outcomes and is ignored while open.
     static let script = """
-        -- receiptq:circuit:v1
+        -- receiptq:circuit:v2
         -- KEYS: state hash, probe lease, then the window's call buckets (current first).
-        -- ARGV: op, now ms, lane, outage (1/0), minimum failures, failure ratio, open ms,
-        --       maximum open ms, probe lease ms, bucket TTL ms.
+        -- ARGV: op, now ms, lane, successes, minimum failures, failure ratio, open ms,
+        --       maximum open ms, probe lease ms, bucket TTL ms, outages.
         local op, now, lane = ARGV[1], tonumber(ARGV[2]), ARGV[3]
         local openMs, maxOpenMs, leaseMs = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
         local openUntil = redis.call('HGET', KEYS[1], 'open_until')
@@ -64,13 +67,14 @@ public final class RedisOutageCircuit: OutageCircuit {
           return {1, now + leaseMs}
         end
 
-        -- op == 'record'
-        local outage = ARGV[4] == '1'
+        -- op == 'record' (one outcome, perhaps the prober's) or 'batch' (never the prober's)
+        local successes = math.max(tonumber(ARGV[4]) or 0, 0)
+        local outages = math.max(tonumber(ARGV[11]) or 0, 0)
         if openUntil then
           -- Open: only the prober's verdict counts; calls in flight when it opened say nothing.
-          if holder ~= lane then return {0, openUntil} end
+          if op ~= 'record' or holder ~= lane then return {0, openUntil} end
           redis.call('DEL', KEYS[2])
-          if outage then
+          if outages > 0 then
             failedProbes = failedProbes + 1
             local untilMs = now + math.min(openMs * 2 ^ failedProbes, maxOpenMs)
             redis.call('HSET', KEYS[1], 'open_until', string.format('%d', untilMs), 'failed_probes', failedProbes)
@@ -81,10 +85,13 @@ public final class RedisOutageCircuit: OutageCircuit {
           return {3, 0, 0}
         end
 
-        redis.call('HINCRBY', KEYS[3], 'c', 1)
-        if outage then redis.call('HINCRBY', KEYS[3], 'f', 1) end
+        if successes + outages == 0 then return {0, 0} end
+        redis.call('HINCRBY', KEYS[3], 'c', string.format('%d', successes + outages))
+        if outages > 0 then redis.call('HINCRBY', KEYS[3], 'f', string.format('%d', outages)) end
         redis.call('PEXPIRE', KEYS[3], ARGV[10])
-        if not outage then return {0, 0} end
+        -- Successes only dilute. Outages raise the failures by 1 and the ratio's bar by at most 1
+        -- each, so one check at the batch's end opens exactly when one-by-one records would have.
+        if outages == 0 then return {0, 0} end
         local calls, failures = 0, 0
         for i = 3, #KEYS do
           local counts = redis.call('HMGET', KEYS[i], 'c', 'f')
@@ -136,7 +143,7 @@ public final class RedisOutageCircuit: OutageCircuit {
             return .deny(until: Self.date(knownOpenUntil))
         }
         knownOpenUntil = nil
-        let reply = try evaluate("permission", now: now, outage: false, buckets: [])
+        let reply = try evaluate("permission", now: now, successes: 0, outages: 0, buckets: [])
         switch reply.first {
         case 0:
             return .allow
@@ -156,13 +163,27 @@ public final class RedisOutageCircuit: OutageCircuit {
 
     @discardableResult
     public func record(outage: Bool, now: Date) throws -> CircuitTransition? {
+        try record("record", successes: outage ? 0 : 1, outages: outage ? 1 : 0, now: now)
+    }
+
+    @discardableResult
+    public func record(successes: Int, outages: Int, now: Date) throws -> CircuitTransition? {
+        // An empty batch changes nothing: no round trip.
+        guard successes > 0 || outages > 0 else { return nil }
+        return try record("batch", successes: max(successes, 0), outages: max(outages, 0), now: now)
+    }
+
+    /// One `record` (a single outcome, perhaps this lane's probe verdict) or `batch` step.
+    private func record(_ operation: String, successes: Int, outages: Int, now: Date) throws -> CircuitTransition? {
         let nowMs = Self.milliseconds(now)
-        // While open, the script ignores every verdict but the prober's: skip the round trip.
-        if !holdsProbe, let knownOpenUntil, nowMs < knownOpenUntil { return nil }
+        let isVerdict = operation == "record" && holdsProbe
+        // While open, the script ignores every outcome but the prober's verdict: skip the round trip.
+        if !isVerdict, let knownOpenUntil, nowMs < knownOpenUntil { return nil }
         let current = policy.bucketIndex(at: now)
         let buckets = (0..<Int64(policy.bucketCount)).map { keys.circuitCalls(bucket: current - $0) }
-        let reply = try evaluate("record", now: now, outage: outage, buckets: buckets)
-        holdsProbe = false
+        let reply = try evaluate(operation, now: now, successes: successes, outages: outages, buckets: buckets)
+        // A batch is never the verdict: a lane holding the probe still owes it.
+        if operation == "record" { holdsProbe = false }
         switch reply.first {
         case 0:
             if reply.count >= 2, reply[1] > nowMs { knownOpenUntil = reply[1] }
@@ -182,23 +203,24 @@ public final class RedisOutageCircuit: OutageCircuit {
     }
 
     public func state(now: Date) throws -> CircuitStatus {
-        let reply = try evaluate("state", now: now, outage: false, buckets: [])
+        let reply = try evaluate("state", now: now, successes: 0, outages: 0, buckets: [])
         guard reply.count >= 2 else { throw RedisCircuitError.unexpectedReply }
         if reply[0] == 0 { return .closed }
         return Self.milliseconds(now) < reply[1] ? .open(until: Self.date(reply[1])) : .halfOpen
     }
 
     /// Runs the script once and returns its integer array.
-    private func evaluate(_ operation: String, now: Date, outage: Bool, buckets: [String]) throws -> [Int64] {
+    private func evaluate(_ operation: String, now: Date, successes: Int, outages: Int, buckets: [String]) throws -> [Int64] {
         let keyArgs = [keys.circuitState, keys.circuitProbe] + buckets
         let args = [
-            operation, String(Self.milliseconds(now)), lane, outage ? "1" : "0",
+            operation, String(Self.milliseconds(now)), lane, String(successes),
             String(policy.minimumFailures), String(policy.failureRatio),
             String(Self.milliseconds(policy.openDuration)), String(Self.milliseconds(policy.maximumOpenDuration)),
             String(Self.milliseconds(policy.probeLease)),
             // Only garbage collection: the window is chosen by key name from the caller's time, so
             // the server's clock never decides; twice the window leaves room for clock skew.
             String(2 * Self.milliseconds(policy.window) + Self.milliseconds(policy.bucketWidth)),
+            String(outages),
         ]
         let command = [String(keyArgs.count)] + keyArgs + args
         let reply: RedisValue

@@ -99,7 +99,7 @@ struct JobSetTests {
         }
     }
 
-    @Test("Retrying one moves it to the front of its queue with the failure fields reset and origin dashboard")
+    @Test("Retrying by id moves the jobs to the front of their queues with a fresh retry budget and origin dashboard")
     func retryOne() async throws {
         try await JobSetFixture.with { fixture in
             let waiting = Self.envelope(failedAt: Self.time(0))
@@ -119,11 +119,47 @@ struct JobSetTests {
             #expect(queue.map(\.id) == [waiting.id, job.id])  // RPUSH: taken next by BLMOVE RIGHT
             let requeued = try #require(queue.last)
             #expect(requeued.origin == .dashboard)
-            #expect(requeued.attempt == 3 && requeued.history == job.history)
+            // A fresh budget: no backoff carried over, and the 72 h give-up age starts again.
+            #expect(job.attempt == 3 && job.history.count == 3)
+            #expect(requeued.attempt == 0 && requeued.history == job.history)
             #expect(requeued.firstFailedAt == nil && requeued.lastFailedAt == nil)
             #expect(requeued.errorCode == nil && requeued.errorMessage == nil)
             #expect(requeued.receipt == job.receipt && requeued.enqueuedAt == job.enqueuedAt && requeued.appID == job.appID)
             #expect(try await fixture.queue(.repoll).map(\.id) == [repoll.id])
+        }
+    }
+
+    @Test("retryAll puts its jobs behind the jobs already queued; retry(ids:) puts its job before them")
+    func requeueOrder() async throws {
+        try await JobSetFixture.with { fixture in
+            let queueKey = fixture.keys.queue("validate")
+            let fresh = Self.envelope(failedAt: Self.time(0))
+            _ = try await fixture.pool.withConnection { try $0.send(bytes: [Array("LPUSH".utf8), Array(queueKey.utf8), fresh.encoded()]) }
+            var bulk: [JobEnvelope] = []
+            for index in 1...3 {
+                let envelope = Self.envelope(code: "timeout", failedAt: Self.time(index))
+                bulk.append(envelope)
+                try await fixture.add(envelope, to: fixture.keys.dead, at: Self.time(index))
+            }
+            let urgent = Self.envelope(code: "apple_21005", failedAt: Self.time(4))
+            try await fixture.add(urgent, to: fixture.keys.dead, at: Self.time(4))
+
+            #expect(try await fixture.dead.retryAll(matching: JobSetFilter(errorCode: "timeout")) == 3)
+            #expect(try await fixture.dead.retry(ids: [JobSetEntry.ID(job: urgent.id)]) == 1)
+            let retried = try await fixture.queue(.validate)
+            #expect(Set(retried.prefix(3).map(\.id)) == Set(bulk.map(\.id)))
+            #expect(retried.suffix(2).map(\.id) == [fresh.id, urgent.id])
+            #expect(retried.filter { $0.id != fresh.id }.allSatisfy { $0.attempt == 0 && $0.firstFailedAt == nil })
+
+            // What the workers see: BLMOVE RIGHT takes the operator's job, then the one queued before
+            // the bulk retry, and only then the bulk.
+            var taken: [UUID] = []
+            for _ in 0..<5 {
+                let reply = try await fixture.pool.command(["BLMOVE", queueKey, fixture.takenKey, "RIGHT", "LEFT", "1"])
+                taken.append(try JobEnvelope.decode(reply.bytes ?? []).id)
+            }
+            #expect(Array(taken.prefix(2)) == [urgent.id, fresh.id])
+            #expect(Set(taken.suffix(3)) == Set(bulk.map(\.id)))
         }
     }
 
@@ -307,6 +343,8 @@ struct JobSetFixture {
     let pool = RedisConnectionPool(
         configuration: RedisConfiguration(host: TestEnvironment.redisHost, port: TestEnvironment.redisPort), size: 4)
 
+    /// Where a test moves the jobs it takes from a queue, as a worker's processing list.
+    var takenKey: String { "\(keys.prefix):test:taken" }
     var dead: RedisJobSet { .dead(pool: pool, keys: keys) }
     var retries: RedisJobSet { .retries(pool: pool, keys: keys) }
 
@@ -338,7 +376,7 @@ struct JobSetFixture {
     }
 
     private func cleanUp() async {
-        _ = try? await pool.command(["DEL", keys.dead, keys.retry, keys.queue("validate"), keys.queue("repoll")])
+        _ = try? await pool.command(["DEL", keys.dead, keys.retry, keys.queue("validate"), keys.queue("repoll"), takenKey])
         pool.close()
     }
 }

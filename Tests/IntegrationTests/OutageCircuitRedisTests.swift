@@ -210,6 +210,60 @@ struct OutageCircuitRedisTests {
         #expect(transition == .opened(until: start + 41))
     }
 
+    @Test("A batch of 19 outages and a success stays closed; one more outage, or one bigger batch, opens it")
+    func batchOpens() throws {
+        let fixture = try Fixture()
+        defer { fixture.close() }
+        let workers = try fixture.lanes(4)
+        #expect(try workers[0].record(successes: 1, outages: 19, now: start) == nil)
+        #expect(try workers[1].state(now: start) == .closed)
+        #expect(try workers[1].record(successes: 0, outages: 1, now: start + 1) == .opened(until: start + 11))
+        #expect(try workers[2].permission(now: start + 2) == .deny(until: start + 11))
+
+        let fresh = try Fixture()
+        defer { fresh.close() }
+        let freshWorkers = try fresh.lanes(2)
+        #expect(try freshWorkers[1].record(successes: 5, outages: 20, now: start) == .opened(until: start + 10))
+        #expect(try freshWorkers[0].permission(now: start + 1) == .deny(until: start + 10))
+        let bucket = try fresh.admin.send(["HMGET", fresh.keys.circuitCalls(bucket: 1_700_000_000), "c", "f"])
+        #expect(bucket.array?.map(\.string) == ["25", "20"])
+    }
+
+    @Test("While open a batch is ignored, the prober's included: only its single verdict closes it")
+    func batchIgnoredWhileOpen() throws {
+        let fixture = try Fixture()
+        defer { fixture.close() }
+        let workers = try fixture.lanes(4)
+        let until = try open(workers)
+        #expect(try workers[1].record(successes: 500, outages: 0, now: start + 1) == nil)
+        // A lane that has not seen the opening asks Redis, which ignores the batch too.
+        let newcomer = try fixture.lanes(1)[0]
+        #expect(try newcomer.record(successes: 0, outages: 500, now: start + 1) == nil)
+        #expect(try workers[3].state(now: start + 1) == .open(until: until))
+        #expect(try workers[0].permission(now: until) == .probe)
+        #expect(try workers[0].record(successes: 0, outages: 50, now: until + 1) == nil)
+        #expect(try workers[0].record(successes: 50, outages: 0, now: until + 1) == nil)
+        #expect(try workers[3].state(now: until + 1) == .halfOpen)
+        #expect(try workers[3].permission(now: until + 1) == .deny(until: until + 11))
+        #expect(try workers[0].record(outage: false, now: until + 2) == .closed)
+        #expect(try fixture.circuitKeys().isEmpty)
+    }
+
+    @Test("A big batch of successes keeps the ratio below the bar until it slides out; an empty batch does nothing")
+    func batchRatio() throws {
+        let fixture = try Fixture()
+        defer { fixture.close() }
+        let workers = try fixture.lanes(4)
+        #expect(try workers[2].record(successes: 0, outages: 0, now: start) == nil)
+        #expect(try workers[3].record(successes: -4, outages: 0, now: start) == nil)
+        #expect(try fixture.circuitKeys().isEmpty)
+        #expect(try workers[0].record(successes: 1000, outages: 0, now: start) == nil)
+        #expect(try workers[1].record(successes: 0, outages: 500, now: start + 1) == nil)
+        #expect(try workers[2].state(now: start + 2) == .closed)
+        #expect(try workers[3].record(successes: 0, outages: 1, now: start + 29) == nil)
+        #expect(try workers[3].record(successes: 0, outages: 1, now: start + 30) == .opened(until: start + 40))
+    }
+
     @Test("Random traffic: the Lua script decides exactly as the pure CircuitState does")
     func matchesPureModel() throws {
         let fixture = try Fixture()
@@ -225,7 +279,7 @@ struct OutageCircuitRedisTests {
         for step in 0..<1500 {
             now += Double(Int.random(in: 0...400, using: &generator)) / 1000
             let lane = Int.random(in: 0..<4, using: &generator)
-            switch Int.random(in: 0..<10, using: &generator) {
+            switch Int.random(in: 0..<12, using: &generator) {
             case 0..<4:
                 let expected = model.permission(lane: "\(lane)", now: now, policy: policy)
                 let actual = try workers[lane].permission(now: now)
@@ -237,11 +291,18 @@ struct OutageCircuitRedisTests {
                 let actual = try workers[lane].record(outage: outage, now: now)
                 #expect(actual == expected, "step \(step): record")
                 if let actual { seen.insert("\(actual)".prefix { $0 != "(" }.description) }
+            case 9..<11:
+                let successes = Int.random(in: 0...5, using: &generator)
+                let outages = Int.random(in: 0...6, using: &generator)
+                let expected = model.record(successes: successes, outages: outages, lane: "\(lane)", now: now, policy: policy)
+                let actual = try workers[lane].record(successes: successes, outages: outages, now: now)
+                #expect(actual == expected, "step \(step): batch")
+                if actual != nil { seen.insert("batch opened") }
             default:
                 #expect(try workers[lane].state(now: now) == model.status(now: now), "step \(step): state")
             }
         }
         // The walk must have exercised the whole machine, not only its closed state.
-        #expect(seen == ["allow", "probe", "deny", "opened", "reopened", "closed"])
+        #expect(seen == ["allow", "probe", "deny", "opened", "reopened", "closed", "batch opened"])
     }
 }

@@ -32,6 +32,29 @@ struct JobTests {
         #expect(try JobEnvelope.decode(failed.encoded()) == failed)
     }
 
+    @Test("An operator's retry gives a dead letter a fresh retry budget and keeps its history")
+    func requeuedBudget() {
+        let start = Date(timeIntervalSince1970: 1_700_000_000)
+        var dead = JobEnvelope(id: JobID.make(), kind: .validate, appID: UUID(), enqueuedAt: start, origin: .api, receipt: "MIIabc")
+        let call = AppleCall(endpoint: .production, httpStatus: 503, appleStatus: nil, isRetryable: nil, latencyMs: 3, errorCode: "http_503")
+        for step in 0..<20 { dead = dead.failed(code: "http_503", message: "down", calls: [call], at: start + Double(step * 4 * 3600)) }
+        let policy = RetryPolicy()
+        var rng = SeededGenerator(seed: 3)
+        let now = start + 80 * 3600
+        // Past its 72 h: one more failure would bury it again at once.
+        #expect(dead.attempt == 20 && policy.nextRun(attempt: 21, firstFailedAt: start, now: now, using: &rng) == nil)
+
+        let retried = dead.requeued(by: .cli)
+        #expect(retried.attempt == 0 && retried.firstFailedAt == nil && retried.lastFailedAt == nil)
+        #expect(retried.errorCode == nil && retried.errorMessage == nil && retried.origin == .cli)
+        #expect(retried.history == dead.history && retried.history.count == 20)
+        // Its next failure is a first one: retried within the first backoff, not an hour later.
+        let failedAgain = retried.failed(code: "http_503", message: "down", calls: [call], at: now)
+        let next = policy.nextRun(attempt: failedAgain.attempt, firstFailedAt: failedAgain.firstFailedAt ?? now, now: now, using: &rng)
+        #expect(failedAgain.attempt == 1)
+        #expect(next.map { $0.timeIntervalSince(now) <= 2 } == true)
+    }
+
     @Test("A newer envelope version or garbage is refused")
     func unknownVersion() {
         #expect(throws: (any Error).self) { try JobEnvelope.decode(Array(#"{"v":99}"#.utf8)) }

@@ -178,6 +178,78 @@ struct OutageCircuitTests {
         #expect(transition == .opened(until: start + 41))
     }
 
+    @Test("A batch of 19 outages and a success stays closed; one more outage, or one bigger batch, opens it")
+    func batchOpens() throws {
+        let workers = lanes()
+        #expect(try workers[0].record(successes: 1, outages: 19, now: start) == nil)
+        #expect(try workers[1].state(now: start) == .closed)
+        // 20 outages of 21 calls.
+        #expect(try workers[1].record(successes: 0, outages: 1, now: start + 1) == .opened(until: start + 11))
+        #expect(try workers[2].permission(now: start + 2) == .deny(until: start + 11))
+
+        let fresh = lanes()
+        // 20 outages of 25 calls: exactly the 80% bar.
+        #expect(try fresh[2].record(successes: 5, outages: 20, now: start) == .opened(until: start + 10))
+        #expect(try fresh[0].permission(now: start + 1) == .deny(until: start + 10))
+    }
+
+    @Test("While open a batch is ignored, the prober's included: only its single verdict closes it")
+    func batchIgnoredWhileOpen() throws {
+        let workers = lanes()
+        let until = try open(workers)
+        #expect(try workers[1].record(successes: 500, outages: 0, now: start + 1) == nil)
+        #expect(try workers[2].record(successes: 0, outages: 500, now: start + 1) == nil)
+        #expect(try workers[3].state(now: start + 1) == .open(until: until))
+        #expect(try workers[0].permission(now: until) == .probe)
+        // The prober's other calls were in flight when it opened: their batch is no verdict.
+        #expect(try workers[0].record(successes: 0, outages: 50, now: until + 1) == nil)
+        #expect(try workers[0].record(successes: 50, outages: 0, now: until + 1) == nil)
+        #expect(try workers[3].state(now: until + 1) == .halfOpen)
+        #expect(try workers[3].permission(now: until + 1) == .deny(until: until + 11))
+        #expect(try workers[0].record(outage: false, now: until + 2) == .closed)
+    }
+
+    @Test("A big batch of successes keeps the ratio below the bar until it slides out; an empty batch does nothing")
+    func batchRatio() throws {
+        let workers = lanes()
+        #expect(try workers[0].record(successes: 1000, outages: 0, now: start) == nil)
+        // 500 outages of 1,500 calls: a third.
+        #expect(try workers[1].record(successes: 0, outages: 500, now: start + 1) == nil)
+        #expect(try workers[2].record(successes: 0, outages: 0, now: start + 2) == nil)
+        #expect(try workers[3].record(successes: -4, outages: 0, now: start + 2) == nil)
+        #expect(try workers[2].state(now: start + 2) == .closed)
+        #expect(try workers[3].record(successes: 0, outages: 1, now: start + 29) == nil)
+        // At `start + 30` the successes' bucket has slid out: 502 outages of 502 calls.
+        #expect(try workers[3].record(successes: 0, outages: 1, now: start + 30) == .opened(until: start + 40))
+    }
+
+    @Test("A batch decides as its outcomes recorded one by one, outages last")
+    func batchMatchesSingles() {
+        let policy = CircuitPolicy(window: .seconds(5), minimumFailures: 6, failureRatio: 0.7)
+        var generator = SeededGenerator(seed: 11)
+        var opened = 0
+        for scenario in 0..<200 {
+            var batched = CircuitState()
+            var single = CircuitState()
+            var now = start
+            for step in 0..<20 {
+                now += Double(Int.random(in: 0...1500, using: &generator)) / 1000
+                let successes = Int.random(in: 0...4, using: &generator)
+                let outages = Int.random(in: 0...10, using: &generator)
+                let expected =
+                    ((0..<successes).map { _ in false } + (0..<outages).map { _ in true })
+                    .compactMap { single.record(outage: $0, lane: "a", now: now, policy: policy) }
+                let actual = batched.record(successes: successes, outages: outages, lane: "a", now: now, policy: policy)
+                #expect(expected.count <= 1, "scenario \(scenario) step \(step): singles")
+                #expect(actual == expected.first, "scenario \(scenario) step \(step): transition")
+                #expect(batched.status(now: now) == single.status(now: now), "scenario \(scenario) step \(step): status")
+                if actual != nil { opened += 1 }
+            }
+        }
+        // Most scenarios must have opened, or the comparison says little.
+        #expect(opened > 100)
+    }
+
     @Test("The pure state: a lane that asks twice keeps its probe; status names are bounded")
     func pureState() {
         let policy = CircuitPolicy(minimumFailures: 1, failureRatio: 1)
@@ -188,6 +260,14 @@ struct OutageCircuitTests {
         #expect(state.permission(lane: "b", now: start + 11, policy: policy) == .deny(until: start + 21))
         #expect(state.record(outage: true, lane: "a", now: start + 12, policy: policy) == .reopened(until: start + 32, failedProbes: 1))
         #expect(state.failedProbes == 1)
+        #expect(state.record(successes: 0, outages: 3, lane: "a", now: start + 33, policy: policy) == nil)
+        #expect(state.status(now: start + 33) == .halfOpen)
+
+        var empty = CircuitState()
+        #expect(empty.record(successes: 0, outages: 0, lane: "a", now: start, policy: policy) == nil)
+        #expect(empty.record(successes: -2, outages: -1, lane: "a", now: start, policy: policy) == nil)
+        #expect(empty == CircuitState())
+        #expect(empty.record(successes: -2, outages: 1, lane: "a", now: start, policy: policy) == .opened(until: start + 10))
         #expect([CircuitStatus.closed, .open(until: start), .halfOpen].map(\.name) == ["closed", "open", "half_open"])
     }
 }

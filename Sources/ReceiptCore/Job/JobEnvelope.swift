@@ -69,7 +69,8 @@ public struct JobEnvelope: Sendable, Equatable, Codable {
     public var kind: JobKind
     /// The registered app the receipt belongs to.
     public var appID: UUID
-    /// How many validation attempts have failed so far.
+    /// How many validation attempts have failed since the job was queued, or last retried by an
+    /// operator (``requeued(by:)`` resets it; `history` keeps every call).
     public var attempt: Int
     public var enqueuedAt: Date
     public var firstFailedAt: Date?

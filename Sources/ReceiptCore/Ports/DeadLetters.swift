@@ -243,9 +243,10 @@ public struct JobSetPage: Sendable, Equatable {
 
 /// The dead letters or the retries, as the dashboard and `receiptq dlq` manage them.
 ///
-/// Retrying moves a job to the front of its queue, atomically and at most once even when two
-/// operators retry it at the same moment, with its failure fields reset (see
-/// ``JobEnvelope/requeued(by:)``). A poison member cannot be retried, only deleted.
+/// Retrying moves a job to its queue, atomically and at most once even when two operators retry
+/// it at the same moment, with a fresh retry budget (see ``JobEnvelope/requeued(by:)``): jobs
+/// retried by id go to the front, a bulk retry goes to the back so that it cannot starve fresh
+/// jobs. A poison member cannot be retried, only deleted.
 ///
 /// ```swift
 /// let dead: any JobSetStore = RedisJobSet.dead(pool: pool, keys: keys)
@@ -271,13 +272,15 @@ public protocol JobSetStore: Sendable {
     /// The entry with this id (the newest one, should a job be in the set twice), or nil.
     func entry(id: JobSetEntry.ID) async throws -> JobSetEntry?
 
-    /// Moves these jobs to the front of their queues, failure fields reset.
+    /// Moves these jobs to the front of their queues (taken next: someone is waiting for them),
+    /// with a fresh retry budget.
     /// - Parameter ids: the entries; unknown ids and poison members are skipped.
     /// - Returns: how many jobs were requeued.
     @discardableResult
     func retry(ids: [JobSetEntry.ID]) async throws -> Int
 
-    /// Moves every job matching `filter` to the front of its queue, failure fields reset.
+    /// Moves every job matching `filter` to the back of its queue, behind the jobs already
+    /// queued (thousands of old jobs must not hold up fresh ones), with a fresh retry budget.
     /// - Parameter filter: which entries; poison members are skipped.
     /// - Returns: how many jobs were requeued.
     @discardableResult
@@ -299,14 +302,16 @@ public protocol JobSetStore: Sendable {
 extension JobEnvelope {
     /// The envelope an operator sends back to the queue.
     ///
-    /// Keeps the attempt count and the history of Apple calls (the audit trail), but clears the
-    /// failure fields: `RetryPolicy` gives up by the age of `firstFailedAt`, so the requeued job
-    /// gets a fresh age budget instead of dying again at its next failure.
+    /// Keeps the history of Apple calls (the audit trail), but gives the job a fresh retry
+    /// budget: `RetryPolicy` gives up by the age of `firstFailedAt` and backs off by `attempt`,
+    /// so with either kept the requeued job would die again at its next failure, or wait the
+    /// longest backoff before its first retry.
     /// - Parameter origin: who requeued it (`.dashboard` or `.cli`).
     /// - Returns: the updated envelope.
     public func requeued(by origin: JobOrigin) -> JobEnvelope {
         var copy = self
         copy.origin = origin
+        copy.attempt = 0
         copy.firstFailedAt = nil
         copy.lastFailedAt = nil
         copy.errorCode = nil

@@ -154,6 +154,23 @@ public protocol OutageCircuit: AnyObject {
     @discardableResult
     func record(outage: Bool, now: Date) throws -> CircuitTransition?
 
+    /// After a batch of calls that were not probes: their outcomes in one step, so that a lane
+    /// verifying thousands of receipts a second does not pay one round trip per receipt.
+    ///
+    /// The same as calling ``record(outage:now:)`` `successes` times and then `outages` times at
+    /// `now`, except that only one transition can result: the batch can open the closed circuit,
+    /// nothing else. While the circuit is open (or half-open) a batch is ignored, because only the
+    /// prober's verdict counts there, and the prober always reports with ``record(outage:now:)``.
+    /// Zero successes and zero outages change nothing; negative counts are taken as zero.
+    /// - Parameters:
+    ///   - successes: calls that got an answer from Apple (valid/invalid/transient status).
+    ///   - outages: calls whose verdict was ``AppleVerdict/outage``.
+    ///   - now: the current time from the lane's injected clock; the whole batch counts at it.
+    /// - Returns: `.opened(until:)` when the batch opened the circuit, otherwise nil.
+    /// - Throws: when the shared state is unreachable.
+    @discardableResult
+    func record(successes: Int, outages: Int, now: Date) throws -> CircuitTransition?
+
     /// The current state, for dashboards and metrics.
     /// - Parameter now: the current time from the caller's injected clock.
     /// - Throws: when the shared state is unreachable.
@@ -168,6 +185,7 @@ public protocol OutageCircuit: AnyObject {
 /// var state = CircuitState()
 /// switch state.permission(lane: "w1", now: now, policy: policy) { … }
 /// state.record(outage: true, lane: "w1", now: now, policy: policy)
+/// state.record(successes: 950, outages: 50, lane: "w1", now: now, policy: policy)
 /// ```
 public struct CircuitState: Sendable, Equatable {
     /// End of the open period (ms since 1970), or nil while closed.
@@ -232,32 +250,66 @@ public struct CircuitState: Sendable, Equatable {
     /// - Returns: the transition, if this outcome caused one.
     @discardableResult
     public mutating func record(outage: Bool, lane: String, now: Date, policy: CircuitPolicy) -> CircuitTransition? {
-        let nowMs = CircuitTime.milliseconds(now)
-        if openUntil != nil {
-            guard probe?.lane == lane else { return nil }
-            probe = nil
-            if outage {
-                failedProbes += 1
-                let until = nowMs + policy.openPeriodMilliseconds(afterFailedProbes: failedProbes)
-                openUntil = until
-                return .reopened(until: CircuitTime.date(until), failedProbes: failedProbes)
-            }
-            // Apple answered: forget the outage's window too, or its failures would re-open the
-            // circuit on the next sporadic failure.
-            self = CircuitState()
-            return .closed
-        }
+        if openUntil != nil { return recordVerdict(outage: outage, lane: lane, now: now, policy: policy) }
+        return count(successes: outage ? 0 : 1, outages: outage ? 1 : 0, now: now, policy: policy)
+    }
 
+    /// Records the outcomes of a batch of verifications that were not probes, all at `now`.
+    ///
+    /// Counts as `successes` single records followed by `outages` single ones, except that only
+    /// one transition can result. While open the batch is ignored: only the prober's verdict
+    /// counts, and it comes through ``record(outage:lane:now:policy:)``. Negative counts are
+    /// taken as zero, and an empty batch changes nothing.
+    /// - Parameters:
+    ///   - successes: calls that got an answer from Apple.
+    ///   - outages: calls that met an outage.
+    ///   - lane: the recording lane's token (unused: a batch is never a probe's verdict).
+    ///   - now: the caller's time.
+    ///   - policy: the thresholds.
+    /// - Returns: `.opened(until:)` when the batch opened the circuit, otherwise nil.
+    @discardableResult
+    public mutating func record(
+        successes: Int, outages: Int, lane: String, now: Date, policy: CircuitPolicy
+    ) -> CircuitTransition? {
+        guard openUntil == nil else { return nil }
+        return count(successes: max(successes, 0), outages: max(outages, 0), now: now, policy: policy)
+    }
+
+    /// The prober's verdict while open; everyone else's outcome is ignored.
+    private mutating func recordVerdict(outage: Bool, lane: String, now: Date, policy: CircuitPolicy) -> CircuitTransition? {
+        guard probe?.lane == lane else { return nil }
+        probe = nil
+        if outage {
+            failedProbes += 1
+            let until = CircuitTime.milliseconds(now) + policy.openPeriodMilliseconds(afterFailedProbes: failedProbes)
+            openUntil = until
+            return .reopened(until: CircuitTime.date(until), failedProbes: failedProbes)
+        }
+        // Apple answered: forget the outage's window too, or its failures would re-open the
+        // circuit on the next sporadic failure.
+        self = CircuitState()
+        return .closed
+    }
+
+    /// Counts outcomes in the closed circuit's window and opens it when the window says so.
+    private mutating func count(successes: Int, outages: Int, now: Date, policy: CircuitPolicy) -> CircuitTransition? {
+        // An empty batch must not even create a bucket, so that the state stays equal to the
+        // Redis one (which skips the round trip).
+        guard successes > 0 || outages > 0 else { return nil }
         let current = policy.bucketIndex(at: now)
         let oldest = current - Int64(policy.bucketCount) + 1
         buckets = buckets.filter { $0.key >= oldest }
-        buckets[current, default: Bucket()].calls += 1
-        guard outage else { return nil }
-        buckets[current, default: Bucket()].failures += 1
+        buckets[current, default: Bucket()].calls += successes + outages
+        // Successes only dilute: they can never open the circuit.
+        guard outages > 0 else { return nil }
+        buckets[current, default: Bucket()].failures += outages
         let calls = buckets.values.reduce(0) { $0 + $1.calls }
         let failures = buckets.values.reduce(0) { $0 + $1.failures }
+        // Each outage of the batch adds 1 to the failures but at most 1 to the ratio's bar, so once
+        // the condition holds it keeps holding: checking once at the batch's end opens exactly when
+        // one-by-one records would have opened somewhere inside it.
         guard policy.shouldOpen(calls: calls, failures: failures) else { return nil }
-        let until = nowMs + policy.openPeriodMilliseconds(afterFailedProbes: 0)
+        let until = CircuitTime.milliseconds(now) + policy.openPeriodMilliseconds(afterFailedProbes: 0)
         openUntil = until
         failedProbes = 0
         return .opened(until: CircuitTime.date(until))
@@ -306,6 +358,11 @@ public final class MemoryOutageCircuit: OutageCircuit, Sendable {
     @discardableResult
     public func record(outage: Bool, now: Date) throws -> CircuitTransition? {
         shared.state.withLock { $0.record(outage: outage, lane: lane, now: now, policy: policy) }
+    }
+
+    @discardableResult
+    public func record(successes: Int, outages: Int, now: Date) throws -> CircuitTransition? {
+        shared.state.withLock { $0.record(successes: successes, outages: outages, lane: lane, now: now, policy: policy) }
     }
 
     public func state(now: Date) throws -> CircuitStatus {

@@ -1,0 +1,59 @@
+import ReceiptCore
+import ReceiptQueueApp
+import Testing
+
+/// Reading `AppConfiguration` from environment variables. No server is needed: this target is
+/// simply the one that already depends on `ReceiptQueueApp`.
+@Suite("Configuration from the environment")
+struct ConfigurationTests {
+    @Test("The outage circuit's defaults when no CIRCUIT_* variable is set")
+    func circuitDefaults() throws {
+        let configuration = try AppConfiguration(environment: [:])
+        #expect(configuration.circuitPolicy == CircuitPolicy())
+        #expect(configuration.circuitPolicy.window == .seconds(30))
+        #expect(configuration.circuitPolicy.minimumFailures == 20)
+        #expect(configuration.circuitPolicy.failureRatio == 0.8)
+        #expect(configuration.circuitPolicy.openDuration == .seconds(10))
+        #expect(configuration.circuitPolicy.maximumOpenDuration == .seconds(300))
+        #expect(configuration.circuitPolicy.probeLease == .seconds(30))
+    }
+
+    @Test("Every CIRCUIT_* variable reaches the policy")
+    func circuitValues() throws {
+        let configuration = try AppConfiguration(environment: [
+            "CIRCUIT_WINDOW_SECONDS": "60", "CIRCUIT_MIN_FAILURES": "50", "CIRCUIT_FAILURE_RATIO": "0.5",
+            "CIRCUIT_OPEN_SECONDS": "5", "CIRCUIT_MAX_OPEN_SECONDS": "120", "CIRCUIT_PROBE_LEASE_SECONDS": "45",
+        ])
+        #expect(
+            configuration.circuitPolicy
+                == CircuitPolicy(
+                    window: .seconds(60), minimumFailures: 50, failureRatio: 0.5, openDuration: .seconds(5),
+                    maximumOpenDuration: .seconds(120), probeLease: .seconds(45)))
+        #expect(try AppConfiguration(environment: ["CIRCUIT_FAILURE_RATIO": "1"]).circuitPolicy.failureRatio == 1)
+        #expect(try AppConfiguration(environment: ["CIRCUIT_FAILURE_RATIO": "0"]).circuitPolicy.failureRatio == 0)
+        // Empty means unset, as for every other variable.
+        #expect(try AppConfiguration(environment: ["CIRCUIT_FAILURE_RATIO": ""]).circuitPolicy.failureRatio == 0.8)
+    }
+
+    @Test("A ratio that is not a decimal in 0...1 is refused, naming its variable", arguments: ["1.5", "-0.1", "80%", "nan", "high"])
+    func badRatio(_ value: String) {
+        let error = #expect(throws: ConfigurationError.self) {
+            try AppConfiguration(environment: ["CIRCUIT_FAILURE_RATIO": value])
+        }
+        #expect(error?.variable == "CIRCUIT_FAILURE_RATIO")
+    }
+
+    @Test(
+        "Out-of-range circuit values are refused rather than clamped",
+        arguments: [
+            ["CIRCUIT_WINDOW_SECONDS": "301"], ["CIRCUIT_WINDOW_SECONDS": "0"], ["CIRCUIT_MIN_FAILURES": "0"],
+            ["CIRCUIT_OPEN_SECONDS": "ten"], ["CIRCUIT_PROBE_LEASE_SECONDS": "0"],
+            // CircuitPolicy would raise the maximum to the first period without a word.
+            ["CIRCUIT_OPEN_SECONDS": "60", "CIRCUIT_MAX_OPEN_SECONDS": "30"],
+        ])
+    func badCircuitValues(_ environment: [String: String]) {
+        let error = #expect(throws: ConfigurationError.self) { try AppConfiguration(environment: environment) }
+        let named = environment.count == 1 ? environment.keys.first : "CIRCUIT_MAX_OPEN_SECONDS"
+        #expect(error?.variable == named)
+    }
+}
