@@ -55,6 +55,8 @@ public enum ReceiptQueueApp {
         let workerID = "\(host)-\(pid)-\(instance)"
         var appStore = configuration.appStore
         appStore.maxConcurrent = configuration.workerConcurrency
+        // Every call in flight holds a socket; many systems start processes with a soft limit of 1,024.
+        raiseOpenFileLimit(to: configuration.workerConcurrency + 256, logger: logger)
         return WorkerEngine(
             configuration: .init(
                 concurrency: configuration.workerConcurrency, shutdownTimeout: configuration.workerShutdownTimeout,
@@ -86,6 +88,20 @@ public enum ReceiptQueueApp {
                     logger.error("Could not requeue the jobs in hand at shutdown", metadata: ["error": "\(error)"])
                 }
             }, logger: logger)
+    }
+
+    /// Raises the soft open-file limit towards `wanted` (never above the hard limit), and says so
+    /// when the hard limit is too low for the configured concurrency.
+    static func raiseOpenFileLimit(to wanted: Int, logger: Logger) {
+        var limit = rlimit()
+        guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0, limit.rlim_cur < rlim_t(wanted) else { return }
+        limit.rlim_cur = min(rlim_t(wanted), limit.rlim_max)
+        _ = setrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
+        if limit.rlim_cur < rlim_t(wanted) {
+            logger.warning(
+                "The open-file limit is below what WORKER_CONCURRENCY needs; calls beyond it fail as transport errors",
+                metadata: ["limit": "\(limit.rlim_cur)", "wanted": "\(wanted)"])
+        }
     }
 
     /// The scheduler: retry promotion and the janitor.

@@ -49,6 +49,8 @@ public final class WorkerEngine: Service, Sendable {
         public var heartbeatInterval: Duration
         /// How often the local view of a closed outage circuit is refreshed from Redis.
         public var circuitRefresh: Duration
+        /// How often counted outcomes are sent to the shared circuit (one script call each time).
+        public var circuitFlush: Duration
         /// Backoff and give-up rules.
         public var retryPolicy: RetryPolicy
 
@@ -56,7 +58,8 @@ public final class WorkerEngine: Service, Sendable {
         public init(
             concurrency: Int = 16, fetchBatch: Int = 128, commitBatch: Int = 128, committers: Int = 2,
             reserveTimeout: Duration = .seconds(2), shutdownTimeout: Duration = .seconds(25), heartbeatInterval: Duration = .seconds(5),
-            circuitRefresh: Duration = .milliseconds(250), retryPolicy: RetryPolicy = RetryPolicy()
+            circuitRefresh: Duration = .milliseconds(250), circuitFlush: Duration = .milliseconds(50),
+            retryPolicy: RetryPolicy = RetryPolicy()
         ) {
             self.concurrency = max(1, concurrency)
             self.fetchBatch = max(1, fetchBatch)
@@ -66,6 +69,7 @@ public final class WorkerEngine: Service, Sendable {
             self.shutdownTimeout = shutdownTimeout
             self.heartbeatInterval = heartbeatInterval
             self.circuitRefresh = circuitRefresh
+            self.circuitFlush = circuitFlush
             self.retryPolicy = retryPolicy
         }
     }
@@ -81,7 +85,6 @@ public final class WorkerEngine: Service, Sendable {
     private struct Shared {
         var nextToken = 0
         var inFlight: [Int: ReservedJob] = [:]
-        var decided: [Decided] = []
         var stopping = false
         var fetcherDone = false
         var abandoned = false
@@ -97,8 +100,12 @@ public final class WorkerEngine: Service, Sendable {
     private let planner: JobPlanner
     private let now: @Sendable () -> Date
     private let logger: Logger
+    /// Guards `shared`; the fetcher waits on it for free slots.
     private let condition = NSCondition()
     private nonisolated(unsafe) var shared = Shared()
+    /// Guards `decided`; only committers wait on it, so a decision wakes one committer and nothing else.
+    private let decisions = NSCondition()
+    private nonisolated(unsafe) var decided: [Decided] = []
     private let finished = Mutex<CheckedContinuation<Void, Never>?>(nil)
 
     /// Creates an engine.
@@ -188,6 +195,7 @@ public final class WorkerEngine: Service, Sendable {
         requeueAbandoned()
         // Only now release the committers: `run()` must not return before the jobs are back.
         locked(notify: true) { $0.abandoned = true }
+        wakeCommitters()
         finish()
     }
 
@@ -198,6 +206,8 @@ public final class WorkerEngine: Service, Sendable {
         var store: (any ReceiptStore)?
         var gate: CircuitGate?
         var lastHeartbeat = Date.distantPast
+        // Pacing uses the machine's clock: an injected clock that stands still would stop the flushes.
+        var lastFlush: ContinuousClock.Instant?
         var mayHoldStrays = true
         var pause = 0.1
         var rng = SystemRandomNumberGenerator()
@@ -207,7 +217,10 @@ public final class WorkerEngine: Service, Sendable {
                 if queue == nil { queue = try makeQueue("fetcher") }
                 guard let queue, let gate else { continue }
                 if store == nil { store = try? makeStore("fetcher") }
-                flush(gate)
+                if lastFlush.map({ ContinuousClock.now - $0 >= configuration.circuitFlush }) ?? true {
+                    flush(gate)
+                    lastFlush = .now
+                }
                 if now().timeIntervalSince(lastHeartbeat) >= configuration.heartbeatInterval.seconds {
                     try queue.heartbeat(busy: inFlightCount)
                     lastHeartbeat = now()
@@ -233,6 +246,7 @@ public final class WorkerEngine: Service, Sendable {
         }
         if let gate { flush(gate) }
         locked(notify: true) { $0.fetcherDone = true }
+        wakeCommitters()
     }
 
     private func flush(_ gate: CircuitGate) {
@@ -300,10 +314,17 @@ public final class WorkerEngine: Service, Sendable {
     }
 
     private func decide(_ token: Int, _ job: ReservedJob, _ plan: JobPlan) {
-        condition.lock()
-        shared.decided.append(Decided(token: token, job: job, plan: plan))
-        condition.broadcast()
-        condition.unlock()
+        decisions.lock()
+        decided.append(Decided(token: token, job: job, plan: plan))
+        decisions.signal()
+        decisions.unlock()
+    }
+
+    /// Wakes every committer (shutdown states changed).
+    private func wakeCommitters() {
+        decisions.lock()
+        decisions.broadcast()
+        decisions.unlock()
     }
 
     // MARK: Committers
@@ -348,18 +369,21 @@ public final class WorkerEngine: Service, Sendable {
     /// Every decided job, up to `commitBatch`; nil once the fetcher stopped and nothing is left in
     /// hand, or when shutdown gave up on the jobs in hand.
     private func takeBatch() -> [Decided]? {
-        condition.lock()
-        defer { condition.unlock() }
+        decisions.lock()
+        defer { decisions.unlock() }
         while true {
-            if shared.abandoned { return nil }
-            if !shared.decided.isEmpty {
-                let count = min(shared.decided.count, configuration.commitBatch)
-                let batch = Array(shared.decided.prefix(count))
-                shared.decided.removeFirst(count)
+            let (abandoned, drained) = locked { ($0.abandoned, $0.fetcherDone && $0.inFlight.isEmpty) }
+            if abandoned { return nil }
+            if !decided.isEmpty {
+                let count = min(decided.count, configuration.commitBatch)
+                let batch = Array(decided.prefix(count))
+                decided.removeFirst(count)
+                // More left: let another committer take it while this one commits.
+                if !decided.isEmpty { decisions.signal() }
                 return batch
             }
-            if shared.fetcherDone, shared.inFlight.isEmpty { return nil }
-            condition.wait(until: Date().addingTimeInterval(0.5))
+            if drained { return nil }
+            decisions.wait(until: Date().addingTimeInterval(0.2))
         }
     }
 

@@ -278,8 +278,10 @@ struct CurlMultiTests {
         // Serially this is 2 × 200 s; overlapped about 2 × 0.2–1 s. Only "clearly overlapped" is asserted.
         #expect(walls.allSatisfy { $0 < .seconds(10) })
         #expect(serverStats.peak >= 500, "the server never saw many requests at once")
-        #expect(peakThreads - threadsBefore < 50)
-        #expect(threadsAfter - threadsBefore < 50)
+        // The count is the whole test process's, and other suites start threads in parallel (worker
+        // engines, HTTP servers): far below one thread per request is what is asserted.
+        #expect(peakThreads - threadsBefore < 200)
+        #expect(threadsAfter - threadsBefore < 200)
         #expect(stats.completed == 2000 && stats.failed == 0 && stats.inFlight == 0 && stats.queued == 0)
         // The second round reused the first round's connections and handles.
         #expect(stats.connectionsOpened <= 1000)
