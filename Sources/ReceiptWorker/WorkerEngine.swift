@@ -335,10 +335,11 @@ public final class WorkerEngine: Service, Sendable {
         var store: (any ReceiptStore)?
         var rng = SystemRandomNumberGenerator()
         while let batch = takeBatch() {
+            // Created once; its connection reconnects by itself after a Postgres restart.
             if store == nil { store = try? makeStore(role) }
             var settlements: [Settlement] = []
             var outcomes: [JobOutcome] = []
-            for (settlement, outcome) in commit(batch, store: &store, using: &rng) {
+            for (settlement, outcome) in commit(batch, store: store, using: &rng) {
                 settlements.append(settlement)
                 outcomes.append(outcome)
             }
@@ -389,64 +390,55 @@ public final class WorkerEngine: Service, Sendable {
 
     /// Stores what must be stored, in one call, and turns each plan into its settlement.
     private func commit(
-        _ batch: [Decided], store: inout (any ReceiptStore)?, using generator: inout SystemRandomNumberGenerator
+        _ batch: [Decided], store: (any ReceiptStore)?, using generator: inout SystemRandomNumberGenerator
     ) -> [(Settlement, JobOutcome)] {
-        var records: [ValidationRecord] = []
-        for item in batch {
+        let records: [ValidationRecord?] = batch.map { item in
             switch item.plan {
-            case .store(let record): records.append(record)
-            case .bury(let failed?): records.append(planner.failedRecord(failed))
-            case .bury(nil), .retry: break
+            case .store(let record): record
+            // Marking a buried job failed in Postgres is best effort; the dead letter is what counts.
+            case .bury(let failed?): planner.failedRecord(failed)
+            case .bury(nil), .retry: nil
             }
         }
-        var results: [Result<ReceiptResource, StoreFailure>]?
-        if !records.isEmpty, let connected = store {
+        let written = records.compactMap { $0 }
+        var results: [Result<ReceiptResource, StoreFailure>] = []
+        if !written.isEmpty, let store {
             do {
-                results = try connected.save(records)
+                results = try store.save(written)
             } catch {
+                // The façade reconnects on its next call; this batch is retried.
                 logger.warning("Worker store error", metadata: ["error": "\(error)"])
-                store = nil
             }
         }
-        var next = 0
-        func result() -> Result<ReceiptResource, StoreFailure>? {
-            defer { next += 1 }
-            return results.map { $0[next] }
-        }
+        var stored = results.makeIterator()
         let at = now()
-        return batch.map { item in
-            switch item.plan {
-            case .store(let record):
-                switch result() {
+        return zip(batch, records).map { item, record in
+            let result = record == nil ? nil : stored.next()
+            let plan: JobPlan
+            if case .store(let record) = item.plan {
+                switch result {
                 case .success(let resource)?:
                     return (.acknowledge(item.job, result: resource.encoded()), item.plan.outcome)
                 case .failure(let failure)?:
                     logger.warning("Postgres refused a result", metadata: ["error": "\(failure)", "job.id": "\(record.envelope.id)"])
-                    return settlement(
-                        item.job, planner.storeUnavailable(record.envelope, calls: record.calls, code: "store_refused", using: &generator), at)
+                    plan = planner.storeUnavailable(record.envelope, calls: record.calls, code: "store_refused", using: &generator)
                 case nil:
-                    return settlement(item.job, planner.storeUnavailable(record.envelope, calls: record.calls, using: &generator), at)
+                    plan = planner.storeUnavailable(record.envelope, calls: record.calls, using: &generator)
                 }
-            case .bury(let failed?):
-                // Marking it failed in Postgres is best effort; the dead letter is what counts.
-                _ = result()
-                logger.info("Job moved to the dead letters", metadata: ["job.id": "\(failed.id)", "job.error": "\(failed.errorCode ?? "")"])
-                return settlement(item.job, item.plan, at)
-            case .bury(nil), .retry:
-                return settlement(item.job, item.plan, at)
+            } else {
+                plan = item.plan
             }
-        }
-    }
-
-    private func settlement(_ job: ReservedJob, _ plan: JobPlan, _ at: Date) -> (Settlement, JobOutcome) {
-        switch plan {
-        case .store:
-            // Never reached: a stored record is acknowledged by the caller with its resource.
-            return (.acknowledge(job, result: nil), plan.outcome)
-        case .retry(let updated, let runAt, _):
-            return (.retry(job, updated: updated, runAt: runAt), plan.outcome)
-        case .bury(let updated):
-            return (.bury(job, updated: updated, at: at), plan.outcome)
+            switch plan {
+            case .retry(let updated, let runAt, _):
+                return (.retry(item.job, updated: updated, runAt: runAt), plan.outcome)
+            case .bury(let updated):
+                logger.info(
+                    "Job moved to the dead letters",
+                    metadata: ["job.id": "\(updated?.id.uuidString ?? "unreadable")", "job.error": "\(updated?.errorCode ?? "")"])
+                return (.bury(item.job, updated: updated, at: at), plan.outcome)
+            case .store:
+                preconditionFailure("a result that could not be stored is retried or buried, never stored")
+            }
         }
     }
 
