@@ -115,7 +115,7 @@ public final class PostgresReceiptStore: ReceiptStore {
               -- a late failure never overwrites Apple's verdict
               AND NOT (receipts.status IN ('valid', 'invalid') AND EXCLUDED.status = 'failed')
             """)
-        if !purchases.transactionID.isEmpty {
+        if !purchases.isEmpty {
             _ = try connection.query(
                 """
                 INSERT INTO in_app_purchases (app_id, receipt_id, environment, transaction_id, original_transaction_id,
@@ -145,7 +145,7 @@ public final class PostgresReceiptStore: ReceiptStore {
                       AND in_app_purchases.conflict_user_identifier IS DISTINCT FROM EXCLUDED.user_identifier
                 """)
         }
-        if !attempts.receiptID.isEmpty {
+        if !attempts.isEmpty {
             _ = try connection.query(
                 """
                 INSERT INTO validation_attempts (receipt_id, attempt, seq, endpoint, http_status, apple_status,
@@ -224,7 +224,8 @@ private struct PurchaseColumns {
     var appID: String { column(0) }
     var receiptID: String { column(1) }
     var environment: String { column(2) }
-    var transactionID: String { columns[3].isEmpty ? "" : column(3) }
+    var isEmpty: Bool { columns[0].isEmpty }
+    var transactionID: String { column(3) }
     var originalTransactionID: String { column(4) }
     var productID: String { column(5) }
     var quantity: String { column(6) }
@@ -254,7 +255,8 @@ private struct AttemptColumns {
     }
 
     private func column(_ index: Int) -> String { PostgresArray.literal(columns[index]) }
-    var receiptID: String { columns[0].isEmpty ? "" : column(0) }
+    var isEmpty: Bool { columns[0].isEmpty }
+    var receiptID: String { column(0) }
     var attempt: String { column(1) }
     var seq: String { column(2) }
     var endpoint: String { column(3) }
@@ -263,14 +265,4 @@ private struct AttemptColumns {
     var isRetryable: String { column(6) }
     var latencyMs: String { column(7) }
     var errorCode: String { column(8) }
-}
-
-/// Errors of the Postgres adapter that are not Postgres's own.
-public struct PostgresStoreError: Error, CustomStringConvertible, Equatable {
-    /// A bounded code.
-    public var code: String
-    /// What went wrong (no receipt data, no secrets).
-    public var message: String
-
-    public var description: String { "PostgresStoreError.\(code): \(message)" }
 }
