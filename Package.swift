@@ -109,7 +109,7 @@ let package = Package(
         .target(
             name: "IngestAPI",
             dependencies: [
-                "ReceiptCore",
+                "ReceiptCore", "OpenSSL",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),

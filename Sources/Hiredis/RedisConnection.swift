@@ -49,6 +49,17 @@ public final class RedisConnection: @unchecked Sendable {
         _ = try onQueue { try self.connectedContext() }
     }
 
+    /// Creates the connection without connecting: the first call connects. For long-lived
+    /// connections of a service that must start even while Redis is down.
+    ///
+    /// - Parameters:
+    ///   - configuration: Server address, password and timeouts.
+    ///   - label: Names the connection's dispatch queue and its log metadata.
+    ///   - logger: Receives reconnect events.
+    public convenience init(lazy configuration: RedisConfiguration, label: String, logger: Logger) {
+        self.init(unconnected: configuration, label: label, logger: logger)
+    }
+
     /// Creates the connection without connecting; the first call connects. Used by the pool so
     /// that creating it never blocks an async caller.
     init(unconnected configuration: RedisConfiguration, label: String, logger: Logger) {
@@ -127,6 +138,46 @@ public final class RedisConnection: @unchecked Sendable {
     public func pipelined(_ commands: [[String]]) async throws -> [RedisValue] {
         let encoded = commands.map { $0.map { Array($0.utf8) } }
         return try await onQueueAsync { try self.pipelineOnQueue(encoded) }
+    }
+
+    /// Subscribes to `channel` (Redis pub/sub); afterwards use only ``nextMessage(timeout:)`` on this
+    /// connection. Blocking. A reconnect (after any error) drops the subscription: call this again.
+    ///
+    /// - Parameter channel: The channel name.
+    /// - Throws: ``RedisError``, as for ``send(_:)``.
+    public func subscribe(_ channel: String) throws {
+        _ = try send(["SUBSCRIBE", channel])
+    }
+
+    /// Waits up to `timeout` for the next message on a subscribed connection. Blocking.
+    ///
+    /// It waits with `poll(2)` rather than the socket timeout: a hiredis read timeout would leave the
+    /// context unusable, and an idle channel is normal here.
+    ///
+    /// - Parameter timeout: How long to wait.
+    /// - Returns: The pushed reply (`["message", channel, payload]`), or nil when nothing came in time.
+    /// - Throws: ``RedisError`` when the connection broke (the next call reconnects, unsubscribed).
+    public func nextMessage(timeout: Duration) throws -> RedisValue? {
+        try onQueue { () throws -> RedisValue? in
+            guard !isClosed else { throw RedisError.from(.closed) }
+            guard let context else { throw RedisError.from(.invalidArgument("not subscribed")) }
+            if let buffered = try bufferedReply(context) { return buffered }
+            var descriptor = pollfd(fd: context.pointee.fd, events: Int16(POLLIN), revents: 0)
+            let milliseconds = Int32(max(0, min(Double(Int32.max), timeout / .milliseconds(1))))
+            let ready = poll(&descriptor, 1, milliseconds)
+            if ready == 0 || (ready < 0 && errno == EINTR) { return nil }
+            guard ready > 0, redisBufferRead(context) == REDIS_OK else { throw brokenConnection(context) }
+            return try bufferedReply(context)
+        }
+    }
+
+    /// A reply hiredis already read, if one is complete.
+    private func bufferedReply(_ context: UnsafeMutablePointer<redisContext>) throws -> RedisValue? {
+        var raw: UnsafeMutableRawPointer?
+        guard redisGetReplyFromReader(context, &raw) == REDIS_OK else { throw brokenConnection(context) }
+        guard let reply = raw else { return nil }
+        defer { freeReplyObject(reply) }
+        return Self.convert(reply)
     }
 
     /// Closes the connection; later calls throw ``RedisError/Code/closed``. Idempotent.

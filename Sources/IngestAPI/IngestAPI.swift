@@ -32,22 +32,25 @@ public struct IngestAPI: Sendable {
     let intake: any ReceiptIntake
     let catalog: any ReceiptCatalog
     let configuration: Configuration
-    let now: @Sendable () -> Date
+    /// The rules shared with the Cloud Softphone web service.
+    public let ingestion: ReceiptIngestion
 
     /// Creates the API.
     /// - Parameters:
     ///   - intake: Redis, where receipts are queued.
     ///   - catalog: Postgres, for tokens and stored receipts.
+    ///   - authenticity: the local signature check (402 when it fails).
     ///   - configuration: settings.
     ///   - now: the injected clock.
     public init(
-        intake: any ReceiptIntake, catalog: any ReceiptCatalog, configuration: Configuration = Configuration(),
-        now: @escaping @Sendable () -> Date = { Date() }
+        intake: any ReceiptIntake, catalog: any ReceiptCatalog, authenticity: any ReceiptAuthenticity,
+        configuration: Configuration = Configuration(), now: @escaping @Sendable () -> Date = { Date() }
     ) {
         self.intake = intake
         self.catalog = catalog
         self.configuration = configuration
-        self.now = now
+        self.ingestion = ReceiptIngestion(
+            intake: intake, catalog: catalog, authenticity: authenticity, syncWait: configuration.syncWait, now: now)
     }
 
     /// Adds the API's routes to `router`.
@@ -93,23 +96,12 @@ public struct IngestAPI: Sendable {
         }
         var submission = submit.submission
         if submit.ipAddressOmitted { submission.ipAddress = clientAddress(request, context: context) }
-
-        let envelope = JobEnvelope(
-            id: JobID.make(at: now()), kind: .validate, appID: app.id, enqueuedAt: now(), origin: .api,
-            receipt: submit.receiptBase64, style: submit.receipt.style, bundleID: submit.receipt.bundleID,
-            environment: submit.receipt.environment.apiName, submission: submission)
-        let pending = ReceiptResource.pending(envelope, purchases: submit.receipt.inApp)
-        do {
-            try await intake.enqueue(envelope, pending: pending)
-        } catch {
-            context.logger.error("Receipt not queued: Redis unavailable", metadata: ["error": "\(error)"])
-            return unavailable()
+        switch await ingestion.ingest(submit.receipt, submission: submission, app: app, origin: .api, logger: context.logger) {
+        case .validated(let resource): return resourceResponse(.ok, resource)
+        case .queued(let resource): return resourceResponse(.partialContent, resource)
+        case .fraud(let resource): return resourceResponse(.paymentRequired, resource)
+        case .unavailable: return unavailable()
         }
-        // From here on the receipt is durable: whatever happens, the answer is 2xx.
-        if let done = try? await intake.awaitResult(id: envelope.id, timeout: configuration.syncWait) {
-            return resource(.ok, done)
-        }
-        return resource(.partialContent, pending)
     }
 
     func show(_ request: Request, context: IngestRequestContext) async throws -> Response {
@@ -121,9 +113,9 @@ public struct IngestAPI: Sendable {
         }
         guard let id = context.parameters.get("id").flatMap(UUID.init(uuidString:)) else { return notFound() }
         do {
-            if let stored = try await catalog.receipt(id: id, appID: app.id) { return resource(.ok, stored) }
+            if let stored = try await catalog.receipt(id: id, appID: app.id) { return resourceResponse(.ok, stored) }
             if let pending = try await intake.pendingResource(id: id), pending.appFamilyID == app.id {
-                return resource(.ok, pending)
+                return resourceResponse(.ok, pending)
             }
         } catch {
             context.logger.error("Receipt lookup failed", metadata: ["error": "\(error)"])
@@ -161,7 +153,7 @@ func json(_ status: HTTPResponse.Status, _ object: [String: JSONValue]) -> Respo
     return Response(status: status, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(bytes: data)))
 }
 
-func resource(_ status: HTTPResponse.Status, _ resource: ReceiptResource) -> Response {
+func resourceResponse(_ status: HTTPResponse.Status, _ resource: ReceiptResource) -> Response {
     Response(
         status: status, headers: [.contentType: "application/json"],
         body: .init(byteBuffer: ByteBuffer(bytes: resource.encoded())))
@@ -189,3 +181,8 @@ func unavailable() -> Response {
 }
 
 func notFound() -> Response { json(.notFound, ["error": .string("not found")]) }
+
+extension HTTPResponse.Status {
+    /// 402: the receipt is not signed by Apple or not this app's (possible fraud), as in the client API.
+    static let paymentRequired = HTTPResponse.Status(code: 402, reasonPhrase: "Payment Required")
+}

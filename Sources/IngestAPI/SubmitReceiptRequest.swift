@@ -2,7 +2,7 @@ import Foundation
 import ReceiptCore
 
 /// One reason a request body was refused: the field and why (the 422 body lists them all).
-public struct FieldError: Sendable, Equatable, Codable {
+public struct FieldError: Error, Sendable, Equatable, Codable {
     public var field: String
     public var reason: String
 
@@ -25,9 +25,7 @@ public struct FieldErrors: Error, Sendable, Equatable {
 /// Unknown fields are ignored, as in the client API this endpoint is compatible with.
 public struct SubmitReceiptRequest: Sendable, Equatable {
     /// The receipt as decoded locally.
-    public var receipt: AppReceipt
-    /// The receipt's base64, normalized (whitespace removed, `+` restored).
-    public var receiptBase64: String
+    public var receipt: DecodedReceipt
     public var submission: Submission
     /// True when `ip_address` was absent (so the peer address applies), false when given or `null`.
     public var ipAddressOmitted: Bool
@@ -42,16 +40,12 @@ public struct SubmitReceiptRequest: Sendable, Equatable {
             return .failure(FieldErrors([FieldError(field: "body", reason: "must be a JSON object")]))
         }
         var errors: [FieldError] = []
-        var receipt: AppReceipt?
-        var receiptBase64 = ""
+        var receipt: DecodedReceipt?
         switch object["receipt"] {
         case .string(let text)?:
-            do {
-                let bytes = try ReceiptDecoder.base64Bytes(text)
-                receipt = try ReceiptDecoder.decode(bytes: bytes)
-                receiptBase64 = Data(bytes).base64EncodedString()
-            } catch {
-                errors.append(FieldError(field: "receipt", reason: "is not an App Store receipt (\(error.reason))"))
+            switch DecodedReceipt.decode(text) {
+            case .success(let decoded): receipt = decoded
+            case .failure(let error): errors.append(error)
             }
         case nil, .null?:
             errors.append(FieldError(field: "receipt", reason: "is required"))
@@ -97,8 +91,7 @@ public struct SubmitReceiptRequest: Sendable, Equatable {
         }
         guard errors.isEmpty, let receipt else { return .failure(FieldErrors(errors)) }
         return .success(
-            SubmitReceiptRequest(
-                receipt: receipt, receiptBase64: receiptBase64, submission: submission, ipAddressOmitted: ipOmitted))
+            SubmitReceiptRequest(receipt: receipt, submission: submission, ipAddressOmitted: ipOmitted))
     }
 
     private static func optionalString(

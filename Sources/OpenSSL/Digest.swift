@@ -12,6 +12,16 @@ public enum Digest {
         digest(data, EVP_sha1(), length: 20)
     }
 
+    /// Whether two byte strings are equal, in time that depends only on their length (OpenSSL's
+    /// `CRYPTO_memcmp`): comparing a secret's hash must not reveal how many leading bytes matched.
+    public static func constantTimeEqual(_ lhs: [UInt8], _ rhs: [UInt8]) -> Bool {
+        guard lhs.count == rhs.count else { return false }
+        guard !lhs.isEmpty else { return true }
+        return lhs.withUnsafeBytes { left in
+            rhs.withUnsafeBytes { right in CRYPTO_memcmp(left.baseAddress, right.baseAddress, left.count) == 0 }
+        }
+    }
+
     /// Lower-case hex without separators, e.g. `"e3b0c442…"`.
     public static func hex(_ bytes: [UInt8]) -> String {
         let digits = Array("0123456789abcdef".utf8)

@@ -12,19 +12,22 @@ public struct AppAdmin {
 
     /// Registers an app and issues its first token.
     /// - Returns: the app and the token (shown once: only its hash is stored).
+    /// - Parameters:
+    ///   - otherBundleIDs: more bundle ids whose receipts belong to this app (an app family).
     public func addApp(
-        name: String, bundleID: String, sharedSecret: String?, excludeOldTransactions: Bool = false
+        name: String, bundleID: String, otherBundleIDs: [String] = [], sharedSecret: String?, excludeOldTransactions: Bool = false
     ) throws -> (
         AppRecord, String
     ) {
         let app = AppRecord(
-            id: JobID.make(), name: name, bundleID: bundleID, sharedSecret: sharedSecret,
+            id: JobID.make(), name: name, bundleID: bundleID, otherBundleIDs: otherBundleIDs, sharedSecret: sharedSecret,
             excludeOldTransactions: excludeOldTransactions)
+        let others = PostgresArray.literal(app.bundleIDs.dropFirst().map { Optional($0) })
         return try connection.transaction { connection in
             _ = try connection.query(
                 """
-                INSERT INTO apps (id, name, bundle_id, shared_secret, exclude_old_transactions)
-                VALUES (\(app.id), \(name), \(bundleID), \(sharedSecret), \(excludeOldTransactions))
+                INSERT INTO apps (id, name, bundle_id, other_bundle_ids, shared_secret, exclude_old_transactions)
+                VALUES (\(app.id), \(name), \(bundleID), \(others)::text[], \(sharedSecret), \(excludeOldTransactions))
                 """)
             return (app, try issueToken(appID: app.id, on: connection))
         }
@@ -33,14 +36,14 @@ public struct AppAdmin {
     /// Every registered app.
     public func listApps() throws -> [AppRecord] {
         try connection.query(
-            "SELECT id, name, bundle_id, shared_secret, exclude_old_transactions FROM apps ORDER BY created_at"
+            "SELECT id, name, bundle_id, other_bundle_ids::text AS other_bundle_ids, shared_secret, exclude_old_transactions FROM apps ORDER BY created_at"
         ).rows.compactMap(Self.appRecord)
     }
 
     /// The app called `name`.
     public func app(named name: String) throws -> AppRecord? {
         try connection.query(
-            "SELECT id, name, bundle_id, shared_secret, exclude_old_transactions FROM apps WHERE name = \(name)"
+            "SELECT id, name, bundle_id, other_bundle_ids::text AS other_bundle_ids, shared_secret, exclude_old_transactions FROM apps WHERE name = \(name)"
         ).rows.first.flatMap(Self.appRecord)
     }
 
@@ -75,7 +78,15 @@ public struct AppAdmin {
             return nil
         }
         return AppRecord(
-            id: id, name: name, bundleID: bundleID, sharedSecret: row.string("shared_secret"),
-            excludeOldTransactions: row.bool("exclude_old_transactions") ?? false)
+            id: id, name: name, bundleID: bundleID, otherBundleIDs: textArray(row.string("other_bundle_ids")),
+            sharedSecret: row.string("shared_secret"), excludeOldTransactions: row.bool("exclude_old_transactions") ?? false)
+    }
+
+    /// Postgres's text form of a `text[]` of bundle ids (`{a,b}`; quotes only around unusual values).
+    static func textArray(_ text: String?) -> [String] {
+        guard let text, text.count > 2 else { return [] }
+        return text.dropFirst().dropLast().split(separator: ",").map {
+            $0.hasPrefix("\"") && $0.hasSuffix("\"") && $0.count >= 2 ? String($0.dropFirst().dropLast()) : String($0)
+        }
     }
 }

@@ -21,17 +21,24 @@ public final class PostgresCatalog: ReceiptCatalog {
     }
 
     public func authenticate(token: String) async throws -> AppRecord? {
+        // Tokens look like `rq_` + 48 hex digits; anything else cannot be one of ours.
+        guard token.utf8.count >= 7, token.utf8.count <= 128 else { return nil }
         let hash = Digest.sha256(Array(token.utf8))
         let key = Digest.hex(hash)
         if let hit = cache.withLock({ $0[key] }), Date().timeIntervalSince(hit.loadedAt) < cacheTTL { return hit.app }
+        let prefix = String(token.prefix(7))
         let app = try await pool.withConnection { connection in
+            // Found by the public prefix, then the stored hash compared in constant time: neither
+            // an index walk nor `=` on the secret's hash decides the answer.
             try connection.query(
                 """
-                SELECT a.id, a.name, a.bundle_id, a.shared_secret, a.exclude_old_transactions
+                SELECT t.token_sha256, a.id, a.name, a.bundle_id, a.other_bundle_ids::text AS other_bundle_ids,
+                       a.shared_secret, a.exclude_old_transactions
                 FROM api_tokens t JOIN apps a ON a.id = t.app_id
-                WHERE t.token_sha256 = \(hash) AND t.revoked_at IS NULL
+                WHERE t.prefix = \(prefix) AND t.revoked_at IS NULL
                 """
-            ).rows.first.flatMap(AppAdmin.appRecord)
+            ).rows.first { row in row.bytes("token_sha256").map { Digest.constantTimeEqual($0, hash) } ?? false }
+                .flatMap(AppAdmin.appRecord)
         }
         if let app { cache.withLock { $0[key] = (app, Date()) } }
         return app

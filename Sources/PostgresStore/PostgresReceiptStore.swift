@@ -19,7 +19,7 @@ public final class PostgresReceiptStore: ReceiptStore {
     public func app(id: UUID) throws -> AppRecord? {
         if let cached = apps[id], Date().timeIntervalSince(cached.loadedAt) < appCacheTTL { return cached.record }
         let rows = try connection.query(
-            "SELECT id, name, bundle_id, shared_secret, exclude_old_transactions FROM apps WHERE id = \(id)"
+            "SELECT id, name, bundle_id, other_bundle_ids::text AS other_bundle_ids, shared_secret, exclude_old_transactions FROM apps WHERE id = \(id)"
         ).rows
         guard let record = rows.first.flatMap(AppAdmin.appRecord) else { return nil }
         apps[id] = (record, Date())
@@ -90,19 +90,21 @@ public final class PostgresReceiptStore: ReceiptStore {
             """
             INSERT INTO receipts (id, app_id, style, bundle_id, environment, status, apple_status, user_identifier,
                 identifier_for_vendor, country_code, ip_address, metadata, receipt_data, latest_receipt,
-                transaction_ids, error_code, created_at, validated_at)
+                transaction_ids, error_code, created_at, validated_at, is_fraud, fraud_reason)
             SELECT u.id, u.app_id, u.style, u.bundle_id, u.environment, u.status, u.apple_status, u.user_identifier,
                 u.identifier_for_vendor, u.country_code, u.ip_address, u.metadata::jsonb, u.receipt_data, u.latest_receipt,
-                ARRAY(SELECT jsonb_array_elements_text(u.transaction_ids::jsonb)), u.error_code, u.created_at, u.validated_at
+                ARRAY(SELECT jsonb_array_elements_text(u.transaction_ids::jsonb)), u.error_code, u.created_at, u.validated_at,
+                u.is_fraud, u.fraud_reason
             FROM unnest(\(receipts.id)::uuid[], \(receipts.appID)::uuid[], \(receipts.style)::text[], \(receipts.bundleID)::text[],
                 \(receipts.environment)::text[], \(receipts.status)::text[], \(receipts.appleStatus)::int[],
                 \(receipts.userIdentifier)::text[], \(receipts.identifierForVendor)::text[], \(receipts.countryCode)::text[],
                 \(receipts.ipAddress)::text[], \(receipts.metadata)::text[], \(receipts.receiptData)::text[],
                 \(receipts.latestReceipt)::text[], \(receipts.transactionIDs)::text[], \(receipts.errorCode)::text[],
-                \(receipts.createdAt)::timestamptz[], \(receipts.validatedAt)::timestamptz[])
+                \(receipts.createdAt)::timestamptz[], \(receipts.validatedAt)::timestamptz[], \(receipts.isFraud)::boolean[],
+                \(receipts.fraudReason)::text[])
               AS u(id, app_id, style, bundle_id, environment, status, apple_status, user_identifier, identifier_for_vendor,
                    country_code, ip_address, metadata, receipt_data, latest_receipt, transaction_ids, error_code,
-                   created_at, validated_at)
+                   created_at, validated_at, is_fraud, fraud_reason)
             ON CONFLICT (id) DO UPDATE SET
                 environment = EXCLUDED.environment, status = EXCLUDED.status, apple_status = EXCLUDED.apple_status,
                 latest_receipt = EXCLUDED.latest_receipt, transaction_ids = EXCLUDED.transaction_ids,
@@ -161,7 +163,7 @@ public final class PostgresReceiptStore: ReceiptStore {
 
 /// The columns of a batch of `receipts` rows, one array literal each.
 private struct ReceiptColumns {
-    private var columns: [[String?]] = Array(repeating: [], count: 18)
+    private var columns: [[String?]] = Array(repeating: [], count: 20)
 
     mutating func append(_ record: ValidationRecord) {
         let envelope = record.envelope
@@ -176,6 +178,7 @@ private struct ReceiptColumns {
             // Apple echoes the receipt it was sent as latest_receipt: keep a copy only when it differs.
             record.latestReceipt == envelope.receipt ? nil : record.latestReceipt,
             transactionIDs ?? "[]", envelope.errorCode, envelope.enqueuedAt.postgresText, record.validatedAt.postgresText,
+            record.status == .fraud ? "true" : "false", record.status == .fraud ? envelope.fraudReason : nil,
         ]
         for (index, value) in values.enumerated() { columns[index].append(value) }
     }
@@ -199,6 +202,8 @@ private struct ReceiptColumns {
     var errorCode: String { column(15) }
     var createdAt: String { column(16) }
     var validatedAt: String { column(17) }
+    var isFraud: String { column(18) }
+    var fraudReason: String { column(19) }
 }
 
 /// The columns of a batch of `in_app_purchases` rows.

@@ -30,6 +30,8 @@ public struct AppConfiguration: Sendable, CustomStringConvertible {
     /// When the shared Apple outage circuit opens and how long it stays open (`CIRCUIT_*`).
     public var circuitPolicy: CircuitPolicy
     public var api: IngestAPI.Configuration
+    /// How long the same receipt of the same app maps to the same receipt id (`API_IDEMPOTENCY_WINDOW_SECONDS`).
+    public var idempotencyWindow: Duration
     public var logLevel: String
     public var logFormat: String
     /// A directory of PEM certificates trusted for receipt signatures (Apple's roots and
@@ -106,6 +108,7 @@ public struct AppConfiguration: Sendable, CustomStringConvertible {
             syncWait: .milliseconds(try int("API_SYNC_WAIT_MS", 2000, range: 0...60_000)),
             maxBodyBytes: try int("API_MAX_BODY_BYTES", 1 << 20, range: 1024...(64 << 20)),
             trustedProxyHeader: environment["API_TRUSTED_PROXY_HEADER"].flatMap { $0.isEmpty ? nil : $0 })
+        idempotencyWindow = .seconds(try int("API_IDEMPOTENCY_WINDOW_SECONDS", 86_400, range: 1...(30 * 86_400)))
         logLevel = string("LOG_LEVEL", "info")
         logFormat = string("LOG_FORMAT", "text")
         trustRootsDirectory = environment["RECEIPTQ_TRUST_ROOTS_DIR"].flatMap { $0.isEmpty ? nil : $0 }

@@ -18,6 +18,10 @@ extension ReceiptQueueApp {
     public static let demoBundleID = "com.example.receiptq.demo"
     public static let demoSecret = "demo-shared-secret-0123456789abcdef"
 
+    /// The demo's trust directory: its test CA (`root.pem`; the key files are not certificates and
+    /// are skipped by `TrustStore.load`).
+    public static func demoTrustDirectory(_ directory: URL) -> URL { directory.appendingPathComponent("forge-ca") }
+
     /// Registers the demo app (once), issues it a new token (revoking older ones), and forges a
     /// receipt signed by the local test CA kept in `directory`.
     public static func prepareDemo(_ configuration: AppConfiguration, directory: URL) throws -> DemoSetup {
@@ -32,7 +36,7 @@ extension ReceiptQueueApp {
         } else {
             (app, token) = try admin.addApp(name: "demo", bundleID: demoBundleID, sharedSecret: demoSecret)
         }
-        let authority = try TestCertificateAuthority.loadOrCreate(directory: directory.appendingPathComponent("forge-ca"))
+        let authority = try TestCertificateAuthority.loadOrCreate(directory: demoTrustDirectory(directory))
         let receipt = try ReceiptForger.unified(ReceiptForger.demoReceipt(bundleID: app.bundleID), authority: authority)
         let body: JSONValue = .object([
             "receipt": .string(Data(receipt).base64EncodedString()),

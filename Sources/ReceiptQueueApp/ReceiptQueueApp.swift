@@ -9,6 +9,7 @@ import MockAppStore
 import PostgresStore
 import ReceiptCore
 import ReceiptScheduler
+import ReceiptSignature
 import ReceiptWorker
 import RedisJobQueue
 import ServiceLifecycle
@@ -29,20 +30,45 @@ public enum ReceiptQueueApp {
     /// The ingestion API as a Hummingbird application.
     /// - Parameters:
     ///   - onRunning: called with the bound port once the server listens (port 0 picks a free one).
+    /// - Throws: `ConfigurationError` when no trusted certificates are configured: without them
+    ///   every receipt would be refused as forged.
     public static func makeAPI(
         _ configuration: AppConfiguration, logger: Logger, onRunning: @escaping @Sendable (Int) async -> Void = { _ in }
-    ) -> some ApplicationProtocol {
+    ) throws -> some ApplicationProtocol {
+        let verifier = ReceiptSignatureVerifier(trustStore: try trustStore(configuration))
         let redisPool = RedisConnectionPool(configuration: configuration.redis, size: 32)
         let postgresPool = PostgresConnectionPool(configuration: configuration.postgres, size: 8)
+        let intake = RedisIntake(
+            configuration: configuration.redis, pool: redisPool, keys: configuration.keys,
+            idempotencyWindow: configuration.idempotencyWindow, logger: logger)
         let api = IngestAPI(
-            intake: RedisIntake(pool: redisPool, keys: configuration.keys),
-            catalog: PostgresCatalog(pool: postgresPool), configuration: configuration.api)
+            intake: intake, catalog: PostgresCatalog(pool: postgresPool), authenticity: verifier, configuration: configuration.api)
         let router = Router(context: IngestRequestContext.self)
         api.addRoutes(to: router)
         return Application(
             router: router,
             configuration: .init(address: .hostname(configuration.httpHost, port: configuration.httpPort), serverName: "receiptq"),
+            services: [ShutdownHook { intake.shutdown() }],
             onServerRunning: { channel in await onRunning(channel.localAddress?.port ?? 0) }, logger: logger)
+    }
+
+    /// The certificates receipt signatures must chain to.
+    static func trustStore(_ configuration: AppConfiguration) throws -> TrustStore {
+        guard let directory = configuration.trustRootsDirectory else {
+            throw ConfigurationError(
+                variable: "RECEIPTQ_TRUST_ROOTS_DIR",
+                reason: "must name a directory of trusted certificates (Apple Root CA, Apple Root CA - G3, intermediates)")
+        }
+        let store: TrustStore
+        do {
+            store = try TrustStore.load(directory: URL(fileURLWithPath: directory))
+        } catch {
+            throw ConfigurationError(variable: "RECEIPTQ_TRUST_ROOTS_DIR", reason: "cannot be read as PEM certificates (\(error))")
+        }
+        guard !store.roots.isEmpty || !store.storeKitTestCertificates.isEmpty else {
+            throw ConfigurationError(variable: "RECEIPTQ_TRUST_ROOTS_DIR", reason: "holds no self-signed root certificate")
+        }
+        return store
     }
 
     /// The worker: `WORKER_CONCURRENCY` validations in flight on a few threads (a fetcher, two
@@ -119,5 +145,15 @@ public enum ReceiptQueueApp {
     public static func run(_ services: [any Service], logger: Logger) async throws {
         let group = ServiceGroup(services: services, gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
         try await group.run()
+    }
+}
+
+/// Runs `action` when the service group shuts down (after the HTTP server stopped taking requests).
+struct ShutdownHook: Service {
+    let action: @Sendable () -> Void
+
+    func run() async throws {
+        try? await gracefulShutdown()
+        action()
     }
 }

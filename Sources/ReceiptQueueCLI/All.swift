@@ -18,7 +18,7 @@ struct All: AsyncParsableCommand {
     var demoDirectory = ".local/demo"
 
     func run() async throws {
-        let (configuration, logger) = try bootstrap(label: "all")
+        var (configuration, logger) = try bootstrap(label: "all")
         let applied = try ReceiptQueueApp.migrate(configuration)
         if !applied.isEmpty { logger.info("Migrations applied", metadata: ["migrations": "\(applied)"]) }
 
@@ -30,15 +30,19 @@ struct All: AsyncParsableCommand {
                 MockAppStore.application(
                     host: "127.0.0.1", port: configuration.mockAppStorePort, state: state, logger: logger))
         }
-        let setup =
-            demo
-            ? try ReceiptQueueApp.prepareDemo(configuration, directory: URL(fileURLWithPath: demoDirectory).standardizedFileURL)
-            : nil
+        let demoURL = URL(fileURLWithPath: demoDirectory).standardizedFileURL
+        let setup = demo ? try ReceiptQueueApp.prepareDemo(configuration, directory: demoURL) : nil
+        if demo, configuration.trustRootsDirectory == nil {
+            // The demo's receipts are signed by its own test CA: trust it, and only it, unless the
+            // operator named a directory (which then must hold that CA too).
+            configuration.trustRootsDirectory = ReceiptQueueApp.demoTrustDirectory(demoURL).path
+        }
         services.append(try ReceiptQueueApp.makeWorker(configuration, logger: logger))
         services.append(ReceiptQueueApp.makeScheduler(configuration, logger: logger))
+        let running = configuration
         services.append(
-            ReceiptQueueApp.makeAPI(configuration, logger: logger) { port in
-                if let setup { printDemo(setup, host: configuration.httpHost, port: port, configuration: configuration) }
+            try ReceiptQueueApp.makeAPI(configuration, logger: logger) { port in
+                if let setup { printDemo(setup, host: running.httpHost, port: port, configuration: running) }
             })
         try await ReceiptQueueApp.run(services, logger: logger)
     }

@@ -38,7 +38,7 @@ struct Serve: AsyncParsableCommand {
 
     func run() async throws {
         let (configuration, logger) = try bootstrap(label: "serve")
-        try await ReceiptQueueApp.run([ReceiptQueueApp.makeAPI(configuration, logger: logger)], logger: logger)
+        try await ReceiptQueueApp.run([try ReceiptQueueApp.makeAPI(configuration, logger: logger)], logger: logger)
     }
 }
 

@@ -190,3 +190,11 @@ public struct ReceiptSignatureVerifier: Sendable {
         return SignatureResult(valid: chain.valid, reason: chain.reason, signer: signer, digest: "sha1")
     }
 }
+
+extension ReceiptSignatureVerifier: ReceiptAuthenticity {
+    /// The signature check at the receipt's own date (see ``VerificationTime/receiptDate``).
+    public func fraudReason(bytes: [UInt8], receipt: AppReceipt) -> String? {
+        let result = verify(bytes: bytes, receipt: receipt)
+        return result.valid ? nil : (result.reason ?? "signature_invalid")
+    }
+}

@@ -64,6 +64,15 @@ public struct JobPlanner: Sendable {
         .bury(envelope.failed(code: "unknown_app", message: "app not registered", calls: [], at: now()))
     }
 
+    /// The ingestion node found the receipt forged or another app's (`envelope.fraudReason`): it is
+    /// stored as fraud, with no purchases in the ledger, so a forged copy never claims a transaction id.
+    public func fraud(_ envelope: JobEnvelope) -> JobPlan {
+        .store(
+            ValidationRecord(
+                envelope: envelope, status: .fraud, environment: envelope.environment, appleStatus: nil, purchases: [],
+                latestReceipt: nil, calls: [], validatedAt: now()))
+    }
+
     /// Postgres could not be read or written: run the job again later (Apple's answer is not lost
     /// for good, it is asked again).
     public func storeUnavailable(

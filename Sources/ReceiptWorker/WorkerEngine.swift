@@ -282,6 +282,9 @@ public final class WorkerEngine: Service, Sendable {
             logger.warning("Undecodable job buried")
             return decide(token, job, .bury(nil))
         }
+        // A receipt the ingestion node found forged is recorded, never sent to Apple: no circuit,
+        // no secret, no app lookup beyond the one the store's foreign key makes.
+        if envelope.fraudReason != nil { return decide(token, job, planner.fraud(envelope)) }
         let permission = gate.permission(now: now())
         if case .deny(let until) = permission {
             return decide(token, job, planner.deferred(envelope, until: until, using: &generator))

@@ -1,54 +1,113 @@
+import Dispatch
 import Foundation
 import Hiredis
+import Logging
 import ReceiptCore
+import Synchronization
 
-/// The ingestion API's side of Redis: queue a job durably, wait for its result.
+/// The ingestion API's side of Redis: queue a job durably (idempotently), and hear the worker's
+/// answer for a request that waits.
+///
+/// Enqueues from concurrent requests are group-committed: whatever arrives while one pipeline is
+/// in flight goes out in the next, one round trip for many requests. Answers come over pub/sub on
+/// this node's own channel (the job names it in `replyTo`), so a thousand waiting requests hold no
+/// connection each, as a `BLPOP` per request would.
 public final class RedisIntake: ReceiptIntake {
+    /// This node's name on its result channel.
+    public let node: String
     private let pool: RedisConnectionPool
     private let keys: RedisKeys
-    private let pendingTTLSeconds: Int
+    private let pendingTTLSeconds: String
+    private let idempotencyTTLSeconds: String
+    private let writer: PipelineBatcher
+    private let listener: ResultListener
 
-    /// Creates the intake.
+    /// Creates the intake and starts its result listener.
     /// - Parameters:
-    ///   - pool: connections for the API's handlers.
+    ///   - configuration: how to reach Redis (the writer and the listener own a connection each).
+    ///   - pool: connections for the API's other reads.
     ///   - keys: the key schema.
     ///   - pendingTTL: how long a pending resource is kept when no worker ever stores the receipt
     ///     (longer than the retry policy's maximum age).
-    public init(pool: RedisConnectionPool, keys: RedisKeys, pendingTTL: Duration = .seconds(8 * 86_400)) {
+    ///   - idempotencyWindow: how long the same receipt of the same app maps to the same id.
+    ///   - logger: where the listener reports losing Redis.
+    public init(
+        configuration: RedisConfiguration, pool: RedisConnectionPool, keys: RedisKeys, pendingTTL: Duration = .seconds(8 * 86_400),
+        idempotencyWindow: Duration = .seconds(86_400), logger: Logger
+    ) {
+        let host = ProcessInfo.processInfo.hostName
+        self.node = "\(host)-\(ProcessInfo.processInfo.processIdentifier)-\(String(UInt32.random(in: 0...UInt32.max), radix: 36))"
         self.pool = pool
         self.keys = keys
-        self.pendingTTLSeconds = Int(pendingTTL.seconds)
+        self.pendingTTLSeconds = String(max(1, Int(pendingTTL.seconds)))
+        self.idempotencyTTLSeconds = String(max(1, Int(idempotencyWindow.seconds)))
+        self.writer = PipelineBatcher(connection: RedisConnection(lazy: configuration, label: "intake-writer", logger: logger))
+        self.listener = ResultListener(
+            connection: RedisConnection(lazy: configuration, label: "intake-results", logger: logger), channel: keys.results(node),
+            logger: logger)
     }
 
-    public func enqueue(_ envelope: JobEnvelope, pending: ReceiptResource) async throws {
+    /// Stops the listener (waiting requests answer "queued") and closes the connections.
+    public func shutdown() {
+        listener.stop()
+        writer.close()
+    }
+
+    /// Queues the job unless the key was seen in the window: one script, so the check and the
+    /// writes are atomic, and nothing is written twice when two requests race.
+    private static let enqueueScript = """
+        local existing = redis.call('GET', KEYS[1])
+        if existing then return existing end
+        redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
+        redis.call('SET', KEYS[2], ARGV[3], 'EX', ARGV[4])
+        redis.call('LPUSH', KEYS[3], ARGV[5])
+        return ''
+        """
+
+    public func enqueue(
+        _ envelope: JobEnvelope, pending: ReceiptResource, idempotencyKey: String, wait: Duration
+    ) async throws
+        -> IntakeResult
+    {
+        var envelope = envelope
         let id = envelope.id.uuidString.lowercased()
-        let job = envelope.encoded()
-        let pendingJSON = pending.encoded()
-        let queue = keys.queue(envelope.kind.rawValue)
-        let pendingKey = keys.pending(id)
-        let ttl = String(pendingTTLSeconds)
-        let replies = try await pool.withConnection { connection in
-            try connection.pipeline(bytes: [
-                [Array("MULTI".utf8)],
-                [Array("SET".utf8), Array(pendingKey.utf8), pendingJSON, Array("EX".utf8), Array(ttl.utf8)],
-                [Array("LPUSH".utf8), Array(queue.utf8), job],
-                [Array("EXEC".utf8)],
-            ])
+        let waits = wait > .zero && listener.isSubscribed
+        if waits {
+            envelope.replyTo = node
+            listener.expect(envelope.id)
         }
-        // Only an EXEC that ran both commands means the receipt is durably queued.
-        guard case .array(let results)? = replies.last, results.count == 2 else {
-            throw RedisQueueError.transactionFailed("enqueue not committed")
+        let command: [[UInt8]] = [
+            Array("EVAL".utf8), Array(Self.enqueueScript.utf8), Array("3".utf8),
+            Array(keys.idempotency(app: envelope.appID.uuidString.lowercased(), receiptSHA256: idempotencyKey).utf8),
+            Array(keys.pending(id).utf8), Array(keys.queue(envelope.kind.rawValue).utf8),
+            Array(id.utf8), Array(idempotencyTTLSeconds.utf8), pending.encoded(), Array(pendingTTLSeconds.utf8), envelope.encoded(),
+        ]
+        let reply: RedisValue
+        do {
+            reply = try await writer.submit(command)
+        } catch {
+            if waits { listener.forget(envelope.id) }
+            throw error
         }
-    }
-
-    public func awaitResult(id: UUID, timeout: Duration) async throws -> ReceiptResource? {
-        let key = keys.result(id.uuidString.lowercased())
-        let seconds = String(format: "%.3f", max(timeout.seconds, 0.01))
-        let reply = try await pool.withConnection { connection in
-            try connection.send(["BLPOP", key, seconds])
+        switch reply {
+        case .bulk(let bytes) where !bytes.isEmpty:
+            if waits { listener.forget(envelope.id) }
+            guard let existing = UUID(uuidString: String(decoding: bytes, as: UTF8.self)) else {
+                throw RedisQueueError.transactionFailed("idempotency key holds no id")
+            }
+            return .duplicate(existing)
+        case .bulk, .status:
+            guard waits else { return .queued }
+            guard let answer = await listener.wait(for: envelope.id, timeout: wait), let resource = try? ReceiptResource.decode(answer)
+            else { return .queued }
+            return .answered(resource)
+        case .error(let message):
+            if waits { listener.forget(envelope.id) }
+            throw RedisQueueError.transactionFailed("enqueue refused: \(message)")
+        default:
+            if waits { listener.forget(envelope.id) }
+            throw RedisQueueError.transactionFailed("enqueue: unexpected reply")
         }
-        guard case .array(let items) = reply, items.count == 2, case .bulk(let bytes) = items[1] else { return nil }
-        return try? ReceiptResource.decode(bytes)
     }
 
     public func pendingResource(id: UUID) async throws -> ReceiptResource? {
@@ -59,5 +118,173 @@ public final class RedisIntake: ReceiptIntake {
 
     public func ping() async -> Bool {
         (try? await pool.command(["PING"])) == .status("PONG")
+    }
+}
+
+/// Group commit for one connection: commands submitted while a pipeline is in flight go out
+/// together in the next one.
+final class PipelineBatcher: Sendable {
+    private struct Pending {
+        var command: [[UInt8]]
+        var continuation: CheckedContinuation<RedisValue, any Error>
+    }
+
+    private let connection: RedisConnection
+    private let state = Mutex<(queued: [Pending], draining: Bool)>(([], false))
+    private let drainQueue = DispatchQueue(label: "receiptq.intake.writer")
+    /// Bounds one pipeline, so a burst cannot build a reply buffer without limit.
+    private let maxBatch = 512
+
+    init(connection: RedisConnection) { self.connection = connection }
+
+    func submit(_ command: [[UInt8]]) async throws -> RedisValue {
+        try await withCheckedThrowingContinuation { continuation in
+            let startDrain = state.withLock { state -> Bool in
+                state.queued.append(Pending(command: command, continuation: continuation))
+                guard !state.draining else { return false }
+                state.draining = true
+                return true
+            }
+            if startDrain { drainQueue.async { self.drain() } }
+        }
+    }
+
+    func close() { connection.close() }
+
+    private func drain() {
+        while true {
+            let batch = state.withLock { state -> [Pending] in
+                let taken = Array(state.queued.prefix(maxBatch))
+                state.queued.removeFirst(taken.count)
+                if taken.isEmpty { state.draining = false }
+                return taken
+            }
+            guard !batch.isEmpty else { return }
+            do {
+                let replies = try connection.pipeline(bytes: batch.map(\.command))
+                for (pending, reply) in zip(batch, replies) { pending.continuation.resume(returning: reply) }
+            } catch {
+                // The connection broke mid-pipeline: each command may or may not have run. The
+                // callers answer 503 and the clients retry; the idempotency key makes that safe.
+                for pending in batch { pending.continuation.resume(throwing: error) }
+            }
+        }
+    }
+}
+
+/// This node's subscription to its result channel, and the requests waiting on it.
+final class ResultListener: @unchecked Sendable {
+    private enum Slot {
+        case expecting
+        case waiting(CheckedContinuation<[UInt8]?, Never>)
+        case arrived([UInt8]?)
+    }
+
+    private let connection: RedisConnection
+    private let channel: String
+    private let logger: Logger
+    private let slots = Mutex<[UUID: Slot]>([:])
+    private let subscribed = Atomic<Bool>(false)
+    private let stopping = Atomic<Bool>(false)
+    private let stopped = DispatchSemaphore(value: 0)
+
+    init(connection: RedisConnection, channel: String, logger: Logger) {
+        self.connection = connection
+        self.channel = channel
+        self.logger = logger
+        let thread = Thread { [self] in
+            run()
+            stopped.signal()
+        }
+        thread.name = "receiptq-intake-results"
+        thread.start()
+    }
+
+    /// Whether answers can arrive now (a request waits only then; otherwise it answers "queued").
+    var isSubscribed: Bool { subscribed.load(ordering: .acquiring) }
+
+    /// Registers interest before the job is queued, so an answer that comes before the request
+    /// starts waiting is kept, not lost.
+    func expect(_ id: UUID) { slots.withLock { $0[id] = .expecting } }
+
+    /// Drops interest (the job was not queued).
+    func forget(_ id: UUID) { _ = slots.withLock { $0.removeValue(forKey: id) } }
+
+    /// Waits for the job's message: the resource bytes, or nil for "not validated yet" or a timeout.
+    func wait(for id: UUID, timeout: Duration) async -> [UInt8]? {
+        await withCheckedContinuation { continuation in
+            let ready = slots.withLock { slots -> [UInt8]?? in
+                switch slots[id] {
+                case .arrived(let bytes)?:
+                    slots[id] = nil
+                    return .some(bytes)
+                case .expecting?:
+                    slots[id] = .waiting(continuation)
+                    return nil
+                default:
+                    return .some(nil)
+                }
+            }
+            if let ready { return continuation.resume(returning: ready) }
+            DispatchQueue.global().asyncAfter(deadline: .now() + timeout.seconds) { [self] in resume(id, with: nil) }
+        }
+    }
+
+    func stop() {
+        guard !stopping.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        stopped.wait()
+        connection.close()
+        let waiting = slots.withLock { slots in
+            defer { slots.removeAll() }
+            return slots.values
+        }
+        for case .waiting(let continuation) in waiting { continuation.resume(returning: nil) }
+    }
+
+    private func resume(_ id: UUID, with bytes: [UInt8]?) {
+        let continuation = slots.withLock { slots -> CheckedContinuation<[UInt8]?, Never>? in
+            switch slots[id] {
+            case .waiting(let continuation)?:
+                slots[id] = nil
+                return continuation
+            case .expecting?:
+                slots[id] = .arrived(bytes)
+                return nil
+            default:
+                return nil
+            }
+        }
+        continuation?.resume(returning: bytes)
+    }
+
+    private func run() {
+        var failures = 0
+        while !stopping.load(ordering: .relaxed) {
+            do {
+                if !isSubscribed {
+                    try connection.subscribe(channel)
+                    subscribed.store(true, ordering: .releasing)
+                    if failures > 0 { logger.info("Result channel subscribed again") }
+                    failures = 0
+                }
+                guard let message = try connection.nextMessage(timeout: .milliseconds(250)) else { continue }
+                deliver(message)
+            } catch {
+                subscribed.store(false, ordering: .releasing)
+                failures += 1
+                // Requests stop waiting for now (they answer "queued"); say so once per outage.
+                if failures == 1 { logger.warning("Result channel lost; requests answer without waiting", metadata: ["error": "\(error)"]) }
+                Thread.sleep(forTimeInterval: min(1, 0.05 * Double(failures)))
+            }
+        }
+        subscribed.store(false, ordering: .releasing)
+    }
+
+    /// `["message", channel, "<id>[ <resource JSON>]"]`
+    private func deliver(_ message: RedisValue) {
+        guard case .array(let parts) = message, parts.count == 3, case .bulk(let payload) = parts[2], payload.count >= 36,
+            let id = UUID(uuidString: String(decoding: payload.prefix(36), as: UTF8.self))
+        else { return }
+        resume(id, with: payload.count > 37 ? Array(payload.dropFirst(37)) : nil)
     }
 }

@@ -21,8 +21,11 @@ public struct RedisKeys: Sendable, Equatable {
     public var retry: String { "\(prefix):retry" }
     /// Dead letters (score = died at, ms).
     public var dead: String { "\(prefix):dead" }
-    /// The worker's answer for a waiting API request.
-    public func result(_ id: String) -> String { "\(prefix):result:\(id)" }
+    /// The pub/sub channel of one ingestion node: the worker publishes there the result of a job the
+    /// node is waiting for (`JobEnvelope.replyTo`).
+    public func results(_ node: String) -> String { "\(prefix):results:\(node)" }
+    /// Idempotency: the id under which an app's receipt (by SHA-256) was queued, for the window.
+    public func idempotency(app: String, receiptSHA256: String) -> String { "\(prefix):idem:\(app):\(receiptSHA256)" }
     /// The pending resource of a queued receipt, until Postgres has it.
     public func pending(_ id: String) -> String { "\(prefix):pending:\(id)" }
 }

@@ -25,7 +25,6 @@ public final class RedisWorkQueue: JobQueue {
     private let queueKey: String
     private let processingKey: String
     private let retention: DeadLetterRetention
-    private let resultTTLSeconds = 60
     private let startedAt = Date()
     /// How many `LMOVE`s the next reserve pipelines: grows while the queue keeps them all busy,
     /// shrinks when it runs dry, so an idle queue costs few commands and a deep one few round trips.
@@ -97,16 +96,20 @@ public final class RedisWorkQueue: JobQueue {
         for settlement in settlements {
             switch settlement {
             case .acknowledge(let job, let result):
-                if let id = job.envelope?.id.uuidString.lowercased(), let result {
-                    commands.append([bytes("LPUSH"), bytes(keys.result(id)), result])
-                    commands.append(["EXPIRE", keys.result(id), String(resultTTLSeconds)].map(bytes))
-                    commands.append(["DEL", keys.pending(id)].map(bytes))
+                if let envelope = job.envelope, result != nil {
+                    commands.append(["DEL", keys.pending(envelope.id.uuidString.lowercased())].map(bytes))
+                }
+                if let envelope = job.envelope, let replyTo = envelope.replyTo {
+                    commands.append(publish(envelope, to: replyTo, result: result))
                 }
             case .retry(_, let updated, let runAt):
                 commands.append([bytes("ZADD"), bytes(keys.retry), bytes(String(milliseconds(runAt))), updated.encoded()])
+                // The waiting request can answer "queued" now instead of at the end of its wait.
+                if let replyTo = updated.replyTo { commands.append(publish(updated, to: replyTo, result: nil)) }
             case .bury(let job, let updated, let date):
                 commands.append([bytes("ZADD"), bytes(keys.dead), bytes(String(milliseconds(date))), updated?.encoded() ?? job.raw])
                 if let id = updated?.id.uuidString.lowercased() { commands.append(["DEL", keys.pending(id)].map(bytes)) }
+                if let updated, let replyTo = updated.replyTo { commands.append(publish(updated, to: replyTo, result: nil)) }
                 buried = true
             }
             // From the tail: jobs are reserved to the head and finish roughly in order, so the
@@ -119,6 +122,15 @@ public final class RedisWorkQueue: JobQueue {
             commands.append(["ZREMRANGEBYRANK", keys.dead, "0", String(-(retention.maxJobs + 1))].map(bytes))
         }
         try exec(commands)
+    }
+
+    /// A message for the ingestion node waiting on `envelope`: the id, then the stored resource when
+    /// there is one (nothing after the id means "not validated yet"). Publishing to a node that
+    /// stopped waiting costs nothing: nobody receives it.
+    private func publish(_ envelope: JobEnvelope, to node: String, result: [UInt8]?) -> [[UInt8]] {
+        var message = bytes(envelope.id.uuidString.lowercased())
+        if let result { message += [UInt8(ascii: " ")] + result }
+        return [bytes("PUBLISH"), bytes(keys.results(node)), message]
     }
 
     public func heartbeat(busy: Int) throws {

@@ -4,6 +4,7 @@ import Hiredis
 import Libpq
 import Logging
 import MockAppStore
+import OpenSSL
 import PostgresStore
 import ReceiptCore
 import ReceiptQueueApp
@@ -27,6 +28,14 @@ final class TestSystem: Sendable {
 
     static let sharedAuthority = Result { try TestCertificateAuthority.generate() }
 
+    /// A directory trusting only the test CA (the API refuses receipts that do not chain to it).
+    static let trustDirectory = Result { () throws -> URL in
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("receiptq-trust-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        try sharedAuthority.get().root.pem.write(to: directory.appendingPathComponent("root.pem"), atomically: true, encoding: .utf8)
+        return directory
+    }
+
     /// Starts everything; `environment` overrides configuration variables.
     static func start(
         environment overrides: [String: String] = [:], sharedSecret: String? = "integration-secret"
@@ -46,6 +55,7 @@ final class TestSystem: Sendable {
             "WORKER_CONCURRENCY": "4", "API_SYNC_WAIT_MS": "5000", "RETRY_BASE_MS": "200",
         ]
         if let password = TestEnvironment.postgresPassword { environment["POSTGRES_PASSWORD"] = password }
+        environment["RECEIPTQ_TRUST_ROOTS_DIR"] = try trustDirectory.get().path
         environment.merge(overrides) { _, new in new }
         let configuration = try AppConfiguration(environment: environment)
         try ReceiptQueueApp.migrate(configuration)
@@ -63,7 +73,7 @@ final class TestSystem: Sendable {
         let services: [any Service] = [
             try ReceiptQueueApp.makeWorker(configuration, logger: logger),
             ReceiptQueueApp.makeScheduler(configuration, logger: logger),
-            ReceiptQueueApp.makeAPI(configuration, logger: logger) { port in
+            try ReceiptQueueApp.makeAPI(configuration, logger: logger) { port in
                 continuation.yield(port)
                 continuation.finish()
             },

@@ -390,13 +390,13 @@ enum PipelineRow: BenchRow {
             feederRedis.close()
             watcherRedis.close()
         }
-        let watcher = ResultWatcher(redis: watcherRedis)
+        let watcher = ResultWatcher(redis: watcherRedis, keys: keys)
         // Backlog: ~4 ms of ideal throughput (at least 4 jobs); sample ~200 jobs per second for latency.
         let settings = Feeder.Settings(
             backlog: max(4, Int(ideal * 0.004)), maxBatch: 500, pollMicros: 1_000, sampleEvery: max(1, Int(ideal / 200)))
         let feeder = Feeder(
             redis: feederRedis, keys: keys, factory: factory, firstSerial: context.serial, settings: settings, watcher: watcher)
-        watcher.start()
+        try watcher.start()
         feeder.start()
         var feederStopped = false
         var watcherStopped = false

@@ -89,7 +89,7 @@ final class Feeder: @unchecked Sendable {
                         let job = factory.makeJob(serial: nextSerial, now: now)
                         command.append(job.bytes)
                         if settings.sampleEvery > 0, nextSerial % settings.sampleEvery == 0 {
-                            sampled.append(keys.result(job.id.uuidString.lowercased()))
+                            sampled.append(job.id.uuidString.lowercased())
                         }
                         nextSerial += 1
                     }
@@ -107,10 +107,9 @@ final class Feeder: @unchecked Sendable {
     }
 }
 
-/// Sees when sampled jobs are done, as a client of the API does: the worker's acknowledgement
-/// pushes the result to `result:<id>` (after the Postgres commit), and this thread waits on those
-/// keys with `BLPOP`. Only a sample of jobs is watched, on one connection, so that watching does
-/// not load Redis or the machine.
+/// Sees when sampled jobs are done, as a waiting API request does: the worker publishes each
+/// job's result on the channel its envelope names (after the Postgres commit), and this thread
+/// listens there. Only a sample of jobs is timed.
 final class ResultWatcher: @unchecked Sendable {
     /// One observed job: when it was pushed and how long until its result appeared (ns, monotonic).
     struct Observation {
@@ -119,26 +118,32 @@ final class ResultWatcher: @unchecked Sendable {
     }
 
     private let redis: RedisConnection
-    private let inbox = Mutex<[(key: String, pushedAt: UInt64)]>([])
+    private let channel: String
+    private let inbox = Mutex<[(id: String, pushedAt: UInt64)]>([])
     private let stopping = Atomic<Bool>(false)
     private let done = DispatchSemaphore(value: 0)
     private let results = Mutex<[Observation]>([])
     private let lost = Atomic<Int>(0)
 
-    init(redis: RedisConnection) { self.redis = redis }
-
-    func expect(_ keys: [String], pushedAt: UInt64) {
-        guard !keys.isEmpty else { return }
-        inbox.withLock { $0 += keys.map { ($0, pushedAt) } }
+    init(redis: RedisConnection, keys: RedisKeys) {
+        self.redis = redis
+        self.channel = keys.results(JobFactory.resultNode)
     }
 
-    func start() {
+    /// Subscribes (before any job is pushed, so no result is missed) and starts listening.
+    func start() throws {
+        try redis.subscribe(channel)
         let thread = Thread { [self] in
             run()
             done.signal()
         }
         thread.name = "bench-watcher"
         thread.start()
+    }
+
+    func expect(_ ids: [String], pushedAt: UInt64) {
+        guard !ids.isEmpty else { return }
+        inbox.withLock { $0 += ids.map { ($0, pushedAt) } }
     }
 
     /// Stops watching; returns the observations and how many sampled jobs were never seen.
@@ -151,30 +156,27 @@ final class ResultWatcher: @unchecked Sendable {
     private func run() {
         var outstanding: [String: UInt64] = [:]
         while !stopping.load(ordering: .relaxed) {
-            let arrived: [(key: String, pushedAt: UInt64)] = inbox.withLock { items in
+            let arrived: [(id: String, pushedAt: UInt64)] = inbox.withLock { items in
                 let taken = items
                 items.removeAll()
                 return taken
             }
-            for item in arrived { outstanding[item.key] = item.pushedAt }
-            guard !outstanding.isEmpty else {
-                usleep(1_000)
-                continue
-            }
+            for item in arrived { outstanding[item.id] = item.pushedAt }
             do {
-                let reply = try redis.send(["BLPOP"] + Array(outstanding.keys) + ["0.05"])
+                guard let message = try redis.nextMessage(timeout: .milliseconds(50)) else { continue }
                 let now = BenchClock.wall()
-                guard case .array(let parts) = reply, parts.count == 2, let key = parts[0].string,
-                    let pushedAt = outstanding.removeValue(forKey: key)
+                guard case .array(let parts) = message, parts.count == 3, case .bulk(let payload) = parts[2], payload.count >= 36
                 else { continue }
+                let id = String(decoding: payload.prefix(36), as: UTF8.self)
+                guard let pushedAt = outstanding.removeValue(forKey: id) else { continue }
                 results.withLock { $0.append(Observation(pushedAt: pushedAt, latency: now &- pushedAt)) }
             } catch {
                 usleep(10_000)
             }
             // A job that never finishes (buried, lost) must not stay on the watch list forever.
             let cutoff = BenchClock.wall() &- 60_000_000_000
-            for (key, pushedAt) in outstanding where pushedAt < cutoff {
-                outstanding[key] = nil
+            for (id, pushedAt) in outstanding where pushedAt < cutoff {
+                outstanding[id] = nil
                 lost.add(1, ordering: .relaxed)
             }
         }

@@ -65,11 +65,15 @@ struct JobFactory: Sendable {
     init(receipt: ReceiptTemplate, appID: UUID) throws {
         self.receipt = receipt
         self.appID = appID
-        let template = JobEnvelope(
+        let templateEnvelope = JobEnvelope(
             id: Self.placeholderID, kind: .validate, appID: appID, enqueuedAt: Self.placeholderDate, origin: .api,
             receipt: Self.placeholderReceipt, style: .unified, bundleID: receipt.bundleID, environment: "production",
             submission: Submission(userIdentifier: "bench-user", countryCode: "US")
-        ).encoded()
+        )
+        // Every job names the bench's result channel, as a job of a waiting API request does.
+        var envelope = templateEnvelope
+        envelope.replyTo = Self.resultNode
+        let template = envelope.encoded()
         let markers: [(Slot, [UInt8])] = [
             (.id, Array(Self.placeholderID.uuidString.utf8)),
             (.enqueuedAt, Array(String(Self.milliseconds(Self.placeholderDate)).utf8)),
@@ -100,6 +104,9 @@ struct JobFactory: Sendable {
             parsed.inApp.first?.transactionID == "\(receipt.tag)\(Self.serial(42))01"
         else { throw SetupError(description: "the spliced envelope does not decode to what was spliced in") }
     }
+
+    /// The node name the bench's jobs reply to (its `ResultWatcher` subscribes to that channel).
+    static let resultNode = "bench"
 
     /// The base64 receipt of job `serial`.
     func receiptBase64(serial: Int) -> String {

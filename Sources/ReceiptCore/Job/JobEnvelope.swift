@@ -14,6 +14,8 @@ public enum JobOrigin: String, Sendable, Codable {
     case scheduler
     case dashboard
     case cli
+    /// The Cloud Softphone provider web service (`/cloudsoftphone/iap`).
+    case softphone
 }
 
 /// What the client sent along with the receipt, kept as given.
@@ -89,6 +91,12 @@ public struct JobEnvelope: Sendable, Equatable, Codable {
     public var submission: Submission
     /// Every call made to Apple for this job, across attempts (the audit trail of a dead letter).
     public var history: [AppleCall]
+    /// Set when the ingestion node found the receipt forged or not this app's (a bounded reason such
+    /// as `signature_mismatch` or `bundle_id_not_registered`): the worker stores it as fraud and
+    /// never sends it to Apple.
+    public var fraudReason: String?
+    /// The ingestion node waiting for the result (its result channel), if one is; nil otherwise.
+    public var replyTo: String?
 
     // Explicit keys: the snake_case strategies do not round-trip `appID`/`bundleID`.
     enum CodingKeys: String, CodingKey {
@@ -100,13 +108,15 @@ public struct JobEnvelope: Sendable, Equatable, Codable {
         case errorCode = "error_code"
         case errorMessage = "error_message"
         case bundleID = "bundle_id"
+        case fraudReason = "fraud_reason"
+        case replyTo = "reply_to"
     }
 
     /// Creates an envelope for a new job.
     public init(
         id: UUID, kind: JobKind, appID: UUID, enqueuedAt: Date, origin: JobOrigin, receipt: String,
         style: ReceiptStyle? = nil, bundleID: String? = nil, environment: String? = nil,
-        submission: Submission = Submission()
+        submission: Submission = Submission(), fraudReason: String? = nil
     ) {
         self.v = Self.currentVersion
         self.id = id
@@ -121,6 +131,7 @@ public struct JobEnvelope: Sendable, Equatable, Codable {
         self.environment = environment
         self.submission = submission
         self.history = []
+        self.fraudReason = fraudReason
     }
 
     /// The envelope after a failed attempt.

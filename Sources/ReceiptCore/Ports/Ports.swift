@@ -4,18 +4,32 @@ import Foundation
 public struct AppRecord: Sendable, Equatable, CustomStringConvertible {
     public var id: UUID
     public var name: String
+    /// The app's main bundle id.
     public var bundleID: String
+    /// Every bundle id whose receipts belong to this app (the main one first): an app family such as
+    /// an iOS app and its macOS or older editions, sharing purchases.
+    public var bundleIDs: [String]
     /// Apple's app-specific shared secret (`password`). Secret: never logged or shown.
     public var sharedSecret: String?
     public var excludeOldTransactions: Bool
 
     /// Creates an app record.
-    public init(id: UUID, name: String, bundleID: String, sharedSecret: String?, excludeOldTransactions: Bool = false) {
+    public init(
+        id: UUID, name: String, bundleID: String, otherBundleIDs: [String] = [], sharedSecret: String?,
+        excludeOldTransactions: Bool = false
+    ) {
         self.id = id
         self.name = name
         self.bundleID = bundleID
+        self.bundleIDs = [bundleID] + otherBundleIDs.filter { $0 != bundleID }
         self.sharedSecret = sharedSecret
         self.excludeOldTransactions = excludeOldTransactions
+    }
+
+    /// Whether a receipt of `bundleID` belongs to this app.
+    public func owns(bundleID: String?) -> Bool {
+        guard let bundleID else { return false }
+        return bundleIDs.contains(bundleID)
     }
 
     public var description: String {
@@ -147,16 +161,38 @@ extension ReceiptVerifier {
     }
 }
 
+/// How an enqueue ended.
+public enum IntakeResult: Sendable, Equatable {
+    /// Queued, and the worker's resource arrived within the wait.
+    case answered(ReceiptResource)
+    /// Durably queued; the worker has not stored it within the wait (or said it will retry).
+    case queued
+    /// The same receipt of the same app was queued within the idempotency window, under this id:
+    /// nothing new was queued.
+    case duplicate(UUID)
+}
+
 /// The Redis side of the ingestion API (async: it runs in Hummingbird's handlers).
 public protocol ReceiptIntake: Sendable {
-    /// Stores the pending resource and queues the job durably; returns only once Redis has both.
-    func enqueue(_ envelope: JobEnvelope, pending: ReceiptResource) async throws
-    /// Waits up to `timeout` for the worker's published resource.
-    func awaitResult(id: UUID, timeout: Duration) async throws -> ReceiptResource?
+    /// Stores the pending resource and queues the job durably, unless `idempotencyKey` was queued
+    /// within the window; returns only once Redis has both, after waiting up to `wait` for the
+    /// worker's answer.
+    /// - Throws: when Redis did not take the job (nothing is stored: the client may retry).
+    func enqueue(
+        _ envelope: JobEnvelope, pending: ReceiptResource, idempotencyKey: String, wait: Duration
+    ) async throws
+        -> IntakeResult
     /// The pending resource of a job not yet stored in Postgres.
     func pendingResource(id: UUID) async throws -> ReceiptResource?
     /// Whether Redis answers (readiness).
     func ping() async -> Bool
+}
+
+/// Checks locally that Apple signed a receipt: the ingestion API's 402 (possible fraud).
+public protocol ReceiptAuthenticity: Sendable {
+    /// Nil when Apple (or a certificate the operator trusts) signed exactly these bytes; otherwise
+    /// a bounded reason such as `signature_mismatch` or `untrusted_chain`.
+    func fraudReason(bytes: [UInt8], receipt: AppReceipt) -> String?
 }
 
 /// The Postgres read side of the ingestion API.

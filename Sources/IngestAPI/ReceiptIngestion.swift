@@ -1,0 +1,122 @@
+import Foundation
+import Logging
+import OpenSSL
+import ReceiptCore
+
+/// A receipt as it arrived, decoded locally: the bytes, their decoded form, and the normalized base64.
+public struct DecodedReceipt: Sendable, Equatable {
+    public var bytes: [UInt8]
+    public var receipt: AppReceipt
+    /// Base64 as stored and sent to Apple: whitespace removed, `+` restored.
+    public var base64: String
+
+    /// Decodes the base64 text a client sent (tolerating `+` turned into spaces and line breaks).
+    /// - Returns: the receipt, or the `receipt` field error to answer with 422.
+    public static func decode(_ text: String) -> Result<DecodedReceipt, FieldError> {
+        do {
+            let bytes = try ReceiptDecoder.base64Bytes(text)
+            let receipt = try ReceiptDecoder.decode(bytes: bytes)
+            return .success(DecodedReceipt(bytes: bytes, receipt: receipt, base64: Data(bytes).base64EncodedString()))
+        } catch {
+            return .failure(FieldError(field: "receipt", reason: "is not an App Store receipt (\(error.reason))"))
+        }
+    }
+}
+
+/// The ingestion rules both front doors share (the client API and the Cloud Softphone web
+/// service): local signature and bundle checks, an idempotent durable enqueue, and a bounded wait
+/// for the worker.
+public struct ReceiptIngestion: Sendable {
+    /// What became of a receipt; each front door maps it to its own status codes.
+    public enum Outcome: Sendable, Equatable {
+        /// Apple answered within the wait (valid or invalid): the stored resource.
+        case validated(ReceiptResource)
+        /// Durably queued, not validated yet (Apple slow or unreachable): the resource as far as known.
+        case queued(ReceiptResource)
+        /// Not signed by Apple, or not this app's bundle: queued to be stored with `is_fraud`.
+        case fraud(ReceiptResource)
+        /// Redis did not take it: nothing is stored, the client should retry.
+        case unavailable
+    }
+
+    let intake: any ReceiptIntake
+    let catalog: any ReceiptCatalog
+    let authenticity: any ReceiptAuthenticity
+    let syncWait: Duration
+    let now: @Sendable () -> Date
+
+    /// Creates the rules.
+    /// - Parameters:
+    ///   - intake: Redis.
+    ///   - catalog: Postgres (read side), for a duplicate that is already stored.
+    ///   - authenticity: the local signature check.
+    ///   - syncWait: how long to wait for the worker.
+    ///   - now: the injected clock.
+    public init(
+        intake: any ReceiptIntake, catalog: any ReceiptCatalog, authenticity: any ReceiptAuthenticity, syncWait: Duration,
+        now: @escaping @Sendable () -> Date
+    ) {
+        self.intake = intake
+        self.catalog = catalog
+        self.authenticity = authenticity
+        self.syncWait = syncWait
+        self.now = now
+    }
+
+    /// Checks, queues and (up to the sync wait) validates one receipt of `app`.
+    public func ingest(
+        _ decoded: DecodedReceipt, submission: Submission, app: AppRecord, origin: JobOrigin, logger: Logger
+    ) async -> Outcome {
+        let receipt = decoded.receipt
+        let fraudReason =
+            authenticity.fraudReason(bytes: decoded.bytes, receipt: receipt)
+            ?? (app.owns(bundleID: receipt.bundleID) ? nil : "bundle_id_not_registered")
+        let at = now()
+        let envelope = JobEnvelope(
+            id: JobID.make(at: at), kind: .validate, appID: app.id, enqueuedAt: at, origin: origin, receipt: decoded.base64,
+            style: receipt.style, bundleID: receipt.bundleID, environment: receipt.environment.apiName, submission: submission,
+            fraudReason: fraudReason)
+        var pending = ReceiptResource.pending(envelope, purchases: fraudReason == nil ? receipt.inApp : [])
+        if let fraudReason {
+            pending.isFraud = true
+            pending.fraudReason = fraudReason
+            pending.validationStatus = .fraud
+        }
+        let result: IntakeResult
+        do {
+            // The same bytes from the same app: one receipt, one id, one job.
+            result = try await intake.enqueue(
+                envelope, pending: pending, idempotencyKey: Digest.hex(Digest.sha256(decoded.bytes)),
+                wait: fraudReason == nil ? syncWait : .zero)
+        } catch {
+            logger.error("Receipt not queued: Redis unavailable", metadata: ["error": "\(error)"])
+            return .unavailable
+        }
+        switch result {
+        case .answered(let resource): return Self.outcome(resource)
+        case .queued: return Self.outcome(pending)
+        case .duplicate(let existing):
+            var known = pending
+            known.id = existing
+            do {
+                if let stored = try await catalog.receipt(id: existing, appID: app.id) {
+                    known = stored
+                } else if let queued = try await intake.pendingResource(id: existing) {
+                    known = queued
+                }
+            } catch {
+                // It is durably known under `existing`; what it looks like can wait for a GET.
+                logger.warning("Duplicate receipt: stored resource not readable", metadata: ["error": "\(error)"])
+            }
+            return Self.outcome(known)
+        }
+    }
+
+    private static func outcome(_ resource: ReceiptResource) -> Outcome {
+        if resource.isFraud { return .fraud(resource) }
+        switch resource.validationStatus {
+        case .valid, .invalid: return .validated(resource)
+        case .pending, .failed, .fraud: return .queued(resource)
+        }
+    }
+}
