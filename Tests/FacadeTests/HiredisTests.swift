@@ -1,5 +1,6 @@
 import Foundation
 import Hiredis
+import Logging
 import ReceiptTesting
 import Synchronization
 import Testing
@@ -167,6 +168,36 @@ struct HiredisTests {
         #expect(empty == .null)
         #expect(waited >= .milliseconds(150))
         #expect(waited < .seconds(2))
+    }
+
+    @Test func subscriptionDeliversMessagesAndIdlesWithoutBreaking() throws {
+        var short = configuration
+        short.commandTimeout = .milliseconds(200)
+        let listener = RedisConnection(lazy: short, label: "subscriber", logger: Logger(label: "test"))
+        let publisher = try RedisConnection(configuration: configuration)
+        defer {
+            listener.close()
+            publisher.close()
+        }
+        let channel = key("channel")
+        #expect(throws: RedisError.self) { try listener.nextMessage(timeout: .milliseconds(10)) }  // not subscribed yet
+        try listener.subscribe(channel)
+        // Idle longer than the socket timeout: poll(2) waits, so the connection survives it.
+        #expect(try listener.nextMessage(timeout: .milliseconds(300)) == nil)
+        #expect(try publisher.send(["PUBLISH", channel, "one"]) == .integer(1))
+        #expect(try publisher.send(["PUBLISH", channel, "two"]) == .integer(1))
+        // Both may arrive in one read: the second comes from hiredis's buffer, not the socket.
+        let first = try listener.nextMessage(timeout: .seconds(2))
+        let second = try listener.nextMessage(timeout: .seconds(2))
+        #expect(first?.array?.compactMap(\.string) == ["message", channel, "one"])
+        #expect(second?.array?.compactMap(\.string) == ["message", channel, "two"])
+        #expect(try listener.nextMessage(timeout: .milliseconds(50)) == nil)
+        // The server drops the subscriber: the read fails, and subscribing again works.
+        _ = try publisher.send(["CLIENT", "KILL", "TYPE", "pubsub"])
+        #expect(throws: RedisError.self) { try listener.nextMessage(timeout: .seconds(2)) }
+        try listener.subscribe(channel)
+        #expect(try publisher.send(["PUBLISH", channel, "three"]) == .integer(1))
+        #expect(try listener.nextMessage(timeout: .seconds(2))?.array?.last?.string == "three")
     }
 
     @Test func commandTimeoutMapsToTimeoutThenReconnects() throws {

@@ -106,6 +106,20 @@ struct WorkerEngineVerdictTests {
         #expect(queue.retries.isEmpty && queue.dead.isEmpty)
     }
 
+    @Test("A receipt the API found forged is stored as fraud, without calling Apple")
+    func fraud() async throws {
+        var forged = envelope()
+        forged.fraudReason = "untrusted_chain"
+        let verifier = StubVerifier([StubVerifier.report(status: 0, verdict: .valid)])
+        let (outcomes, queue, store) = try await run(forged, verifier: verifier)
+        #expect(outcomes == [.invalid: 1])
+        let saved = try #require(store.saved.first)
+        #expect(saved.status == .fraud)
+        #expect(saved.purchases.isEmpty && saved.calls.isEmpty)
+        #expect(verifier.requests.isEmpty)
+        #expect(queue.retries.isEmpty && queue.dead.isEmpty && queue.inProcessing == 0)
+    }
+
     @Test("Transient (21005): retried in seconds with the attempt counted and the call recorded")
     func transient() async throws {
         let (outcomes, queue, store) = try await run(
