@@ -127,7 +127,8 @@ public struct IngestAPI: Sendable {
     /// The app of the request's Bearer token; a failure means the token store is unreachable (503),
     /// which must not be confused with a bad token (401).
     private func authenticate(_ request: Request, context: IngestRequestContext) async -> Result<AppRecord?, any Error> {
-        guard let header = request.headers[.authorization], header.hasPrefix("Bearer ") else { return .success(nil) }
+        // The scheme is case-insensitive (RFC 9110 §11.1); the token is not.
+        guard let header = request.headers[.authorization], header.prefix(7).lowercased() == "bearer " else { return .success(nil) }
         let token = header.dropFirst(7).trimmingCharacters(in: .whitespaces)
         guard !token.isEmpty, token.count <= 200 else { return .success(nil) }
         do {
