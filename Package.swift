@@ -115,6 +115,8 @@ let package = Package(
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "Logging", package: "swift-log"),
             ],
+            // The OpenAPI document, served at GET /openapi.yaml as the repository holds it.
+            resources: [.copy("openapi.yaml")],
             swiftSettings: swiftSettings
         ),
         .target(
