@@ -199,7 +199,9 @@ let package = Package(
             name: "IntegrationTests",
             dependencies: [
                 "ReceiptQueueApp", "ReceiptTesting", "MockAppStore", "Curl", "AppStoreClient", "Hiredis", "Libpq", "PostgresStore", "RedisJobQueue",
-                "ReceiptSignature", "ReceiptCore",
+                "ReceiptSignature", "ReceiptCore", "IngestAPI",
+                // Router.routes, for the OpenAPI test's route-by-route comparison.
+                .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],

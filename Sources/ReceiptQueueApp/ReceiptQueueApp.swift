@@ -32,6 +32,15 @@ public enum ReceiptQueueApp {
     public static func makeAPI(
         _ configuration: AppConfiguration, logger: Logger, onRunning: @escaping @Sendable (Int) async -> Void = { _ in }
     ) -> some ApplicationProtocol {
+        Application(
+            router: makeRouter(configuration),
+            configuration: .init(address: .hostname(configuration.httpHost, port: configuration.httpPort), serverName: "receiptq"),
+            onServerRunning: { channel in await onRunning(channel.localAddress?.port ?? 0) }, logger: logger)
+    }
+
+    /// The API's routes, as ``makeAPI(_:logger:onRunning:)`` serves them; the OpenAPI test walks
+    /// them to compare with the document. Connections are made on first use, not here.
+    public static func makeRouter(_ configuration: AppConfiguration) -> Router<IngestRequestContext> {
         let redisPool = RedisConnectionPool(configuration: configuration.redis, size: 32)
         let postgresPool = PostgresConnectionPool(configuration: configuration.postgres, size: 8)
         let api = IngestAPI(
@@ -39,10 +48,7 @@ public enum ReceiptQueueApp {
             catalog: PostgresCatalog(pool: postgresPool), configuration: configuration.api)
         let router = Router(context: IngestRequestContext.self)
         api.addRoutes(to: router)
-        return Application(
-            router: router,
-            configuration: .init(address: .hostname(configuration.httpHost, port: configuration.httpPort), serverName: "receiptq"),
-            onServerRunning: { channel in await onRunning(channel.localAddress?.port ?? 0) }, logger: logger)
+        return router
     }
 
     /// The worker: `WORKER_CONCURRENCY` validations in flight on a few threads (a fetcher, two
