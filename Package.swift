@@ -115,6 +115,8 @@ let package = Package(
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "Logging", package: "swift-log"),
             ],
+            // The OpenAPI document, served at GET /openapi.yaml as the repository holds it.
+            resources: [.copy("openapi.yaml")],
             swiftSettings: swiftSettings
         ),
         .target(
@@ -197,7 +199,9 @@ let package = Package(
             name: "IntegrationTests",
             dependencies: [
                 "ReceiptQueueApp", "ReceiptTesting", "MockAppStore", "Curl", "AppStoreClient", "Hiredis", "Libpq", "PostgresStore", "RedisJobQueue",
-                "ReceiptSignature", "ReceiptCore",
+                "ReceiptSignature", "ReceiptCore", "IngestAPI",
+                // Router.routes, for the OpenAPI test's route-by-route comparison.
+                .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],

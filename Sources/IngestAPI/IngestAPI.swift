@@ -68,6 +68,7 @@ public struct IngestAPI: Sendable {
             await intake.ping()
                 ? json(.ok, ["status": .string("ok")]) : json(.serviceUnavailable, ["status": .string("redis unreachable")])
         }
+        OpenAPIDocument.addRoute(to: router)
     }
 
     func submit(_ request: Request, context: IngestRequestContext) async throws -> Response {

@@ -11,14 +11,21 @@ public struct AppAdmin {
     public init(connection: PostgresConnection) { self.connection = connection }
 
     /// Registers an app and issues its first token.
-    /// - Returns: the app and the token (shown once: only its hash is stored).
     /// - Parameters:
-    ///   - otherBundleIDs: more bundle ids whose receipts belong to this app (an app family).
+    ///   - name: A unique name for the app; nil names it after `bundleID`.
+    ///   - bundleID: The bundle id its receipts carry.
+    ///   - sharedSecret: The App Store shared secret Apple's `verifyReceipt` expects, if any.
+    ///   - excludeOldTransactions: Whether to send `exclude-old-transactions` to Apple.
+    ///   - otherBundleIDs: More bundle ids whose receipts belong to this app (an app family).
+    /// - Returns: the app and the token (shown once: only its hash is stored).
     public func addApp(
-        name: String, bundleID: String, otherBundleIDs: [String] = [], sharedSecret: String?, excludeOldTransactions: Bool = false
+        name: String? = nil, bundleID: String, otherBundleIDs: [String] = [], sharedSecret: String?,
+        excludeOldTransactions: Bool = false
     ) throws -> (
         AppRecord, String
     ) {
+        // Most deployments register one app per bundle id, so its bundle id is the name people know.
+        let name = name ?? bundleID
         let app = AppRecord(
             id: JobID.make(), name: name, bundleID: bundleID, otherBundleIDs: otherBundleIDs, sharedSecret: sharedSecret,
             excludeOldTransactions: excludeOldTransactions)
@@ -63,12 +70,79 @@ public struct AppAdmin {
         }
     }
 
+    /// Every app's API tokens, by app id: prefixes and dates only, since only hashes are stored.
+    public func tokens() throws -> [UUID: [TokenInfo]] {
+        let rows = try connection.query(
+            "SELECT id, app_id, prefix, created_at, revoked_at FROM api_tokens ORDER BY created_at, id"
+        ).rows
+        var tokens: [UUID: [TokenInfo]] = [:]
+        for row in rows {
+            guard let id = row.uuid("id"), let appID = row.uuid("app_id"), let prefix = row.string("prefix"),
+                let createdAt = row.date("created_at")
+            else { continue }
+            tokens[appID, default: []].append(TokenInfo(id: id, prefix: prefix, createdAt: createdAt, revokedAt: row.date("revoked_at")))
+        }
+        return tokens
+    }
+
+    /// Revokes the one active token of an app that starts with `prefix`; the app's other tokens
+    /// keep working.
+    ///
+    /// The API trusts a token it has seen for up to its catalog's cache time (30 s by default), so a
+    /// revoked token may still be accepted that long by a running server.
+    /// - Parameters:
+    ///   - appID: The token's app.
+    ///   - prefix: The token's first seven characters (`rq_` and four more, as `apps list` shows
+    ///     them), or the whole token.
+    /// - Returns: the revoked token.
+    /// - Throws: ``AppAdminError`` when the prefix is malformed, matches no active token of the app,
+    ///   or matches several (nothing is revoked then).
+    @discardableResult
+    public func revokeToken(appID: UUID, prefix: String) throws -> TokenInfo {
+        let shown = String(prefix.prefix(TokenInfo.prefixLength))
+        guard prefix.hasPrefix("rq_"), prefix.count == TokenInfo.prefixLength || prefix.count == Self.tokenLength else {
+            throw AppAdminError.malformedPrefix
+        }
+        return try connection.transaction { connection in
+            // The whole token names exactly one row by its hash; a prefix may name several.
+            let matches: [PostgresRow]
+            if prefix.count == Self.tokenLength {
+                matches = try connection.query(
+                    """
+                    SELECT id, created_at FROM api_tokens
+                    WHERE app_id = \(appID) AND token_sha256 = \(Digest.sha256(Array(prefix.utf8))) AND revoked_at IS NULL
+                    FOR UPDATE
+                    """
+                ).rows
+            } else {
+                matches = try connection.query(
+                    """
+                    SELECT id, created_at FROM api_tokens
+                    WHERE app_id = \(appID) AND prefix = \(shown) AND revoked_at IS NULL
+                    FOR UPDATE
+                    """
+                ).rows
+            }
+            guard matches.count <= 1 else { throw AppAdminError.ambiguousPrefix }
+            guard let row = matches.first, let id = row.uuid("id"), let createdAt = row.date("created_at") else {
+                throw AppAdminError.noActiveToken
+            }
+            let revoked = try connection.query(
+                "UPDATE api_tokens SET revoked_at = now() WHERE id = \(id) RETURNING revoked_at"
+            ).rows.first?.date("revoked_at")
+            return TokenInfo(id: id, prefix: shown, createdAt: createdAt, revokedAt: revoked ?? Date())
+        }
+    }
+
+    /// `rq_` and 48 hex digits (24 random bytes).
+    private static let tokenLength = 3 + 48
+
     private func issueToken(appID: UUID, on connection: PostgresConnection) throws -> String {
         let token = "rq_" + Digest.hex(SecureRandom.bytes(24))
         _ = try connection.query(
             """
             INSERT INTO api_tokens (id, app_id, token_sha256, prefix)
-            VALUES (\(JobID.make()), \(appID), \(Digest.sha256(Array(token.utf8))), \(String(token.prefix(7))))
+            VALUES (\(JobID.make()), \(appID), \(Digest.sha256(Array(token.utf8))), \(String(token.prefix(TokenInfo.prefixLength))))
             """)
         return token
     }
@@ -87,6 +161,54 @@ public struct AppAdmin {
         guard let text, text.count > 2 else { return [] }
         return text.dropFirst().dropLast().split(separator: ",").map {
             $0.hasPrefix("\"") && $0.hasSuffix("\"") && $0.count >= 2 ? String($0.dropFirst().dropLast()) : String($0)
+        }
+    }
+}
+
+/// One API token as `receiptq apps` shows it: never the token itself, which is not stored.
+public struct TokenInfo: Sendable, Equatable {
+    /// How many characters of a token are kept in clear to tell tokens apart: `rq_` and four more.
+    public static let prefixLength = 7
+
+    public var id: UUID
+    /// The token's first ``prefixLength`` characters.
+    public var prefix: String
+    public var createdAt: Date
+    /// When it was revoked; nil while it works.
+    public var revokedAt: Date?
+
+    /// Creates a token description.
+    public init(id: UUID, prefix: String, createdAt: Date, revokedAt: Date?) {
+        self.id = id
+        self.prefix = prefix
+        self.createdAt = createdAt
+        self.revokedAt = revokedAt
+    }
+
+    /// Whether the token still authenticates.
+    public var isActive: Bool { revokedAt == nil }
+}
+
+/// Why ``AppAdmin`` refused a change. Compare with `==`; the description is safe to print.
+public struct AppAdminError: Error, Equatable, CustomStringConvertible {
+    private enum Code: Equatable {
+        case malformedPrefix, noActiveToken, ambiguousPrefix
+    }
+
+    private let code: Code
+
+    /// The prefix is neither `rq_` and four characters nor a whole token.
+    public static var malformedPrefix: Self { Self(code: .malformedPrefix) }
+    /// No active token of the app starts with the prefix.
+    public static var noActiveToken: Self { Self(code: .noActiveToken) }
+    /// Several active tokens of the app start with the prefix: give the whole token instead.
+    public static var ambiguousPrefix: Self { Self(code: .ambiguousPrefix) }
+
+    public var description: String {
+        switch code {
+        case .malformedPrefix: "a token prefix is `rq_` and 4 more characters (as `apps list` shows), or the whole token"
+        case .noActiveToken: "the app has no active token with that prefix"
+        case .ambiguousPrefix: "several active tokens of the app have that prefix: give the whole token"
         }
     }
 }

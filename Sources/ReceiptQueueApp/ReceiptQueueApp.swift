@@ -35,6 +35,21 @@ public enum ReceiptQueueApp {
     public static func makeAPI(
         _ configuration: AppConfiguration, logger: Logger, onRunning: @escaping @Sendable (Int) async -> Void = { _ in }
     ) throws -> some ApplicationProtocol {
+        let (router, intake) = try makeRouter(configuration, logger: logger)
+        return Application(
+            router: router,
+            configuration: .init(address: .hostname(configuration.httpHost, port: configuration.httpPort), serverName: "receiptq"),
+            services: [ShutdownHook { intake.shutdown() }],
+            onServerRunning: { channel in await onRunning(channel.localAddress?.port ?? 0) }, logger: logger)
+    }
+
+    /// The API's routes, as ``makeAPI(_:logger:onRunning:)`` serves them (the OpenAPI test walks
+    /// them to compare with the document), and the intake whose listener the caller shuts down.
+    /// Connections are made on first use, not here.
+    /// - Throws: `ConfigurationError` when no trusted certificates are configured.
+    public static func makeRouter(
+        _ configuration: AppConfiguration, logger: Logger
+    ) throws -> (router: Router<IngestRequestContext>, intake: RedisIntake) {
         let verifier = ReceiptSignatureVerifier(trustStore: try trustStore(configuration))
         let redisPool = RedisConnectionPool(configuration: configuration.redis, size: 32)
         let postgresPool = PostgresConnectionPool(configuration: configuration.postgres, size: 8)
@@ -45,11 +60,7 @@ public enum ReceiptQueueApp {
             intake: intake, catalog: PostgresCatalog(pool: postgresPool), authenticity: verifier, configuration: configuration.api)
         let router = Router(context: IngestRequestContext.self)
         api.addRoutes(to: router)
-        return Application(
-            router: router,
-            configuration: .init(address: .hostname(configuration.httpHost, port: configuration.httpPort), serverName: "receiptq"),
-            services: [ShutdownHook { intake.shutdown() }],
-            onServerRunning: { channel in await onRunning(channel.localAddress?.port ?? 0) }, logger: logger)
+        return (router, intake)
     }
 
     /// The certificates receipt signatures must chain to.

@@ -7,12 +7,13 @@ import ReceiptQueueApp
 
 struct Apps: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Registers apps and manages their API tokens.", subcommands: [Add.self, List.self, RotateToken.self])
+        abstract: "Registers apps and manages their API tokens.",
+        subcommands: [Add.self, List.self, RotateToken.self, RevokeToken.self])
 
     struct Add: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Registers an app and prints its first API token.")
-        @Option(help: "A unique name for the app.") var name: String
         @Option(help: "The app's bundle id.") var bundleId: String
+        @Option(help: "A unique name for the app (default: the bundle id).") var name: String?
         @Option(help: "The App Store shared secret (or set RECEIPTQ_SHARED_SECRET, which stays out of `ps`).")
         var sharedSecret: String?
         @Flag(help: "Send exclude-old-transactions to Apple.") var excludeOldTransactions = false
@@ -24,19 +25,28 @@ struct Apps: AsyncParsableCommand {
             let secret = sharedSecret ?? ProcessInfo.processInfo.environment["RECEIPTQ_SHARED_SECRET"]
             let (app, token) = try AppAdmin(connection: connection).addApp(
                 name: name, bundleID: bundleId, sharedSecret: secret, excludeOldTransactions: excludeOldTransactions)
-            print("app_id: \(app.id.uuidString.lowercased())\ntoken: \(token)")
+            print("app_id: \(app.id.uuidString.lowercased())\nname: \(app.name)\ntoken: \(token)")
         }
     }
 
     struct List: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Lists registered apps (secrets are not shown).")
+        static let configuration = CommandConfiguration(
+            abstract: "Lists registered apps and their tokens (secrets and tokens are not shown, only token prefixes).")
 
         func run() async throws {
             let (configuration, _) = try bootstrap(label: "apps")
             let connection = try PostgresConnection(configuration: configuration.postgres, label: "apps")
             defer { connection.close() }
-            for app in try AppAdmin(connection: connection).listApps() {
-                print("\(app.id.uuidString.lowercased())  \(app.name)  \(app.bundleID)  secret: \(app.sharedSecret == nil ? "no" : "yes")")
+            let admin = AppAdmin(connection: connection)
+            let tokens = try admin.tokens()
+            for app in try admin.listApps() {
+                let appTokens = tokens[app.id] ?? []
+                let active = appTokens.filter(\.isActive)
+                // The prefixes are what `revoke-token --prefix` takes.
+                let prefixes = active.isEmpty ? "" : " (\(active.map(\.prefix).joined(separator: ", ")))"
+                print(
+                    "\(app.id.uuidString.lowercased())  \(app.name)  \(app.bundleID)  secret: \(app.sharedSecret == nil ? "no" : "yes")"
+                        + "  tokens: \(active.count) active\(prefixes), \(appTokens.count - active.count) revoked")
             }
         }
     }
@@ -54,6 +64,30 @@ struct Apps: AsyncParsableCommand {
             let admin = AppAdmin(connection: connection)
             guard let app = try admin.app(named: name) else { throw ValidationError("no app named \(name)") }
             print("token: \(try admin.rotateToken(appID: app.id, revokingOthers: !keepOld))")
+        }
+    }
+
+    struct RevokeToken: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "revoke-token",
+            abstract: "Revokes one API token of an app; its other tokens keep working.",
+            discussion: "A running API may accept the token for up to 30 s more (its token cache).")
+        @Option(help: "The app's name.") var name: String
+        @Option(help: "The token's prefix as `apps list` shows it (rq_ and 4 characters), or the whole token.")
+        var prefix: String
+
+        func run() async throws {
+            let (configuration, _) = try bootstrap(label: "apps")
+            let connection = try PostgresConnection(configuration: configuration.postgres, label: "apps")
+            defer { connection.close() }
+            let admin = AppAdmin(connection: connection)
+            guard let app = try admin.app(named: name) else { throw ValidationError("no app named \(name)") }
+            do {
+                let token = try admin.revokeToken(appID: app.id, prefix: prefix)
+                print("revoked: \(token.prefix)")
+            } catch let error as AppAdminError {
+                throw ValidationError("\(error)")
+            }
         }
     }
 }

@@ -109,7 +109,9 @@ public enum ReceiptForger {
     public static func demoReceipt(bundleID: String, now: Date = Date()) -> AppReceipt {
         // Receipts carry whole seconds; rounding here keeps a forged receipt equal to its decoding.
         let now = Date(timeIntervalSince1970: now.timeIntervalSince1970.rounded(.down))
-        let base = UInt64(now.timeIntervalSince1970 * 1000)
+        // Unique per receipt, not per second: the ledger keys purchases by transaction id, and two
+        // demo receipts forged in the same second must not claim each other's transactions.
+        let base = UInt64(now.timeIntervalSince1970) * 1_000_000 + UInt64.random(in: 0..<1_000_000)
         let purchased = now.addingTimeInterval(-3600)
         return AppReceipt(
             style: .unified, bundleID: bundleID, environment: .productionSandbox, applicationVersion: "1.0",
