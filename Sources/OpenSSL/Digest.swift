@@ -12,6 +12,35 @@ public enum Digest {
         digest(data, EVP_sha1(), length: 20)
     }
 
+    /// MD5 of `data` (16 bytes); only where a protocol still requires it, such as HTTP Digest
+    /// authentication (RFC 7616 keeps `algorithm=MD5` for older clients). Never for integrity.
+    public static func md5(_ data: some Collection<UInt8>) -> [UInt8] {
+        digest(data, EVP_md5(), length: 16)
+    }
+
+    /// HMAC-SHA256 of `data` under `key` (32 bytes).
+    public static func hmacSHA256(key: [UInt8], _ data: some Collection<UInt8>) -> [UInt8] {
+        let bytes = Array(data)
+        var output = [UInt8](repeating: 0, count: 32)
+        var size = 0
+        let result = key.withUnsafeBytes { key in
+            bytes.withUnsafeBytes { input in
+                // An empty array may have no base address; HMAC of empty input or key is still defined,
+                // so point at a valid byte and pass length 0.
+                withUnsafeBytes(of: UInt8(0)) { empty in
+                    EVP_Q_mac(
+                        nil, "HMAC", nil, "SHA256", nil, key.baseAddress ?? empty.baseAddress, key.count,
+                        (input.baseAddress ?? empty.baseAddress)?.assumingMemoryBound(to: UInt8.self), input.count, &output,
+                        output.count, &size)
+                }
+            }
+        }
+        // As with EVP_Digest: failing here means a broken OpenSSL set-up, and a wrong MAC must never
+        // be returned silently.
+        precondition(result != nil && size == 32, "EVP_Q_mac failed: \(OpenSSLError.drainQueue())")
+        return output
+    }
+
     /// Whether two byte strings are equal, in time that depends only on their length (OpenSSL's
     /// `CRYPTO_memcmp`): comparing a secret's hash must not reveal how many leading bytes matched.
     public static func constantTimeEqual(_ lhs: [UInt8], _ rhs: [UInt8]) -> Bool {
