@@ -9,6 +9,9 @@ public final class PostgresCatalog: ReceiptCatalog {
     private let pool: PostgresConnectionPool
     private let cache = Mutex<[String: (app: AppRecord, loadedAt: Date)]>([:])
     private let cacheTTL: TimeInterval
+    /// Softphone credentials by username, cached like tokens (a softphone retries each call after
+    /// a Digest challenge, so every purchase looks its username up twice).
+    private let softphoneCache = Mutex<[String: (credentials: SoftphoneCredentials, loadedAt: Date)]>([:])
 
     /// Creates the catalog.
     /// - Parameters:
@@ -42,6 +45,38 @@ public final class PostgresCatalog: ReceiptCatalog {
         }
         if let app { cache.withLock { $0[key] = (app, Date()) } }
         return app
+    }
+
+    /// The softphone credentials registered under `username` in the current realm; a changed or
+    /// removed set stops working after at most the cache TTL.
+    public func softphoneCredentials(username: String) async throws -> SoftphoneCredentials? {
+        guard SoftphoneCredentials.problem(username: username) == nil else { return nil }
+        if let hit = softphoneCache.withLock({ $0[username] }), Date().timeIntervalSince(hit.loadedAt) < cacheTTL {
+            return hit.credentials
+        }
+        let credentials = try await pool.withConnection { connection in
+            try connection.query(
+                """
+                SELECT c.username, c.ha1_md5, c.ha1_sha256, a.id, a.name, a.bundle_id,
+                       a.other_bundle_ids::text AS other_bundle_ids, a.shared_secret, a.exclude_old_transactions
+                FROM softphone_credentials c JOIN apps a ON a.id = c.app_id
+                WHERE c.username = \(username) AND c.realm = \(SoftphoneCredentials.realm)
+                """
+            ).rows.first.flatMap { row -> SoftphoneCredentials? in
+                guard let app = AppAdmin.appRecord(row), let md5 = row.bytes("ha1_md5"), let sha256 = row.bytes("ha1_sha256") else {
+                    return nil
+                }
+                return SoftphoneCredentials(app: app, username: username, ha1MD5: md5, ha1SHA256: sha256)
+            }
+        }
+        if let credentials {
+            softphoneCache.withLock { cache in
+                // Usernames come from unauthenticated requests, but only known ones are cached, so
+                // the cache is bounded by the number of registered apps.
+                cache[username] = (credentials, Date())
+            }
+        }
+        return credentials
     }
 
     public func receipt(id: UUID, appID: UUID) async throws -> ReceiptResource? {

@@ -8,7 +8,7 @@ import ReceiptQueueApp
 struct Apps: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Registers apps and manages their API tokens.",
-        subcommands: [Add.self, List.self, RotateToken.self, RevokeToken.self])
+        subcommands: [Add.self, List.self, RotateToken.self, RevokeToken.self, SetSoftphoneCredentials.self])
 
     struct Add: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Registers an app and prints its first API token.")
@@ -90,4 +90,74 @@ struct Apps: AsyncParsableCommand {
             }
         }
     }
+}
+
+extension Apps {
+    /// `apps softphone-credentials`: what the Cloud Softphone web service authenticates with.
+    struct SetSoftphoneCredentials: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "softphone-credentials",
+            abstract: "Sets the username and password an app's Cloud Softphone uses at /cloudsoftphone/iap.",
+            discussion: """
+                The password is read from RECEIPTQ_SOFTPHONE_PASSWORD, or prompted for (never taken from the \
+                command line, where `ps` shows it). Only its HTTP Digest HA1 values are stored.
+                """)
+        @Option(help: "The app's name.") var name: String
+        @Option(help: "The username the softphone sends (unique across apps).") var username: String?
+        @Flag(help: "Remove the app's softphone credentials instead.") var remove = false
+
+        func validate() throws {
+            if !remove && username == nil { throw ValidationError("--username is required (unless --remove)") }
+        }
+
+        func run() async throws {
+            let (configuration, _) = try bootstrap(label: "apps")
+            let connection = try PostgresConnection(configuration: configuration.postgres, label: "apps")
+            defer { connection.close() }
+            guard let app = try AppAdmin(connection: connection).app(named: name) else { throw ValidationError("no app named \(name)") }
+            let admin = SoftphoneAdmin(connection: connection)
+            guard let username, !remove else {
+                print(try admin.removeCredentials(appID: app.id) ? "removed" : "no softphone credentials to remove")
+                return
+            }
+            if let problem = SoftphoneCredentials.problem(username: username) {
+                throw ValidationError("--username \(problem)")
+            }
+            let password = try readSoftphonePassword()
+            do {
+                try admin.setCredentials(appID: app.id, username: username, password: password)
+            } catch let failure as SoftphoneAdmin.Failure {
+                throw ValidationError(failure.message)
+            }
+            print("softphone credentials set: username \(username), realm \(SoftphoneCredentials.realm)")
+        }
+    }
+}
+
+/// The softphone password from `RECEIPTQ_SOFTPHONE_PASSWORD`, or typed without echo (twice) at a
+/// terminal, or the first line of standard input when it is not one.
+private func readSoftphonePassword() throws -> String {
+    if let password = ProcessInfo.processInfo.environment["RECEIPTQ_SOFTPHONE_PASSWORD"], !password.isEmpty { return password }
+    guard isatty(STDIN_FILENO) == 1 else {
+        guard let line = readLine(strippingNewline: true), !line.isEmpty else {
+            throw ValidationError("no password: set RECEIPTQ_SOFTPHONE_PASSWORD or pipe it on standard input")
+        }
+        return line
+    }
+    func prompt(_ text: String) -> String? {
+        FileHandle.standardError.write(Data(text.utf8))
+        var saved = termios()
+        tcgetattr(STDIN_FILENO, &saved)
+        var silent = saved
+        silent.c_lflag &= ~tcflag_t(ECHO)
+        tcsetattr(STDIN_FILENO, TCSAFLUSH, &silent)
+        defer {
+            tcsetattr(STDIN_FILENO, TCSAFLUSH, &saved)
+            FileHandle.standardError.write(Data("\n".utf8))
+        }
+        return readLine(strippingNewline: true)
+    }
+    guard let password = prompt("Softphone password: "), !password.isEmpty else { throw ValidationError("the password must not be empty") }
+    guard prompt("Again: ") == password else { throw ValidationError("the passwords differ") }
+    return password
 }

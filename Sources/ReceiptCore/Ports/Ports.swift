@@ -201,6 +201,9 @@ public protocol ReceiptCatalog: Sendable {
     func authenticate(token: String) async throws -> AppRecord?
     /// A stored receipt of `appID`.
     func receipt(id: UUID, appID: UUID) async throws -> ReceiptResource?
+    /// The Cloud Softphone web service credentials registered under `username`, with their app, or
+    /// nil (unknown username).
+    func softphoneCredentials(username: String) async throws -> SoftphoneCredentials?
 }
 
 /// The scheduler's queue chores (blocking; the scheduler owns one and calls it from its own thread).
