@@ -199,11 +199,22 @@ let package = Package(
             name: "IntegrationTests",
             dependencies: [
                 "ReceiptQueueApp", "ReceiptTesting", "MockAppStore", "Curl", "AppStoreClient", "Hiredis", "Libpq", "PostgresStore", "RedisJobQueue",
-                "ReceiptSignature", "ReceiptCore", "IngestAPI",
+                "ReceiptSignature", "ReceiptCore", "IngestAPI", "OpenSSL",
                 // Router.routes, for the OpenAPI test's route-by-route comparison.
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        // The ingestion API's pure parts and its handlers on in-memory doubles: no server needed.
+        .testTarget(
+            name: "IngestAPITests",
+            dependencies: [
+                "IngestAPI", "ReceiptCore", "ReceiptSignature", "OpenSSL", "ReceiptTesting",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HummingbirdTesting", package: "hummingbird"),
+                .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: swiftSettings
         ),

@@ -140,7 +140,7 @@ public struct IngestAPI: Sendable {
         }
     }
 
-    private func clientAddress(_ request: Request, context: IngestRequestContext) -> String? {
+    func clientAddress(_ request: Request, context: IngestRequestContext) -> String? {
         if let header = configuration.trustedProxyHeader, let name = HTTPField.Name(header), let value = request.headers[name] {
             // The left-most entry is the client as the first trusted proxy saw it.
             let first = value.split(separator: ",").first.map { String($0).trimmingCharacters(in: .whitespaces) }

@@ -9,7 +9,7 @@ import RedisJobQueue
 /// Every setting of receiptq, read from environment variables (12-factor). Each has a default that
 /// works with `scripts/services`; the README's configuration table lists them.
 ///
-/// Secrets (`REDIS_PASSWORD`, `POSTGRES_PASSWORD`) are never printed: `description` redacts them.
+/// Secrets (`REDIS_PASSWORD`, `POSTGRES_PASSWORD`, `SOFTPHONE_NONCE_SECRET`) are never printed: `description` redacts them.
 public struct AppConfiguration: Sendable, CustomStringConvertible {
     /// `development` or `production` (`RECEIPTQ_ENV`).
     public var environment: String
@@ -30,6 +30,8 @@ public struct AppConfiguration: Sendable, CustomStringConvertible {
     /// When the shared Apple outage circuit opens and how long it stays open (`CIRCUIT_*`).
     public var circuitPolicy: CircuitPolicy
     public var api: IngestAPI.Configuration
+    /// The Cloud Softphone web service (`SOFTPHONE_NONCE_SECRET`, `SOFTPHONE_NONCE_LIFETIME_SECONDS`).
+    public var softphone: SoftphoneService.Configuration
     /// How long the same receipt of the same app maps to the same receipt id (`API_IDEMPOTENCY_WINDOW_SECONDS`).
     public var idempotencyWindow: Duration
     public var logLevel: String
@@ -108,6 +110,14 @@ public struct AppConfiguration: Sendable, CustomStringConvertible {
             syncWait: .milliseconds(try int("API_SYNC_WAIT_MS", 2000, range: 0...60_000)),
             maxBodyBytes: try int("API_MAX_BODY_BYTES", 1 << 20, range: 1024...(64 << 20)),
             trustedProxyHeader: environment["API_TRUSTED_PROXY_HEADER"].flatMap { $0.isEmpty ? nil : $0 })
+        // Digest nonces are checked with this key; replicas behind one load balancer must share it.
+        let nonceSecret = environment["SOFTPHONE_NONCE_SECRET"].flatMap { $0.isEmpty ? nil : $0 }
+        if let nonceSecret, nonceSecret.utf8.count < 32 {
+            throw ConfigurationError(variable: "SOFTPHONE_NONCE_SECRET", reason: "must be at least 32 characters")
+        }
+        softphone = SoftphoneService.Configuration(
+            nonceSecret: nonceSecret.map { Array($0.utf8) },
+            nonceLifetime: .seconds(try int("SOFTPHONE_NONCE_LIFETIME_SECONDS", 300, range: 10...86_400)))
         idempotencyWindow = .seconds(try int("API_IDEMPOTENCY_WINDOW_SECONDS", 86_400, range: 1...(30 * 86_400)))
         logLevel = string("LOG_LEVEL", "info")
         logFormat = string("LOG_FORMAT", "text")

@@ -60,6 +60,7 @@ public enum ReceiptQueueApp {
             intake: intake, catalog: PostgresCatalog(pool: postgresPool), authenticity: verifier, configuration: configuration.api)
         let router = Router(context: IngestRequestContext.self)
         api.addRoutes(to: router)
+        SoftphoneService(api: api, configuration: configuration.softphone).addRoutes(to: router)
         return (router, intake)
     }
 
