@@ -9,12 +9,15 @@ public enum SoftphoneFormat: Sendable, Equatable, CaseIterable {
     /// `final=1&…`.
     case form
 
-    /// The `Content-Type` of an answer in this format.
+    /// The `Content-Type` of an answer in this format, exactly as the softphone's documentation
+    /// spells it: no `charset` parameter, which a client comparing the whole header would trip on
+    /// (and which none of the three needs: JSON and XML without a declaration are UTF-8, form text
+    /// is ASCII).
     public var contentType: String {
         switch self {
-        case .xml: "application/xml; charset=utf-8"
-        case .json: "application/json; charset=utf-8"
-        case .form: "application/x-www-form-urlencoded; charset=utf-8"
+        case .xml: "application/xml"
+        case .json: "application/json"
+        case .form: "application/x-www-form-urlencoded"
         }
     }
 
