@@ -52,16 +52,23 @@ public enum SoftphoneAuth {
 
     /// The parameters of a `Digest` Authorization header (RFC 7616 §3.4).
     public struct DigestResponse: Sendable, Equatable {
+        /// Whose credentials the client used.
         public var username: String
+        /// The realm the client computed HA1 in.
         public var realm: String
+        /// The server's nonce the client answers.
         public var nonce: String
+        /// The request target the digest covers.
         public var uri: String
         /// The client's response digest, in hex.
         public var response: String
         /// The algorithm parameter as sent (nil: MD5).
         public var algorithm: String?
+        /// The quality of protection chosen (only `auth` is accepted).
         public var qop: String?
+        /// The nonce count, 8 hex digits.
         public var nc: String?
+        /// The client's nonce.
         public var cnonce: String?
 
         /// Creates a response.

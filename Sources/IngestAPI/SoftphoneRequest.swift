@@ -3,7 +3,9 @@ import ReceiptCore
 
 /// One name/value pair as it arrived in a query string, a form body or a JSON body.
 public struct SoftphoneParameter: Sendable, Equatable {
+    /// The name, decoded, as sent.
     public var name: String
+    /// The value, decoded (`+` and `%XX` already turned into what they stand for).
     public var value: String
 
     /// Creates a parameter.

@@ -85,7 +85,9 @@ public struct SoftphoneReply: Sendable, Equatable {
 
     /// One extra field of the answer.
     public struct Field: Sendable, Equatable {
+        /// The field's name: an XML element name, a JSON key, a form name.
         public var name: String
+        /// The field's text.
         public var value: String
 
         /// Creates a field.
