@@ -3,7 +3,7 @@ import Foundation
 // receiptq-bench: the benchmark behind scripts/bench. One subcommand per row; each prints a table
 // and, with --json, merges its results into bench/results.json under its own key.
 //
-//   receiptq-bench list                 rows, one per line: name <TAB> services <TAB> summary <TAB> products
+//   receiptq-bench list                 rows, one per line: name <TAB> services <TAB> summary <TAB> products <TAB> packages
 //   receiptq-bench <row> [options]      run one row (see receiptq-bench <row> --help)
 
 func usage() -> String {
@@ -44,7 +44,8 @@ case "list":
     for row in BenchRows.all {
         let services = row.services.isEmpty ? "-" : row.services.joined(separator: ",")
         let products = row.products.isEmpty ? "-" : row.products.joined(separator: ",")
-        print("\(row.name)\t\(services)\t\(row.summary)\t\(products)")
+        let packages = row.packages.isEmpty ? "-" : row.packages.joined(separator: ",")
+        print("\(row.name)\t\(services)\t\(row.summary)\t\(products)\t\(packages)")
     }
 default:
     guard let row = BenchRows.all.first(where: { $0.name == command }) else {

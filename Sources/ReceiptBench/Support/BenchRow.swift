@@ -14,6 +14,8 @@ protocol BenchRow {
     static var services: [String] { get }
     /// Other products of the package the row runs (e.g. `receiptq`); scripts/bench builds them in release.
     static var products: [String] { get }
+    /// Debian packages of the tools the row runs (e.g. `wrk`); scripts/bench installs them with scripts/setup.
+    static var packages: [String] { get }
     /// Row-specific options beyond the common ones, for `--help` and argument checking.
     static var options: [OptionSpec] { get }
     /// Default samples per workload when `--iterations` is absent.
@@ -27,6 +29,7 @@ protocol BenchRow {
 extension BenchRow {
     static var services: [String] { [] }
     static var products: [String] { [] }
+    static var packages: [String] { [] }
     static var options: [OptionSpec] { [] }
     static var defaultIterations: Int { 2_000 }
 }
