@@ -240,20 +240,7 @@ enum ReceiptRow: BenchRow {
     static func forgedWorkload() throws -> Workload {
         let authority = try TestCertificateAuthority.generate()
         let verifier = ReceiptSignatureVerifier(trustStore: TrustStore(roots: [authority.root]))
-        let now = Date()
-        var receipt = ReceiptForger.demoReceipt(bundleID: "com.example.receiptq.bench", now: now)
-        var bytes = try ReceiptForger.unified(receipt, authority: authority, digest: .sha256)
-        var serial = 3
-        while bytes.count < 4_000, receipt.inApp.count < 10 {
-            let purchased = now.addingTimeInterval(-Double(serial) * 86_400)
-            receipt.inApp.append(
-                InAppPurchase(
-                    productID: "com.example.receiptq.bench.pro.monthly", transactionID: "10000012345678\(serial)",
-                    originalTransactionID: "100000123456780", purchaseDate: purchased, originalPurchaseDate: purchased,
-                    expiresDate: purchased.addingTimeInterval(30 * 86_400), webOrderLineItemID: "2000000012345\(serial)"))
-            bytes = try ReceiptForger.unified(receipt, authority: authority, digest: .sha256)
-            serial += 1
-        }
+        let bytes = try ForgedReceipt.fourKilobytes(bundleID: "com.example.receiptq.bench", authority: authority).der
         let text = Data(bytes).base64EncodedString()
         let decoded = try ReceiptDecoder.decode(base64: text)
         let signature = verifier.verify(bytes: bytes, receipt: decoded)
