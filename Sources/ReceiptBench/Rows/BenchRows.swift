@@ -5,6 +5,7 @@ enum BenchRows {
             ReceiptRow.self,
             QueueOnlyRow.self,
             PipelineRow.self,
+            IngestRow.self,
         ]
     }
 }
