@@ -91,6 +91,8 @@ enum IngestRow: BenchRow {
         let redis = try RedisConnection(configuration: configuration.redis, label: "bench")
         defer { redis.close() }
         let postmaster = PostgresStats.postmasterPID(postgres)
+        // How often Redis looks at blocked clients' timeouts (its server cron): a short BLPOP ends late.
+        let redisHz = (try? redis.send(["CONFIG", "GET", "hz"]))?.array?.last?.string.flatMap { Int($0) } ?? -1
 
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("receiptq-bench-ingest-\(getpid())")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
@@ -98,7 +100,7 @@ enum IngestRow: BenchRow {
         // The receipt, and a trust directory holding only the root that signed it.
         FileHandle.standardError.write(Data("ingest: forging the receipt (test CA: two RSA keys)…\n".utf8))
         let authority = try TestCertificateAuthority.generate()
-        let (_, der) = try ForgedReceipt.fourKilobytes(bundleID: bundleID, authority: authority)
+        let (forged, der) = try ForgedReceipt.fourKilobytes(bundleID: bundleID, authority: authority)
         let trustDirectory = directory.appendingPathComponent("trust")
         try FileManager.default.createDirectory(at: trustDirectory, withIntermediateDirectories: true)
         try authority.root.pem.write(to: trustDirectory.appendingPathComponent("root.pem"), atomically: true, encoding: .utf8)
@@ -178,8 +180,9 @@ enum IngestRow: BenchRow {
         }
 
         let result = summarize(
-            runs: runs, settings: settings, probe: (probe.status, probeBody), derBytes: der.count, bodyBytes: body.count,
-            receiptq: receiptq.path, wrk: wrk, profile: profile)
+            runs: runs, settings: settings, probe: (probe.status, probeBody),
+            receipt: (der: der.count, body: body.count, purchases: forged.inApp.count), redisHz: redisHz, receiptq: receiptq.path,
+            wrk: wrk, profile: profile)
         keepLogs = !server.isRunning
         return result
     }
@@ -415,8 +418,8 @@ enum IngestRow: BenchRow {
     }
 
     static func summarize(
-        runs: [[String: Any]], settings: Settings, probe: (status: Int, body: String), derBytes: Int, bodyBytes: Int,
-        receiptq: String, wrk: String, profile: [String: Any]?
+        runs: [[String: Any]], settings: Settings, probe: (status: Int, body: String), receipt: (der: Int, body: Int, purchases: Int),
+        redisHz: Int, receiptq: String, wrk: String, profile: [String: Any]?
     ) -> [String: Any] {
         func values(_ key: String) -> [Double] { runs.map { ($0[key] as? Double) ?? ($0[key] as? Int).map(Double.init) ?? .nan } }
         func med(_ key: String, places: Double = 10) -> Double { Format.json(median(values(key)), places: places) }
@@ -437,8 +440,9 @@ enum IngestRow: BenchRow {
             "redis_cpu_us_per_req": med("redis_cpu_us_per_req"), "postgres_cpu_pct": med("postgres_cpu_pct"),
             "wrk_cpu_pct": med("wrk_cpu_pct"), "machine_busy_pct": med("machine_busy_pct"),
             "runs": runs, "connections": settings.connections, "wrk_threads": settings.threads, "window_s": settings.seconds,
-            "warmup_s": settings.warmup, "api_sync_wait_ms": settings.syncWaitMs, "receipt_der_bytes": derBytes,
-            "body_bytes": bodyBytes, "probe": ["status": probe.status, "body": probe.body], "receiptq": receiptq, "wrk": wrk,
+            "warmup_s": settings.warmup, "api_sync_wait_ms": settings.syncWaitMs, "receipt_der_bytes": receipt.der,
+            "receipt_purchases": receipt.purchases, "body_bytes": receipt.body, "redis_hz": redisHz,
+            "probe": ["status": probe.status, "body": probe.body], "receiptq": receiptq, "wrk": wrk,
             "targets": [
                 "rps_ge_10000": ["value": rps, "met": rps >= 10_000],
                 "p99_le_20ms": ["value": p99, "met": p99 <= 20],
@@ -453,7 +457,8 @@ enum IngestRow: BenchRow {
         if let profile { result["profile"] = profile }
 
         var table = TextTable(
-            title: "ingest: POST \(path), \(derBytes) B receipt (\(bodyBytes) B body), wrk \(settings.threads) threads × "
+            title:
+                "ingest: POST \(path), \(receipt.der) B receipt (\(receipt.purchases) purchases, \(receipt.body) B body), wrk \(settings.threads) threads × "
                 + "\(settings.connections) connections, \(Format.json(settings.seconds)) s runs, API_SYNC_WAIT_MS=\(settings.syncWaitMs)",
             headers: [
                 "run", "req/s", "p50 ms", "p99 ms", "max ms", "non-2xx", "sock err", "server CPU %", "µs/req", "RSS MB", "redis CPU %",
@@ -485,6 +490,14 @@ enum IngestRow: BenchRow {
                 "per request (last run): Redis \(commands), \(last["redis_net_in_bytes_per_req"] ?? "?") B in, "
                     + "\(last["redis_cpu_us_per_req"] ?? "?") µs Redis CPU; server \(last["server_context_switches_per_req"] ?? "?") "
                     + "context switches, \(last["server_threads"] ?? "?") threads")
+        }
+        // The API waits for a worker's result with BLPOP (≥ 10 ms) even at API_SYNC_WAIT_MS=0, and Redis
+        // ends a short blocking timeout only after about one cron period (1000/hz ms): that bounds latency.
+        let blpop = ((runs.last?["redis_commands_per_req"] as? [String: Any])?["blpop"] as? Double) ?? 0
+        if blpop >= 0.5 {
+            table.notes.append(
+                "every POST waited in BLPOP for a worker's result (\(blpop) per request, API_SYNC_WAIT_MS=\(settings.syncWaitMs)); "
+                    + "at Redis hz \(redisHz) such a short timeout fires only after ~\(redisHz > 0 ? 1_000 / redisHz : -1) ms")
         }
         table.notes.append(
             "first POST answered \(probe.status)" + (probeOK ? "" : ": \(probe.body)")
