@@ -14,21 +14,24 @@ import RedisJobQueue
 /// The server is `receiptq serve` (release build) in its own process, on Redis and Postgres from
 /// scripts/services, with a fresh `REDIS_KEY_PREFIX` and `API_SYNC_WAIT_MS=0`: no worker runs, so
 /// each POST is answered 206 as soon as its job is durably in Redis. This measures ingestion (auth,
-/// body, local decode, soon the signature, the Redis MULTI), not Apple. `RECEIPTQ_TRUST_ROOTS_DIR`
-/// holds only the root of a test CA generated for the run, which signed the receipt: a server that
-/// verifies signatures locally must accept it.
+/// body, local decode and signature check, the Redis write), not Apple. `RECEIPTQ_TRUST_ROOTS_DIR`
+/// holds only the root of a test CA generated for the run, which signed every receipt: the server
+/// must accept them all (a 402 is an error here).
 ///
-/// The load is `wrk` (a Debian package; scripts/bench installs it): `--connections` (50) keep-alive
-/// connections on `--threads` (2) threads POST one fixed JSON body (a unified receipt of ~4 KB of
-/// DER, base64) with the app's Bearer token. A Lua script counts every response by status and prints
-/// wrk's exact latency percentiles as JSON. After an untimed warm-up run, `--iterations` (3) runs of
-/// `--seconds` (10) each; the row reports the median of each number over the runs. Any response that
-/// is not 2xx, and any socket error or timeout, is counted and flags the run.
+/// The API keeps one job per (receipt, app) for a day and answers a repeat from it, so the load is
+/// made of new pairs: `--receipts` (500) distinct unified receipts of ~4 KB of DER, each forged and
+/// signed, and `--apps` (200) apps of their bundle id with a token each. `wrk` (a Debian package;
+/// scripts/bench installs it) keeps `--connections` (50) keep-alive connections on `--threads` (2)
+/// threads; its Lua script POSTs the pairs in turn (receipts × apps per run before any repeat), counts
+/// every response by status and prints wrk's exact latency percentiles as JSON. After an untimed
+/// warm-up run, `--iterations` (3) runs of `--seconds` (10) each; the row reports the median of each
+/// number over the runs. Any response that is not 2xx, any socket error or timeout, a run with fewer
+/// queued jobs than 2xx answers, or one longer than receipts × apps requests, flags the run.
 ///
 /// Around each run: the CPU (utime+stime) and peak RSS of the server, Redis's CPU (`INFO cpu`) and
 /// commands, Postgres's CPU (its processes in `/proc`), wrk's own CPU (it shares the 2 cores), the
-/// machine's busy share, and the jobs in the Redis queue (every 2xx must be one). The run's keys are
-/// deleted after each run, the app at the end. With perf installed, one more run is profiled
+/// machine's busy share, and the jobs in the Redis queue. The run's keys are deleted after each run
+/// (so pairs are new again), the apps at the end. With perf installed, one more run is profiled
 /// (`perf record` of the server and Redis) unless `--profile-seconds 0`.
 enum IngestRow: BenchRow {
     static let name = "ingest"
@@ -45,6 +48,8 @@ enum IngestRow: BenchRow {
         OptionSpec(name: "--threads", takesValue: true, help: "wrk threads (default 2)"),
         OptionSpec(name: "--sync-wait-ms", takesValue: true, help: "the server's API_SYNC_WAIT_MS (default 0: no worker runs)"),
         OptionSpec(name: "--profile-seconds", takesValue: true, help: "perf record server + Redis during one extra run (default 6; 0 = none)"),
+        OptionSpec(name: "--receipts", takesValue: true, help: "distinct receipts, each forged and signed (default 500)"),
+        OptionSpec(name: "--apps", takesValue: true, help: "apps (tokens) of the receipts' bundle id (default 200)"),
         OptionSpec(name: "--receiptq", takesValue: true, help: "the receiptq binary (default: next to receiptq-bench)"),
         OptionSpec(name: "--wrk", takesValue: true, help: "the wrk binary (default: wrk on PATH)"),
         OptionSpec(name: "--keep-data", takesValue: false, help: "keep the bench's app in Postgres"),
@@ -65,6 +70,8 @@ enum IngestRow: BenchRow {
         var runs: Int
         var syncWaitMs: Int
         var profileSeconds: Int
+        var receipts: Int
+        var apps: Int
     }
 
     static func run(_ options: BenchOptions) throws -> [String: Any] {
@@ -77,7 +84,8 @@ enum IngestRow: BenchRow {
             seconds: max(1, try number("--seconds", 10)), warmup: try number("--warmup-seconds", 3),
             connections: max(1, Int(try number("--connections", 50))), threads: max(1, Int(try number("--threads", 2))),
             runs: options.iterations(default: defaultIterations), syncWaitMs: Int(try number("--sync-wait-ms", 0)),
-            profileSeconds: Int(try number("--profile-seconds", 6)))
+            profileSeconds: Int(try number("--profile-seconds", 6)), receipts: max(1, Int(try number("--receipts", 500))),
+            apps: max(1, Int(try number("--apps", 200))))
         guard settings.connections >= settings.threads else { throw Failure(description: "--connections must be ≥ --threads") }
 
         let receiptq = try PipelineRow.locateReceiptq(options.extra["--receiptq"])
@@ -100,24 +108,52 @@ enum IngestRow: BenchRow {
         // The receipt, and a trust directory holding only the root that signed it.
         FileHandle.standardError.write(Data("ingest: forging the receipt (test CA: two RSA keys)…\n".utf8))
         let authority = try TestCertificateAuthority.generate()
-        let (forged, der) = try ForgedReceipt.fourKilobytes(bundleID: bundleID, authority: authority)
         let trustDirectory = directory.appendingPathComponent("trust")
         try FileManager.default.createDirectory(at: trustDirectory, withIntermediateDirectories: true)
         try authority.root.pem.write(to: trustDirectory.appendingPathComponent("root.pem"), atomically: true, encoding: .utf8)
-        let decoded = try ReceiptDecoder.decode(bytes: der)
-        let signature = ReceiptSignatureVerifier(trustStore: try TrustStore.load(directory: trustDirectory)).verify(
-            bytes: der, receipt: decoded)
-        guard signature.valid else {
-            throw Failure(description: "the forged receipt does not verify against \(trustDirectory.path): \(signature.reason ?? "?")")
+        let verifier = ReceiptSignatureVerifier(trustStore: try TrustStore.load(directory: trustDirectory))
+        // Distinct receipts (each with its own random opaque value, so its own bytes and signature):
+        // the API keeps one job per receipt and app, and answers a repeat from that job.
+        FileHandle.standardError.write(Data("ingest: forging and signing \(settings.receipts) receipts…\n".utf8))
+        var bodies: [String] = []
+        var forged: (receipt: AppReceipt, der: [UInt8])?
+        for _ in 0..<settings.receipts {
+            var receipt: (receipt: AppReceipt, der: [UInt8])
+            if var next = forged?.receipt {
+                // Same size as the first, own bytes: a new opaque value and hash, signed again.
+                next.opaqueValue = (0..<16).map { _ in UInt8.random(in: 0...255) }
+                next.sha1Hash = (0..<20).map { _ in UInt8.random(in: 0...255) }
+                receipt = (next, try ReceiptForger.unified(next, authority: authority, digest: .sha256))
+            } else {
+                receipt = try ForgedReceipt.fourKilobytes(bundleID: bundleID, authority: authority)
+            }
+            let signature = verifier.verify(bytes: receipt.der, receipt: try ReceiptDecoder.decode(bytes: receipt.der))
+            guard signature.valid else {
+                throw Failure(description: "a forged receipt does not verify against \(trustDirectory.path): \(signature.reason ?? "?")")
+            }
+            let body = try JSONSerialization.data(
+                withJSONObject: [
+                    "receipt": Data(receipt.der).base64EncodedString(), "user_identifier": "bench-user", "country_code": "US",
+                ], options: [.sortedKeys, .withoutEscapingSlashes])
+            bodies.append(String(decoding: body, as: UTF8.self))
+            forged = forged ?? receipt
         }
-        let body = try JSONSerialization.data(
-            withJSONObject: ["receipt": Data(der).base64EncodedString(), "user_identifier": "bench-user", "country_code": "US"],
-            options: [.sortedKeys, .withoutEscapingSlashes])
+        guard let forged, let body = bodies.first else { throw Failure(description: "no receipt forged") }
 
-        let (app, token) = try AppAdmin(connection: postgres).addApp(
-            name: "bench-ingest-\(UUID().uuidString.prefix(8).lowercased())", bundleID: bundleID,
-            sharedSecret: "receiptq-bench-shared-secret")
-        defer { if !options.has("--keep-data") { deleteApp(app.id, postgres) } }
+        // Apps of the same bundle id, one token each: receipt r of app a is new to the API until
+        // every (receipt, app) pair has been sent, --receipts × --apps requests per run.
+        var tokens: [String] = []
+        var appIDs: [UUID] = []
+        defer { if !options.has("--keep-data") { for app in appIDs { deleteApp(app, postgres) } } }
+        let admin = AppAdmin(connection: postgres)
+        let label = UUID().uuidString.prefix(8).lowercased()
+        for index in 0..<settings.apps {
+            let (app, token) = try admin.addApp(
+                name: "bench-ingest-\(label)-\(index)", bundleID: bundleID, sharedSecret: "receiptq-bench-shared-secret")
+            appIDs.append(app.id)
+            tokens.append(token)
+        }
+        let token = tokens[0]
         let prefix = "{rqi-\(String(UInt32.random(in: 0...UInt32.max), radix: 16))}"
         let keys = RedisKeys(prefix: prefix)
         defer { _ = try? RedisCleanup.deleteKeys(prefix: prefix, redis) }
@@ -150,7 +186,7 @@ enum IngestRow: BenchRow {
             HTTPRequest(
                 method: "POST", url: url,
                 headers: [(name: "Content-Type", value: "application/json"), (name: "Authorization", value: "Bearer \(token)")],
-                body: [UInt8](body)))
+                body: Array(body.utf8)))
         let probeBody = String(decoding: probe.body.prefix(300), as: UTF8.self)
         if !(200..<300).contains(probe.status) {
             FileHandle.standardError.write(Data("ingest: warning: the first POST answered \(probe.status): \(probeBody)\n".utf8))
@@ -158,7 +194,12 @@ enum IngestRow: BenchRow {
         _ = try? RedisCleanup.deleteKeys(prefix: prefix, redis)
 
         let script = directory.appendingPathComponent("ingest.lua")
-        try luaScript(token: token, body: String(decoding: body, as: UTF8.self)).write(to: script, atomically: true, encoding: .utf8)
+        let bodiesFile = directory.appendingPathComponent("bodies.txt")
+        let tokensFile = directory.appendingPathComponent("tokens.txt")
+        try (bodies.joined(separator: "\n") + "\n").write(to: bodiesFile, atomically: true, encoding: .utf8)
+        try (tokens.joined(separator: "\n") + "\n").write(to: tokensFile, atomically: true, encoding: .utf8)
+        try luaScript(bodies: bodiesFile.path, tokens: tokensFile.path, threads: settings.threads).write(
+            to: script, atomically: true, encoding: .utf8)
         let wrkCommand = WrkCommand(wrk: wrk, script: script.path, url: url, settings: settings)
         let context = RunContext(server: server, redis: redis, postgres: postgres, postmaster: postmaster, keys: keys, prefix: prefix)
 
@@ -181,7 +222,7 @@ enum IngestRow: BenchRow {
 
         let result = summarize(
             runs: runs, settings: settings, probe: (probe.status, probeBody),
-            receipt: (der: der.count, body: body.count, purchases: forged.inApp.count), redisHz: redisHz, receiptq: receiptq.path,
+            receipt: (der: forged.der.count, body: body.utf8.count, purchases: forged.receipt.inApp.count), redisHz: redisHz, receiptq: receiptq.path,
             wrk: wrk, profile: profile)
         keepLogs = !server.isRunning
         return result
@@ -357,24 +398,39 @@ enum IngestRow: BenchRow {
         }
     }
 
-    /// The wrk script: a fixed POST, every response counted by status (per thread, summed in
-    /// `done`), and exact percentiles from wrk's histogram printed as one JSON line.
-    static func luaScript(token: String, body: String) -> String {
+    /// The wrk script: POSTs of every (receipt, app) pair in turn (receipt first, then app, threads
+    /// interleaved, so no pair repeats before all have been sent), every response counted by
+    /// status (per thread, summed in `done`), and exact percentiles from wrk's histogram printed as
+    /// one JSON line. Bodies and tokens are read from files, one per line.
+    static func luaScript(bodies: String, tokens: String, threads: Int, path: String = IngestRow.path) -> String {
         """
         -- Written by receiptq-bench ingest.
-        wrk.method = "POST"
-        wrk.headers["Content-Type"] = "application/json"
-        wrk.headers["Authorization"] = "Bearer \(token)"
-        wrk.body = [==[\(body)]==]
+        local bodies = {}
+        for line in io.lines("\(bodies)") do table.insert(bodies, line) end
+        local headers = {}
+        for token in io.lines("\(tokens)") do
+           table.insert(headers, {["Content-Type"] = "application/json", ["Authorization"] = "Bearer " .. token})
+        end
+        local path = "\(path)"
 
         local threads = {}
 
         function setup(thread)
+           thread:set("id", #threads)
            table.insert(threads, thread)
         end
 
         function init(args)
            statuses = {}
+           serial = id
+        end
+
+        function request()
+           local n = serial
+           serial = serial + \(threads)
+           local body = bodies[n % #bodies + 1]
+           local app = headers[math.floor(n / #bodies) % #headers + 1]
+           return wrk.format("POST", path, app, body)
         end
 
         function response(status, headers, body)
@@ -431,6 +487,9 @@ enum IngestRow: BenchRow {
         let rps = med("rps")
         let p99 = med("p99_ms", places: 1_000)
         let probeOK = (200..<300).contains(probe.status)
+        // Beyond receipts × apps requests, a run repeats pairs: the API answers those from the first job.
+        let pairs = settings.receipts * settings.apps
+        let repeated = runs.contains { (($0["requests"] as? Int) ?? 0) > pairs }
 
         var result: [String: Any] = [
             "rps": rps, "p50_ms": med("p50_ms", places: 1_000), "p99_ms": p99, "p999_ms": med("p999_ms", places: 1_000),
@@ -441,7 +500,9 @@ enum IngestRow: BenchRow {
             "wrk_cpu_pct": med("wrk_cpu_pct"), "machine_busy_pct": med("machine_busy_pct"),
             "runs": runs, "connections": settings.connections, "wrk_threads": settings.threads, "window_s": settings.seconds,
             "warmup_s": settings.warmup, "api_sync_wait_ms": settings.syncWaitMs, "receipt_der_bytes": receipt.der,
-            "receipt_purchases": receipt.purchases, "body_bytes": receipt.body, "redis_hz": redisHz,
+            "receipt_purchases": receipt.purchases,
+            "distinct_receipts": settings.receipts, "apps": settings.apps, "pairs_per_run": pairs, "pairs_repeated": repeated,
+            "body_bytes": receipt.body, "redis_hz": redisHz,
             "probe": ["status": probe.status, "body": probe.body], "receiptq": receiptq, "wrk": wrk,
             "targets": [
                 "rps_ge_10000": ["value": rps, "met": rps >= 10_000],
@@ -458,7 +519,7 @@ enum IngestRow: BenchRow {
 
         var table = TextTable(
             title:
-                "ingest: POST \(path), \(receipt.der) B receipt (\(receipt.purchases) purchases, \(receipt.body) B body), wrk \(settings.threads) threads × "
+                "ingest: POST \(path), \(settings.receipts) receipts × \(settings.apps) apps, \(receipt.der) B each (\(receipt.purchases) purchases, \(receipt.body) B body), wrk \(settings.threads) threads × "
                 + "\(settings.connections) connections, \(Format.json(settings.seconds)) s runs, API_SYNC_WAIT_MS=\(settings.syncWaitMs)",
             headers: [
                 "run", "req/s", "p50 ms", "p99 ms", "max ms", "non-2xx", "sock err", "server CPU %", "µs/req", "RSS MB", "redis CPU %",
@@ -467,7 +528,8 @@ enum IngestRow: BenchRow {
         func row(_ label: String, _ run: [String: Any]) -> [String] {
             func cell(_ key: String) -> String { Format.micros((run[key] as? Double) ?? (run[key] as? Int).map(Double.init) ?? .nan) }
             let socket = (run["socket_errors"] as? [String: Int])?.values.reduce(0, +)
-            let flagged = ((run["errors"] as? Int) ?? 0) > 0 || run["all_2xx_queued"] as? Bool == false
+            let flagged =
+                ((run["errors"] as? Int) ?? 0) > 0 || run["all_2xx_queued"] as? Bool == false || ((run["requests"] as? Int) ?? 0) > pairs
             return [
                 label, Format.rate((run["rps"] as? Double) ?? .nan), cell("p50_ms"), cell("p99_ms"), cell("max_ms"),
                 (run["non_2xx"] as? Int).map(String.init) ?? "-",
@@ -504,6 +566,9 @@ enum IngestRow: BenchRow {
                 + "; CPU % = utime+stime ÷ wall, of one core; non-2xx and sock err on the median line are totals")
         if runs.contains(where: { $0["all_2xx_queued"] as? Bool == false }) {
             table.notes.append("ERRORS: fewer jobs in the Redis queue than 2xx answers in a run")
+        }
+        if repeated {
+            table.notes.append("ERRORS: a run sent more than \(pairs) requests, so some (receipt, app) pairs twice: raise --receipts or --apps")
         }
         table.notes.append(
             "targets: ≥ 10000 req/s \(rps >= 10_000 ? "met" : "not met") (\(Format.rate(rps))), "
