@@ -14,15 +14,57 @@ public struct APITimestamp: Sendable, Equatable, Codable {
     /// The date this timestamp denotes.
     public var date: Date { Date(timeIntervalSince1970: Double(ms) / 1000) }
 
-    private static func format(_ date: Date) -> String {
-        var calendar = Calendar(identifier: .gregorian)
-        calendar.timeZone = TimeZone(identifier: "UTC")!
-        let c = calendar.dateComponents([.year, .month, .day, .hour, .minute, .second], from: date)
-        func pad(_ value: Int?, _ width: Int) -> String {
-            let text = String(value ?? 0)
-            return String(repeating: "0", count: max(0, width - text.count)) + text
+    /// `2018-02-26 10:35:47 UTC`, by arithmetic: a `Calendar` per timestamp was the largest cost of
+    /// building a resource (several timestamps per purchase, on every request).
+    static func format(_ date: Date) -> String {
+        let seconds = Int64((date.timeIntervalSince1970).rounded(.down))
+        var days = seconds >= 0 ? seconds / 86_400 : (seconds - 86_399) / 86_400
+        let secondOfDay = seconds - days * 86_400
+        // Days since 1970-01-01 → proleptic Gregorian civil date (H. Hinnant's `civil_from_days`).
+        days += 719_468
+        let era = (days >= 0 ? days : days - 146_096) / 146_097
+        let dayOfEra = days - era * 146_097
+        let yearOfEra = (dayOfEra - dayOfEra / 1_460 + dayOfEra / 36_524 - dayOfEra / 146_096) / 365
+        let dayOfYear = dayOfEra - (365 * yearOfEra + yearOfEra / 4 - yearOfEra / 100)
+        let monthIndex = (5 * dayOfYear + 2) / 153
+        let day = dayOfYear - (153 * monthIndex + 2) / 5 + 1
+        let month = monthIndex < 10 ? monthIndex + 3 : monthIndex - 9
+        let year = yearOfEra + era * 400 + (month <= 2 ? 1 : 0)
+        var text: [UInt8] = []
+        text.reserveCapacity(23)
+        func digits(_ value: Int64, _ width: Int) {
+            var value = value
+            var scratch = [UInt8](repeating: UInt8(ascii: "0"), count: width)
+            var index = width - 1
+            while index >= 0 {
+                scratch[index] = UInt8(ascii: "0") + UInt8(value % 10)
+                value /= 10
+                index -= 1
+            }
+            text += scratch
         }
-        return "\(pad(c.year, 4))-\(pad(c.month, 2))-\(pad(c.day, 2)) \(pad(c.hour, 2)):\(pad(c.minute, 2)):\(pad(c.second, 2)) UTC"
+        digits(year, 4)
+        text.append(UInt8(ascii: "-"))
+        digits(month, 2)
+        text.append(UInt8(ascii: "-"))
+        digits(day, 2)
+        text.append(UInt8(ascii: " "))
+        digits(secondOfDay / 3_600, 2)
+        text.append(UInt8(ascii: ":"))
+        digits(secondOfDay / 60 % 60, 2)
+        text.append(UInt8(ascii: ":"))
+        digits(secondOfDay % 60, 2)
+        text += Array(" UTC".utf8)
+        return String(decoding: text, as: UTF8.self)
+    }
+
+    func write(to writer: inout JSONWriter) {
+        writer.openObject()
+        writer.key("ms")
+        writer.int(ms)
+        writer.key("utc")
+        writer.string(utc)
+        writer.closeObject()
     }
 }
 
@@ -55,6 +97,42 @@ public struct InAppPurchaseResource: Sendable, Equatable, Codable {
         case isTrialPeriod = "is_trial_period"
         case isInIntroOfferPeriod = "is_in_intro_offer_period"
         case isConflict = "is_conflict"
+    }
+
+    func write(to writer: inout JSONWriter) {
+        writer.openObject()
+        if let cancellationDate {
+            writer.key("cancellation_date")
+            cancellationDate.write(to: &writer)
+        }
+        if let expiresDate {
+            writer.key("expires_date")
+            expiresDate.write(to: &writer)
+        }
+        writer.key("is_conflict")
+        writer.bool(isConflict)
+        writer.key("is_in_intro_offer_period")
+        writer.bool(isInIntroOfferPeriod)
+        writer.key("is_trial_period")
+        writer.bool(isTrialPeriod)
+        if let originalPurchaseDate {
+            writer.key("original_purchase_date")
+            originalPurchaseDate.write(to: &writer)
+        }
+        writer.key("original_transaction_id")
+        writer.string(originalTransactionID)
+        writer.key("product_id")
+        writer.string(productID)
+        if let purchaseDate {
+            writer.key("purchase_date")
+            purchaseDate.write(to: &writer)
+        }
+        writer.key("quantity")
+        writer.int(Int64(quantity))
+        writer.key("transaction_id")
+        writer.string(transactionID)
+        optional("web_order_line_item_id", webOrderLineItemID, &writer)
+        writer.closeObject()
     }
 
     /// The API form of a purchase.
@@ -158,15 +236,54 @@ public struct ReceiptResource: Sendable, Equatable, Codable {
             updatedAt: envelope.enqueuedAt)
     }
 
-    /// JSON bytes (sorted keys, so equal resources are equal bytes).
+    /// JSON bytes (sorted keys, so equal resources are equal bytes; absent values omitted).
     public func encoded() -> [UInt8] {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys]
-        return (try? encoder.encode(self)).map { [UInt8]($0) } ?? []
+        var writer = JSONWriter(capacity: 512 + inAppPurchases.count * 512)
+        writer.openObject()
+        writer.key("app_family_id")
+        writer.string(appFamilyID.uuidString)
+        if let appleStatus {
+            writer.key("apple_status")
+            writer.int(Int64(appleStatus))
+        }
+        optional("bundle_id", bundleID, &writer)
+        optional("country_code", countryCode, &writer)
+        writer.key("created_at")
+        createdAt.write(to: &writer)
+        optional("environment", environment, &writer)
+        optional("fraud_reason", fraudReason, &writer)
+        writer.key("id")
+        writer.string(id.uuidString)
+        writer.key("in_app_purchases")
+        writer.openArray()
+        for purchase in inAppPurchases { purchase.write(to: &writer) }
+        writer.closeArray()
+        optional("ip_address", ipAddress, &writer)
+        writer.key("is_fraud")
+        writer.bool(isFraud)
+        if let metadata {
+            writer.key("metadata")
+            writer.value(metadata)
+        }
+        optional("style", style?.rawValue, &writer)
+        writer.key("updated_at")
+        updatedAt.write(to: &writer)
+        optional("user_identifier", userIdentifier, &writer)
+        writer.key("validation_status")
+        writer.string(validationStatus.rawValue)
+        writer.closeObject()
+        return writer.bytes
     }
 
     /// Parses resource JSON.
     public static func decode(_ bytes: [UInt8]) throws -> ReceiptResource {
         try JSONDecoder().decode(ReceiptResource.self, from: Data(bytes))
     }
+}
+
+/// A string member, omitted when nil (as `JSONEncoder` omits nil optionals).
+private func optional(_ key: String, _ value: String?, _ writer: inout JSONWriter) {
+    guard let value else { return }
+    writer.key(key)
+    writer.string(value)
 }
