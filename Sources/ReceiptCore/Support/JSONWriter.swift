@@ -55,6 +55,11 @@ public struct JSONWriter {
         appendQuoted(value)
     }
 
+    /// A date as milliseconds since 1970 (`JSONEncoder`'s `.millisecondsSince1970`).
+    public mutating func milliseconds(_ date: Date) {
+        number(date.timeIntervalSince1970 * 1000)
+    }
+
     /// An integer value.
     public mutating func int(_ value: Int64) {
         separate()
@@ -117,6 +122,17 @@ public struct JSONWriter {
 
     private mutating func appendQuoted(_ text: String) {
         bytes.append(UInt8(ascii: "\""))
+        // Most strings (base64 receipts, ids, product codes) need no escaping: one scan, one copy.
+        var text = text
+        let clean = text.withUTF8 { utf8 -> Bool in
+            guard !utf8.contains(where: { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") }) else { return false }
+            bytes.append(contentsOf: utf8)
+            return true
+        }
+        if clean {
+            bytes.append(UInt8(ascii: "\""))
+            return
+        }
         for byte in text.utf8 {
             switch byte {
             case UInt8(ascii: "\""): bytes.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "\"")])
