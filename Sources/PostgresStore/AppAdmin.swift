@@ -24,6 +24,13 @@ public struct AppAdmin {
     ) throws -> (
         AppRecord, String
     ) {
+        // Apple's bundle ids are reverse-DNS text; anything else is a typo, and would not round-trip
+        // through the text form of the bundle id array.
+        for id in [bundleID] + otherBundleIDs {
+            guard !id.isEmpty, id.utf8.count <= 155,
+                id.utf8.allSatisfy({ $0.isASCIIAlphanumeric || $0 == UInt8(ascii: ".") || $0 == UInt8(ascii: "-") })
+            else { throw AppAdminError.invalidBundleID }
+        }
         // Most deployments register one app per bundle id, so its bundle id is the name people know.
         let name = name ?? bundleID
         let app = AppRecord(
@@ -192,7 +199,7 @@ public struct TokenInfo: Sendable, Equatable {
 /// Why ``AppAdmin`` refused a change. Compare with `==`; the description is safe to print.
 public struct AppAdminError: Error, Equatable, CustomStringConvertible {
     private enum Code: Equatable {
-        case malformedPrefix, noActiveToken, ambiguousPrefix
+        case malformedPrefix, noActiveToken, ambiguousPrefix, invalidBundleID
     }
 
     private let code: Code
@@ -204,11 +211,22 @@ public struct AppAdminError: Error, Equatable, CustomStringConvertible {
     /// Several active tokens of the app start with the prefix: give the whole token instead.
     public static var ambiguousPrefix: Self { Self(code: .ambiguousPrefix) }
 
+    /// A bundle id is not reverse-DNS text (letters, digits, `.`, `-`, at most 155 characters).
+    public static var invalidBundleID: Self { Self(code: .invalidBundleID) }
+
     public var description: String {
         switch code {
+        case .invalidBundleID: "a bundle id is letters, digits, '.' and '-' (at most 155 characters), e.g. com.example.app"
         case .malformedPrefix: "a token prefix is `rq_` and 4 more characters (as `apps list` shows), or the whole token"
         case .noActiveToken: "the app has no active token with that prefix"
         case .ambiguousPrefix: "several active tokens of the app have that prefix: give the whole token"
         }
+    }
+}
+
+extension UInt8 {
+    fileprivate var isASCIIAlphanumeric: Bool {
+        (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(self) || (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains(self)
+            || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(self)
     }
 }

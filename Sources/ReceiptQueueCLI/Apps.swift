@@ -13,6 +13,10 @@ struct Apps: AsyncParsableCommand {
     struct Add: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Registers an app and prints its first API token.")
         @Option(help: "The app's bundle id.") var bundleId: String
+        @Option(
+            name: .customLong("also-bundle-id"),
+            help: "Another bundle id whose receipts belong to this app (an app family, e.g. its macOS edition); repeatable.")
+        var alsoBundleIds: [String] = []
         @Option(help: "A unique name for the app (default: the bundle id).") var name: String?
         @Option(help: "The App Store shared secret (or set RECEIPTQ_SHARED_SECRET, which stays out of `ps`).")
         var sharedSecret: String?
@@ -24,7 +28,8 @@ struct Apps: AsyncParsableCommand {
             defer { connection.close() }
             let secret = sharedSecret ?? ProcessInfo.processInfo.environment["RECEIPTQ_SHARED_SECRET"]
             let (app, token) = try AppAdmin(connection: connection).addApp(
-                name: name, bundleID: bundleId, sharedSecret: secret, excludeOldTransactions: excludeOldTransactions)
+                name: name, bundleID: bundleId, otherBundleIDs: alsoBundleIds, sharedSecret: secret,
+                excludeOldTransactions: excludeOldTransactions)
             print("app_id: \(app.id.uuidString.lowercased())\nname: \(app.name)\ntoken: \(token)")
         }
     }
@@ -45,7 +50,7 @@ struct Apps: AsyncParsableCommand {
                 // The prefixes are what `revoke-token --prefix` takes.
                 let prefixes = active.isEmpty ? "" : " (\(active.map(\.prefix).joined(separator: ", ")))"
                 print(
-                    "\(app.id.uuidString.lowercased())  \(app.name)  \(app.bundleID)  secret: \(app.sharedSecret == nil ? "no" : "yes")"
+                    "\(app.id.uuidString.lowercased())  \(app.name)  \(app.bundleIDs.joined(separator: ","))  secret: \(app.sharedSecret == nil ? "no" : "yes")"
                         + "  tokens: \(active.count) active\(prefixes), \(appTokens.count - active.count) revoked")
             }
         }

@@ -43,6 +43,18 @@ struct AppAdminTests {
         #expect(try admin.app(named: bundleID)?.id == app.id)
     }
 
+    @Test("An app family keeps its other bundle ids; a bundle id that is not reverse-DNS text is refused")
+    func bundleIDs() throws {
+        let main = uniqueBundleID()
+        let (app, _) = try admin.addApp(bundleID: main, otherBundleIDs: [main + ".mac", main], sharedSecret: nil)
+        #expect(app.bundleIDs == [main, main + ".mac"])
+        #expect(try admin.app(named: main)?.bundleIDs == [main, main + ".mac"], "read back from Postgres")
+        for bad in ["", "com.example app", "com.example,app", "com.\"quoted\"", "com.example.{x}", String(repeating: "a", count: 156)] {
+            #expect(throws: AppAdminError.invalidBundleID) { try admin.addApp(bundleID: main + ".x", otherBundleIDs: [bad], sharedSecret: nil) }
+        }
+        #expect(throws: AppAdminError.invalidBundleID) { try admin.addApp(bundleID: "bad id", sharedSecret: nil) }
+    }
+
     @Test("An app may hold several tokens; revoking one leaves the others working")
     func severalTokensRevokeOne() async throws {
         let (app, first) = try admin.addApp(name: "admin-\(UUID().uuidString)", bundleID: uniqueBundleID(), sharedSecret: "s")
