@@ -45,6 +45,9 @@ public final class RedisIntake: ReceiptIntake {
         self.listener = ResultListener(
             connection: RedisConnection(lazy: configuration, label: "intake-results", logger: logger), channel: keys.results(node),
             logger: logger)
+        // The first requests should be able to wait too; with Redis down the API still starts.
+        let deadline = ContinuousClock.now + .seconds(1)
+        while !listener.isSubscribed, ContinuousClock.now < deadline { Thread.sleep(forTimeInterval: 0.002) }
     }
 
     /// Stops the listener (waiting requests answer "queued") and closes the connections.
