@@ -7,13 +7,21 @@ import ServiceLifecycle
 import Synchronization
 import Testing
 
-/// Runs `engine` in a service group until `done` holds (or 20 s pass), then shuts it down gracefully.
+/// Runs `engine` in a service group until `done` holds (or 4,000 polls, 20 s on an idle machine,
+/// pass), then shuts it down gracefully.
+///
+/// The bound counts polls, not wall time: the parallel test run can starve the cooperative pool for
+/// tens of seconds on two cores, and a wall-clock deadline would then expire before the engine
+/// (started on that pool) ever ran.
 func runEngine(_ engine: WorkerEngine, until done: @escaping @Sendable () -> Bool) async throws {
     let group = ServiceGroup(services: [engine], gracefulShutdownSignals: [], logger: Logger(label: "test"))
     try await withThrowingTaskGroup(of: Void.self) { tasks in
         tasks.addTask { try await group.run() }
-        let deadline = ContinuousClock.now + .seconds(20)
-        while !done(), ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(5)) }
+        var polls = 0
+        while !done(), polls < 4_000 {
+            try await Task.sleep(for: .milliseconds(5))
+            polls += 1
+        }
         await group.triggerGracefulShutdown()
         try await tasks.waitForAll()
     }
