@@ -100,5 +100,8 @@ struct JSONWriterTests {
             #expect(APITimestamp(date).utc == expected, "\(seconds)")
         }
         #expect(APITimestamp(Date(timeIntervalSince1970: 1_519_641_347.834)).utc == "2018-02-26 10:35:47 UTC")
+        // A nonsense date from an answer (`*_ms` of 1e300) is clamped, never a trap.
+        #expect(APITimestamp(Date(timeIntervalSince1970: 1e300)).utc == "9999-12-31 23:59:59 UTC")
+        #expect(APITimestamp(Date(timeIntervalSince1970: -1e300)).utc == "0001-01-01 00:00:00 UTC")
     }
 }

@@ -71,21 +71,32 @@ enum ReceiptDate {
 
     /// `YYYY-MM-DDThh:mm:ssZ`, as Apple writes it; milliseconds only when the date has them.
     static func format(_ date: Date) -> String {
-        // Clamp to years 0001...9999 so a nonsense date cannot trap the integer conversions below.
-        let interval = min(max(date.timeIntervalSince1970, -62_135_596_800), 253_402_300_799)
+        let interval = clampedInterval(date)
         var seconds = Int(interval.rounded(.down))
         var millis = Int(((interval - Double(seconds)) * 1000).rounded())
         if millis == 1000 {
             seconds += 1
             millis = 0
         }
-        let days = Int((Double(seconds) / 86_400).rounded(.down))
-        let secondOfDay = seconds - days * 86_400
-        let (year, month, day) = civilFromDays(days)
-        var text = pad(year, 4) + "-" + pad(month, 2) + "-" + pad(day, 2) + "T"
-        text += pad(secondOfDay / 3600, 2) + ":" + pad(secondOfDay / 60 % 60, 2) + ":" + pad(secondOfDay % 60, 2)
+        let utc = utcFields(seconds)
+        var text = pad(utc.year, 4) + "-" + pad(utc.month, 2) + "-" + pad(utc.day, 2) + "T"
+        text += pad(utc.hour, 2) + ":" + pad(utc.minute, 2) + ":" + pad(utc.second, 2)
         if millis != 0 { text += "." + pad(millis, 3) }
         return text + "Z"
+    }
+
+    /// Seconds since 1970, clamped to years 0001...9999 so that a nonsense date (say, a millisecond
+    /// value of 1e300 in an answer) cannot trap an integer conversion.
+    static func clampedInterval(_ date: Date) -> Double {
+        min(max(date.timeIntervalSince1970, -62_135_596_800), 253_402_300_799)
+    }
+
+    /// The UTC calendar fields of a whole second since 1970 (in the clamped range).
+    static func utcFields(_ seconds: Int) -> (year: Int, month: Int, day: Int, hour: Int, minute: Int, second: Int) {
+        let days = seconds >= 0 ? seconds / 86_400 : (seconds - 86_399) / 86_400
+        let secondOfDay = seconds - days * 86_400
+        let (year, month, day) = civilFromDays(days)
+        return (year, month, day, secondOfDay / 3600, secondOfDay / 60 % 60, secondOfDay % 60)
     }
 
     private static func pad(_ value: Int, _ width: Int) -> String {

@@ -5,55 +5,41 @@ public struct APITimestamp: Sendable, Equatable, Codable {
     public var utc: String
     public var ms: Int64
 
-    /// The API form of `date`.
+    /// The API form of `date` (clamped to years 0001...9999).
     public init(_ date: Date) {
-        ms = Int64((date.timeIntervalSince1970 * 1000).rounded())
-        utc = Self.format(date)
+        let interval = ReceiptDate.clampedInterval(date)
+        ms = Int64((interval * 1000).rounded())
+        utc = Self.format(Int(interval.rounded(.down)))
     }
 
     /// The date this timestamp denotes.
     public var date: Date { Date(timeIntervalSince1970: Double(ms) / 1000) }
 
-    /// `2018-02-26 10:35:47 UTC`, by arithmetic: a `Calendar` per timestamp was the largest cost of
-    /// building a resource (several timestamps per purchase, on every request).
-    static func format(_ date: Date) -> String {
-        let seconds = Int64((date.timeIntervalSince1970).rounded(.down))
-        var days = seconds >= 0 ? seconds / 86_400 : (seconds - 86_399) / 86_400
-        let secondOfDay = seconds - days * 86_400
-        // Days since 1970-01-01 → proleptic Gregorian civil date (H. Hinnant's `civil_from_days`).
-        days += 719_468
-        let era = (days >= 0 ? days : days - 146_096) / 146_097
-        let dayOfEra = days - era * 146_097
-        let yearOfEra = (dayOfEra - dayOfEra / 1_460 + dayOfEra / 36_524 - dayOfEra / 146_096) / 365
-        let dayOfYear = dayOfEra - (365 * yearOfEra + yearOfEra / 4 - yearOfEra / 100)
-        let monthIndex = (5 * dayOfYear + 2) / 153
-        let day = dayOfYear - (153 * monthIndex + 2) / 5 + 1
-        let month = monthIndex < 10 ? monthIndex + 3 : monthIndex - 9
-        let year = yearOfEra + era * 400 + (month <= 2 ? 1 : 0)
+    /// `2018-02-26 10:35:47 UTC`, by arithmetic into bytes: a `Calendar` per timestamp was the
+    /// largest cost of building a resource (several timestamps per purchase, on every request).
+    static func format(_ seconds: Int) -> String {
+        let utc = ReceiptDate.utcFields(seconds)
         var text: [UInt8] = []
         text.reserveCapacity(23)
-        func digits(_ value: Int64, _ width: Int) {
-            var value = value
-            var scratch = [UInt8](repeating: UInt8(ascii: "0"), count: width)
-            var index = width - 1
-            while index >= 0 {
-                scratch[index] = UInt8(ascii: "0") + UInt8(value % 10)
-                value /= 10
-                index -= 1
+        func digits(_ value: Int, _ width: Int) {
+            var divisor = 1
+            for _ in 1..<width { divisor *= 10 }
+            while divisor > 0 {
+                text.append(UInt8(ascii: "0") + UInt8(value / divisor % 10))
+                divisor /= 10
             }
-            text += scratch
         }
-        digits(year, 4)
+        digits(utc.year, 4)
         text.append(UInt8(ascii: "-"))
-        digits(month, 2)
+        digits(utc.month, 2)
         text.append(UInt8(ascii: "-"))
-        digits(day, 2)
+        digits(utc.day, 2)
         text.append(UInt8(ascii: " "))
-        digits(secondOfDay / 3_600, 2)
+        digits(utc.hour, 2)
         text.append(UInt8(ascii: ":"))
-        digits(secondOfDay / 60 % 60, 2)
+        digits(utc.minute, 2)
         text.append(UInt8(ascii: ":"))
-        digits(secondOfDay % 60, 2)
+        digits(utc.second, 2)
         text += Array(" UTC".utf8)
         return String(decoding: text, as: UTF8.self)
     }
