@@ -23,8 +23,7 @@ struct Apps: AsyncParsableCommand {
         @Flag(help: "Send exclude-old-transactions to Apple.") var excludeOldTransactions = false
 
         func run() async throws {
-            let (configuration, _) = try bootstrap(label: "apps")
-            let connection = try PostgresConnection(configuration: configuration.postgres, label: "apps")
+            let connection = try appsConnection()
             defer { connection.close() }
             let secret = sharedSecret ?? ProcessInfo.processInfo.environment["RECEIPTQ_SHARED_SECRET"]
             let (app, token) = try AppAdmin(connection: connection).addApp(
@@ -39,8 +38,7 @@ struct Apps: AsyncParsableCommand {
             abstract: "Lists registered apps and their tokens (secrets and tokens are not shown, only token prefixes).")
 
         func run() async throws {
-            let (configuration, _) = try bootstrap(label: "apps")
-            let connection = try PostgresConnection(configuration: configuration.postgres, label: "apps")
+            let connection = try appsConnection()
             defer { connection.close() }
             let admin = AppAdmin(connection: connection)
             let tokens = try admin.tokens()
@@ -63,11 +61,10 @@ struct Apps: AsyncParsableCommand {
         @Flag(help: "Keep the app's older tokens working.") var keepOld = false
 
         func run() async throws {
-            let (configuration, _) = try bootstrap(label: "apps")
-            let connection = try PostgresConnection(configuration: configuration.postgres, label: "apps")
+            let connection = try appsConnection()
             defer { connection.close() }
             let admin = AppAdmin(connection: connection)
-            guard let app = try admin.app(named: name) else { throw ValidationError("no app named \(name)") }
+            let app = try admin.requiredApp(named: name)
             print("token: \(try admin.rotateToken(appID: app.id, revokingOthers: !keepOld))")
         }
     }
@@ -82,11 +79,10 @@ struct Apps: AsyncParsableCommand {
         var prefix: String
 
         func run() async throws {
-            let (configuration, _) = try bootstrap(label: "apps")
-            let connection = try PostgresConnection(configuration: configuration.postgres, label: "apps")
+            let connection = try appsConnection()
             defer { connection.close() }
             let admin = AppAdmin(connection: connection)
-            guard let app = try admin.app(named: name) else { throw ValidationError("no app named \(name)") }
+            let app = try admin.requiredApp(named: name)
             do {
                 let token = try admin.revokeToken(appID: app.id, prefix: prefix)
                 print("revoked: \(token.prefix)")
@@ -116,10 +112,9 @@ extension Apps {
         }
 
         func run() async throws {
-            let (configuration, _) = try bootstrap(label: "apps")
-            let connection = try PostgresConnection(configuration: configuration.postgres, label: "apps")
+            let connection = try appsConnection()
             defer { connection.close() }
-            guard let app = try AppAdmin(connection: connection).app(named: name) else { throw ValidationError("no app named \(name)") }
+            let app = try AppAdmin(connection: connection).requiredApp(named: name)
             let admin = SoftphoneAdmin(connection: connection)
             guard let username, !remove else {
                 print(try admin.removeCredentials(appID: app.id) ? "removed" : "no softphone credentials to remove")
@@ -136,6 +131,20 @@ extension Apps {
             }
             print("softphone credentials set: username \(username), realm \(SoftphoneCredentials.realm)")
         }
+    }
+}
+
+/// The Postgres connection of an `apps` command; the caller closes it.
+private func appsConnection() throws -> PostgresConnection {
+    let (configuration, _) = try bootstrap(label: "apps")
+    return try PostgresConnection(configuration: configuration.postgres, label: "apps")
+}
+
+extension AppAdmin {
+    /// The app called `name`, or the usage error every `apps` command gives for an unknown name.
+    fileprivate func requiredApp(named name: String) throws -> AppRecord {
+        guard let app = try app(named: name) else { throw ValidationError("no app named \(name)") }
+        return app
     }
 }
 
