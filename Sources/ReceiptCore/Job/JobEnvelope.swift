@@ -159,78 +159,45 @@ public struct JobEnvelope: Sendable, Equatable, Codable {
     /// receipt's base64 on every request.
     public func encoded() -> [UInt8] {
         var writer = JSONWriter(capacity: receipt.utf8.count + 1024)
-        func optional(_ key: String, _ value: String?) {
-            guard let value else { return }
-            writer.key(key)
-            writer.string(value)
-        }
         writer.openObject()
-        writer.key("app_id")
-        writer.string(appID.uuidString)
-        writer.key("attempt")
-        writer.int(Int64(attempt))
-        optional("bundle_id", bundleID)
-        writer.key("enqueued_at")
-        writer.milliseconds(enqueuedAt)
-        optional("environment", environment)
-        optional("error_code", errorCode)
-        optional("error_message", errorMessage)
-        if let firstFailedAt {
-            writer.key("first_failed_at")
-            writer.milliseconds(firstFailedAt)
-        }
-        optional("fraud_reason", fraudReason)
+        writer.member("app_id", appID.uuidString)
+        writer.member("attempt", attempt)
+        writer.member("bundle_id", bundleID)
+        writer.member("enqueued_at", milliseconds: enqueuedAt)
+        writer.member("environment", environment)
+        writer.member("error_code", errorCode)
+        writer.member("error_message", errorMessage)
+        writer.member("first_failed_at", milliseconds: firstFailedAt)
+        writer.member("fraud_reason", fraudReason)
         writer.key("history")
         writer.openArray()
         for call in history {
             writer.openObject()
-            if let appleStatus = call.appleStatus {
-                writer.key("apple_status")
-                writer.int(Int64(appleStatus))
-            }
-            writer.key("endpoint")
-            writer.string(call.endpoint.rawValue)
-            optional("error_code", call.errorCode)
-            if let httpStatus = call.httpStatus {
-                writer.key("http_status")
-                writer.int(Int64(httpStatus))
-            }
-            if let isRetryable = call.isRetryable {
-                writer.key("is_retryable")
-                writer.bool(isRetryable)
-            }
-            writer.key("latency_ms")
-            writer.int(Int64(call.latencyMs))
+            writer.member("apple_status", call.appleStatus)
+            writer.member("endpoint", call.endpoint.rawValue)
+            writer.member("error_code", call.errorCode)
+            writer.member("http_status", call.httpStatus)
+            writer.member("is_retryable", call.isRetryable)
+            writer.member("latency_ms", call.latencyMs)
             writer.closeObject()
         }
         writer.closeArray()
-        writer.key("id")
-        writer.string(id.uuidString)
-        writer.key("kind")
-        writer.string(kind.rawValue)
-        if let lastFailedAt {
-            writer.key("last_failed_at")
-            writer.milliseconds(lastFailedAt)
-        }
-        writer.key("origin")
-        writer.string(origin.rawValue)
-        writer.key("receipt")
-        writer.string(receipt)
-        optional("reply_to", replyTo)
-        optional("style", style?.rawValue)
+        writer.member("id", id.uuidString)
+        writer.member("kind", kind.rawValue)
+        writer.member("last_failed_at", milliseconds: lastFailedAt)
+        writer.member("origin", origin.rawValue)
+        writer.member("receipt", receipt)
+        writer.member("reply_to", replyTo)
+        writer.member("style", style?.rawValue)
         writer.key("submission")
         writer.openObject()
-        optional("country_code", submission.countryCode)
-        optional("identifier_for_vendor", submission.identifierForVendor)
-        optional("ip_address", submission.ipAddress)
-        if let metadata = submission.metadata {
-            writer.key("metadata")
-            writer.value(metadata)
-        }
-        optional("user_identifier", submission.userIdentifier)
+        writer.member("country_code", submission.countryCode)
+        writer.member("identifier_for_vendor", submission.identifierForVendor)
+        writer.member("ip_address", submission.ipAddress)
+        writer.member("metadata", submission.metadata)
+        writer.member("user_identifier", submission.userIdentifier)
         writer.closeObject()
-        writer.key("v")
-        writer.int(Int64(v))
+        writer.member("v", v)
         writer.closeObject()
         return writer.bytes
     }

@@ -54,6 +54,15 @@ public struct APITimestamp: Sendable, Equatable, Codable {
     }
 }
 
+extension JSONWriter {
+    /// `"name": {"ms": …, "utc": …}`, or nothing when `value` is nil.
+    mutating func member(_ name: String, _ value: APITimestamp?) {
+        guard let value else { return }
+        key(name)
+        value.write(to: &self)
+    }
+}
+
 /// One in-app purchase as the client API returns it.
 public struct InAppPurchaseResource: Sendable, Equatable, Codable {
     public var productID: String
@@ -87,37 +96,18 @@ public struct InAppPurchaseResource: Sendable, Equatable, Codable {
 
     func write(to writer: inout JSONWriter) {
         writer.openObject()
-        if let cancellationDate {
-            writer.key("cancellation_date")
-            cancellationDate.write(to: &writer)
-        }
-        if let expiresDate {
-            writer.key("expires_date")
-            expiresDate.write(to: &writer)
-        }
-        writer.key("is_conflict")
-        writer.bool(isConflict)
-        writer.key("is_in_intro_offer_period")
-        writer.bool(isInIntroOfferPeriod)
-        writer.key("is_trial_period")
-        writer.bool(isTrialPeriod)
-        if let originalPurchaseDate {
-            writer.key("original_purchase_date")
-            originalPurchaseDate.write(to: &writer)
-        }
-        writer.key("original_transaction_id")
-        writer.string(originalTransactionID)
-        writer.key("product_id")
-        writer.string(productID)
-        if let purchaseDate {
-            writer.key("purchase_date")
-            purchaseDate.write(to: &writer)
-        }
-        writer.key("quantity")
-        writer.int(Int64(quantity))
-        writer.key("transaction_id")
-        writer.string(transactionID)
-        optional("web_order_line_item_id", webOrderLineItemID, &writer)
+        writer.member("cancellation_date", cancellationDate)
+        writer.member("expires_date", expiresDate)
+        writer.member("is_conflict", isConflict)
+        writer.member("is_in_intro_offer_period", isInIntroOfferPeriod)
+        writer.member("is_trial_period", isTrialPeriod)
+        writer.member("original_purchase_date", originalPurchaseDate)
+        writer.member("original_transaction_id", originalTransactionID)
+        writer.member("product_id", productID)
+        writer.member("purchase_date", purchaseDate)
+        writer.member("quantity", quantity)
+        writer.member("transaction_id", transactionID)
+        writer.member("web_order_line_item_id", webOrderLineItemID)
         writer.closeObject()
     }
 
@@ -226,37 +216,25 @@ public struct ReceiptResource: Sendable, Equatable, Codable {
     public func encoded() -> [UInt8] {
         var writer = JSONWriter(capacity: 512 + inAppPurchases.count * 512)
         writer.openObject()
-        writer.key("app_family_id")
-        writer.string(appFamilyID.uuidString)
-        if let appleStatus {
-            writer.key("apple_status")
-            writer.int(Int64(appleStatus))
-        }
-        optional("bundle_id", bundleID, &writer)
-        optional("country_code", countryCode, &writer)
-        writer.key("created_at")
-        createdAt.write(to: &writer)
-        optional("environment", environment, &writer)
-        optional("fraud_reason", fraudReason, &writer)
-        writer.key("id")
-        writer.string(id.uuidString)
+        writer.member("app_family_id", appFamilyID.uuidString)
+        writer.member("apple_status", appleStatus)
+        writer.member("bundle_id", bundleID)
+        writer.member("country_code", countryCode)
+        writer.member("created_at", createdAt)
+        writer.member("environment", environment)
+        writer.member("fraud_reason", fraudReason)
+        writer.member("id", id.uuidString)
         writer.key("in_app_purchases")
         writer.openArray()
         for purchase in inAppPurchases { purchase.write(to: &writer) }
         writer.closeArray()
-        optional("ip_address", ipAddress, &writer)
-        writer.key("is_fraud")
-        writer.bool(isFraud)
-        if let metadata {
-            writer.key("metadata")
-            writer.value(metadata)
-        }
-        optional("style", style?.rawValue, &writer)
-        writer.key("updated_at")
-        updatedAt.write(to: &writer)
-        optional("user_identifier", userIdentifier, &writer)
-        writer.key("validation_status")
-        writer.string(validationStatus.rawValue)
+        writer.member("ip_address", ipAddress)
+        writer.member("is_fraud", isFraud)
+        writer.member("metadata", metadata)
+        writer.member("style", style?.rawValue)
+        writer.member("updated_at", updatedAt)
+        writer.member("user_identifier", userIdentifier)
+        writer.member("validation_status", validationStatus.rawValue)
         writer.closeObject()
         return writer.bytes
     }
@@ -265,11 +243,4 @@ public struct ReceiptResource: Sendable, Equatable, Codable {
     public static func decode(_ bytes: [UInt8]) throws -> ReceiptResource {
         try JSONDecoder().decode(ReceiptResource.self, from: Data(bytes))
     }
-}
-
-/// A string member, omitted when nil (as `JSONEncoder` omits nil optionals).
-private func optional(_ key: String, _ value: String?, _ writer: inout JSONWriter) {
-    guard let value else { return }
-    writer.key(key)
-    writer.string(value)
 }

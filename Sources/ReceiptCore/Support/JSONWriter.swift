@@ -90,6 +90,41 @@ public struct JSONWriter {
         bytes.append(contentsOf: "null".utf8)
     }
 
+    /// `"name": value`, or nothing when `value` is nil (as `JSONEncoder` omits absent optionals).
+    public mutating func member(_ name: String, _ value: String?) {
+        guard let value else { return }
+        key(name)
+        string(value)
+    }
+
+    /// `"name": value`, or nothing when `value` is nil.
+    public mutating func member(_ name: String, _ value: Int?) {
+        guard let value else { return }
+        key(name)
+        int(Int64(value))
+    }
+
+    /// `"name": value`, or nothing when `value` is nil.
+    public mutating func member(_ name: String, _ value: Bool?) {
+        guard let value else { return }
+        key(name)
+        bool(value)
+    }
+
+    /// `"name": value` as milliseconds since 1970, or nothing when `value` is nil.
+    public mutating func member(_ name: String, milliseconds value: Date?) {
+        guard let value else { return }
+        key(name)
+        milliseconds(value)
+    }
+
+    /// `"name": value`, or nothing when `value` is nil.
+    public mutating func member(_ name: String, _ value: JSONValue?) {
+        guard let value else { return }
+        key(name)
+        self.value(value)
+    }
+
     /// Any JSON value; object keys sorted, so equal values give equal bytes.
     public mutating func value(_ value: JSONValue) {
         switch value {
