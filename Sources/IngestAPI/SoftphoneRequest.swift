@@ -259,8 +259,9 @@ public struct SoftphoneRequest: Sendable, Equatable {
             default: metadata[parameter.name] = parameter.value
             }
         }
-        let size = (try? JSONEncoder().encode(metadata))?.count ?? Int.max
-        guard size <= SubmitReceiptRequest.maxMetadataBytes else { return .failure(.metadataTooLarge) }
+        guard JSONValue.object(metadata.mapValues { .string($0) }).encodedSize <= SubmitReceiptRequest.maxMetadataBytes else {
+            return .failure(.metadataTooLarge)
+        }
 
         // The receipt is decoded last: it is the costly part, and the cheaper errors are clearer.
         let decoded: DecodedReceipt

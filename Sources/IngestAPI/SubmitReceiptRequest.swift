@@ -79,12 +79,11 @@ public struct SubmitReceiptRequest: Sendable, Equatable {
         }
         switch object["metadata"] {
         case nil, .null?: break
-        case .object?:
-            let size = (try? JSONEncoder().encode(object["metadata"]))?.count ?? 0
-            if size > maxMetadataBytes {
+        case .object(let metadata)?:
+            if JSONValue.object(metadata).encodedSize > maxMetadataBytes {
                 errors.append(FieldError(field: "metadata", reason: "must be at most \(maxMetadataBytes) bytes of JSON"))
             } else {
-                submission.metadata = object["metadata"]
+                submission.metadata = .object(metadata)
             }
         default:
             errors.append(FieldError(field: "metadata", reason: "must be a JSON object"))

@@ -186,3 +186,12 @@ public struct JSONWriter {
         bytes.append(UInt8(ascii: "\""))
     }
 }
+
+extension JSONValue {
+    /// The size of this value as JSON (what a size cap on client metadata measures).
+    public var encodedSize: Int {
+        var writer = JSONWriter()
+        writer.value(self)
+        return writer.bytes.count
+    }
+}
