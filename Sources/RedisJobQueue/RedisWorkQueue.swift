@@ -103,11 +103,16 @@ public final class RedisWorkQueue: JobQueue {
                     commands.append(publish(envelope, to: replyTo, result: result))
                 }
             case .retry(_, let updated, let runAt):
-                commands.append([bytes("ZADD"), bytes(keys.retry), bytes(String(milliseconds(runAt))), updated.encoded()])
-                // The waiting request can answer "queued" now instead of at the end of its wait.
+                // The waiting request can answer "queued" now instead of at the end of its wait, and
+                // the later attempts have nobody left to tell.
                 if let replyTo = updated.replyTo { commands.append(publish(updated, to: replyTo, result: nil)) }
+                var later = updated
+                later.replyTo = nil
+                commands.append([bytes("ZADD"), bytes(keys.retry), bytes(String(milliseconds(runAt))), later.encoded()])
             case .bury(let job, let updated, let date):
-                commands.append([bytes("ZADD"), bytes(keys.dead), bytes(String(milliseconds(date))), updated?.encoded() ?? job.raw])
+                var parked = updated
+                parked?.replyTo = nil
+                commands.append([bytes("ZADD"), bytes(keys.dead), bytes(String(milliseconds(date))), parked?.encoded() ?? job.raw])
                 if let id = updated?.id.uuidString.lowercased() { commands.append(["DEL", keys.pending(id)].map(bytes)) }
                 if let updated, let replyTo = updated.replyTo { commands.append(publish(updated, to: replyTo, result: nil)) }
                 buried = true
