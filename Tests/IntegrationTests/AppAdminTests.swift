@@ -16,11 +16,7 @@ struct AppAdminTests {
     let admin: AppAdmin
 
     init() throws {
-        configuration = try AppConfiguration(environment: [
-            "POSTGRES_HOSTNAME": TestEnvironment.postgresHost, "POSTGRES_PORT": String(TestEnvironment.postgresPort),
-            "POSTGRES_USER": TestEnvironment.postgresUser, "POSTGRES_DB": TestEnvironment.postgresDatabase,
-        ])
-        try ReceiptQueueApp.migrate(configuration)
+        configuration = try TestSystem.migratedDatabase()
         connection = try PostgresConnection(configuration: configuration.postgres)
         admin = AppAdmin(connection: connection)
     }

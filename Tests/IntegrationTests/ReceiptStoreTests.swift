@@ -15,11 +15,7 @@ struct ReceiptStoreTests {
     let app: AppRecord
 
     init() throws {
-        configuration = try AppConfiguration(environment: [
-            "POSTGRES_HOSTNAME": TestEnvironment.postgresHost, "POSTGRES_PORT": String(TestEnvironment.postgresPort),
-            "POSTGRES_USER": TestEnvironment.postgresUser, "POSTGRES_DB": TestEnvironment.postgresDatabase,
-        ])
-        try ReceiptQueueApp.migrate(configuration)
+        configuration = try TestSystem.migratedDatabase()
         connection = try PostgresConnection(configuration: configuration.postgres)
         (app, _) = try AppAdmin(connection: connection).addApp(
             name: "store-\(UUID().uuidString)", bundleID: "com.example.store", sharedSecret: "s")

@@ -36,6 +36,19 @@ final class TestSystem: Sendable {
         return directory
     }
 
+    /// A configuration for the test database alone, migrated: for suites that need Postgres but no
+    /// running system.
+    static func migratedDatabase() throws -> AppConfiguration {
+        var environment = [
+            "POSTGRES_HOSTNAME": TestEnvironment.postgresHost, "POSTGRES_PORT": String(TestEnvironment.postgresPort),
+            "POSTGRES_USER": TestEnvironment.postgresUser, "POSTGRES_DB": TestEnvironment.postgresDatabase,
+        ]
+        if let password = TestEnvironment.postgresPassword { environment["POSTGRES_PASSWORD"] = password }
+        let configuration = try AppConfiguration(environment: environment)
+        try ReceiptQueueApp.migrate(configuration)
+        return configuration
+    }
+
     /// Starts everything; `environment` overrides configuration variables.
     static func start(
         environment overrides: [String: String] = [:], sharedSecret: String? = "integration-secret"
