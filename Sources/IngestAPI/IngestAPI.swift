@@ -6,7 +6,7 @@ import NIOCore
 import ReceiptCore
 
 /// The client API: `POST /client/itunes_connect/receipts`, `GET /client/itunes_connect/receipts/{id}`,
-/// and the health probes.
+/// the entitlement API (`GET /client/subscriptions`), and the health probes.
 ///
 /// A 2xx means the receipt is durably in Redis (or already in Postgres): when Redis cannot take the
 /// job the answer is 503 with `Retry-After`, never a 2xx.
@@ -31,23 +31,30 @@ public struct IngestAPI: Sendable {
 
     let intake: any ReceiptIntake
     let catalog: any ReceiptCatalog
+    /// The entitlement API's read side; nil leaves `/client/subscriptions` out.
+    let subscriptions: (any SubscriptionCatalog)?
     let configuration: Configuration
     /// The rules shared with the Cloud Softphone web service.
     public let ingestion: ReceiptIngestion
+    let now: @Sendable () -> Date
 
     /// Creates the API.
     /// - Parameters:
     ///   - intake: Redis, where receipts are queued.
     ///   - catalog: Postgres, for tokens and stored receipts.
     ///   - authenticity: the local signature check (402 when it fails).
+    ///   - subscriptions: Postgres, for the entitlement API (nil: no `/client/subscriptions`).
     ///   - configuration: settings.
     ///   - now: the injected clock.
     public init(
         intake: any ReceiptIntake, catalog: any ReceiptCatalog, authenticity: any ReceiptAuthenticity,
-        configuration: Configuration = Configuration(), now: @escaping @Sendable () -> Date = { Date() }
+        subscriptions: (any SubscriptionCatalog)? = nil, configuration: Configuration = Configuration(),
+        now: @escaping @Sendable () -> Date = { Date() }
     ) {
         self.intake = intake
         self.catalog = catalog
+        self.subscriptions = subscriptions
+        self.now = now
         self.configuration = configuration
         self.ingestion = ReceiptIngestion(
             intake: intake, catalog: catalog, authenticity: authenticity, syncWait: configuration.syncWait, now: now)
@@ -61,6 +68,7 @@ public struct IngestAPI: Sendable {
         router.get("/client/itunes_connect/receipts/{id}") { request, context in
             try await show(request, context: context)
         }
+        if let subscriptions { addSubscriptionRoutes(to: router, catalog: subscriptions) }
         router.get("/health/live") { _, _ in
             json(.ok, ["status": .string("ok")])
         }
@@ -73,10 +81,9 @@ public struct IngestAPI: Sendable {
 
     func submit(_ request: Request, context: IngestRequestContext) async throws -> Response {
         let app: AppRecord
-        switch await authenticate(request, context: context) {
-        case .success(let found?): app = found
-        case .success(nil): return unauthorized()
-        case .failure: return unavailable()
+        switch await authorize(request, context: context) {
+        case .success(let found): app = found
+        case .failure(let refusal): return refusal.response
         }
         guard let contentType = request.headers[.contentType], contentType.lowercased().hasPrefix("application/json") else {
             return json(.unsupportedMediaType, ["error": .string("Content-Type must be application/json")])
@@ -107,10 +114,9 @@ public struct IngestAPI: Sendable {
 
     func show(_ request: Request, context: IngestRequestContext) async throws -> Response {
         let app: AppRecord
-        switch await authenticate(request, context: context) {
-        case .success(let found?): app = found
-        case .success(nil): return unauthorized()
-        case .failure: return unavailable()
+        switch await authorize(request, context: context) {
+        case .success(let found): app = found
+        case .failure(let refusal): return refusal.response
         }
         guard let id = context.parameters.get("id").flatMap(UUID.init(uuidString:)) else { return notFound() }
         do {
@@ -125,9 +131,19 @@ public struct IngestAPI: Sendable {
         return notFound()
     }
 
+    /// The app of the request's Bearer token, or the answer refusing the request: 401 for a bad
+    /// token, 503 when the token store is unreachable.
+    func authorize(_ request: Request, context: IngestRequestContext) async -> Result<AppRecord, Refusal> {
+        switch await authenticate(request, context: context) {
+        case .success(let found?): .success(found)
+        case .success(nil): .failure(Refusal(response: unauthorized()))
+        case .failure: .failure(Refusal(response: unavailable()))
+        }
+    }
+
     /// The app of the request's Bearer token; a failure means the token store is unreachable (503),
     /// which must not be confused with a bad token (401).
-    private func authenticate(_ request: Request, context: IngestRequestContext) async -> Result<AppRecord?, any Error> {
+    func authenticate(_ request: Request, context: IngestRequestContext) async -> Result<AppRecord?, any Error> {
         // The scheme is case-insensitive (RFC 9110 §11.1); the token is not.
         guard let header = request.headers[.authorization], header.prefix(7).lowercased() == "bearer " else { return .success(nil) }
         let token = header.dropFirst(7).trimmingCharacters(in: .whitespaces)
@@ -156,9 +172,16 @@ func json(_ status: HTTPResponse.Status, _ object: [String: JSONValue]) -> Respo
 }
 
 func resourceResponse(_ status: HTTPResponse.Status, _ resource: ReceiptResource) -> Response {
-    Response(
-        status: status, headers: [.contentType: "application/json"],
-        body: .init(byteBuffer: ByteBuffer(bytes: resource.encoded())))
+    jsonBytes(status, resource.encoded())
+}
+
+func jsonBytes(_ status: HTTPResponse.Status, _ bytes: [UInt8]) -> Response {
+    Response(status: status, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(bytes: bytes)))
+}
+
+/// A request turned away before its handler ran (an `Error` only so that it fits `Result`).
+struct Refusal: Error {
+    var response: Response
 }
 
 func unprocessable(_ errors: [FieldError]) -> Response {

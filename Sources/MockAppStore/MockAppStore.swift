@@ -23,7 +23,7 @@ public enum MockAppStore {
     static let maxBodySize = 4 << 20
 
     /// The mock's routes: `POST /verifyReceipt` (production), `POST /sandbox/verifyReceipt`,
-    /// `POST /mock/rules`, `DELETE /mock/rules`, `POST /mock/secrets`.
+    /// `POST /mock/rules`, `DELETE /mock/rules`, `POST /mock/secrets`, `POST /mock/renewals`.
     public static func router(state: MockAppStoreState) -> Router<BasicRequestContext> {
         let router = Router()
         router.post("/verifyReceipt") { request, _ in
@@ -40,6 +40,23 @@ public enum MockAppStore {
         router.delete("/mock/rules") { _, _ -> Response in
             state.clearRules()
             return Response(status: .noContent)
+        }
+        router.post("/mock/renewals") { request, context -> Response in
+            // {"original_transaction_id", "transaction_id", "product_id", "purchase_date_ms", "expires_date_ms",
+            //  "pending_renewal_info": {…}}: a renewal, and/or fields of the renewal info.
+            let body = try await request.decode(as: JSONValue.self, context: context)
+            guard let original = body["original_transaction_id"]?.stringValue else { return Response(status: .badRequest) }
+            if let expires = body["expires_date_ms"]?.stringValue.flatMap(Double.init) {
+                let purchased = body["purchase_date_ms"]?.stringValue.flatMap(Double.init) ?? Date().timeIntervalSince1970 * 1000
+                state.addRenewal(
+                    InAppPurchase(
+                        productID: body["product_id"]?.stringValue ?? "renewal",
+                        transactionID: body["transaction_id"]?.stringValue
+                            ?? String(Int64(purchased)), originalTransactionID: original,
+                        purchaseDate: Date(timeIntervalSince1970: purchased / 1000), expiresDate: Date(timeIntervalSince1970: expires / 1000)))
+            }
+            if let fields = body["pending_renewal_info"]?.objectValue { state.setRenewalInfo(fields, originalTransactionID: original) }
+            return Response(status: .created)
         }
         router.post("/mock/secrets") { request, context -> Response in
             struct SecretBody: Decodable {
@@ -129,11 +146,13 @@ public enum MockAppStore {
         return jsonResponse(
             answer(
                 for: receipt, receiptData: receiptData, environmentName: environmentName,
-                excludeOld: json["exclude-old-transactions"]?.boolValue ?? false))
+                excludeOld: json["exclude-old-transactions"]?.boolValue ?? false, state: state))
     }
 
     /// Apple's answer for a receipt it accepts.
-    static func answer(for receipt: AppReceipt, receiptData: String, environmentName: String, excludeOld: Bool) -> [String: JSONValue] {
+    static func answer(
+        for receipt: AppReceipt, receiptData: String, environmentName: String, excludeOld: Bool, state: MockAppStoreState? = nil
+    ) -> [String: JSONValue] {
         let now = Date()
         func date(_ key: String, _ value: Date?, into object: inout [String: JSONValue]) {
             guard let value else { return }
@@ -175,7 +194,11 @@ public enum MockAppStore {
         var answer: [String: JSONValue] = [
             "status": .number(0), "environment": .string(environmentName), "receipt": .object(object),
         ]
-        let subscriptions = receipt.inApp.filter { $0.expiresDate != nil }
+        var subscriptions = receipt.inApp.filter { $0.expiresDate != nil }
+        // Renewals Apple charged since the receipt was made: in latest_receipt_info, not in the receipt.
+        for originalTransactionID in Set(subscriptions.map(\.originalTransactionID)).sorted() {
+            subscriptions += state?.renewals(of: originalTransactionID) ?? []
+        }
         if !subscriptions.isEmpty {
             var latest = subscriptions
             if excludeOld {
@@ -191,12 +214,16 @@ public enum MockAppStore {
             }
             answer["pending_renewal_info"] = .array(
                 newest.map { purchase in
-                    .object([
+                    var entry: [String: JSONValue] = [
                         "auto_renew_product_id": .string(purchase.productID),
                         "product_id": .string(purchase.productID),
                         "original_transaction_id": .string(purchase.originalTransactionID),
                         "auto_renew_status": .string(purchase.cancellationDate == nil ? "1" : "0"),
-                    ])
+                    ]
+                    for (key, value) in state?.renewalInfo(of: purchase.originalTransactionID) ?? [:] {
+                        entry[key] = value == .null ? nil : value
+                    }
+                    return .object(entry)
                 })
         }
         return answer

@@ -83,6 +83,8 @@ public final class MockAppStoreState: Sendable {
         var rules: [MockRule] = []
         var secrets: [String: String] = [:]
         var requests: [String: Int] = [:]
+        var renewals: [String: [InAppPurchase]] = [:]
+        var renewalInfo: [String: [String: JSONValue]] = [:]
     }
 
     private let storage = Mutex(Storage())
@@ -107,6 +109,27 @@ public final class MockAppStoreState: Sendable {
     /// Requests answered so far, by endpoint (`production`, `sandbox`).
     public func requestCount(_ endpoint: AppStoreEnvironment) -> Int {
         storage.withLock { $0.requests[endpoint.rawValue] ?? 0 }
+    }
+
+    /// Adds a renewal of a subscription, as Apple would after charging the user: every later
+    /// answer for a receipt holding `originalTransactionID` lists it in `latest_receipt_info`.
+    public func addRenewal(_ renewal: InAppPurchase) {
+        storage.withLock { $0.renewals[renewal.originalTransactionID, default: []].append(renewal) }
+    }
+
+    /// Sets fields of the subscription's `pending_renewal_info` entry (`auto_renew_status`,
+    /// `is_in_billing_retry_period`, `grace_period_expires_date_ms`, `expiration_intent`, …) for
+    /// every later answer; `.null` removes a field.
+    public func setRenewalInfo(_ fields: [String: JSONValue], originalTransactionID: String) {
+        storage.withLock { storage in
+            for (key, value) in fields { storage.renewalInfo[originalTransactionID, default: [:]][key] = value }
+        }
+    }
+
+    func renewals(of originalTransactionID: String) -> [InAppPurchase] { storage.withLock { $0.renewals[originalTransactionID] ?? [] } }
+
+    func renewalInfo(of originalTransactionID: String) -> [String: JSONValue] {
+        storage.withLock { $0.renewalInfo[originalTransactionID] ?? [:] }
     }
 
     func sharedSecret(for bundleID: String) -> String? { storage.withLock { $0.secrets[bundleID] } }

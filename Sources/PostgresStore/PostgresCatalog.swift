@@ -85,3 +85,18 @@ public final class PostgresCatalog: ReceiptCatalog {
         }
     }
 }
+
+extension PostgresCatalog: SubscriptionCatalog {
+    public func entitlements(appID: UUID, userIdentifier: String) async throws -> UserEntitlements {
+        try await pool.withConnection { connection in
+            try SubscriptionRows.entitlements(connection, appID: appID, userIdentifier: userIdentifier)
+        }
+    }
+
+    public func subscription(appID: UUID, originalTransactionID: String, environment: String?) async throws -> SubscriptionResource? {
+        try await pool.withConnection { connection in
+            try SubscriptionRows.subscription(
+                connection, appID: appID, originalTransactionID: originalTransactionID, environment: environment)
+        }
+    }
+}

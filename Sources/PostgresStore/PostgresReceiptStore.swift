@@ -26,15 +26,17 @@ public final class PostgresReceiptStore: ReceiptStore {
         return record
     }
 
-    public func save(_ records: [ValidationRecord]) throws -> [Result<ReceiptResource, StoreFailure>] {
+    public func save(_ records: [ValidationRecord]) throws -> [Result<ReceiptResource?, StoreFailure>] {
         guard !records.isEmpty else { return [] }
         do {
             let resources = try connection.transaction { connection in
                 for group in Self.conflictFreeGroups(records) { try write(group, on: connection) }
-                return try ReceiptRows.resources(connection, ids: records.map(\.envelope.id))
+                return try ReceiptRows.resources(connection, ids: records.filter { !$0.isRepoll }.map(\.envelope.id))
             }
             return records.map { record in
-                resources[record.envelope.id].map { .success($0) }
+                // A re-poll has no receipt of its own: nobody waits for it.
+                if record.isRepoll { return .success(nil) }
+                return resources[record.envelope.id].map { .success($0) }
                     ?? .failure(StoreFailure(code: "missing_after_write", message: "receipt row not readable after commit"))
             }
         } catch let error as PostgresError where !Self.isConnectionFailure(error) {
@@ -52,7 +54,9 @@ public final class PostgresReceiptStore: ReceiptStore {
         var groups: [(records: [ValidationRecord], keys: Set<String>)] = []
         for record in records {
             let environment = environment(of: record)
-            let keys = ["r:\(record.envelope.id)"] + record.purchases.map { "p:\(environment)\u{0}\($0.transactionID)" }
+            let keys =
+                ["r:\(record.envelope.id)"] + record.purchases.map { "p:\(environment)\u{0}\($0.transactionID)" }
+                + SubscriptionRows.keys(of: record).map { "s:\($0)" }
             if let index = groups.firstIndex(where: { $0.keys.isDisjoint(with: keys) }) {
                 groups[index].records.append(record)
                 groups[index].keys.formUnion(keys)
@@ -81,42 +85,11 @@ public final class PostgresReceiptStore: ReceiptStore {
         var purchases = PurchaseColumns()
         var attempts = AttemptColumns()
         for record in records {
-            receipts.append(record)
+            if !record.isRepoll { receipts.append(record) }
             purchases.append(record)
             attempts.append(record)
         }
-        // Idempotent: a replay writes the same values, and the WHERE makes it a no-op (updated_at included).
-        _ = try connection.query(
-            """
-            INSERT INTO receipts (id, app_id, style, bundle_id, environment, status, apple_status, user_identifier,
-                identifier_for_vendor, country_code, ip_address, metadata, receipt_data, latest_receipt,
-                transaction_ids, error_code, created_at, validated_at, is_fraud, fraud_reason)
-            SELECT u.id, u.app_id, u.style, u.bundle_id, u.environment, u.status, u.apple_status, u.user_identifier,
-                u.identifier_for_vendor, u.country_code, u.ip_address, u.metadata::jsonb, u.receipt_data, u.latest_receipt,
-                ARRAY(SELECT jsonb_array_elements_text(u.transaction_ids::jsonb)), u.error_code, u.created_at, u.validated_at,
-                u.is_fraud, u.fraud_reason
-            FROM unnest(\(receipts.id)::uuid[], \(receipts.appID)::uuid[], \(receipts.style)::text[], \(receipts.bundleID)::text[],
-                \(receipts.environment)::text[], \(receipts.status)::text[], \(receipts.appleStatus)::int[],
-                \(receipts.userIdentifier)::text[], \(receipts.identifierForVendor)::text[], \(receipts.countryCode)::text[],
-                \(receipts.ipAddress)::text[], \(receipts.metadata)::text[], \(receipts.receiptData)::text[],
-                \(receipts.latestReceipt)::text[], \(receipts.transactionIDs)::text[], \(receipts.errorCode)::text[],
-                \(receipts.createdAt)::timestamptz[], \(receipts.validatedAt)::timestamptz[], \(receipts.isFraud)::boolean[],
-                \(receipts.fraudReason)::text[])
-              AS u(id, app_id, style, bundle_id, environment, status, apple_status, user_identifier, identifier_for_vendor,
-                   country_code, ip_address, metadata, receipt_data, latest_receipt, transaction_ids, error_code,
-                   created_at, validated_at, is_fraud, fraud_reason)
-            ON CONFLICT (id) DO UPDATE SET
-                environment = EXCLUDED.environment, status = EXCLUDED.status, apple_status = EXCLUDED.apple_status,
-                latest_receipt = EXCLUDED.latest_receipt, transaction_ids = EXCLUDED.transaction_ids,
-                error_code = EXCLUDED.error_code, validated_at = EXCLUDED.validated_at, updated_at = now()
-            WHERE (receipts.environment, receipts.status, receipts.apple_status, receipts.transaction_ids,
-                   receipts.error_code)
-                  IS DISTINCT FROM
-                  (EXCLUDED.environment, EXCLUDED.status, EXCLUDED.apple_status, EXCLUDED.transaction_ids,
-                   EXCLUDED.error_code)
-              -- a late failure never overwrites Apple's verdict
-              AND NOT (receipts.status IN ('valid', 'invalid') AND EXCLUDED.status = 'failed')
-            """)
+        if !receipts.isEmpty { try writeReceipts(receipts, on: connection) }
         if !purchases.isEmpty {
             _ = try connection.query(
                 """
@@ -150,20 +123,57 @@ public final class PostgresReceiptStore: ReceiptStore {
         if !attempts.isEmpty {
             _ = try connection.query(
                 """
-                INSERT INTO validation_attempts (receipt_id, attempt, seq, endpoint, http_status, apple_status,
+                INSERT INTO validation_attempts (receipt_id, job_id, attempt, seq, endpoint, http_status, apple_status,
                     is_retryable, latency_ms, error_code)
-                SELECT * FROM unnest(\(attempts.receiptID)::uuid[], \(attempts.attempt)::int[], \(attempts.seq)::int[],
+                SELECT * FROM unnest(\(attempts.receiptID)::uuid[], \(attempts.jobID)::uuid[], \(attempts.attempt)::int[], \(attempts.seq)::int[],
                     \(attempts.endpoint)::text[], \(attempts.httpStatus)::int[], \(attempts.appleStatus)::int[],
                     \(attempts.isRetryable)::boolean[], \(attempts.latencyMs)::int[], \(attempts.errorCode)::text[])
-                ON CONFLICT (receipt_id, attempt, seq) DO NOTHING
+                ON CONFLICT (job_id, attempt, seq) DO NOTHING
                 """)
         }
+        try SubscriptionRows.write(records, on: connection)
+    }
+
+    private func writeReceipts(_ receipts: ReceiptColumns, on connection: PostgresConnection) throws {
+        // Idempotent: a replay writes the same values, and the WHERE makes it a no-op (updated_at included).
+        _ = try connection.query(
+            """
+            INSERT INTO receipts (id, app_id, style, bundle_id, environment, status, apple_status, user_identifier,
+                identifier_for_vendor, country_code, ip_address, metadata, receipt_data, latest_receipt,
+                transaction_ids, error_code, created_at, validated_at, is_fraud, fraud_reason)
+            SELECT u.id, u.app_id, u.style, u.bundle_id, u.environment, u.status, u.apple_status, u.user_identifier,
+                u.identifier_for_vendor, u.country_code, u.ip_address, u.metadata::jsonb, u.receipt_data, u.latest_receipt,
+                ARRAY(SELECT jsonb_array_elements_text(u.transaction_ids::jsonb)), u.error_code, u.created_at, u.validated_at,
+                u.is_fraud, u.fraud_reason
+            FROM unnest(\(receipts.id)::uuid[], \(receipts.appID)::uuid[], \(receipts.style)::text[], \(receipts.bundleID)::text[],
+                \(receipts.environment)::text[], \(receipts.status)::text[], \(receipts.appleStatus)::int[],
+                \(receipts.userIdentifier)::text[], \(receipts.identifierForVendor)::text[], \(receipts.countryCode)::text[],
+                \(receipts.ipAddress)::text[], \(receipts.metadata)::text[], \(receipts.receiptData)::text[],
+                \(receipts.latestReceipt)::text[], \(receipts.transactionIDs)::text[], \(receipts.errorCode)::text[],
+                \(receipts.createdAt)::timestamptz[], \(receipts.validatedAt)::timestamptz[], \(receipts.isFraud)::boolean[],
+                \(receipts.fraudReason)::text[])
+              AS u(id, app_id, style, bundle_id, environment, status, apple_status, user_identifier, identifier_for_vendor,
+                   country_code, ip_address, metadata, receipt_data, latest_receipt, transaction_ids, error_code,
+                   created_at, validated_at, is_fraud, fraud_reason)
+            ON CONFLICT (id) DO UPDATE SET
+                environment = EXCLUDED.environment, status = EXCLUDED.status, apple_status = EXCLUDED.apple_status,
+                latest_receipt = EXCLUDED.latest_receipt, transaction_ids = EXCLUDED.transaction_ids,
+                error_code = EXCLUDED.error_code, validated_at = EXCLUDED.validated_at, updated_at = now()
+            WHERE (receipts.environment, receipts.status, receipts.apple_status, receipts.transaction_ids,
+                   receipts.error_code)
+                  IS DISTINCT FROM
+                  (EXCLUDED.environment, EXCLUDED.status, EXCLUDED.apple_status, EXCLUDED.transaction_ids,
+                   EXCLUDED.error_code)
+              -- a late failure never overwrites Apple's verdict
+              AND NOT (receipts.status IN ('valid', 'invalid') AND EXCLUDED.status = 'failed')
+            """)
     }
 }
 
 /// The columns of a batch of `receipts` rows, one array literal each.
 private struct ReceiptColumns {
-    private var columns: [[String?]] = Array(repeating: [], count: 20)
+    private var columns = ColumnBatch(columns: 20)
+    var isEmpty: Bool { columns.isEmpty }
 
     mutating func append(_ record: ValidationRecord) {
         let envelope = record.envelope
@@ -180,10 +190,10 @@ private struct ReceiptColumns {
             transactionIDs ?? "[]", envelope.errorCode, envelope.enqueuedAt.postgresText, record.validatedAt.postgresText,
             record.status == .fraud ? "true" : "false", record.status == .fraud ? envelope.fraudReason : nil,
         ]
-        for (index, value) in values.enumerated() { columns[index].append(value) }
+        columns.append(values)
     }
 
-    private func column(_ index: Int) -> String { PostgresArray.literal(columns[index]) }
+    private func column(_ index: Int) -> String { columns[index] }
     var id: String { column(0) }
     var appID: String { column(1) }
     var style: String { column(2) }
@@ -208,28 +218,28 @@ private struct ReceiptColumns {
 
 /// The columns of a batch of `in_app_purchases` rows.
 private struct PurchaseColumns {
-    private var columns: [[String?]] = Array(repeating: [], count: 15)
+    private var columns = ColumnBatch(columns: 15)
 
     mutating func append(_ record: ValidationRecord) {
         let envelope = record.envelope
         let environment = record.environment ?? envelope.environment ?? "unknown"
         for purchase in record.purchases {
             let values: [String?] = [
-                envelope.appID.uuidString, envelope.id.uuidString, environment, purchase.transactionID,
+                envelope.appID.uuidString, record.receiptID.uuidString, environment, purchase.transactionID,
                 purchase.originalTransactionID, purchase.productID, String(purchase.quantity), purchase.purchaseDate?.postgresText,
                 purchase.originalPurchaseDate?.postgresText, purchase.expiresDate?.postgresText,
                 purchase.cancellationDate?.postgresText, purchase.webOrderLineItemID, purchase.isTrialPeriod.postgresText,
                 purchase.isInIntroOfferPeriod.postgresText, envelope.submission.userIdentifier,
             ]
-            for (index, value) in values.enumerated() { columns[index].append(value) }
+            columns.append(values)
         }
     }
 
-    private func column(_ index: Int) -> String { PostgresArray.literal(columns[index]) }
+    private func column(_ index: Int) -> String { columns[index] }
     var appID: String { column(0) }
     var receiptID: String { column(1) }
     var environment: String { column(2) }
-    var isEmpty: Bool { columns[0].isEmpty }
+    var isEmpty: Bool { columns.isEmpty }
     var transactionID: String { column(3) }
     var originalTransactionID: String { column(4) }
     var productID: String { column(5) }
@@ -246,21 +256,21 @@ private struct PurchaseColumns {
 
 /// The columns of a batch of `validation_attempts` rows: one per call to Apple.
 private struct AttemptColumns {
-    private var columns: [[String?]] = Array(repeating: [], count: 9)
+    private var columns = ColumnBatch(columns: 10)
 
     mutating func append(_ record: ValidationRecord) {
         for (seq, call) in record.calls.enumerated() {
             let values: [String?] = [
-                record.envelope.id.uuidString, String(record.envelope.attempt), String(seq), call.endpoint.rawValue,
+                record.receiptID.uuidString, String(record.envelope.attempt), String(seq), call.endpoint.rawValue,
                 call.httpStatus.map(String.init), call.appleStatus.map(String.init), call.isRetryable?.postgresText,
-                String(call.latencyMs), call.errorCode,
+                String(call.latencyMs), call.errorCode, record.envelope.id.uuidString,
             ]
-            for (index, value) in values.enumerated() { columns[index].append(value) }
+            columns.append(values)
         }
     }
 
-    private func column(_ index: Int) -> String { PostgresArray.literal(columns[index]) }
-    var isEmpty: Bool { columns[0].isEmpty }
+    private func column(_ index: Int) -> String { columns[index] }
+    var isEmpty: Bool { columns.isEmpty }
     var receiptID: String { column(0) }
     var attempt: String { column(1) }
     var seq: String { column(2) }
@@ -270,4 +280,5 @@ private struct AttemptColumns {
     var isRetryable: String { column(6) }
     var latencyMs: String { column(7) }
     var errorCode: String { column(8) }
+    var jobID: String { column(9) }
 }

@@ -29,6 +29,12 @@ public struct AppConfiguration: Sendable, CustomStringConvertible {
     public var retryPolicy: RetryPolicy
     /// When the shared Apple outage circuit opens and how long it stays open (`CIRCUIT_*`).
     public var circuitPolicy: CircuitPolicy
+    /// When subscriptions are polled again (`REPOLL_LEAD_*`, `REPOLL_JITTER`, `REPOLL_TROUBLE_INTERVAL_SECONDS`).
+    public var repollPolicy: RepollPolicy
+    /// Re-polls per second across every scheduler replica (`REPOLL_RATE_PER_SECOND`).
+    public var repollRatePerSecond: Double
+    /// Subscriptions per scheduler claim (`REPOLL_BATCH_SIZE`).
+    public var repollBatchSize: Int
     public var api: IngestAPI.Configuration
     /// The Cloud Softphone web service (`SOFTPHONE_NONCE_SECRET`, `SOFTPHONE_NONCE_LIFETIME_SECONDS`).
     public var softphone: SoftphoneService.Configuration
@@ -106,6 +112,13 @@ public struct AppConfiguration: Sendable, CustomStringConvertible {
             failureRatio: try double("CIRCUIT_FAILURE_RATIO", 0.8, range: 0...1),
             openDuration: .seconds(openSeconds), maximumOpenDuration: .seconds(maximumOpenSeconds),
             probeLease: .seconds(try int("CIRCUIT_PROBE_LEASE_SECONDS", 30, range: 1...3600)))
+        repollPolicy = RepollPolicy(
+            leadFraction: try double("REPOLL_LEAD_FRACTION", 0.05, range: 0...0.5),
+            maxLead: .seconds(try int("REPOLL_MAX_LEAD_SECONDS", 86_400, range: 1...(30 * 86_400))),
+            troubleInterval: .seconds(try int("REPOLL_TROUBLE_INTERVAL_SECONDS", 86_400, range: 60...(30 * 86_400))),
+            jitter: try double("REPOLL_JITTER", 0.25, range: 0...1))
+        repollRatePerSecond = try double("REPOLL_RATE_PER_SECOND", 50, range: 0.01...100_000)
+        repollBatchSize = try int("REPOLL_BATCH_SIZE", 500, range: 1...10_000)
         api = IngestAPI.Configuration(
             syncWait: .milliseconds(try int("API_SYNC_WAIT_MS", 2000, range: 0...60_000)),
             maxBodyBytes: try int("API_MAX_BODY_BYTES", 1 << 20, range: 1024...(64 << 20)),

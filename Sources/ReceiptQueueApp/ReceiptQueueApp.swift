@@ -56,8 +56,9 @@ public enum ReceiptQueueApp {
         let intake = RedisIntake(
             configuration: configuration.redis, pool: redisPool, keys: configuration.keys,
             idempotencyWindow: configuration.idempotencyWindow, logger: logger)
+        let catalog = PostgresCatalog(pool: postgresPool)
         let api = IngestAPI(
-            intake: intake, catalog: PostgresCatalog(pool: postgresPool), authenticity: verifier, configuration: configuration.api)
+            intake: intake, catalog: catalog, authenticity: verifier, subscriptions: catalog, configuration: configuration.api)
         let router = Router(context: IngestRequestContext.self)
         api.addRoutes(to: router)
         SoftphoneService(api: api, configuration: configuration.softphone).addRoutes(to: router)
@@ -99,7 +100,7 @@ public enum ReceiptQueueApp {
             configuration: .init(
                 concurrency: configuration.workerConcurrency, shutdownTimeout: configuration.workerShutdownTimeout,
                 heartbeatInterval: .seconds(max(1, configuration.workerHeartbeatTTLSeconds / 3)),
-                retryPolicy: configuration.retryPolicy),
+                retryPolicy: configuration.retryPolicy, repollPolicy: configuration.repollPolicy),
             makeQueue: { role in
                 let queue = RedisWorkQueue(
                     connection: try RedisConnection(configuration: configuration.redis, label: "worker-\(role)"), keys: configuration.keys,
@@ -142,15 +143,30 @@ public enum ReceiptQueueApp {
         }
     }
 
-    /// The scheduler: retry promotion and the janitor.
-    public static func makeScheduler(_ configuration: AppConfiguration, logger: Logger) -> Scheduler {
+    /// The scheduler: retry promotion, the janitor, and subscription re-polls.
+    /// - Parameter now: the injected clock (tests move it forward to make re-polls due).
+    public static func makeScheduler(
+        _ configuration: AppConfiguration, now: @escaping @Sendable () -> Date = { Date() }, logger: Logger
+    ) -> Scheduler {
         Scheduler(
-            configuration: .init(janitorInterval: .seconds(max(1, configuration.workerHeartbeatTTLSeconds / 2))),
+            configuration: .init(
+                janitorInterval: .seconds(max(1, configuration.workerHeartbeatTTLSeconds / 2)),
+                repollBatch: configuration.repollBatchSize,
+                // Past the retry budget: a re-poll still retrying is not queued a second time.
+                repollLease: configuration.retryPolicy.maxAge + .seconds(3600)),
             makeMaintenance: {
                 RedisMaintenance(
                     connection: try RedisConnection(configuration: configuration.redis, label: "scheduler"),
                     keys: configuration.keys)
-            }, logger: logger)
+            },
+            makeRepolls: {
+                let schedule = PostgresSubscriptionSchedule(
+                    connection: try PostgresConnection(configuration: configuration.postgres, label: "scheduler"))
+                let queue = RedisRepollQueue(
+                    connection: try RedisConnection(configuration: configuration.redis, label: "scheduler-repoll"),
+                    keys: configuration.keys, ratePerSecond: configuration.repollRatePerSecond)
+                return (schedule, queue)
+            }, now: now, logger: logger)
     }
 
     /// Runs services until SIGTERM/SIGINT, then shuts them down gracefully in reverse order.

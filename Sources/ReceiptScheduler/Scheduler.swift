@@ -5,10 +5,11 @@ import ReceiptCore
 import ServiceLifecycle
 import Synchronization
 
-/// `receiptq schedule`: promotes due retries and requeues the jobs of dead workers, on a timer.
+/// `receiptq schedule`: promotes due retries, requeues the jobs of dead workers, and queues the
+/// re-polls of subscriptions that are due, on a timer.
 ///
-/// Safe to run as several replicas: promotion is one atomic Lua script per batch, and a requeue
-/// moves each job with one LMOVE.
+/// Safe to run as several replicas: promotion is one atomic Lua script per batch, a requeue moves
+/// each job with one LMOVE, and re-polls are claimed with `FOR UPDATE SKIP LOCKED` (``Repoller``).
 public final class Scheduler: Service, Sendable {
     /// Scheduler settings.
     public struct Configuration: Sendable {
@@ -16,16 +17,27 @@ public final class Scheduler: Service, Sendable {
         public var tickInterval: Duration
         /// How often the janitor looks for dead workers.
         public var janitorInterval: Duration
+        /// Subscriptions per re-poll claim.
+        public var repollBatch: Int
+        /// The fallback poll delay after a claim (see ``Repoller/lease``).
+        public var repollLease: Duration
 
-        /// Creates a configuration (defaults: 1 s ticks, janitor every 15 s).
-        public init(tickInterval: Duration = .seconds(1), janitorInterval: Duration = .seconds(15)) {
+        /// Creates a configuration (defaults: 1 s ticks, janitor every 15 s, re-polls in batches
+        /// of 500 with a 73 h lease: longer than the default retry budget).
+        public init(
+            tickInterval: Duration = .seconds(1), janitorInterval: Duration = .seconds(15), repollBatch: Int = 500,
+            repollLease: Duration = .seconds(73 * 3600)
+        ) {
             self.tickInterval = tickInterval
             self.janitorInterval = janitorInterval
+            self.repollBatch = repollBatch
+            self.repollLease = repollLease
         }
     }
 
     private let configuration: Configuration
     private let makeMaintenance: @Sendable () throws -> any QueueMaintenance
+    private let makeRepolls: (@Sendable () throws -> (schedule: any SubscriptionSchedule, queue: any RepollQueue))?
     private let now: @Sendable () -> Date
     private let logger: Logger
     private let stopping = Atomic<Bool>(false)
@@ -34,14 +46,17 @@ public final class Scheduler: Service, Sendable {
     /// - Parameters:
     ///   - configuration: timings.
     ///   - makeMaintenance: builds the chores' connection, on the scheduler's own thread.
+    ///   - makeRepolls: builds the re-poll step's Postgres and Redis sides (nil: no re-polls).
     ///   - now: the injected clock.
     ///   - logger: where it logs.
     public init(
         configuration: Configuration = Configuration(), makeMaintenance: @escaping @Sendable () throws -> any QueueMaintenance,
+        makeRepolls: (@Sendable () throws -> (schedule: any SubscriptionSchedule, queue: any RepollQueue))? = nil,
         now: @escaping @Sendable () -> Date = { Date() }, logger: Logger
     ) {
         self.configuration = configuration
         self.makeMaintenance = makeMaintenance
+        self.makeRepolls = makeRepolls
         self.now = now
         self.logger = logger
     }
@@ -61,7 +76,9 @@ public final class Scheduler: Service, Sendable {
 
     private func loop() {
         var maintenance: (any QueueMaintenance)?
+        var repoller: Repoller?
         var lastJanitor = Date.distantPast
+        var rng = SystemRandomNumberGenerator()
         while !stopping.load(ordering: .relaxed) {
             do {
                 if maintenance == nil { maintenance = try makeMaintenance() }
@@ -75,6 +92,22 @@ public final class Scheduler: Service, Sendable {
                 }
             } catch {
                 logger.warning("Scheduler tick failed", metadata: ["error": "\(error)"])
+            }
+            // Apart from the Redis chores: a Postgres outage must not hold back retry promotion.
+            if let makeRepolls {
+                do {
+                    if repoller == nil {
+                        let (schedule, queue) = try makeRepolls()
+                        repoller = Repoller(
+                            schedule: schedule, queue: queue, batchSize: configuration.repollBatch, lease: configuration.repollLease)
+                    }
+                    // Bounded per tick so that promotion and the janitor keep their pace during a
+                    // backlog; the global budget bounds it across replicas anyway.
+                    let queued = try repoller?.drain(now: now(), limit: 20 * configuration.repollBatch, using: &rng) ?? 0
+                    if queued > 0 { logger.debug("Queued subscription re-polls", metadata: ["repolls.count": "\(queued)"]) }
+                } catch {
+                    logger.warning("Re-poll step failed", metadata: ["error": "\(error)"])
+                }
             }
             let end = Date().addingTimeInterval(configuration.tickInterval.seconds)
             while !stopping.load(ordering: .relaxed), Date() < end { usleep(50_000) }

@@ -90,7 +90,7 @@ public final class MemoryReceiptStore: ReceiptStore, @unchecked Sendable {
         }
     }
 
-    public func save(_ records: [ValidationRecord]) throws -> [Result<ReceiptResource, StoreFailure>] {
+    public func save(_ records: [ValidationRecord]) throws -> [Result<ReceiptResource?, StoreFailure>] {
         try lock.withLock {
             if let failure { throw failure }
             saved.append(contentsOf: records)

@@ -44,12 +44,15 @@ public enum JobPlan: Sendable, Equatable {
 public struct JobPlanner: Sendable {
     /// Backoff and give-up rules.
     public var retryPolicy: RetryPolicy
+    /// When subscriptions are polled again.
+    public var repollPolicy: RepollPolicy
     /// The injected clock.
     public var now: @Sendable () -> Date
 
     /// Creates a planner.
-    public init(retryPolicy: RetryPolicy, now: @escaping @Sendable () -> Date) {
+    public init(retryPolicy: RetryPolicy, repollPolicy: RepollPolicy = RepollPolicy(), now: @escaping @Sendable () -> Date) {
         self.retryPolicy = retryPolicy
+        self.repollPolicy = repollPolicy
         self.now = now
     }
 
@@ -88,12 +91,17 @@ public struct JobPlanner: Sendable {
         let code = report.errorCode ?? report.response.map { "apple_\($0.status)" } ?? "unknown"
         switch report.verdict {
         case .valid, .invalid:
+            let at = now()
+            let subscriptions = report.response.map { SubscriptionState.states(from: $0, at: at) } ?? []
             return .store(
                 ValidationRecord(
                     envelope: envelope, status: report.verdict == .valid ? .valid : .invalid,
                     environment: report.response?.environment?.lowercased(), appleStatus: report.response?.status,
                     purchases: report.response?.transactions.compactMap(InAppPurchase.init(appleJSON:)) ?? [],
-                    latestReceipt: report.response?.latestReceipt, calls: report.calls, validatedAt: now()))
+                    latestReceipt: report.response?.latestReceipt, calls: report.calls, validatedAt: at,
+                    subscriptions: subscriptions.map {
+                        PlannedSubscription(state: $0, nextPollAt: repollPolicy.nextPoll(for: $0, at: at, using: &generator))
+                    }))
         case .configurationError:
             return .bury(
                 envelope.failed(
@@ -105,10 +113,14 @@ public struct JobPlanner: Sendable {
     }
 
     /// The `failed` row a buried job leaves in Postgres (best effort; the dead letter is what counts).
+    /// A buried re-poll leaves its subscription to be polled again a day later (or a period, if
+    /// shorter is not known): a dead letter must not end a subscription's polling for good.
     public func failedRecord(_ failed: JobEnvelope) -> ValidationRecord {
-        ValidationRecord(
+        let at = now()
+        return ValidationRecord(
             envelope: failed, status: .failed, environment: nil, appleStatus: failed.history.last?.appleStatus, purchases: [],
-            latestReceipt: nil, calls: [], validatedAt: now())
+            latestReceipt: nil, calls: [], validatedAt: at,
+            retryPollAt: failed.kind == .repoll ? at.addingTimeInterval(repollPolicy.troubleInterval.seconds) : nil)
     }
 
     private func retryOrBury(

@@ -53,13 +53,15 @@ public final class WorkerEngine: Service, Sendable {
         public var circuitFlush: Duration
         /// Backoff and give-up rules.
         public var retryPolicy: RetryPolicy
+        /// When the subscriptions in Apple's answers are polled again.
+        public var repollPolicy: RepollPolicy
 
         /// Creates a configuration; every value has a production default.
         public init(
             concurrency: Int = 16, fetchBatch: Int = 128, commitBatch: Int = 128, committers: Int = 2,
             reserveTimeout: Duration = .seconds(2), shutdownTimeout: Duration = .seconds(25), heartbeatInterval: Duration = .seconds(5),
             circuitRefresh: Duration = .milliseconds(250), circuitFlush: Duration = .milliseconds(50),
-            retryPolicy: RetryPolicy = RetryPolicy()
+            retryPolicy: RetryPolicy = RetryPolicy(), repollPolicy: RepollPolicy = RepollPolicy()
         ) {
             self.concurrency = max(1, concurrency)
             self.fetchBatch = max(1, fetchBatch)
@@ -71,6 +73,7 @@ public final class WorkerEngine: Service, Sendable {
             self.circuitRefresh = circuitRefresh
             self.circuitFlush = circuitFlush
             self.retryPolicy = retryPolicy
+            self.repollPolicy = repollPolicy
         }
     }
 
@@ -132,7 +135,7 @@ public final class WorkerEngine: Service, Sendable {
         self.makeCircuit = makeCircuit
         self.verifier = verifier
         self.requeueAbandoned = requeueAbandoned
-        self.planner = JobPlanner(retryPolicy: configuration.retryPolicy, now: now)
+        self.planner = JobPlanner(retryPolicy: configuration.retryPolicy, repollPolicy: configuration.repollPolicy, now: now)
         self.now = now
         self.logger = logger
     }
@@ -404,7 +407,7 @@ public final class WorkerEngine: Service, Sendable {
             }
         }
         let written = records.compactMap { $0 }
-        var results: [Result<ReceiptResource, StoreFailure>] = []
+        var results: [Result<ReceiptResource?, StoreFailure>] = []
         if !written.isEmpty, let store {
             do {
                 results = try store.save(written)
@@ -421,7 +424,7 @@ public final class WorkerEngine: Service, Sendable {
             if case .store(let record) = item.plan {
                 switch result {
                 case .success(let resource)?:
-                    return (.acknowledge(item.job, result: resource.encoded()), item.plan.outcome)
+                    return (.acknowledge(item.job, result: resource?.encoded()), item.plan.outcome)
                 case .failure(let failure)?:
                     logger.warning("Postgres refused a result", metadata: ["error": "\(failure)", "job.id": "\(record.envelope.id)"])
                     plan = planner.storeUnavailable(record.envelope, calls: record.calls, code: "store_refused", using: &generator)

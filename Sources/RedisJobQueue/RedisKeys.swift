@@ -28,4 +28,10 @@ public struct RedisKeys: Sendable, Equatable {
     public func idempotency(app: String, receiptSHA256: String) -> String { "\(prefix):idem:\(app):\(receiptSHA256)" }
     /// The pending resource of a queued receipt, until Postgres has it.
     public func pending(_ id: String) -> String { "\(prefix):pending:\(id)" }
+    /// The re-poll rate budget shared by every scheduler replica (a token bucket).
+    public var repollBudget: String { "\(prefix):repoll:budget" }
+    /// Set when the re-poll of one subscription at one poll counter was queued: a repeated enqueue is dropped.
+    public func repollMarker(app: String, environment: String, originalTransactionID: String, pollSequence: Int) -> String {
+        "\(prefix):repoll:queued:\(app):\(environment):\(originalTransactionID):\(pollSequence)"
+    }
 }

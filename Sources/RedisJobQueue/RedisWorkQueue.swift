@@ -22,13 +22,16 @@ public final class RedisWorkQueue: JobQueue {
     private let connection: RedisConnection
     private let keys: RedisKeys
     private let workerID: String
-    private let queueKey: String
+    /// The queues served, most urgent first.
+    private let queueKeys: [String]
     private let processingKey: String
     private let retention: DeadLetterRetention
     private let startedAt = Date()
     /// How many `LMOVE`s the next reserve pipelines: grows while the queue keeps them all busy,
     /// shrinks when it runs dry, so an idle queue costs few commands and a deep one few round trips.
     private var burst = 4
+    /// Which queue goes first when there are fewer free slots than queues (they take turns).
+    private var turn = 0
     /// How long a heartbeat stays valid; the janitor takes the process's jobs back once it lapses.
     public var heartbeatTTLSeconds = 30
 
@@ -37,32 +40,54 @@ public final class RedisWorkQueue: JobQueue {
     ///   - connection: the thread's own connection (its command timeout must exceed the reserve timeout).
     ///   - keys: the key schema.
     ///   - workerID: unique per worker process (host, pid, a random instance).
-    ///   - kind: which queue the worker serves.
+    ///   - kinds: the queues the worker serves, most urgent first (default: validations, then re-polls).
     ///   - retention: dead-letter caps.
     public init(
-        connection: RedisConnection, keys: RedisKeys, workerID: String, kind: JobKind = .validate,
+        connection: RedisConnection, keys: RedisKeys, workerID: String, kinds: [JobKind] = [.validate, .repoll],
         retention: DeadLetterRetention = DeadLetterRetention()
     ) {
         self.connection = connection
         self.keys = keys
         self.workerID = workerID
-        self.queueKey = keys.queue(kind.rawValue)
+        self.queueKeys = (kinds.isEmpty ? [.validate] : kinds).map { keys.queue($0.rawValue) }
         self.processingKey = keys.processing(workerID)
         self.retention = retention
     }
 
     public func reserve(max: Int, timeout: Duration) throws -> [ReservedJob] {
         let count = Swift.max(1, Swift.min(max, burst))
-        let move = ["LMOVE", queueKey, processingKey, "RIGHT", "LEFT"].map(bytes)
+        func move(_ queueKey: String) -> [[UInt8]] { ["LMOVE", queueKey, processingKey, "RIGHT", "LEFT"].map(bytes) }
+        var commands: [[[UInt8]]] = []
+        if count < queueKeys.count {
+            // Too few slots for every queue: they take turns.
+            for offset in 0..<count { commands.append(move(queueKeys[(turn + offset) % queueKeys.count])) }
+            turn &+= 1
+        } else {
+            for (index, queueKey) in queueKeys.enumerated() {
+                // The most urgent queue gets most of the burst, each later one a quarter of what
+                // is left (at least one move): a flood of validations never starves re-polls.
+                let left = count - commands.count
+                let share = index == queueKeys.count - 1 ? left : left - Swift.max(1, left / 4)
+                commands += Array(repeating: move(queueKey), count: Swift.max(0, share))
+            }
+        }
         var jobs: [ReservedJob] = []
-        for case .bulk(let raw) in try connection.pipeline(bytes: Array(repeating: move, count: count)) {
+        for case .bulk(let raw) in try connection.pipeline(bytes: commands) {
             jobs.append(ReservedJob(raw: raw))
         }
         burst = Swift.min(Swift.max(jobs.count * 2, 4), 512)
         if !jobs.isEmpty { return jobs }
-        // Nothing ready: block on the queue, so an idle worker costs one command per timeout.
+        if count < queueKeys.count {
+            // The queues whose turn it was are empty; another may not be.
+            for queueKey in queueKeys {
+                if case .bulk(let raw) = try connection.send(bytes: move(queueKey)) { return [ReservedJob(raw: raw)] }
+            }
+        }
+        // Nothing ready: block on the most urgent queue, so an idle worker costs one command per
+        // timeout and a validation is taken the moment it arrives; the others (re-polls, which no
+        // one waits for) are looked at again when the wait ends.
         let seconds = String(format: "%.3f", Swift.max(timeout.seconds, 0.01))
-        guard case .bulk(let raw) = try connection.send(["BLMOVE", queueKey, processingKey, "RIGHT", "LEFT", seconds]) else {
+        guard case .bulk(let raw) = try connection.send(["BLMOVE", queueKeys[0], processingKey, "RIGHT", "LEFT", seconds]) else {
             return []
         }
         return [ReservedJob(raw: raw)]
@@ -82,7 +107,7 @@ public final class RedisWorkQueue: JobQueue {
             // have taken it meanwhile). Not a recovery in the poison-job sense: nothing died.
             try exec([
                 ["MULTI"].map(bytes), [bytes("LREM"), bytes(processingKey), bytes("-1"), raw],
-                [bytes("RPUSH"), bytes(queueKey), raw],
+                [bytes("RPUSH"), bytes(keys.queue((ReservedJob(raw: raw).envelope?.kind ?? .validate).rawValue)), raw],
             ])
             moved += 1
         }

@@ -50,7 +50,7 @@ struct ReceiptStoreTests {
         let store = PostgresReceiptStore(connection: connection)
         // The first record twice: a job queued twice and decided in the same batch.
         let results = try store.save([first, second, first])
-        let resources = try results.map { try $0.get() }
+        let resources = try results.map { try #require(try $0.get()) }
         #expect(resources.map(\.id) == [first.envelope.id, second.envelope.id, first.envelope.id])
         #expect(resources[0].inAppPurchases.count == 2)
         #expect(resources[0].inAppPurchases.allSatisfy { !$0.isConflict })
@@ -102,11 +102,11 @@ struct ReceiptStoreTests {
         let echoed = record(user: user, transactions: [#"t"x\,{}"# + UUID().uuidString], metadata: metadata, latestReceipt: "MIIreceipt")
         let fresh = record(user: nil, transactions: [], latestReceipt: "MIInewer")
         let results = try PostgresReceiptStore(connection: connection).save([echoed, fresh])
-        let resource = try results[0].get()
+        let resource = try #require(try results[0].get())
         #expect(resource.userIdentifier == user)
         #expect(resource.metadata == metadata)
         #expect(resource.inAppPurchases.map(\.transactionID) == echoed.purchases.map(\.transactionID))
-        #expect(try results[1].get().userIdentifier == nil)
+        #expect(try results[1].get()?.userIdentifier == nil)
         let rows = try connection.query(
             "SELECT id, latest_receipt FROM receipts WHERE id = ANY(\("{\(echoed.envelope.id),\(fresh.envelope.id)}")::uuid[])"
         ).rows

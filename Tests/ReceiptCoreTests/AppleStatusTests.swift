@@ -62,7 +62,7 @@ struct VerifyReceiptResponseTests {
         #expect(VerifyReceiptResponse(body: []) == nil)
     }
 
-    @Test("Real responses parse: status, and every transaction across in_app and latest_receipt_info", arguments: realResponses())
+    @Test("Real responses parse: status, and every transaction across in_app and latest_receipt_info", arguments: AppleResponseFiles.names)
     func realResponse(file: String) throws {
         guard let dir = TestEnvironment.appStoreTestData else {
             print("skipped: ../shared/testdata/appstore is absent")
@@ -98,12 +98,6 @@ struct VerifyReceiptResponseTests {
                 #expect(purchase.expiresDate?.timeIntervalSince1970 == ms / 1000)
             }
         }
-    }
-
-    static func realResponses() -> [String] {
-        guard let dir = TestEnvironment.appStoreTestData else { return [] }
-        return ((try? FileManager.default.contentsOfDirectory(atPath: dir.appendingPathComponent("responses").path)) ?? [])
-            .filter { $0.hasSuffix(".json") }.sorted()
     }
 
     @Test("A purchase survives Apple's JSON shape both ways")

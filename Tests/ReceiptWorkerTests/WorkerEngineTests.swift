@@ -290,7 +290,7 @@ struct WorkerEngineFlowTests {
 
         func app(id: UUID) throws -> AppRecord? { try inner.app(id: id) }
 
-        func save(_ records: [ValidationRecord]) throws -> [Result<ReceiptResource, StoreFailure>] {
+        func save(_ records: [ValidationRecord]) throws -> [Result<ReceiptResource?, StoreFailure>] {
             let first = lock.withLock {
                 sizes.append(records.count)
                 return sizes.count == 1

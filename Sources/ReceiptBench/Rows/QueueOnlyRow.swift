@@ -207,7 +207,7 @@ final class InstantStore: ReceiptStore {
 
     func app(id: UUID) throws -> AppRecord? { id == known.id ? known : nil }
 
-    func save(_ records: [ValidationRecord]) throws -> [Result<ReceiptResource, StoreFailure>] {
+    func save(_ records: [ValidationRecord]) throws -> [Result<ReceiptResource?, StoreFailure>] {
         records.map { record in
             var resource = ReceiptResource.pending(record.envelope, purchases: record.purchases)
             resource.validationStatus = record.status

@@ -18,6 +18,29 @@ public enum JobOrigin: String, Sendable, Codable {
     case softphone
 }
 
+/// The subscription a `repoll` job asks Apple about, and where its answer is filed.
+public struct RepollTarget: Sendable, Equatable, Codable {
+    /// The subscription's key within the app and environment.
+    public var originalTransactionID: String
+    /// The stored receipt whose latest receipt is re-sent: Apple's new transactions are filed under it.
+    public var receiptID: UUID
+    /// The scheduler's poll counter when the job was queued (one job per subscription and value).
+    public var pollSequence: Int
+
+    enum CodingKeys: String, CodingKey {
+        case originalTransactionID = "original_transaction_id"
+        case receiptID = "receipt_id"
+        case pollSequence = "poll_seq"
+    }
+
+    /// Creates a target.
+    public init(originalTransactionID: String, receiptID: UUID, pollSequence: Int) {
+        self.originalTransactionID = originalTransactionID
+        self.receiptID = receiptID
+        self.pollSequence = pollSequence
+    }
+}
+
 /// What the client sent along with the receipt, kept as given.
 public struct Submission: Sendable, Equatable, Codable {
     public var userIdentifier: String?
@@ -97,6 +120,8 @@ public struct JobEnvelope: Sendable, Equatable, Codable {
     public var fraudReason: String?
     /// The ingestion node waiting for the result (its result channel), if one is; nil otherwise.
     public var replyTo: String?
+    /// For a `repoll` job: the subscription it polls (the job id is then not a receipt id).
+    public var subscription: RepollTarget?
 
     // Explicit keys: the snake_case strategies do not round-trip `appID`/`bundleID`.
     enum CodingKeys: String, CodingKey {
@@ -110,13 +135,14 @@ public struct JobEnvelope: Sendable, Equatable, Codable {
         case bundleID = "bundle_id"
         case fraudReason = "fraud_reason"
         case replyTo = "reply_to"
+        case subscription
     }
 
     /// Creates an envelope for a new job.
     public init(
         id: UUID, kind: JobKind, appID: UUID, enqueuedAt: Date, origin: JobOrigin, receipt: String,
         style: ReceiptStyle? = nil, bundleID: String? = nil, environment: String? = nil,
-        submission: Submission = Submission(), fraudReason: String? = nil
+        submission: Submission = Submission(), fraudReason: String? = nil, subscription: RepollTarget? = nil
     ) {
         self.v = Self.currentVersion
         self.id = id
@@ -132,6 +158,7 @@ public struct JobEnvelope: Sendable, Equatable, Codable {
         self.submission = submission
         self.history = []
         self.fraudReason = fraudReason
+        self.subscription = subscription
     }
 
     /// The envelope after a failed attempt.
@@ -197,6 +224,14 @@ public struct JobEnvelope: Sendable, Equatable, Codable {
         writer.member("metadata", submission.metadata)
         writer.member("user_identifier", submission.userIdentifier)
         writer.closeObject()
+        if let subscription {
+            writer.key("subscription")
+            writer.openObject()
+            writer.member("original_transaction_id", subscription.originalTransactionID)
+            writer.member("poll_seq", subscription.pollSequence)
+            writer.member("receipt_id", subscription.receiptID.uuidString)
+            writer.closeObject()
+        }
         writer.member("v", v)
         writer.closeObject()
         return writer.bytes

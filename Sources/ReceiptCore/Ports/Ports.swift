@@ -98,11 +98,16 @@ public struct ValidationRecord: Sendable, Equatable {
     /// This attempt's calls to Apple.
     public var calls: [AppleCall]
     public var validatedAt: Date
+    /// The auto-renewable subscriptions Apple's answer shows, each with its next re-poll.
+    public var subscriptions: [PlannedSubscription]
+    /// For a failed `repoll` job: when to try the subscription again (the dead letter keeps the job).
+    public var retryPollAt: Date?
 
     /// Creates a record.
     public init(
         envelope: JobEnvelope, status: ValidationStatus, environment: String?, appleStatus: Int?,
-        purchases: [InAppPurchase], latestReceipt: String?, calls: [AppleCall], validatedAt: Date
+        purchases: [InAppPurchase], latestReceipt: String?, calls: [AppleCall], validatedAt: Date,
+        subscriptions: [PlannedSubscription] = [], retryPollAt: Date? = nil
     ) {
         self.envelope = envelope
         self.status = status
@@ -112,6 +117,20 @@ public struct ValidationRecord: Sendable, Equatable {
         self.latestReceipt = latestReceipt
         self.calls = calls
         self.validatedAt = validatedAt
+        self.subscriptions = subscriptions
+        self.retryPollAt = retryPollAt
+    }
+}
+
+/// A subscription state to store, with when the scheduler should poll it next (nil: never).
+public struct PlannedSubscription: Sendable, Equatable {
+    public var state: SubscriptionState
+    public var nextPollAt: Date?
+
+    /// Creates a planned subscription.
+    public init(state: SubscriptionState, nextPollAt: Date?) {
+        self.state = state
+        self.nextPollAt = nextPollAt
     }
 }
 
@@ -120,11 +139,12 @@ public protocol ReceiptStore: AnyObject {
     /// The app a job belongs to.
     func app(id: UUID) throws -> AppRecord?
     /// Stores results in one transaction where it can (group commit), idempotently (replaying the
-    /// same job changes nothing), and returns each receipt resource as the API shows it, in order.
+    /// same job changes nothing), and returns each receipt resource as the API shows it, in order
+    /// (nil for a `repoll` job, which updates subscriptions rather than a receipt of its own).
     /// - Returns: one result per record: a record the database refuses (say, its app was deleted)
     ///   fails alone, without failing the others.
     /// - Throws: when the database is unreachable: nothing of the batch is known to be stored.
-    func save(_ records: [ValidationRecord]) throws -> [Result<ReceiptResource, StoreFailure>]
+    func save(_ records: [ValidationRecord]) throws -> [Result<ReceiptResource?, StoreFailure>]
 }
 
 /// Why one record of a batch could not be stored (bounded code; never receipt data).
@@ -212,4 +232,73 @@ public protocol QueueMaintenance: AnyObject {
     func promoteDueRetries(now: Date, limit: Int) throws -> Int
     /// Gives the jobs of workers whose heartbeat lapsed back to the queue; returns how many.
     func requeueOrphans() throws -> Int
+}
+
+extension ValidationRecord {
+    /// Whether this is a re-poll of a subscription (no receipt row of its own).
+    public var isRepoll: Bool { envelope.subscription != nil }
+
+    /// The stored receipt this record's purchases and calls are filed under: its own, or for a
+    /// re-poll the receipt it re-sent.
+    public var receiptID: UUID { envelope.subscription?.receiptID ?? envelope.id }
+}
+
+/// A subscription whose re-poll is due, as the scheduler claims it: what a `repoll` job needs.
+public struct DueSubscription: Sendable, Equatable {
+    public var appID: UUID
+    public var environment: String
+    public var originalTransactionID: String
+    /// The poll counter before this poll: with the key, it names the job.
+    public var pollSequence: Int
+    /// The stored receipt whose latest receipt is re-sent.
+    public var receiptID: UUID
+    /// That latest receipt, base64. Secret: never logged.
+    public var receipt: String
+    public var style: ReceiptStyle?
+    public var bundleID: String?
+    public var userIdentifier: String?
+
+    /// Creates a due subscription.
+    public init(
+        appID: UUID, environment: String, originalTransactionID: String, pollSequence: Int, receiptID: UUID, receipt: String,
+        style: ReceiptStyle? = nil, bundleID: String? = nil, userIdentifier: String? = nil
+    ) {
+        self.appID = appID
+        self.environment = environment
+        self.originalTransactionID = originalTransactionID
+        self.pollSequence = pollSequence
+        self.receiptID = receiptID
+        self.receipt = receipt
+        self.style = style
+        self.bundleID = bundleID
+        self.userIdentifier = userIdentifier
+    }
+
+    /// The `repoll` job for this poll.
+    public func job(id: UUID, at date: Date) -> JobEnvelope {
+        JobEnvelope(
+            id: id, kind: .repoll, appID: appID, enqueuedAt: date, origin: .scheduler, receipt: receipt, style: style,
+            bundleID: bundleID, environment: environment, submission: Submission(userIdentifier: userIdentifier),
+            subscription: RepollTarget(originalTransactionID: originalTransactionID, receiptID: receiptID, pollSequence: pollSequence))
+    }
+}
+
+/// The Postgres side of the re-poll scheduler (blocking; the scheduler calls it from its own thread).
+public protocol SubscriptionSchedule: AnyObject {
+    /// In one transaction: locks up to `limit` subscriptions due at `now`, oldest first, skipping
+    /// those another scheduler holds; passes them to `enqueue`; then moves the first `n` it returns
+    /// to `lease` (a fallback poll, should the job vanish) and bumps their poll counter.
+    /// - Returns: `n`.
+    /// - Throws: what `enqueue` throws (nothing is advanced), or when Postgres fails.
+    func claimDue(now: Date, limit: Int, lease: Date, enqueue: ([DueSubscription]) throws -> Int) throws -> Int
+}
+
+/// The Redis side of the re-poll scheduler: a budget shared by every replica, and a queue that
+/// takes each poll once.
+public protocol RepollQueue: AnyObject {
+    /// Takes up to `wanted` re-polls from the global rate budget at `now`; returns how many it may queue.
+    func acquire(_ wanted: Int, now: Date) throws -> Int
+    /// Queues each job unless a job for the same subscription and poll counter was queued before
+    /// (a scheduler that died before its commit is repeated harmlessly); returns how many were new.
+    func enqueue(_ jobs: [JobEnvelope]) throws -> Int
 }

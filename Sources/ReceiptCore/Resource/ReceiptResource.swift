@@ -78,6 +78,9 @@ public struct InAppPurchaseResource: Sendable, Equatable, Codable {
     public var isInIntroOfferPeriod: Bool
     /// Set when another user already claimed this transaction (possible receipt sharing).
     public var isConflict: Bool
+    /// `production` or `sandbox`: given where purchases of several receipts are listed together
+    /// (the entitlement API); absent within a receipt, which has its own.
+    public var environment: String?
 
     enum CodingKeys: String, CodingKey {
         case productID = "product_id"
@@ -92,11 +95,13 @@ public struct InAppPurchaseResource: Sendable, Equatable, Codable {
         case isTrialPeriod = "is_trial_period"
         case isInIntroOfferPeriod = "is_in_intro_offer_period"
         case isConflict = "is_conflict"
+        case environment
     }
 
     func write(to writer: inout JSONWriter) {
         writer.openObject()
         writer.member("cancellation_date", cancellationDate)
+        writer.member("environment", environment)
         writer.member("expires_date", expiresDate)
         writer.member("is_conflict", isConflict)
         writer.member("is_in_intro_offer_period", isInIntroOfferPeriod)
@@ -112,7 +117,7 @@ public struct InAppPurchaseResource: Sendable, Equatable, Codable {
     }
 
     /// The API form of a purchase.
-    public init(_ purchase: InAppPurchase, isConflict: Bool = false) {
+    public init(_ purchase: InAppPurchase, isConflict: Bool = false, environment: String? = nil) {
         productID = purchase.productID
         transactionID = purchase.transactionID
         originalTransactionID = purchase.originalTransactionID
@@ -125,6 +130,7 @@ public struct InAppPurchaseResource: Sendable, Equatable, Codable {
         isTrialPeriod = purchase.isTrialPeriod
         isInIntroOfferPeriod = purchase.isInIntroOfferPeriod
         self.isConflict = isConflict
+        self.environment = environment
     }
 }
 

@@ -1,0 +1,64 @@
+import Foundation
+import HTTPTypes
+import Hummingbird
+import Logging
+import NIOCore
+import ReceiptCore
+
+/// The entitlement API: what a user holds right now, without the app sending a receipt again.
+///
+/// - `GET /client/subscriptions?user_identifier=…`: the user's subscriptions and other purchases.
+/// - `GET /client/subscriptions/{original_transaction_id}[?environment=production|sandbox]`: one subscription.
+extension IngestAPI {
+    func addSubscriptionRoutes(to router: Router<IngestRequestContext>, catalog: any SubscriptionCatalog) {
+        router.get("/client/subscriptions") { request, context in
+            try await entitlements(request, context: context, catalog: catalog)
+        }
+        router.get("/client/subscriptions/{original_transaction_id}") { request, context in
+            try await subscription(request, context: context, catalog: catalog)
+        }
+    }
+
+    func entitlements(_ request: Request, context: IngestRequestContext, catalog: any SubscriptionCatalog) async throws -> Response {
+        let app: AppRecord
+        switch await authorize(request, context: context) {
+        case .success(let found): app = found
+        case .failure(let refusal): return refusal.response
+        }
+        guard let user = request.uri.queryParameters.get("user_identifier"), !user.isEmpty else {
+            return unprocessable([FieldError(field: "user_identifier", reason: "is required")])
+        }
+        guard user.count <= 255 else {
+            return unprocessable([FieldError(field: "user_identifier", reason: "must be at most 255 characters")])
+        }
+        do {
+            let listing = try await catalog.entitlements(appID: app.id, userIdentifier: user)
+            return jsonBytes(.ok, listing.encoded(at: now()))
+        } catch {
+            context.logger.error("Entitlement lookup failed", metadata: ["error": "\(error)"])
+            return unavailable()
+        }
+    }
+
+    func subscription(_ request: Request, context: IngestRequestContext, catalog: any SubscriptionCatalog) async throws -> Response {
+        let app: AppRecord
+        switch await authorize(request, context: context) {
+        case .success(let found): app = found
+        case .failure(let refusal): return refusal.response
+        }
+        let environment = request.uri.queryParameters.get("environment")
+        if let environment, environment != "production" && environment != "sandbox" {
+            return unprocessable([FieldError(field: "environment", reason: "must be production or sandbox")])
+        }
+        guard let id = context.parameters.get("original_transaction_id"), !id.isEmpty, id.count <= 128 else { return notFound() }
+        do {
+            guard let found = try await catalog.subscription(appID: app.id, originalTransactionID: id, environment: environment) else {
+                return notFound()
+            }
+            return jsonBytes(.ok, found.encoded(at: now()))
+        } catch {
+            context.logger.error("Subscription lookup failed", metadata: ["error": "\(error)"])
+            return unavailable()
+        }
+    }
+}

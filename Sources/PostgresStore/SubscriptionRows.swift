@@ -1,0 +1,182 @@
+import Foundation
+import Libpq
+import ReceiptCore
+
+/// Writes and reads the `subscriptions` table: the worker's upserts, the API's reads.
+enum SubscriptionRows {
+    /// The subscription rows a record touches (for splitting a batch into conflict-free groups).
+    static func keys(of record: ValidationRecord) -> [String] {
+        let environment = record.environment ?? record.envelope.environment ?? "unknown"
+        var keys = record.subscriptions.map { "\(record.envelope.appID)\u{0}\(environment)\u{0}\($0.state.originalTransactionID)" }
+        if let target = record.envelope.subscription {
+            keys.append("\(record.envelope.appID)\u{0}\(record.envelope.environment ?? environment)\u{0}\(target.originalTransactionID)")
+        }
+        return keys
+    }
+
+    /// Records what each re-poll found, then upserts every subscription state of the batch: two
+    /// statements, whatever its size. An older observation never replaces a newer one.
+    static func write(_ records: [ValidationRecord], on connection: PostgresConnection) throws {
+        var outcomes = ColumnBatch(columns: 7)
+        var states = ColumnBatch(columns: 23)
+        for record in records {
+            let environment = record.environment ?? record.envelope.environment ?? "unknown"
+            if let target = record.envelope.subscription {
+                outcomes.append(outcome(of: record, target: target))
+            }
+            for planned in record.subscriptions {
+                let state = planned.state
+                states.append([
+                    record.envelope.appID.uuidString, environment, state.originalTransactionID, state.productID,
+                    state.status.rawValue, state.expiresAt?.postgresText, state.purchasedAt?.postgresText,
+                    state.originalPurchaseDate?.postgresText, state.autoRenewStatus?.postgresText, state.autoRenewProductID,
+                    state.isInBillingRetry.postgresText, state.gracePeriodExpiresAt?.postgresText,
+                    state.expirationIntent.map(String.init), state.isTrial.postgresText, state.isIntro.postgresText,
+                    state.ownershipType, state.latestTransactionID, state.revokedAt?.postgresText,
+                    state.cancellationReason.map(String.init), record.envelope.submission.userIdentifier,
+                    record.receiptID.uuidString, state.observedAt.postgresText, planned.nextPollAt?.postgresText,
+                ])
+            }
+        }
+        if !outcomes.isEmpty {
+            _ = try connection.query(
+                """
+                UPDATE subscriptions s SET last_polled_at = u.at, last_poll_error = u.error,
+                    next_poll_at = CASE WHEN u.set_next THEN u.next_poll_at ELSE s.next_poll_at END, updated_at = now()
+                FROM unnest(\(outcomes[0])::uuid[], \(outcomes[1])::text[], \(outcomes[2])::text[], \(outcomes[3])::text[],
+                            \(outcomes[4])::boolean[], \(outcomes[5])::timestamptz[], \(outcomes[6])::timestamptz[])
+                  AS u(app_id, environment, original_transaction_id, error, set_next, next_poll_at, at)
+                WHERE s.app_id = u.app_id AND s.environment = u.environment
+                  AND s.original_transaction_id = u.original_transaction_id
+                """)
+        }
+        guard !states.isEmpty else { return }
+        _ = try connection.query(
+            """
+            INSERT INTO subscriptions (app_id, environment, original_transaction_id, product_id, state, expires_at,
+                purchased_at, original_purchase_date, auto_renew_status, auto_renew_product_id, is_in_billing_retry,
+                grace_period_expires_at, expiration_intent, is_trial, is_intro, ownership_type, latest_transaction_id,
+                revoked_at, cancellation_reason, user_identifier, receipt_id, observed_at, next_poll_at)
+            SELECT * FROM unnest(\(states[0])::uuid[], \(states[1])::text[], \(states[2])::text[], \(states[3])::text[],
+                \(states[4])::text[], \(states[5])::timestamptz[], \(states[6])::timestamptz[], \(states[7])::timestamptz[],
+                \(states[8])::boolean[], \(states[9])::text[], \(states[10])::boolean[], \(states[11])::timestamptz[],
+                \(states[12])::int[], \(states[13])::boolean[], \(states[14])::boolean[], \(states[15])::text[],
+                \(states[16])::text[], \(states[17])::timestamptz[], \(states[18])::int[], \(states[19])::text[],
+                \(states[20])::uuid[], \(states[21])::timestamptz[], \(states[22])::timestamptz[])
+            ON CONFLICT (app_id, environment, original_transaction_id) DO UPDATE SET
+                product_id = EXCLUDED.product_id, state = EXCLUDED.state, expires_at = EXCLUDED.expires_at,
+                purchased_at = EXCLUDED.purchased_at, original_purchase_date = EXCLUDED.original_purchase_date,
+                auto_renew_status = EXCLUDED.auto_renew_status, auto_renew_product_id = EXCLUDED.auto_renew_product_id,
+                is_in_billing_retry = EXCLUDED.is_in_billing_retry, grace_period_expires_at = EXCLUDED.grace_period_expires_at,
+                expiration_intent = EXCLUDED.expiration_intent, is_trial = EXCLUDED.is_trial, is_intro = EXCLUDED.is_intro,
+                ownership_type = EXCLUDED.ownership_type, latest_transaction_id = EXCLUDED.latest_transaction_id,
+                revoked_at = EXCLUDED.revoked_at, cancellation_reason = EXCLUDED.cancellation_reason,
+                -- The first user to present the subscription keeps it, as in the ledger.
+                user_identifier = COALESCE(subscriptions.user_identifier, EXCLUDED.user_identifier),
+                receipt_id = EXCLUDED.receipt_id, observed_at = EXCLUDED.observed_at, next_poll_at = EXCLUDED.next_poll_at,
+                updated_at = now()
+            WHERE subscriptions.observed_at <= EXCLUDED.observed_at
+            """)
+    }
+
+    /// What a re-poll leaves on its subscription: when it ran, the error if any, and (unless the
+    /// upsert that follows plans it) when to poll next.
+    private static func outcome(of record: ValidationRecord, target: RepollTarget) -> [String?] {
+        let error: String?
+        let next: Date?
+        var setNext = true
+        switch record.status {
+        case .valid where record.subscriptions.contains { $0.state.originalTransactionID == target.originalTransactionID }:
+            (error, next, setNext) = (nil, nil, false)
+        case .valid:
+            // Apple's answer no longer lists it: nothing to poll for.
+            (error, next) = ("subscription_not_in_answer", nil)
+        case .invalid:
+            (error, next) = ("apple_\(record.appleStatus ?? -1)", nil)
+        case .failed, .pending, .fraud:
+            (error, next) = (record.envelope.errorCode ?? "failed", record.retryPollAt)
+        }
+        return [
+            record.envelope.appID.uuidString, record.envelope.environment ?? record.environment ?? "unknown",
+            target.originalTransactionID, error, setNext.postgresText, next?.postgresText, record.validatedAt.postgresText,
+        ]
+    }
+}
+
+extension SubscriptionRows {
+    static let columns = """
+        s.app_id, s.environment, s.original_transaction_id, s.product_id, s.state, s.expires_at, s.purchased_at,
+        s.original_purchase_date, s.auto_renew_status, s.auto_renew_product_id, s.is_in_billing_retry,
+        s.grace_period_expires_at, s.expiration_intent, s.is_trial, s.is_intro, s.ownership_type, s.latest_transaction_id,
+        s.revoked_at, s.cancellation_reason, s.user_identifier, s.receipt_id, s.observed_at, s.next_poll_at,
+        s.last_polled_at, s.last_poll_error, s.created_at, s.updated_at
+        """
+
+    /// A row selected with ``columns``.
+    static func resource(_ row: PostgresRow) -> SubscriptionResource? {
+        guard let originalTransactionID = row.string("original_transaction_id"), let environment = row.string("environment"),
+            let status = row.string("state").flatMap(SubscriptionStatus.init(rawValue:)), let receiptID = row.uuid("receipt_id"),
+            let observedAt = row.date("observed_at")
+        else { return nil }
+        let state = SubscriptionState(
+            originalTransactionID: originalTransactionID, productID: row.string("product_id") ?? "", status: status,
+            expiresAt: row.date("expires_at"), purchasedAt: row.date("purchased_at"),
+            originalPurchaseDate: row.date("original_purchase_date"), autoRenewStatus: row.bool("auto_renew_status"),
+            autoRenewProductID: row.string("auto_renew_product_id"), isInBillingRetry: row.bool("is_in_billing_retry") ?? false,
+            gracePeriodExpiresAt: row.date("grace_period_expires_at"), expirationIntent: row.int("expiration_intent"),
+            isTrial: row.bool("is_trial") ?? false, isIntro: row.bool("is_intro") ?? false, ownershipType: row.string("ownership_type"),
+            latestTransactionID: row.string("latest_transaction_id") ?? "", revokedAt: row.date("revoked_at"),
+            cancellationReason: row.int("cancellation_reason"), observedAt: observedAt)
+        return SubscriptionResource(
+            state: state, environment: environment, userIdentifier: row.string("user_identifier"), receiptID: receiptID,
+            nextPollAt: row.date("next_poll_at"), lastPolledAt: row.date("last_polled_at"), lastPollError: row.string("last_poll_error"),
+            createdAt: row.date("created_at") ?? observedAt, updatedAt: row.date("updated_at") ?? observedAt)
+    }
+
+    /// One subscription; production first when both environments have it and none is named.
+    static func subscription(
+        _ connection: PostgresConnection, appID: UUID, originalTransactionID: String, environment: String?
+    ) throws -> SubscriptionResource? {
+        try connection.query(
+            """
+            SELECT \(unescaped: columns) FROM subscriptions s
+            WHERE s.app_id = \(appID) AND s.original_transaction_id = \(originalTransactionID)
+              AND (\(environment)::text IS NULL OR s.environment = \(environment))
+            ORDER BY s.environment = 'production' DESC, s.environment
+            LIMIT 1
+            """
+        ).rows.first.flatMap(resource)
+    }
+
+    /// A user's subscriptions (newest expiry first) and other purchases (newest first), in two statements.
+    static func entitlements(_ connection: PostgresConnection, appID: UUID, userIdentifier: String) throws -> UserEntitlements {
+        let subscriptions = try connection.query(
+            """
+            SELECT \(unescaped: columns) FROM subscriptions s
+            WHERE s.app_id = \(appID) AND s.user_identifier = \(userIdentifier)
+            ORDER BY s.expires_at DESC NULLS LAST, s.original_transaction_id
+            LIMIT 1000
+            """
+        ).rows.compactMap(resource)
+        let purchases = try connection.query(
+            """
+            SELECT environment, transaction_id, original_transaction_id, product_id, quantity, purchase_date,
+                   original_purchase_date, cancellation_date, web_order_line_item_id, is_trial_period, is_in_intro_offer_period
+            FROM in_app_purchases
+            WHERE app_id = \(appID) AND user_identifier = \(userIdentifier) AND expires_date IS NULL
+            ORDER BY purchase_date DESC NULLS LAST, transaction_id
+            LIMIT 1000
+            """
+        ).rows.map { row in
+            InAppPurchaseResource(
+                InAppPurchase(
+                    quantity: row.int("quantity") ?? 1, productID: row.string("product_id") ?? "",
+                    transactionID: row.string("transaction_id") ?? "", originalTransactionID: row.string("original_transaction_id") ?? "",
+                    purchaseDate: row.date("purchase_date"), originalPurchaseDate: row.date("original_purchase_date"),
+                    cancellationDate: row.date("cancellation_date"), webOrderLineItemID: row.string("web_order_line_item_id"),
+                    isTrialPeriod: row.bool("is_trial_period") ?? false, isInIntroOfferPeriod: row.bool("is_in_intro_offer_period") ?? false),
+                environment: row.string("environment"))
+        }
+        return UserEntitlements(userIdentifier: userIdentifier, subscriptions: subscriptions, purchases: purchases)
+    }
+}
