@@ -90,6 +90,7 @@ public final class PostgresReceiptStore: ReceiptStore {
             attempts.append(record)
         }
         if !receipts.isEmpty { try writeReceipts(receipts, on: connection) }
+        try writeLatestReceipts(of: records.filter(\.isRepoll), on: connection)
         if !purchases.isEmpty {
             _ = try connection.query(
                 """
@@ -132,6 +133,19 @@ public final class PostgresReceiptStore: ReceiptStore {
                 """)
         }
         try SubscriptionRows.write(records, on: connection)
+    }
+
+    /// A re-poll's answer carries Apple's newest receipt: the next re-poll sends that one.
+    private func writeLatestReceipts(of repolls: [ValidationRecord], on connection: PostgresConnection) throws {
+        let updates = repolls.filter { $0.latestReceipt != nil && $0.latestReceipt != $0.envelope.receipt }
+        guard !updates.isEmpty else { return }
+        _ = try connection.query(
+            """
+            UPDATE receipts r SET latest_receipt = u.latest_receipt, updated_at = now()
+            FROM unnest(\(PostgresArray.literal(updates.map(\.receiptID.uuidString)))::uuid[],
+                        \(PostgresArray.literal(updates.map(\.latestReceipt)))::text[]) AS u(id, latest_receipt)
+            WHERE r.id = u.id AND r.latest_receipt IS DISTINCT FROM u.latest_receipt AND r.receipt_data <> u.latest_receipt
+            """)
     }
 
     private func writeReceipts(_ receipts: ReceiptColumns, on connection: PostgresConnection) throws {

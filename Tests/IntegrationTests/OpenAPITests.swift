@@ -92,6 +92,19 @@ struct OpenAPITests {
         try await recorder.send("GET", "\(receipts)/\(UUID().uuidString.lowercased())", headers: bearer)
         try await recorder.send("GET", "\(receipts)/not-a-uuid", headers: bearer)
 
+        // The entitlement API: the user of the receipt above, one of its subscriptions, and the refusals.
+        let subscriptions = "/client/subscriptions"
+        let listing = try await recorder.send("GET", "\(subscriptions)?user_identifier=u-1", headers: bearer)
+        let original = try #require(
+            try? JSONDecoder().decode(JSONValue.self, from: Data(listing.body.utf8))["subscriptions"]?.arrayValue?.first?["original_transaction_id"]?
+                .stringValue)
+        #expect(try await recorder.send("GET", "\(subscriptions)/\(original)", headers: bearer).status == 200)
+        try await recorder.send("GET", "\(subscriptions)/\(original)?environment=production", headers: bearer)
+        try await recorder.send("GET", "\(subscriptions)/\(original)?environment=staging", headers: bearer)
+        try await recorder.send("GET", "\(subscriptions)/\(original)")
+        try await recorder.send("GET", subscriptions, headers: bearer)
+        try await recorder.send("GET", "\(subscriptions)?user_identifier=u-1")
+
         // The Cloud Softphone web service, in each of its formats.
         let softphone = "/cloudsoftphone/iap"
         let token = "token=\(system.token)"

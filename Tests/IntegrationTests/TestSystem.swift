@@ -50,8 +50,10 @@ final class TestSystem: Sendable {
     }
 
     /// Starts everything; `environment` overrides configuration variables.
+    /// - Parameter schedulerClock: the scheduler's injected clock (tests move it to make re-polls due).
     static func start(
-        environment overrides: [String: String] = [:], sharedSecret: String? = "integration-secret"
+        environment overrides: [String: String] = [:], sharedSecret: String? = "integration-secret",
+        schedulerClock: @escaping @Sendable () -> Date = { Date() }
     ) async throws
         -> TestSystem
     {
@@ -85,7 +87,7 @@ final class TestSystem: Sendable {
         let (ports, continuation) = AsyncStream<Int>.makeStream()
         let services: [any Service] = [
             try ReceiptQueueApp.makeWorker(configuration, logger: logger),
-            ReceiptQueueApp.makeScheduler(configuration, logger: logger),
+            ReceiptQueueApp.makeScheduler(configuration, now: schedulerClock, logger: logger),
             try ReceiptQueueApp.makeAPI(configuration, logger: logger) { port in
                 continuation.yield(port)
                 continuation.finish()
@@ -140,9 +142,14 @@ final class TestSystem: Sendable {
     }
 
     func get(_ id: String, token: String? = nil) async throws -> (Int, JSONValue?) {
+        try await get(path: "/client/itunes_connect/receipts/\(id)", token: token)
+    }
+
+    /// GET `path` on the API with this system's token (or `token`).
+    func get(path: String, token: String? = nil) async throws -> (Int, JSONValue?) {
         let response = try await client.send(
             Curl.HTTPRequest(
-                method: "GET", url: "\(receiptsURL)/\(id)",
+                method: "GET", url: "http://127.0.0.1:\(apiPort)\(path)",
                 headers: [(name: "Authorization", value: "Bearer \(token ?? self.token)")], body: []))
         return (response.status, try? JSONDecoder().decode(JSONValue.self, from: Data(response.body)))
     }
