@@ -182,7 +182,7 @@ struct SubscriptionTests {
         }
         // A few more ticks: a second enqueue, if there were one, would show now.
         try await Task.sleep(for: .milliseconds(300))
-        tasks.forEach { $0.cancel() }
+        for task in tasks { task.cancel() }
         for task in tasks { _ = try? await task.value }
 
         let jobs = try queued().filter { $0.subscription?.originalTransactionID.hasPrefix(tag) ?? false }
