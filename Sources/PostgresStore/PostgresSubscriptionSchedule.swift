@@ -11,10 +11,14 @@ import ReceiptCore
 /// Not thread-safe: the scheduler's thread owns it.
 public final class PostgresSubscriptionSchedule: SubscriptionSchedule {
     private let connection: PostgresConnection
+    private let apps: [UUID]?
 
     /// Creates the schedule on the scheduler's own connection.
-    public init(connection: PostgresConnection) {
+    /// - Parameter apps: only these apps' subscriptions (a replica dedicated to some apps, or a test
+    ///   sharing its database with others); nil for all.
+    public init(connection: PostgresConnection, apps: [UUID]? = nil) {
         self.connection = connection
+        self.apps = apps
     }
 
     public func claimDue(now: Date, limit: Int, lease: Date, enqueue: ([DueSubscription]) throws -> Int) throws -> Int {
@@ -28,6 +32,8 @@ public final class PostgresSubscriptionSchedule: SubscriptionSchedule {
                        COALESCE(r.latest_receipt, r.receipt_data) AS receipt, r.style, r.bundle_id
                 FROM subscriptions s JOIN receipts r ON r.id = s.receipt_id
                 WHERE s.next_poll_at <= \(now)
+                  AND (\(apps.map { PostgresArray.literal($0.map(\.uuidString)) })::uuid[] IS NULL
+                       OR s.app_id = ANY(\(apps.map { PostgresArray.literal($0.map(\.uuidString)) })::uuid[]))
                 ORDER BY s.next_poll_at
                 LIMIT \(limit)
                 FOR UPDATE OF s SKIP LOCKED

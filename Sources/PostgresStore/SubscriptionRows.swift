@@ -18,7 +18,7 @@ enum SubscriptionRows {
     /// statements, whatever its size. An older observation never replaces a newer one.
     static func write(_ records: [ValidationRecord], on connection: PostgresConnection) throws {
         var outcomes = ColumnBatch(columns: 7)
-        var states = ColumnBatch(columns: 23)
+        var rows: [(key: [String], values: [String?])] = []
         for record in records {
             let environment = record.environment ?? record.envelope.environment ?? "unknown"
             if let target = record.envelope.subscription {
@@ -26,18 +26,27 @@ enum SubscriptionRows {
             }
             for planned in record.subscriptions {
                 let state = planned.state
-                states.append([
-                    record.envelope.appID.uuidString, environment, state.originalTransactionID, state.productID,
-                    state.status.rawValue, state.expiresAt?.postgresText, state.purchasedAt?.postgresText,
-                    state.originalPurchaseDate?.postgresText, state.autoRenewStatus?.postgresText, state.autoRenewProductID,
-                    state.isInBillingRetry.postgresText, state.gracePeriodExpiresAt?.postgresText,
-                    state.expirationIntent.map(String.init), state.isTrial.postgresText, state.isIntro.postgresText,
-                    state.ownershipType, state.latestTransactionID, state.revokedAt?.postgresText,
-                    state.cancellationReason.map(String.init), record.envelope.submission.userIdentifier,
-                    record.receiptID.uuidString, state.observedAt.postgresText, planned.nextPollAt?.postgresText,
-                ])
+                let key = [record.envelope.appID.uuidString, environment, state.originalTransactionID]
+                rows.append(
+                    (
+                        key,
+                        [
+                            record.envelope.appID.uuidString, environment, state.originalTransactionID, state.productID,
+                            state.status.rawValue, state.expiresAt?.postgresText, state.purchasedAt?.postgresText,
+                            state.originalPurchaseDate?.postgresText, state.autoRenewStatus?.postgresText, state.autoRenewProductID,
+                            state.isInBillingRetry.postgresText, state.gracePeriodExpiresAt?.postgresText,
+                            state.expirationIntent.map(String.init), state.isTrial.postgresText, state.isIntro.postgresText,
+                            state.ownershipType, state.latestTransactionID, state.revokedAt?.postgresText,
+                            state.cancellationReason.map(String.init), record.envelope.submission.userIdentifier,
+                            record.receiptID.uuidString, state.observedAt.postgresText, planned.nextPollAt?.postgresText,
+                        ]
+                    ))
             }
         }
+        // In key order: concurrent batches then lock the rows they share in the same order, and wait
+        // for each other instead of deadlocking.
+        var states = ColumnBatch(columns: 23)
+        for row in rows.sorted(by: { $0.key.lexicographicallyPrecedes($1.key) }) { states.append(row.values) }
         if !outcomes.isEmpty {
             _ = try connection.query(
                 """

@@ -144,9 +144,12 @@ public enum ReceiptQueueApp {
     }
 
     /// The scheduler: retry promotion, the janitor, and subscription re-polls.
-    /// - Parameter now: the injected clock (tests move it forward to make re-polls due).
+    /// - Parameters:
+    ///   - onlyApps: re-poll only these apps' subscriptions (nil: all); tests sharing a database
+    ///     keep to their own app with it.
+    ///   - now: the injected clock (tests move it forward to make re-polls due).
     public static func makeScheduler(
-        _ configuration: AppConfiguration, now: @escaping @Sendable () -> Date = { Date() }, logger: Logger
+        _ configuration: AppConfiguration, onlyApps: [UUID]? = nil, now: @escaping @Sendable () -> Date = { Date() }, logger: Logger
     ) -> Scheduler {
         Scheduler(
             configuration: .init(
@@ -161,7 +164,7 @@ public enum ReceiptQueueApp {
             },
             makeRepolls: {
                 let schedule = PostgresSubscriptionSchedule(
-                    connection: try PostgresConnection(configuration: configuration.postgres, label: "scheduler"))
+                    connection: try PostgresConnection(configuration: configuration.postgres, label: "scheduler"), apps: onlyApps)
                 let queue = RedisRepollQueue(
                     connection: try RedisConnection(configuration: configuration.redis, label: "scheduler-repoll"),
                     keys: configuration.keys, ratePerSecond: configuration.repollRatePerSecond)

@@ -242,7 +242,7 @@ final class RestartSystem: Sendable {
             logger.logLevel = ProcessInfo.processInfo.environment["RESTART_TESTS_LOG"] == "1" ? .info : .error
             let services: [any Service] = [
                 try ReceiptQueueApp.makeWorker(configuration, logger: logger),
-                ReceiptQueueApp.makeScheduler(configuration, logger: logger),
+                ReceiptQueueApp.makeScheduler(configuration, onlyApps: [app.id], logger: logger),
             ]
             let group = ServiceGroup(services: services, gracefulShutdownSignals: [], logger: logger)
             return RestartSystem(configuration: configuration, mock: mock, app: app, receipts: receipts, group: group)

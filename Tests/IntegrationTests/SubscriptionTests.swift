@@ -164,7 +164,8 @@ struct SubscriptionTests {
                 makeMaintenance: { RedisMaintenance(connection: try self.redis(), keys: keys) },
                 makeRepolls: {
                     (
-                        PostgresSubscriptionSchedule(connection: try PostgresConnection(configuration: self.configuration.postgres)),
+                        PostgresSubscriptionSchedule(
+                            connection: try PostgresConnection(configuration: self.configuration.postgres), apps: [self.app.id]),
                         RedisRepollQueue(connection: try self.redis(), keys: keys, ratePerSecond: 100_000)
                     )
                 }, now: clock.closure, logger: logger)
@@ -219,7 +220,8 @@ struct SubscriptionTests {
         let redis = try redis()
         defer { redis.close() }
         let queue = RedisRepollQueue(connection: redis, keys: keys, ratePerSecond: 100_000)
-        let schedule = PostgresSubscriptionSchedule(connection: connection)
+        // Its own app only: other suites share the database (and their subscriptions are due before `base`).
+        let schedule = PostgresSubscriptionSchedule(connection: connection, apps: [app.id])
         var rng = SeededGenerator(seed: 1)
         let dying = Repoller(schedule: schedule, queue: DyingQueue(queue), batchSize: 1000, lease: .seconds(3600))
         #expect(throws: StoreFailure.self) { try dying.runBatch(now: Self.base, using: &rng) }

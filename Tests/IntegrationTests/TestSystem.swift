@@ -87,7 +87,8 @@ final class TestSystem: Sendable {
         let (ports, continuation) = AsyncStream<Int>.makeStream()
         let services: [any Service] = [
             try ReceiptQueueApp.makeWorker(configuration, logger: logger),
-            ReceiptQueueApp.makeScheduler(configuration, now: schedulerClock, logger: logger),
+            // Its own app only: the test database is shared, and so is its subscriptions table.
+            ReceiptQueueApp.makeScheduler(configuration, onlyApps: [app.id], now: schedulerClock, logger: logger),
             try ReceiptQueueApp.makeAPI(configuration, logger: logger) { port in
                 continuation.yield(port)
                 continuation.finish()
