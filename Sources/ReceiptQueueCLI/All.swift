@@ -67,6 +67,10 @@ struct All: AsyncParsableCommand {
 
                     curl -sS \(base)/$(sed -E 's/.*"id":"([^"]+)".*/\\1/' /tmp/receiptq-post.json) -H "Authorization: Bearer $RQ_TOKEN"
 
+                What the demo user is entitled to now (its monthly subscription, re-polled before it expires, and a non-consumable):
+
+                    curl -sS 'http://\(host):\(port)/client/subscriptions?user_identifier=demo-user-1' -H "Authorization: Bearer $RQ_TOKEN"
+
                 And see the row in Postgres:
 
                     psql -h \(configuration.postgres.host) -p \(configuration.postgres.port) -U \(configuration.postgres.user) \(configuration.postgres.database) -c 'SELECT id, status, environment, bundle_id FROM receipts ORDER BY created_at DESC LIMIT 5'

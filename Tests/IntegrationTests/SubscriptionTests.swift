@@ -239,6 +239,35 @@ struct SubscriptionTests {
         #expect(pending == 0)
     }
 
+    @Test("A worker takes re-polls beside a flood of validations (validations first), and all of them once validations run dry")
+    func workersServeBothQueues() throws {
+        let keys = RedisKeys(prefix: "{rqt-\(UUID().uuidString.prefix(8).lowercased())}")
+        let redis = try redis()
+        defer { redis.close() }
+        func push(_ kind: JobKind, _ count: Int) throws {
+            for _ in 0..<count {
+                let job = JobEnvelope(id: JobID.make(), kind: kind, appID: app.id, enqueuedAt: Self.base, origin: .api, receipt: "r")
+                _ = try redis.send(bytes: [Array("LPUSH".utf8), Array(keys.queue(kind.rawValue).utf8), job.encoded()])
+            }
+        }
+        try push(.validate, 300)
+        try push(.repoll, 80)
+        let queue = RedisWorkQueue(connection: try self.redis(), keys: keys, workerID: "share-\(UUID().uuidString.prefix(6))")
+        var kinds: [JobKind] = []
+        for _ in 0..<6 { kinds += try queue.reserve(max: 64, timeout: .milliseconds(10)).compactMap(\.envelope?.kind) }
+        let validations = kinds.filter { $0 == .validate }.count
+        let repolls = kinds.filter { $0 == .repoll }.count
+        #expect(repolls > 0, "re-polls starved")
+        #expect(validations >= 3 * repolls)
+        // A single free slot: the queues take turns.
+        let single = try (0..<4).flatMap { _ in try queue.reserve(max: 1, timeout: .milliseconds(10)).compactMap(\.envelope?.kind) }
+        #expect(Set(single) == [.validate, .repoll])
+        // Validations gone: every slot goes to re-polls.
+        _ = try redis.send(["DEL", keys.queue("validate")])
+        let rest = try queue.reserve(max: 64, timeout: .milliseconds(10)).compactMap(\.envelope?.kind)
+        #expect(!rest.isEmpty && rest.allSatisfy { $0 == .repoll })
+    }
+
     @Test("The global re-poll budget: a backlog is let through at the configured rate, shared by replicas")
     func rateLimit() throws {
         let keys = RedisKeys(prefix: "{rqt-\(UUID().uuidString.prefix(8).lowercased())}")
