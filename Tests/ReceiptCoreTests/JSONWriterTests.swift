@@ -30,7 +30,7 @@ struct JSONWriterTests {
                 purchase.expiresDate = Bool.random(using: &generator) ? date() : nil
                 purchase.webOrderLineItemID = text()
                 purchase.isTrialPeriod = Bool.random(using: &generator)
-                return InAppPurchaseResource(purchase, isConflict: Bool.random(using: &generator))
+                return InAppPurchaseResource(purchase, isConflict: Bool.random(using: &generator), environment: text())
             }
             let resource = ReceiptResource(
                 id: UUID(), style: Bool.random(using: &generator) ? .unified : nil, appFamilyID: UUID(), bundleID: text(),
@@ -64,6 +64,10 @@ struct JSONWriterTests {
                     metadata: Bool.random(using: &generator) ? .object(["k": .string(awkward.randomElement(using: &generator)!)]) : nil),
                 fraudReason: text())
             envelope.replyTo = text()
+            if let original = text() {
+                envelope.subscription = RepollTarget(
+                    originalTransactionID: original, receiptID: UUID(), pollSequence: Int.random(in: 0...1_000_000, using: &generator))
+            }
             for _ in 0..<Int.random(in: 0...2, using: &generator) {
                 envelope = envelope.failed(
                     code: "apple_21005", message: awkward.randomElement(using: &generator)!,
@@ -77,6 +81,7 @@ struct JSONWriterTests {
             let decoded = try JobEnvelope.decode(written)
             #expect(decoded.id == envelope.id && decoded.receipt == envelope.receipt && decoded.history == envelope.history)
             #expect(decoded.submission == envelope.submission && decoded.replyTo == envelope.replyTo)
+            #expect(decoded.subscription == envelope.subscription)
             #expect(abs(decoded.enqueuedAt.timeIntervalSince(envelope.enqueuedAt)) < 0.000_001)
             let encoder = JSONEncoder()
             encoder.outputFormatting = [.sortedKeys]

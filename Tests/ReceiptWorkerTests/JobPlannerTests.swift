@@ -1,0 +1,77 @@
+import Foundation
+import ReceiptCore
+import ReceiptTesting
+import ReceiptWorker
+import Testing
+
+@Suite("Job planner: subscriptions and re-polls (mock clock)")
+struct JobPlannerTests {
+    let clock = MockClock()
+    var planner: JobPlanner { JobPlanner(retryPolicy: RetryPolicy(), now: clock.closure) }
+
+    func envelope(kind: JobKind = .validate, target: RepollTarget? = nil) -> JobEnvelope {
+        JobEnvelope(
+            id: JobID.make(), kind: kind, appID: UUID(), enqueuedAt: clock.now, origin: kind == .repoll ? .scheduler : .api,
+            receipt: "MII", environment: "sandbox", subscription: target)
+    }
+
+    func subscription(expiresIn seconds: TimeInterval) -> JSONValue {
+        func ms(_ date: Date) -> JSONValue { .string(String(Int64(date.timeIntervalSince1970 * 1000))) }
+        return .object([
+            "transaction_id": .string("11"), "original_transaction_id": .string("10"), "product_id": .string("monthly"),
+            "purchase_date_ms": ms(clock.now.addingTimeInterval(seconds - 30 * 86_400)),
+            "expires_date_ms": ms(clock.now.addingTimeInterval(seconds)),
+        ])
+    }
+
+    @Test("A valid answer carries each subscription's state, observed now, with its next poll planned before expiry")
+    func validAnswerPlansPolls() throws {
+        var rng = SeededGenerator(seed: 1)
+        let report = StubVerifier.report(status: 0, verdict: .valid, transactions: [subscription(expiresIn: 10 * 86_400)])
+        guard case .store(let record) = planner.plan(envelope(), report: report, using: &rng) else {
+            Issue.record("a valid answer is stored")
+            return
+        }
+        let planned = try #require(record.subscriptions.first)
+        #expect(record.subscriptions.count == 1)
+        #expect(planned.state.status == .active)
+        #expect(planned.state.observedAt == clock.now)
+        let next = try #require(planned.nextPollAt)
+        #expect(next > clock.now.addingTimeInterval(8 * 86_400))
+        #expect(next < clock.now.addingTimeInterval(9 * 86_400))
+    }
+
+    @Test("Invalid answers and configuration errors carry no subscription state")
+    func noStateWithoutAValidAnswer() {
+        var rng = SeededGenerator(seed: 2)
+        let invalid = StubVerifier.report(status: 21010, verdict: .invalid, transactions: [subscription(expiresIn: 86_400)])
+        if case .store(let record) = planner.plan(envelope(), report: invalid, using: &rng) {
+            #expect(record.subscriptions.isEmpty)
+            #expect(record.status == .invalid)
+        } else {
+            Issue.record("an invalid answer is stored")
+        }
+    }
+
+    @Test("A buried re-poll asks for its subscription to be polled again a day later; a buried validation does not")
+    func buriedRepoll() {
+        let target = RepollTarget(originalTransactionID: "10", receiptID: UUID(), pollSequence: 3)
+        let repoll = planner.failedRecord(
+            envelope(kind: .repoll, target: target).failed(code: "shared_secret_mismatch", message: "x", calls: [], at: clock.now))
+        #expect(repoll.retryPollAt == clock.now.addingTimeInterval(86_400))
+        #expect(repoll.isRepoll)
+        #expect(repoll.receiptID == target.receiptID)
+        let validation = planner.failedRecord(envelope())
+        #expect(validation.retryPollAt == nil)
+        #expect(!validation.isRepoll)
+    }
+
+    @Test("A re-poll job's envelope round-trips with its target")
+    func envelopeRoundTrip() throws {
+        let target = RepollTarget(originalTransactionID: "1000000123", receiptID: UUID(), pollSequence: 7)
+        let original = envelope(kind: .repoll, target: target)
+        let decoded = try JobEnvelope.decode(original.encoded())
+        #expect(decoded.subscription == target)
+        #expect(decoded.kind == .repoll)
+    }
+}
