@@ -582,17 +582,5 @@ enum IngestRow: BenchRow {
     }
 
     /// Removes the bench's app and anything stored under it.
-    static func deleteApp(_ app: UUID, _ postgres: PostgresConnection) {
-        do {
-            try postgres.transaction { db in
-                _ = try db.query("DELETE FROM validation_attempts WHERE receipt_id IN (SELECT id FROM receipts WHERE app_id = \(app))")
-                _ = try db.query("DELETE FROM in_app_purchases WHERE app_id = \(app)")
-                _ = try db.query("DELETE FROM receipts WHERE app_id = \(app)")
-                _ = try db.query("DELETE FROM api_tokens WHERE app_id = \(app)")
-                _ = try db.query("DELETE FROM apps WHERE id = \(app)")
-            }
-        } catch {
-            FileHandle.standardError.write(Data("ingest: cleanup of app \(app) failed: \(error)\n".utf8))
-        }
-    }
+    static func deleteApp(_ app: UUID, _ postgres: PostgresConnection) { BenchApps.delete(app, on: postgres, row: "ingest") }
 }

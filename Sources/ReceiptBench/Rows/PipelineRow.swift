@@ -305,20 +305,7 @@ enum PipelineRow: BenchRow {
 
     /// Removes the bench's rows (children first), so the database does not grow run after run.
     static func cleanup(_ context: Context) {
-        for app in context.apps {
-            do {
-                try context.postgres.transaction { db in
-                    _ = try db.query(
-                        "DELETE FROM validation_attempts WHERE receipt_id IN (SELECT id FROM receipts WHERE app_id = \(app))")
-                    _ = try db.query("DELETE FROM in_app_purchases WHERE app_id = \(app)")
-                    _ = try db.query("DELETE FROM receipts WHERE app_id = \(app)")
-                    _ = try db.query("DELETE FROM api_tokens WHERE app_id = \(app)")
-                    _ = try db.query("DELETE FROM apps WHERE id = \(app)")
-                }
-            } catch {
-                FileHandle.standardError.write(Data("pipeline: cleanup of app \(app) failed: \(error)\n".utf8))
-            }
-        }
+        for app in context.apps { BenchApps.delete(app, on: context.postgres, row: "pipeline") }
         context.apps = []
     }
 
