@@ -244,7 +244,7 @@ extension ValidationRecord {
 }
 
 /// A subscription whose re-poll is due, as the scheduler claims it: what a `repoll` job needs.
-public struct DueSubscription: Sendable, Equatable {
+public struct DueSubscription: Sendable, Equatable, CustomStringConvertible {
     public var appID: UUID
     public var environment: String
     public var originalTransactionID: String
@@ -272,6 +272,11 @@ public struct DueSubscription: Sendable, Equatable {
         self.style = style
         self.bundleID = bundleID
         self.userIdentifier = userIdentifier
+    }
+
+    /// Without the receipt or the user, so a due subscription interpolated into a log line leaks nothing.
+    public var description: String {
+        "DueSubscription(app: \(appID), environment: \(environment), original_transaction_id: \(originalTransactionID), poll_seq: \(pollSequence))"
     }
 
     /// The `repoll` job for this poll.
