@@ -50,6 +50,9 @@ enum SchedulerRow: BenchRow {
         OptionSpec(name: "--receipt-chars", takesValue: true, help: "length of each receipt's base64 text (default 5608)"),
         OptionSpec(name: "--database", takesValue: true, help: "database name prefix (default receiptq_bench_scheduler); _<size> is added"),
         OptionSpec(name: "--keep", takesValue: false, help: "keep the bench databases (dropped by default)"),
+        OptionSpec(
+            name: "--checkpoint-each", takesValue: false,
+            help: "CHECKPOINT before every sample (untimed): each batch writes full-page images of every page it touches"),
     ]
 
     /// The lease `receiptq schedule` gives a claimed row by default (retry budget 72 h + 1 h).
@@ -70,6 +73,7 @@ enum SchedulerRow: BenchRow {
         var receiptChars: Int
         var database: String
         var keep: Bool
+        var checkpointEach: Bool
         var iterations: Int
         var warmup: Int
     }
@@ -92,7 +96,8 @@ enum SchedulerRow: BenchRow {
         let settings = Settings(
             batch: try integer("--batch", 1_000), due: try integer("--due", 100_000), receipts: try integer("--receipts", 5_000),
             receiptChars: try integer("--receipt-chars", 5_608), database: options.extra["--database"] ?? "receiptq_bench_scheduler",
-            keep: options.has("--keep"), iterations: iterations, warmup: options.warmup(forIterations: iterations))
+            keep: options.has("--keep"), checkpointEach: options.has("--checkpoint-each"), iterations: iterations,
+            warmup: options.warmup(forIterations: iterations))
         guard settings.database.range(of: "^[a-z_][a-z0-9_]{0,40}$", options: .regularExpression) != nil else {
             throw Failure(description: "--database must be a lowercase SQL identifier of at most 41 characters")
         }
@@ -122,6 +127,7 @@ enum SchedulerRow: BenchRow {
         var result: [String: Any] = [
             "batch": settings.batch, "iterations": settings.iterations, "warmup": settings.warmup, "due_target": settings.due,
             "receipts": settings.receipts, "receipt_chars": settings.receiptChars, "ended_share": endedShare, "lease_s": lease.seconds,
+            "checkpoint_each": settings.checkpointEach,
             "postgres": server,
             "method": [
                 "sample": "wall time of one Repoller.runBatch (claimDue: BEGIN, SELECT … FOR UPDATE SKIP LOCKED, acquire + enqueue in Redis, "
@@ -166,6 +172,7 @@ enum SchedulerRow: BenchRow {
             "redis part = acquire + enqueue incl. the jobs' JSON; pg part = the rest; cpu = per batch (pg = the scheduler's backend)",
             "receipts of \(settings.receiptChars) base64 chars (out of line); table+idx = pg_total_relation_size(subscriptions)",
         ]
+        if settings.checkpointEach { table.notes.append("--checkpoint-each: a CHECKPOINT (untimed) before every sample") }
         if let smallest = p50s.min(by: { $0.size < $1.size }), let largest = p50s.max(by: { $0.size < $1.size }), largest.size > smallest.size {
             let ratio = largest.p50 / smallest.p50
             let growth = Double(largest.size) / Double(smallest.size)
@@ -282,6 +289,9 @@ enum SchedulerRow: BenchRow {
         let machine0 = MachineCPU.sample()
         let statistics0 = try databaseCounters(connection)
         for _ in 0..<settings.iterations {
+            // After a checkpoint the first change to a page logs the whole page: with this, every sample
+            // pays that for every page it touches, at any table size.
+            if settings.checkpointEach { try connection.execute("CHECKPOINT") }
             let redis0 = try redisCPUSeconds(redis)
             let backend0 = backend.flatMap(ProcessStats.cpuMicros(pid:)) ?? .nan
             queue.nanoseconds = 0
