@@ -161,6 +161,8 @@ let package = Package(
                 "ReceiptCore", "ReceiptSignature", "OpenSSL",
                 // The pipeline and queue_only rows drive the real adapters and the worker pool.
                 "Hiredis", "Libpq", "Curl", "RedisJobQueue", "PostgresStore", "AppStoreClient", "ReceiptWorker", "ReceiptQueueApp",
+                // The scheduler row drives the real Repoller (claim in Postgres + enqueue in Redis).
+                "ReceiptScheduler",
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: swiftSettings

@@ -6,6 +6,7 @@ enum BenchRows {
             QueueOnlyRow.self,
             PipelineRow.self,
             IngestRow.self,
+            SchedulerRow.self,
         ]
     }
 }
