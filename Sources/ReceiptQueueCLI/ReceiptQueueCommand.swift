@@ -56,7 +56,7 @@ struct Work: AsyncParsableCommand {
 }
 
 struct Schedule: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Runs the scheduler: retry promotion and the janitor.")
+    static let configuration = CommandConfiguration(abstract: "Runs the scheduler: retry promotion, the janitor and subscription re-polls.")
 
     func run() async throws {
         let (configuration, logger) = try bootstrap(label: "schedule")
