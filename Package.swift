@@ -120,6 +120,17 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
         .target(
+            name: "Dashboard",
+            dependencies: [
+                "ReceiptCore", "OpenSSL",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "HTTPTypes", package: "swift-http-types"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .target(
             name: "MockAppStore",
             dependencies: [
                 "ReceiptCore",
@@ -137,7 +148,7 @@ let package = Package(
             dependencies: [
                 "ReceiptCore", "Hiredis", "Libpq", "Curl", "OpenSSL",
                 "RedisJobQueue", "PostgresStore", "AppStoreClient", "ReceiptSignature",
-                "ReceiptWorker", "ReceiptScheduler", "IngestAPI", "MockAppStore",
+                "ReceiptWorker", "ReceiptScheduler", "IngestAPI", "Dashboard", "MockAppStore",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),

@@ -1,4 +1,5 @@
 import AppStoreClient
+import Dashboard
 import Foundation
 import Hiredis
 import IngestAPI
@@ -9,7 +10,8 @@ import RedisJobQueue
 /// Every setting of receiptq, read from environment variables (12-factor). Each has a default that
 /// works with `scripts/services`; the README's configuration table lists them.
 ///
-/// Secrets (`REDIS_PASSWORD`, `POSTGRES_PASSWORD`, `SOFTPHONE_NONCE_SECRET`) are never printed: `description` redacts them.
+/// Secrets (`REDIS_PASSWORD`, `POSTGRES_PASSWORD`, `SOFTPHONE_NONCE_SECRET`, `DASHBOARD_PASSWORD`) are never printed:
+/// `description` redacts them.
 public struct AppConfiguration: Sendable, CustomStringConvertible {
     /// `development` or `production` (`RECEIPTQ_ENV`).
     public var environment: String
@@ -40,6 +42,9 @@ public struct AppConfiguration: Sendable, CustomStringConvertible {
     public var softphone: SoftphoneService.Configuration
     /// How long the same receipt of the same app maps to the same receipt id (`API_IDEMPOTENCY_WINDOW_SECONDS`).
     public var idempotencyWindow: Duration
+    /// Who may use the dashboard and the admin API (`DASHBOARD_USERNAME`, `DASHBOARD_PASSWORD`; no
+    /// default password in production).
+    public var admin: AdminCredentials
     public var logLevel: String
     public var logFormat: String
     /// A directory of PEM certificates trusted for receipt signatures (Apple's roots and
@@ -132,6 +137,14 @@ public struct AppConfiguration: Sendable, CustomStringConvertible {
             nonceSecret: nonceSecret.map { Array($0.utf8) },
             nonceLifetime: .seconds(try int("SOFTPHONE_NONCE_LIFETIME_SECONDS", 300, range: 10...86_400)))
         idempotencyWindow = .seconds(try int("API_IDEMPOTENCY_WINDOW_SECONDS", 86_400, range: 1...(30 * 86_400)))
+        let adminPassword = environment["DASHBOARD_PASSWORD"].flatMap { $0.isEmpty ? nil : $0 }
+        if self.environment == "production" {
+            guard let adminPassword, adminPassword.count >= 12 else {
+                throw ConfigurationError(variable: "DASHBOARD_PASSWORD", reason: "must be set in production (at least 12 characters)")
+            }
+        }
+        // Development only: a documented local default, refused in production above.
+        admin = AdminCredentials(username: string("DASHBOARD_USERNAME", "admin"), password: adminPassword ?? "receiptq-dev")
         logLevel = string("LOG_LEVEL", "info")
         logFormat = string("LOG_FORMAT", "text")
         trustRootsDirectory = environment["RECEIPTQ_TRUST_ROOTS_DIR"].flatMap { $0.isEmpty ? nil : $0 }

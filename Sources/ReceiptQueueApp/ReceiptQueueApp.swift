@@ -1,4 +1,5 @@
 import AppStoreClient
+import Dashboard
 import Foundation
 import Hiredis
 import Hummingbird
@@ -62,6 +63,11 @@ public enum ReceiptQueueApp {
         let router = Router(context: IngestRequestContext.self)
         api.addRoutes(to: router)
         SoftphoneService(api: api, configuration: configuration.softphone).addRoutes(to: router)
+        AdminAPI(
+            dead: RedisJobSet.dead(pool: redisPool, keys: configuration.keys),
+            retries: RedisJobSet.retries(pool: redisPool, keys: configuration.keys),
+            overview: RedisQueueOverview(pool: redisPool, keys: configuration.keys), credentials: configuration.admin
+        ).addRoutes(to: router)
         return (router, intake)
     }
 

@@ -1,3 +1,4 @@
+import Dashboard
 import ReceiptCore
 import ReceiptQueueApp
 import Testing
@@ -55,5 +56,25 @@ struct ConfigurationTests {
         let error = #expect(throws: ConfigurationError.self) { try AppConfiguration(environment: environment) }
         let named = environment.count == 1 ? environment.keys.first : "CIRCUIT_MAX_OPEN_SECONDS"
         #expect(error?.variable == named)
+    }
+}
+
+@Suite("Dashboard credentials")
+struct DashboardCredentialsTests {
+    @Test("Production refuses to start without a dashboard password (or with a short one); development has a local default")
+    func noDefaultPasswordInProduction() throws {
+        let production = ["RECEIPTQ_ENV": "production", "APPSTORE_PRODUCTION_URL": "https://buy.itunes.apple.com/verifyReceipt"]
+        for password in [nil, "", "short"] {
+            var environment = production
+            environment["DASHBOARD_PASSWORD"] = password
+            #expect(throws: ConfigurationError.self) { try AppConfiguration(environment: environment) }
+        }
+        var environment = production
+        environment["DASHBOARD_PASSWORD"] = "correct horse battery staple"
+        let configured = try AppConfiguration(environment: environment)
+        #expect(configured.admin.verify(username: "admin", password: "correct horse battery staple"))
+        #expect(!configured.admin.verify(username: "admin", password: "receiptq-dev"))
+        #expect(!"\(configured.admin)".contains("horse"))
+        #expect(try AppConfiguration(environment: [:]).admin.verify(username: "admin", password: "receiptq-dev"))
     }
 }

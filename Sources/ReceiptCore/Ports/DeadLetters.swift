@@ -319,3 +319,53 @@ extension JobEnvelope {
         return copy
     }
 }
+
+/// One live worker lane, from its heartbeat.
+public struct WorkerStatus: Sendable, Equatable {
+    public var id: String
+    public var host: String?
+    public var pid: Int?
+    /// Jobs in flight in the lane's process at its last heartbeat.
+    public var busy: Int?
+    public var startedAt: Date?
+    public var lastHeartbeatAt: Date?
+    /// Jobs in the lane's processing list now.
+    public var processing: Int
+
+    /// Creates a status.
+    public init(
+        id: String, host: String?, pid: Int?, busy: Int?, startedAt: Date?, lastHeartbeatAt: Date?, processing: Int
+    ) {
+        self.id = id
+        self.host = host
+        self.pid = pid
+        self.busy = busy
+        self.startedAt = startedAt
+        self.lastHeartbeatAt = lastHeartbeatAt
+        self.processing = processing
+    }
+}
+
+/// The queues at a glance: what the dashboard's overview and `/admin/api/overview` show.
+public struct QueueSnapshot: Sendable, Equatable {
+    /// Ready jobs per queue (`validate`, `repoll`).
+    public var queued: [JobKind: Int]
+    public var retries: Int
+    public var dead: Int
+    /// Live worker lanes (their heartbeat has not lapsed).
+    public var workers: [WorkerStatus]
+
+    /// Creates a snapshot.
+    public init(queued: [JobKind: Int], retries: Int, dead: Int, workers: [WorkerStatus]) {
+        self.queued = queued
+        self.retries = retries
+        self.dead = dead
+        self.workers = workers
+    }
+}
+
+/// Reads a ``QueueSnapshot`` (async: the dashboard's handlers call it).
+public protocol QueueOverview: Sendable {
+    /// The queues, sets and live workers now.
+    func snapshot() async throws -> QueueSnapshot
+}

@@ -1,0 +1,246 @@
+import Foundation
+import HTTPTypes
+import Hummingbird
+import Logging
+import NIOCore
+import ReceiptCore
+
+/// The admin JSON API under `/admin/api`, for operators' tools and `receiptq dlq`:
+///
+/// - `GET /admin/api/overview`: queue depths, retries, dead letters, live workers.
+/// - `GET /admin/api/{dead|retries}?error_code=&app_id=&q=&offset=&limit=`: a page, newest dead
+///   letter (or soonest retry) first.
+/// - `GET /admin/api/{dead|retries}/{id}`: one entry, its envelope (receipt not shown) and every
+///   call to Apple.
+/// - `POST /admin/api/{dead|retries}/retry` and `…/delete` with `{"ids": […]}` or
+///   `{"all": true, "error_code"?, "app_id"?, "q"?}`.
+///
+/// Every request needs the admin credentials (HTTP Basic); a refusal is a bare 401. POSTs must be
+/// `application/json`: a form on another site cannot send that without a CORS preflight, which
+/// this API never grants (its CSRF defence). Responses are never cached.
+public struct AdminAPI: Sendable {
+    let dead: any JobSetStore
+    let retries: any JobSetStore
+    let overview: any QueueOverview
+    let credentials: AdminCredentials
+    let now: @Sendable () -> Date
+
+    /// The most entries one page may hold.
+    static let maxPageSize = 500
+    static let maxBodyBytes = 1 << 20
+
+    /// Creates the API.
+    /// - Parameters:
+    ///   - dead: the dead letters.
+    ///   - retries: the jobs waiting in backoff.
+    ///   - overview: queue depths and workers.
+    ///   - credentials: who may use it.
+    ///   - now: the injected clock (ages).
+    public init(
+        dead: any JobSetStore, retries: any JobSetStore, overview: any QueueOverview, credentials: AdminCredentials,
+        now: @escaping @Sendable () -> Date = { Date() }
+    ) {
+        self.dead = dead
+        self.retries = retries
+        self.overview = overview
+        self.credentials = credentials
+        self.now = now
+    }
+
+    /// Adds the routes to `router`.
+    public func addRoutes<Context: RequestContext>(to router: Router<Context>) {
+        let group = router.group("/admin/api").add(middleware: AdminGuard(credentials: credentials))
+        group.get("overview") { _, context in
+            try await answer(context) { AdminJSON.overview(try await overview.snapshot()) }
+        }
+        group.get("{set}") { request, context in
+            guard let (store, kind) = set(context) else { return notFound() }
+            switch Self.filter(request) {
+            case .failure(let refusal): return refusal.response
+            case .success(let (filter, offset, limit)):
+                return try await answer(context) {
+                    AdminJSON.page(try await store.list(filter: filter, offset: offset, limit: limit), kind: kind, now: now())
+                }
+            }
+        }
+        group.get("{set}/{id}") { _, context in
+            guard let (store, kind) = set(context), let id = context.parameters.get("id").flatMap(JobSetEntry.ID.init) else {
+                return notFound()
+            }
+            guard let entry = try await store.entry(id: id) else { return notFound() }
+            return json(.ok, AdminJSON.detail(entry, kind: kind, now: now()))
+        }
+        for action in ["retry", "delete"] {
+            group.post("{set}/\(action)") { request, context in
+                guard let (store, _) = set(context) else { return notFound() }
+                return try await mutate(request, context: context, store: store, retry: action == "retry")
+            }
+        }
+    }
+
+    private func set<Context: RequestContext>(_ context: Context) -> (any JobSetStore, JobSetKind)? {
+        switch context.parameters.get("set") {
+        case "dead": (dead, .dead)
+        case "retries": (retries, .retry)
+        default: nil
+        }
+    }
+
+    private func answer<Context: RequestContext>(_ context: Context, _ body: () async throws -> JSONValue) async throws -> Response {
+        do {
+            return json(.ok, try await body())
+        } catch {
+            context.logger.error("Admin API: Redis unreachable", metadata: ["error": "\(error)"])
+            return Refusal.unavailable.response
+        }
+    }
+
+    /// `error_code`, `app_id`, `q`, `offset`, `limit` from the query string.
+    static func filter(_ request: Request) -> Result<(JobSetFilter, Int, Int), Refusal> {
+        let query = request.uri.queryParameters
+        var errors: [(String, String)] = []
+        var appID: UUID?
+        if let text = query.get("app_id"), !text.isEmpty {
+            appID = UUID(uuidString: text)
+            if appID == nil { errors.append(("app_id", "must be an app's id (a UUID)")) }
+        }
+        func integer(_ name: String, _ fallback: Int, _ range: ClosedRange<Int>) -> Int {
+            guard let text = query.get(name), !text.isEmpty else { return fallback }
+            guard let value = Int(text), range.contains(value) else {
+                errors.append((name, "must be an integer in \(range.lowerBound)...\(range.upperBound)"))
+                return fallback
+            }
+            return value
+        }
+        let offset = integer("offset", 0, 0...10_000_000)
+        let limit = integer("limit", 50, 1...maxPageSize)
+        if let first = errors.first { return .failure(.unprocessable(field: first.0, reason: first.1)) }
+        let filter = JobSetFilter(errorCode: query.get("error_code"), appID: appID, search: query.get("q"))
+        return .success((filter, offset, limit))
+    }
+
+    private func mutate<Context: RequestContext>(
+        _ request: Request, context: Context, store: any JobSetStore, retry: Bool
+    ) async throws -> Response {
+        guard request.headers[.contentType]?.lowercased().hasPrefix("application/json") == true else {
+            return json(.unsupportedMediaType, .object(["error": .string("Content-Type must be application/json")]))
+        }
+        let body: ByteBuffer
+        do {
+            body = try await request.body.collect(upTo: Self.maxBodyBytes)
+        } catch is NIOTooManyBytesError {
+            return json(.contentTooLarge, .object(["error": .string("body larger than \(Self.maxBodyBytes) bytes")]))
+        }
+        guard let parsed = try? JSONDecoder().decode(JSONValue.self, from: Data(body.readableBytesView)), parsed.objectValue != nil else {
+            return Refusal.unprocessable(field: "body", reason: "must be a JSON object").response
+        }
+        let selection: Selection
+        switch Selection.parse(parsed) {
+        case .success(let value): selection = value
+        case .failure(let refusal): return refusal.response
+        }
+        do {
+            let moved: Int
+            switch (selection, retry) {
+            case (.ids(let ids), true): moved = try await store.retry(ids: ids)
+            case (.ids(let ids), false): moved = try await store.delete(ids: ids)
+            case (.all(let filter), true): moved = try await store.retryAll(matching: filter)
+            case (.all(let filter), false): moved = try await store.deleteAll(matching: filter)
+            }
+            context.logger.info(
+                "Admin action",
+                metadata: ["admin.action": "\(retry ? "retry" : "delete")", "admin.set": "\(store.kind.rawValue)", "jobs.count": "\(moved)"])
+            return json(.ok, .object([retry ? "retried" : "deleted": .number(Double(moved))]))
+        } catch {
+            context.logger.error("Admin API: Redis unreachable", metadata: ["error": "\(error)"])
+            return Refusal.unavailable.response
+        }
+    }
+}
+
+/// Which entries a POST acts on.
+enum Selection: Equatable {
+    case ids([JobSetEntry.ID])
+    case all(JobSetFilter)
+
+    static func parse(_ body: JSONValue) -> Result<Selection, Refusal> {
+        if let ids = body["ids"] {
+            guard let list = ids.arrayValue, !list.isEmpty, list.count <= 10_000 else {
+                return .failure(.unprocessable(field: "ids", reason: "must be a non-empty array of at most 10000 ids"))
+            }
+            var parsed: [JobSetEntry.ID] = []
+            for item in list {
+                guard let id = item.stringValue.flatMap(JobSetEntry.ID.init) else {
+                    return .failure(.unprocessable(field: "ids", reason: "each must be a job id (UUID) or a poison-… id"))
+                }
+                parsed.append(id)
+            }
+            return .success(.ids(parsed))
+        }
+        guard body["all"]?.boolValue == true else {
+            return .failure(.unprocessable(field: "ids", reason: "give ids, or all: true with an optional filter"))
+        }
+        var appID: UUID?
+        if let text = body["app_id"]?.stringValue, !text.isEmpty {
+            guard let id = UUID(uuidString: text) else { return .failure(.unprocessable(field: "app_id", reason: "must be a UUID")) }
+            appID = id
+        }
+        return .success(.all(JobSetFilter(errorCode: body["error_code"]?.stringValue, appID: appID, search: body["q"]?.stringValue)))
+    }
+}
+
+/// An answer that refuses the request.
+struct Refusal: Error {
+    var response: Response
+
+    static func unprocessable(field: String, reason: String) -> Refusal {
+        Refusal(
+            response: json(
+                .unprocessableContent, .object(["errors": .array([.object(["field": .string(field), "reason": .string(reason)])])])))
+    }
+
+    static var unavailable: Refusal {
+        var response = json(.serviceUnavailable, .object(["error": .string("temporarily unavailable, retry later")]))
+        response.headers[.retryAfter] = "5"
+        return Refusal(response: response)
+    }
+}
+
+func json(_ status: HTTPResponse.Status, _ value: JSONValue) -> Response {
+    Response(
+        status: status, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(bytes: AdminJSON.encode(value))))
+}
+
+func notFound() -> Response { json(.notFound, .object(["error": .string("not found")])) }
+
+/// Refuses requests without the admin credentials (401, no detail) and adds the headers every
+/// admin answer carries: no caching, no framing, no content sniffing, nothing loaded from anywhere.
+struct AdminGuard<Context: RequestContext>: RouterMiddleware {
+    let credentials: AdminCredentials
+
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
+        var response: Response
+        if credentials.verify(authorization: request.headers[.authorization]) {
+            response = try await next(request, context)
+        } else {
+            response = json(.unauthorized, .object(["error": .string("unauthorized")]))
+            response.headers[.wwwAuthenticate] = #"Basic realm="receiptq admin", charset="UTF-8""#
+        }
+        AdminHeaders.apply(to: &response)
+        return response
+    }
+}
+
+/// The security headers of every admin answer.
+enum AdminHeaders {
+    static let contentSecurityPolicy =
+        "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+
+    static func apply(to response: inout Response) {
+        response.headers[.contentSecurityPolicy] = contentSecurityPolicy
+        response.headers[.cacheControl] = "no-store"
+        response.headers[HTTPField.Name("X-Content-Type-Options")!] = "nosniff"
+        response.headers[HTTPField.Name("X-Frame-Options")!] = "DENY"
+        response.headers[HTTPField.Name("Referrer-Policy")!] = "no-referrer"
+    }
+}

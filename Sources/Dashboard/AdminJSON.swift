@@ -1,0 +1,87 @@
+import Foundation
+import ReceiptCore
+
+/// The JSON shapes of the admin API (and of `receiptq dlq`): never the receipt, never a secret.
+enum AdminJSON {
+    static func timestamp(_ date: Date?) -> JSONValue {
+        guard let date else { return .null }
+        let stamp = APITimestamp(date)
+        return .object(["ms": .number(Double(stamp.ms)), "utc": .string(stamp.utc)])
+    }
+
+    static func optional(_ text: String?) -> JSONValue { text.map(JSONValue.string) ?? .null }
+
+    /// One entry of a listing.
+    static func entry(_ entry: JobSetEntry, kind: JobSetKind, now: Date) -> JSONValue {
+        .object([
+            "id": .string(entry.id.rawValue),
+            "kind": optional(entry.kind?.rawValue),
+            "app_id": optional(entry.appID?.uuidString.lowercased()),
+            "bundle_id": optional(entry.bundleID),
+            "error_code": optional(entry.errorCode),
+            "error_message": optional(entry.errorMessage),
+            "attempts": .number(Double(entry.attempts)),
+            "first_failed_at": timestamp(entry.firstFailedAt),
+            "last_failed_at": timestamp(entry.lastFailedAt),
+            "enqueued_at": timestamp(entry.enqueuedAt),
+            kind == .dead ? "died_at" : "runs_at": timestamp(entry.score),
+            "age_seconds": .number(entry.age(at: now).seconds.rounded()),
+            "origin": optional(entry.origin?.rawValue),
+            "user_identifier": optional(entry.userIdentifier),
+            "is_poison": .bool(entry.isPoison),
+        ])
+    }
+
+    /// One entry with its envelope (receipt replaced by a placeholder) and its audit trail.
+    static func detail(_ entry: JobSetEntry, kind: JobSetKind, now: Date) -> JSONValue {
+        guard case .object(var object) = self.entry(entry, kind: kind, now: now) else { return .null }
+        let display = entry.envelopeForDisplay
+        object["envelope"] = display.flatMap { try? JSONDecoder().decode(JSONValue.self, from: Data($0.encoded())) } ?? .null
+        object["history"] = .array(
+            (entry.envelope?.history ?? []).map { call in
+                .object([
+                    "endpoint": .string(call.endpoint.rawValue),
+                    "http_status": call.httpStatus.map { .number(Double($0)) } ?? .null,
+                    "apple_status": call.appleStatus.map { .number(Double($0)) } ?? .null,
+                    "is_retryable": call.isRetryable.map(JSONValue.bool) ?? .null,
+                    "latency_ms": .number(Double(call.latencyMs)),
+                    "error_code": optional(call.errorCode),
+                ])
+            })
+        return .object(object)
+    }
+
+    static func page(_ page: JobSetPage, kind: JobSetKind, now: Date) -> JSONValue {
+        .object([
+            "set": .string(kind == .dead ? "dead" : "retries"),
+            "entries": .array(page.entries.map { entry($0, kind: kind, now: now) }),
+            "total_matching": .number(Double(page.totalMatching)),
+            "total_is_exact": .bool(page.totalIsExact),
+            "offset": .number(Double(page.offset)),
+            "limit": .number(Double(page.limit)),
+            "next_offset": page.nextOffset.map { .number(Double($0)) } ?? .null,
+        ])
+    }
+
+    static func overview(_ snapshot: QueueSnapshot) -> JSONValue {
+        .object([
+            "queues": .object(Dictionary(uniqueKeysWithValues: snapshot.queued.map { ($0.key.rawValue, JSONValue.number(Double($0.value))) })),
+            "retries": .number(Double(snapshot.retries)),
+            "dead": .number(Double(snapshot.dead)),
+            "workers": .array(
+                snapshot.workers.map { worker in
+                    .object([
+                        "id": .string(worker.id), "host": optional(worker.host), "pid": worker.pid.map { .number(Double($0)) } ?? .null,
+                        "busy": worker.busy.map { .number(Double($0)) } ?? .null, "processing": .number(Double(worker.processing)),
+                        "started_at": timestamp(worker.startedAt), "last_heartbeat_at": timestamp(worker.lastHeartbeatAt),
+                    ])
+                }),
+        ])
+    }
+
+    static func encode(_ value: JSONValue) -> [UInt8] {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys]
+        return Array((try? encoder.encode(value)) ?? Data("{}".utf8))
+    }
+}
