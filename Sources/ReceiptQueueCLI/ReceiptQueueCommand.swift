@@ -11,8 +11,8 @@ struct ReceiptQueueCommand: AsyncParsableCommand {
         commandName: "receiptq",
         abstract: "Validates App Store receipts asynchronously and durably.",
         subcommands: [
-            All.self, Serve.self, Work.self, Schedule.self, Migrate.self, Apps.self, MockAppStoreCommand.self, Forge.self,
-            ReceiptCommand.self,
+            All.self, Serve.self, Work.self, Schedule.self, Migrate.self, Apps.self, DeadLetterCommand.self, MockAppStoreCommand.self,
+            Forge.self, ReceiptCommand.self,
         ])
 }
 

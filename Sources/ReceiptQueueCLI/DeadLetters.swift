@@ -1,0 +1,184 @@
+import ArgumentParser
+import Curl
+import Foundation
+import Libpq
+import PostgresStore
+import ReceiptCore
+import ReceiptQueueApp
+
+/// `receiptq dlq`: the dead letters (and retries) from the shell, through the admin API of a
+/// running `serve`, with the dashboard's credentials (`DASHBOARD_USERNAME`, `DASHBOARD_PASSWORD`).
+struct DeadLetterCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "dlq", abstract: "Lists, shows, retries and deletes dead letters (or retries) through the admin API.",
+        subcommands: [List.self, Show.self, Retry.self, Delete.self])
+
+    /// Where the admin API is and which set to act on.
+    struct Target: ParsableArguments {
+        @Option(help: "The admin API's base URL (default: RECEIPTQ_ADMIN_URL, else http://HTTP_HOST:HTTP_PORT).")
+        var url: String?
+        @Flag(help: "Act on the jobs waiting in backoff instead of the dead letters.")
+        var retries = false
+
+        var set: String { retries ? "retries" : "dead" }
+
+        func base() throws -> String {
+            let environment = ProcessInfo.processInfo.environment
+            if let url = url ?? environment["RECEIPTQ_ADMIN_URL"], !url.isEmpty { return url.hasSuffix("/") ? String(url.dropLast()) : url }
+            let configuration = try AppConfiguration()
+            return "http://\(configuration.httpHost):\(configuration.httpPort)"
+        }
+    }
+
+    /// Which entries: an error code, an app (name or id), a substring.
+    struct Filter: ParsableArguments {
+        @Option(help: "Only this error code (e.g. shared_secret_mismatch).") var errorCode: String?
+        @Option(help: "Only this app (its name or id).") var app: String?
+        @Option(help: "A substring of the id, bundle id, error or user identifier.") var search: String?
+
+        func appID() throws -> UUID? {
+            guard let app else { return nil }
+            if let id = UUID(uuidString: app) { return id }
+            let configuration = try AppConfiguration()
+            let connection = try PostgresConnection(configuration: configuration.postgres, label: "dlq")
+            defer { connection.close() }
+            guard let found = try AppAdmin(connection: connection).app(named: app) else { throw ValidationError("no app named \(app)") }
+            return found.id
+        }
+    }
+
+    struct List: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Lists entries, newest dead letter (or soonest retry) first.")
+        @OptionGroup var target: Target
+        @OptionGroup var filter: Filter
+        @Option(help: "How many entries (at most 500).") var limit = 50
+        @Option(help: "How many matching entries to skip.") var offset = 0
+        @Flag(help: "Print the API's JSON instead of a table.") var json = false
+
+        func run() async throws {
+            var query = ["limit=\(limit)", "offset=\(offset)"]
+            if let code = filter.errorCode { query.append("error_code=\(escape(code))") }
+            if let app = try filter.appID() { query.append("app_id=\(app.uuidString.lowercased())") }
+            if let search = filter.search { query.append("q=\(escape(search))") }
+            let page = try await AdminClient(base: try target.base()).get("/admin/api/\(target.set)?\(query.joined(separator: "&"))")
+            if json { return print(String(decoding: page.bytes, as: UTF8.self)) }
+            let entries = page.value["entries"]?.arrayValue ?? []
+            let when = target.retries ? "runs_at" : "died_at"
+            print(
+                "ID                                    KIND      BUNDLE ID                       ERROR                     TRIES  \(target.retries ? "RUNS AT" : "DIED AT")"
+            )
+            for entry in entries {
+                func cell(_ key: String, _ width: Int) -> String {
+                    String((entry[key]?.stringValue ?? "-").prefix(width)).padding(toLength: width, withPad: " ", startingAt: 0)
+                }
+                print(
+                    "\(cell("id", 37)) \(cell("kind", 9)) \(cell("bundle_id", 31)) \(cell("error_code", 25)) "
+                        + "\(cell("attempts", 6)) \(entry[when]?["utc"]?.stringValue ?? "-")")
+            }
+            let total = page.value["total_matching"]?.intValue ?? entries.count
+            let exact = page.value["total_is_exact"]?.boolValue ?? true
+            print("\(entries.count) shown of \(exact ? "" : "at least ")\(total) matching")
+        }
+    }
+
+    struct Show: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Shows one entry: its envelope (receipt not shown) and every call to Apple.")
+        @OptionGroup var target: Target
+        @Argument(help: "The job id (or poison-… id).") var id: String
+
+        func run() async throws {
+            guard let id = JobSetEntry.ID(id) else { throw ValidationError("not a job id: \(id)") }
+            let entry = try await AdminClient(base: try target.base()).get("/admin/api/\(target.set)/\(id.rawValue)")
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
+            print(String(decoding: try encoder.encode(entry.value), as: UTF8.self))
+        }
+    }
+
+    struct Retry: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Requeues entries with a fresh retry budget: given ids to the front, --all matching to the back.")
+        @OptionGroup var target: Target
+        @OptionGroup var filter: Filter
+        @Flag(help: "Every entry matching the filter (all of them without one).") var all = false
+        @Argument(help: "Job ids.") var ids: [String] = []
+
+        func run() async throws {
+            let answer = try await AdminClient(base: try target.base()).post(
+                "/admin/api/\(target.set)/retry", try selection(ids: ids, all: all, filter: filter))
+            print("Retried \(answer.value["retried"]?.intValue ?? 0).")
+        }
+    }
+
+    struct Delete: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Deletes entries: given ids, or --all matching the filter.")
+        @OptionGroup var target: Target
+        @OptionGroup var filter: Filter
+        @Flag(help: "Every entry matching the filter (all of them without one).") var all = false
+        @Argument(help: "Job ids.") var ids: [String] = []
+
+        func run() async throws {
+            let answer = try await AdminClient(base: try target.base()).post(
+                "/admin/api/\(target.set)/delete", try selection(ids: ids, all: all, filter: filter))
+            print("Deleted \(answer.value["deleted"]?.intValue ?? 0).")
+        }
+    }
+}
+
+/// The body of a retry or delete: ids, or `all` with the filter.
+private func selection(ids: [String], all: Bool, filter: DeadLetterCommand.Filter) throws -> JSONValue {
+    guard all != !ids.isEmpty else { throw ValidationError("give job ids, or --all (with an optional filter), not both") }
+    if !ids.isEmpty {
+        for id in ids where JobSetEntry.ID(id) == nil { throw ValidationError("not a job id: \(id)") }
+        return .object(["ids": .array(ids.map(JSONValue.string))])
+    }
+    var body: [String: JSONValue] = ["all": .bool(true)]
+    if let code = filter.errorCode { body["error_code"] = .string(code) }
+    if let app = try filter.appID() { body["app_id"] = .string(app.uuidString.lowercased()) }
+    if let search = filter.search { body["q"] = .string(search) }
+    return .object(body)
+}
+
+private func escape(_ text: String) -> String { text.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? "" }
+
+/// The admin API over HTTP, with the dashboard's credentials from the environment.
+private struct AdminClient {
+    let base: String
+    let client: HTTPClient
+    let authorization: String
+
+    init(base: String) throws {
+        self.base = base
+        client = try HTTPClient(options: CurlOptions(), lanes: 1)
+        let environment = ProcessInfo.processInfo.environment
+        let user = environment["DASHBOARD_USERNAME"].flatMap { $0.isEmpty ? nil : $0 } ?? "admin"
+        // The development default, as the server has it; production sets its own.
+        let password = environment["DASHBOARD_PASSWORD"].flatMap { $0.isEmpty ? nil : $0 } ?? "receiptq-dev"
+        authorization = "Basic " + Data("\(user):\(password)".utf8).base64EncodedString()
+    }
+
+    func get(_ path: String) async throws -> (value: JSONValue, bytes: [UInt8]) {
+        try await send(HTTPRequest(method: "GET", url: base + path, headers: [(name: "Authorization", value: authorization)], body: []))
+    }
+
+    func post(_ path: String, _ body: JSONValue) async throws -> (value: JSONValue, bytes: [UInt8]) {
+        try await send(
+            HTTPRequest(
+                method: "POST", url: base + path,
+                headers: [(name: "Authorization", value: authorization), (name: "Content-Type", value: "application/json")],
+                body: Array(try JSONEncoder().encode(body))))
+    }
+
+    private func send(_ request: HTTPRequest) async throws -> (value: JSONValue, bytes: [UInt8]) {
+        let response = try await client.send(request)
+        let value = (try? JSONDecoder().decode(JSONValue.self, from: Data(response.body))) ?? .null
+        switch response.status {
+        case 200: return (value, response.body)
+        case 401: throw ValidationError("the admin API refused the credentials (DASHBOARD_USERNAME, DASHBOARD_PASSWORD)")
+        case 404: throw ValidationError("not found")
+        default:
+            let reason = value["errors"]?.arrayValue?.first.map { "\($0["field"]?.stringValue ?? ""): \($0["reason"]?.stringValue ?? "")" }
+            throw ValidationError("the admin API answered \(response.status)\(reason.map { " (\($0))" } ?? "")")
+        }
+    }
+}
