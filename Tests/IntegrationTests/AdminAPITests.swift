@@ -103,6 +103,59 @@ struct AdminAPITests {
         #expect(try await send(system, "GET", "/admin/api/dead/\(ids[0])").status == 404)
     }
 
+    /// Runs the built `receiptq` binary with `arguments` against `system`'s admin API.
+    func receiptq(_ system: TestSystem, _ arguments: [String], password: String? = nil) throws -> (status: Int32, output: String) {
+        let process = Process()
+        process.executableURL = CrashRecoveryTests.binary
+        process.arguments = arguments
+        var environment = ProcessInfo.processInfo.environment
+        environment["RECEIPTQ_ADMIN_URL"] = "http://127.0.0.1:\(system.apiPort)"
+        environment["DASHBOARD_PASSWORD"] = password
+        for (key, value) in [
+            "POSTGRES_HOSTNAME": TestEnvironment.postgresHost, "POSTGRES_PORT": String(TestEnvironment.postgresPort),
+            "POSTGRES_USER": TestEnvironment.postgresUser, "POSTGRES_DB": TestEnvironment.postgresDatabase,
+        ] {
+            environment[key] = value
+        }
+        process.environment = environment
+        let pipe = Pipe()
+        process.standardOutput = pipe
+        process.standardError = pipe
+        try process.run()
+        let output = pipe.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        return (process.terminationStatus, String(decoding: output, as: UTF8.self))
+    }
+
+    @Test("receiptq dlq: list by app name and error code, show without the receipt, retry --all, and refusals")
+    func command() async throws {
+        let system = try await TestSystem.start()
+        defer { Task { await system.stop() } }
+        system.mock.state.setSharedSecret("rotated-at-apple", for: system.app.bundleID)
+        let (receipt, _) = try system.forgeReceipt()
+        let id = try #require(try await system.post(#"{"receipt":"\#(receipt)","user_identifier":"cli-user"}"#).1?["id"]?.stringValue).lowercased()
+        let buried = try await system.eventually {
+            try await send(system, "GET", "/admin/api/dead").json?["total_matching"]?.intValue == 1
+        }
+        #expect(buried)
+
+        let listed = try await offload { try receiptq(system, ["dlq", "list", "--app", system.app.name, "--error-code", "shared_secret_mismatch"]) }
+        #expect(listed.status == 0)
+        #expect(listed.output.contains(id) && listed.output.contains("1 shown of 1 matching"))
+        let shown = try await offload { try receiptq(system, ["dlq", "show", id]) }
+        #expect(shown.status == 0)
+        #expect(shown.output.contains("\"apple_status\" : 21004"))
+        #expect(!shown.output.contains(receipt.prefix(64)))
+        let refused = try await offload { try receiptq(system, ["dlq", "list"], password: "wrong") }
+        #expect(refused.status != 0 && refused.output.contains("refused the credentials"))
+        #expect(try await offload { try receiptq(system, ["dlq", "retry"]) }.status != 0)
+
+        system.mock.state.setSharedSecret("integration-secret", for: system.app.bundleID)
+        let retried = try await offload { try receiptq(system, ["dlq", "retry", "--all", "--app", system.app.name]) }
+        #expect(retried.status == 0 && retried.output.contains("Retried 1."))
+        #expect(try await system.eventually { try await system.get(id).1?["validation_status"]?.stringValue == "valid" })
+    }
+
     @Test("No credentials or wrong ones: a bare 401 with a Basic challenge, and the security headers")
     func authentication() async throws {
         let system = try await TestSystem.start()
