@@ -33,12 +33,11 @@ public struct Repoller {
     /// Claims and queues one batch of due subscriptions.
     /// - Returns: how many were queued; fewer than `batchSize` when fewer were due or the budget ran out.
     public func runBatch(now: Date, using generator: inout some RandomNumberGenerator) throws -> Int {
-        var ids: [UUID] = []
-        for _ in 0..<batchSize { ids.append(JobID.make(at: now, using: &generator)) }
-        return try schedule.claimDue(now: now, limit: batchSize, lease: now.addingTimeInterval(lease.seconds)) { due in
+        try schedule.claimDue(now: now, limit: batchSize, lease: now.addingTimeInterval(lease.seconds)) { due in
             let granted = try queue.acquire(due.count, now: now)
             guard granted > 0 else { return 0 }
-            let jobs = due.prefix(granted).enumerated().map { index, subscription in subscription.job(id: ids[index], at: now) }
+            // Ids only for the jobs queued: most ticks find nothing due.
+            let jobs = due.prefix(granted).map { $0.job(id: JobID.make(at: now, using: &generator), at: now) }
             _ = try queue.enqueue(jobs)
             return granted
         }
