@@ -23,6 +23,7 @@ public final class PostgresSubscriptionSchedule: SubscriptionSchedule {
 
     public func claimDue(now: Date, limit: Int, lease: Date, enqueue: ([DueSubscription]) throws -> Int) throws -> Int {
         guard limit > 0 else { return 0 }
+        let scope = apps.map { PostgresArray.literal($0.map(\.uuidString)) }
         return try connection.transaction { connection in
             // The rows stay locked until the commit: another replica skips them, and this one
             // advances them only after Redis has the jobs.
@@ -32,8 +33,7 @@ public final class PostgresSubscriptionSchedule: SubscriptionSchedule {
                        COALESCE(r.latest_receipt, r.receipt_data) AS receipt, r.style, r.bundle_id
                 FROM subscriptions s JOIN receipts r ON r.id = s.receipt_id
                 WHERE s.next_poll_at <= \(now)
-                  AND (\(apps.map { PostgresArray.literal($0.map(\.uuidString)) })::uuid[] IS NULL
-                       OR s.app_id = ANY(\(apps.map { PostgresArray.literal($0.map(\.uuidString)) })::uuid[]))
+                  AND (\(scope)::uuid[] IS NULL OR s.app_id = ANY(\(scope)::uuid[]))
                 ORDER BY s.next_poll_at
                 LIMIT \(limit)
                 FOR UPDATE OF s SKIP LOCKED
