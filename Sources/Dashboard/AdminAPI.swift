@@ -51,15 +51,15 @@ public struct AdminAPI: Sendable {
     public func addRoutes<Context: RequestContext>(to router: Router<Context>) {
         let group = router.group("/admin/api").add(middleware: AdminGuard(credentials: credentials))
         group.get("overview") { _, context in
-            try await answer(context) { AdminJSON.overview(try await overview.snapshot()) }
+            await answer(context) { json(.ok, AdminJSON.overview(try await overview.snapshot())) }
         }
         group.get("{set}") { request, context in
             guard let (store, kind) = set(context) else { return notFound() }
             switch Self.filter(request) {
             case .failure(let refusal): return refusal.response
             case .success(let (filter, offset, limit)):
-                return try await answer(context) {
-                    AdminJSON.page(try await store.list(filter: filter, offset: offset, limit: limit), kind: kind, now: now())
+                return await answer(context) {
+                    json(.ok, AdminJSON.page(try await store.list(filter: filter, offset: offset, limit: limit), kind: kind, now: now()))
                 }
             }
         }
@@ -67,8 +67,10 @@ public struct AdminAPI: Sendable {
             guard let (store, kind) = set(context), let id = context.parameters.get("id").flatMap(JobSetEntry.ID.init) else {
                 return notFound()
             }
-            guard let entry = try await store.entry(id: id) else { return notFound() }
-            return json(.ok, AdminJSON.detail(entry, kind: kind, now: now()))
+            return await answer(context) {
+                guard let entry = try await store.entry(id: id) else { return notFound() }
+                return json(.ok, AdminJSON.detail(entry, kind: kind, now: now()))
+            }
         }
         for action in ["retry", "delete"] {
             group.post("{set}/\(action)") { request, context in
@@ -86,9 +88,10 @@ public struct AdminAPI: Sendable {
         }
     }
 
-    private func answer<Context: RequestContext>(_ context: Context, _ body: () async throws -> JSONValue) async throws -> Response {
+    /// `body`'s answer, or 503 when Redis cannot be reached: the operator's request was fine.
+    private func answer<Context: RequestContext>(_ context: Context, _ body: () async throws -> Response) async -> Response {
         do {
-            return json(.ok, try await body())
+            return try await body()
         } catch {
             context.logger.error("Admin API: Redis unreachable", metadata: ["error": "\(error)"])
             return Refusal.unavailable.response
@@ -139,7 +142,7 @@ public struct AdminAPI: Sendable {
         case .success(let value): selection = value
         case .failure(let refusal): return refusal.response
         }
-        do {
+        return await answer(context) {
             let moved: Int
             switch (selection, retry) {
             case (.ids(let ids), true): moved = try await store.retry(ids: ids)
@@ -151,9 +154,6 @@ public struct AdminAPI: Sendable {
                 "Admin action",
                 metadata: ["admin.action": "\(retry ? "retry" : "delete")", "admin.set": "\(store.kind.rawValue)", "jobs.count": "\(moved)"])
             return json(.ok, .object([retry ? "retried" : "deleted": .number(Double(moved))]))
-        } catch {
-            context.logger.error("Admin API: Redis unreachable", metadata: ["error": "\(error)"])
-            return Refusal.unavailable.response
         }
     }
 }

@@ -1,9 +1,11 @@
 import Curl
 import Foundation
+import Logging
 import MockAppStore
 import ReceiptCore
 import ReceiptQueueApp
 import ReceiptTesting
+import ServiceLifecycle
 import Testing
 
 /// The admin API against a running system: dead letters made by a mock App Store answering 21004,
@@ -196,6 +198,39 @@ struct AdminAPITests {
         #expect(try await send(system, "GET", "/admin/api/dead/\(UUID())").status == 404)
         #expect(try await send(system, "GET", "/admin/api/dead/not-an-id").status == 404)
         #expect(try await send(system, "POST", "/admin/api/dead/delete", body: #"{"ids":["\#(UUID())"]}"#).json?["deleted"]?.intValue == 0)
+    }
+
+    @Test("Redis unreachable: every admin route answers 503 with Retry-After, never a 500")
+    func redisDown() async throws {
+        let configuration = try AppConfiguration(environment: [
+            "HTTP_HOST": "127.0.0.1", "HTTP_PORT": "0", "REDIS_PORT": String(try freeLoopbackPort()), "REDIS_CONNECT_TIMEOUT_MS": "200",
+            "RECEIPTQ_TRUST_ROOTS_DIR": try TestSystem.trustDirectory.get().path,
+        ])
+        var logger = Logger(label: "admin-redis-down")
+        logger.logLevel = .critical
+        let (ports, continuation) = AsyncStream<Int>.makeStream()
+        let api = try ReceiptQueueApp.makeAPI(configuration, logger: logger) { port in
+            continuation.yield(port)
+            continuation.finish()
+        }
+        let group = ServiceGroup(services: [api], gracefulShutdownSignals: [], logger: logger)
+        let task = Task { try await group.run() }
+        var iterator = ports.makeAsyncIterator()
+        let port = try #require(await iterator.next())
+        let client = try HTTPClient(options: CurlOptions(), lanes: 2)
+        for (method, path, body) in [
+            ("GET", "/admin/api/overview", ""), ("GET", "/admin/api/dead", ""), ("GET", "/admin/api/retries/\(UUID())", ""),
+            ("POST", "/admin/api/dead/retry", #"{"all":true}"#), ("POST", "/admin/api/retries/delete", #"{"ids":["\#(UUID())"]}"#),
+        ] {
+            var headers = [(name: "Authorization", value: Self.basic)]
+            if method == "POST" { headers.append((name: "Content-Type", value: "application/json")) }
+            let response = try await client.send(
+                Curl.HTTPRequest(method: method, url: "http://127.0.0.1:\(port)\(path)", headers: headers, body: Array(body.utf8)))
+            #expect(response.status == 503, "\(method) \(path)")
+            #expect(response.headers.contains { $0.name.lowercased() == "retry-after" }, "\(method) \(path)")
+        }
+        await group.triggerGracefulShutdown()
+        _ = try? await task.value
     }
 
     @Test("The overview: queue depths, dead letters and the live worker")
