@@ -58,10 +58,13 @@ public final class RedisWorkQueue: JobQueue {
         let count = Swift.max(1, Swift.min(max, burst))
         func move(_ queueKey: String) -> [[UInt8]] { ["LMOVE", queueKey, processingKey, "RIGHT", "LEFT"].map(bytes) }
         var commands: [[[UInt8]]] = []
+        // Too few slots for every queue: they take turns, and the others are tried after.
+        var untried: [String] = []
         if count < queueKeys.count {
-            // Too few slots for every queue: they take turns.
-            for offset in 0..<count { commands.append(move(queueKeys[(turn + offset) % queueKeys.count])) }
+            let order = queueKeys.indices.map { queueKeys[(turn + $0) % queueKeys.count] }
             turn &+= 1
+            commands = order.prefix(count).map(move)
+            untried = Array(order.dropFirst(count))
         } else {
             for (index, queueKey) in queueKeys.enumerated() {
                 // The most urgent queue gets most of the burst, each later one a quarter of what
@@ -77,11 +80,9 @@ public final class RedisWorkQueue: JobQueue {
         }
         burst = Swift.min(Swift.max(jobs.count * 2, 4), 512)
         if !jobs.isEmpty { return jobs }
-        if count < queueKeys.count {
-            // The queues whose turn it was are empty; another may not be.
-            for queueKey in queueKeys {
-                if case .bulk(let raw) = try connection.send(bytes: move(queueKey)) { return [ReservedJob(raw: raw)] }
-            }
+        // The queues whose turn it was are empty; another may not be.
+        for queueKey in untried {
+            if case .bulk(let raw) = try connection.send(bytes: move(queueKey)) { return [ReservedJob(raw: raw)] }
         }
         // Nothing ready: block on the most urgent queue, so an idle worker costs one command per
         // timeout and a validation is taken the moment it arrives; the others (re-polls, which no
