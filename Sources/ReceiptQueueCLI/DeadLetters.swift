@@ -103,11 +103,7 @@ struct DeadLetterCommand: AsyncParsableCommand {
         @Flag(help: "Every entry matching the filter (all of them without one).") var all = false
         @Argument(help: "Job ids.") var ids: [String] = []
 
-        func run() async throws {
-            let answer = try await AdminClient(base: try target.base()).post(
-                "/admin/api/\(target.set)/retry", try selection(ids: ids, all: all, filter: filter))
-            print("Retried \(answer.value["retried"]?.intValue ?? 0).")
-        }
+        func run() async throws { try await act("retry", reporting: "retried", target: target, filter: filter, all: all, ids: ids) }
     }
 
     struct Delete: AsyncParsableCommand {
@@ -117,12 +113,17 @@ struct DeadLetterCommand: AsyncParsableCommand {
         @Flag(help: "Every entry matching the filter (all of them without one).") var all = false
         @Argument(help: "Job ids.") var ids: [String] = []
 
-        func run() async throws {
-            let answer = try await AdminClient(base: try target.base()).post(
-                "/admin/api/\(target.set)/delete", try selection(ids: ids, all: all, filter: filter))
-            print("Deleted \(answer.value["deleted"]?.intValue ?? 0).")
-        }
+        func run() async throws { try await act("delete", reporting: "deleted", target: target, filter: filter, all: all, ids: ids) }
     }
+}
+
+/// Posts a retry or delete and prints how many entries it moved ("Retried 3.").
+private func act(
+    _ action: String, reporting key: String, target: DeadLetterCommand.Target, filter: DeadLetterCommand.Filter, all: Bool, ids: [String]
+) async throws {
+    let answer = try await AdminClient(base: try target.base()).post(
+        "/admin/api/\(target.set)/\(action)", try selection(ids: ids, all: all, filter: filter))
+    print("\(key.prefix(1).uppercased())\(key.dropFirst()) \(answer.value[key]?.intValue ?? 0).")
 }
 
 /// The body of a retry or delete: ids, or `all` with the filter.
