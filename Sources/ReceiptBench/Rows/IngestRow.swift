@@ -58,10 +58,6 @@ enum IngestRow: BenchRow {
     static let bundleID = "com.example.receiptq.bench"
     static let path = "/client/itunes_connect/receipts"
 
-    struct Failure: Error, CustomStringConvertible {
-        var description: String
-    }
-
     struct Settings {
         var seconds: Double
         var warmup: Double
@@ -77,7 +73,7 @@ enum IngestRow: BenchRow {
     static func run(_ options: BenchOptions) throws -> [String: Any] {
         func number(_ name: String, _ fallback: Double) throws -> Double {
             guard let text = options.extra[name] else { return fallback }
-            guard let value = Double(text), value >= 0 else { throw Failure(description: "\(name) needs a number, not \(text)") }
+            guard let value = Double(text), value >= 0 else { throw BenchFailure(description: "\(name) needs a number, not \(text)") }
             return value
         }
         let settings = Settings(
@@ -86,11 +82,11 @@ enum IngestRow: BenchRow {
             runs: options.iterations(default: defaultIterations), syncWaitMs: Int(try number("--sync-wait-ms", 0)),
             profileSeconds: Int(try number("--profile-seconds", 6)), receipts: max(1, Int(try number("--receipts", 500))),
             apps: max(1, Int(try number("--apps", 200))))
-        guard settings.connections >= settings.threads else { throw Failure(description: "--connections must be ≥ --threads") }
+        guard settings.connections >= settings.threads else { throw BenchFailure(description: "--connections must be ≥ --threads") }
 
         let receiptq = try PipelineRow.locateReceiptq(options.extra["--receiptq"])
         guard let wrk = options.extra["--wrk"] ?? ChildProcess.which("wrk") else {
-            throw Failure(description: "wrk not found: install it (scripts/bench does: scripts/setup wrk)")
+            throw BenchFailure(description: "wrk not found: install it (scripts/bench does: scripts/setup wrk)")
         }
         let configuration = try AppConfiguration()
         try ReceiptQueueApp.migrate(configuration)
@@ -129,7 +125,7 @@ enum IngestRow: BenchRow {
             }
             let signature = verifier.verify(bytes: receipt.der, receipt: try ReceiptDecoder.decode(bytes: receipt.der))
             guard signature.valid else {
-                throw Failure(description: "a forged receipt does not verify against \(trustDirectory.path): \(signature.reason ?? "?")")
+                throw BenchFailure(description: "a forged receipt does not verify against \(trustDirectory.path): \(signature.reason ?? "?")")
             }
             let body = try JSONSerialization.data(
                 withJSONObject: [
@@ -138,7 +134,7 @@ enum IngestRow: BenchRow {
             bodies.append(String(decoding: body, as: UTF8.self))
             forged = forged ?? receipt
         }
-        guard let forged, let body = bodies.first else { throw Failure(description: "no receipt forged") }
+        guard let forged, let body = bodies.first else { throw BenchFailure(description: "no receipt forged") }
 
         // Apps of the same bundle id, one token each: receipt r of app a is new to the API until
         // every (receipt, app) pair has been sent, --receipts × --apps requests per run.
@@ -177,7 +173,7 @@ enum IngestRow: BenchRow {
             }
         }
         guard Network.waitForListener(port: port, timeout: 30) else {
-            throw Failure(description: "receiptq serve did not listen on \(port):\n\(server.logTail())")
+            throw BenchFailure(description: "receiptq serve did not listen on \(port):\n\(server.logTail())")
         }
         let url = "http://127.0.0.1:\(port)\(path)"
 
@@ -212,7 +208,7 @@ enum IngestRow: BenchRow {
         for index in 1...settings.runs {
             FileHandle.standardError.write(Data("ingest: run \(index)/\(settings.runs) (\(Format.json(settings.seconds)) s)…\n".utf8))
             runs.append(try measure(wrkCommand, seconds: settings.seconds, context: context))
-            guard server.isRunning else { throw Failure(description: "receiptq serve exited:\n\(server.logTail())") }
+            guard server.isRunning else { throw BenchFailure(description: "receiptq serve exited:\n\(server.logTail())") }
         }
         var profile: [String: Any]?
         if settings.profileSeconds > 0 {
@@ -357,7 +353,7 @@ enum IngestRow: BenchRow {
         /// Runs wrk to completion and parses the Lua script's report.
         func run(seconds: Double) throws -> WrkReport {
             let output = ChildProcess.run(wrk, arguments(seconds: seconds), timeout: seconds + 60)
-            guard output.status == 0 else { throw Failure(description: "wrk exited \(output.status):\n\(output.output.suffix(1_000))") }
+            guard output.status == 0 else { throw BenchFailure(description: "wrk exited \(output.status):\n\(output.output.suffix(1_000))") }
             return try WrkReport(output: output.output)
         }
 
@@ -385,7 +381,7 @@ enum IngestRow: BenchRow {
         init(output: String) throws {
             guard let line = output.split(separator: "\n").last(where: { $0.hasPrefix("RECEIPTQ_WRK ") }),
                 let object = try? JSONSerialization.jsonObject(with: Data(line.dropFirst("RECEIPTQ_WRK ".count).utf8)) as? [String: Any]
-            else { throw Failure(description: "no report from the wrk script in:\n\(output.suffix(1_000))") }
+            else { throw BenchFailure(description: "no report from the wrk script in:\n\(output.suffix(1_000))") }
             func double(_ value: Any?) -> Double { (value as? NSNumber)?.doubleValue ?? .nan }
             requests = (object["requests"] as? NSNumber)?.intValue ?? 0
             durationSeconds = double(object["duration_us"]) / 1_000_000

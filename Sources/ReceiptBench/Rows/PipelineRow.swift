@@ -52,10 +52,6 @@ enum PipelineRow: BenchRow {
             help: "ANALYZE receipts after the warm-up (diagnostic: statistics that know the level's app)"),
     ]
 
-    struct Failure: Error, CustomStringConvertible {
-        var description: String
-    }
-
     /// What every level shares: servers, the mock, the forged receipt.
     final class Context {
         let configuration: AppConfiguration
@@ -118,18 +114,18 @@ enum PipelineRow: BenchRow {
     static func run(_ options: BenchOptions) throws -> [String: Any] {
         func number(_ name: String, _ fallback: Double) throws -> Double {
             guard let text = options.extra[name] else { return fallback }
-            guard let value = Double(text), value >= 0 else { throw Failure(description: "\(name) needs a number, not \(text)") }
+            guard let value = Double(text), value >= 0 else { throw BenchFailure(description: "\(name) needs a number, not \(text)") }
             return value
         }
         let levels = try (options.extra["--concurrency"] ?? "25,100,400,1000").split(separator: ",").map { text -> Int in
             guard let value = Int(text.trimmingCharacters(in: .whitespaces)), value > 0 else {
-                throw Failure(description: "--concurrency needs positive integers, not \(text)")
+                throw BenchFailure(description: "--concurrency needs positive integers, not \(text)")
             }
             return value
         }
         let latencyMs = Int(try number("--latency-ms", 50))
         let profileAt = Int(try number("--profile-at", 100))
-        guard latencyMs > 0 else { throw Failure(description: "--latency-ms must be positive") }
+        guard latencyMs > 0 else { throw BenchFailure(description: "--latency-ms must be positive") }
 
         // Every worker session commits synchronously, whatever the server's default: libpq reads
         // PGOPTIONS at connect time, in the worker (inherited) and in this process alike.
@@ -256,7 +252,7 @@ enum PipelineRow: BenchRow {
             url = me.deletingLastPathComponent().appendingPathComponent("receiptq")
         }
         guard FileManager.default.isExecutableFile(atPath: url.path) else {
-            throw Failure(description: "\(url.path) not found: swift build -c release --product receiptq (scripts/bench does it)")
+            throw BenchFailure(description: "\(url.path) not found: swift build -c release --product receiptq (scripts/bench does it)")
         }
         return url
     }
@@ -274,7 +270,7 @@ enum PipelineRow: BenchRow {
             "worker_sessions": "PGOPTIONS=-c synchronous_commit=on",
         ]
         if fsync != "on" && !allowFsyncOff {
-            throw Failure(
+            throw BenchFailure(
                 description: "Postgres has fsync = \(fsync) (started with RECEIPTQ_PG_FAST=1?): the pipeline must commit durably. "
                     + "Restart it with `scripts/services stop && scripts/services start`, or pass --allow-fsync-off")
         }
@@ -291,7 +287,7 @@ enum PipelineRow: BenchRow {
             environment: environment, label: "mock-appstore", logDirectory: context.logDirectory)
         context.mock = mock
         guard Network.waitForListener(port: port, timeout: 30) else {
-            throw Failure(description: "the mock App Store did not listen on \(port):\n\(mock.logTail())")
+            throw BenchFailure(description: "the mock App Store did not listen on \(port):\n\(mock.logTail())")
         }
         context.mockBase = "http://127.0.0.1:\(port)"
         // The mock checks the shared secret of a bundle once told it (21004 otherwise), as Apple does.
@@ -300,7 +296,7 @@ enum PipelineRow: BenchRow {
             HTTPRequest(
                 method: "POST", url: "\(context.mockBase)/mock/secrets", headers: [(name: "Content-Type", value: "application/json")],
                 body: [UInt8](body)))
-        guard response.status == 204 else { throw Failure(description: "mock /mock/secrets answered \(response.status)") }
+        guard response.status == 204 else { throw BenchFailure(description: "mock /mock/secrets answered \(response.status)") }
     }
 
     /// Removes the bench's rows (children first), so the database does not grow run after run.
@@ -340,7 +336,7 @@ enum PipelineRow: BenchRow {
         var level: [String: Any] = ["concurrency": concurrency, "ideal_rps": Format.json(ideal)]
 
         let app = try context.makeApp("c\(concurrency)")
-        guard let receipt = context.receipt else { throw Failure(description: "no receipt template") }
+        guard let receipt = context.receipt else { throw BenchFailure(description: "no receipt template") }
         let factory = try JobFactory(receipt: receipt, appID: app.id)
         let prefix = "{rqb-\(String(UInt32.random(in: 0...UInt32.max), radix: 16))}"
         let keys = RedisKeys(prefix: prefix)
@@ -362,7 +358,7 @@ enum PipelineRow: BenchRow {
             if registered >= 1 { break }
             usleep(100_000)
         }
-        guard worker.isRunning else { throw Failure(description: "receiptq work exited:\n\(worker.logTail())") }
+        guard worker.isRunning else { throw BenchFailure(description: "receiptq work exited:\n\(worker.logTail())") }
         level["startup_s"] = Format.json(Date().timeIntervalSince(started), places: 100)
         if registered < 1 {
             level["error"] = "worker did not start"

@@ -33,7 +33,7 @@ enum QueueOnlyRow: BenchRow {
     static func run(_ options: BenchOptions) throws -> [String: Any] {
         let laneCounts = try (options.extra["--lanes"] ?? "64,256,1024").split(separator: ",").map { text -> Int in
             guard let value = Int(text.trimmingCharacters(in: .whitespaces)), value > 0 else {
-                throw PipelineRow.Failure(description: "--lanes needs positive integers, not \(text)")
+                throw BenchFailure(description: "--lanes needs positive integers, not \(text)")
             }
             return value
         }

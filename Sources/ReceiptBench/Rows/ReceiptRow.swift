@@ -69,7 +69,7 @@ enum ReceiptRow: BenchRow {
 
         if let only {
             workloads = workloads.filter { $0.key == only }
-            guard !workloads.isEmpty else { throw SetupError(description: "no workload named \(only) (or its corpus is absent)") }
+            guard !workloads.isEmpty else { throw BenchFailure(description: "no workload named \(only) (or its corpus is absent)") }
             result["partial"] = true
         }
 
@@ -231,10 +231,6 @@ enum ReceiptRow: BenchRow {
 
     // MARK: - Workloads
 
-    struct SetupError: Error, CustomStringConvertible {
-        var description: String
-    }
-
     /// A unified receipt signed with SHA-256 by a freshly generated test CA, grown purchase by
     /// purchase (2…10) until it is about 4 KB, the size of a typical real receipt's payload + chain.
     static func forgedWorkload() throws -> Workload {
@@ -245,7 +241,7 @@ enum ReceiptRow: BenchRow {
         let decoded = try ReceiptDecoder.decode(base64: text)
         let signature = verifier.verify(bytes: bytes, receipt: decoded)
         guard signature.valid else {
-            throw SetupError(description: "the forged receipt does not verify (\(signature.reason ?? "?")); the bench would time a failure path")
+            throw BenchFailure(description: "the forged receipt does not verify (\(signature.reason ?? "?")); the bench would time a failure path")
         }
         let name = "forged-\(decoded.inApp.count)iap-sha256"
         return Workload(
@@ -280,7 +276,7 @@ enum ReceiptRow: BenchRow {
         let roots = try ["AppleIncRootCertificate.pem", "AppleRootCA-G3.pem"].filter(files.contains).flatMap(load)
         let intermediates = try files.filter { $0.hasPrefix("AppleWWDR") || $0 == "AppleiTunesStoreCertificationAuthority.pem" }
             .flatMap(load)
-        guard !roots.isEmpty else { throw SetupError(description: "no Apple root certificate in \(certs.path)") }
+        guard !roots.isEmpty else { throw BenchFailure(description: "no Apple root certificate in \(certs.path)") }
         return TrustStore(roots: roots, intermediates: intermediates)
     }
 

@@ -62,10 +62,6 @@ enum SchedulerRow: BenchRow {
     /// Rows per INSERT statement while loading (progress is printed between them).
     static let loadChunk = 1_000_000
 
-    struct Failure: Error, CustomStringConvertible {
-        var description: String
-    }
-
     struct Settings {
         var batch: Int
         var due: Int
@@ -82,13 +78,13 @@ enum SchedulerRow: BenchRow {
         func integer(_ name: String, _ fallback: Int, minimum: Int = 1) throws -> Int {
             guard let text = options.extra[name] else { return fallback }
             guard let value = Int(text.replacingOccurrences(of: "_", with: "")), value >= minimum else {
-                throw Failure(description: "\(name) needs an integer ≥ \(minimum), not \(text)")
+                throw BenchFailure(description: "\(name) needs an integer ≥ \(minimum), not \(text)")
             }
             return value
         }
         let sizes = try (options.extra["--sizes"] ?? "1000000,10000000").split(separator: ",").map { text -> Int in
             guard let value = Int(text.trimmingCharacters(in: .whitespaces).replacingOccurrences(of: "_", with: "")), value > 0 else {
-                throw Failure(description: "--sizes needs positive integers, not \(text)")
+                throw BenchFailure(description: "--sizes needs positive integers, not \(text)")
             }
             return value
         }
@@ -99,15 +95,15 @@ enum SchedulerRow: BenchRow {
             keep: options.has("--keep"), checkpointEach: options.has("--checkpoint-each"), iterations: iterations,
             warmup: options.warmup(forIterations: iterations))
         guard settings.database.range(of: "^[a-z_][a-z0-9_]{0,40}$", options: .regularExpression) != nil else {
-            throw Failure(description: "--database must be a lowercase SQL identifier of at most 41 characters")
+            throw BenchFailure(description: "--database must be a lowercase SQL identifier of at most 41 characters")
         }
         // Warm-up, samples and the explained batch each take a whole batch of due rows.
         let needed = (settings.warmup + settings.iterations + 1) * settings.batch
         guard settings.due >= needed + needed / 10 else {
-            throw Failure(description: "--due \(settings.due) is too few for \(needed) claims (warm-up + samples + 1, with 10 % to spare)")
+            throw BenchFailure(description: "--due \(settings.due) is too few for \(needed) claims (warm-up + samples + 1, with 10 % to spare)")
         }
         for size in sizes where Double(settings.due) > Double(size) * (1 - endedShare) {
-            throw Failure(description: "--due \(settings.due) does not fit in \(size) subscriptions")
+            throw BenchFailure(description: "--due \(settings.due) does not fit in \(size) subscriptions")
         }
 
         let configuration = try AppConfiguration()
@@ -244,7 +240,7 @@ enum SchedulerRow: BenchRow {
             result.merge(load) { _, new in new }
             let needed = (settings.warmup + settings.iterations + 1) * settings.batch
             if let due = load["due"] as? Int, due < needed {
-                throw Failure(description: "only \(due) subscriptions are due, \(needed) are needed: raise --due")
+                throw BenchFailure(description: "only \(due) subscriptions are due, \(needed) are needed: raise --due")
             }
         }
 
@@ -271,7 +267,7 @@ enum SchedulerRow: BenchRow {
         func check(_ queued: Int) throws {
             let length = try redis.send(["LLEN", repollQueue]).int ?? -1
             guard queued == settings.batch, length == settings.batch else {
-                throw Failure(description: "a batch queued \(queued) re-polls (\(length) in Redis), not \(settings.batch): too few due rows?")
+                throw BenchFailure(description: "a batch queued \(queued) re-polls (\(length) in Redis), not \(settings.batch): too few due rows?")
             }
             try RedisCleanup.deleteKeys(prefix: prefix, redis)
         }
@@ -403,7 +399,7 @@ enum SchedulerRow: BenchRow {
             return (name, definition)
         }
         guard indexes.contains(where: { $0.name == "subscriptions_due_idx" }) else {
-            throw Failure(description: "the migrated schema has no subscriptions_due_idx")
+            throw BenchFailure(description: "the migrated schema has no subscriptions_due_idx")
         }
         for index in indexes { try connection.execute("DROP INDEX \(index.name)") }
         for constraint in constraints.reversed() { try connection.execute("ALTER TABLE subscriptions DROP CONSTRAINT \(constraint.name)") }
@@ -488,7 +484,7 @@ enum SchedulerRow: BenchRow {
             if let name = relation.string("name") { sizes["\(name)_bytes"] = relation.double("bytes") ?? -1 }
         }
         guard let total = counts?.int("total"), total == size, let due = counts?.int("due"), let ended = counts?.int("ended") else {
-            throw Failure(description: "the load made \(counts?.int("total") ?? -1) subscriptions, not \(size)")
+            throw BenchFailure(description: "the load made \(counts?.int("total") ?? -1) subscriptions, not \(size)")
         }
         return [
             "due": due, "ended": ended,

@@ -109,3 +109,9 @@ struct BenchOptions {
         return options
     }
 }
+
+/// Why a row could not run or measure (setup, a server, a check on its own results): printed, and
+/// the row fails.
+struct BenchFailure: Error, CustomStringConvertible {
+    var description: String
+}

@@ -103,7 +103,7 @@ enum Network {
     /// A TCP port on 127.0.0.1 that was free a moment ago (the kernel picks it).
     static func freePort() throws -> Int {
         let socket = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard socket >= 0 else { throw Failure(description: "socket() failed") }
+        guard socket >= 0 else { throw BenchFailure(description: "socket() failed") }
         defer { close(socket) }
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
@@ -115,7 +115,7 @@ enum Network {
                 bind(socket, pointer, length) == 0 && getsockname(socket, pointer, &length) == 0
             }
         }
-        guard bound else { throw Failure(description: "bind() failed") }
+        guard bound else { throw BenchFailure(description: "bind() failed") }
         return Int(UInt16(bigEndian: address.sin_port))
     }
 
@@ -138,10 +138,6 @@ enum Network {
             usleep(50_000)
         }
         return false
-    }
-
-    struct Failure: Error, CustomStringConvertible {
-        var description: String
     }
 }
 

@@ -38,10 +38,6 @@ struct JobFactory: Sendable {
         case id, enqueuedAt, receipt
     }
 
-    struct SetupError: Error, CustomStringConvertible {
-        var description: String
-    }
-
     /// Forges and signs the receipt (two RSA key generations and one signature: about a second).
     static func forgeReceipt(bundleID: String) throws -> ReceiptTemplate {
         let tag = String(UInt32.random(in: 10_000_000...99_999_999))
@@ -57,7 +53,7 @@ struct JobFactory: Sendable {
         let needle = Array("\(tag)\(marker)".utf8)
         let offsets = occurrences(of: needle, in: der).map { $0 + tag.utf8.count }
         guard offsets.count == 2 * receipt.inApp.count else {
-            throw SetupError(description: "expected \(2 * receipt.inApp.count) transaction ids in the forged receipt, found \(offsets.count)")
+            throw BenchFailure(description: "expected \(2 * receipt.inApp.count) transaction ids in the forged receipt, found \(offsets.count)")
         }
         return ReceiptTemplate(der: der, serialOffsets: offsets, bundleID: bundleID, tag: tag)
     }
@@ -82,7 +78,7 @@ struct JobFactory: Sendable {
         var found: [(offset: Int, length: Int, slot: Slot)] = []
         for (slot, marker) in markers {
             let at = Self.occurrences(of: marker, in: template)
-            guard at.count == 1 else { throw SetupError(description: "envelope template: \(slot) found \(at.count) times") }
+            guard at.count == 1 else { throw BenchFailure(description: "envelope template: \(slot) found \(at.count) times") }
             found.append((at[0], marker.count, slot))
         }
         found.sort { $0.offset < $1.offset }
@@ -102,7 +98,7 @@ struct JobFactory: Sendable {
         let parsed = try ReceiptDecoder.decode(base64: decoded.receipt)
         guard decoded.id == probe.id, Self.milliseconds(decoded.enqueuedAt) == 1_763_700_000_500,
             parsed.inApp.first?.transactionID == "\(receipt.tag)\(Self.serial(42))01"
-        else { throw SetupError(description: "the spliced envelope does not decode to what was spliced in") }
+        else { throw BenchFailure(description: "the spliced envelope does not decode to what was spliced in") }
     }
 
     /// The node name the bench's jobs reply to (its `ResultWatcher` subscribes to that channel).

@@ -3,10 +3,6 @@ import Foundation
 /// `bench/results.json`: one key per row, plus `machine` (the latest run's). Each row replaces only
 /// its own key, so rows run at different times, by different people, accumulate in one file.
 enum ResultsFile {
-    struct Failure: Error, CustomStringConvertible {
-        var description: String
-    }
-
     /// Replaces `key` (and the top-level `machine`) in the JSON object at `path`, keeping every other
     /// key. The file is rewritten atomically (temp file + rename) under an exclusive `flock` on its
     /// directory, so two rows finishing at once cannot lose each other's results.
@@ -16,16 +12,16 @@ enum ResultsFile {
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
 
         let lock = open(directory.path, O_RDONLY | O_DIRECTORY)
-        guard lock >= 0 else { throw Failure(description: "cannot open \(directory.path) to lock it") }
+        guard lock >= 0 else { throw BenchFailure(description: "cannot open \(directory.path) to lock it") }
         defer { close(lock) }
-        guard flock(lock, LOCK_EX) == 0 else { throw Failure(description: "cannot lock \(directory.path)") }
+        guard flock(lock, LOCK_EX) == 0 else { throw BenchFailure(description: "cannot lock \(directory.path)") }
         defer { flock(lock, LOCK_UN) }
 
         var document: [String: Any] = [:]
         if let data = FileManager.default.contents(atPath: url.path), !data.isEmpty {
             guard let existing = try? JSONSerialization.jsonObject(with: data) as? [String: Any] else {
                 // Never silently drop other rows' results: stop and let a human look.
-                throw Failure(description: "\(path) is not a JSON object; fix or delete it")
+                throw BenchFailure(description: "\(path) is not a JSON object; fix or delete it")
             }
             document = existing
         }
@@ -37,7 +33,7 @@ enum ResultsFile {
         try (data + Data("\n".utf8)).write(to: temporary)
         guard rename(temporary.path, url.path) == 0 else {
             try? FileManager.default.removeItem(at: temporary)
-            throw Failure(description: "cannot rename \(temporary.path) to \(url.path)")
+            throw BenchFailure(description: "cannot rename \(temporary.path) to \(url.path)")
         }
     }
 }
