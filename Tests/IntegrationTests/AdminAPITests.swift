@@ -1,11 +1,9 @@
 import Curl
 import Foundation
-import Logging
 import MockAppStore
 import ReceiptCore
 import ReceiptQueueApp
 import ReceiptTesting
-import ServiceLifecycle
 import Testing
 
 /// The admin API against a running system: dead letters made by a mock App Store answering 21004,
@@ -206,17 +204,8 @@ struct AdminAPITests {
             "HTTP_HOST": "127.0.0.1", "HTTP_PORT": "0", "REDIS_PORT": String(try freeLoopbackPort()), "REDIS_CONNECT_TIMEOUT_MS": "200",
             "RECEIPTQ_TRUST_ROOTS_DIR": try TestSystem.trustDirectory.get().path,
         ])
-        var logger = Logger(label: "admin-redis-down")
-        logger.logLevel = .critical
-        let (ports, continuation) = AsyncStream<Int>.makeStream()
-        let api = try ReceiptQueueApp.makeAPI(configuration, logger: logger) { port in
-            continuation.yield(port)
-            continuation.finish()
-        }
-        let group = ServiceGroup(services: [api], gracefulShutdownSignals: [], logger: logger)
-        let task = Task { try await group.run() }
-        var iterator = ports.makeAsyncIterator()
-        let port = try #require(await iterator.next())
+        let api = try await StandaloneAPI(configuration)
+        let port = api.port
         let client = try HTTPClient(options: CurlOptions(), lanes: 2)
         for (method, path, body) in [
             ("GET", "/admin/api/overview", ""), ("GET", "/admin/api/dead", ""), ("GET", "/admin/api/retries/\(UUID())", ""),
@@ -229,8 +218,7 @@ struct AdminAPITests {
             #expect(response.status == 503, "\(method) \(path)")
             #expect(response.headers.contains { $0.name.lowercased() == "retry-after" }, "\(method) \(path)")
         }
-        await group.triggerGracefulShutdown()
-        _ = try? await task.value
+        await api.stop()
     }
 
     @Test("The overview: queue depths, dead letters and the live worker")

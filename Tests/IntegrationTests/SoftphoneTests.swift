@@ -389,23 +389,9 @@ struct SoftphoneTests {
                 "RECEIPTQ_TRUST_ROOTS_DIR": try TestSystem.trustDirectory.get().path,
             ], uniquingKeysWith: { _, new in new })
         let configuration = try AppConfiguration(environment: environment)
-        var logger = Logger(label: "it-redis-down")
-        logger.logLevel = .critical
-        let (ports, continuation) = AsyncStream<Int>.makeStream()
-        let api = try ReceiptQueueApp.makeAPI(configuration, logger: logger) { port in
-            continuation.yield(port)
-            continuation.finish()
-        }
-        let group = ServiceGroup(services: [api], gracefulShutdownSignals: [], logger: logger)
-        let task = Task { try await group.run() }
-        defer {
-            Task {
-                await group.triggerGracefulShutdown()
-                _ = try? await task.value
-            }
-        }
-        var iterator = ports.makeAsyncIterator()
-        let port = try #require(await iterator.next())
+        let api = try await StandaloneAPI(configuration)
+        defer { Task { await api.stop() } }
+        let port = api.port
         let (receipt, decoded) = try fixture.forgeReceipt()
         let response = try await fixture.system.client.send(
             Curl.HTTPRequest(

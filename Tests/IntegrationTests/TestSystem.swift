@@ -171,3 +171,36 @@ final class TestSystem: Sendable {
         return try await condition()
     }
 }
+
+/// `receiptq serve` alone (no worker, no scheduler) with `configuration`, on a free port: for tests
+/// of an API whose Redis or Postgres is not there.
+final class StandaloneAPI: Sendable {
+    let port: Int
+    private let group: ServiceGroup
+    private let task: Task<Void, any Error>
+
+    init(_ configuration: AppConfiguration) async throws {
+        var logger = Logger(label: "it-standalone-api")
+        logger.logLevel = .critical
+        let (ports, continuation) = AsyncStream<Int>.makeStream()
+        let api = try ReceiptQueueApp.makeAPI(configuration, logger: logger) { port in
+            continuation.yield(port)
+            continuation.finish()
+        }
+        let group = ServiceGroup(services: [api], gracefulShutdownSignals: [], logger: logger)
+        let task = Task { try await group.run() }
+        var iterator = ports.makeAsyncIterator()
+        guard let port = await iterator.next() else {
+            task.cancel()
+            throw RestartTestError("the API did not start")
+        }
+        self.port = port
+        self.group = group
+        self.task = task
+    }
+
+    func stop() async {
+        await group.triggerGracefulShutdown()
+        _ = try? await task.value
+    }
+}
