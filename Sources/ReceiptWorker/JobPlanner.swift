@@ -113,8 +113,8 @@ public struct JobPlanner: Sendable {
     }
 
     /// The `failed` row a buried job leaves in Postgres (best effort; the dead letter is what counts).
-    /// A buried re-poll leaves its subscription to be polled again a day later (or a period, if
-    /// shorter is not known): a dead letter must not end a subscription's polling for good.
+    /// A buried re-poll leaves its subscription to be polled again after `troubleInterval` (a day
+    /// by default): a dead letter must not end a subscription's polling for good.
     public func failedRecord(_ failed: JobEnvelope) -> ValidationRecord {
         let at = now()
         return ValidationRecord(
