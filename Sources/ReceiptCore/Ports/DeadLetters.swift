@@ -354,13 +354,22 @@ public struct QueueSnapshot: Sendable, Equatable {
     public var dead: Int
     /// Live worker lanes (their heartbeat has not lapsed).
     public var workers: [WorkerStatus]
+    /// Apple outage mode, shared by every worker.
+    public var circuit: CircuitSnapshot
+    /// The last hour, one entry per minute, oldest first (minutes without jobs count zero).
+    public var activity: [ActivityMinute]
 
     /// Creates a snapshot.
-    public init(queued: [JobKind: Int], retries: Int, dead: Int, workers: [WorkerStatus]) {
+    public init(
+        queued: [JobKind: Int], retries: Int, dead: Int, workers: [WorkerStatus],
+        circuit: CircuitSnapshot = CircuitSnapshot(status: .closed), activity: [ActivityMinute] = []
+    ) {
         self.queued = queued
         self.retries = retries
         self.dead = dead
         self.workers = workers
+        self.circuit = circuit
+        self.activity = activity
     }
 }
 
