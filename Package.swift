@@ -26,6 +26,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
         .package(url: "https://github.com/apple/swift-http-types", from: "1.8.0"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
+        .package(url: "https://github.com/hummingbird-project/swift-mustache", from: "2.1.1"),
     ],
     targets: [
         // System libraries: modulemap + shim.h, nothing else.
@@ -124,10 +125,13 @@ let package = Package(
             dependencies: [
                 "ReceiptCore", "OpenSSL",
                 .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "Mustache", package: "swift-mustache"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "Logging", package: "swift-log"),
             ],
+            // The pages' Mustache templates and their one stylesheet, read once at start.
+            resources: [.copy("Templates"), .copy("Assets")],
             swiftSettings: swiftSettings
         ),
         .target(

@@ -55,8 +55,8 @@ public struct AdminAPI: Sendable {
         }
         group.get("{set}") { request, context in
             guard let (store, kind) = set(context) else { return notFound() }
-            switch Self.filter(request) {
-            case .failure(let refusal): return refusal.response
+            switch Self.filter(request.uri.queryParameters) {
+            case .failure(let problem): return Refusal.unprocessable(field: problem.field, reason: problem.reason).response
             case .success(let (filter, offset, limit)):
                 return await answer(context) {
                     json(.ok, AdminJSON.page(try await store.list(filter: filter, offset: offset, limit: limit), kind: kind, now: now()))
@@ -98,9 +98,8 @@ public struct AdminAPI: Sendable {
         }
     }
 
-    /// `error_code`, `app_id`, `q`, `offset`, `limit` from the query string.
-    static func filter(_ request: Request) -> Result<(JobSetFilter, Int, Int), Refusal> {
-        let query = request.uri.queryParameters
+    /// `error_code`, `app_id`, `q`, `offset`, `limit` from the query string (the pages' too).
+    static func filter(_ query: Parameters) -> Result<(JobSetFilter, Int, Int), FieldProblem> {
         var errors: [(String, String)] = []
         var appID: UUID?
         if let text = query.get("app_id"), !text.isEmpty {
@@ -117,7 +116,7 @@ public struct AdminAPI: Sendable {
         }
         let offset = integer("offset", 0, 0...10_000_000)
         let limit = integer("limit", 50, 1...maxPageSize)
-        if let first = errors.first { return .failure(.unprocessable(field: first.0, reason: first.1)) }
+        if let first = errors.first { return .failure(FieldProblem(field: first.0, reason: first.1)) }
         let filter = JobSetFilter(errorCode: query.get("error_code"), appID: appID, search: query.get("q"))
         return .success((filter, offset, limit))
     }
@@ -187,6 +186,12 @@ enum Selection: Equatable {
         }
         return .success(.all(JobSetFilter(errorCode: body["error_code"]?.stringValue, appID: appID, search: body["q"]?.stringValue)))
     }
+}
+
+/// A query parameter the admin cannot use, and why.
+struct FieldProblem: Error, Equatable {
+    var field: String
+    var reason: String
 }
 
 /// An answer that refuses the request.

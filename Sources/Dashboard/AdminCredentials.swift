@@ -7,6 +7,8 @@ public struct AdminCredentials: Sendable, CustomStringConvertible {
     public let username: String
     private let usernameHash: [UInt8]
     private let passwordHash: [UInt8]
+    /// The password's SHA-256, for keys that must change with it (the dashboard's session key).
+    var passwordDigest: [UInt8] { passwordHash }
 
     /// Creates the credentials.
     public init(username: String, password: String) {

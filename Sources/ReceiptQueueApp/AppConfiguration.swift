@@ -45,6 +45,9 @@ public struct AppConfiguration: Sendable, CustomStringConvertible {
     /// Who may use the dashboard and the admin API (`DASHBOARD_USERNAME`, `DASHBOARD_PASSWORD`; no
     /// default password in production).
     public var admin: AdminCredentials
+    /// The dashboard's session cookies (`DASHBOARD_SESSION_SECRET`, shared by API replicas;
+    /// `DASHBOARD_SESSION_HOURS`; `DASHBOARD_COOKIE_SECURE`, on by default in production).
+    public var adminSessions: AdminSessions
     public var logLevel: String
     public var logFormat: String
     /// A directory of PEM certificates trusted for receipt signatures (Apple's roots and
@@ -145,6 +148,19 @@ public struct AppConfiguration: Sendable, CustomStringConvertible {
         }
         // Development only: a documented local default, refused in production above.
         admin = AdminCredentials(username: string("DASHBOARD_USERNAME", "admin"), password: adminPassword ?? "receiptq-dev")
+        // Without a shared secret each API process signs with its own random key: a session then
+        // holds only on the replica that issued it (and ends when that process restarts).
+        let sessionSecret = environment["DASHBOARD_SESSION_SECRET"].flatMap { $0.isEmpty ? nil : $0 }
+        if let sessionSecret, sessionSecret.utf8.count < 32 {
+            throw ConfigurationError(variable: "DASHBOARD_SESSION_SECRET", reason: "must be at least 32 characters")
+        }
+        let secureDefault = self.environment == "production" ? "true" : "false"
+        guard let secureCookies = Bool(string("DASHBOARD_COOKIE_SECURE", secureDefault).lowercased()) else {
+            throw ConfigurationError(variable: "DASHBOARD_COOKIE_SECURE", reason: "must be true or false")
+        }
+        adminSessions = AdminSessions(
+            credentials: admin, secret: sessionSecret.map { Array($0.utf8) },
+            lifetime: .seconds(try int("DASHBOARD_SESSION_HOURS", 8, range: 1...168) * 3600), secureCookies: secureCookies)
         logLevel = string("LOG_LEVEL", "info")
         logFormat = string("LOG_FORMAT", "text")
         trustRootsDirectory = environment["RECEIPTQ_TRUST_ROOTS_DIR"].flatMap { $0.isEmpty ? nil : $0 }

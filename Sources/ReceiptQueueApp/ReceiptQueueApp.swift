@@ -63,10 +63,13 @@ public enum ReceiptQueueApp {
         let router = Router(context: IngestRequestContext.self)
         api.addRoutes(to: router)
         SoftphoneService(api: api, configuration: configuration.softphone).addRoutes(to: router)
-        AdminAPI(
-            dead: RedisJobSet.dead(pool: redisPool, keys: configuration.keys),
-            retries: RedisJobSet.retries(pool: redisPool, keys: configuration.keys),
-            overview: RedisQueueOverview(pool: redisPool, keys: configuration.keys), credentials: configuration.admin
+        let dead = RedisJobSet.dead(pool: redisPool, keys: configuration.keys)
+        let retries = RedisJobSet.retries(pool: redisPool, keys: configuration.keys)
+        let overview = RedisQueueOverview(pool: redisPool, keys: configuration.keys)
+        AdminAPI(dead: dead, retries: retries, overview: overview, credentials: configuration.admin).addRoutes(to: router)
+        try AdminPages(
+            dead: dead, retries: retries, overview: overview, credentials: configuration.admin, sessions: configuration.adminSessions,
+            apps: { try await postgresPool.withConnection { try AppAdmin(connection: $0).listApps() } }
         ).addRoutes(to: router)
         return (router, intake)
     }

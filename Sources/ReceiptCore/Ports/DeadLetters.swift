@@ -142,7 +142,9 @@ public struct JobSetEntry: Sendable, Equatable, Identifiable, CustomStringConver
     /// The envelope with the receipt replaced by a placeholder, for a detail page or `dlq show`.
     public var envelopeForDisplay: JobEnvelope? {
         guard var copy = envelope else { return nil }
-        copy.receipt = "<receipt: \(copy.receipt.utf8.count) base64 characters, not shown>"
+        // The first twelve characters are the PKCS#7 header every receipt starts with: enough to
+        // see it is one, nothing about whose it is.
+        copy.receipt = "<receipt: \(copy.receipt.prefix(12))… \(copy.receipt.utf8.count) base64 characters, the rest not shown>"
         return copy
     }
 

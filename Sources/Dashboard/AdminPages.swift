@@ -1,0 +1,515 @@
+import Foundation
+import HTTPTypes
+import Hummingbird
+import Logging
+import Mustache
+import NIOCore
+import ReceiptCore
+
+/// The operators' dashboard under `/admin`: server-rendered HTML (Mustache), no script at all, so
+/// every action is a plain form and the CSP can forbid scripts outright.
+///
+/// - `GET /admin`: queues, retries, dead letters, workers, the circuit and the last hour's chart.
+/// - `GET /admin/{dead|retries}`: a filtered, paged list with bulk retry and delete.
+/// - `GET /admin/{dead|retries}/{id}`: one job, its envelope (receipt truncated) and its calls to Apple.
+/// - `POST /admin/{dead|retries}/{retry|delete}`: by selected ids, or every entry matching a filter.
+///
+/// Logging in sets a signed session cookie (`HttpOnly`, `SameSite=Strict`, `Secure` in
+/// production); every POST carries the session's CSRF token, and the login form a token bound
+/// to a pre-session cookie. Mustache escapes every value; the chart is built from numbers only.
+public struct AdminPages: Sendable {
+    let dead: any JobSetStore
+    let retries: any JobSetStore
+    let overview: any QueueOverview
+    let credentials: AdminCredentials
+    let sessions: AdminSessions
+    let apps: @Sendable () async throws -> [AppRecord]
+    let now: @Sendable () -> Date
+    let library: MustacheLibrary
+    let stylesheet: [UInt8]
+    let throttle: LoginThrottle
+
+    static let pageSize = 50
+    static let maxFormBytes = 1 << 20
+
+    /// Creates the pages, reading the templates and stylesheet from the module's resources.
+    /// - Parameters:
+    ///   - dead: the dead letters.
+    ///   - retries: the jobs waiting in backoff.
+    ///   - overview: queue depths, workers, circuit, activity.
+    ///   - credentials: who may log in.
+    ///   - sessions: the session cookies' keeper.
+    ///   - apps: the registered apps, for the app filter (an error shows a plain text field instead).
+    ///   - now: the injected clock.
+    /// - Throws: when a template is missing or does not parse (a broken build).
+    public init(
+        dead: any JobSetStore, retries: any JobSetStore, overview: any QueueOverview, credentials: AdminCredentials,
+        sessions: AdminSessions, apps: @escaping @Sendable () async throws -> [AppRecord] = { [] },
+        now: @escaping @Sendable () -> Date = { Date() }
+    ) throws {
+        self.dead = dead
+        self.retries = retries
+        self.overview = overview
+        self.credentials = credentials
+        self.sessions = sessions
+        self.apps = apps
+        self.now = now
+        var library = MustacheLibrary()
+        for name in ["layout", "login", "overview", "list", "detail"] {
+            guard let url = Bundle.module.url(forResource: name, withExtension: "mustache", subdirectory: "Templates") else {
+                throw DashboardError(code: "template_missing", message: "Templates/\(name).mustache is not in the bundle")
+            }
+            try library.register(String(contentsOf: url, encoding: .utf8), named: name)
+        }
+        self.library = library
+        guard let css = Bundle.module.url(forResource: "admin", withExtension: "css", subdirectory: "Assets") else {
+            throw DashboardError(code: "asset_missing", message: "Assets/admin.css is not in the bundle")
+        }
+        stylesheet = Array(try Data(contentsOf: css))
+        throttle = LoginThrottle(now: now())
+    }
+
+    /// Adds the routes to `router`.
+    public func addRoutes<Context: RequestContext>(to router: Router<Context>) {
+        router.get("/admin/assets/admin.css") { _, _ in
+            var response = Response(
+                status: .ok, headers: [.contentType: "text/css; charset=utf-8"], body: .init(byteBuffer: ByteBuffer(bytes: stylesheet)))
+            AdminHeaders.apply(to: &response)
+            return response
+        }
+        router.get("/admin/login") { request, _ in loginPage(request) }
+        router.post("/admin/login") { request, context in try await login(request, context: context) }
+        router.post("/admin/logout") { request, context in
+            try await withForm(request, context: context) { _, _ in
+                var response = redirect("/admin/login")
+                response.headers[.setCookie] = sessions.cookie(AdminSessions.cookieName, "", maxAge: 0)
+                return response
+            }
+        }
+        router.get("/admin") { request, context in
+            await page(request, context: context) { session in try await overviewPage(session) }
+        }
+        for kind in JobSetKind.allCases {
+            let path = Self.path(kind)
+            router.get("/admin/\(path)") { request, context in
+                await page(request, context: context) { session in try await listPage(kind, request: request, session: session) }
+            }
+            router.get("/admin/\(path)/{id}") { request, context in
+                await page(request, context: context) { session in
+                    try await detailPage(kind, id: context.parameters.get("id"), session: session)
+                }
+            }
+            for action in ["retry", "delete"] {
+                router.post("/admin/\(path)/\(action)") { request, context in
+                    try await withForm(request, context: context) { form, _ in
+                        try await mutate(kind, retry: action == "retry", form: form, context: context)
+                    }
+                }
+            }
+        }
+    }
+
+    static func path(_ kind: JobSetKind) -> String { kind == .dead ? "dead" : "retries" }
+
+    private func store(_ kind: JobSetKind) -> any JobSetStore { kind == .dead ? dead : retries }
+
+    // MARK: Sessions
+
+    private func session(_ request: Request) -> AdminSessions.Session? {
+        sessions.verify(cookieValue(AdminSessions.cookieName, in: request.headers[.cookie]), now: now())
+    }
+
+    /// A page for a logged-in operator (else to the login form); Redis errors become a 503 page.
+    private func page<Context: RequestContext>(
+        _ request: Request, context: Context, _ body: (AdminSessions.Session) async throws -> Response
+    ) async -> Response {
+        guard let session = session(request) else { return redirect("/admin/login") }
+        do {
+            return try await body(session)
+        } catch {
+            context.logger.error("Admin page: Redis unreachable", metadata: ["error": "\(error)"])
+            var response = html(
+                .serviceUnavailable, "list",
+                base(session, nav: false).merging(
+                    ["heading": "Unavailable", "problem": "Redis cannot be reached right now. Reload in a few seconds.", "set": "dead"]
+                ) { $1 })
+            response.headers[.retryAfter] = "5"
+            return response
+        }
+    }
+
+    /// Runs `body` for a form POST from a logged-in operator whose CSRF token holds.
+    private func withForm<Context: RequestContext>(
+        _ request: Request, context: Context, _ body: (FormFields, AdminSessions.Session) async throws -> Response
+    ) async throws -> Response {
+        guard let session = session(request) else { return redirect("/admin/login") }
+        let form: FormFields
+        switch try await readForm(request) {
+        case .fields(let fields): form = fields
+        case .refused(let response): return response
+        }
+        guard sessions.verifyCSRF(form["csrf"], session: session) else {
+            context.logger.warning("Admin form refused: CSRF token missing or wrong")
+            return html(.forbidden, "list", base(session).merging(["heading": "Refused", "problem": Self.csrfProblem, "set": "dead"]) { $1 })
+        }
+        do {
+            return try await body(form, session)
+        } catch {
+            context.logger.error("Admin action: Redis unreachable", metadata: ["error": "\(error)"])
+            var response = html(
+                .serviceUnavailable, "list",
+                base(session).merging(["heading": "Unavailable", "problem": "Redis cannot be reached right now; nothing was changed.", "set": "dead"])
+                {
+                    $1
+                })
+            response.headers[.retryAfter] = "5"
+            return response
+        }
+    }
+
+    static let csrfProblem =
+        "This form was not sent from this dashboard (its security token is missing or out of date). Reload the page and try again."
+
+    /// An `application/x-www-form-urlencoded` body, or the answer refusing it.
+    private enum FormRead {
+        case fields(FormFields)
+        case refused(Response)
+    }
+
+    private func readForm(_ request: Request) async throws -> FormRead {
+        guard request.headers[.contentType]?.lowercased().hasPrefix("application/x-www-form-urlencoded") == true else {
+            return .refused(plain(.unsupportedMediaType, "Content-Type must be application/x-www-form-urlencoded"))
+        }
+        do {
+            let body = try await request.body.collect(upTo: Self.maxFormBytes)
+            return .fields(FormFields(String(decoding: body.readableBytesView, as: UTF8.self)))
+        } catch is NIOTooManyBytesError {
+            return .refused(plain(.contentTooLarge, "form larger than \(Self.maxFormBytes) bytes"))
+        }
+    }
+
+    private func loginPage(_ request: Request, status: HTTPResponse.Status = .ok, problem: String? = nil) -> Response {
+        if session(request) != nil, problem == nil { return redirect("/admin") }
+        let challenge = sessions.loginChallenge()
+        var values: [String: Any] = ["token": challenge.token]
+        if let problem { values["problem"] = problem }
+        var response = html(status, "login", values)
+        response.headers[.setCookie] = sessions.cookie(AdminSessions.loginCookieName, challenge.nonce, maxAge: 3600)
+        return response
+    }
+
+    private func login<Context: RequestContext>(_ request: Request, context: Context) async throws -> Response {
+        let at = now()
+        if let wait = throttle.retryAfter(now: at) {
+            var response = loginPage(request, status: .tooManyRequests, problem: "Too many failed logins. Try again in \(wait) s.")
+            response.headers[.retryAfter] = String(wait)
+            return response
+        }
+        let form: FormFields
+        switch try await readForm(request) {
+        case .fields(let fields): form = fields
+        case .refused(let response): return response
+        }
+        guard sessions.verifyLogin(token: form["csrf"], nonce: cookieValue(AdminSessions.loginCookieName, in: request.headers[.cookie])) else {
+            return loginPage(request, status: .forbidden, problem: "The login form expired. Try again.")
+        }
+        guard credentials.verify(username: form["username"] ?? "", password: form["password"] ?? "") else {
+            throttle.failed(now: at)
+            context.logger.warning("Admin login failed")
+            return loginPage(request, status: .unauthorized, problem: "Wrong username or password.")
+        }
+        let (cookie, _) = sessions.issue(now: at)
+        context.logger.info("Admin login")
+        var response = redirect("/admin")
+        response.headers[values: .setCookie] = [
+            sessions.cookie(AdminSessions.cookieName, cookie, maxAge: Int(sessions.lifetime.seconds)),
+            sessions.cookie(AdminSessions.loginCookieName, "", maxAge: 0),
+        ]
+        return response
+    }
+
+    // MARK: Pages
+
+    /// What every page's layout needs: the nav, with the sets' sizes when `counts` are given.
+    private func base(_ session: AdminSessions.Session, nav: Bool = true, counts: (dead: Int, retries: Int)? = nil) -> [String: Any] {
+        guard nav else { return [:] }
+        var values: [String: Any] = ["csrf": sessions.csrfToken(for: session), "username": credentials.username]
+        if let counts {
+            values["dead"] = counts.dead
+            values["retries"] = counts.retries
+        }
+        // The forms of the page body need the token too, outside the nav's section.
+        return ["nav": values, "csrf": values["csrf"]!]
+    }
+
+    private func overviewPage(_ session: AdminSessions.Session) async throws -> Response {
+        let snapshot = try await overview.snapshot()
+        let at = now()
+        var values = base(session, counts: (snapshot.dead, snapshot.retries))
+        values["overviewCurrent"] = true
+        values["asOf"] = Self.utc(at)
+        values["queueValidate"] = snapshot.queued[.validate, default: 0]
+        values["queueRepoll"] = snapshot.queued[.repoll, default: 0]
+        values["retries"] = snapshot.retries
+        values["dead"] = snapshot.dead
+        values["deadAlarm"] = snapshot.dead > 0
+        values["workerCount"] = snapshot.workers.count
+        values["processing"] = snapshot.workers.reduce(0) { $0 + $1.processing }
+        values["hasWorkers"] = !snapshot.workers.isEmpty
+        values["workerList"] = snapshot.workers.map { worker -> [String: Any] in
+            [
+                "id": worker.id, "host": worker.host ?? "?", "pid": worker.pid.map(String.init) ?? "?",
+                "busy": worker.busy.map(String.init) ?? "?", "processing": worker.processing,
+                "startedUTC": Self.utc(worker.startedAt), "startedAgo": Self.relative(worker.startedAt, now: at),
+                "beatUTC": Self.utc(worker.lastHeartbeatAt), "beatAgo": Self.relative(worker.lastHeartbeatAt, now: at),
+            ]
+        }
+        let circuit = snapshot.circuit
+        values["circuitState"] = circuit.status.name
+        switch circuit.status {
+        case .closed:
+            values["circuitLabel"] = "closed"
+            values["circuitDetail"] = "Apple is answering"
+        case .open(let until):
+            values["circuitLabel"] = "open"
+            values["circuitDetail"] = "outage mode until \(Self.utc(until)) UTC (\(circuit.failedProbes) failed probes)"
+        case .halfOpen:
+            values["circuitLabel"] = "half open"
+            values["circuitDetail"] = "one probe decides"
+        }
+        values["chart"] = ActivityChart.svg(snapshot.activity)
+        values["legend"] = ActivityChart.legend(snapshot.activity)
+        values["deferred"] = snapshot.activity.reduce(0) { $0 + $1.tally.outcomes[.deferred, default: 0] }
+        return html(.ok, "overview", values)
+    }
+
+    private func listPage(_ kind: JobSetKind, request: Request, session: AdminSessions.Session) async throws -> Response {
+        let query = request.uri.queryParameters
+        let path = Self.path(kind)
+        let (filter, offset, problem): (JobSetFilter, Int, String?) =
+            switch AdminAPI.filter(query) {
+            case .success(let (filter, offset, _)): (filter, offset, nil)
+            case .failure(let problem): (JobSetFilter(), 0, "\(problem.field) \(problem.reason): the filter was not applied.")
+            }
+        let page = try await store(kind).list(filter: filter, offset: offset, limit: Self.pageSize)
+        let counts = (try await dead.count(), try await retries.count())
+        let known = (try? await apps()) ?? []
+        let at = now()
+        var values = base(session, counts: counts)
+        values[kind == .dead ? "deadCurrent" : "retriesCurrent"] = true
+        values["set"] = path
+        values["heading"] = kind == .dead ? "Dead letters" : "Retries"
+        values["intro"] =
+            kind == .dead
+            ? "Jobs given up on: a configuration error (fix it, then retry) or a failure that outlasted the retry budget."
+            : "Jobs waiting in backoff. Retry now sends them to the queue at once, with a fresh retry budget."
+        values["retryLabel"] = kind == .dead ? "Retry" : "Retry now"
+        values["whenHeading"] = kind == .dead ? "Died" : "Runs"
+        values["order"] = kind == .dead ? "newest first" : "soonest first"
+        values["total"] = kind == .dead ? counts.0 : counts.1
+        values["filtered"] = !filter.isEmpty
+        values["filterErrorCode"] = filter.errorCode ?? ""
+        values["filterAppID"] = filter.appID?.uuidString.lowercased() ?? ""
+        values["filterSearch"] = filter.search ?? ""
+        values["filterFields"] = Self.filterFields(filter)
+        values["hasApps"] = !known.isEmpty
+        values["apps"] = known.map { app -> [String: Any] in
+            ["id": app.id.uuidString.lowercased(), "name": app.name, "bundleID": app.bundleID, "selected": app.id == filter.appID]
+        }
+        values["knownCodes"] = Array(Set(page.entries.compactMap(\.errorCode) + ["shared_secret_mismatch"])).sorted()
+        values["matchingLabel"] = page.totalIsExact ? "\(page.totalMatching)" : "at least \(page.totalMatching)"
+        values["hasEntries"] = !page.entries.isEmpty
+        values["from"] = page.offset + 1
+        values["to"] = page.offset + page.entries.count
+        values["entries"] = page.entries.map { entryValues($0, kind: kind, now: at) }
+        values["emptyText"] = filter.isEmpty ? "Nothing here." : "Nothing matches this filter."
+        if offset > 0 { values["previous"] = Self.listURL(kind, filter: filter, offset: max(0, offset - Self.pageSize)) }
+        if let next = page.nextOffset { values["next"] = Self.listURL(kind, filter: filter, offset: next) }
+        if let problem { values["problem"] = problem }
+        if let notice = Self.notice(query) {
+            values[notice.isProblem ? "problem" : "notice"] = notice.text
+        }
+        return html(problem == nil ? .ok : .unprocessableContent, "list", values)
+    }
+
+    private func detailPage(_ kind: JobSetKind, id text: String?, session: AdminSessions.Session) async throws -> Response {
+        let counts = (try await dead.count(), try await retries.count())
+        var values = base(session, counts: counts)
+        values[kind == .dead ? "deadCurrent" : "retriesCurrent"] = true
+        values["set"] = Self.path(kind)
+        values["heading"] = kind == .dead ? "Dead letters" : "Retries"
+        guard let id = text.flatMap(JobSetEntry.ID.init), let entry = try await store(kind).entry(id: id) else {
+            values["problem"] = "This job is not in the \(kind == .dead ? "dead letters" : "retries") (any more): it was retried or deleted."
+            values["emptyText"] = ""
+            return html(.notFound, "list", values)
+        }
+        let at = now()
+        values.merge(entryValues(entry, kind: kind, now: at)) { $1 }
+        values["retryLabel"] = kind == .dead ? "Retry" : "Retry now"
+        values["whenHeading"] = kind == .dead ? "Died" : "Runs"
+        values["origin"] = entry.origin?.rawValue ?? ""
+        values["enqueuedUTC"] = Self.utc(entry.enqueuedAt)
+        values["enqueuedAgo"] = Self.relative(entry.enqueuedAt, now: at)
+        let calls = entry.envelope?.history ?? []
+        values["hasCalls"] = !calls.isEmpty
+        values["calls"] = calls.enumerated().map { index, call -> [String: Any] in
+            [
+                "number": index + 1, "endpoint": call.endpoint.rawValue, "httpStatus": call.httpStatus.map(String.init) ?? "—",
+                "appleStatus": call.appleStatus.map(String.init) ?? "—", "retryable": call.isRetryable.map { $0 ? "yes" : "no" } ?? "—",
+                "latency": call.latencyMs, "error": call.errorCode ?? "",
+            ]
+        }
+        values["envelope"] = Self.prettyEnvelope(entry)
+        return html(.ok, "detail", values)
+    }
+
+    /// One entry's values. Optional ones are left out rather than empty: a Mustache section shows
+    /// for an empty string.
+    private func entryValues(_ entry: JobSetEntry, kind: JobSetKind, now at: Date) -> [String: Any] {
+        var values: [String: Any] = [
+            "id": entry.id.rawValue, "shortID": String(entry.id.rawValue.prefix(entry.isPoison ? 15 : 8)), "poison": entry.isPoison,
+            "repoll": entry.kind == .repoll, "bundleID": entry.bundleID ?? "—", "errorMessage": entry.errorMessage ?? "",
+            "attempts": entry.attempts,
+            "firstUTC": Self.utc(entry.firstFailedAt), "firstAgo": Self.relative(entry.firstFailedAt, now: at),
+            "lastUTC": Self.utc(entry.lastFailedAt), "lastAgo": Self.relative(entry.lastFailedAt, now: at),
+            "whenUTC": Self.utc(entry.score), "when": Self.relative(entry.score, now: at),
+        ]
+        values["appID"] = entry.appID?.uuidString.lowercased()
+        values["user"] = entry.userIdentifier.flatMap { $0.isEmpty ? nil : $0 }
+        values["errorCode"] = entry.errorCode
+        values["kind"] = entry.kind?.rawValue
+        return values
+    }
+
+    // MARK: Actions
+
+    private func mutate<Context: RequestContext>(_ kind: JobSetKind, retry: Bool, form: FormFields, context: Context) async throws -> Response {
+        let store = store(kind)
+        let moved: Int
+        if form["all"] == "1" {
+            var appID: UUID?
+            if let text = form["app_id"], !text.isEmpty {
+                guard let id = UUID(uuidString: text) else { return redirect(Self.returnURL(kind, form: form, done: "bad_app")) }
+                appID = id
+            }
+            if !retry && form["confirm"] != "1" { return redirect(Self.returnURL(kind, form: form, done: "unconfirmed")) }
+            let filter = JobSetFilter(errorCode: form["error_code"], appID: appID, search: form["q"])
+            moved = retry ? try await store.retryAll(matching: filter) : try await store.deleteAll(matching: filter)
+        } else {
+            let ids = form.all("id").compactMap(JobSetEntry.ID.init)
+            guard !ids.isEmpty else { return redirect(Self.returnURL(kind, form: form, done: "none")) }
+            moved = retry ? try await store.retry(ids: ids) : try await store.delete(ids: ids)
+        }
+        context.logger.info(
+            "Admin action",
+            metadata: ["admin.action": "\(retry ? "retry" : "delete")", "admin.set": "\(kind.rawValue)", "jobs.count": "\(moved)"])
+        return redirect(Self.returnURL(kind, form: form, done: retry ? "retried" : "deleted", count: moved))
+    }
+
+    /// The list the operator came from (its filter travels in `return_*` fields), with the outcome.
+    static func returnURL(_ kind: JobSetKind, form: FormFields, done: String, count: Int? = nil) -> String {
+        var items = ["error_code", "app_id", "q"].compactMap { name -> URLQueryItem? in
+            guard let value = form["return_\(name)"], !value.isEmpty else { return nil }
+            return URLQueryItem(name: name, value: value)
+        }
+        items.append(URLQueryItem(name: "done", value: done))
+        if let count { items.append(URLQueryItem(name: "count", value: String(count))) }
+        var components = URLComponents()
+        components.path = "/admin/\(path(kind))"
+        components.queryItems = items
+        return components.string ?? "/admin/\(path(kind))"
+    }
+
+    /// The message an action's redirect asks for: a fixed text, never one taken from the URL.
+    static func notice(_ query: Parameters) -> (text: String, isProblem: Bool)? {
+        let count = query.get("count").flatMap(Int.init) ?? 0
+        let jobs = count == 1 ? "1 job" : "\(count) jobs"
+        switch query.get("done") {
+        case "retried": return ("\(jobs) sent back to the queue.", false)
+        case "deleted": return ("\(jobs) deleted for good.", false)
+        case "none": return ("Nothing was selected.", true)
+        case "unconfirmed": return ("Nothing was deleted: tick “yes, for good” to delete every matching job.", true)
+        case "bad_app": return ("The app filter is not an app id; nothing was changed.", true)
+        default: return nil
+        }
+    }
+
+    static func filterFields(_ filter: JobSetFilter) -> [[String: String]] {
+        [("error_code", filter.errorCode), ("app_id", filter.appID?.uuidString.lowercased()), ("q", filter.search)].compactMap { name, value in
+            value.map { ["name": name, "value": $0] }
+        }
+    }
+
+    static func listURL(_ kind: JobSetKind, filter: JobSetFilter, offset: Int) -> String {
+        var components = URLComponents()
+        components.path = "/admin/\(path(kind))"
+        components.queryItems =
+            filterFields(filter).map { URLQueryItem(name: $0["name"]!, value: $0["value"]) } + [
+                URLQueryItem(name: "offset", value: String(offset))
+            ]
+        return components.string ?? components.path
+    }
+
+    // MARK: Rendering
+
+    private func html(_ status: HTTPResponse.Status, _ template: String, _ values: [String: Any]) -> Response {
+        let text = library.render(values, withTemplate: template) ?? "template \(template) missing"
+        var response = Response(
+            status: status, headers: [.contentType: "text/html; charset=utf-8"], body: .init(byteBuffer: ByteBuffer(string: text)))
+        AdminHeaders.apply(to: &response)
+        return response
+    }
+
+    private func redirect(_ location: String) -> Response {
+        var response = Response(status: .seeOther, headers: [.location: location])
+        AdminHeaders.apply(to: &response)
+        return response
+    }
+
+    private func plain(_ status: HTTPResponse.Status, _ text: String) -> Response {
+        var response = Response(
+            status: status, headers: [.contentType: "text/plain; charset=utf-8"], body: .init(byteBuffer: ByteBuffer(string: text + "\n")))
+        AdminHeaders.apply(to: &response)
+        return response
+    }
+
+    /// The envelope as indented JSON, with the receipt truncated (``JobSetEntry/envelopeForDisplay``).
+    static func prettyEnvelope(_ entry: JobSetEntry) -> String {
+        guard let display = entry.envelopeForDisplay,
+            let value = try? JSONDecoder().decode(JSONValue.self, from: Data(display.encoded()))
+        else { return "(not a job envelope: \(entry.raw.count) bytes that could not be read)" }
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
+        return (try? encoder.encode(value)).map { String(decoding: $0, as: UTF8.self) } ?? ""
+    }
+
+    static func utc(_ date: Date?) -> String {
+        guard let date else { return "—" }
+        // "2018-02-26 10:35:47 UTC" without the zone: the pages say UTC once, in the headings.
+        let text = APITimestamp(date).utc
+        return text.hasSuffix(" UTC") ? String(text.dropLast(4)) : text
+    }
+
+    /// "3 min ago", "in 2 h": coarse, for scanning a list.
+    static func relative(_ date: Date?, now: Date) -> String {
+        guard let date else { return "—" }
+        let seconds = Int(now.timeIntervalSince(date).rounded())
+        let magnitude = abs(seconds)
+        let text =
+            switch magnitude {
+            case ..<60: "\(magnitude) s"
+            case ..<3600: "\(magnitude / 60) min"
+            case ..<172_800: "\(magnitude / 3600) h"
+            default: "\(magnitude / 86_400) d"
+            }
+        return seconds >= 0 ? "\(text) ago" : "in \(text)"
+    }
+}
+
+/// An error of the dashboard's own making (a broken build), with a bounded code.
+public struct DashboardError: Error, CustomStringConvertible {
+    public var code: String
+    public var message: String
+
+    public var description: String { "DashboardError.\(code): \(message)" }
+}
