@@ -224,6 +224,12 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        // The dashboard's pure parts: sessions, CSRF tokens, forms, the chart.
+        .testTarget(
+            name: "DashboardTests",
+            dependencies: ["Dashboard", "ReceiptCore", "OpenSSL"],
+            swiftSettings: swiftSettings
+        ),
         // The ingestion API's pure parts and its handlers on in-memory doubles: no server needed.
         .testTarget(
             name: "IngestAPITests",

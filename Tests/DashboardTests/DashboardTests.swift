@@ -1,0 +1,149 @@
+import Foundation
+import ReceiptCore
+import Testing
+
+@testable import Dashboard
+
+@Suite("Dashboard sessions: signed cookies, CSRF tokens, the login throttle")
+struct AdminSessionTests {
+    let credentials = AdminCredentials(username: "ops", password: "correct horse battery")
+    let secret = Array("a-secret-shared-by-every-api-replica".utf8)
+    let now = Date(timeIntervalSince1970: 1_800_000_000)
+
+    @Test("A session verifies until it expires; any changed byte, another password or another secret refuses it")
+    func sessionCookie() {
+        let sessions = AdminSessions(credentials: credentials, secret: secret, lifetime: .seconds(3600), secureCookies: true)
+        let (cookie, session) = sessions.issue(now: now)
+        #expect(sessions.verify(cookie, now: now) == session)
+        #expect(sessions.verify(cookie, now: now.addingTimeInterval(3599)) == session)
+        #expect(sessions.verify(cookie, now: now.addingTimeInterval(3600)) == nil)
+        // Pushing the expiry out breaks the signature.
+        var parts = cookie.split(separator: ".").map(String.init)
+        parts[2] = String(Int(parts[2])! + 86_400)
+        #expect(sessions.verify(parts.joined(separator: "."), now: now) == nil)
+        var flipped = Array(cookie)
+        flipped[flipped.count - 1] = flipped.last == "0" ? "1" : "0"
+        #expect(sessions.verify(String(flipped), now: now) == nil)
+        for junk in ["", "v1", "v1.x.y.z", String(repeating: "a", count: 400), cookie + "."] {
+            #expect(sessions.verify(junk, now: now) == nil)
+        }
+        // A new password or a new secret ends every session signed before.
+        let rotated = AdminSessions(
+            credentials: AdminCredentials(username: "ops", password: "a brand new password"), secret: secret, secureCookies: true)
+        #expect(rotated.verify(cookie, now: now) == nil)
+        let otherSecret = AdminSessions(credentials: credentials, secret: Array("another-secret-of-thirty-two-characters".utf8), secureCookies: true)
+        #expect(otherSecret.verify(cookie, now: now) == nil)
+        // Replicas sharing the secret accept each other's sessions.
+        let replica = AdminSessions(credentials: credentials, secret: secret, secureCookies: true)
+        #expect(replica.verify(cookie, now: now) == session)
+        // Without a secret each process has its own key.
+        let a = AdminSessions(credentials: credentials, secret: nil, secureCookies: false)
+        let b = AdminSessions(credentials: credentials, secret: nil, secureCookies: false)
+        #expect(b.verify(a.issue(now: now).value, now: now) == nil)
+    }
+
+    @Test("CSRF tokens belong to one session; the login form's token to its cookie's nonce")
+    func csrfTokens() {
+        let sessions = AdminSessions(credentials: credentials, secret: secret, secureCookies: true)
+        let first = sessions.issue(now: now).session
+        let second = sessions.issue(now: now).session
+        let token = sessions.csrfToken(for: first)
+        #expect(sessions.verifyCSRF(token, session: first))
+        #expect(!sessions.verifyCSRF(token, session: second))
+        #expect(!sessions.verifyCSRF(nil, session: first))
+        #expect(!sessions.verifyCSRF("", session: first))
+        #expect(!sessions.verifyCSRF(String(token.dropLast()), session: first))
+
+        let (nonce, loginToken) = sessions.loginChallenge()
+        #expect(sessions.verifyLogin(token: loginToken, nonce: nonce))
+        #expect(!sessions.verifyLogin(token: loginToken, nonce: sessions.loginChallenge().nonce))
+        #expect(!sessions.verifyLogin(token: loginToken, nonce: nil))
+        #expect(!sessions.verifyLogin(token: nil, nonce: nonce))
+    }
+
+    @Test("Cookies are HttpOnly, SameSite=Strict, scoped to /admin; Secure when configured")
+    func cookieAttributes() {
+        let secure = AdminSessions(credentials: credentials, secret: secret, secureCookies: true).cookie("receiptq_admin", "v", maxAge: 60)
+        #expect(secure == "receiptq_admin=v; Path=/admin; Max-Age=60; HttpOnly; SameSite=Strict; Secure")
+        let plain = AdminSessions(credentials: credentials, secret: secret, secureCookies: false).cookie("receiptq_admin", "v", maxAge: 60)
+        #expect(!plain.contains("Secure"))
+        #expect(cookieValue("receiptq_admin", in: "a=1; receiptq_admin=v1.x; receiptq_login=n") == "v1.x")
+        #expect(cookieValue("receiptq_admin", in: "receiptq_admin_other=1") == nil)
+        #expect(cookieValue("receiptq_admin", in: nil) == nil)
+    }
+
+    @Test("The login throttle lets 10 failures through, then one attempt per 6 s")
+    func throttle() {
+        let throttle = LoginThrottle(burst: 10, interval: .seconds(6), now: now)
+        for _ in 0..<10 {
+            #expect(throttle.retryAfter(now: now) == nil)
+            throttle.failed(now: now)
+        }
+        #expect(throttle.retryAfter(now: now) == 6)
+        #expect(throttle.retryAfter(now: now.addingTimeInterval(3)) == 3)
+        #expect(throttle.retryAfter(now: now.addingTimeInterval(6)) == nil)
+        throttle.failed(now: now.addingTimeInterval(6))
+        #expect(throttle.retryAfter(now: now.addingTimeInterval(6)) != nil)
+        // A clock going back gives nothing back.
+        #expect(throttle.retryAfter(now: now) != nil)
+    }
+}
+
+@Suite("Dashboard forms, redirects and the chart")
+struct DashboardFormTests {
+    @Test("Form bodies: repeated names, + and percent-encoding, empty and odd pairs")
+    func formFields() {
+        let form = FormFields("csrf=abc&id=1&id=2&q=a+b%26c%3D&empty=&flag&%ZZ=bad")
+        #expect(form["csrf"] == "abc")
+        #expect(form.all("id") == ["1", "2"])
+        #expect(form["q"] == "a b&c=")
+        #expect(form["empty"] == "")
+        #expect(form["flag"] == "")
+        #expect(form["missing"] == nil)
+        #expect(FormFields("").all("id").isEmpty)
+    }
+
+    @Test("An action's redirect keeps the list's filter, encoded; its notice is a fixed text")
+    func redirects() {
+        let form = FormFields("return_error_code=shared_secret_mismatch&return_q=%3Cscript%3E%26x&return_app_id=")
+        let url = AdminPages.returnURL(.dead, form: form, done: "retried", count: 3)
+        #expect(url == "/admin/dead?error_code=shared_secret_mismatch&q=%3Cscript%3E%26x&done=retried&count=3")
+        #expect(AdminPages.returnURL(.retry, form: FormFields(""), done: "none") == "/admin/retries?done=none")
+    }
+
+    @Test("The chart: one bar segment per non-zero count, a round axis, every label escaped")
+    func chart() {
+        let start = Date(timeIntervalSince1970: 1_800_000_000)
+        var minutes = (0..<60).map { ActivityMinute(minute: start.addingTimeInterval(Double($0) * 60), tally: ActivityTally()) }
+        minutes[59].tally.add(.validated)
+        minutes[59].tally.add(.validated)
+        minutes[59].tally.add(.dead, errorCode: "shared_secret_mismatch")
+        minutes[10].tally.add(.retried, errorCode: "transport_timeout")
+        let svg = ActivityChart.svg(minutes)
+        #expect(svg.components(separatedBy: "<rect").count - 1 == 3)
+        #expect(svg.contains(#"class="s-validated""#) && svg.contains(#"class="s-configuration""#) && svg.contains(#"class="s-network""#))
+        #expect(svg.contains(">now</text>") && svg.contains(">-45m</text>"))
+        #expect(!svg.contains("style="))
+        let legend = ActivityChart.legend(minutes)
+        #expect(legend.first { $0["name"] as? String == "validated" }?["total"] as? Int == 2)
+        #expect(legend.first { $0["name"] as? String == "configuration" }?["total"] as? Int == 1)
+        #expect(ActivityChart.niceCeiling(0) == 4)
+        #expect(ActivityChart.niceCeiling(7) == 10)
+        #expect(ActivityChart.niceCeiling(43) == 50)
+        #expect(ActivityChart.niceCeiling(101) == 200)
+        #expect(ActivityChart.niceCeiling(2500) == 5000)
+        #expect(ActivityChart.escape(#"<script>"x" & 'y'"#) == "&lt;script&gt;&quot;x&quot; &amp; &#39;y&#39;")
+        #expect(ActivityChart.svg([]).hasSuffix("</svg>"))
+    }
+
+    @Test("Relative times read as an operator scans them")
+    func relativeTimes() {
+        let now = Date(timeIntervalSince1970: 1_800_000_000)
+        #expect(AdminPages.relative(now.addingTimeInterval(-5), now: now) == "5 s ago")
+        #expect(AdminPages.relative(now.addingTimeInterval(-600), now: now) == "10 min ago")
+        #expect(AdminPages.relative(now.addingTimeInterval(7200), now: now) == "in 2 h")
+        #expect(AdminPages.relative(now.addingTimeInterval(-3 * 86_400), now: now) == "3 d ago")
+        #expect(AdminPages.relative(nil, now: now) == "—")
+        #expect(AdminPages.utc(Date(timeIntervalSince1970: 1_519_641_347)) == "2018-02-26 10:35:47")
+    }
+}
