@@ -367,7 +367,7 @@ public struct AdminPages: Sendable {
     /// for an empty string.
     private func entryValues(_ entry: JobSetEntry, kind: JobSetKind, now at: Date) -> [String: Any] {
         var values: [String: Any] = [
-            "id": entry.id.rawValue, "shortID": String(entry.id.rawValue.prefix(entry.isPoison ? 15 : 8)), "poison": entry.isPoison,
+            "id": entry.id.rawValue, "shortID": Self.shortID(entry.id), "poison": entry.isPoison,
             "repoll": entry.kind == .repoll, "bundleID": entry.bundleID ?? "—", "errorMessage": entry.errorMessage ?? "",
             "attempts": entry.attempts,
             "firstUTC": Self.utc(entry.firstFailedAt), "firstAgo": Self.relative(entry.firstFailedAt, now: at),
@@ -482,6 +482,10 @@ public struct AdminPages: Sendable {
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
         return (try? encoder.encode(value)).map { String(decoding: $0, as: UTF8.self) } ?? ""
     }
+
+    /// A job id short enough for a list column: the random tail, since a UUIDv7 starts with its
+    /// timestamp and jobs queued together share their first characters.
+    static func shortID(_ id: JobSetEntry.ID) -> String { "…" + id.rawValue.suffix(12) }
 
     static func utc(_ date: Date?) -> String {
         guard let date else { return "—" }

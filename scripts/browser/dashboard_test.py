@@ -1,0 +1,226 @@
+#!/usr/bin/env python3
+"""Drives the receiptq dashboard in a real headless Chromium (Debian's chromium + chromium-driver,
+through Selenium), as an operator at 3 a.m. would: log in, find the dead letters a mock App Store
+made by answering 21004, filter them, fix the shared secret, bulk-retry them, watch them validate.
+
+Run by Tests/IntegrationTests/BrowserTests.swift, which starts the system, makes the dead letters,
+and checks afterwards that every receipt ended valid in Postgres. Every page visited is saved as
+a PNG in RQ_SCREENSHOTS. Exit 0 when every check held; 1 (with the failing check, the page's URL
+and a screenshot named failure.png) otherwise.
+
+Environment:
+  RQ_BASE_URL        the API, e.g. http://127.0.0.1:8080
+  RQ_ADMIN_USER      RQ_ADMIN_PASSWORD: the dashboard credentials
+  RQ_MOCK_URL        the mock App Store, e.g. http://127.0.0.1:9090 (POST /mock/secrets)
+  RQ_BUNDLE_ID       RQ_APP_ID: the app whose jobs died
+  RQ_GOOD_SECRET     the shared secret that fixes them
+  RQ_JOB_IDS         the dead jobs' ids, comma separated
+  RQ_SCRIPT_USER     a user identifier holding markup, which must show as text
+  RQ_SCREENSHOTS     directory for the screenshots
+"""
+
+import json
+import os
+import sys
+import time
+import urllib.request
+
+from selenium import webdriver
+from selenium.common.exceptions import NoAlertPresentException
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import Select
+
+BASE = os.environ["RQ_BASE_URL"].rstrip("/")
+USER = os.environ["RQ_ADMIN_USER"]
+PASSWORD = os.environ["RQ_ADMIN_PASSWORD"]
+MOCK = os.environ["RQ_MOCK_URL"].rstrip("/")
+BUNDLE_ID = os.environ["RQ_BUNDLE_ID"]
+APP_ID = os.environ["RQ_APP_ID"].lower()
+GOOD_SECRET = os.environ["RQ_GOOD_SECRET"]
+JOB_IDS = [job.lower() for job in os.environ["RQ_JOB_IDS"].split(",")]
+SCRIPT_USER = os.environ["RQ_SCRIPT_USER"]
+SHOTS = os.environ["RQ_SCREENSHOTS"]
+
+checks = 0
+
+
+class CheckFailed(Exception):
+    pass
+
+
+def check(condition, what):
+    global checks
+    if not condition:
+        raise CheckFailed(what)
+    checks += 1
+
+
+def browser():
+    options = webdriver.ChromeOptions()
+    options.binary_location = os.environ.get("RQ_CHROMIUM", "/usr/bin/chromium")
+    for argument in (
+        "--headless=new",
+        "--no-sandbox",  # CI runs as root, where Chromium's sandbox cannot start
+        "--disable-dev-shm-usage",
+        "--disable-gpu",
+        "--window-size=1280,900",
+        "--lang=en-US",
+    ):
+        options.add_argument(argument)
+    # The browser's own log, to catch CSP violations (a page that needed a script or a style).
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    # An explicit driver path: Selenium Manager would otherwise try to download one.
+    service = Service(executable_path=os.environ.get("RQ_CHROMEDRIVER", "/usr/bin/chromedriver"))
+    return webdriver.Chrome(service=service, options=options)
+
+
+def shot(driver, name):
+    # The whole page, not just the window: the lists are long.
+    height = driver.execute_script("return document.documentElement.scrollHeight")
+    driver.set_window_size(1280, max(900, min(height + 40, 4000)))
+    driver.save_screenshot(os.path.join(SHOTS, name + ".png"))
+    driver.set_window_size(1280, 900)
+
+
+def text(driver, css):
+    return driver.find_element(By.CSS_SELECTOR, css).text.strip()
+
+
+def no_scripts_ran(driver):
+    """No <script> element exists and no alert opened: the markup in the data stayed text."""
+    check(not driver.find_elements(By.TAG_NAME, "script"), "a <script> element is in the page " + driver.current_url)
+    try:
+        driver.switch_to.alert
+        raise CheckFailed("an alert opened on " + driver.current_url)
+    except NoAlertPresentException:
+        pass
+
+
+def csp_violations(driver):
+    return [
+        entry["message"]
+        for entry in driver.get_log("browser")
+        if "Content Security Policy" in entry.get("message", "") or "Refused to" in entry.get("message", "")
+    ]
+
+
+def fix_secret():
+    """The operator's fix, on Apple's side of the mock: the app's secret is right again."""
+    body = json.dumps({"bundle_id": BUNDLE_ID, "shared_secret": GOOD_SECRET}).encode()
+    request = urllib.request.Request(MOCK + "/mock/secrets", data=body, method="POST", headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        check(response.status == 204, "the mock took the fixed secret")
+
+
+def run(driver):
+    # 1. Every page sends a stranger to the login form.
+    driver.get(BASE + "/admin/dead")
+    check(driver.current_url.endswith("/admin/login"), "redirected to the login form")
+    shot(driver, "01-login")
+    driver.find_element(By.NAME, "username").send_keys(USER)
+    driver.find_element(By.NAME, "password").send_keys("not-the-password")
+    driver.find_element(By.ID, "login").click()
+    check(text(driver, "#problem") == "Wrong username or password.", "a wrong password is refused")
+    driver.find_element(By.NAME, "username").send_keys(USER)
+    driver.find_element(By.NAME, "password").send_keys(PASSWORD)
+    driver.find_element(By.ID, "login").click()
+    check(driver.current_url.endswith("/admin"), "logged in, on the overview")
+
+    # 2. The overview shows the dead letters.
+    check(int(text(driver, "#dead")) >= len(JOB_IDS), "the overview counts the dead letters")
+    check(text(driver, "#circuit") == "closed", "the circuit is closed")
+    check(driver.find_elements(By.CSS_SELECTOR, "svg.chart"), "the chart is drawn")
+    shot(driver, "02-overview")
+
+    # 3. The dead letters, filtered by app and error code through the form.
+    driver.find_element(By.LINK_TEXT, "Dead letters " + text(driver, "#nav-dead")).click()
+    check("/admin/dead" in driver.current_url, "on the dead letters")
+    Select(driver.find_element(By.ID, "filter-app")).select_by_value(APP_ID)
+    code = driver.find_element(By.ID, "filter-error-code")
+    code.clear()
+    code.send_keys("shared_secret_mismatch")
+    driver.find_element(By.ID, "apply-filter").click()
+    check("error_code=shared_secret_mismatch" in driver.current_url, "the filter is in the URL")
+    check(text(driver, "#matching") == str(len(JOB_IDS)), "every dead letter of the app matches")
+    rows = driver.find_elements(By.CSS_SELECTOR, "tr.entry")
+    check(sorted(row.get_attribute("id")[4:] for row in rows) == sorted(JOB_IDS), "the rows are the jobs that died")
+    users = [element.text for element in driver.find_elements(By.CSS_SELECTOR, ".user")]
+    check(SCRIPT_USER in users, "the user identifier with markup shows as text")
+    no_scripts_ran(driver)
+    shot(driver, "03-dead-letters")
+
+    # 4. One job in detail: Apple's 21004, the receipt truncated.
+    driver.find_element(By.CSS_SELECTOR, "#row-" + JOB_IDS[0] + " a[href^='/admin/dead/']").click()
+    statuses = [cell.text for cell in driver.find_elements(By.CSS_SELECTOR, "#calls .apple-status")]
+    check("21004" in statuses, "the audit trail shows Apple's 21004")
+    envelope = text(driver, "#envelope")
+    check("<receipt: MII" in envelope and "the rest not shown" in envelope, "the receipt is truncated")
+    check(GOOD_SECRET not in driver.page_source, "no shared secret on the page")
+    shot(driver, "04-dead-letter-detail")
+    driver.back()
+
+    # 5. The secret is fixed; two selected jobs are retried, then all that still match.
+    fix_secret()
+    for job in JOB_IDS[:2]:
+        driver.find_element(By.CSS_SELECTOR, "#row-" + job + " input[type=checkbox]").click()
+    driver.find_element(By.ID, "retry-selected").click()
+    check(text(driver, "#notice") == "2 jobs sent back to the queue.", "the selected jobs were retried")
+    left = len(JOB_IDS) - 2
+    if left > 0:
+        check(text(driver, "#matching") in (str(left), "0"), "the others still wait")
+    shot(driver, "05-retried-selected")
+    if driver.find_elements(By.ID, "retry-all"):
+        driver.find_element(By.ID, "retry-all").click()
+        check("sent back to the queue." in text(driver, "#notice"), "the rest were retried")
+
+    # 6. Watch them validate: the dead letters empty out and the chart counts them as valid.
+    deadline = time.time() + 30
+    while True:
+        driver.get(BASE + "/admin/dead?app_id=" + APP_ID)
+        if driver.find_elements(By.ID, "empty"):
+            break
+        if time.time() > deadline:
+            raise CheckFailed("the retried jobs left the dead letters within 30 s")
+        time.sleep(0.5)
+    shot(driver, "06-dead-letters-empty")
+    driver.get(BASE + "/admin")
+    legend = {item.text.rsplit(" ", 1)[0]: item.text.rsplit(" ", 1)[-1] for item in driver.find_elements(By.CSS_SELECTOR, ".legend li")}
+    check(int(legend.get("valid", "0")) >= len(JOB_IDS), "the chart counts the validations: %r" % legend)
+    shot(driver, "07-overview-after")
+    driver.find_element(By.LINK_TEXT, "Retries " + text(driver, "#nav-retries")).click()
+    check("/admin/retries" in driver.current_url, "on the retries")
+    shot(driver, "08-retries")
+
+    # 7. Nothing the pages needed was blocked by the CSP.
+    violations = csp_violations(driver)
+    check(not violations, "no Content-Security-Policy violation: %r" % violations)
+
+    # 8. Log out: the dashboard is closed again.
+    driver.get(BASE + "/admin")
+    driver.find_element(By.CSS_SELECTOR, "form.logout button").click()
+    check(driver.current_url.endswith("/admin/login"), "logged out")
+    driver.get(BASE + "/admin/dead")
+    check(driver.current_url.endswith("/admin/login"), "the dead letters need a login again")
+
+
+def main():
+    os.makedirs(SHOTS, exist_ok=True)
+    driver = browser()
+    try:
+        run(driver)
+    except (CheckFailed, Exception) as error:  # noqa: BLE001 - any failure fails the run, with a picture
+        try:
+            driver.save_screenshot(os.path.join(SHOTS, "failure.png"))
+        except Exception:  # noqa: BLE001
+            pass
+        print("browser test: FAILED after %d checks: %s (at %s)" % (checks, error, driver.current_url), file=sys.stderr)
+        return 1
+    finally:
+        driver.quit()
+    print("browser test: %d checks passed; screenshots in %s" % (checks, SHOTS))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
