@@ -130,7 +130,7 @@ public struct AdminPages: Sendable {
             context.logger.error("Admin page: Redis unreachable", metadata: ["error": "\(error)"])
             var response = html(
                 .serviceUnavailable, "list",
-                base(session, nav: false).merging(
+                base(session).merging(
                     ["heading": "Unavailable", "problem": "Redis cannot be reached right now. Reload in a few seconds.", "set": "dead"]
                 ) { $1 })
             response.headers[.retryAfter] = "5"
@@ -231,8 +231,7 @@ public struct AdminPages: Sendable {
     // MARK: Pages
 
     /// What every page's layout needs: the nav, with the sets' sizes when `counts` are given.
-    private func base(_ session: AdminSessions.Session, nav: Bool = true, counts: (dead: Int, retries: Int)? = nil) -> [String: Any] {
-        guard nav else { return [:] }
+    private func base(_ session: AdminSessions.Session, counts: (dead: Int, retries: Int)? = nil) -> [String: Any] {
         var values: [String: Any] = ["csrf": sessions.csrfToken(for: session), "username": credentials.username]
         if let counts {
             values["dead"] = counts.dead

@@ -12,10 +12,16 @@ import Testing
 struct DashboardPagesTests {
     /// A cookie jar over the system's HTTP client; never follows redirects.
     final class Browser {
-        let system: TestSystem
+        let client: HTTPClient
+        let port: Int
         var cookies: [String: String] = [:]
 
-        init(_ system: TestSystem) { self.system = system }
+        init(client: HTTPClient, port: Int) {
+            self.client = client
+            self.port = port
+        }
+
+        convenience init(_ system: TestSystem) { self.init(client: system.client, port: system.apiPort) }
 
         struct Page {
             var status: Int
@@ -47,8 +53,8 @@ struct DashboardPagesTests {
                 body = Array(
                     form.map { "\($0.0)=\($0.1.addingPercentEncoding(withAllowedCharacters: allowed) ?? "")" }.joined(separator: "&").utf8)
             }
-            let response = try await system.client.send(
-                Curl.HTTPRequest(method: method, url: "http://127.0.0.1:\(system.apiPort)\(path)", headers: headers, body: body))
+            let response = try await client.send(
+                Curl.HTTPRequest(method: method, url: "http://127.0.0.1:\(port)\(path)", headers: headers, body: body))
             for header in response.headers where header.name.lowercased() == "set-cookie" {
                 let pair = header.value.split(separator: ";")[0].split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false).map(
                     String.init)
@@ -190,6 +196,34 @@ struct DashboardPagesTests {
             return all
         }
         #expect(validated)
+    }
+
+    @Test("Redis unreachable: the login still works, every page and action answers 503 with Retry-After, never a 500")
+    func redisDown() async throws {
+        let configuration = try AppConfiguration(environment: [
+            "HTTP_HOST": "127.0.0.1", "HTTP_PORT": "0", "REDIS_PORT": String(try freeLoopbackPort()), "REDIS_CONNECT_TIMEOUT_MS": "200",
+            "RECEIPTQ_TRUST_ROOTS_DIR": try TestSystem.trustDirectory.get().path,
+        ])
+        let api = try await StandaloneAPI(configuration)
+        let browser = Browser(client: try HTTPClient(options: CurlOptions(), lanes: 2), port: api.port)
+        #expect(try await browser.logIn().location == "/admin")
+        var token: String?
+        for path in ["/admin", "/admin/dead", "/admin/retries?q=x", "/admin/dead/\(UUID())"] {
+            let page = try await browser.get(path)
+            #expect(page.status == 503, "GET \(path)")
+            #expect(page.header("Retry-After") == "5" && page.text.contains("Redis cannot be reached"), "GET \(path)")
+            token = page.csrf
+        }
+        let csrf = try #require(token)
+        for (path, form) in [
+            ("/admin/dead/retry", [("all", "1")]), ("/admin/retries/delete", [("id", UUID().uuidString)]),
+            ("/admin/dead/delete", [("all", "1"), ("confirm", "1")]),
+        ] {
+            let answer = try await browser.post(path, [("csrf", csrf)] + form)
+            #expect(answer.status == 503, "POST \(path)")
+            #expect(answer.text.contains("nothing was changed"), "POST \(path)")
+        }
+        await api.stop()
     }
 
     @Test("Retries: a job waiting in backoff is shown with its next run, and Retry now validates it at once; selected deletes remove only those")
