@@ -390,7 +390,7 @@ struct WorkerEngineFlowTests {
             return jobs
         }
 
-        func settle(_ settlements: [Settlement]) throws { try inner.settle(settlements) }
+        func settle(_ settlements: [Settlement], activity: ActivityTally) throws { try inner.settle(settlements, activity: activity) }
         func requeueStrays(keeping inFlight: [[UInt8]]) throws -> Int { try inner.requeueStrays(keeping: inFlight) }
         func heartbeat(busy: Int) throws {}
     }
