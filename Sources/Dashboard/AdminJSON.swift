@@ -76,7 +76,31 @@ enum AdminJSON {
                         "started_at": timestamp(worker.startedAt), "last_heartbeat_at": timestamp(worker.lastHeartbeatAt),
                     ])
                 }),
+            "circuit": circuit(snapshot.circuit),
+            "activity": .array(snapshot.activity.map(minute)),
         ])
+    }
+
+    /// The outage circuit; `open_until` only while it is open (half-open has no end to show).
+    static func circuit(_ circuit: CircuitSnapshot) -> JSONValue {
+        let openUntil: Date?
+        if case .open(let until) = circuit.status { openUntil = until } else { openUntil = nil }
+        return .object([
+            "state": .string(circuit.status.name), "open_until": timestamp(openUntil),
+            "failed_probes": .number(Double(circuit.failedProbes)),
+        ])
+    }
+
+    /// One minute with every counter present, zero or not: a chart needs no defaults, and the set
+    /// of keys does not depend on what happened.
+    static func minute(_ minute: ActivityMinute) -> JSONValue {
+        let outcomes = ActivityOutcome.allCases.map { ($0.rawValue, minute.tally.outcomes[$0, default: 0]) }
+        let failures = FailureClass.allCases.map { ($0.rawValue, minute.tally.failures[$0, default: 0]) }
+        return .object(["minute": timestamp(minute.minute), "outcomes": counts(outcomes), "failures": counts(failures)])
+    }
+
+    private static func counts(_ pairs: [(String, Int)]) -> JSONValue {
+        .object(Dictionary(uniqueKeysWithValues: pairs.map { ($0.0, JSONValue.number(Double($0.1))) }))
     }
 
     static func encode(_ value: JSONValue) -> [UInt8] {

@@ -11,6 +11,18 @@ public final class MemoryJobQueue: JobQueue, @unchecked Sendable {
     public private(set) var acknowledged: [(job: ReservedJob, result: [UInt8]?)] = []
     public private(set) var retries: [(envelope: JobEnvelope, runAt: Date)] = []
     public private(set) var dead: [JobEnvelope?] = []
+    /// The activity each non-empty settle reported, in order (what Redis would have counted).
+    public private(set) var activity: [ActivityTally] = []
+
+    /// Every reported activity added up.
+    public var totalActivity: ActivityTally {
+        lock.withLock {
+            activity.reduce(into: ActivityTally()) { total, tally in
+                total.outcomes.merge(tally.outcomes, uniquingKeysWith: +)
+                total.failures.merge(tally.failures, uniquingKeysWith: +)
+            }
+        }
+    }
 
     /// Creates a queue holding `jobs`.
     public init(jobs: [JobEnvelope] = []) { ready = jobs.map { $0.encoded() } }
@@ -37,8 +49,9 @@ public final class MemoryJobQueue: JobQueue, @unchecked Sendable {
         }
     }
 
-    public func settle(_ settlements: [Settlement]) throws {
+    public func settle(_ settlements: [Settlement], activity: ActivityTally) throws {
         lock.withLock {
+            if !activity.isEmpty { self.activity.append(activity) }
             for settlement in settlements {
                 remove(settlement.job)
                 switch settlement {

@@ -345,16 +345,18 @@ public final class WorkerEngine: Service, Sendable {
             if store == nil { store = try? makeStore(role) }
             var settlements: [Settlement] = []
             var outcomes: [JobOutcome] = []
+            var activity = ActivityTally()
             for (settlement, outcome) in commit(batch, store: store, using: &rng) {
                 settlements.append(settlement)
                 outcomes.append(outcome)
+                activity.add(outcome.activity, errorCode: settlement.failureCode)
             }
             var pause = 0.1
             // Repeated until Redis takes it: the jobs stay in flight (their slots held) meanwhile.
             while true {
                 do {
                     if queue == nil { queue = try makeQueue(role) }
-                    try queue?.settle(settlements)
+                    try queue?.settle(settlements, activity: activity)
                     break
                 } catch {
                     logger.warning("Worker settle error", metadata: ["error": "\(error)"])
@@ -462,5 +464,31 @@ public final class WorkerEngine: Service, Sendable {
     private func sleepUnlessStopping(_ seconds: Double) {
         let end = Date().addingTimeInterval(seconds)
         while !locked({ $0.stopping }), Date() < end { usleep(50_000) }
+    }
+}
+
+extension JobOutcome {
+    /// The dashboard's name for this outcome. Spelled out rather than mapped by raw value, so a new
+    /// outcome cannot compile without deciding how it is counted.
+    var activity: ActivityOutcome {
+        switch self {
+        case .validated: .validated
+        case .invalid: .invalid
+        case .retried: .retried
+        case .dead: .dead
+        case .deferred: .deferred
+        }
+    }
+}
+
+extension Settlement {
+    /// The failure a retry or a burial records (the updated envelope's code); nil for an
+    /// acknowledgement, and for a burial of bytes that were never an envelope.
+    fileprivate var failureCode: String? {
+        switch self {
+        case .acknowledge: nil
+        case .retry(_, let updated, _): updated.errorCode
+        case .bury(_, let updated, _): updated?.errorCode
+        }
     }
 }

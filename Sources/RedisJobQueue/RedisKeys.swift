@@ -28,6 +28,10 @@ public struct RedisKeys: Sendable, Equatable {
     public func idempotency(app: String, receiptSHA256: String) -> String { "\(prefix):idem:\(app):\(receiptSHA256)" }
     /// The pending resource of a queued receipt, until Postgres has it.
     public func pending(_ id: String) -> String { "\(prefix):pending:\(id)" }
+    /// The activity of one minute (`minute` = Unix seconds / 60), across every worker: a hash of
+    /// counters, `o.<ActivityOutcome>` and `f.<FailureClass>`, incremented in each batch's settle
+    /// transaction and kept two hours (the dashboard charts the last one).
+    public func activity(minute: Int64) -> String { "\(prefix):stats:\(minute)" }
     /// The re-poll rate budget shared by every scheduler replica (a token bucket).
     public var repollBudget: String { "\(prefix):repoll:budget" }
     /// Set when the re-poll of one subscription at one poll counter was queued: a repeated enqueue is dropped.

@@ -2,24 +2,46 @@ import Foundation
 import Hiredis
 import ReceiptCore
 
-/// The queues at a glance, from Redis: list lengths, set sizes and the workers' heartbeats.
+/// The queues at a glance, from Redis: list lengths, set sizes, the workers' heartbeats, the outage
+/// circuit and the last hour's activity, in at most two round trips.
 public struct RedisQueueOverview: QueueOverview {
+    /// How many minutes of activity a snapshot holds, the current one included.
+    public static let activityMinutes = 60
+
     private let pool: RedisConnectionPool
     private let keys: RedisKeys
+    private let now: @Sendable () -> Date
 
     /// Creates the overview on the API's pool.
-    public init(pool: RedisConnectionPool, keys: RedisKeys) {
+    /// - Parameters:
+    ///   - pool: the API's connections.
+    ///   - keys: the key schema.
+    ///   - now: the injected clock: which minutes are the last hour, and whether an open circuit's
+    ///     period is over.
+    public init(pool: RedisConnectionPool, keys: RedisKeys, now: @escaping @Sendable () -> Date = { Date() }) {
         self.pool = pool
         self.keys = keys
+        self.now = now
     }
 
     public func snapshot() async throws -> QueueSnapshot {
         let keys = self.keys
+        let now = self.now()
+        let current = RedisActivity.minute(of: now)
+        let minutes = (0..<Int64(Self.activityMinutes)).reversed().map { current - $0 }
         return try await pool.withConnection { connection in
-            let counts = try connection.pipeline([
-                ["LLEN", keys.queue(JobKind.validate.rawValue)], ["LLEN", keys.queue(JobKind.repoll.rawValue)],
-                ["ZCARD", keys.retry], ["ZCARD", keys.dead], ["SMEMBERS", keys.workers],
-            ])
+            // Everything whose keys are known up front goes in one pipeline; only the workers' own
+            // keys need a second.
+            let counts = try connection.pipeline(
+                [
+                    ["LLEN", keys.queue(JobKind.validate.rawValue)], ["LLEN", keys.queue(JobKind.repoll.rawValue)],
+                    ["ZCARD", keys.retry], ["ZCARD", keys.dead], ["SMEMBERS", keys.workers],
+                    ["HMGET", keys.circuitState, "open_until", "failed_probes"],
+                ] + minutes.map { ["HGETALL", keys.activity(minute: $0)] })
+            let circuit = Self.circuit(counts[5], now: now)
+            let activity = zip(minutes, counts.dropFirst(6)).map { minute, reply in
+                ActivityMinute(minute: RedisActivity.date(ofMinute: minute), tally: RedisActivity.tally(reply))
+            }
             let lanes = (counts[4].array ?? []).compactMap(\.string).sorted()
             // A lane whose heartbeat hash expired is dead: the janitor takes its jobs back, and it is
             // not listed as live.
@@ -41,7 +63,18 @@ public struct RedisQueueOverview: QueueOverview {
             }
             return QueueSnapshot(
                 queued: [.validate: counts[0].int ?? 0, .repoll: counts[1].int ?? 0], retries: counts[2].int ?? 0,
-                dead: counts[3].int ?? 0, workers: workers)
+                dead: counts[3].int ?? 0, workers: workers, circuit: circuit, activity: activity)
         }
+    }
+
+    /// The circuit from its state hash, by ``RedisOutageCircuit``'s rules: no `open_until` means
+    /// closed; before it, open; after it, half-open until a probe's verdict closes or re-opens it.
+    static func circuit(_ reply: RedisValue, now: Date) -> CircuitSnapshot {
+        let fields = reply.array ?? []
+        let failedProbes = fields.count > 1 ? fields[1].int ?? 0 : 0
+        guard let openUntil = fields.first?.int.map(Int64.init) else { return CircuitSnapshot(status: .closed) }
+        let status: CircuitStatus =
+            milliseconds(now) < openUntil ? .open(until: Date(timeIntervalSince1970: Double(openUntil) / 1000)) : .halfOpen
+        return CircuitSnapshot(status: status, failedProbes: failedProbes)
     }
 }

@@ -115,8 +115,9 @@ public final class RedisWorkQueue: JobQueue {
         return moved
     }
 
-    public func settle(_ settlements: [Settlement]) throws {
+    public func settle(_ settlements: [Settlement], activity: ActivityTally) throws {
         guard !settlements.isEmpty else { return }
+        let now = Date()
         var commands: [[[UInt8]]] = [["MULTI"].map(bytes)]
         var buried = false
         for settlement in settlements {
@@ -148,10 +149,15 @@ public final class RedisWorkQueue: JobQueue {
             commands.append([bytes("LREM"), bytes(processingKey), bytes("-1"), settlement.job.raw])
         }
         if buried {
-            let oldest = milliseconds(Date()) - Int64(retention.maxAge.seconds * 1000)
+            let oldest = milliseconds(now) - Int64(retention.maxAge.seconds * 1000)
             commands.append(["ZREMRANGEBYSCORE", keys.dead, "-inf", "(\(oldest)"].map(bytes))
             commands.append(["ZREMRANGEBYRANK", keys.dead, "0", String(-(retention.maxJobs + 1))].map(bytes))
         }
+        // Counted inside the same MULTI: no extra round trip per batch. A repeat of this settle after
+        // an unknown outcome (the engine retries until Redis takes it) may count the batch twice,
+        // where the moves above would find nothing left to move; the counters feed a chart and are
+        // approximate, so that is accepted. The minute is this worker's clock, like the retention.
+        commands += RedisActivity.increments(activity, keys: keys, now: now).map { $0.map(bytes) }
         try exec(commands)
     }
 

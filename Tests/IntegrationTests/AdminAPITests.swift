@@ -53,6 +53,16 @@ struct AdminAPITests {
         }
         #expect(buried)
 
+        // The burials were counted in the same transactions that made them: dead, and a configuration
+        // error (21004 → shared_secret_mismatch). Summed over the hour, because the three may have
+        // been settled on either side of a minute's end.
+        let activity = try #require(try await send(system, "GET", "/admin/api/overview").json?["activity"]?.arrayValue)
+        #expect(activity.count == 60)
+        func total(_ group: String, _ name: String) -> Int { activity.reduce(0) { $0 + ($1[group]?[name]?.intValue ?? 0) } }
+        #expect(total("outcomes", "dead") >= 3)
+        #expect(total("failures", "configuration") >= 3)
+        #expect(activity.contains { ($0["outcomes"]?["dead"]?.intValue ?? 0) > 0 && ($0["failures"]?["configuration"]?.intValue ?? 0) > 0 })
+
         let page = try await send(system, "GET", "/admin/api/dead?app_id=\(system.app.id)")
         #expect(page.status == 200)
         #expect(page.header("Cache-Control") == "no-store")
@@ -236,5 +246,18 @@ struct AdminAPITests {
         let worker = try #require(answer.json?["workers"]?.arrayValue?.first)
         #expect(worker["pid"]?.intValue == Int(ProcessInfo.processInfo.processIdentifier))
         #expect(worker["last_heartbeat_at"]?["ms"]?.intValue != nil)
+        // Apple (the mock) is fine: the circuit is closed, with no open period.
+        #expect(answer.json?["circuit"]?["state"]?.stringValue == "closed")
+        #expect(answer.json?["circuit"]?["open_until"] == .null)
+        #expect(answer.json?["circuit"]?["failed_probes"]?.intValue == 0)
+        // The last hour, minute by minute, every counter present even when nothing happened.
+        let activity = try #require(answer.json?["activity"]?.arrayValue)
+        #expect(activity.count == 60)
+        let minutes = activity.compactMap { $0["minute"]?["ms"]?.intValue }
+        #expect(minutes.count == 60 && minutes == minutes.sorted() && Set(minutes.map { $0 % 60_000 }) == [0])
+        let last = try #require(activity.last)
+        #expect(Set(last["outcomes"]?.objectValue?.keys.map { $0 } ?? []) == ["validated", "invalid", "retried", "dead", "deferred"])
+        #expect(
+            Set(last["failures"]?.objectValue?.keys.map { $0 } ?? []) == ["network", "apple_http", "apple_status", "configuration", "store", "other"])
     }
 }

@@ -61,7 +61,9 @@ struct OpenAPITests {
         #expect(response.body == [UInt8](repositoryCopy))
     }
 
-    @Test("What the receipts and softphone endpoints answer (200, 202, 206, 401, 402, 404, 413, 415, 422, …) is what the document says")
+    @Test(
+        "What the receipts, softphone and admin overview endpoints answer (200, 202, 206, 401, 402, 404, 413, 415, 422, …) is what the document says"
+    )
     func answersMatchTheDocument() async throws {
         // A retry waits at least a tenth of RETRY_BASE_MS (6 s): longer than the sync wait (5 s), so a
         // receipt Apple answers 21005 for is still pending when the API answers: a certain 206.
@@ -149,6 +151,11 @@ struct OpenAPITests {
         let (busyStatus, notOursStatus) = try await (busy.status, notOurs.status)
         #expect(busyStatus == 206)
         #expect(notOursStatus == 402)
+
+        // The admin overview, after all of the above was settled and counted: the circuit and a
+        // non-empty minute of activity are checked field by field too.
+        let overview = try await recorder.send("GET", "/admin/api/overview", headers: [(name: "Authorization", value: AdminAPITests.basic)])
+        #expect(overview.status == 200)
 
         let exchanges = await recorder.exchanges
         #expect(Set(exchanges.map(\.status)).isSuperset(of: [200, 202, 206, 401, 402, 404, 413, 415, 422]))

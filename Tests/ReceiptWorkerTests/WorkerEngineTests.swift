@@ -150,6 +150,27 @@ struct WorkerEngineVerdictTests {
         #expect(outcomes == [.dead: 1])
         #expect(queue.dead.first??.errorCode == "shared_secret_mismatch")
         #expect(store.saved.first?.status == .failed)
+        #expect(queue.totalActivity == ActivityTally(outcomes: [.dead: 1], failures: [.configuration: 1]))
+    }
+
+    @Test("The settle carries the batch's activity: outcomes, and the failure class of each retry")
+    func activity() async throws {
+        let transportError = VerificationReport(
+            verdict: .outage, response: nil,
+            calls: [
+                AppleCall(
+                    endpoint: .production, httpStatus: nil, appleStatus: nil, isRetryable: nil, latencyMs: 15_000, errorCode: "transport_timeout")
+            ], errorCode: "transport_timeout")
+        let verifier = StubVerifier([StubVerifier.report(status: 0, verdict: .valid), transportError])
+        let queue = MemoryJobQueue(jobs: [envelope(), envelope()])
+        let engine = engine(queue: queue, store: MemoryReceiptStore(apps: [app]), verifier: verifier)
+        try await runEngine(engine) { engine.processedCount == 2 }
+        #expect(engine.outcomes == [.validated: 1, .retried: 1])
+        #expect(queue.retries.first?.envelope.errorCode == "transport_timeout")
+        // However the two jobs were batched, the settles add up to what happened, and nothing is
+        // reported for a settle that counted nothing.
+        #expect(queue.totalActivity == ActivityTally(outcomes: [.validated: 1, .retried: 1], failures: [.network: 1]))
+        #expect(queue.activity.allSatisfy { !$0.isEmpty })
     }
 
     @Test("Postgres down after Apple answered: the job is retried, not acknowledged, not lost")
@@ -390,7 +411,7 @@ struct WorkerEngineFlowTests {
             return jobs
         }
 
-        func settle(_ settlements: [Settlement]) throws { try inner.settle(settlements) }
+        func settle(_ settlements: [Settlement], activity: ActivityTally) throws { try inner.settle(settlements, activity: activity) }
         func requeueStrays(keeping inFlight: [[UInt8]]) throws -> Int { try inner.requeueStrays(keeping: inFlight) }
         func heartbeat(busy: Int) throws {}
     }

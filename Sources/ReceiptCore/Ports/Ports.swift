@@ -77,13 +77,28 @@ public protocol JobQueue: AnyObject {
     func reserve(max: Int, timeout: Duration) throws -> [ReservedJob]
     /// Settles finished jobs (after the store committed), each move atomic; safe to repeat after a
     /// failure whose outcome is unknown (a repeated move finds nothing left to move).
-    func settle(_ settlements: [Settlement]) throws
+    ///
+    /// `activity` is what the batch adds to the current minute's counters, written in the same
+    /// transaction as the moves so that counting costs no round trip. Unlike the moves, the counts
+    /// are not idempotent: a repeat after an unknown outcome may count the batch twice. The counters
+    /// are approximate by design (a dashboard chart), so that is accepted.
+    /// - Parameters:
+    ///   - settlements: the jobs and where each goes.
+    ///   - activity: the batch's outcomes and failure classes (empty: count nothing).
+    func settle(_ settlements: [Settlement], activity: ActivityTally) throws
     /// Gives back to the queue every job in the processing list that is not in `inFlight`: jobs
     /// a lost reply left there. Returns how many.
     @discardableResult
     func requeueStrays(keeping inFlight: [[UInt8]]) throws -> Int
     /// Refreshes the process's liveness, so the janitor leaves its processing list alone.
     func heartbeat(busy: Int) throws
+}
+
+extension JobQueue {
+    /// Settles finished jobs without counting them in the activity (tools and tests that move jobs
+    /// by hand have nothing to report to the dashboard).
+    /// - Parameter settlements: the jobs and where each goes.
+    public func settle(_ settlements: [Settlement]) throws { try settle(settlements, activity: ActivityTally()) }
 }
 
 /// What the worker writes to Postgres after Apple answered.
