@@ -1,6 +1,7 @@
 """Checks receiptq's operations files (ops/) for what generic linters cannot see.
 
-    check.py [ROOT]      ROOT is the repository (default: two levels above this file)
+    check.py [ROOT]                      ROOT is the repository (default: two levels above this file)
+    check.py ROOT --rendered FILE        checks FILE, the output of `kubectl kustomize ops/k8s`
 
 scripts/validate-ops runs it after the linters (yamllint, hadolint, shellcheck, systemd-analyze,
 redis-server). It checks:
@@ -58,7 +59,7 @@ class Report:
         self.quiet = quiet
 
     def error(self, path, message):
-        where = path.relative_to(self.root) if isinstance(path, Path) and path.is_absolute() else path
+        where = path.relative_to(self.root) if isinstance(path, Path) and path.is_relative_to(self.root) else path
         self.errors.append(f"{where}: {message}")
 
     def ok(self, message):
@@ -861,9 +862,38 @@ def run(root, quiet=False):
     return report
 
 
+def check_rendered(root, rendered):
+    """The output of `kubectl kustomize ops/k8s`: what a cluster would get, after kustomize's
+    namespace, label and image transformations."""
+    report = Report(root)
+    kustomization = load_yaml_documents(root / "ops/k8s/kustomization.yaml", report)[0]
+    namespace = kustomization.get("namespace")
+    versions = sorted({"1.30.0", kubernetes_validate.latest_version()})
+    docs = load_yaml_documents(rendered, report)
+    for doc in docs:
+        where = f"{doc.get('kind')}/{(doc.get('metadata') or {}).get('name')}"
+        if (doc.get("metadata") or {}).get("namespace") != namespace:
+            report.error(rendered, f"{where}: not in namespace {namespace}")
+        if not doc.get("apiVersion", "").startswith("keda.sh/"):
+            for version in versions:
+                for problem in schema_problems(doc, version):
+                    report.error(rendered, problem)
+        pod = ((doc.get("spec") or {}).get("template") or {}).get("spec") or {}
+        for container in pod.get("containers") or []:
+            image = container.get("image", "")
+            if ":" not in image.rsplit("/", 1)[-1] or image.endswith(":latest"):
+                report.error(rendered, f"{where}: image {image!r} must carry a fixed tag (kustomization.yaml's images)")
+    report.ok(f"kubectl kustomize ops/k8s: {len(docs)} objects in namespace {namespace}, tagged images")
+    return report
+
+
 def main():
-    root = Path(sys.argv[1] if len(sys.argv) > 1 else Path(__file__).resolve().parents[2]).resolve()
-    report = run(root)
+    arguments = sys.argv[1:]
+    if len(arguments) == 3 and arguments[1] == "--rendered":
+        report = check_rendered(Path(arguments[0]).resolve(), Path(arguments[2]))
+    else:
+        root = Path(arguments[0] if arguments else Path(__file__).resolve().parents[2]).resolve()
+        report = run(root)
     for error in report.errors:
         print(f"error: {error}")
     if report.errors:
