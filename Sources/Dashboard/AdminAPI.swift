@@ -142,16 +142,7 @@ public struct AdminAPI: Sendable {
         case .failure(let refusal): return refusal.response
         }
         return await answer(context) {
-            let moved: Int
-            switch (selection, retry) {
-            case (.ids(let ids), true): moved = try await store.retry(ids: ids)
-            case (.ids(let ids), false): moved = try await store.delete(ids: ids)
-            case (.all(let filter), true): moved = try await store.retryAll(matching: filter)
-            case (.all(let filter), false): moved = try await store.deleteAll(matching: filter)
-            }
-            context.logger.info(
-                "Admin action",
-                metadata: ["admin.action": "\(retry ? "retry" : "delete")", "admin.set": "\(store.kind.rawValue)", "jobs.count": "\(moved)"])
+            let moved = try await selection.apply(to: store, retry: retry, logger: context.logger)
             return json(.ok, .object([retry ? "retried" : "deleted": .number(Double(moved))]))
         }
     }
@@ -161,6 +152,22 @@ public struct AdminAPI: Sendable {
 enum Selection: Equatable {
     case ids([JobSetEntry.ID])
     case all(JobSetFilter)
+
+    /// Retries or deletes the selected entries of `store`, and logs the action (never the ids).
+    /// - Returns: how many entries moved.
+    func apply(to store: any JobSetStore, retry: Bool, logger: Logger) async throws -> Int {
+        let moved: Int
+        switch (self, retry) {
+        case (.ids(let ids), true): moved = try await store.retry(ids: ids)
+        case (.ids(let ids), false): moved = try await store.delete(ids: ids)
+        case (.all(let filter), true): moved = try await store.retryAll(matching: filter)
+        case (.all(let filter), false): moved = try await store.deleteAll(matching: filter)
+        }
+        logger.info(
+            "Admin action",
+            metadata: ["admin.action": "\(retry ? "retry" : "delete")", "admin.set": "\(store.kind.rawValue)", "jobs.count": "\(moved)"])
+        return moved
+    }
 
     static func parse(_ body: JSONValue) -> Result<Selection, Refusal> {
         if let ids = body["ids"] {

@@ -383,8 +383,7 @@ public struct AdminPages: Sendable {
     // MARK: Actions
 
     private func mutate<Context: RequestContext>(_ kind: JobSetKind, retry: Bool, form: FormFields, context: Context) async throws -> Response {
-        let store = store(kind)
-        let moved: Int
+        let selection: Selection
         if form["all"] == "1" {
             var appID: UUID?
             if let text = form["app_id"], !text.isEmpty {
@@ -392,16 +391,13 @@ public struct AdminPages: Sendable {
                 appID = id
             }
             if !retry && form["confirm"] != "1" { return redirect(Self.returnURL(kind, form: form, done: "unconfirmed")) }
-            let filter = JobSetFilter(errorCode: form["error_code"], appID: appID, search: form["q"])
-            moved = retry ? try await store.retryAll(matching: filter) : try await store.deleteAll(matching: filter)
+            selection = .all(JobSetFilter(errorCode: form["error_code"], appID: appID, search: form["q"]))
         } else {
             let ids = form.all("id").compactMap(JobSetEntry.ID.init)
             guard !ids.isEmpty else { return redirect(Self.returnURL(kind, form: form, done: "none")) }
-            moved = retry ? try await store.retry(ids: ids) : try await store.delete(ids: ids)
+            selection = .ids(ids)
         }
-        context.logger.info(
-            "Admin action",
-            metadata: ["admin.action": "\(retry ? "retry" : "delete")", "admin.set": "\(kind.rawValue)", "jobs.count": "\(moved)"])
+        let moved = try await selection.apply(to: store(kind), retry: retry, logger: context.logger)
         return redirect(Self.returnURL(kind, form: form, done: retry ? "retried" : "deleted", count: moved))
     }
 
