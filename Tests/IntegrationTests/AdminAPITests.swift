@@ -115,9 +115,6 @@ struct AdminAPITests {
 
     /// Runs the built `receiptq` binary with `arguments` against `system`'s admin API.
     func receiptq(_ system: TestSystem, _ arguments: [String], password: String? = nil) throws -> (status: Int32, output: String) {
-        let process = Process()
-        process.executableURL = CrashRecoveryTests.binary
-        process.arguments = arguments
         var environment = ProcessInfo.processInfo.environment
         environment["RECEIPTQ_ADMIN_URL"] = "http://127.0.0.1:\(system.apiPort)"
         environment["DASHBOARD_PASSWORD"] = password
@@ -127,14 +124,7 @@ struct AdminAPITests {
         ] {
             environment[key] = value
         }
-        process.environment = environment
-        let pipe = Pipe()
-        process.standardOutput = pipe
-        process.standardError = pipe
-        try process.run()
-        let output = pipe.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        return (process.terminationStatus, String(decoding: output, as: UTF8.self))
+        return try runProcess(CrashRecoveryTests.binary, arguments, environment: environment)
     }
 
     @Test("receiptq dlq: list by app name and error code, show without the receipt, retry --all, and refusals")

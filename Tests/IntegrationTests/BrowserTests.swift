@@ -50,19 +50,8 @@ struct BrowserTests {
             environment[key] = value
         }
         let variables = environment
-        let (status, output) = try await offload {
-            let process = Process()
-            process.executableURL = python
-            process.arguments = [OpenAPIChecker.packageRoot.appendingPathComponent("scripts/browser/dashboard_test.py").path]
-            process.environment = variables
-            let pipe = Pipe()
-            process.standardOutput = pipe
-            process.standardError = pipe
-            try process.run()
-            let output = pipe.fileHandleForReading.readDataToEndOfFile()
-            process.waitUntilExit()
-            return (process.terminationStatus, String(decoding: output, as: UTF8.self))
-        }
+        let script = OpenAPIChecker.packageRoot.appendingPathComponent("scripts/browser/dashboard_test.py").path
+        let (status, output) = try await offload { try runProcess(python, [script], environment: variables) }
         #expect(status == 0, "scripts/browser/dashboard_test.py: \(output)")
         #expect(output.contains("checks passed"))
 

@@ -204,3 +204,19 @@ final class StandaloneAPI: Sendable {
         _ = try? await task.value
     }
 }
+
+/// Runs `executable` to its end, stdout and stderr together (read before waiting: a full pipe
+/// would block the child forever).
+func runProcess(_ executable: URL, _ arguments: [String], environment: [String: String]) throws -> (status: Int32, output: String) {
+    let process = Process()
+    process.executableURL = executable
+    process.arguments = arguments
+    process.environment = environment
+    let pipe = Pipe()
+    process.standardOutput = pipe
+    process.standardError = pipe
+    try process.run()
+    let output = pipe.fileHandleForReading.readDataToEndOfFile()
+    process.waitUntilExit()
+    return (process.terminationStatus, String(decoding: output, as: UTF8.self))
+}
