@@ -29,7 +29,8 @@ from selenium import webdriver
 from selenium.common.exceptions import NoAlertPresentException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
-from selenium.webdriver.support.ui import Select
+from selenium.webdriver.support import expected_conditions
+from selenium.webdriver.support.ui import Select, WebDriverWait
 
 BASE = os.environ["RQ_BASE_URL"].rstrip("/")
 USER = os.environ["RQ_ADMIN_USER"]
@@ -83,6 +84,15 @@ def shot(driver, name):
     driver.set_window_size(1280, 900)
 
 
+def navigate(driver, element):
+    """Clicks `element` and waits for the page it leads to: a click returns before a form's POST and
+    its redirect are done, and on a busy machine the old page would still be the one read."""
+    old = driver.find_element(By.TAG_NAME, "html")
+    element.click()
+    WebDriverWait(driver, 20).until(expected_conditions.staleness_of(old))
+    WebDriverWait(driver, 20).until(lambda d: d.execute_script("return document.readyState") == "complete")
+
+
 def text(driver, css):
     return driver.find_element(By.CSS_SELECTOR, css).text.strip()
 
@@ -120,11 +130,11 @@ def run(driver):
     shot(driver, "01-login")
     driver.find_element(By.NAME, "username").send_keys(USER)
     driver.find_element(By.NAME, "password").send_keys("not-the-password")
-    driver.find_element(By.ID, "login").click()
+    navigate(driver, driver.find_element(By.ID, "login"))
     check(text(driver, "#problem") == "Wrong username or password.", "a wrong password is refused")
     driver.find_element(By.NAME, "username").send_keys(USER)
     driver.find_element(By.NAME, "password").send_keys(PASSWORD)
-    driver.find_element(By.ID, "login").click()
+    navigate(driver, driver.find_element(By.ID, "login"))
     check(driver.current_url.endswith("/admin"), "logged in, on the overview")
 
     # 2. The overview shows the dead letters.
@@ -134,13 +144,13 @@ def run(driver):
     shot(driver, "02-overview")
 
     # 3. The dead letters, filtered by app and error code through the form.
-    driver.find_element(By.LINK_TEXT, "Dead letters " + text(driver, "#nav-dead")).click()
+    navigate(driver, driver.find_element(By.LINK_TEXT, "Dead letters " + text(driver, "#nav-dead")))
     check("/admin/dead" in driver.current_url, "on the dead letters")
     Select(driver.find_element(By.ID, "filter-app")).select_by_value(APP_ID)
     code = driver.find_element(By.ID, "filter-error-code")
     code.clear()
     code.send_keys("shared_secret_mismatch")
-    driver.find_element(By.ID, "apply-filter").click()
+    navigate(driver, driver.find_element(By.ID, "apply-filter"))
     check("error_code=shared_secret_mismatch" in driver.current_url, "the filter is in the URL")
     check(text(driver, "#matching") == str(len(JOB_IDS)), "every dead letter of the app matches")
     rows = driver.find_elements(By.CSS_SELECTOR, "tr.entry")
@@ -151,27 +161,29 @@ def run(driver):
     shot(driver, "03-dead-letters")
 
     # 4. One job in detail: Apple's 21004, the receipt truncated.
-    driver.find_element(By.CSS_SELECTOR, "#row-" + JOB_IDS[0] + " a[href^='/admin/dead/']").click()
+    navigate(driver, driver.find_element(By.CSS_SELECTOR, "#row-" + JOB_IDS[0] + " a[href^='/admin/dead/']"))
     statuses = [cell.text for cell in driver.find_elements(By.CSS_SELECTOR, "#calls .apple-status")]
     check("21004" in statuses, "the audit trail shows Apple's 21004")
     envelope = text(driver, "#envelope")
     check("<receipt: MII" in envelope and "the rest not shown" in envelope, "the receipt is truncated")
     check(GOOD_SECRET not in driver.page_source, "no shared secret on the page")
     shot(driver, "04-dead-letter-detail")
+    old = driver.find_element(By.TAG_NAME, "html")
     driver.back()
+    WebDriverWait(driver, 20).until(expected_conditions.staleness_of(old))
 
     # 5. The secret is fixed; two selected jobs are retried, then all that still match.
     fix_secret()
     for job in JOB_IDS[:2]:
         driver.find_element(By.CSS_SELECTOR, "#row-" + job + " input[type=checkbox]").click()
-    driver.find_element(By.ID, "retry-selected").click()
+    navigate(driver, driver.find_element(By.ID, "retry-selected"))
     check(text(driver, "#notice") == "2 jobs sent back to the queue.", "the selected jobs were retried")
     left = len(JOB_IDS) - 2
     if left > 0:
         check(text(driver, "#matching") in (str(left), "0"), "the others still wait")
     shot(driver, "05-retried-selected")
     if driver.find_elements(By.ID, "retry-all"):
-        driver.find_element(By.ID, "retry-all").click()
+        navigate(driver, driver.find_element(By.ID, "retry-all"))
         check("sent back to the queue." in text(driver, "#notice"), "the rest were retried")
 
     # 6. Watch them validate: the dead letters empty out and the chart counts them as valid.
@@ -188,7 +200,7 @@ def run(driver):
     legend = {item.text.rsplit(" ", 1)[0]: item.text.rsplit(" ", 1)[-1] for item in driver.find_elements(By.CSS_SELECTOR, ".legend li")}
     check(int(legend.get("valid", "0")) >= len(JOB_IDS), "the chart counts the validations: %r" % legend)
     shot(driver, "07-overview-after")
-    driver.find_element(By.LINK_TEXT, "Retries " + text(driver, "#nav-retries")).click()
+    navigate(driver, driver.find_element(By.LINK_TEXT, "Retries " + text(driver, "#nav-retries")))
     check("/admin/retries" in driver.current_url, "on the retries")
     shot(driver, "08-retries")
 
@@ -198,7 +210,7 @@ def run(driver):
 
     # 8. Log out: the dashboard is closed again.
     driver.get(BASE + "/admin")
-    driver.find_element(By.CSS_SELECTOR, "form.logout button").click()
+    navigate(driver, driver.find_element(By.CSS_SELECTOR, "form.logout button"))
     check(driver.current_url.endswith("/admin/login"), "logged out")
     driver.get(BASE + "/admin/dead")
     check(driver.current_url.endswith("/admin/login"), "the dead letters need a login again")
