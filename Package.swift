@@ -27,6 +27,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-http-types", from: "1.8.0"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
         .package(url: "https://github.com/hummingbird-project/swift-mustache", from: "2.1.1"),
+        .package(url: "https://github.com/apple/swift-metrics", from: "2.13.0"),
+        .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
     ],
     targets: [
         // System libraries: modulemap + shim.h, nothing else.
@@ -94,6 +96,7 @@ let package = Package(
             dependencies: [
                 "ReceiptCore",
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
             swiftSettings: swiftSettings
@@ -103,6 +106,7 @@ let package = Package(
             dependencies: [
                 "ReceiptCore",
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
             swiftSettings: swiftSettings
@@ -134,6 +138,20 @@ let package = Package(
             resources: [.copy("Templates"), .copy("Assets")],
             swiftSettings: swiftSettings
         ),
+        // Observability: the Prometheus registry and exposition, the HTTP metrics middleware, the
+        // metrics listener of work and schedule, and the JSON log handler.
+        .target(
+            name: "Telemetry",
+            dependencies: [
+                "ReceiptCore",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: swiftSettings
+        ),
         .target(
             name: "MockAppStore",
             dependencies: [
@@ -152,8 +170,9 @@ let package = Package(
             dependencies: [
                 "ReceiptCore", "Hiredis", "Libpq", "Curl", "OpenSSL",
                 "RedisJobQueue", "PostgresStore", "AppStoreClient", "ReceiptSignature",
-                "ReceiptWorker", "ReceiptScheduler", "IngestAPI", "Dashboard", "MockAppStore",
+                "ReceiptWorker", "ReceiptScheduler", "IngestAPI", "Dashboard", "MockAppStore", "Telemetry",
                 .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
@@ -163,7 +182,7 @@ let package = Package(
         .executableTarget(
             name: "ReceiptQueueCLI",
             dependencies: [
-                "ReceiptQueueApp", "ReceiptCore", "Libpq", "PostgresStore", "MockAppStore", "ReceiptSignature", "OpenSSL", "Curl",
+                "ReceiptQueueApp", "ReceiptCore", "Libpq", "PostgresStore", "MockAppStore", "ReceiptSignature", "OpenSSL", "Curl", "Telemetry",
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
@@ -216,11 +235,21 @@ let package = Package(
             name: "IntegrationTests",
             dependencies: [
                 "ReceiptQueueApp", "ReceiptTesting", "MockAppStore", "Curl", "AppStoreClient", "Hiredis", "Libpq", "PostgresStore", "RedisJobQueue",
-                "ReceiptSignature", "ReceiptCore", "IngestAPI", "OpenSSL",
+                "ReceiptSignature", "ReceiptCore", "IngestAPI", "OpenSSL", "Telemetry",
                 // Router.routes, for the OpenAPI test's route-by-route comparison.
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        // The metric catalogue, the registry's exposition, the JSON log handler.
+        .testTarget(
+            name: "TelemetryTests",
+            dependencies: [
+                "Telemetry",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
             ],
             swiftSettings: swiftSettings
         ),

@@ -1,0 +1,82 @@
+/// The metrics receiptq exports: the Swift side of `ops/prometheus/metrics.yml`, which alerts and
+/// the Grafana dashboard are checked against. A test compares the two, and another compares a live
+/// scrape of every role with this table.
+public enum MetricCatalog {
+    /// What Prometheus is told about a metric.
+    public enum Kind: String, Sendable {
+        case counter, gauge, histogram
+    }
+
+    /// One metric: its name, type, help text, label names and, for histograms, the buckets.
+    public struct Entry: Sendable {
+        public var name: String
+        public var kind: Kind
+        public var help: String
+        /// Each label's whole set of values; nil when the code bounds it without a fixed list
+        /// (route patterns, methods, status codes).
+        public var labels: [String: [String]?]
+        /// Upper bounds in seconds (histograms only).
+        public var buckets: [Double]
+
+        init(_ name: String, _ kind: Kind, _ help: String, labels: [String: [String]?] = [:], buckets: [Double] = []) {
+            self.name = name
+            self.kind = kind
+            self.help = help
+            self.labels = labels
+            self.buckets = buckets
+        }
+    }
+
+    public static let queueDepth = "receiptq_queue_depth"
+    public static let retryJobs = "receiptq_retry_jobs"
+    public static let deadJobs = "receiptq_dead_jobs"
+    public static let liveWorkers = "receiptq_live_workers"
+    public static let jobsProcessed = "receiptq_jobs_processed_total"
+    public static let appleCalls = "receiptq_apple_calls_total"
+    public static let appleCallDuration = "receiptq_apple_call_duration_seconds"
+    public static let jobLatency = "receiptq_job_latency_seconds"
+    public static let circuitState = "receiptq_circuit_state"
+    public static let repollsDue = "receiptq_repolls_due"
+    public static let repollsEnqueued = "receiptq_repolls_enqueued_total"
+    public static let httpRequests = "receiptq_http_requests_total"
+    public static let httpRequestDuration = "receiptq_http_request_duration_seconds"
+
+    /// Every metric, in `metrics.yml`'s order.
+    public static let entries: [Entry] = [
+        Entry(
+            queueDepth, .gauge, "Jobs ready in a queue list ({rq}:queue:validate, {rq}:queue:repoll).",
+            labels: ["queue": ["validate", "repoll"]]),
+        Entry(retryJobs, .gauge, "Jobs waiting for their backoff in {rq}:retry."),
+        Entry(deadJobs, .gauge, "Dead letters in {rq}:dead."),
+        Entry(liveWorkers, .gauge, "Worker processes whose heartbeat is alive."),
+        Entry(
+            jobsProcessed, .counter, "Jobs settled by the workers, by outcome.",
+            labels: ["outcome": ["validated", "invalid", "retried", "dead", "deferred"]]),
+        Entry(
+            appleCalls, .counter, "Calls to Apple's verifyReceipt, by endpoint and HTTP status class (transport = no answer).",
+            labels: ["endpoint": ["production", "sandbox"], "status_class": ["2xx", "3xx", "4xx", "5xx", "transport"]]),
+        Entry(
+            appleCallDuration, .histogram, "Duration of one call to Apple.", labels: ["endpoint": ["production", "sandbox"]],
+            // Apple answers in 100 ms to 2 s; the request timeout is 30 s by default.
+            buckets: [0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30]),
+        Entry(
+            jobLatency, .histogram, "From enqueue to the settled job.", labels: ["kind": ["validate", "repoll"]],
+            // From the synchronous wait (2 s) to a job that retried through an outage of hours.
+            buckets: [0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300, 900, 3600, 21_600, 86_400]),
+        Entry(circuitState, .gauge, "The Apple outage circuit (0 closed, 1 half-open, 2 open)."),
+        Entry(repollsDue, .gauge, "Subscriptions whose next poll is due and not yet queued."),
+        Entry(repollsEnqueued, .counter, "Re-poll jobs queued by the schedulers."),
+        Entry(
+            httpRequests, .counter, "HTTP requests answered by serve.",
+            labels: ["route": nil, "method": nil, "status": nil]),
+        Entry(
+            httpRequestDuration, .histogram, "Duration of an HTTP request answered by serve.",
+            labels: ["route": nil, "method": nil],
+            buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5]),
+    ]
+
+    /// The entry for a name, nil for a name receiptq does not export.
+    public static func entry(_ name: String) -> Entry? {
+        entries.first { $0.name == name }
+    }
+}
