@@ -66,4 +66,19 @@ public final class PostgresSubscriptionSchedule: SubscriptionSchedule {
             return queued
         }
     }
+
+    public func countDue(now: Date, limit: Int) throws -> Int {
+        let scope = apps.map { PostgresArray.literal($0.map(\.uuidString)) }
+        // The LIMIT inside keeps the count to the partial index's first `limit` entries.
+        return try connection.query(
+            """
+            SELECT count(*) AS due FROM (
+                SELECT 1 FROM subscriptions s
+                WHERE s.next_poll_at <= \(now)
+                  AND (\(scope)::uuid[] IS NULL OR s.app_id = ANY(\(scope)::uuid[]))
+                LIMIT \(max(0, limit))
+            ) d
+            """
+        ).rows.first?.int("due") ?? 0
+    }
 }

@@ -54,4 +54,10 @@ public struct Repoller {
         }
         return total
     }
+
+    /// How many subscriptions are due and not yet queued (the backlog the rate budget holds back),
+    /// counting at most `limit`.
+    public func countDue(now: Date, limit: Int = 1_000_000) throws -> Int {
+        try schedule.countDue(now: now, limit: limit)
+    }
 }

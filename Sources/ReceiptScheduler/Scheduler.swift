@@ -1,6 +1,7 @@
 import Dispatch
 import Foundation
 import Logging
+import Metrics
 import ReceiptCore
 import ServiceLifecycle
 import Synchronization
@@ -21,17 +22,21 @@ public final class Scheduler: Service, Sendable {
         public var repollBatch: Int
         /// The fallback poll delay after a claim (see ``Repoller/lease``).
         public var repollLease: Duration
+        /// How often the due re-polls are counted for `receiptq_repolls_due` (one index scan each).
+        public var dueCountInterval: Duration
 
         /// Creates a configuration (defaults: 1 s ticks, janitor every 15 s, re-polls in batches
-        /// of 500 with a 73 h lease: longer than the default retry budget).
+        /// of 500 with a 73 h lease: longer than the default retry budget; due re-polls counted
+        /// every 15 s).
         public init(
             tickInterval: Duration = .seconds(1), janitorInterval: Duration = .seconds(15), repollBatch: Int = 500,
-            repollLease: Duration = .seconds(73 * 3600)
+            repollLease: Duration = .seconds(73 * 3600), dueCountInterval: Duration = .seconds(15)
         ) {
             self.tickInterval = tickInterval
             self.janitorInterval = janitorInterval
             self.repollBatch = repollBatch
             self.repollLease = repollLease
+            self.dueCountInterval = dueCountInterval
         }
     }
 
@@ -41,6 +46,8 @@ public final class Scheduler: Service, Sendable {
     private let now: @Sendable () -> Date
     private let logger: Logger
     private let stopping = Atomic<Bool>(false)
+    private let repollsEnqueued: Counter
+    private let repollsDue: Gauge
 
     /// Creates a scheduler.
     /// - Parameters:
@@ -48,17 +55,21 @@ public final class Scheduler: Service, Sendable {
     ///   - makeMaintenance: builds the chores' connection, on the scheduler's own thread.
     ///   - makeRepolls: builds the re-poll step's Postgres and Redis sides (nil: no re-polls).
     ///   - now: the injected clock.
+    ///   - metrics: where re-polls queued and due are reported (default: the process's
+    ///     bootstrapped swift-metrics backend).
     ///   - logger: where it logs.
     public init(
         configuration: Configuration = Configuration(), makeMaintenance: @escaping @Sendable () throws -> any QueueMaintenance,
         makeRepolls: (@Sendable () throws -> (schedule: any SubscriptionSchedule, queue: any RepollQueue))? = nil,
-        now: @escaping @Sendable () -> Date = { Date() }, logger: Logger
+        now: @escaping @Sendable () -> Date = { Date() }, metrics: any MetricsFactory = MetricsSystem.factory, logger: Logger
     ) {
         self.configuration = configuration
         self.makeMaintenance = makeMaintenance
         self.makeRepolls = makeRepolls
         self.now = now
         self.logger = logger
+        repollsEnqueued = Counter(label: "receiptq_repolls_enqueued_total", factory: metrics)
+        repollsDue = Gauge(label: "receiptq_repolls_due", factory: metrics)
     }
 
     public func run() async throws {
@@ -78,6 +89,8 @@ public final class Scheduler: Service, Sendable {
         var maintenance: (any QueueMaintenance)?
         var repoller: Repoller?
         var lastJanitor = Date.distantPast
+        // Pacing uses the machine's clock: an injected clock that stands still would stop the counts.
+        var lastDueCount: ContinuousClock.Instant?
         var rng = SystemRandomNumberGenerator()
         while !stopping.load(ordering: .relaxed) {
             do {
@@ -104,7 +117,14 @@ public final class Scheduler: Service, Sendable {
                     // Bounded per tick so that promotion and the janitor keep their pace during a
                     // backlog; the global budget bounds it across replicas anyway.
                     let queued = try repoller?.drain(now: now(), limit: 20 * configuration.repollBatch, using: &rng) ?? 0
-                    if queued > 0 { logger.debug("Queued subscription re-polls", metadata: ["repolls.count": "\(queued)"]) }
+                    if queued > 0 {
+                        repollsEnqueued.increment(by: queued)
+                        logger.debug("Queued subscription re-polls", metadata: ["repolls.count": "\(queued)"])
+                    }
+                    if let repoller, lastDueCount.map({ ContinuousClock.now - $0 >= configuration.dueCountInterval }) ?? true {
+                        repollsDue.record(try repoller.countDue(now: now()))
+                        lastDueCount = .now
+                    }
                 } catch {
                     logger.warning("Re-poll step failed", metadata: ["error": "\(error)"])
                 }

@@ -1,6 +1,7 @@
 import Dispatch
 import Foundation
 import Logging
+import Metrics
 import ReceiptCore
 import ServiceLifecycle
 import Synchronization
@@ -103,6 +104,7 @@ public final class WorkerEngine: Service, Sendable {
     private let planner: JobPlanner
     private let now: @Sendable () -> Date
     private let logger: Logger
+    private let metrics: WorkerMetrics
     /// Guards `shared`; the fetcher waits on it for free slots.
     private let condition = NSCondition()
     private nonisolated(unsafe) var shared = Shared()
@@ -122,12 +124,15 @@ public final class WorkerEngine: Service, Sendable {
     ///   - requeueAbandoned: gives the processing list back to the queue when graceful shutdown's
     ///     deadline passes with jobs still in hand.
     ///   - now: the injected clock.
+    ///   - metrics: where jobs settled, Apple's calls and latencies are counted (default: the
+    ///     process's bootstrapped swift-metrics backend).
     ///   - logger: where the engine logs.
     public init(
         configuration: Configuration, makeQueue: @escaping @Sendable (String) throws -> any JobQueue,
         makeStore: @escaping @Sendable (String) throws -> any ReceiptStore,
         makeCircuit: @escaping @Sendable () throws -> (any OutageCircuit)? = { nil }, verifier: any ReceiptVerifier,
-        requeueAbandoned: @escaping @Sendable () -> Void = {}, now: @escaping @Sendable () -> Date = { Date() }, logger: Logger
+        requeueAbandoned: @escaping @Sendable () -> Void = {}, now: @escaping @Sendable () -> Date = { Date() },
+        metrics: any MetricsFactory = MetricsSystem.factory, logger: Logger
     ) {
         self.configuration = configuration
         self.makeQueue = makeQueue
@@ -138,6 +143,7 @@ public final class WorkerEngine: Service, Sendable {
         self.planner = JobPlanner(retryPolicy: configuration.retryPolicy, repollPolicy: configuration.repollPolicy, now: now)
         self.now = now
         self.logger = logger
+        self.metrics = WorkerMetrics(factory: metrics)
     }
 
     /// Jobs settled since start (any outcome); for tests and the benchmark.
@@ -306,6 +312,7 @@ public final class WorkerEngine: Service, Sendable {
         verifier.verify(request) { report in
             // On the HTTP engine's thread: count, decide, hand over; nothing here blocks.
             gate.record(outage: report.verdict == .outage, probe: isProbe)
+            self.metrics.record(report.calls)
             var rng = SystemRandomNumberGenerator()
             let plan = self.planner.plan(envelope, report: report, using: &rng)
             if case .bury(let failed?) = plan, failed.errorCode == "shared_secret_mismatch", ConfigurationAlarm.raiseOnce(appID: app.id) {
@@ -372,6 +379,8 @@ public final class WorkerEngine: Service, Sendable {
             }
             condition.broadcast()
             condition.unlock()
+            let settledAt = now()
+            for (item, outcome) in zip(batch, outcomes) { metrics.settled(outcome, envelope: item.job.envelope, at: settledAt) }
         }
     }
 

@@ -224,7 +224,11 @@ struct SubscriptionTests {
         let schedule = PostgresSubscriptionSchedule(connection: connection, apps: [app.id])
         var rng = SeededGenerator(seed: 1)
         let dying = Repoller(schedule: schedule, queue: DyingQueue(queue), batchSize: 1000, lease: .seconds(3600))
+        // receiptq_repolls_due: what is due, bounded by the limit.
+        #expect(try dying.countDue(now: Self.base) >= 40)
+        #expect(try dying.countDue(now: Self.base, limit: 10) == 10)
         #expect(throws: StoreFailure.self) { try dying.runBatch(now: Self.base, using: &rng) }
+        #expect(try dying.countDue(now: Self.base) >= 40, "a rolled-back claim leaves the rows due")
         func length() throws -> Int { try redis.send(["LLEN", keys.queue("repoll")]).int ?? -1 }
         #expect(try length() >= 40)
         let before = try length()
@@ -233,6 +237,7 @@ struct SubscriptionTests {
             .drain(now: Self.base, limit: 10_000, using: &rng)
         #expect(queuedAgain >= 40)
         #expect(try length() == before)
+        #expect(try schedule.countDue(now: Self.base, limit: 1_000_000) == 0, "claimed rows wait for their lease")
         let pending = try connection.query(
             "SELECT count(*) AS n FROM subscriptions WHERE app_id = \(app.id) AND original_transaction_id LIKE \(tag + "-%") AND poll_seq = 0"
         ).rows.first?.int("n")

@@ -1,8 +1,9 @@
 import Foundation
 import ReceiptCore
 import ReceiptTesting
-import ReceiptWorker
 import Testing
+
+@testable import ReceiptWorker
 
 @Suite("Job planner: subscriptions and re-polls (mock clock)")
 struct JobPlannerTests {
@@ -73,5 +74,24 @@ struct JobPlannerTests {
         let decoded = try JobEnvelope.decode(original.encoded())
         #expect(decoded.subscription == target)
         #expect(decoded.kind == .repoll)
+    }
+}
+
+@Suite("Worker metrics: Apple's status classes")
+struct WorkerMetricsStatusClassTests {
+    @Test("Every HTTP status falls in one of five bounded classes; no answer is `transport`")
+    func classes() {
+        typealias StatusClass = WorkerMetrics.StatusClass
+        #expect(StatusClass(httpStatus: 200) == .success)
+        #expect(StatusClass(httpStatus: 204) == .success)
+        #expect(StatusClass(httpStatus: 302) == .redirect)
+        #expect(StatusClass(httpStatus: 401) == .client)
+        #expect(StatusClass(httpStatus: 499) == .client)
+        #expect(StatusClass(httpStatus: 500) == .server)
+        #expect(StatusClass(httpStatus: 503) == .server)
+        #expect(StatusClass(httpStatus: 100) == .server)
+        #expect(StatusClass(httpStatus: 999) == .server)
+        #expect(StatusClass(httpStatus: nil) == .transport)
+        #expect(StatusClass.allCases.map(\.rawValue) == ["2xx", "3xx", "4xx", "5xx", "transport"])
     }
 }

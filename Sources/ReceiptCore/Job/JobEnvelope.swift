@@ -1,7 +1,7 @@
 import Foundation
 
 /// What kind of work a job is.
-public enum JobKind: String, Sendable, Codable {
+public enum JobKind: String, Sendable, Codable, CaseIterable {
     /// First validation of a receipt a client posted.
     case validate
     /// A re-poll of a subscription before it expires.

@@ -311,6 +311,10 @@ public protocol SubscriptionSchedule: AnyObject {
     /// - Returns: `n`.
     /// - Throws: what `enqueue` throws (nothing is advanced), or when Postgres fails.
     func claimDue(now: Date, limit: Int, lease: Date, enqueue: ([DueSubscription]) throws -> Int) throws -> Int
+
+    /// How many subscriptions are due at `now` and not yet claimed, counting at most `limit` (so
+    /// that a backlog of millions costs a bounded index scan).
+    func countDue(now: Date, limit: Int) throws -> Int
 }
 
 /// The Redis side of the re-poll scheduler: a budget shared by every replica, and a queue that

@@ -1,0 +1,77 @@
+import Foundation
+import Metrics
+import ReceiptCore
+
+/// The worker's metrics (names and labels as in `ops/prometheus/metrics.yml`). Every series is
+/// created up front, so each one is exported from the start with zero rather than appearing with
+/// its first event, which `increase()` and `rate()` would miss.
+struct WorkerMetrics: Sendable {
+    private let processed: [JobOutcome: Counter]
+    private let appleCalls: [AppStoreEnvironment: [StatusClass: Counter]]
+    private let appleDuration: [AppStoreEnvironment: Metrics.Timer]
+    private let jobLatency: [JobKind: Metrics.Timer]
+
+    /// An HTTP status class, or `transport` for a call that got no answer.
+    enum StatusClass: String, CaseIterable {
+        case success = "2xx"
+        case redirect = "3xx"
+        case client = "4xx"
+        case server = "5xx"
+        case transport
+
+        init(httpStatus: Int?) {
+            switch httpStatus {
+            case (200..<300)?: self = .success
+            case (300..<400)?: self = .redirect
+            case (400..<500)?: self = .client
+            // 1xx is never final, so anything else answered is counted with the server's errors.
+            case _?: self = .server
+            case nil: self = .transport
+            }
+        }
+    }
+
+    init(factory: any MetricsFactory) {
+        processed = Dictionary(
+            uniqueKeysWithValues: JobOutcome.allCases.map {
+                ($0, Counter(label: "receiptq_jobs_processed_total", dimensions: [("outcome", $0.rawValue)], factory: factory))
+            })
+        appleCalls = Dictionary(
+            uniqueKeysWithValues: AppStoreEnvironment.allCases.map { endpoint in
+                let counters = StatusClass.allCases.map { status in
+                    (
+                        status,
+                        Counter(
+                            label: "receiptq_apple_calls_total", dimensions: [("endpoint", endpoint.rawValue), ("status_class", status.rawValue)],
+                            factory: factory)
+                    )
+                }
+                return (endpoint, Dictionary(uniqueKeysWithValues: counters))
+            })
+        appleDuration = Dictionary(
+            uniqueKeysWithValues: AppStoreEnvironment.allCases.map {
+                ($0, Metrics.Timer(label: "receiptq_apple_call_duration_seconds", dimensions: [("endpoint", $0.rawValue)], factory: factory))
+            })
+        jobLatency = Dictionary(
+            uniqueKeysWithValues: JobKind.allCases.map {
+                ($0, Metrics.Timer(label: "receiptq_job_latency_seconds", dimensions: [("kind", $0.rawValue)], factory: factory))
+            })
+    }
+
+    /// One job's calls to Apple (production, then sandbox after a 21007, …).
+    func record(_ calls: [AppleCall]) {
+        for call in calls {
+            appleCalls[call.endpoint]?[StatusClass(httpStatus: call.httpStatus)]?.increment()
+            appleDuration[call.endpoint]?.recordMilliseconds(call.latencyMs)
+        }
+    }
+
+    /// A settled job. Only a job that is done (validated, invalid or dead) has a latency: a retried
+    /// or deferred one is still on its way.
+    func settled(_ outcome: JobOutcome, envelope: JobEnvelope?, at now: Date) {
+        processed[outcome]?.increment()
+        guard let envelope, outcome == .validated || outcome == .invalid || outcome == .dead else { return }
+        let seconds = max(0, now.timeIntervalSince(envelope.enqueuedAt))
+        jobLatency[envelope.kind]?.recordNanoseconds(Int64(seconds * 1e9))
+    }
+}
