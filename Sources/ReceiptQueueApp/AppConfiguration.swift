@@ -48,6 +48,9 @@ public struct AppConfiguration: Sendable, CustomStringConvertible {
     /// The dashboard's session cookies (`DASHBOARD_SESSION_SECRET`, shared by API replicas;
     /// `DASHBOARD_SESSION_HOURS`; `DASHBOARD_COOKIE_SECURE`, on by default in production).
     public var adminSessions: AdminSessions
+    /// The port of the metrics listener (`METRICS_PORT`; nil: none). serve also answers
+    /// `/metrics` on its API port.
+    public var metricsPort: Int?
     public var logLevel: String
     public var logFormat: String
     /// A directory of PEM certificates trusted for receipt signatures (Apple's roots and
@@ -161,6 +164,7 @@ public struct AppConfiguration: Sendable, CustomStringConvertible {
         adminSessions = AdminSessions(
             credentials: admin, secret: sessionSecret.map { Array($0.utf8) },
             lifetime: .seconds(try int("DASHBOARD_SESSION_HOURS", 8, range: 1...168) * 3600), secureCookies: secureCookies)
+        metricsPort = (environment["METRICS_PORT"] ?? "").isEmpty ? nil : try int("METRICS_PORT", 0, range: 0...65535)
         logLevel = string("LOG_LEVEL", "info")
         logFormat = string("LOG_FORMAT", "text")
         trustRootsDirectory = environment["RECEIPTQ_TRUST_ROOTS_DIR"].flatMap { $0.isEmpty ? nil : $0 }

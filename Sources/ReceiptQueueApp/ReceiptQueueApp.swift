@@ -14,6 +14,7 @@ import ReceiptSignature
 import ReceiptWorker
 import RedisJobQueue
 import ServiceLifecycle
+import Telemetry
 import UnixSignals
 
 /// The composition root: builds each role from an ``AppConfiguration``. The CLI and the
@@ -30,13 +31,16 @@ public enum ReceiptQueueApp {
 
     /// The ingestion API as a Hummingbird application.
     /// - Parameters:
+    ///   - metrics: the process's registry: the API's requests are counted in it, and `GET /metrics`
+    ///     renders it.
     ///   - onRunning: called with the bound port once the server listens (port 0 picks a free one).
     /// - Throws: `ConfigurationError` when no trusted certificates are configured: without them
     ///   every receipt would be refused as forged.
     public static func makeAPI(
-        _ configuration: AppConfiguration, logger: Logger, onRunning: @escaping @Sendable (Int) async -> Void = { _ in }
+        _ configuration: AppConfiguration, metrics: PrometheusExporter = PrometheusExporter(), logger: Logger,
+        onRunning: @escaping @Sendable (Int) async -> Void = { _ in }
     ) throws -> some ApplicationProtocol {
-        let (router, intake) = try makeRouter(configuration, logger: logger)
+        let (router, intake) = try makeRouter(configuration, metrics: metrics, logger: logger)
         return Application(
             router: router,
             configuration: .init(address: .hostname(configuration.httpHost, port: configuration.httpPort), serverName: "receiptq"),
@@ -49,7 +53,7 @@ public enum ReceiptQueueApp {
     /// Connections are made on first use, not here.
     /// - Throws: `ConfigurationError` when no trusted certificates are configured.
     public static func makeRouter(
-        _ configuration: AppConfiguration, logger: Logger
+        _ configuration: AppConfiguration, metrics: PrometheusExporter = PrometheusExporter(), logger: Logger
     ) throws -> (router: Router<IngestRequestContext>, intake: RedisIntake) {
         let verifier = ReceiptSignatureVerifier(trustStore: try trustStore(configuration))
         let redisPool = RedisConnectionPool(configuration: configuration.redis, size: 32)
@@ -61,11 +65,18 @@ public enum ReceiptQueueApp {
         let api = IngestAPI(
             intake: intake, catalog: catalog, authenticity: verifier, subscriptions: catalog, configuration: configuration.api)
         let router = Router(context: IngestRequestContext.self)
+        // First, so that it also times the requests the other middleware refuses.
+        router.add(middleware: HTTPMetricsMiddleware(factory: metrics))
         api.addRoutes(to: router)
         SoftphoneService(api: api, configuration: configuration.softphone).addRoutes(to: router)
         let dead = RedisJobSet.dead(pool: redisPool, keys: configuration.keys)
         let retries = RedisJobSet.retries(pool: redisPool, keys: configuration.keys)
         let overview = RedisQueueOverview(pool: redisPool, keys: configuration.keys)
+        MetricsEndpoint(
+            exporter: metrics,
+            gauges: QueueGauges(
+                overview: RedisQueueOverview(pool: redisPool, keys: configuration.keys, activityMinutes: 0), factory: metrics, logger: logger)
+        ).addRoutes(to: router)
         AdminAPI(dead: dead, retries: retries, overview: overview, credentials: configuration.admin).addRoutes(to: router)
         try AdminPages(
             dead: dead, retries: retries, overview: overview, credentials: configuration.admin, sessions: configuration.adminSessions,
@@ -95,8 +106,11 @@ public enum ReceiptQueueApp {
 
     /// The worker: `WORKER_CONCURRENCY` validations in flight on a few threads (a fetcher, two
     /// committers with their own Redis and Postgres connections, one libcurl engine thread).
+    /// - Parameter metrics: the process's registry (jobs settled, Apple's calls, latencies).
     /// - Throws: when libcurl cannot start its engine.
-    public static func makeWorker(_ configuration: AppConfiguration, logger: Logger) throws -> WorkerEngine {
+    public static func makeWorker(
+        _ configuration: AppConfiguration, metrics: PrometheusExporter = PrometheusExporter(), logger: Logger
+    ) throws -> WorkerEngine {
         let host = ProcessInfo.processInfo.hostName
         let pid = ProcessInfo.processInfo.processIdentifier
         let instance = String(UInt32.random(in: 0...UInt32.max), radix: 36)
@@ -135,7 +149,7 @@ public enum ReceiptQueueApp {
                     // The heartbeat lapses soon and the janitor takes the jobs back: late, not lost.
                     logger.error("Could not requeue the jobs in hand at shutdown", metadata: ["error": "\(error)"])
                 }
-            }, logger: logger)
+            }, metrics: metrics, logger: logger)
     }
 
     /// Raises the soft open-file limit towards `wanted` (never above the hard limit), and says so
@@ -157,8 +171,10 @@ public enum ReceiptQueueApp {
     ///   - onlyApps: re-poll only these apps' subscriptions (nil: all); tests sharing a database
     ///     keep to their own app with it.
     ///   - now: the injected clock (tests move it forward to make re-polls due).
+    ///   - metrics: the process's registry (re-polls queued and due).
     public static func makeScheduler(
-        _ configuration: AppConfiguration, onlyApps: [UUID]? = nil, now: @escaping @Sendable () -> Date = { Date() }, logger: Logger
+        _ configuration: AppConfiguration, onlyApps: [UUID]? = nil, now: @escaping @Sendable () -> Date = { Date() },
+        metrics: PrometheusExporter = PrometheusExporter(), logger: Logger
     ) -> Scheduler {
         Scheduler(
             configuration: .init(
@@ -178,7 +194,24 @@ public enum ReceiptQueueApp {
                     connection: try RedisConnection(configuration: configuration.redis, label: "scheduler-repoll"),
                     keys: configuration.keys, ratePerSecond: configuration.repollRatePerSecond)
                 return (schedule, queue)
-            }, now: now, logger: logger)
+            }, now: now, metrics: metrics, logger: logger)
+    }
+
+    /// The metrics listener on `METRICS_PORT` (nil when it is not set): `GET /metrics` with the
+    /// queue gauges read from Redis at each scrape, on `HTTP_HOST`. work and schedule have no other
+    /// listener; serve has `/metrics` on its API port as well.
+    /// - Parameter onRunning: called with the bound port once it listens.
+    public static func makeMetricsServer(
+        _ configuration: AppConfiguration, metrics: PrometheusExporter, logger: Logger,
+        onRunning: @escaping @Sendable (Int) async -> Void = { _ in }
+    ) -> (any Service)? {
+        guard let port = configuration.metricsPort else { return nil }
+        // One connection: a scrape reads the queues in at most two round trips.
+        let pool = RedisConnectionPool(configuration: configuration.redis, size: 1)
+        let gauges = QueueGauges(
+            overview: RedisQueueOverview(pool: pool, keys: configuration.keys, activityMinutes: 0), factory: metrics, logger: logger)
+        return MetricsEndpoint(exporter: metrics, gauges: gauges).server(
+            host: configuration.httpHost, port: port, logger: logger, onRunning: onRunning)
     }
 
     /// Runs services until SIGTERM/SIGINT, then shuts them down gracefully in reverse order.

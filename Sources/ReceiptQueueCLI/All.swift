@@ -37,14 +37,14 @@ struct All: AsyncParsableCommand {
             // operator named a directory (which then must hold that CA too).
             configuration.trustRootsDirectory = ReceiptQueueApp.demoTrustDirectory(demoURL).path
         }
-        services.append(try ReceiptQueueApp.makeWorker(configuration, logger: logger))
-        services.append(ReceiptQueueApp.makeScheduler(configuration, logger: logger))
+        services.append(try ReceiptQueueApp.makeWorker(configuration, metrics: metrics, logger: logger))
+        services.append(ReceiptQueueApp.makeScheduler(configuration, metrics: metrics, logger: logger))
         let running = configuration
         services.append(
-            try ReceiptQueueApp.makeAPI(configuration, logger: logger) { port in
+            try ReceiptQueueApp.makeAPI(configuration, metrics: metrics, logger: logger) { port in
                 if let setup { printDemo(setup, host: running.httpHost, port: port, configuration: running) }
             })
-        try await ReceiptQueueApp.run(services, logger: logger)
+        try await ReceiptQueueApp.run(withMetricsServer(services, configuration, logger: logger), logger: logger)
     }
 
     private func printDemo(_ setup: DemoSetup, host: String, port: Int, configuration: AppConfiguration) {

@@ -1,7 +1,10 @@
 import ArgumentParser
 import Foundation
 import Logging
+import Metrics
 import ReceiptQueueApp
+import ServiceLifecycle
+import Telemetry
 
 /// `receiptq`: one executable, one subcommand per role. It parses arguments and calls
 /// `ReceiptQueueApp`; nothing else lives here.
@@ -14,6 +17,19 @@ struct ReceiptQueueCommand: AsyncParsableCommand {
             All.self, Serve.self, Work.self, Schedule.self, Migrate.self, Apps.self, DeadLetterCommand.self, MockAppStoreCommand.self,
             Forge.self, ReceiptCommand.self,
         ])
+}
+
+/// The process's metrics registry: every role records into it, `/metrics` renders it.
+let metrics: PrometheusExporter = {
+    let exporter = PrometheusExporter()
+    MetricsSystem.bootstrap(exporter)
+    return exporter
+}()
+
+/// The role's services, with the metrics listener when `METRICS_PORT` is set.
+func withMetricsServer(_ services: [any Service], _ configuration: AppConfiguration, logger: Logger) -> [any Service] {
+    // Started first, so it stops last: a final scrape still sees the drain.
+    [ReceiptQueueApp.makeMetricsServer(configuration, metrics: metrics, logger: logger)].compactMap { $0 } + services
 }
 
 /// Reads the configuration and sets up logging once per process.
@@ -38,7 +54,8 @@ struct Serve: AsyncParsableCommand {
 
     func run() async throws {
         let (configuration, logger) = try bootstrap(label: "serve")
-        try await ReceiptQueueApp.run([try ReceiptQueueApp.makeAPI(configuration, logger: logger)], logger: logger)
+        let api = try ReceiptQueueApp.makeAPI(configuration, metrics: metrics, logger: logger)
+        try await ReceiptQueueApp.run(withMetricsServer([api], configuration, logger: logger), logger: logger)
     }
 }
 
@@ -51,7 +68,8 @@ struct Work: AsyncParsableCommand {
     func run() async throws {
         var (configuration, logger) = try bootstrap(label: "work")
         if let concurrency { configuration.workerConcurrency = concurrency }
-        try await ReceiptQueueApp.run([ReceiptQueueApp.makeWorker(configuration, logger: logger)], logger: logger)
+        let worker = try ReceiptQueueApp.makeWorker(configuration, metrics: metrics, logger: logger)
+        try await ReceiptQueueApp.run(withMetricsServer([worker], configuration, logger: logger), logger: logger)
     }
 }
 
@@ -60,7 +78,8 @@ struct Schedule: AsyncParsableCommand {
 
     func run() async throws {
         let (configuration, logger) = try bootstrap(label: "schedule")
-        try await ReceiptQueueApp.run([ReceiptQueueApp.makeScheduler(configuration, logger: logger)], logger: logger)
+        let scheduler = ReceiptQueueApp.makeScheduler(configuration, metrics: metrics, logger: logger)
+        try await ReceiptQueueApp.run(withMetricsServer([scheduler], configuration, logger: logger), logger: logger)
     }
 }
 

@@ -10,17 +10,24 @@ public struct RedisQueueOverview: QueueOverview {
 
     private let pool: RedisConnectionPool
     private let keys: RedisKeys
+    private let minutes: Int
     private let now: @Sendable () -> Date
 
     /// Creates the overview on the API's pool.
     /// - Parameters:
     ///   - pool: the API's connections.
     ///   - keys: the key schema.
+    ///   - activityMinutes: how many minutes of activity a snapshot reads (0 for none: the
+    ///     metrics need only the counts).
     ///   - now: the injected clock: which minutes are the last hour, and whether an open circuit's
     ///     period is over.
-    public init(pool: RedisConnectionPool, keys: RedisKeys, now: @escaping @Sendable () -> Date = { Date() }) {
+    public init(
+        pool: RedisConnectionPool, keys: RedisKeys, activityMinutes: Int = Self.activityMinutes,
+        now: @escaping @Sendable () -> Date = { Date() }
+    ) {
         self.pool = pool
         self.keys = keys
+        self.minutes = max(0, activityMinutes)
         self.now = now
     }
 
@@ -28,7 +35,7 @@ public struct RedisQueueOverview: QueueOverview {
         let keys = self.keys
         let now = self.now()
         let current = RedisActivity.minute(of: now)
-        let minutes = (0..<Int64(Self.activityMinutes)).reversed().map { current - $0 }
+        let minutes = (0..<Int64(self.minutes)).reversed().map { current - $0 }
         return try await pool.withConnection { connection in
             // Everything whose keys are known up front goes in one pipeline; only the workers' own
             // keys need a second.

@@ -27,6 +27,9 @@ public enum MetricCatalog {
         }
     }
 
+    /// The prefix of every name receiptq exports.
+    public static let namespace = "receiptq_"
+
     public static let queueDepth = "receiptq_queue_depth"
     public static let retryJobs = "receiptq_retry_jobs"
     public static let deadJobs = "receiptq_dead_jobs"

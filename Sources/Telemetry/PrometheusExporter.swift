@@ -4,8 +4,8 @@ import Prometheus
 /// A swift-metrics factory over one Prometheus registry that creates only the metrics of
 /// ``MetricCatalog``, with the catalogue's help text and buckets.
 ///
-/// Anything else (a misspelt name, a label outside its bounded set) gets a handler that records
-/// nothing, so the exposition never holds a series the alerts do not know of and a label can never
+/// Anything else (another library's metric, a misspelt name, a label outside its bounded set) gets
+/// a handler that records nothing, so the exposition never holds a series the alerts do not know of and a label can never
 /// grow without bound. Debug builds stop at such a mistake instead, so the tests find it.
 public struct PrometheusExporter: MetricsFactory, Sendable {
     /// The registry the handlers record into; ``exposition()`` renders it.
@@ -29,6 +29,8 @@ public struct PrometheusExporter: MetricsFactory, Sendable {
 
     /// The catalogue entry when `label` and `dimensions` are within the contract.
     private func admit(_ label: String, _ dimensions: [(String, String)], as kind: MetricCatalog.Kind) -> MetricCatalog.Entry? {
+        // A library's own metrics (the process bootstraps this factory) are not part of the contract.
+        guard label.hasPrefix(MetricCatalog.namespace) else { return nil }
         guard let entry = MetricCatalog.entry(label), entry.kind == kind, dimensions.count == entry.labels.count else {
             assertionFailure("\(label) \(dimensions.map(\.0)) is not in the metric catalogue as a \(kind)")
             return nil
@@ -63,10 +65,11 @@ public struct PrometheusExporter: MetricsFactory, Sendable {
 
     public func makeRecorder(label: String, dimensions: [(String, String)], aggregate: Bool) -> any RecorderHandler {
         // Histograms here measure durations and go through `Timer`; a recorder is a gauge.
-        guard !aggregate, let entry = admit(label, dimensions, as: .gauge) else {
+        guard !aggregate || !label.hasPrefix(MetricCatalog.namespace) else {
             assertionFailure("\(label): use a Gauge or a Timer")
             return NOOPMetricsHandler.instance
         }
+        guard let entry = admit(label, dimensions, as: .gauge) else { return NOOPMetricsHandler.instance }
         return registry.makeGauge(descriptor: entry.descriptor, labels: dimensions)
     }
 

@@ -87,6 +87,12 @@ struct SubscriptionEndToEndTests {
         #expect((current?["next_poll_at"]?["ms"]?.intValue ?? 0) > Int(expires.timeIntervalSince1970 * 1000))
         #expect(system.mock.state.requestCount(.sandbox) > sandboxCalls)
 
+        // The scheduler's counter and the re-poll's latency, as Prometheus would scrape them.
+        let scrape = try await MetricsTests.scrape(system.client, "http://127.0.0.1:\(system.apiPort)/metrics")
+        #expect(scrape.value("receiptq_repolls_enqueued_total") == 1)
+        #expect(scrape.value("receiptq_job_latency_seconds_count", ["kind": "repoll"]) == 1)
+        #expect(scrape.value("receiptq_jobs_processed_total", ["outcome": "validated"]) == 2)
+
         // The renewal is in the ledger, under the receipt that was re-sent; no receipt row was added.
         let pg = try system.postgres()
         defer { pg.close() }

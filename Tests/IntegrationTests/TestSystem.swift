@@ -11,6 +11,7 @@ import ReceiptQueueApp
 import ReceiptSignature
 import ReceiptTesting
 import ServiceLifecycle
+import Telemetry
 import Testing
 
 /// A whole receiptq (API, workers, scheduler) against the real test Redis and Postgres and an
@@ -23,6 +24,9 @@ final class TestSystem: Sendable {
     let app: AppRecord
     let authority: TestCertificateAuthority
     let client: HTTPClient
+    /// The registry every role of this system records into (as in `receiptq all`); the API's
+    /// `GET /metrics` renders it.
+    let metrics: PrometheusExporter
     private let group: ServiceGroup
     private let task: Task<Void, any Error>
 
@@ -85,11 +89,12 @@ final class TestSystem: Sendable {
         var logger = Logger(label: "it")
         logger.logLevel = .warning
         let (ports, continuation) = AsyncStream<Int>.makeStream()
+        let metrics = PrometheusExporter()
         let services: [any Service] = [
-            try ReceiptQueueApp.makeWorker(configuration, logger: logger),
+            try ReceiptQueueApp.makeWorker(configuration, metrics: metrics, logger: logger),
             // Its own app only: the test database is shared, and so is its subscriptions table.
-            ReceiptQueueApp.makeScheduler(configuration, onlyApps: [app.id], now: schedulerClock, logger: logger),
-            try ReceiptQueueApp.makeAPI(configuration, logger: logger) { port in
+            ReceiptQueueApp.makeScheduler(configuration, onlyApps: [app.id], now: schedulerClock, metrics: metrics, logger: logger),
+            try ReceiptQueueApp.makeAPI(configuration, metrics: metrics, logger: logger) { port in
                 continuation.yield(port)
                 continuation.finish()
             },
@@ -100,13 +105,14 @@ final class TestSystem: Sendable {
         let port = try #require(await iterator.next())
         return TestSystem(
             configuration: configuration, mock: mock, apiPort: port, token: token, app: app,
-            authority: try sharedAuthority.get(), client: try HTTPClient(options: CurlOptions(), lanes: 8), group: group,
-            task: task)
+            authority: try sharedAuthority.get(), client: try HTTPClient(options: CurlOptions(), lanes: 8), metrics: metrics,
+            group: group, task: task)
     }
 
     private init(
         configuration: AppConfiguration, mock: RunningMockAppStore, apiPort: Int, token: String, app: AppRecord,
-        authority: TestCertificateAuthority, client: HTTPClient, group: ServiceGroup, task: Task<Void, any Error>
+        authority: TestCertificateAuthority, client: HTTPClient, metrics: PrometheusExporter, group: ServiceGroup,
+        task: Task<Void, any Error>
     ) {
         self.configuration = configuration
         self.mock = mock
@@ -115,6 +121,7 @@ final class TestSystem: Sendable {
         self.app = app
         self.authority = authority
         self.client = client
+        self.metrics = metrics
         self.group = group
         self.task = task
     }
