@@ -81,6 +81,9 @@ struct MetricsTests {
         #expect(scrape.value("receiptq_repolls_due") == 0)
 
         #expect(scrape.violations().isEmpty, "\(scrape.violations())")
+        // Prometheus's own linter of the exposition format (names, units, HELP, TYPE, histograms).
+        let lint = try Self.promtoolCheckMetrics(scrape.text)
+        #expect(lint.status == 0, "\(lint.output)")
         // Receipts are not metrics: not one byte of one in the exposition.
         let (receipt, _) = try system.forgeReceipt()
         #expect(!scrape.text.contains(String(receipt.prefix(40))))
@@ -145,6 +148,28 @@ struct MetricsTests {
             process.waitUntilExit()
             #expect(process.terminationReason == .exit && process.terminationStatus == 0)
         }
+    }
+
+    /// `promtool check metrics` on `exposition`: the unpacked Debian promtool that
+    /// scripts/validate-ops (run first by scripts/test) keeps in .local/promtool.
+    static func promtoolCheckMetrics(_ exposition: String) throws -> (status: Int32, output: String) {
+        let promtool = CrashRecoveryTests.binary.deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent(".local/promtool/usr/bin/promtool")
+        try #require(FileManager.default.isExecutableFile(atPath: promtool.path), "run scripts/validate-ops first: it unpacks promtool")
+        let process = Process()
+        process.executableURL = promtool
+        process.arguments = ["check", "metrics"]
+        let input = Pipe()
+        let output = Pipe()
+        process.standardInput = input
+        process.standardOutput = output
+        process.standardError = output
+        try process.run()
+        input.fileHandleForWriting.write(Data(exposition.utf8))
+        try input.fileHandleForWriting.close()
+        let text = output.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        return (process.terminationStatus, String(decoding: text, as: UTF8.self))
     }
 
     static func scrape(_ client: HTTPClient, _ url: String) async throws -> Scrape {
