@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import Logging
 import ReceiptQueueApp
+import Telemetry
 
 /// `receiptq`: one executable, one subcommand per role. It parses arguments and calls
 /// `ReceiptQueueApp`; nothing else lives here.
@@ -22,9 +23,13 @@ func bootstrap(label: String) throws -> (AppConfiguration, Logger) {
     // that resets a socket must cost one failed call, not the process.
     signal(SIGPIPE, SIG_IGN)
     let configuration = try AppConfiguration()
-    let level = Logger.Level(rawValue: configuration.logLevel.lowercased()) ?? .info
+    let level = configuration.logLevel
     LoggingSystem.bootstrap { label in
-        var handler = StreamLogHandler.standardError(label: label)
+        var handler: any LogHandler =
+            switch configuration.logFormat {
+            case .text: StreamLogHandler.standardError(label: label)
+            case .json: JSONLogHandler.standardError(label: label)
+            }
         handler.logLevel = level
         return handler
     }
