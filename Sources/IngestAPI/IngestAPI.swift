@@ -125,7 +125,7 @@ public struct IngestAPI: Sendable {
                 return resourceResponse(.ok, pending)
             }
         } catch {
-            context.logger.error("Receipt lookup failed", metadata: ["error": "\(error)"])
+            context.logger.error("Receipt lookup failed", error: error)
             return unavailable()
         }
         return notFound()
@@ -151,7 +151,7 @@ public struct IngestAPI: Sendable {
         do {
             return .success(try await catalog.authenticate(token: token))
         } catch {
-            context.logger.error("Token lookup failed", metadata: ["error": "\(error)"])
+            context.logger.error("Token lookup failed", error: error)
             return .failure(error)
         }
     }

@@ -73,8 +73,8 @@ struct Migrate: AsyncParsableCommand {
     static let configuration = CommandConfiguration(abstract: "Applies pending database migrations.")
 
     func run() async throws {
-        let (configuration, _) = try bootstrap(label: "migrate")
-        let applied = try ReceiptQueueApp.migrate(configuration)
+        let (configuration, logger) = try bootstrap(label: "migrate")
+        let applied = try ReceiptQueueApp.migrate(configuration, logger: logger)
         print(applied.isEmpty ? "Database is up to date." : "Applied: \(applied.joined(separator: ", "))")
     }
 }

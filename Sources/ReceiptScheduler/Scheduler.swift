@@ -91,7 +91,7 @@ public final class Scheduler: Service, Sendable {
                     lastJanitor = now()
                 }
             } catch {
-                logger.warning("Scheduler tick failed", metadata: ["error": "\(error)"])
+                logger.warning("Scheduler tick failed", error: error)
             }
             // Apart from the Redis chores: a Postgres outage must not hold back retry promotion.
             if let makeRepolls {
@@ -106,7 +106,7 @@ public final class Scheduler: Service, Sendable {
                     let queued = try repoller?.drain(now: now(), limit: 20 * configuration.repollBatch, using: &rng) ?? 0
                     if queued > 0 { logger.debug("Queued subscription re-polls", metadata: ["repolls.count": "\(queued)"]) }
                 } catch {
-                    logger.warning("Re-poll step failed", metadata: ["error": "\(error)"])
+                    logger.warning("Re-poll step failed", error: error)
                 }
             }
             let end = Date().addingTimeInterval(configuration.tickInterval.seconds)
