@@ -426,6 +426,13 @@ public final class WorkerEngine: Service, Sendable {
             if case .store(let record) = item.plan {
                 switch result {
                 case .success(let resource)?:
+                    logger.debug(
+                        "Job stored",
+                        metadata: [
+                            "job.id": "\(record.envelope.id.uuidString.lowercased())", "job.kind": "\(record.envelope.kind.rawValue)",
+                            "app.id": "\(record.envelope.appID.uuidString.lowercased())",
+                            "job.outcome": "\(item.plan.outcome.rawValue)", "apple.status": "\(record.appleStatus.map(String.init) ?? "-")",
+                        ])
                     return (.acknowledge(item.job, result: resource?.encoded()), item.plan.outcome)
                 case .failure(let failure)?:
                     logger.warning("Postgres refused a result", error: failure, metadata: ["job.id": "\(record.envelope.id.uuidString.lowercased())"])
@@ -438,6 +445,12 @@ public final class WorkerEngine: Service, Sendable {
             }
             switch plan {
             case .retry(let updated, let runAt, _):
+                logger.debug(
+                    "Job scheduled for a retry",
+                    metadata: [
+                        "job.id": "\(updated.id.uuidString.lowercased())", "job.attempt": "\(updated.attempt)",
+                        "error.code": "\(updated.errorCode ?? "")",
+                    ])
                 return (.retry(item.job, updated: updated, runAt: runAt), plan.outcome)
             case .bury(let updated):
                 logger.info(
