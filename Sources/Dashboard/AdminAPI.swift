@@ -93,7 +93,7 @@ public struct AdminAPI: Sendable {
         do {
             return try await body()
         } catch {
-            context.logger.error("Admin API: Redis unreachable", metadata: ["error": "\(error)"])
+            context.logger.error("Admin API: Redis unreachable", error: error)
             return Refusal.unavailable.response
         }
     }

@@ -127,7 +127,7 @@ public struct AdminPages: Sendable {
         do {
             return try await body(session)
         } catch {
-            context.logger.error("Admin page: Redis unreachable", metadata: ["error": "\(error)"])
+            context.logger.error("Admin page: Redis unreachable", error: error)
             var response = html(
                 .serviceUnavailable, "list",
                 base(session).merging(
@@ -155,7 +155,7 @@ public struct AdminPages: Sendable {
         do {
             return try await body(form, session)
         } catch {
-            context.logger.error("Admin action: Redis unreachable", metadata: ["error": "\(error)"])
+            context.logger.error("Admin action: Redis unreachable", error: error)
             var response = html(
                 .serviceUnavailable, "list",
                 base(session).merging(["heading": "Unavailable", "problem": "Redis cannot be reached right now; nothing was changed.", "set": "dead"])

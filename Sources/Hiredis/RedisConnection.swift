@@ -267,7 +267,7 @@ public final class RedisConnection: @unchecked Sendable {
         if let context { return context }
         let context = try withSIGPIPEBlocked { try connect() }
         self.context = context
-        logger.debug("redis connected", metadata: ["redis.host": "\(configuration.host)", "redis.port": "\(configuration.port)"])
+        logger.debug("Redis connected", metadata: ["redis.host": "\(configuration.host)", "redis.port": "\(configuration.port)"])
         return context
     }
 
@@ -319,7 +319,7 @@ public final class RedisConnection: @unchecked Sendable {
             context.pointee.err == 0
             ? RedisError.from(.allocation)
             : RedisError.from(.context(context, errno: savedErrno, connecting: false))
-        logger.info("redis connection dropped; reconnecting on next call", metadata: ["error.code": "\(error.code)"])
+        logger.info("Redis connection dropped; reconnecting on the next call", error: error)
         dropContext()
         return error
     }

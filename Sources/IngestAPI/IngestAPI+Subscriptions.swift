@@ -35,7 +35,7 @@ extension IngestAPI {
             let listing = try await catalog.entitlements(appID: app.id, userIdentifier: user)
             return jsonBytes(.ok, listing.encoded(at: now()))
         } catch {
-            context.logger.error("Entitlement lookup failed", metadata: ["error": "\(error)"])
+            context.logger.error("Entitlement lookup failed", error: error)
             return unavailable()
         }
     }
@@ -57,7 +57,7 @@ extension IngestAPI {
             }
             return jsonBytes(.ok, found.encoded(at: now()))
         } catch {
-            context.logger.error("Subscription lookup failed", metadata: ["error": "\(error)"])
+            context.logger.error("Subscription lookup failed", error: error)
             return unavailable()
         }
     }

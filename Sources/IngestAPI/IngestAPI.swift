@@ -95,21 +95,38 @@ public struct IngestAPI: Sendable {
             return json(.contentTooLarge, ["error": .string("body larger than \(configuration.maxBodyBytes) bytes")])
         }
         guard let parsed = try? JSONDecoder().decode(JSONValue.self, from: Data(body.readableBytesView)) else {
-            return unprocessable([FieldError(field: "body", reason: "must be valid JSON")])
+            return refused([FieldError(field: "body", reason: "must be valid JSON")], app: app, logger: context.logger)
         }
         let submit: SubmitReceiptRequest
         switch SubmitReceiptRequest.parse(parsed) {
         case .success(let value): submit = value
-        case .failure(let failure): return unprocessable(failure.errors)
+        case .failure(let failure): return refused(failure.errors, app: app, logger: context.logger)
         }
         var submission = submit.submission
         if submit.ipAddressOmitted { submission.ipAddress = clientAddress(request, context: context) }
-        switch await ingestion.ingest(submit.receipt, submission: submission, app: app, origin: .api, logger: context.logger) {
-        case .validated(let resource): return resourceResponse(.ok, resource)
-        case .queued(let resource): return resourceResponse(.partialContent, resource)
-        case .fraud(let resource): return resourceResponse(.paymentRequired, resource)
-        case .unavailable: return unavailable()
-        }
+        let outcome = await ingestion.ingest(submit.receipt, submission: submission, app: app, origin: .api, logger: context.logger)
+        let (status, resource): (HTTPResponse.Status, ReceiptResource?) =
+            switch outcome {
+            case .validated(let resource): (.ok, resource)
+            case .queued(let resource): (.partialContent, resource)
+            case .fraud(let resource): (.paymentRequired, resource)
+            case .unavailable: (.serviceUnavailable, nil)
+            }
+        context.logger.debug(
+            "Receipt submitted",
+            metadata: [
+                "app.id": "\(app.id.uuidString.lowercased())", "receipt.id": "\(resource?.id.uuidString.lowercased() ?? "-")",
+                "http.status": "\(status.code)",
+            ])
+        return resource.map { resourceResponse(status, $0) } ?? unavailable()
+    }
+
+    /// 422, logged with the names of the refused fields (never their values).
+    private func refused(_ errors: [FieldError], app: AppRecord, logger: Logger) -> Response {
+        logger.debug(
+            "Receipt request refused",
+            metadata: ["app.id": "\(app.id.uuidString.lowercased())", "request.fields": .array(errors.map { .string($0.field) })])
+        return unprocessable(errors)
     }
 
     func show(_ request: Request, context: IngestRequestContext) async throws -> Response {
@@ -125,7 +142,7 @@ public struct IngestAPI: Sendable {
                 return resourceResponse(.ok, pending)
             }
         } catch {
-            context.logger.error("Receipt lookup failed", metadata: ["error": "\(error)"])
+            context.logger.error("Receipt lookup failed", error: error)
             return unavailable()
         }
         return notFound()
@@ -135,9 +152,14 @@ public struct IngestAPI: Sendable {
     /// token, 503 when the token store is unreachable.
     func authorize(_ request: Request, context: IngestRequestContext) async -> Result<AppRecord, Refusal> {
         switch await authenticate(request, context: context) {
-        case .success(let found?): .success(found)
-        case .success(nil): .failure(Refusal(response: unauthorized()))
-        case .failure: .failure(Refusal(response: unavailable()))
+        case .success(let found?):
+            return .success(found)
+        case .success(nil):
+            // Never the token, nor whether it exists: only that the request was turned away.
+            context.logger.debug("API authentication refused", metadata: ["http.status": "401"])
+            return .failure(Refusal(response: unauthorized()))
+        case .failure:
+            return .failure(Refusal(response: unavailable()))
         }
     }
 
@@ -151,7 +173,7 @@ public struct IngestAPI: Sendable {
         do {
             return .success(try await catalog.authenticate(token: token))
         } catch {
-            context.logger.error("Token lookup failed", metadata: ["error": "\(error)"])
+            context.logger.error("Token lookup failed", error: error)
             return .failure(error)
         }
     }

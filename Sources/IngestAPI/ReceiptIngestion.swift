@@ -89,7 +89,7 @@ public struct ReceiptIngestion: Sendable {
                 envelope, pending: pending, idempotencyKey: Digest.hex(Digest.sha256(decoded.bytes)),
                 wait: fraudReason == nil ? syncWait : .zero)
         } catch {
-            logger.error("Receipt not queued: Redis unavailable", metadata: ["error": "\(error)"])
+            logger.error("Receipt not queued: Redis unavailable", error: error)
             return .unavailable
         }
         switch result {
@@ -106,7 +106,7 @@ public struct ReceiptIngestion: Sendable {
                 }
             } catch {
                 // It is durably known under `existing`; what it looks like can wait for a GET.
-                logger.warning("Duplicate receipt: stored resource not readable", metadata: ["error": "\(error)"])
+                logger.warning("Duplicate receipt: stored resource not readable", error: error)
             }
             return Self.outcome(known)
         }

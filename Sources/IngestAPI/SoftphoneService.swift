@@ -123,7 +123,7 @@ public struct SoftphoneService: Sendable {
         let reply = Self.reply(to: outcome, product: product)
         context.logger.debug(
             "Softphone purchase answered",
-            metadata: ["softphone.status": "\(reply.status)", "receipt.id": "\(outcome.resource?.id.uuidString ?? "-")"])
+            metadata: ["softphone.status": "\(reply.status)", "receipt.id": "\(outcome.resource?.id.uuidString.lowercased() ?? "-")"])
         return reply
     }
 
@@ -201,7 +201,7 @@ public struct SoftphoneService: Sendable {
     }
 
     private static func unprocessable(_ error: SoftphoneRequestError, logger: Logger) -> SoftphoneReply {
-        logger.debug("Softphone request refused", metadata: ["softphone.error": "\(error.codeName)"])
+        logger.debug("Softphone request refused", metadata: ["error.code": "\(error.codeName)"])
         return SoftphoneReply(status: 422, message: error.message)
     }
 
@@ -243,7 +243,7 @@ public struct SoftphoneService: Sendable {
             do {
                 return .success(try await api.catalog.softphoneCredentials(username: username))
             } catch {
-                logger.error("Softphone credential lookup failed", metadata: ["error": "\(error)"])
+                logger.error("Softphone credential lookup failed", error: error)
                 return .failure(error)
             }
         }
@@ -291,7 +291,7 @@ public struct SoftphoneService: Sendable {
             if let app = try await api.catalog.authenticate(token: token) { return .app(app) }
             return refused("token", "invalid")
         } catch {
-            logger.error("Token lookup failed", metadata: ["error": "\(error)"])
+            logger.error("Token lookup failed", error: error)
             return .unavailable
         }
     }

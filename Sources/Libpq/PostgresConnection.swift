@@ -225,7 +225,7 @@ public final class PostgresConnection: @unchecked Sendable {
         guard let connection, PQstatus(connection) == CONNECTION_OK else { return }
         let status = PQtransactionStatus(connection)
         if status == PQTRANS_INTRANS || status == PQTRANS_INERROR {
-            logger.debug("postgres rolling back a transaction left open")
+            logger.debug("Rolling back a Postgres transaction left open")
             rollbackQuietly("ROLLBACK")
         }
     }
@@ -241,11 +241,11 @@ public final class PostgresConnection: @unchecked Sendable {
         guard let connection else {
             let connection = try connect()
             self.connection = connection
-            logger.debug("postgres connected", metadata: ["postgres.host": "\(configuration.host)", "postgres.port": "\(configuration.port)"])
+            logger.debug("Postgres connected", metadata: ["postgres.host": "\(configuration.host)", "postgres.port": "\(configuration.port)"])
             return connection
         }
         if PQstatus(connection) == CONNECTION_OK { return connection }
-        logger.info("postgres connection lost; resetting")
+        logger.info("Postgres connection lost; resetting")
         PQreset(connection)
         guard PQstatus(connection) == CONNECTION_OK else { throw PostgresError.from(.connect(connection)) }
         // PQreset opens a new session: session settings must be applied again.
@@ -374,6 +374,6 @@ final class NoticeSink: Sendable {
     func receive(_ message: UnsafePointer<CChar>) {
         var text = String(cString: message)
         while text.last?.isNewline == true { text.removeLast() }
-        logger.debug("postgres notice", metadata: ["postgres.notice": "\(text)"])
+        logger.debug("Postgres notice", metadata: ["postgres.notice": "\(text)"])
     }
 }

@@ -136,7 +136,7 @@ extension PostgresError {
         case .statement(let result, let connection, let binds):
             let sqlState = clibpq_result_sqlstate(result).map { String(cString: $0) }
             let primary = clibpq_result_primary_message(result).map { String(cString: $0) }
-            let message = scrub(primary ?? connectionMessage(connection) ?? "statement failed", binds: binds)
+            let message = scrub(primary ?? connectionMessage(connection) ?? "statement failed", binds: binds, sqlState: sqlState)
             // A FATAL error such as 57P01 (pg_terminate_backend) also leaves the socket closed.
             if PQstatus(connection) == CONNECTION_BAD {
                 return PostgresError(code: .connectionLost, sqlState: sqlState, message: message)
@@ -184,8 +184,17 @@ extension PostgresError {
 
     /// Removes bound values from a server message: input-syntax and range errors quote the
     /// offending value (`invalid input syntax for type integer: "…"`).
-    static func scrub(_ message: String, binds: [String?]) -> String {
+    ///
+    /// A data exception (SQLSTATE class 22) loses everything from its first double quote to its
+    /// last: the value it quotes may be one element of an array parameter (the batched writes bind
+    /// whole columns as arrays), which matches no bind as a whole. Postgres quotes such values
+    /// without escaping, so a value holding a quote or a line break is cut out whole too.
+    static func scrub(_ message: String, binds: [String?], sqlState: String? = nil) -> String {
         var text = message
+        if sqlState?.hasPrefix("22") == true, let first = text.firstIndex(of: "\"") {
+            let last = text.lastIndex(of: "\"").flatMap { $0 > first ? $0 : nil }
+            text = String(text[..<first]) + "\"<redacted>\"" + (last.map { String(text[text.index(after: $0)...]) } ?? "")
+        }
         for case let value? in binds where !value.isEmpty {
             text = text.replacing("\"\(value)\"", with: "\"<redacted>\"")
             // Unquoted, only long values: a short one could match a word of the server's text.

@@ -4,8 +4,10 @@ import Foundation
 import Hiredis
 import IngestAPI
 import Libpq
+import Logging
 import ReceiptCore
 import RedisJobQueue
+import Telemetry
 
 /// Every setting of receiptq, read from environment variables (12-factor). Each has a default that
 /// works with `scripts/services`; the README's configuration table lists them.
@@ -51,8 +53,10 @@ public struct AppConfiguration: Sendable, CustomStringConvertible {
     /// The port of the metrics listener (`METRICS_PORT`; nil: none). serve also answers
     /// `/metrics` on its API port.
     public var metricsPort: Int?
-    public var logLevel: String
-    public var logFormat: String
+    /// The least severe log level written (`LOG_LEVEL`: `trace` … `critical`, default `info`).
+    public var logLevel: Logger.Level
+    /// How log lines are written (`LOG_FORMAT`: `text`, the default, or `json`).
+    public var logFormat: LogFormat
     /// A directory of PEM certificates trusted for receipt signatures (Apple's roots and
     /// intermediates); nil until configured. receiptq ships no Apple certificate.
     public var trustRootsDirectory: String?
@@ -69,6 +73,16 @@ public struct AppConfiguration: Sendable, CustomStringConvertible {
             guard let text = environment[key], !text.isEmpty else { return fallback }
             guard let value = Int(text), range.contains(value) else {
                 throw ConfigurationError(variable: key, reason: "must be an integer in \(range.lowerBound)...\(range.upperBound)")
+            }
+            return value
+        }
+        /// One of a fixed set of names (case-insensitive); the error lists them, never the value.
+        func choice<Value: RawRepresentable & CaseIterable>(_ key: String, _ fallback: Value) throws -> Value
+        where Value.RawValue == String {
+            guard let text = environment[key], !text.isEmpty else { return fallback }
+            guard let value = Value(rawValue: text.lowercased()) else {
+                throw ConfigurationError(
+                    variable: key, reason: "must be one of \(Value.allCases.map(\.rawValue).joined(separator: ", "))")
             }
             return value
         }
@@ -165,8 +179,8 @@ public struct AppConfiguration: Sendable, CustomStringConvertible {
             credentials: admin, secret: sessionSecret.map { Array($0.utf8) },
             lifetime: .seconds(try int("DASHBOARD_SESSION_HOURS", 8, range: 1...168) * 3600), secureCookies: secureCookies)
         metricsPort = (environment["METRICS_PORT"] ?? "").isEmpty ? nil : try int("METRICS_PORT", 0, range: 0...65535)
-        logLevel = string("LOG_LEVEL", "info")
-        logFormat = string("LOG_FORMAT", "text")
+        logLevel = try choice("LOG_LEVEL", Logger.Level.info)
+        logFormat = try choice("LOG_FORMAT", LogFormat.text)
         trustRootsDirectory = environment["RECEIPTQ_TRUST_ROOTS_DIR"].flatMap { $0.isEmpty ? nil : $0 }
         if self.environment == "production" && appStoreIsDefaultMock {
             throw ConfigurationError(

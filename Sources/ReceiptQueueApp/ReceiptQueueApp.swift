@@ -21,10 +21,11 @@ import UnixSignals
 /// end-to-end tests both call these, so what is tested is what runs.
 public enum ReceiptQueueApp {
     /// Applies pending database migrations.
+    /// - Parameter logger: the connection's (default: the task-local `Logger.current`).
     /// - Returns: the names of the migrations applied.
     @discardableResult
-    public static func migrate(_ configuration: AppConfiguration) throws -> [String] {
-        let connection = try PostgresConnection(configuration: configuration.postgres, label: "migrate")
+    public static func migrate(_ configuration: AppConfiguration, logger: Logger = Logger.current) throws -> [String] {
+        let connection = try PostgresConnection(configuration: configuration.postgres, label: "migrate", logger: logger)
         defer { connection.close() }
         return try Migrator.migrate(connection)
     }
@@ -56,8 +57,8 @@ public enum ReceiptQueueApp {
         _ configuration: AppConfiguration, metrics: PrometheusExporter = PrometheusExporter(), logger: Logger
     ) throws -> (router: Router<IngestRequestContext>, intake: RedisIntake) {
         let verifier = ReceiptSignatureVerifier(trustStore: try trustStore(configuration))
-        let redisPool = RedisConnectionPool(configuration: configuration.redis, size: 32)
-        let postgresPool = PostgresConnectionPool(configuration: configuration.postgres, size: 8)
+        let redisPool = RedisConnectionPool(configuration: configuration.redis, size: 32, logger: logger)
+        let postgresPool = PostgresConnectionPool(configuration: configuration.postgres, size: 8, logger: logger)
         let intake = RedisIntake(
             configuration: configuration.redis, pool: redisPool, keys: configuration.keys,
             idempotencyWindow: configuration.idempotencyWindow, logger: logger)
@@ -126,28 +127,31 @@ public enum ReceiptQueueApp {
                 retryPolicy: configuration.retryPolicy, repollPolicy: configuration.repollPolicy),
             makeQueue: { role in
                 let queue = RedisWorkQueue(
-                    connection: try RedisConnection(configuration: configuration.redis, label: "worker-\(role)"), keys: configuration.keys,
+                    connection: try RedisConnection(configuration: configuration.redis, label: "worker-\(role)", logger: logger),
+                    keys: configuration.keys,
                     workerID: workerID)
                 queue.heartbeatTTLSeconds = configuration.workerHeartbeatTTLSeconds
                 return queue
             },
             makeStore: { role in
-                PostgresReceiptStore(connection: try PostgresConnection(configuration: configuration.postgres, label: "worker-\(role)"))
+                PostgresReceiptStore(
+                    connection: try PostgresConnection(configuration: configuration.postgres, label: "worker-\(role)", logger: logger))
             },
             makeCircuit: {
                 RedisOutageCircuit(
-                    connection: try RedisConnection(configuration: configuration.redis, label: "worker-circuit"), keys: configuration.keys,
+                    connection: try RedisConnection(configuration: configuration.redis, label: "worker-circuit", logger: logger),
+                    keys: configuration.keys,
                     policy: configuration.circuitPolicy)
             },
             verifier: try AppStoreClient(configuration: appStore),
             requeueAbandoned: {
                 do {
-                    let redis = try RedisConnection(configuration: configuration.redis, label: "worker-shutdown")
+                    let redis = try RedisConnection(configuration: configuration.redis, label: "worker-shutdown", logger: logger)
                     defer { redis.close() }
                     try RedisMaintenance(connection: redis, keys: configuration.keys).requeueInFlight(worker: workerID)
                 } catch {
                     // The heartbeat lapses soon and the janitor takes the jobs back: late, not lost.
-                    logger.error("Could not requeue the jobs in hand at shutdown", metadata: ["error": "\(error)"])
+                    logger.error("Could not requeue the jobs in hand at shutdown", error: error)
                 }
             }, metrics: metrics, logger: logger)
     }
@@ -162,7 +166,7 @@ public enum ReceiptQueueApp {
         if limit.rlim_cur < rlim_t(wanted) {
             logger.warning(
                 "The open-file limit is below what WORKER_CONCURRENCY needs; calls beyond it fail as transport errors",
-                metadata: ["limit": "\(limit.rlim_cur)", "wanted": "\(wanted)"])
+                metadata: ["open_files.limit": "\(limit.rlim_cur)", "open_files.wanted": "\(wanted)"])
         }
     }
 
@@ -184,14 +188,14 @@ public enum ReceiptQueueApp {
                 repollLease: configuration.retryPolicy.maxAge + .seconds(3600)),
             makeMaintenance: {
                 RedisMaintenance(
-                    connection: try RedisConnection(configuration: configuration.redis, label: "scheduler"),
+                    connection: try RedisConnection(configuration: configuration.redis, label: "scheduler", logger: logger),
                     keys: configuration.keys)
             },
             makeRepolls: {
                 let schedule = PostgresSubscriptionSchedule(
-                    connection: try PostgresConnection(configuration: configuration.postgres, label: "scheduler"), apps: onlyApps)
+                    connection: try PostgresConnection(configuration: configuration.postgres, label: "scheduler", logger: logger), apps: onlyApps)
                 let queue = RedisRepollQueue(
-                    connection: try RedisConnection(configuration: configuration.redis, label: "scheduler-repoll"),
+                    connection: try RedisConnection(configuration: configuration.redis, label: "scheduler-repoll", logger: logger),
                     keys: configuration.keys, ratePerSecond: configuration.repollRatePerSecond)
                 return (schedule, queue)
             }, now: now, metrics: metrics, logger: logger)

@@ -19,8 +19,8 @@ struct All: AsyncParsableCommand {
 
     func run() async throws {
         var (configuration, logger) = try bootstrap(label: "all")
-        let applied = try ReceiptQueueApp.migrate(configuration)
-        if !applied.isEmpty { logger.info("Migrations applied", metadata: ["migrations": "\(applied)"]) }
+        let applied = try ReceiptQueueApp.migrate(configuration, logger: logger)
+        if !applied.isEmpty { logger.info("Migrations applied", metadata: ["migrations.applied": .array(applied.map { .string($0) })]) }
 
         var services: [any Service] = []
         if configuration.appStoreIsDefaultMock {

@@ -136,8 +136,8 @@ extension Apps {
 
 /// The Postgres connection of an `apps` command; the caller closes it.
 private func appsConnection() throws -> PostgresConnection {
-    let (configuration, _) = try bootstrap(label: "apps")
-    return try PostgresConnection(configuration: configuration.postgres, label: "apps")
+    let (configuration, logger) = try bootstrap(label: "apps")
+    return try PostgresConnection(configuration: configuration.postgres, label: "apps", logger: logger)
 }
 
 extension AppAdmin {

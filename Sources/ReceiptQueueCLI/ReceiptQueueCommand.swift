@@ -38,9 +38,13 @@ func bootstrap(label: String) throws -> (AppConfiguration, Logger) {
     // that resets a socket must cost one failed call, not the process.
     signal(SIGPIPE, SIG_IGN)
     let configuration = try AppConfiguration()
-    let level = Logger.Level(rawValue: configuration.logLevel.lowercased()) ?? .info
+    let level = configuration.logLevel
     LoggingSystem.bootstrap { label in
-        var handler = StreamLogHandler.standardError(label: label)
+        var handler: any LogHandler =
+            switch configuration.logFormat {
+            case .text: StreamLogHandler.standardError(label: label)
+            case .json: JSONLogHandler.standardError(label: label)
+            }
         handler.logLevel = level
         return handler
     }
@@ -87,8 +91,8 @@ struct Migrate: AsyncParsableCommand {
     static let configuration = CommandConfiguration(abstract: "Applies pending database migrations.")
 
     func run() async throws {
-        let (configuration, _) = try bootstrap(label: "migrate")
-        let applied = try ReceiptQueueApp.migrate(configuration)
+        let (configuration, logger) = try bootstrap(label: "migrate")
+        let applied = try ReceiptQueueApp.migrate(configuration, logger: logger)
         print(applied.isEmpty ? "Database is up to date." : "Applied: \(applied.joined(separator: ", "))")
     }
 }

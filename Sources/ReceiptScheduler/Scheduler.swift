@@ -104,7 +104,7 @@ public final class Scheduler: Service, Sendable {
                     lastJanitor = now()
                 }
             } catch {
-                logger.warning("Scheduler tick failed", metadata: ["error": "\(error)"])
+                logger.warning("Scheduler tick failed", error: error)
             }
             // Apart from the Redis chores: a Postgres outage must not hold back retry promotion.
             if let makeRepolls {
@@ -126,7 +126,7 @@ public final class Scheduler: Service, Sendable {
                         lastDueCount = .now
                     }
                 } catch {
-                    logger.warning("Re-poll step failed", metadata: ["error": "\(error)"])
+                    logger.warning("Re-poll step failed", error: error)
                 }
             }
             let end = Date().addingTimeInterval(configuration.tickInterval.seconds)

@@ -238,7 +238,7 @@ public final class WorkerEngine: Service, Sendable {
                 guard free > 0 else { continue }
                 if mayHoldStrays {
                     let moved = try queue.requeueStrays(keeping: locked { Array($0.inFlight.values.map(\.raw)) })
-                    if moved > 0 { logger.info("Gave back jobs a lost reply left in processing", metadata: ["jobs": "\(moved)"]) }
+                    if moved > 0 { logger.info("Gave back jobs a lost reply left in processing", metadata: ["jobs.count": "\(moved)"]) }
                     mayHoldStrays = false
                 }
                 let jobs = try queue.reserve(max: min(free, configuration.fetchBatch), timeout: configuration.reserveTimeout)
@@ -248,7 +248,7 @@ public final class WorkerEngine: Service, Sendable {
                 // Redis unreachable: back off (bounded) and try again; the façade reconnects on the
                 // next call. A reserve that failed may still have moved a job: look for strays first.
                 mayHoldStrays = true
-                logger.warning("Worker fetch error", metadata: ["error": "\(error)"])
+                logger.warning("Worker fetch error", error: error)
                 sleepUnlessStopping(pause)
                 pause = min(pause * 2, 5)
             }
@@ -264,7 +264,7 @@ public final class WorkerEngine: Service, Sendable {
                 logger.warning("Apple outage circuit changed", metadata: ["circuit.transition": "\(transition)"])
             }
         } catch {
-            logger.debug("Outage circuit unreachable", metadata: ["error": "\(error)"])
+            logger.debug("Outage circuit unreachable", error: error)
         }
     }
 
@@ -320,7 +320,7 @@ public final class WorkerEngine: Service, Sendable {
                 // say it once, loudly, not once per job.
                 self.logger.error(
                     "Apple rejects this app's shared secret (21004): update it, then retry the dead letters",
-                    metadata: ["app.id": "\(app.id)", "app.bundle_id": "\(app.bundleID)"])
+                    metadata: ["app.id": "\(app.id.uuidString.lowercased())", "app.bundle_id": "\(app.bundleID)"])
             }
             self.decide(token, job, plan)
         }
@@ -366,7 +366,7 @@ public final class WorkerEngine: Service, Sendable {
                     try queue?.settle(settlements, activity: activity)
                     break
                 } catch {
-                    logger.warning("Worker settle error", metadata: ["error": "\(error)"])
+                    logger.warning("Worker settle error", error: error)
                     if locked({ $0.abandoned }) { return }
                     Thread.sleep(forTimeInterval: pause)
                     pause = min(pause * 2, 5)
@@ -424,7 +424,7 @@ public final class WorkerEngine: Service, Sendable {
                 results = try store.save(written)
             } catch {
                 // The façade reconnects on its next call; this batch is retried.
-                logger.warning("Worker store error", metadata: ["error": "\(error)"])
+                logger.warning("Worker store error", error: error)
             }
         }
         var stored = results.makeIterator()
@@ -435,9 +435,16 @@ public final class WorkerEngine: Service, Sendable {
             if case .store(let record) = item.plan {
                 switch result {
                 case .success(let resource)?:
+                    logger.debug(
+                        "Job stored",
+                        metadata: [
+                            "job.id": "\(record.envelope.id.uuidString.lowercased())", "job.kind": "\(record.envelope.kind.rawValue)",
+                            "app.id": "\(record.envelope.appID.uuidString.lowercased())",
+                            "job.outcome": "\(item.plan.outcome.rawValue)", "apple.status": "\(record.appleStatus.map(String.init) ?? "-")",
+                        ])
                     return (.acknowledge(item.job, result: resource?.encoded()), item.plan.outcome)
                 case .failure(let failure)?:
-                    logger.warning("Postgres refused a result", metadata: ["error": "\(failure)", "job.id": "\(record.envelope.id)"])
+                    logger.warning("Postgres refused a result", error: failure, metadata: ["job.id": "\(record.envelope.id.uuidString.lowercased())"])
                     plan = planner.storeUnavailable(record.envelope, calls: record.calls, code: "store_refused", using: &generator)
                 case nil:
                     plan = planner.storeUnavailable(record.envelope, calls: record.calls, using: &generator)
@@ -447,11 +454,17 @@ public final class WorkerEngine: Service, Sendable {
             }
             switch plan {
             case .retry(let updated, let runAt, _):
+                logger.debug(
+                    "Job scheduled for a retry",
+                    metadata: [
+                        "job.id": "\(updated.id.uuidString.lowercased())", "job.attempt": "\(updated.attempt)",
+                        "error.code": "\(updated.errorCode ?? "")",
+                    ])
                 return (.retry(item.job, updated: updated, runAt: runAt), plan.outcome)
             case .bury(let updated):
                 logger.info(
                     "Job moved to the dead letters",
-                    metadata: ["job.id": "\(updated?.id.uuidString ?? "unreadable")", "job.error": "\(updated?.errorCode ?? "")"])
+                    metadata: ["job.id": "\(updated?.id.uuidString.lowercased() ?? "unreadable")", "error.code": "\(updated?.errorCode ?? "")"])
                 return (.bury(item.job, updated: updated, at: at), plan.outcome)
             case .store:
                 preconditionFailure("a result that could not be stored is retried or buried, never stored")

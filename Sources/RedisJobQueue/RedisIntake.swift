@@ -276,7 +276,7 @@ final class ResultListener: @unchecked Sendable {
                 subscribed.store(false, ordering: .releasing)
                 failures += 1
                 // Requests stop waiting for now (they answer "queued"); say so once per outage.
-                if failures == 1 { logger.warning("Result channel lost; requests answer without waiting", metadata: ["error": "\(error)"]) }
+                if failures == 1 { logger.warning("Result channel lost; requests answer without waiting", error: error) }
                 Thread.sleep(forTimeInterval: min(1, 0.05 * Double(failures)))
             }
         }

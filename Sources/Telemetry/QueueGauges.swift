@@ -38,7 +38,7 @@ public struct QueueGauges: Sendable {
         do {
             update(from: try await overview.snapshot())
         } catch {
-            logger.warning("Metrics could not read the queues from Redis", metadata: ["error": "\(error)"])
+            logger.warning("Metrics could not read the queues from Redis", error: error)
         }
     }
 

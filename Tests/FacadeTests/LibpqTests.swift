@@ -1,7 +1,8 @@
 import Foundation
-import Libpq
 import ReceiptTesting
 import Testing
+
+@testable import Libpq
 
 /// The libpq façade against a real PostgreSQL (`POSTGRES_*` variables).
 ///
@@ -227,6 +228,27 @@ struct LibpqTests {
         #expect(try db.query("SELECT 1 AS one").rows.first?.int("one") == 1)
     }
 
+    @Test("A bad element of an array parameter (a batched column) is not in the error either")
+    func errorDescriptionsNeverContainArrayElements() throws {
+        let db = try PostgresConnection(configuration: configuration)
+        defer { db.close() }
+        // The batched writes bind each column as one array; the server quotes only the element it
+        // could not read, which is no bind as a whole.
+        let element = "MIIT-receipt-\(UUID().uuidString)"
+        let uuids = try #require(throws: PostgresError.self) {
+            try db.query("SELECT \("{\"\(UUID().uuidString)\",\"\(element)\"}")::uuid[]")
+        }
+        #expect(uuids.sqlState == "22P02")
+        #expect(uuids.message.hasPrefix("invalid input syntax for type uuid"))
+        #expect(!String(describing: uuids).contains(element))
+        #expect(!String(describing: uuids).contains("MIIT"))
+
+        let big = "9\(Int.random(in: 100_000_000_000...999_999_999_999))"
+        let range = try #require(throws: PostgresError.self) { try db.query("SELECT \("{1,\(big)}")::int[]") }
+        #expect(range.sqlState == "22003")
+        #expect(!String(describing: range).contains(big))
+    }
+
     @Test func transactionCommitsOrRollsBack() throws {
         struct Abort: Error {}
         let db = try PostgresConnection(configuration: configuration)
@@ -450,5 +472,23 @@ struct PostgresQueryTests {
         #expect(PostgresError.uniqueViolation != PostgresError.query)
         #expect(PostgresError.connectionLost.isTransient)
         #expect(!PostgresError.closed.isTransient)
+    }
+}
+
+/// `PostgresError.scrub` alone: no server needed.
+@Suite("Postgres error redaction")
+struct PostgresErrorScrubTests {
+    @Test("Data exceptions lose everything they quote, even a value with quotes or a line break")
+    func scrubOfQuotedValues() {
+        func scrub(_ message: String) -> String { PostgresError.scrub(message, binds: [], sqlState: "22P02") }
+        #expect(scrub(#"invalid input syntax for type uuid: "secret""#) == #"invalid input syntax for type uuid: "<redacted>""#)
+        #expect(scrub(#"value "12345678901" is out of range for type integer"#) == #"value "<redacted>" is out of range for type integer"#)
+        #expect(scrub(#"invalid input syntax for type uuid: "a"b"c""#) == #"invalid input syntax for type uuid: "<redacted>""#)
+        // The first line of a message whose value holds a line break has no closing quote.
+        #expect(scrub(#"invalid input syntax for type integer: "secret"#) == #"invalid input syntax for type integer: "<redacted>""#)
+        // Other classes quote identifiers, which stay.
+        #expect(
+            PostgresError.scrub(#"duplicate key value violates unique constraint "receipts_pkey""#, binds: [], sqlState: "23505")
+                == #"duplicate key value violates unique constraint "receipts_pkey""#)
     }
 }

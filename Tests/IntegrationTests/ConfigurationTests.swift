@@ -1,6 +1,8 @@
 import Dashboard
+import Logging
 import ReceiptCore
 import ReceiptQueueApp
+import Telemetry
 import Testing
 
 /// Reading `AppConfiguration` from environment variables. No server is needed: this target is
@@ -56,6 +58,34 @@ struct ConfigurationTests {
         let error = #expect(throws: ConfigurationError.self) { try AppConfiguration(environment: environment) }
         let named = environment.count == 1 ? environment.keys.first : "CIRCUIT_MAX_OPEN_SECONDS"
         #expect(error?.variable == named)
+    }
+
+    @Test("LOG_LEVEL and LOG_FORMAT: info and text by default, any case, every level by its name")
+    func logSettings() throws {
+        let defaults = try AppConfiguration(environment: [:])
+        #expect(defaults.logLevel == .info)
+        #expect(defaults.logFormat == .text)
+        for level in Logger.Level.allCases {
+            #expect(try AppConfiguration(environment: ["LOG_LEVEL": level.rawValue]).logLevel == level)
+        }
+        let shouted = try AppConfiguration(environment: ["LOG_LEVEL": "WARNING", "LOG_FORMAT": "Json"])
+        #expect(shouted.logLevel == .warning)
+        #expect(shouted.logFormat == .json)
+        #expect(try AppConfiguration(environment: ["LOG_LEVEL": "", "LOG_FORMAT": ""]).logFormat == .text, "empty means unset")
+    }
+
+    @Test(
+        "A LOG_LEVEL or LOG_FORMAT outside its names is refused, naming the choices and never the value",
+        arguments: [
+            ("LOG_LEVEL", "verbose-s3cret"), ("LOG_LEVEL", "warn"), ("LOG_LEVEL", "fatal"), ("LOG_LEVEL", " info"),
+            ("LOG_FORMAT", "logfmt-s3cret"), ("LOG_FORMAT", "JSON lines"),
+        ])
+    func badLogSettings(_ variable: String, _ value: String) {
+        let error = #expect(throws: ConfigurationError.self) { try AppConfiguration(environment: [variable: value]) }
+        #expect(error?.variable == variable)
+        #expect(error.map { !"\($0)".contains("s3cret") } == true)
+        let choices = variable == "LOG_LEVEL" ? "trace, debug, info, notice, warning, error, critical" : "text, json"
+        #expect(error?.reason == "must be one of \(choices)")
     }
 }
 

@@ -164,14 +164,7 @@ struct WorkerProcessFixture {
 
     /// Starts `receiptq work` with the fixture's environment.
     func startWorker() throws -> Process {
-        let process = Process()
-        process.executableURL = CrashRecoveryTests.binary
-        process.arguments = ["work"]
-        process.environment = environment
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = FileHandle.nullDevice
-        try process.run()
-        return process
+        try startProcess(CrashRecoveryTests.binary, ["work"], environment: environment)
     }
 
     /// Receipts of the app stored as valid.

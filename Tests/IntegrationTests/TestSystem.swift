@@ -213,17 +213,52 @@ final class StandaloneAPI: Sendable {
 }
 
 /// Runs `executable` to its end, stdout and stderr together (read before waiting: a full pipe
-/// would block the child forever).
-func runProcess(_ executable: URL, _ arguments: [String], environment: [String: String]) throws -> (status: Int32, output: String) {
+/// would block the child forever), or stdout alone when `standardError` names a file for stderr
+/// (created, or appended to).
+func runProcess(
+    _ executable: URL, _ arguments: [String], environment: [String: String], standardError: URL? = nil
+) throws -> (status: Int32, output: String) {
     let process = Process()
     process.executableURL = executable
     process.arguments = arguments
     process.environment = environment
     let pipe = Pipe()
     process.standardOutput = pipe
-    process.standardError = pipe
+    let errors = try standardError.map(appendingHandle)
+    defer { try? errors?.close() }
+    process.standardError = errors ?? pipe
     try process.run()
     let output = pipe.fileHandleForReading.readDataToEndOfFile()
     process.waitUntilExit()
     return (process.terminationStatus, String(decoding: output, as: UTF8.self))
+}
+
+/// Starts `executable` in the background, its stdout and stderr appended to these files (nil:
+/// discarded). The caller stops it (SIGTERM) and waits for it.
+func startProcess(
+    _ executable: URL, _ arguments: [String], environment: [String: String], standardOutput: URL? = nil, standardError: URL? = nil
+) throws -> Process {
+    let process = Process()
+    process.executableURL = executable
+    process.arguments = arguments
+    process.environment = environment
+    let output = try standardOutput.map(appendingHandle)
+    let errors = try standardError.map(appendingHandle)
+    defer {
+        // The child has its own copies once it runs.
+        try? output?.close()
+        try? errors?.close()
+    }
+    process.standardOutput = output ?? FileHandle.nullDevice
+    process.standardError = errors ?? FileHandle.nullDevice
+    try process.run()
+    return process
+}
+
+/// A handle writing at the end of `url`, which is created when missing.
+private func appendingHandle(_ url: URL) throws -> FileHandle {
+    if !FileManager.default.fileExists(atPath: url.path) { _ = FileManager.default.createFile(atPath: url.path, contents: nil) }
+    let handle = try FileHandle(forWritingTo: url)
+    try handle.seekToEnd()
+    return handle
 }
