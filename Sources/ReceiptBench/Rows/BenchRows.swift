@@ -7,6 +7,7 @@ enum BenchRows {
             PipelineRow.self,
             IngestRow.self,
             SchedulerRow.self,
+            PipelineScaleRow.self,
         ]
     }
 }

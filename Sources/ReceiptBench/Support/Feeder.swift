@@ -25,6 +25,10 @@ final class Feeder: @unchecked Sendable {
         var polls = 0
         var queueLengthSum = 0
         var emptyPolls = 0
+        /// Wall time spent polling and pushing (the sleeps between polls excluded), and the feeder
+        /// thread's own CPU time, in nanoseconds: a feeder busy nearly all the time cannot push faster.
+        var busyNanos: UInt64 = 0
+        var cpuNanos: UInt64 = 0
         var firstError: String?
     }
 
@@ -73,6 +77,8 @@ final class Feeder: @unchecked Sendable {
 
     private func run() {
         while !stopping.load(ordering: .relaxed) {
+            let startedWall = BenchClock.wall()
+            let startedCPU = BenchClock.threadCPU()
             do {
                 let length = try redis.send(["LLEN", queueKey]).int ?? 0
                 let deficit = min(settings.backlog - length, settings.maxBatch)
@@ -101,6 +107,12 @@ final class Feeder: @unchecked Sendable {
             } catch {
                 state.withLock { if $0.firstError == nil { $0.firstError = "\(error)" } }
                 usleep(100_000)
+            }
+            let busy = BenchClock.wall() &- startedWall
+            let cpu = BenchClock.threadCPU() &- startedCPU
+            state.withLock {
+                $0.busyNanos &+= busy
+                $0.cpuNanos &+= cpu
             }
             usleep(settings.pollMicros)
         }
