@@ -10,7 +10,8 @@ import Synchronization
 /// re-polls of subscriptions that are due, on a timer.
 ///
 /// Safe to run as several replicas: promotion is one atomic Lua script per batch, a requeue moves
-/// each job with one LMOVE, and re-polls are claimed with `FOR UPDATE SKIP LOCKED` (``Repoller``).
+/// each job with one script (`rescue_orphan`: out of the dead lane and queued, or buried, atomically),
+/// and re-polls are claimed with `FOR UPDATE SKIP LOCKED` (``Repoller``).
 public final class Scheduler: Service, Sendable {
     /// Scheduler settings.
     public struct Configuration: Sendable {
