@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import ReceiptCore
 import Synchronization
 
 #if canImport(Glibc)
@@ -145,80 +146,45 @@ public struct JSONLogHandler: LogHandler {
     /// The keys every line starts with; metadata may not take them.
     private static let reservedKeys: Set<String> = ["ts", "level", "logger", "msg"]
 
-    /// One rendered line, `\n` included.
+    /// One rendered line, `\n` included. The JSON is written by ReceiptCore's ``JSONWriter``, the
+    /// writer of the API's documents: one escaper for every JSON receiptq produces.
     static func line(time: Date, level: Logger.Level, label: String, message: String, metadata: Logger.Metadata) -> [UInt8] {
-        var out: [UInt8] = []
-        out.reserveCapacity(128 + message.utf8.count + metadata.count * 32)
-        out.append(contentsOf: #"{"ts":""#.utf8)
-        appendTimestamp(time, to: &out)
-        out.append(contentsOf: #"","level":""#.utf8)
-        out.append(contentsOf: level.rawValue.utf8)
-        out.append(contentsOf: #"","logger":"#.utf8)
-        appendString(label, to: &out)
-        out.append(contentsOf: #","msg":"#.utf8)
-        appendString(message, to: &out)
+        var writer = JSONWriter(capacity: 128 + message.utf8.count + metadata.count * 32)
+        var timestamp: [UInt8] = []
+        appendTimestamp(time, to: &timestamp)
+        writer.openObject()
+        writer.member("ts", String(decoding: timestamp, as: UTF8.self))
+        writer.member("level", level.rawValue)
+        writer.member("logger", label)
+        writer.member("msg", message)
         for (key, value) in metadata.sorted(by: { $0.key < $1.key }) {
-            out.append(UInt8(ascii: ","))
-            appendString(reservedKeys.contains(key) ? "metadata.\(key)" : key, to: &out)
-            out.append(UInt8(ascii: ":"))
-            appendValue(value, to: &out)
+            writer.key(reservedKeys.contains(key) ? "metadata.\(key)" : key)
+            append(value, to: &writer)
         }
-        out.append(contentsOf: "}\n".utf8)
-        return out
+        writer.closeObject()
+        return writer.bytes + [UInt8(ascii: "\n")]
     }
 
     /// A metadata value: strings as JSON strings, dictionaries as objects (keys sorted), arrays as arrays.
-    static func appendValue(_ value: Logger.Metadata.Value, to out: inout [UInt8]) {
+    static func append(_ value: Logger.Metadata.Value, to writer: inout JSONWriter) {
         switch value {
         case .string(let text):
-            appendString(text, to: &out)
+            writer.string(text)
         case .stringConvertible(let convertible):
-            appendString(convertible.description, to: &out)
+            writer.string(convertible.description)
         case .dictionary(let dictionary):
-            out.append(UInt8(ascii: "{"))
-            for (index, (key, nested)) in dictionary.sorted(by: { $0.key < $1.key }).enumerated() {
-                if index > 0 { out.append(UInt8(ascii: ",")) }
-                appendString(key, to: &out)
-                out.append(UInt8(ascii: ":"))
-                appendValue(nested, to: &out)
+            writer.openObject()
+            for (key, nested) in dictionary.sorted(by: { $0.key < $1.key }) {
+                writer.key(key)
+                append(nested, to: &writer)
             }
-            out.append(UInt8(ascii: "}"))
+            writer.closeObject()
         case .array(let array):
-            out.append(UInt8(ascii: "["))
-            for (index, nested) in array.enumerated() {
-                if index > 0 { out.append(UInt8(ascii: ",")) }
-                appendValue(nested, to: &out)
-            }
-            out.append(UInt8(ascii: "]"))
+            writer.openArray()
+            for nested in array { append(nested, to: &writer) }
+            writer.closeArray()
         }
     }
-
-    /// A JSON string (RFC 8259 §7): `"` and `\` escaped, control characters as `\n`, `\t`… or
-    /// `\u00XX`, everything else as the UTF-8 it is.
-    static func appendString(_ text: String, to out: inout [UInt8]) {
-        out.append(UInt8(ascii: "\""))
-        for byte in text.utf8 {
-            switch byte {
-            case UInt8(ascii: "\""): out.append(contentsOf: #"\""#.utf8)
-            case UInt8(ascii: "\\"): out.append(contentsOf: #"\\"#.utf8)
-            case UInt8(ascii: "\n"): out.append(contentsOf: #"\n"#.utf8)
-            case UInt8(ascii: "\r"): out.append(contentsOf: #"\r"#.utf8)
-            case UInt8(ascii: "\t"): out.append(contentsOf: #"\t"#.utf8)
-            case 0x08: out.append(contentsOf: #"\b"#.utf8)
-            case 0x0C: out.append(contentsOf: #"\f"#.utf8)
-            case 0x00..<0x20:
-                out.append(contentsOf: #"\u00"#.utf8)
-                out.append(hexDigits[Int(byte >> 4)])
-                out.append(hexDigits[Int(byte & 0x0F)])
-            default:
-                // Bytes of multi-byte UTF-8 sequences are all ≥ 0x80: copied as they are.
-                out.append(byte)
-            }
-        }
-        out.append(UInt8(ascii: "\""))
-    }
-
-    private static let hexDigits: [UInt8] = Array("0123456789abcdef".utf8)
 
     /// `YYYY-MM-DDTHH:MM:SS.mmmZ`, in UTC.
     static func appendTimestamp(_ time: Date, to out: inout [UInt8]) {
