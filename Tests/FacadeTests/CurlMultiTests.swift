@@ -1,5 +1,6 @@
 import Curl
 import Foundation
+import ReceiptTesting
 import Synchronization
 import Testing
 
@@ -214,24 +215,6 @@ private func multiOptions(timeout: Duration = .seconds(20), maxBytes: Int = 4 <<
     return options
 }
 
-/// A loopback port nobody listens on: bind to port 0, read the port, close.
-private func unusedPort() throws -> Int {
-    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-    guard fd >= 0 else { throw POSIXError(.EMFILE) }
-    defer { close(fd) }
-    var addr = sockaddr_in()
-    addr.sin_family = sa_family_t(AF_INET)
-    addr.sin_addr.s_addr = inet_addr("127.0.0.1")
-    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-    let bound = withUnsafeMutablePointer(to: &addr) {
-        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-            bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0
-        }
-    }
-    guard bound else { throw POSIXError(.EADDRINUSE) }
-    return Int(UInt16(bigEndian: addr.sin_port))
-}
-
 /// Polls `condition` every 10 ms for up to `limit`; true once it holds.
 private func eventually(within limit: Duration = .seconds(10), _ condition: () -> Bool) async throws -> Bool {
     let deadline = ContinuousClock.now + limit
@@ -359,7 +342,7 @@ struct CurlMultiTests {
         let options = multiOptions(timeout: .milliseconds(700), maxBytes: 100_000)
         let request: HTTPRequest
         switch path {
-        case "refused": request = HTTPRequest(url: "http://127.0.0.1:\(try unusedPort())/")
+        case "refused": request = HTTPRequest(url: "http://127.0.0.1:\(try freeLoopbackPort())/")
         case "header-injection": request = HTTPRequest(url: server.url("/echo"), headers: [("X-Test", "a\r\nHost: evil")])
         case "bad method": request = HTTPRequest(method: "GE T", url: server.url("/echo"))
         case let path where path.hasPrefix("/"): request = HTTPRequest(url: server.url(path))

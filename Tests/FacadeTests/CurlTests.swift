@@ -1,5 +1,6 @@
 import Curl
 import Foundation
+import ReceiptTesting
 import Testing
 
 /// A loopback HTTP(S) server in a `python3` child process, so the tests need no network and no
@@ -149,7 +150,7 @@ struct CurlTests {
     }
 
     @Test func connectionRefusedFailsFast() throws {
-        let port = try closedPort()
+        let port = try freeLoopbackPort()
         let start = ContinuousClock.now
         let error = #expect(throws: CurlError.self) {
             try CurlEasy(options: options()).perform(HTTPRequest(url: "http://127.0.0.1:\(port)/"))
@@ -252,22 +253,4 @@ struct CurlTests {
         #expect(statuses.count == 20)
         #expect(statuses.allSatisfy { $0.0 == 200 && $0.1 == [1] })
     }
-}
-
-/// A loopback port nobody listens on: bind to port 0, read the port, close.
-private func closedPort() throws -> Int {
-    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-    guard fd >= 0 else { throw POSIXError(.EMFILE) }
-    defer { close(fd) }
-    var addr = sockaddr_in()
-    addr.sin_family = sa_family_t(AF_INET)
-    addr.sin_addr.s_addr = inet_addr("127.0.0.1")
-    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-    let bound = withUnsafeMutablePointer(to: &addr) {
-        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-            bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0
-        }
-    }
-    guard bound else { throw POSIXError(.EADDRINUSE) }
-    return Int(UInt16(bigEndian: addr.sin_port))
 }

@@ -28,7 +28,7 @@ struct PrometheusScrapeTests {
                 static_configs: [{targets: ["127.0.0.1:\(system.apiPort)"]}]
             """
         try config.write(to: directory.appendingPathComponent("prometheus.yml"), atomically: true, encoding: .utf8)
-        let port = try freeTCPPort()
+        let port = try freeLoopbackPort()
         let prometheus = Process()
         prometheus.executableURL = binary
         prometheus.arguments = [

@@ -424,26 +424,6 @@ func offload<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async thro
 
 // MARK: - Throwaway servers
 
-/// A free TCP port on 127.0.0.1 (the kernel's pick; free when this returns, almost surely still
-/// free a moment later).
-func freeLoopbackPort() throws -> Int {
-    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-    guard fd >= 0 else { throw RestartTestError("socket: errno \(errno)") }
-    defer { close(fd) }
-    var address = sockaddr_in()
-    address.sin_family = sa_family_t(AF_INET)
-    address.sin_port = 0
-    address.sin_addr.s_addr = inet_addr("127.0.0.1")
-    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-    let bound = withUnsafeMutablePointer(to: &address) { pointer in
-        pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { address in
-            bind(fd, address, length) == 0 && getsockname(fd, address, &length) == 0
-        }
-    }
-    guard bound else { throw RestartTestError("bind: errno \(errno)") }
-    return Int(UInt16(bigEndian: address.sin_port))
-}
-
 /// Starts `arguments` (looked up on PATH) in `/`, stdin from /dev/null, stdout and stderr appended
 /// to `log` (or /dev/null), and no other descriptor of ours.
 ///
