@@ -73,11 +73,7 @@ public enum ReceiptQueueApp {
         let dead = RedisJobSet.dead(pool: redisPool, keys: configuration.keys)
         let retries = RedisJobSet.retries(pool: redisPool, keys: configuration.keys)
         let overview = RedisQueueOverview(pool: redisPool, keys: configuration.keys)
-        MetricsEndpoint(
-            exporter: metrics,
-            gauges: QueueGauges(
-                overview: RedisQueueOverview(pool: redisPool, keys: configuration.keys, activityMinutes: 0), factory: metrics, logger: logger)
-        ).addRoutes(to: router)
+        MetricsEndpoint(exporter: metrics, gauges: queueGauges(configuration, metrics: metrics, logger: logger)).addRoutes(to: router)
         AdminAPI(dead: dead, retries: retries, overview: overview, credentials: configuration.admin).addRoutes(to: router)
         try AdminPages(
             dead: dead, retries: retries, overview: overview, credentials: configuration.admin, sessions: configuration.adminSessions,
@@ -210,12 +206,22 @@ public enum ReceiptQueueApp {
         onRunning: @escaping @Sendable (Int) async -> Void = { _ in }
     ) -> (any Service)? {
         guard let port = configuration.metricsPort else { return nil }
-        // One connection: a scrape reads the queues in at most two round trips.
-        let pool = RedisConnectionPool(configuration: configuration.redis, size: 1)
-        let gauges = QueueGauges(
-            overview: RedisQueueOverview(pool: pool, keys: configuration.keys, activityMinutes: 0), factory: metrics, logger: logger)
-        return MetricsEndpoint(exporter: metrics, gauges: gauges).server(
+        return MetricsEndpoint(exporter: metrics, gauges: queueGauges(configuration, metrics: metrics, logger: logger)).server(
             host: configuration.httpHost, port: port, logger: logger, onRunning: onRunning)
+    }
+
+    /// The queue gauges a scrape reads from Redis, on a connection of their own with short
+    /// timeouts: a hung Redis must cost a scrape a couple of seconds, not Prometheus's whole scrape
+    /// timeout (which would drop the process's own counters with it), and must not hold one of the
+    /// API's connections.
+    static func queueGauges(_ configuration: AppConfiguration, metrics: PrometheusExporter, logger: Logger) -> QueueGauges {
+        var redis = configuration.redis
+        redis.connectTimeout = min(redis.connectTimeout, .seconds(1))
+        redis.commandTimeout = .seconds(2)
+        // One connection: a scrape reads the queues in at most two round trips.
+        let pool = RedisConnectionPool(configuration: redis, size: 1)
+        return QueueGauges(
+            overview: RedisQueueOverview(pool: pool, keys: configuration.keys, activityMinutes: 0), factory: metrics, logger: logger)
     }
 
     /// Runs services until SIGTERM/SIGINT, then shuts them down gracefully in reverse order.

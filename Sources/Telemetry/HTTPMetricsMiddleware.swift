@@ -42,8 +42,8 @@ public struct HTTPMetricsMiddleware<Context: RequestContext>: RouterMiddleware {
     }
 }
 
-/// One counter and one timer per label set, made once: creating them through the factory on every
-/// request would take the registry's lock twice per request.
+/// One counter per label set and one timer per route and method, made once: creating them through
+/// the factory on every request would take the registry's lock twice per request; this takes one lock.
 private final class SeriesCache: Sendable {
     private struct Key: Hashable {
         var route: String
@@ -51,9 +51,13 @@ private final class SeriesCache: Sendable {
         var status: Int
     }
 
+    private struct Series {
+        var counters: [Key: Counter] = [:]
+        var timers: [Key: Metrics.Timer] = [:]
+    }
+
     private let factory: any MetricsFactory
-    private let counters = Mutex<[Key: Counter]>([:])
-    private let timers = Mutex<[Key: Metrics.Timer]>([:])
+    private let series = Mutex(Series())
 
     init(factory: any MetricsFactory) {
         self.factory = factory
@@ -63,21 +67,21 @@ private final class SeriesCache: Sendable {
         // Hummingbird names the not-found responder's path "NotFound".
         let route = route.flatMap { $0 == "NotFound" ? nil : $0 } ?? "unmatched"
         let status = (100...599).contains(status) ? status : 500
-        let counter = counters.withLock { counters in
+        let (counter, timer) = series.withLock { series in
             let key = Key(route: route, method: method, status: status)
-            if let counter = counters[key] { return counter }
-            let counter = Counter(
-                label: MetricCatalog.httpRequests, dimensions: [("route", route), ("method", method), ("status", String(status))],
-                factory: factory)
-            counters[key] = counter
-            return counter
-        }
-        let timer = timers.withLock { timers in
-            let key = Key(route: route, method: method, status: 0)
-            if let timer = timers[key] { return timer }
-            let timer = Metrics.Timer(label: MetricCatalog.httpRequestDuration, dimensions: [("route", route), ("method", method)], factory: factory)
-            timers[key] = timer
-            return timer
+            let counter =
+                series.counters[key]
+                ?? Counter(
+                    label: MetricCatalog.httpRequests, dimensions: [("route", route), ("method", method), ("status", String(status))],
+                    factory: factory)
+            series.counters[key] = counter
+            // The duration has no status label: one timer per route and method.
+            let timerKey = Key(route: route, method: method, status: 0)
+            let timer =
+                series.timers[timerKey]
+                ?? Metrics.Timer(label: MetricCatalog.httpRequestDuration, dimensions: [("route", route), ("method", method)], factory: factory)
+            series.timers[timerKey] = timer
+            return (counter, timer)
         }
         counter.increment()
         timer.record(duration: elapsed)

@@ -47,17 +47,9 @@ public struct QueueGauges: Sendable {
         for (kind, gauge) in depth { gauge.record(snapshot.queued[kind] ?? 0) }
         retries.record(snapshot.retries)
         dead.record(snapshot.dead)
-        workers.record(Set(snapshot.workers.map(\.processKey)).count)
+        // One lane per worker process: its heartbeat and processing list.
+        workers.record(snapshot.workers.count)
         circuit.record(snapshot.circuit.status.metricValue)
-    }
-}
-
-extension WorkerStatus {
-    /// One worker process, whatever the number of its lanes: host and pid when the heartbeat has
-    /// them, else the lane's id.
-    fileprivate var processKey: String {
-        if let host, let pid { return "\(host)/\(pid)" }
-        return id
     }
 }
 

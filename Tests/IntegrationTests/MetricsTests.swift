@@ -1,6 +1,7 @@
 import Curl
 import Foundation
 import ReceiptCore
+import ReceiptQueueApp
 import ReceiptTesting
 import Telemetry
 import Testing
@@ -92,7 +93,7 @@ struct MetricsTests {
     @Test("work and schedule answer /metrics and /health/live on METRICS_PORT; SIGTERM stops both cleanly")
     func processMetricsPorts() async throws {
         let jobs = 200
-        let workPort = try freeTCPPort()
+        let workPort = try freeLoopbackPort()
         let fixture = try await WorkerProcessFixture(
             jobs: jobs, appleDelay: .milliseconds(10), worker: ["WORKER_CONCURRENCY": "16", "METRICS_PORT": String(workPort)])
         defer { Task { await fixture.close() } }
@@ -122,7 +123,7 @@ struct MetricsTests {
         #expect(other.status == 404)
 
         // The scheduler: its own counters, and the same deployment-wide gauges.
-        let schedulePort = try freeTCPPort()
+        let schedulePort = try freeLoopbackPort()
         let scheduler = Process()
         scheduler.executableURL = CrashRecoveryTests.binary
         scheduler.arguments = ["schedule"]
@@ -172,6 +173,24 @@ struct MetricsTests {
         return (process.terminationStatus, String(decoding: text, as: UTF8.self))
     }
 
+    @Test("Redis unreachable: /metrics still answers 200 with the process's own counters")
+    func redisDown() async throws {
+        let configuration = try AppConfiguration(environment: [
+            "HTTP_HOST": "127.0.0.1", "HTTP_PORT": "0", "REDIS_PORT": String(try freeLoopbackPort()), "REDIS_CONNECT_TIMEOUT_MS": "200",
+            "RECEIPTQ_TRUST_ROOTS_DIR": try TestSystem.trustDirectory.get().path,
+        ])
+        let api = try await StandaloneAPI(configuration)
+        defer { Task { await api.stop() } }
+        let client = try HTTPClient(options: CurlOptions(), lanes: 2)
+        let ready = try await client.send(Curl.HTTPRequest(method: "GET", url: "http://127.0.0.1:\(api.port)/health/ready", headers: [], body: []))
+        #expect(ready.status == 503)
+        _ = try await Self.scrape(client, "http://127.0.0.1:\(api.port)/metrics")
+        let scrape = try await Self.scrape(client, "http://127.0.0.1:\(api.port)/metrics")
+        #expect(scrape.value("receiptq_http_requests_total", ["route": "/metrics", "method": "GET", "status": "200"]) == 1)
+        #expect(scrape.value("receiptq_http_requests_total", ["route": "/health/ready", "method": "GET", "status": "503"]) == 1)
+        #expect(scrape.violations().isEmpty, "\(scrape.violations())")
+    }
+
     static func scrape(_ client: HTTPClient, _ url: String) async throws -> Scrape {
         let response = try await client.send(Curl.HTTPRequest(method: "GET", url: url, headers: [], body: []))
         guard response.status == 200 else { throw RestartTestError("GET \(url) answered \(response.status)") }
@@ -179,24 +198,6 @@ struct MetricsTests {
         guard contentType == PrometheusExporter.contentType else { throw RestartTestError("content type \(contentType ?? "none")") }
         return Scrape(text: String(decoding: response.body, as: UTF8.self))
     }
-}
-
-/// A free TCP port on 127.0.0.1, as the kernel picks it for a socket bound to port 0.
-func freeTCPPort() throws -> Int {
-    let socket = Foundation.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-    guard socket >= 0 else { throw RestartTestError("socket() failed") }
-    defer { close(socket) }
-    var address = sockaddr_in()
-    address.sin_family = sa_family_t(AF_INET)
-    address.sin_addr.s_addr = inet_addr("127.0.0.1")
-    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-    let bound = withUnsafeMutablePointer(to: &address) {
-        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { pointer in
-            bind(socket, pointer, length) == 0 && getsockname(socket, pointer, &length) == 0
-        }
-    }
-    guard bound else { throw RestartTestError("bind() failed") }
-    return Int(UInt16(bigEndian: address.sin_port))
 }
 
 /// A Prometheus text exposition, parsed: each sample's name, labels and value.
