@@ -169,11 +169,12 @@ class Catalogue:
                 self.series[name] = (name, kind, labels)
 
 
-def selectors_in(node):
+def nodes_in(node, kind):
+    """Every node of the PromQL tree under `node` that is a `kind` (VectorSelector, AggregateExpr, ...)."""
     found = []
 
     def visit(child):
-        if isinstance(child, promql_parser.VectorSelector):
+        if isinstance(child, kind):
             found.append(child)
 
     promql_parser.walk(node, visit)
@@ -200,7 +201,7 @@ def check_promql(expr, where, catalogue, report, path):
 
     def series_of(node):
         result = []
-        for selector in selectors_in(node):
+        for selector in nodes_in(node, promql_parser.VectorSelector):
             known = catalogue.series.get(selector_name(selector) or "")
             if known:
                 result.append(known)
@@ -269,24 +270,13 @@ def check_promql(expr, where, catalogue, report, path):
                 report.error(path, f"{where}: histogram_quantile() needs a _bucket series")
             else:
                 under = set()
-                for aggregate in aggregates_in(call.args[1]):
+                for aggregate in nodes_in(call.args[1], promql_parser.AggregateExpr):
                     under.update(aggregate.modifier.labels if aggregate.modifier else [])
                 if under and "le" not in under:
                     report.error(path, f"{where}: histogram_quantile() over an aggregation that drops le")
 
     promql_parser.walk(tree, visit)
     return used, grouped
-
-
-def aggregates_in(node):
-    found = []
-
-    def visit(child):
-        if isinstance(child, promql_parser.AggregateExpr):
-            found.append(child)
-
-    promql_parser.walk(node, visit)
-    return found
 
 
 def check_alerts(path, catalogue, report):
