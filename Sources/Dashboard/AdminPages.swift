@@ -30,7 +30,8 @@ public struct AdminPages: Sendable {
     let throttle: LoginThrottle
 
     static let pageSize = 50
-    static let maxFormBytes = 1 << 20
+    /// The largest form body the pages accept (413 beyond).
+    public static let maxFormBytes = 1 << 20
 
     /// Creates the pages, reading the templates and stylesheet from the module's resources.
     /// - Parameters:
@@ -178,13 +179,13 @@ public struct AdminPages: Sendable {
 
     private func readForm(_ request: Request) async throws -> FormRead {
         guard request.headers[.contentType]?.lowercased().hasPrefix("application/x-www-form-urlencoded") == true else {
-            return .refused(plain(.unsupportedMediaType, "Content-Type must be application/x-www-form-urlencoded"))
+            return .refused(Self.plain(.unsupportedMediaType, "Content-Type must be application/x-www-form-urlencoded"))
         }
         do {
             let body = try await request.body.collect(upTo: Self.maxFormBytes)
             return .fields(FormFields(String(decoding: body.readableBytesView, as: UTF8.self)))
         } catch is NIOTooManyBytesError {
-            return .refused(plain(.contentTooLarge, "form larger than \(Self.maxFormBytes) bytes"))
+            return .refused(Self.plain(.contentTooLarge, "form larger than \(Self.maxFormBytes) bytes"))
         }
     }
 
@@ -461,11 +462,23 @@ public struct AdminPages: Sendable {
         return response
     }
 
-    private func plain(_ status: HTTPResponse.Status, _ text: String) -> Response {
+    private static func plain(_ status: HTTPResponse.Status, _ text: String) -> Response {
         var response = Response(
             status: status, headers: [.contentType: "text/plain; charset=utf-8"], body: .init(byteBuffer: ByteBuffer(string: text + "\n")))
         AdminHeaders.apply(to: &response)
         return response
+    }
+
+    /// Whether `path` is one of the dashboard's HTML pages (not its JSON API).
+    public static func isPage(_ path: String) -> Bool {
+        path == "/admin" || (path.hasPrefix("/admin/") && !path.hasPrefix("/admin/api/"))
+    }
+
+    /// The shared gate's refusal (`InputHygieneMiddleware`) for a page or a form: plain text, with
+    /// the dashboard's security headers.
+    public static func refusal(status: HTTPResponse.Status, errors: [FieldError]) -> Response {
+        let text = errors.map { "\($0.field): \($0.reason)" }.joined(separator: "\n")
+        return plain(status, text.isEmpty ? "request too large" : text)
     }
 
     /// The envelope as indented JSON, with the receipt truncated (``JobSetEntry/envelopeForDisplay``).

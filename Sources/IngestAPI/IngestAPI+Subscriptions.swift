@@ -35,8 +35,7 @@ extension IngestAPI {
             let listing = try await catalog.entitlements(appID: app.id, userIdentifier: user)
             return jsonBytes(.ok, listing.encoded(at: now()))
         } catch {
-            context.logger.error("Entitlement lookup failed", error: error)
-            return unavailable()
+            return lookupFailed(error, field: "user_identifier", logger: context.logger)
         }
     }
 
@@ -57,8 +56,7 @@ extension IngestAPI {
             }
             return jsonBytes(.ok, found.encoded(at: now()))
         } catch {
-            context.logger.error("Subscription lookup failed", error: error)
-            return unavailable()
+            return lookupFailed(error, field: nil, logger: context.logger)
         }
     }
 }

@@ -142,8 +142,7 @@ public struct IngestAPI: Sendable {
                 return resourceResponse(.ok, pending)
             }
         } catch {
-            context.logger.error("Receipt lookup failed", error: error)
-            return unavailable()
+            return lookupFailed(error, field: nil, logger: context.logger)
         }
         return notFound()
     }
@@ -172,6 +171,8 @@ public struct IngestAPI: Sendable {
         guard !token.isEmpty, token.count <= 200 else { return .success(nil) }
         do {
             return .success(try await catalog.authenticate(token: token))
+        } catch let failure as StoreFailure where failure.isPermanent {
+            return .success(nil)  // a value the store cannot hold is nobody's token: 401
         } catch {
             context.logger.error("Token lookup failed", error: error)
             return .failure(error)
@@ -228,6 +229,19 @@ func unavailable() -> Response {
 }
 
 func notFound() -> Response { json(.notFound, ["error": .string("not found")]) }
+
+/// The answer to a lookup that threw: a value the store refuses can match nothing, so it is the
+/// client's mistake (422 naming `field`, or 404 for a path parameter: `field` nil); anything else
+/// is the store being unreachable (503, retry later).
+func lookupFailed(_ error: any Error, field: String?, logger: Logger) -> Response {
+    if let failure = error as? StoreFailure, failure.isPermanent {
+        logger.debug("Lookup refused by the store", metadata: ["error.code": "\(failure.code)"])
+        guard let field else { return notFound() }
+        return unprocessable([FieldError(field: field, reason: "cannot be looked up: \(failure.message)")])
+    }
+    logger.error("Lookup failed: store unavailable", error: error)
+    return unavailable()
+}
 
 extension HTTPResponse.Status {
     /// 402: the receipt is not signed by Apple or not this app's (possible fraud), as in the client API.

@@ -64,21 +64,21 @@ public struct SoftphoneService: Sendable {
         let limit = api.configuration.maxBodyBytes
 
         let query = request.uri.query ?? ""
-        guard query.utf8.count <= limit else { return respond(Self.tooLarge(limit), format) }
+        guard query.utf8.count <= limit else { return Self.respond(Self.tooLarge(limit), format) }
         let queryParameters = SoftphoneForm.parse(query.utf8)
         var bodyParameters: Result<[SoftphoneParameter], SoftphoneRequestError> = .success([])
         if isPOST {
             // No Content-Type is taken for the softphone's own default, a form.
             guard mediaType == nil || mediaType == "application/x-www-form-urlencoded" || isJSON else {
-                return respond(Self.unsupportedMediaType, format)
+                return Self.respond(Self.unsupportedMediaType, format)
             }
             let body: ByteBuffer
             do {
                 body = try await request.body.collect(upTo: limit)
             } catch is NIOTooManyBytesError {
-                return respond(Self.tooLarge(limit), format)
+                return Self.respond(Self.tooLarge(limit), format)
             } catch {
-                return respond(SoftphoneReply(status: 400, message: "The request body could not be read."), format)
+                return Self.respond(SoftphoneReply(status: 400, message: "The request body could not be read."), format)
             }
             let bytes = Array(body.readableBytesView)
             bodyParameters = isJSON ? SoftphoneJSON.parse(bytes) : SoftphoneForm.parse(bytes)
@@ -91,20 +91,20 @@ public struct SoftphoneService: Sendable {
         switch await authenticate(request, token: token, logger: context.logger) {
         case .app(let found): app = found
         case .refused(let stale): return unauthorized(stale: stale, format)
-        case .unavailable: return respond(Self.unavailable, format)
+        case .unavailable: return Self.respond(Self.unavailable, format)
         }
 
         let parsed: SoftphoneRequest
         switch (queryParameters, bodyParameters) {
         case (.failure(let error), _), (_, .failure(let error)):
-            return respond(Self.unprocessable(error, logger: context.logger), format)
+            return Self.respond(Self.unprocessable(error, logger: context.logger), format)
         case (.success(let inQuery), .success(let inBody)):
             switch SoftphoneRequest.parse(inQuery + inBody) {
             case .success(let value): parsed = value
-            case .failure(let error): return respond(Self.unprocessable(error, logger: context.logger), format)
+            case .failure(let error): return Self.respond(Self.unprocessable(error, logger: context.logger), format)
             }
         }
-        return respond(await purchase(parsed, app: app, request: request, context: context), format)
+        return Self.respond(await purchase(parsed, app: app, request: request, context: context), format)
     }
 
     /// Queues and (within the sync wait) validates the receipt, and says what the softphone may do.
@@ -200,12 +200,27 @@ public struct SoftphoneService: Sendable {
         SoftphoneReply(status: 413, message: "The request is too large (at most \(limit) bytes).")
     }
 
+    /// The shared gate's refusal (``InputHygieneMiddleware``) in the softphone's format, with
+    /// `final=1` like every answer: 422 naming the field, or 413.
+    public static func refusal(_ request: Request, status: HTTPResponse.Status, errors: [FieldError]) -> Response {
+        let isJSON = request.headers[.contentType].map { $0.lowercased().hasPrefix("application/json") } ?? false
+        let format = SoftphoneFormat.negotiate(accept: request.headers[values: .accept].joined(separator: ","), requestWasJSON: isJSON)
+        guard status == .unprocessableContent, let first = errors.first else {
+            return respond(SoftphoneReply(status: Int(status.code), message: "The request is too large."), format)
+        }
+        return respond(
+            SoftphoneReply(
+                status: 422, message: "The request could not be read: \(first.field) \(first.reason).",
+                fields: [SoftphoneReply.Field("field", first.field)]),
+            format)
+    }
+
     private static func unprocessable(_ error: SoftphoneRequestError, logger: Logger) -> SoftphoneReply {
         logger.debug("Softphone request refused", metadata: ["error.code": "\(error.codeName)"])
         return SoftphoneReply(status: 422, message: error.message)
     }
 
-    private func respond(_ reply: SoftphoneReply, _ format: SoftphoneFormat) -> Response {
+    private static func respond(_ reply: SoftphoneReply, _ format: SoftphoneFormat) -> Response {
         var headers = HTTPFields()
         headers[.contentType] = format.contentType
         // Retry-After on 503 only: the softphone (or its user) may send the same receipt again.
@@ -216,7 +231,7 @@ public struct SoftphoneService: Sendable {
     }
 
     private func unauthorized(stale: Bool, _ format: SoftphoneFormat) -> Response {
-        var response = respond(Self.unauthorizedReply, format)
+        var response = Self.respond(Self.unauthorizedReply, format)
         let nonce = nonces.issue(now: api.ingestion.now())
         for challenge in SoftphoneAuth.challenges(nonce: nonce, stale: stale) {
             response.headers.append(HTTPField(name: .wwwAuthenticate, value: challenge))
@@ -242,6 +257,8 @@ public struct SoftphoneService: Sendable {
         func credentials(_ username: String) async -> Result<SoftphoneCredentials?, any Error> {
             do {
                 return .success(try await api.catalog.softphoneCredentials(username: username))
+            } catch let failure as StoreFailure where failure.isPermanent {
+                return .success(nil)  // a value the store cannot hold is nobody's username: 401
             } catch {
                 logger.error("Softphone credential lookup failed", error: error)
                 return .failure(error)
@@ -289,6 +306,8 @@ public struct SoftphoneService: Sendable {
         guard !token.isEmpty, token.utf8.count <= 200 else { return refused("token", "invalid") }
         do {
             if let app = try await api.catalog.authenticate(token: token) { return .app(app) }
+            return refused("token", "invalid")
+        } catch let failure as StoreFailure where failure.isPermanent {
             return refused("token", "invalid")
         } catch {
             logger.error("Token lookup failed", error: error)

@@ -1,25 +1,6 @@
 import Foundation
 import ReceiptCore
 
-/// One reason a request body was refused: the field and why (the 422 body lists them all).
-public struct FieldError: Error, Sendable, Equatable, Codable {
-    public var field: String
-    public var reason: String
-
-    /// Creates a field error.
-    public init(field: String, reason: String) {
-        self.field = field
-        self.reason = reason
-    }
-}
-
-/// Every field error of one request.
-public struct FieldErrors: Error, Sendable, Equatable {
-    public var errors: [FieldError]
-    /// Wraps a list of field errors.
-    public init(_ errors: [FieldError]) { self.errors = errors }
-}
-
 /// The body of `POST /client/itunes_connect/receipts`, validated field by field.
 ///
 /// Unknown fields are ignored, as in the client API this endpoint is compatible with.

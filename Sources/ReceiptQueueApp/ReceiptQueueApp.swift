@@ -68,6 +68,14 @@ public enum ReceiptQueueApp {
         let router = Router(context: IngestRequestContext.self)
         // First, so that it also times the requests the other middleware refuses.
         router.add(middleware: HTTPMetricsMiddleware(factory: metrics))
+        // Before every route: nothing reaches a handler that Postgres could not store.
+        router.add(
+            middleware: InputHygieneMiddleware(maxBodyBytes: max(configuration.api.maxBodyBytes, AdminPages.maxFormBytes)) {
+                request, status, errors in
+                if request.uri.path == SoftphoneService.path { return SoftphoneService.refusal(request, status: status, errors: errors) }
+                if AdminPages.isPage(request.uri.path) { return AdminPages.refusal(status: status, errors: errors) }
+                return IngestAPI.refusal(request, status: status, errors: errors)
+            })
         api.addRoutes(to: router)
         SoftphoneService(api: api, configuration: configuration.softphone).addRoutes(to: router)
         let dead = RedisJobSet.dead(pool: redisPool, keys: configuration.keys)

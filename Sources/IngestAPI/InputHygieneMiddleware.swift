@@ -1,0 +1,94 @@
+import Foundation
+import HTTPTypes
+import Hummingbird
+import Logging
+import NIOCore
+import ReceiptCore
+
+/// The front doors' shared gate: before any handler runs, the path, the query string and a JSON or
+/// form body must be text that Postgres can store (``InputHygiene``), or the request is answered
+/// 422 with the field and the reason.
+///
+/// One middleware on the router rather than a check per handler, so a door added later is covered
+/// the day it is routed. Handlers still check their own fields' lengths and shapes; this gate only
+/// guarantees that nothing they accept carries a NUL, invalid UTF-8, a lone surrogate escape, or
+/// JSON nested past ``InputHygiene/maxJSONDepth``.
+///
+/// The body is read once here (up to `maxBodyBytes`, else 413) and handed on buffered, so a handler
+/// reads the same bytes with its own, possibly smaller, limit. Each door answers in its own format:
+/// `refusal` renders the answer from the request, the status and the field errors.
+public struct InputHygieneMiddleware<Context: RequestContext>: RouterMiddleware {
+    /// Renders a refusal: 422 with field errors, or 413 with none.
+    public typealias Refusal = @Sendable (_ request: Request, _ status: HTTPResponse.Status, _ errors: [FieldError]) -> Response
+
+    let maxBodyBytes: Int
+    let refusal: Refusal
+
+    /// Creates the gate.
+    /// - Parameters:
+    ///   - maxBodyBytes: the largest body any door accepts (413 beyond).
+    ///   - refusal: how each door says no; by default ``IngestAPI/refusal(_:status:errors:)``.
+    public init(maxBodyBytes: Int, refusal: @escaping Refusal = IngestAPI.refusal) {
+        self.maxBodyBytes = maxBodyBytes
+        self.refusal = refusal
+    }
+
+    public func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
+        var request = request
+        let problem: FieldError?
+        do {
+            problem = try await Self.problem(in: &request, maxBodyBytes: maxBodyBytes)
+        } catch is NIOTooManyBytesError {
+            return refusal(request, .contentTooLarge, [])
+        }
+        guard let problem else { return try await next(request, context) }
+        // The field's name only: the value is what was hostile, and may be a secret.
+        context.logger.debug(
+            "Request refused at the door", metadata: ["request.fields": .array([.string(problem.field)]), "http.status": "422"])
+        return refusal(request, .unprocessableContent, [problem])
+    }
+
+    /// The first field of the request that cannot be stored; buffers the body it checks into `request`.
+    static func problem(in request: inout Request, maxBodyBytes: Int) async throws -> FieldError? {
+        if let problem = InputHygiene.pathProblem(request.uri.path.utf8) { return problem }
+        if let query = request.uri.query, let problem = InputHygiene.formProblem(query.utf8, where: "query") { return problem }
+        switch BodyKind(request) {
+        case .json:
+            let body = try await request.collectBody(upTo: maxBodyBytes)
+            return InputHygiene.jsonProblem(body.readableBytesView)
+        case .form:
+            let body = try await request.collectBody(upTo: maxBodyBytes)
+            return InputHygiene.formProblem(body.readableBytesView, where: "form")
+        case .other:
+            return nil
+        }
+    }
+}
+
+extension IngestAPI {
+    /// The client API's refusal at the shared gate: `{"errors": [{"field", "reason"}]}` for 422,
+    /// `{"error"}` for 413.
+    public static func refusal(_ request: Request, status: HTTPResponse.Status, errors: [FieldError]) -> Response {
+        guard status == .unprocessableContent else { return json(status, ["error": .string("body too large")]) }
+        return unprocessable(errors)
+    }
+}
+
+/// What a body is checked as, by its media type.
+enum BodyKind {
+    case json, form, other
+
+    init(_ request: Request) {
+        let mediaType = request.headers[.contentType].flatMap {
+            $0.split(separator: ";").first?.trimmingCharacters(in: .whitespaces).lowercased()
+        }
+        switch mediaType {
+        case "application/json"?: self = .json
+        case let type? where type.hasPrefix("application/") && type.hasSuffix("+json"): self = .json
+        case "application/x-www-form-urlencoded"?: self = .form
+        // The Cloud Softphone posts forms without a Content-Type; a body-less GET has nothing to read.
+        case nil where request.method == .post || request.method == .put || request.method == .patch: self = .form
+        default: self = .other
+        }
+    }
+}
