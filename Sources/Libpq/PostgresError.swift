@@ -75,6 +75,14 @@ public struct PostgresError: Error, CustomStringConvertible, Equatable {
         return sqlState.hasPrefix("08") || ["57P01", "57P02", "57P03"].contains(sqlState)
     }
 
+    /// Whether the server refused the data itself: a data exception (SQLSTATE class 22, such as
+    /// 22021 for a NUL in text or 22P05 for `\u0000` in jsonb) or an integrity constraint violation
+    /// (class 23). The same values fail the same way every time, so retrying is pointless.
+    public var isDataError: Bool {
+        guard let sqlState, !isTransient else { return false }
+        return sqlState.hasPrefix("22") || sqlState.hasPrefix("23")
+    }
+
     /// A log-safe rendering of the code, SQLSTATE and scrubbed message.
     public var description: String {
         "PostgresError(\(code)\(sqlState.map { ", sqlState: \($0)" } ?? "")): \(message)"

@@ -25,12 +25,12 @@ public final class PostgresCatalog: ReceiptCatalog {
 
     public func authenticate(token: String) async throws -> AppRecord? {
         // Tokens look like `rq_` + 48 hex digits; anything else cannot be one of ours.
-        guard token.utf8.count >= 7, token.utf8.count <= 128 else { return nil }
+        guard token.utf8.count >= 7, token.utf8.count <= 128, token.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F }) else { return nil }
         let hash = Digest.sha256(Array(token.utf8))
         let key = Digest.hex(hash)
         if let hit = cache.withLock({ $0[key] }), Date().timeIntervalSince(hit.loadedAt) < cacheTTL { return hit.app }
         let prefix = String(token.prefix(7))
-        let app = try await pool.withConnection { connection in
+        let app = try await lookup { connection in
             // Found by the public prefix, then the stored hash compared in constant time: neither
             // an index walk nor `=` on the secret's hash decides the answer.
             try connection.query(
@@ -54,7 +54,7 @@ public final class PostgresCatalog: ReceiptCatalog {
         if let hit = softphoneCache.withLock({ $0[username] }), Date().timeIntervalSince(hit.loadedAt) < cacheTTL {
             return hit.credentials
         }
-        let credentials = try await pool.withConnection { connection in
+        let credentials = try await lookup { connection in
             try connection.query(
                 """
                 SELECT c.username, c.ha1_md5, c.ha1_sha256, a.id, a.name, a.bundle_id,
@@ -79,8 +79,19 @@ public final class PostgresCatalog: ReceiptCatalog {
         return credentials
     }
 
+    /// Runs one read. A value the database refuses (``PostgresError/isDataError``: a NUL, an
+    /// impossible value) can never match a row: it becomes a permanent ``StoreFailure``, which the
+    /// API answers 422 or 404, never "retry later"; only the connection's failures stay transient.
+    func lookup<T: Sendable>(_ body: @Sendable (PostgresConnection) throws -> T) async throws -> T {
+        do {
+            return try await pool.withConnection(body)
+        } catch let error as PostgresError where error.isDataError {
+            throw StoreFailure(code: error.sqlState ?? "\(error.code)", message: "Postgres refused the lookup: \(error.message)", isPermanent: true)
+        }
+    }
+
     public func receipt(id: UUID, appID: UUID) async throws -> ReceiptResource? {
-        try await pool.withConnection { connection in
+        try await lookup { connection in
             try ReceiptRows.resource(connection, id: id, appID: appID)
         }
     }
@@ -88,13 +99,13 @@ public final class PostgresCatalog: ReceiptCatalog {
 
 extension PostgresCatalog: SubscriptionCatalog {
     public func entitlements(appID: UUID, userIdentifier: String) async throws -> UserEntitlements {
-        try await pool.withConnection { connection in
+        try await lookup { connection in
             try SubscriptionRows.entitlements(connection, appID: appID, userIdentifier: userIdentifier)
         }
     }
 
     public func subscription(appID: UUID, originalTransactionID: String, environment: String?) async throws -> SubscriptionResource? {
-        try await pool.withConnection { connection in
+        try await lookup { connection in
             try SubscriptionRows.subscription(
                 connection, appID: appID, originalTransactionID: originalTransactionID, environment: environment)
         }

@@ -76,7 +76,9 @@ public final class PostgresReceiptStore: ReceiptStore {
     }
 
     private static func failure(_ error: PostgresError) -> StoreFailure {
-        StoreFailure(code: error.sqlState ?? "\(error.code)", message: "Postgres refused the record")
+        StoreFailure(
+            code: error.sqlState ?? "\(error.code)", message: "Postgres refused the record: \(error.message)",
+            isPermanent: error.isDataError)
     }
 
     /// Three statements for the whole group: receipts, the ledger, the audit trail.

@@ -84,6 +84,13 @@ public struct JobPlanner: Sendable {
         retryOrBury(envelope, code: code, message: "the result could not be stored", calls: calls, using: &generator)
     }
 
+    /// Postgres refused the result itself (``StoreFailure/isPermanent``): asking Apple again would
+    /// get the same answer refused the same way, so the job goes to the dead letters at once, with
+    /// the SQLSTATE and the database's (scrubbed) reason for the operator.
+    public func storeRefused(_ envelope: JobEnvelope, calls: [AppleCall], failure: StoreFailure) -> JobPlan {
+        .bury(envelope.failed(code: "store_refused", message: "\(failure.message) (SQLSTATE \(failure.code))", calls: calls, at: now()))
+    }
+
     /// What Apple's answer (or the transport failure) means for the job.
     public func plan(
         _ envelope: JobEnvelope, report: VerificationReport, using generator: inout some RandomNumberGenerator

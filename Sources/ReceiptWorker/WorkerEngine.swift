@@ -443,8 +443,12 @@ public final class WorkerEngine: Service, Sendable {
                             "job.outcome": "\(item.plan.outcome.rawValue)", "apple.status": "\(record.appleStatus.map(String.init) ?? "-")",
                         ])
                     return (.acknowledge(item.job, result: resource?.encoded()), item.plan.outcome)
-                case .failure(let failure)?:
+                case .failure(let failure)? where failure.isPermanent:
                     logger.warning("Postgres refused a result", error: failure, metadata: ["job.id": "\(record.envelope.id.uuidString.lowercased())"])
+                    plan = planner.storeRefused(record.envelope, calls: record.calls, failure: failure)
+                case .failure(let failure)?:
+                    logger.warning(
+                        "Postgres could not store a result", error: failure, metadata: ["job.id": "\(record.envelope.id.uuidString.lowercased())"])
                     plan = planner.storeUnavailable(record.envelope, calls: record.calls, code: "store_refused", using: &generator)
                 case nil:
                     plan = planner.storeUnavailable(record.envelope, calls: record.calls, using: &generator)

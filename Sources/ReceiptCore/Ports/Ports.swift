@@ -162,17 +162,26 @@ public protocol ReceiptStore: AnyObject {
     func save(_ records: [ValidationRecord]) throws -> [Result<ReceiptResource?, StoreFailure>]
 }
 
-/// Why one record of a batch could not be stored (bounded code; never receipt data).
+/// Why one record of a batch could not be stored, or a lookup could not be answered (bounded code;
+/// never receipt data).
+///
+/// A *permanent* failure is the database refusing the value itself (a Postgres data exception,
+/// SQLSTATE class 22, or a constraint violation, class 23): the same record fails the same way
+/// forever, so a worker buries the job at once instead of asking Apple again, and a read answers
+/// 422 or 404 instead of "retry later". Anything else (the connection) may pass.
 public struct StoreFailure: Error, Sendable, Equatable, CustomStringConvertible {
-    /// A bounded code, e.g. a Postgres SQLSTATE class name.
+    /// A bounded code, e.g. a Postgres SQLSTATE.
     public var code: String
     /// A short description without receipt data or secrets.
     public var message: String
+    /// True when retrying the same work cannot succeed.
+    public var isPermanent: Bool
 
     /// Creates a failure.
-    public init(code: String, message: String) {
+    public init(code: String, message: String, isPermanent: Bool = false) {
         self.code = code
         self.message = message
+        self.isPermanent = isPermanent
     }
 
     public var description: String { "StoreFailure.\(code): \(message)" }
