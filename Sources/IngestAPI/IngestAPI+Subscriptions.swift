@@ -28,7 +28,7 @@ extension IngestAPI {
         guard let user = request.uri.queryParameters.get("user_identifier"), !user.isEmpty else {
             return unprocessable([FieldError(field: "user_identifier", reason: "is required")])
         }
-        guard user.count <= 255 else {
+        guard user.unicodeScalars.count <= 255 else {
             return unprocessable([FieldError(field: "user_identifier", reason: "must be at most 255 characters")])
         }
         do {
@@ -49,7 +49,7 @@ extension IngestAPI {
         if let environment, environment != "production" && environment != "sandbox" {
             return unprocessable([FieldError(field: "environment", reason: "must be production or sandbox")])
         }
-        guard let id = context.parameters.get("original_transaction_id"), !id.isEmpty, id.count <= 128 else { return notFound() }
+        guard let id = context.parameters.get("original_transaction_id"), !id.isEmpty, id.unicodeScalars.count <= 128 else { return notFound() }
         do {
             guard let found = try await catalog.subscription(appID: app.id, originalTransactionID: id, environment: environment) else {
                 return notFound()

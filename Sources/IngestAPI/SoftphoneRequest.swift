@@ -221,7 +221,7 @@ public struct SoftphoneRequest: Sendable, Equatable {
             guard isAcceptableName(parameter.name) else { return .failure(.invalidName) }
             var key = parameter.name.lowercased()
             if key == "product" { key = "productcode" }
-            if key != "receipt", parameter.value.count > maxValueLength {
+            if key != "receipt", parameter.value.unicodeScalars.count > maxValueLength {
                 return .failure(.parameterTooLong(parameter.name, limit: maxValueLength))
             }
             if let earlier = byKey[key] {
@@ -245,7 +245,7 @@ public struct SoftphoneRequest: Sendable, Equatable {
         }
         var username: String?
         if let value = byKey["username"]?.value, !value.isEmpty {
-            guard value.count <= maxUsernameLength else { return .failure(.parameterTooLong("username", limit: maxUsernameLength)) }
+            guard value.unicodeScalars.count <= maxUsernameLength else { return .failure(.parameterTooLong("username", limit: maxUsernameLength)) }
             username = value
         }
 
@@ -274,7 +274,7 @@ public struct SoftphoneRequest: Sendable, Equatable {
 
     /// Whether `name` may be a parameter name: 1 to ``maxNameLength`` characters, no control characters.
     static func isAcceptableName(_ name: String) -> Bool {
-        !name.isEmpty && name.count <= maxNameLength
+        !name.isEmpty && name.unicodeScalars.count <= maxNameLength
             && name.unicodeScalars.allSatisfy { $0.properties.generalCategory != .control }
     }
 }

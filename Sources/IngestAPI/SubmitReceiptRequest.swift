@@ -80,7 +80,8 @@ public struct SubmitReceiptRequest: Sendable, Equatable {
         switch object[field] {
         case nil, .null?: return nil
         case .string(let value)?:
-            guard value.count <= maxLength else {
+            // Code points, as JSON Schema's maxLength counts them (a grapheme may hold many).
+            guard value.unicodeScalars.count <= maxLength else {
                 errors.append(FieldError(field: field, reason: "must be at most \(maxLength) characters"))
                 return nil
             }

@@ -77,6 +77,32 @@ struct JobPlannerTests {
     }
 }
 
+@Suite("Job planner: what Postgres could not store")
+struct JobPlannerStoreFailureTests {
+    let clock = MockClock()
+    var planner: JobPlanner { JobPlanner(retryPolicy: RetryPolicy(), now: clock.closure) }
+    let envelope = JobEnvelope(id: JobID.make(), kind: .validate, appID: UUID(), enqueuedAt: Date(), origin: .api, receipt: "MII")
+
+    @Test("A refused value is buried on the first failure with the SQLSTATE; an unreachable database is retried")
+    func refusedIsBuried() {
+        let refused = planner.storeRefused(
+            envelope, calls: [], failure: StoreFailure(code: "22021", message: "Postgres refused the record: NUL", isPermanent: true))
+        guard case .bury(let buried?) = refused else {
+            Issue.record("a refused record is buried, not \(refused)")
+            return
+        }
+        #expect(buried.attempt == 1)
+        #expect(buried.errorCode == "store_refused")
+        #expect(buried.errorMessage == "Postgres refused the record: NUL (SQLSTATE 22021)")
+        var rng = SeededGenerator(seed: 7)
+        guard case .retry(let retried, _, .retried) = planner.storeUnavailable(envelope, calls: [], using: &rng) else {
+            Issue.record("an unreachable database is retried")
+            return
+        }
+        #expect(retried.errorCode == "store_unavailable")
+    }
+}
+
 @Suite("Worker metrics: Apple's status classes")
 struct WorkerMetricsStatusClassTests {
     @Test("Every HTTP status falls in one of five bounded classes; no answer is `transport`")
