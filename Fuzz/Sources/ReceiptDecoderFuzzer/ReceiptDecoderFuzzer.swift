@@ -1,4 +1,5 @@
 import CLibFuzzer
+import Foundation
 import ReceiptCore
 
 /// libFuzzer entry point: every decoder entry point gets the same bytes. Thrown errors are the
@@ -16,7 +17,23 @@ public func fuzz(_ start: UnsafeRawPointer, _ count: Int) -> CInt {
     _ = try? ReceiptDecoder.signedContent(ofPKCS7: bytes)
     _ = try? ReceiptDecoder.decodePayload(bytes)
     _ = try? TransactionReceiptCodec.decode(bytes)
+
+    // The API's hygiene gate reads every request body before any parser. Its promise, checked as an
+    // oracle: a JSON body it passes never decodes to a string (key or value) holding a NUL.
+    _ = InputHygiene.formProblem(bytes, where: "form")
+    if InputHygiene.jsonProblem(bytes) == nil, let value = try? JSONDecoder().decode(JSONValue.self, from: Data(bytes)) {
+        precondition(!containsNUL(value), "the hygiene gate passed a JSON text that decodes to a NUL")
+    }
     return 0
+}
+
+private func containsNUL(_ value: JSONValue) -> Bool {
+    switch value {
+    case .string(let text): text.utf8.contains(0)
+    case .array(let items): items.contains(where: containsNUL)
+    case .object(let object): object.contains { $0.key.utf8.contains(0) || containsNUL($0.value) }
+    case .null, .bool, .number: false
+    }
 }
 
 /// The process entry point. SwiftPM (tools version 5.5 and later) links every executable target
