@@ -99,6 +99,12 @@ public struct AdminAPI: Sendable {
     }
 
     /// `error_code`, `app_id`, `q`, `offset`, `limit` from the query string (the pages' too).
+    /// The query parameters each route of the admin API takes (for the API's input gate).
+    public static let queryParameters: [String: Set<String>] = [
+        "GET /admin/api/overview": [], "GET /admin/api/{set}": ["error_code", "app_id", "q", "offset", "limit"],
+        "GET /admin/api/{set}/{id}": [], "POST /admin/api/{set}/retry": [], "POST /admin/api/{set}/delete": [],
+    ]
+
     static func filter(_ query: Parameters) -> Result<(JobSetFilter, Int, Int), FieldProblem> {
         var errors: [(String, String)] = []
         var appID: UUID?
@@ -169,7 +175,31 @@ enum Selection: Equatable {
         return moved
     }
 
+    /// The fields a selection may have; anything else is refused rather than silently ignored, so
+    /// a misspelt filter (`errorCode`) cannot widen "retry all" to every entry.
+    static let fields: Set<String> = ["ids", "all", "error_code", "app_id", "q"]
+
     static func parse(_ body: JSONValue) -> Result<Selection, Refusal> {
+        let object = body.objectValue ?? [:]
+        if let unknown = object.keys.filter({ !fields.contains($0) }).sorted().first {
+            return .failure(.unprocessable(field: InputHygiene.printableName(Array(unknown.utf8)) ?? "body", reason: "is not a field of a selection"))
+        }
+        for name in ["error_code", "app_id", "q"] {
+            switch object[name] {
+            case nil, .null?, .string?: continue
+            default: return .failure(.unprocessable(field: name, reason: "must be a string"))
+            }
+        }
+        switch object["all"] {
+        case nil, .null?, .bool?: break
+        default: return .failure(.unprocessable(field: "all", reason: "must be a boolean"))
+        }
+        // Checked even beside `ids`, which it does not narrow: a wrong value is a mistake either way.
+        var appID: UUID?
+        if let text = body["app_id"]?.stringValue, !text.isEmpty {
+            guard let id = UUID(uuidString: text) else { return .failure(.unprocessable(field: "app_id", reason: "must be a UUID")) }
+            appID = id
+        }
         if let ids = body["ids"] {
             guard let list = ids.arrayValue, !list.isEmpty, list.count <= 10_000 else {
                 return .failure(.unprocessable(field: "ids", reason: "must be a non-empty array of at most 10000 ids"))
@@ -185,11 +215,6 @@ enum Selection: Equatable {
         }
         guard body["all"]?.boolValue == true else {
             return .failure(.unprocessable(field: "ids", reason: "give ids, or all: true with an optional filter"))
-        }
-        var appID: UUID?
-        if let text = body["app_id"]?.stringValue, !text.isEmpty {
-            guard let id = UUID(uuidString: text) else { return .failure(.unprocessable(field: "app_id", reason: "must be a UUID")) }
-            appID = id
         }
         return .success(.all(JobSetFilter(errorCode: body["error_code"]?.stringValue, appID: appID, search: body["q"]?.stringValue)))
     }

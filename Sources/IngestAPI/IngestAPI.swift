@@ -60,6 +60,14 @@ public struct IngestAPI: Sendable {
             intake: intake, catalog: catalog, authenticity: authenticity, syncWait: configuration.syncWait, now: now)
     }
 
+    /// The query parameters each route of this API takes (for ``InputHygieneMiddleware``); the
+    /// OpenAPI document declares the same.
+    public static let queryParameters: [String: Set<String>] = [
+        "POST /client/itunes_connect/receipts": [], "GET /client/itunes_connect/receipts/{id}": [],
+        "GET /client/subscriptions": ["user_identifier"], "GET /client/subscriptions/{original_transaction_id}": ["environment"],
+        "GET /health/live": [], "GET /health/ready": [], "GET /openapi.yaml": [],
+    ]
+
     /// Adds the API's routes to `router`.
     public func addRoutes(to router: Router<IngestRequestContext>) {
         router.post("/client/itunes_connect/receipts") { request, context in

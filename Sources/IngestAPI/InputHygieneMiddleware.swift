@@ -14,6 +14,11 @@ import ReceiptCore
 /// guarantees that nothing they accept carries a NUL, invalid UTF-8, a lone surrogate escape, or
 /// JSON nested past ``InputHygiene/maxJSONDepth``.
 ///
+/// A route listed in `queryParameters` (by `"METHOD /pattern"`) takes only the query parameters
+/// listed for it: an unknown one is refused with 422 rather than ignored, so a misspelt
+/// `user_id=` is an error the client sees, not an empty answer. Routes not listed (the softphone,
+/// whose every parameter is an account variable, and the dashboard's pages) take any.
+///
 /// The body is read once here (up to `maxBodyBytes`, else 413) and handed on buffered, so a handler
 /// reads the same bytes with its own, possibly smaller, limit. Each door answers in its own format:
 /// `refusal` renders the answer from the request, the status and the field errors.
@@ -22,14 +27,17 @@ public struct InputHygieneMiddleware<Context: RequestContext>: RouterMiddleware 
     public typealias Refusal = @Sendable (_ request: Request, _ status: HTTPResponse.Status, _ errors: [FieldError]) -> Response
 
     let maxBodyBytes: Int
+    let queryParameters: [String: Set<String>]
     let refusal: Refusal
 
     /// Creates the gate.
     /// - Parameters:
     ///   - maxBodyBytes: the largest body any door accepts (413 beyond).
+    ///   - queryParameters: the query parameters each listed route takes, by `"GET /client/subscriptions"`.
     ///   - refusal: how each door says no; by default ``IngestAPI/refusal(_:status:errors:)``.
-    public init(maxBodyBytes: Int, refusal: @escaping Refusal = IngestAPI.refusal) {
+    public init(maxBodyBytes: Int, queryParameters: [String: Set<String>] = [:], refusal: @escaping Refusal = IngestAPI.refusal) {
         self.maxBodyBytes = maxBodyBytes
+        self.queryParameters = queryParameters
         self.refusal = refusal
     }
 
@@ -37,7 +45,9 @@ public struct InputHygieneMiddleware<Context: RequestContext>: RouterMiddleware 
         var request = request
         let problem: FieldError?
         do {
-            problem = try await Self.problem(in: &request, maxBodyBytes: maxBodyBytes)
+            problem =
+                try await Self.problem(in: &request, maxBodyBytes: maxBodyBytes)
+                ?? undeclaredParameter(request, route: context.endpointPath)
         } catch is NIOTooManyBytesError {
             return refusal(request, .contentTooLarge, [])
         }
@@ -46,6 +56,17 @@ public struct InputHygieneMiddleware<Context: RequestContext>: RouterMiddleware 
         context.logger.debug(
             "Request refused at the door", metadata: ["request.fields": .array([.string(problem.field)]), "http.status": "422"])
         return refusal(request, .unprocessableContent, [problem])
+    }
+
+    /// The first query parameter the matched route does not take (nil before routing, or for a
+    /// route that takes any).
+    func undeclaredParameter(_ request: Request, route: String?) -> FieldError? {
+        guard let route, let allowed = queryParameters["\(request.method.rawValue) \(route)"] else { return nil }
+        for (name, _) in request.uri.queryParameters where !allowed.contains(String(name)) {
+            let field = InputHygiene.printableName(Array(name.utf8)) ?? "query"
+            return FieldError(field: field, reason: "is not a parameter of this operation")
+        }
+        return nil
     }
 
     /// The first field of the request that cannot be stored; buffers the body it checks into `request`.

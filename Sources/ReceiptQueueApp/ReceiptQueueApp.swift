@@ -70,8 +70,10 @@ public enum ReceiptQueueApp {
         router.add(middleware: HTTPMetricsMiddleware(factory: metrics))
         // Before every route: nothing reaches a handler that Postgres could not store.
         router.add(
-            middleware: InputHygieneMiddleware(maxBodyBytes: max(configuration.api.maxBodyBytes, AdminPages.maxFormBytes)) {
-                request, status, errors in
+            middleware: InputHygieneMiddleware(
+                maxBodyBytes: max(configuration.api.maxBodyBytes, AdminPages.maxFormBytes),
+                queryParameters: IngestAPI.queryParameters.merging(AdminAPI.queryParameters) { $1 }.merging(["GET /metrics": []]) { $1 }
+            ) { request, status, errors in
                 if request.uri.path == SoftphoneService.path { return SoftphoneService.refusal(request, status: status, errors: errors) }
                 if AdminPages.isPage(request.uri.path) { return AdminPages.refusal(status: status, errors: errors) }
                 return IngestAPI.refusal(request, status: status, errors: errors)
@@ -87,6 +89,8 @@ public enum ReceiptQueueApp {
             dead: dead, retries: retries, overview: overview, credentials: configuration.admin, sessions: configuration.adminSessions,
             apps: { try await postgresPool.withConnection { try AppAdmin(connection: $0).listApps() } }
         ).addRoutes(to: router)
+        // Last, with the finished route table: it joins only the not-found chain (see its doc).
+        router.add(middleware: MethodNotAllowedMiddleware(routes: router.routes.map { ($0.method.rawValue, $0.path.description) }))
         return (router, intake)
     }
 

@@ -90,8 +90,8 @@ public enum InputHygiene {
         return out
     }
 
-    /// A parameter name fit to appear in an error: short printable ASCII, else nil.
-    static func printableName(_ bytes: [UInt8]) -> String? {
+    /// A name fit to appear in an error: short printable ASCII, else nil (never echo a hostile one).
+    public static func printableName(_ bytes: [UInt8]) -> String? {
         guard !bytes.isEmpty, bytes.count <= 64, bytes.allSatisfy({ $0 > 0x20 && $0 < 0x7F }) else { return nil }
         return String(decoding: bytes, as: UTF8.self)
     }
