@@ -214,14 +214,15 @@ final class StandaloneAPI: Sendable {
 
 /// Runs `executable` to its end, stdout and stderr together (read before waiting: a full pipe
 /// would block the child forever), or stdout alone when `standardError` names a file for stderr
-/// (created, or appended to).
+/// (created, or appended to); in `directory` when given.
 func runProcess(
-    _ executable: URL, _ arguments: [String], environment: [String: String], standardError: URL? = nil
+    _ executable: URL, _ arguments: [String], environment: [String: String], standardError: URL? = nil, directory: URL? = nil
 ) throws -> (status: Int32, output: String) {
     let process = Process()
     process.executableURL = executable
     process.arguments = arguments
     process.environment = environment
+    if let directory { process.currentDirectoryURL = directory }
     let pipe = Pipe()
     process.standardOutput = pipe
     let errors = try standardError.map(appendingHandle)
