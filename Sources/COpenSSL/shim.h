@@ -4,7 +4,9 @@
 // API is a function-like macro (Swift imports none) or a macro over a variadic function.
 #include <openssl/asn1.h>
 #include <openssl/bio.h>
+#include <openssl/core_names.h>
 #include <openssl/crypto.h>
+#include <openssl/ec.h>
 #include <openssl/err.h>
 #include <openssl/evp.h>
 #include <openssl/objects.h>
@@ -19,6 +21,11 @@
 // EVP_RSA_gen is a macro over the variadic EVP_PKEY_Q_keygen; Swift can import neither.
 static inline EVP_PKEY *_Nullable copenssl_rsa_generate(unsigned int bits) {
     return EVP_RSA_gen(bits);
+}
+
+// EVP_EC_gen is a macro over the variadic EVP_PKEY_Q_keygen, like EVP_RSA_gen.
+static inline EVP_PKEY *_Nullable copenssl_ec_generate(const char *_Nonnull curve) {
+    return EVP_EC_gen(curve);
 }
 
 // OPENSSL_free is a macro (it adds __FILE__/__LINE__); frees buffers OpenSSL allocated for us.

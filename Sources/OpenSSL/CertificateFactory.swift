@@ -18,6 +18,10 @@ public struct CertificateRequestSpec: Sendable {
     public var validTo: Date
     /// Serial number (positive).
     public var serial: UInt64
+    /// Dotted OIDs added as non-critical extensions whose value is an ASN.1 NULL: how Apple marks
+    /// its App Store signing leaf (`1.2.840.113635.100.6.11.1`) and WWDR intermediate
+    /// (`1.2.840.113635.100.6.2.1`), so a mock's certificates can be shaped like Apple's.
+    public var markerOIDs: [String]
 
     /// Creates a spec; by default a leaf valid from an hour ago for one year, with a random serial.
     public init(
@@ -26,8 +30,10 @@ public struct CertificateRequestSpec: Sendable {
         isCA: Bool = false,
         validFrom: Date = Date(timeIntervalSinceNow: -3600),
         validTo: Date = Date(timeIntervalSinceNow: 365 * 86400),
-        serial: UInt64 = UInt64.random(in: 1...UInt64(Int64.max))
+        serial: UInt64 = UInt64.random(in: 1...UInt64(Int64.max)),
+        markerOIDs: [String] = []
     ) {
+        self.markerOIDs = markerOIDs
         self.commonName = commonName
         self.organization = organization
         self.isCA = isCA
@@ -104,7 +110,22 @@ public enum CertificateFactory {
             try check(X509_add_ext(x509, ext, -1) == 1, "X509_add_ext")
         }
 
+        for oid in spec.markerOIDs { try addMarker(oid, to: x509) }
+
         try check(X509_sign(x509, issuerKey.pkey, EVP_sha256()) > 0, "X509_sign")
         return withExtendedLifetime(issuer) { certificate }
+    }
+
+    private static func addMarker(_ oid: String, to x509: OpaquePointer) throws {
+        guard let object = OBJ_txt2obj(oid, 1) else { throw OpenSSLError.drain(.certificate, "OBJ_txt2obj(\(oid))") }
+        defer { ASN1_OBJECT_free(object) }
+        guard let value = ASN1_OCTET_STRING_new() else { throw OpenSSLError.drain(.certificate, "ASN1_OCTET_STRING_new") }
+        defer { ASN1_OCTET_STRING_free(value) }
+        let null: [UInt8] = [0x05, 0x00]
+        guard ASN1_OCTET_STRING_set(value, null, Int32(null.count)) == 1,
+            let ext = X509_EXTENSION_create_by_OBJ(nil, object, 0, value)
+        else { throw OpenSSLError.drain(.certificate, "X509_EXTENSION_create_by_OBJ(\(oid))") }
+        defer { X509_EXTENSION_free(ext) }
+        guard X509_add_ext(x509, ext, -1) == 1 else { throw OpenSSLError.drain(.certificate, "X509_add_ext(\(oid))") }
     }
 }

@@ -1,6 +1,6 @@
 internal import COpenSSL
 
-/// An RSA (or other) private key held by OpenSSL.
+/// An RSA or EC private key held by OpenSSL.
 ///
 /// `@unchecked Sendable` is honest here: the `EVP_PKEY` is never mutated after `init`, and OpenSSL 3
 /// allows concurrent read-only use (signing, encoding) of one key from several threads.
@@ -9,6 +9,11 @@ public final class PrivateKey: @unchecked Sendable {
 
     private init(owning pkey: OpaquePointer) {
         self.pkey = pkey
+    }
+
+    /// Takes ownership of `pkey` (for key generators in other files of the façade).
+    convenience init(owningKey pkey: OpaquePointer) {
+        self.init(owning: pkey)
     }
 
     deinit {
