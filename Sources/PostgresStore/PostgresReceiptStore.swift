@@ -203,7 +203,7 @@ private struct ReceiptColumns {
             envelope.receipt,
             // Apple echoes the receipt it was sent as latest_receipt: keep a copy only when it differs.
             record.latestReceipt == envelope.receipt ? nil : record.latestReceipt,
-            transactionIDs ?? "[]", envelope.errorCode, envelope.enqueuedAt.postgresText, record.validatedAt.postgresText,
+            transactionIDs ?? "[]", record.storedErrorCode, envelope.enqueuedAt.postgresText, record.validatedAt.postgresText,
             record.status == .fraud ? "true" : "false", record.status == .fraud ? envelope.fraudReason : nil,
         ]
         columns.append(values)

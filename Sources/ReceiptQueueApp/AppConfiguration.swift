@@ -123,7 +123,8 @@ public struct AppConfiguration: Sendable, CustomStringConvertible {
         retryPolicy = RetryPolicy(
             base: .milliseconds(try int("RETRY_BASE_MS", 2000, range: 1...3_600_000)),
             cap: .seconds(try int("RETRY_MAX_BACKOFF_SECONDS", 3600, range: 1...86_400)),
-            maxAge: .seconds(try int("RETRY_MAX_AGE_HOURS", 72, range: 1...8760) * 3600))
+            maxAge: .seconds(try int("RETRY_MAX_AGE_HOURS", 72, range: 1...8760) * 3600),
+            malformedAttempts: try int("RETRY_21002_MAX_ATTEMPTS", 5, range: 1...1000))
         let openSeconds = try int("CIRCUIT_OPEN_SECONDS", 10, range: 1...86_400)
         let maximumOpenSeconds = try int("CIRCUIT_MAX_OPEN_SECONDS", 300, range: 1...86_400)
         guard maximumOpenSeconds >= openSeconds else {

@@ -108,12 +108,22 @@ public struct JobPlanner: Sendable {
                     latestReceipt: report.response?.latestReceipt, calls: report.calls, validatedAt: at,
                     subscriptions: subscriptions.map {
                         PlannedSubscription(state: $0, nextPollAt: repollPolicy.nextPoll(for: $0, at: at, using: &generator))
-                    }))
+                    }, errorCode: report.verdict == .invalid ? code : nil))
         case .configurationError:
             return .bury(
                 envelope.failed(
                     code: report.response?.status == 21004 ? "shared_secret_mismatch" : code,
                     message: "Apple rejected the request: fix the app's configuration, then retry", calls: report.calls, at: now()))
+        case .transient
+        where report.response?.status == 21002 && envelope.style != nil
+            && envelope.attempt + 1 >= retryPolicy.malformedAttempts:
+            // The bytes decoded as a receipt here, yet Apple keeps calling them malformed: after a
+            // bounded number of tries that is Apple's answer, stored, not retried for 72 hours.
+            let failed = envelope.failed(code: code, message: "Apple keeps answering 21002 (malformed)", calls: report.calls, at: now())
+            return .store(
+                ValidationRecord(
+                    envelope: failed, status: .invalid, environment: report.response?.environment?.lowercased(), appleStatus: 21002,
+                    purchases: [], latestReceipt: nil, calls: report.calls, validatedAt: now(), errorCode: code))
         case .transient, .outage, .switchEnvironment:
             return retryOrBury(envelope, code: code, message: "Apple did not validate the receipt yet", calls: report.calls, using: &generator)
         }

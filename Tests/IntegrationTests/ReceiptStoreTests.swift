@@ -114,4 +114,22 @@ struct ReceiptStoreTests {
         #expect(latest[echoed.envelope.id] == .some(nil))
         #expect(latest[fresh.envelope.id] == .some("MIInewer"))
     }
+
+    @Test("A receipt that ends valid keeps no error code from an earlier attempt; its attempts keep the history")
+    func validClearsEarlierErrorCode() throws {
+        var earlier = record(user: nil, transactions: [])
+        let failedCall = AppleCall(endpoint: .production, httpStatus: 200, appleStatus: 21008, isRetryable: nil, latencyMs: 4, errorCode: nil)
+        earlier.envelope = earlier.envelope.failed(code: "apple_21008", message: "x", calls: [failedCall], at: Date())
+        var invalid = record(user: nil, transactions: [])
+        invalid.status = .invalid
+        invalid.errorCode = "apple_21002"
+        let store = PostgresReceiptStore(connection: connection)
+        _ = try store.save([earlier, invalid])
+        let rows = try connection.query(
+            "SELECT id, error_code FROM receipts WHERE id = ANY(\("{\(earlier.envelope.id),\(invalid.envelope.id)}")::uuid[])"
+        ).rows
+        let codes = Dictionary(uniqueKeysWithValues: rows.compactMap { row in row.uuid("id").map { ($0, row.string("error_code")) } })
+        #expect(codes[earlier.envelope.id] == .some(nil))
+        #expect(codes[invalid.envelope.id] == .some("apple_21002"))
+    }
 }

@@ -54,6 +54,53 @@ struct JobPlannerTests {
         }
     }
 
+    @Test("21002 for a locally decoded receipt is retried a bounded number of times, then stored invalid with its code")
+    func malformedIsBounded() throws {
+        var rng = SeededGenerator(seed: 3)
+        let planner = JobPlanner(retryPolicy: RetryPolicy(malformedAttempts: 3), now: clock.closure)
+        let report = StubVerifier.report(status: 21002, verdict: .transient, transactions: [])
+        var job = envelope()
+        job.style = .unified
+        for attempt in 1...2 {
+            guard case .retry(let updated, _, _) = planner.plan(job, report: report, using: &rng) else {
+                Issue.record("attempt \(attempt) is retried")
+                return
+            }
+            #expect(updated.attempt == attempt)
+            job = updated
+        }
+        guard case .store(let record) = planner.plan(job, report: report, using: &rng) else {
+            Issue.record("the third 21002 is stored")
+            return
+        }
+        #expect(record.status == .invalid)
+        #expect(record.errorCode == "apple_21002")
+        #expect(record.storedErrorCode == "apple_21002")
+        #expect(record.appleStatus == 21002)
+        // A receipt that never decoded here has no local voucher: 21002 stays an ordinary retry.
+        var undecoded = job
+        undecoded.style = nil
+        guard case .retry = planner.plan(undecoded, report: report, using: &rng) else {
+            Issue.record("an undecoded receipt keeps retrying")
+            return
+        }
+    }
+
+    @Test("A valid answer after failed attempts stores no error code; an invalid one stores its own")
+    func errorCodeOfTheResult() throws {
+        var rng = SeededGenerator(seed: 4)
+        let earlier = envelope().failed(code: "apple_21008", message: "x", calls: [], at: clock.now)
+        guard case .store(let valid) = planner.plan(earlier, report: StubVerifier.report(status: 0, verdict: .valid, transactions: []), using: &rng),
+            case .store(let invalid) = planner.plan(
+                earlier, report: StubVerifier.report(status: 21010, verdict: .invalid, transactions: []), using: &rng)
+        else {
+            Issue.record("both answers are stored")
+            return
+        }
+        #expect(valid.storedErrorCode == nil)
+        #expect(invalid.storedErrorCode == "apple_21010")
+    }
+
     @Test("A buried re-poll asks for its subscription to be polled again a day later; a buried validation does not")
     func buriedRepoll() {
         let target = RepollTarget(originalTransactionID: "10", receiptID: UUID(), pollSequence: 3)

@@ -11,16 +11,24 @@ public struct RetryPolicy: Sendable, Equatable {
     public var base: Duration
     public var cap: Duration
     public var maxAge: Duration
+    /// How many `21002` answers a receipt that decoded locally gets before it is stored `invalid`.
+    /// 21002 means "malformed" as well as "temporary issue" (it spiked during Apple's outages), so a
+    /// few retries are worth it; 72 hours of them are not.
+    public var malformedAttempts: Int
 
     /// Creates a policy.
     /// - Parameters:
     ///   - base: the first delay's upper bound (default 2 s).
     ///   - cap: the largest delay (default 1 h).
     ///   - maxAge: how long after the first failure a job is still retried (default 72 h).
-    public init(base: Duration = .seconds(2), cap: Duration = .seconds(3600), maxAge: Duration = .seconds(72 * 3600)) {
+    ///   - malformedAttempts: `21002` answers before a locally decoded receipt is stored invalid (default 5).
+    public init(
+        base: Duration = .seconds(2), cap: Duration = .seconds(3600), maxAge: Duration = .seconds(72 * 3600), malformedAttempts: Int = 5
+    ) {
         self.base = base
         self.cap = cap
         self.maxAge = maxAge
+        self.malformedAttempts = max(1, malformedAttempts)
     }
 
     /// The upper bound of the delay before attempt `attempt` (1-based).

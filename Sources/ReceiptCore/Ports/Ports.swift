@@ -117,13 +117,18 @@ public struct ValidationRecord: Sendable, Equatable {
     public var subscriptions: [PlannedSubscription]
     /// For a failed `repoll` job: when to try the subscription again (the dead letter keeps the job).
     public var retryPollAt: Date?
+    /// Why the result is not valid (`apple_21002`, …): nil for a valid result, whatever earlier
+    /// attempts failed with (the attempts table keeps that history). Nil for other statuses means
+    /// the envelope's last error code.
+    public var errorCode: String?
 
     /// Creates a record.
     public init(
         envelope: JobEnvelope, status: ValidationStatus, environment: String?, appleStatus: Int?,
         purchases: [InAppPurchase], latestReceipt: String?, calls: [AppleCall], validatedAt: Date,
-        subscriptions: [PlannedSubscription] = [], retryPollAt: Date? = nil
+        subscriptions: [PlannedSubscription] = [], retryPollAt: Date? = nil, errorCode: String? = nil
     ) {
+        self.errorCode = errorCode
         self.envelope = envelope
         self.status = status
         self.environment = environment
@@ -259,6 +264,16 @@ public protocol QueueMaintenance: AnyObject {
 }
 
 extension ValidationRecord {
+    /// The error code the receipt row keeps: none once valid (an earlier `21008` must not linger on
+    /// a valid row), else this result's own code, else the envelope's last failure.
+    public var storedErrorCode: String? {
+        switch status {
+        case .valid: nil
+        case .fraud: envelope.fraudReason
+        default: errorCode ?? envelope.errorCode
+        }
+    }
+
     /// Whether this is a re-poll of a subscription (no receipt row of its own).
     public var isRepoll: Bool { envelope.subscription != nil }
 
