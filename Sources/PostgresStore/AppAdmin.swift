@@ -5,10 +5,18 @@ import ReceiptCore
 
 /// `receiptq apps`: register apps and manage their API tokens.
 public struct AppAdmin {
-    private let connection: PostgresConnection
+    let connection: PostgresConnection
 
     /// Creates the admin on `connection`.
-    public init(connection: PostgresConnection) { self.connection = connection }
+    let secrets: SecretBox?
+
+    /// Creates the admin side on `connection`.
+    /// - Parameter secrets: seals and opens the apps' In-App Purchase keys (nil: keys can be
+    ///   neither set nor read).
+    public init(connection: PostgresConnection, secrets: SecretBox? = nil) {
+        self.connection = connection
+        self.secrets = secrets
+    }
 
     /// Registers an app and issues its first token.
     /// - Parameters:
@@ -50,15 +58,15 @@ public struct AppAdmin {
     /// Every registered app.
     public func listApps() throws -> [AppRecord] {
         try connection.query(
-            "SELECT id, name, bundle_id, other_bundle_ids::text AS other_bundle_ids, shared_secret, exclude_old_transactions FROM apps ORDER BY created_at"
-        ).rows.compactMap(Self.appRecord)
+            "SELECT \(unescaped: Self.appColumns) \(unescaped: Self.appTables) ORDER BY apps.created_at"
+        ).rows.compactMap { Self.appRecord($0, secrets: secrets) }
     }
 
     /// The app called `name`.
     public func app(named name: String) throws -> AppRecord? {
         try connection.query(
-            "SELECT id, name, bundle_id, other_bundle_ids::text AS other_bundle_ids, shared_secret, exclude_old_transactions FROM apps WHERE name = \(name)"
-        ).rows.first.flatMap(Self.appRecord)
+            "SELECT \(unescaped: Self.appColumns) \(unescaped: Self.appTables) WHERE apps.name = \(name)"
+        ).rows.first.flatMap { Self.appRecord($0, secrets: secrets) }
     }
 
     /// Changes an app's shared secret (after a rotation in App Store Connect).
@@ -154,13 +162,36 @@ public struct AppAdmin {
         return token
     }
 
-    static func appRecord(_ row: PostgresRow) -> AppRecord? {
+    /// The columns ``appRecord(_:secrets:)`` reads (with ``appTables``): one list, so every query
+    /// that loads an app loads all of it.
+    static let appColumns = """
+        apps.id, apps.name, apps.bundle_id, apps.other_bundle_ids::text AS other_bundle_ids, apps.shared_secret,
+        apps.exclude_old_transactions, apps.validation_backend, apps.switched_to_server_api_at, apps.app_apple_id,
+        apps.sandbox_policy, apps.device_check, k.issuer_id, k.key_id, k.sealed_key
+        """
+    /// The tables ``appColumns`` come from.
+    static let appTables = "FROM apps LEFT JOIN app_server_api_keys k ON k.app_id = apps.id"
+
+    static func appRecord(_ row: PostgresRow, secrets: SecretBox?) -> AppRecord? {
         guard let id = row.uuid("id"), let name = row.string("name"), let bundleID = row.string("bundle_id") else {
             return nil
         }
-        return AppRecord(
+        var record = AppRecord(
             id: id, name: name, bundleID: bundleID, otherBundleIDs: textArray(row.string("other_bundle_ids")),
-            sharedSecret: row.string("shared_secret"), excludeOldTransactions: row.bool("exclude_old_transactions") ?? false)
+            sharedSecret: row.string("shared_secret"), excludeOldTransactions: row.bool("exclude_old_transactions") ?? false,
+            backend: row.string("validation_backend").flatMap(ValidationBackend.init(rawValue:)) ?? .auto,
+            switchedToServerAPIAt: row.date("switched_to_server_api_at"), appAppleID: row.string("app_apple_id").flatMap { Int64($0) },
+            sandboxPolicy: row.string("sandbox_policy").flatMap(SandboxPolicy.init(rawValue:)) ?? .accept,
+            checksDevice: row.bool("device_check") ?? true)
+        if let issuer = row.string("issuer_id"), let keyID = row.string("key_id") {
+            record.serverAPIKeyID = keyID
+            // Unreadable without the right RECEIPTQ_SECRETS_KEY: the key id still says one is set,
+            // so the worker can say why the Server API is not used instead of silently skipping it.
+            if let sealed = row.bytes("sealed_key"), let pem = secrets?.open(sealed, context: Array(id.uuidString.lowercased().utf8)) {
+                record.serverAPIKey = ServerAPIKey(issuerID: issuer, keyID: keyID, privateKeyPEM: String(decoding: pem, as: UTF8.self))
+            }
+        }
+        return record
     }
 
     /// Postgres's text form of a `text[]` of bundle ids (`{a,b}`; quotes only around unusual values).
@@ -199,7 +230,7 @@ public struct TokenInfo: Sendable, Equatable {
 /// Why ``AppAdmin`` refused a change. Compare with `==`; the description is safe to print.
 public struct AppAdminError: Error, Equatable, CustomStringConvertible {
     private enum Code: Equatable {
-        case malformedPrefix, noActiveToken, ambiguousPrefix, invalidBundleID
+        case malformedPrefix, noActiveToken, ambiguousPrefix, invalidBundleID, noSecretsKey, notAP256Key, invalidKeyField
     }
 
     private let code: Code
@@ -214,8 +245,18 @@ public struct AppAdminError: Error, Equatable, CustomStringConvertible {
     /// A bundle id is not reverse-DNS text (letters, digits, `.`, `-`, at most 155 characters).
     public static var invalidBundleID: Self { Self(code: .invalidBundleID) }
 
+    /// No `RECEIPTQ_SECRETS_KEY`: an In-App Purchase key cannot be stored (it is never stored in clear).
+    public static var noSecretsKey: Self { Self(code: .noSecretsKey) }
+    /// The key file is not an unencrypted PKCS#8 P-256 private key, as App Store Connect issues them.
+    public static var notAP256Key: Self { Self(code: .notAP256Key) }
+    /// The issuer id or key id is empty, too long, or not printable ASCII.
+    public static var invalidKeyField: Self { Self(code: .invalidKeyField) }
+
     public var description: String {
         switch code {
+        case .noSecretsKey: "set RECEIPTQ_SECRETS_KEY (32 random bytes, base64) to store In-App Purchase keys encrypted"
+        case .notAP256Key: "the key file is not an In-App Purchase key (an unencrypted PKCS#8 P-256 private key, .p8)"
+        case .invalidKeyField: "issuer and key ids are printable ASCII, 1 to 64 characters"
         case .invalidBundleID: "a bundle id is letters, digits, '.' and '-' (at most 155 characters), e.g. com.example.app"
         case .malformedPrefix: "a token prefix is `rq_` and 4 more characters (as `apps list` shows), or the whole token"
         case .noActiveToken: "the app has no active token with that prefix"

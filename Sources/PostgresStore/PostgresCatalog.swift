@@ -35,13 +35,13 @@ public final class PostgresCatalog: ReceiptCatalog {
             // an index walk nor `=` on the secret's hash decides the answer.
             try connection.query(
                 """
-                SELECT t.token_sha256, a.id, a.name, a.bundle_id, a.other_bundle_ids::text AS other_bundle_ids,
-                       a.shared_secret, a.exclude_old_transactions
-                FROM api_tokens t JOIN apps a ON a.id = t.app_id
+                SELECT t.token_sha256, \(unescaped: AppAdmin.appColumns)
+                FROM api_tokens t JOIN apps ON apps.id = t.app_id LEFT JOIN app_server_api_keys k ON k.app_id = apps.id
                 WHERE t.prefix = \(prefix) AND t.revoked_at IS NULL
                 """
             ).rows.first { row in row.bytes("token_sha256").map { Digest.constantTimeEqual($0, hash) } ?? false }
-                .flatMap(AppAdmin.appRecord)
+                // The ingestion side never needs the In-App Purchase key: it is not decrypted here.
+                .flatMap { AppAdmin.appRecord($0, secrets: nil) }
         }
         if let app { cache.withLock { $0[key] = (app, Date()) } }
         return app
@@ -57,13 +57,12 @@ public final class PostgresCatalog: ReceiptCatalog {
         let credentials = try await lookup { connection in
             try connection.query(
                 """
-                SELECT c.username, c.ha1_md5, c.ha1_sha256, a.id, a.name, a.bundle_id,
-                       a.other_bundle_ids::text AS other_bundle_ids, a.shared_secret, a.exclude_old_transactions
-                FROM softphone_credentials c JOIN apps a ON a.id = c.app_id
+                SELECT c.username, c.ha1_md5, c.ha1_sha256, \(unescaped: AppAdmin.appColumns)
+                FROM softphone_credentials c JOIN apps ON apps.id = c.app_id LEFT JOIN app_server_api_keys k ON k.app_id = apps.id
                 WHERE c.username = \(username) AND c.realm = \(SoftphoneCredentials.realm)
                 """
             ).rows.first.flatMap { row -> SoftphoneCredentials? in
-                guard let app = AppAdmin.appRecord(row), let md5 = row.bytes("ha1_md5"), let sha256 = row.bytes("ha1_sha256") else {
+                guard let app = AppAdmin.appRecord(row, secrets: nil), let md5 = row.bytes("ha1_md5"), let sha256 = row.bytes("ha1_sha256") else {
                     return nil
                 }
                 return SoftphoneCredentials(app: app, username: username, ha1MD5: md5, ha1SHA256: sha256)

@@ -1,5 +1,6 @@
 import Foundation
 import Libpq
+import OpenSSL
 import ReceiptCore
 
 /// The worker's `ReceiptStore` on one Postgres connection: a batch of results is one transaction
@@ -8,20 +9,24 @@ import ReceiptCore
 /// Not thread-safe: a worker thread owns it and calls it from that thread.
 public final class PostgresReceiptStore: ReceiptStore {
     private let connection: PostgresConnection
+    private let secrets: SecretBox?
     private var apps: [UUID: (record: AppRecord, loadedAt: Date)] = [:]
     private let appCacheTTL: TimeInterval = 30
 
     /// Creates a store on `connection`.
-    public init(connection: PostgresConnection) {
+    /// - Parameter secrets: opens the apps' sealed In-App Purchase keys (nil: none is opened, so
+    ///   no app can use the Server API).
+    public init(connection: PostgresConnection, secrets: SecretBox? = nil) {
         self.connection = connection
+        self.secrets = secrets
     }
 
     public func app(id: UUID) throws -> AppRecord? {
         if let cached = apps[id], Date().timeIntervalSince(cached.loadedAt) < appCacheTTL { return cached.record }
         let rows = try connection.query(
-            "SELECT id, name, bundle_id, other_bundle_ids::text AS other_bundle_ids, shared_secret, exclude_old_transactions FROM apps WHERE id = \(id)"
+            "SELECT \(unescaped: AppAdmin.appColumns) \(unescaped: AppAdmin.appTables) WHERE apps.id = \(id)"
         ).rows
-        guard let record = rows.first.flatMap(AppAdmin.appRecord) else { return nil }
+        guard let record = rows.first.flatMap({ AppAdmin.appRecord($0, secrets: secrets) }) else { return nil }
         apps[id] = (record, Date())
         return record
     }

@@ -23,6 +23,11 @@ public struct AppConfiguration: Sendable, CustomStringConvertible {
     public var keys: RedisKeys
     public var postgres: PostgresConfiguration
     public var appStore: AppStoreClient.Configuration
+    /// The App Store Server API (`APPSTORE_SERVER_API_PRODUCTION_URL` / `_SANDBOX_URL`; default: the mock).
+    public var serverAPI: ServerAPIClient.Configuration
+    /// Seals and opens the apps' In-App Purchase keys (`RECEIPTQ_SECRETS_KEY`: 32 bytes, base64);
+    /// nil when unset, and then no key can be stored or used. Secret: never printed.
+    public var secretsKey: [UInt8]?
     /// True when `APPSTORE_PRODUCTION_URL` was not set: `all` then starts the in-process mock App Store.
     public var appStoreIsDefaultMock: Bool
     public var mockAppStorePort: Int
@@ -117,6 +122,20 @@ public struct AppConfiguration: Sendable, CustomStringConvertible {
             connectTimeout: .milliseconds(try int("APPSTORE_CONNECT_TIMEOUT_MS", 5000, range: 1...600_000)),
             requestTimeout: .milliseconds(try int("APPSTORE_REQUEST_TIMEOUT_MS", 30_000, range: 1...600_000)),
             caInfo: environment["APPSTORE_CA_FILE"].flatMap { $0.isEmpty ? nil : $0 })
+        // A deployment pointed at Apple's verifyReceipt gets Apple's Server API too; the mock otherwise.
+        let serverAPIDefault = appStoreIsDefaultMock
+            ? ServerAPIClient.Configuration(productionURL: "\(mockBase)/storekit/production", sandboxURL: "\(mockBase)/storekit/sandbox")
+            : ServerAPIClient.Configuration.apple
+        serverAPI = ServerAPIClient.Configuration(
+            productionURL: string("APPSTORE_SERVER_API_PRODUCTION_URL", serverAPIDefault.productionURL),
+            sandboxURL: string("APPSTORE_SERVER_API_SANDBOX_URL", serverAPIDefault.sandboxURL),
+            connectTimeout: appStore.connectTimeout, requestTimeout: appStore.requestTimeout, caInfo: appStore.caInfo)
+        if let text = environment["RECEIPTQ_SECRETS_KEY"], !text.isEmpty {
+            guard let key = Data(base64Encoded: text.trimmingCharacters(in: .whitespacesAndNewlines)), key.count == 32 else {
+                throw ConfigurationError(variable: "RECEIPTQ_SECRETS_KEY", reason: "must be 32 bytes in base64 (openssl rand -base64 32)")
+            }
+            secretsKey = Array(key)
+        }
         workerConcurrency = try int("WORKER_CONCURRENCY", 16, range: 1...4096)
         workerShutdownTimeout = .seconds(try int("WORKER_SHUTDOWN_TIMEOUT_SECONDS", 25, range: 0...3600))
         workerHeartbeatTTLSeconds = try int("WORKER_HEARTBEAT_TTL_SECONDS", 30, range: 2...3600)

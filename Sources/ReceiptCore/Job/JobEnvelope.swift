@@ -122,6 +122,13 @@ public struct JobEnvelope: Sendable, Equatable, Codable {
     public var replyTo: String?
     /// For a `repoll` job: the subscription it polls (the job id is then not a receipt id).
     public var subscription: RepollTarget?
+    /// What `receipt` holds: an app receipt (nil, the first wave's jobs), a StoreKit 2 signed
+    /// transaction, or nothing but `transactionID`.
+    public var source: JobSource?
+    /// The transaction the Server API is asked about: from the client, from a signed transaction
+    /// checked at the door, or from a receipt whose signature was checked at the door (never from
+    /// an unverified extraction: an attacker chooses those ids).
+    public var transactionID: String?
 
     // Explicit keys: the snake_case strategies do not round-trip `appID`/`bundleID`.
     enum CodingKeys: String, CodingKey {
@@ -135,15 +142,19 @@ public struct JobEnvelope: Sendable, Equatable, Codable {
         case bundleID = "bundle_id"
         case fraudReason = "fraud_reason"
         case replyTo = "reply_to"
-        case subscription
+        case subscription, source
+        case transactionID = "transaction_id"
     }
 
     /// Creates an envelope for a new job.
     public init(
         id: UUID, kind: JobKind, appID: UUID, enqueuedAt: Date, origin: JobOrigin, receipt: String,
         style: ReceiptStyle? = nil, bundleID: String? = nil, environment: String? = nil,
-        submission: Submission = Submission(), fraudReason: String? = nil, subscription: RepollTarget? = nil
+        submission: Submission = Submission(), fraudReason: String? = nil, subscription: RepollTarget? = nil,
+        source: JobSource? = nil, transactionID: String? = nil
     ) {
+        self.source = source
+        self.transactionID = transactionID
         self.v = Self.currentVersion
         self.id = id
         self.kind = kind
@@ -215,6 +226,7 @@ public struct JobEnvelope: Sendable, Equatable, Codable {
         writer.member("origin", origin.rawValue)
         writer.member("receipt", receipt)
         writer.member("reply_to", replyTo)
+        writer.member("source", source?.rawValue)
         writer.member("style", style?.rawValue)
         writer.key("submission")
         writer.openObject()
@@ -232,6 +244,7 @@ public struct JobEnvelope: Sendable, Equatable, Codable {
             writer.member("receipt_id", subscription.receiptID.uuidString)
             writer.closeObject()
         }
+        writer.member("transaction_id", transactionID)
         writer.member("v", v)
         writer.closeObject()
         return writer.bytes

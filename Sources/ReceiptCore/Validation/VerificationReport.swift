@@ -1,6 +1,7 @@
 import Foundation
 
-/// One call to Apple's `verifyReceipt`, for the audit trail (`validation_attempts`).
+/// One call to Apple (`verifyReceipt` or the App Store Server API), for the audit trail
+/// (`validation_attempts`). For the Server API, `appleStatus` is Apple's `errorCode` (`4040010`, …).
 public struct AppleCall: Sendable, Equatable, Codable {
     /// Which endpoint was called.
     public var endpoint: AppStoreEnvironment
@@ -48,13 +49,24 @@ public struct VerificationReport: Sendable, Equatable {
     public var calls: [AppleCall]
     /// A bounded code for the dead letters and metrics when the verdict is not `.valid`/`.invalid`.
     public var errorCode: String?
+    /// The Server API's answer, reduced to purchases and subscription states (nil on the
+    /// `verifyReceipt` path, where `response` holds Apple's answer).
+    public var ledger: ServerAPILedger?
+    /// Set when the Server API's rate limit (Apple's `429`, or the app's shared bucket) stopped
+    /// the attempt: run the job again at this time without counting an attempt against it.
+    public var rateLimitedUntil: Date?
 
     /// Creates a report.
-    public init(verdict: AppleVerdict, response: VerifyReceiptResponse?, calls: [AppleCall], errorCode: String?) {
+    public init(
+        verdict: AppleVerdict, response: VerifyReceiptResponse?, calls: [AppleCall], errorCode: String?, ledger: ServerAPILedger? = nil,
+        rateLimitedUntil: Date? = nil
+    ) {
         self.verdict = verdict
         self.response = response
         self.calls = calls
         self.errorCode = errorCode
+        self.ledger = ledger
+        self.rateLimitedUntil = rateLimitedUntil
     }
 }
 
@@ -66,11 +78,14 @@ public struct VerificationRequest: Sendable, Equatable {
     public var sharedSecret: String?
     /// `exclude-old-transactions`.
     public var excludeOldTransactions: Bool
+    /// Set to validate with the App Store Server API instead of `verifyReceipt`.
+    public var serverAPI: ServerAPIQuery?
 
     /// Creates a request.
-    public init(receiptData: String, sharedSecret: String?, excludeOldTransactions: Bool) {
+    public init(receiptData: String, sharedSecret: String?, excludeOldTransactions: Bool, serverAPI: ServerAPIQuery? = nil) {
         self.receiptData = receiptData
         self.sharedSecret = sharedSecret
         self.excludeOldTransactions = excludeOldTransactions
+        self.serverAPI = serverAPI
     }
 }

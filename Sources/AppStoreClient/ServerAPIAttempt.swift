@@ -1,0 +1,178 @@
+import Dispatch
+import Foundation
+import ReceiptCore
+import Synchronization
+
+/// One validation on the Server API: the calls, environment switches and pages of one job's
+/// attempt, ending in exactly one report. Each step runs after the previous one's answer, so the
+/// state is never touched by two threads at once; the lock only makes that provable to Swift.
+final class ServerAPIAttempt: Sendable {
+    private struct State {
+        var environment: AppStoreEnvironment
+        var switched: Set<AppStoreEnvironment> = []
+        var calls: [AppleCall] = []
+        var signedTransactions: [String] = []
+        var pages = 0
+    }
+
+    private let client: ServerAPIClient
+    private let query: ServerAPIQuery
+    private let completion: @Sendable (VerificationReport) -> Void
+    private let state: Mutex<State>
+
+    init(client: ServerAPIClient, query: ServerAPIQuery, completion: @escaping @Sendable (VerificationReport) -> Void) {
+        self.client = client
+        self.query = query
+        self.completion = completion
+        self.state = Mutex(State(environment: query.environment ?? .production))
+    }
+
+    func start() {
+        // Apple's ids are decimal; anything else would be spliced into a URL path.
+        guard !query.transactionID.isEmpty, query.transactionID.count <= 64, query.transactionID.utf8.allSatisfy({ (48...57).contains($0) })
+        else { return finish(.invalid, code: "invalid_transaction_id") }
+        switch query.operation {
+        case .history: historyPage(revision: nil)
+        case .statuses: statuses(transactions: [])
+        }
+    }
+
+    // MARK: Steps
+
+    private func historyPage(revision: String?) {
+        var path = "/inApps/v2/history/\(query.transactionID)?sort=ASCENDING"
+        if let revision, let encoded = revision.addingPercentEncoding(withAllowedCharacters: .alphanumerics) {
+            path += "&revision=\(encoded)"
+        }
+        call(path) { json in
+            let page = json["signedTransactions"]?.arrayValue?.compactMap(\.stringValue) ?? []
+            let pages = self.state.withLock { state in
+                state.signedTransactions += page
+                state.pages += 1
+                return state.pages
+            }
+            if json["hasMore"]?.boolValue == true, let next = json["revision"]?.stringValue, !next.isEmpty {
+                guard pages < self.client.configuration.maxHistoryPages else {
+                    return self.finish(.transient, code: "history_too_long")
+                }
+                return self.historyPage(revision: next)
+            }
+            self.decodeOffEngine {
+                let signed = self.state.withLock { $0.signedTransactions }
+                var transactions: [JSONValue] = []
+                for jws in signed {
+                    guard let payload = self.payload(jws) else { return }
+                    transactions.append(payload)
+                }
+                let hasSubscriptions = transactions.contains {
+                    $0["expiresDate"] != nil || $0["type"]?.stringValue == "Auto-Renewable Subscription"
+                }
+                if hasSubscriptions { self.statuses(transactions: transactions) } else { self.finishValid(transactions: transactions, statuses: []) }
+            }
+        }
+    }
+
+    private func statuses(transactions: [JSONValue]) {
+        call("/inApps/v1/subscriptions/\(query.transactionID)") { json in
+            self.decodeOffEngine {
+                var items: [ServerAPIStatusItem] = []
+                for group in json["data"]?.arrayValue ?? [] {
+                    for last in group["lastTransactions"]?.arrayValue ?? [] {
+                        guard let signed = last["signedTransactionInfo"]?.stringValue, let transaction = self.payload(signed) else {
+                            if last["signedTransactionInfo"]?.stringValue == nil { continue }
+                            return
+                        }
+                        var renewal: JSONValue?
+                        if let signedRenewal = last["signedRenewalInfo"]?.stringValue {
+                            guard let decoded = self.payload(signedRenewal) else { return }
+                            renewal = decoded
+                        }
+                        items.append(
+                            ServerAPIStatusItem(
+                                status: last["status"]?.intValue ?? 0,
+                                originalTransactionID: last["originalTransactionId"]?.stringValue
+                                    ?? transaction["originalTransactionId"]?.stringValue ?? "",
+                                transaction: transaction, renewal: renewal))
+                    }
+                }
+                self.finishValid(transactions: transactions, statuses: items)
+            }
+        }
+    }
+
+    /// One call; an answer goes to `then`, everything else ends the attempt or switches environment.
+    private func call(_ path: String, then: @escaping @Sendable (JSONValue) -> Void) {
+        let environment = state.withLock { $0.environment }
+        client.get(path, environment: environment, query: query) { outcome, call in
+            self.state.withLock { $0.calls.append(call) }
+            switch outcome {
+            case .answered(let json):
+                then(json)
+            case .notInThisEnvironment:
+                guard self.switchEnvironment(from: environment) else { return self.finish(.invalid, code: "apple_4040010") }
+                self.start()
+            case .unauthorized:
+                // Production refuses the key of an app that has no live release yet: the sandbox
+                // accepts it. Refused in both, the key is wrong.
+                guard environment == .production, self.switchEnvironment(from: environment) else {
+                    return self.finish(.configurationError, code: "server_api_unauthorized")
+                }
+                self.start()
+            case .rateLimited(let until):
+                self.finish(.transient, code: "rate_limited", rateLimitedUntil: until)
+            case .failed(let verdict, let code):
+                self.finish(verdict, code: code)
+            }
+        }
+    }
+
+    /// Moves to the other environment (at most once each way), starting the query over.
+    private func switchEnvironment(from environment: AppStoreEnvironment) -> Bool {
+        let target: AppStoreEnvironment = environment == .production ? .sandbox : .production
+        return state.withLock { state in
+            guard state.switched.insert(target).inserted else { return false }
+            state.environment = target
+            state.signedTransactions = []
+            state.pages = 0
+            return true
+        }
+    }
+
+    // MARK: Decoding
+
+    private func decodeOffEngine(_ body: @escaping @Sendable () -> Void) {
+        DispatchQueue.global().async(execute: body)
+    }
+
+    /// The payload of a JWS from Apple's answer, checked; nil after ending the attempt when it fails.
+    private func payload(_ jws: String) -> JSONValue? {
+        switch client.verifyPayload(jws) {
+        case .success(let payload):
+            if let bundleID = payload["bundleId"]?.stringValue, bundleID != query.bundleID {
+                finish(.configurationError, code: "response_bundle_id_mismatch")
+                return nil
+            }
+            return payload
+        case .failure(let rejection):
+            // Apple's answer came over verified TLS: a signature that does not check means the trust
+            // roots are misconfigured (or worse). Either way an operator must look, not a retry.
+            finish(.configurationError, code: "response_\(rejection.reason)")
+            return nil
+        }
+    }
+
+    // MARK: Endings
+
+    private func finishValid(transactions: [JSONValue], statuses: [ServerAPIStatusItem]) {
+        let (environment, calls) = state.withLock { ($0.environment, $0.calls) }
+        let ledger = ServerAPILedger.build(
+            environment: environment.rawValue, transactions: transactions, statuses: statuses, at: client.now())
+        completion(VerificationReport(verdict: .valid, response: nil, calls: calls, errorCode: nil, ledger: ledger))
+    }
+
+    private func finish(_ verdict: AppleVerdict, code: String, rateLimitedUntil: Date? = nil) {
+        let calls = state.withLock { $0.calls }
+        completion(
+            VerificationReport(verdict: verdict, response: nil, calls: calls, errorCode: code, rateLimitedUntil: rateLimitedUntil))
+    }
+}

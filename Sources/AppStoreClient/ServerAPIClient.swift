@@ -1,0 +1,144 @@
+import Curl
+import Dispatch
+import Foundation
+import ReceiptCore
+
+/// The App Store Server API on libcurl's multi interface: Get Transaction History (v2, every page)
+/// and Get All Subscription Statuses, reduced to a ``ServerAPILedger`` from signature-checked JWS.
+///
+/// **Environments.** Production first (or the environment the job already knows); `4040010`
+/// (transaction not found) sends the query to the other environment, and so does a production
+/// `401`, which is what an app with no live release gets; at most one switch each way.
+///
+/// **Failures.** Every answer is classified by ``ServerAPIOutcome``: Apple's retryable codes are
+/// `transient`, a transaction Apple does not know is `invalid`, a key Apple refuses in both
+/// environments is a `configurationError` (dead letters, with a clear reason), transport errors and
+/// 5xx are an `outage` for the circuit. A `429` ends the attempt with `rateLimitedUntil` (Apple's
+/// `Retry-After`), which the planner turns into a wait that does not count against the job.
+///
+/// **Secrets.** The key only ever signs a JWT (``tokens``); neither appears in a report or log.
+///
+/// Thread-safe: one client per process. Responses are decoded and their JWS verified off the
+/// engine's thread, so a 500-transaction history never stalls the other calls in flight.
+public final class ServerAPIClient: Sendable {
+    /// Endpoints, timeouts and bounds.
+    public struct Configuration: Sendable {
+        /// Base URL of production (`/inApps/...` is appended).
+        public var productionURL: String
+        /// Base URL of the sandbox.
+        public var sandboxURL: String
+        public var connectTimeout: Duration
+        public var requestTimeout: Duration
+        /// A CA bundle to trust instead of the system's (for a TLS mock); verification stays on.
+        public var caInfo: String?
+        /// Calls inside libcurl at once.
+        public var maxConcurrent: Int
+        /// The most history pages one attempt follows (Apple returns 20 transactions a page).
+        public var maxHistoryPages: Int
+
+        /// Apple's real endpoints.
+        public static let apple = Configuration(
+            productionURL: "https://api.storekit.itunes.apple.com", sandboxURL: "https://api.storekit-sandbox.itunes.apple.com")
+
+        /// Creates a configuration.
+        public init(
+            productionURL: String, sandboxURL: String, connectTimeout: Duration = .seconds(5), requestTimeout: Duration = .seconds(30),
+            caInfo: String? = nil, maxConcurrent: Int = 1000, maxHistoryPages: Int = 1000
+        ) {
+            self.productionURL = productionURL
+            self.sandboxURL = sandboxURL
+            self.connectTimeout = connectTimeout
+            self.requestTimeout = requestTimeout
+            self.caInfo = caInfo
+            self.maxConcurrent = maxConcurrent
+            self.maxHistoryPages = max(1, maxHistoryPages)
+        }
+    }
+
+    /// Makes the bearer token (an ES256 JWT from the app's key) for one query.
+    public typealias TokenSource = @Sendable (ServerAPIQuery) throws -> String
+    /// Verifies one JWS from Apple's answer: its decoded payload, or a bounded failure reason.
+    public typealias PayloadVerifier = @Sendable (String) -> Result<JSONValue, JWSRejection>
+
+    /// Why a JWS in Apple's answer was not accepted (a bounded reason such as `untrusted_chain`).
+    public struct JWSRejection: Error, Sendable, Equatable {
+        public var reason: String
+        /// Creates a rejection.
+        public init(reason: String) { self.reason = reason }
+    }
+
+    let configuration: Configuration
+    private let engine: CurlMulti
+    let tokens: TokenSource
+    let verifyPayload: PayloadVerifier
+    let now: @Sendable () -> Date
+
+    /// Creates a client and starts its HTTP engine thread.
+    /// - Throws: `CurlError` when libcurl cannot create the multi handle.
+    public init(
+        configuration: Configuration, tokens: @escaping TokenSource, verifyPayload: @escaping PayloadVerifier,
+        now: @escaping @Sendable () -> Date = { Date() }
+    ) throws {
+        self.configuration = configuration
+        self.tokens = tokens
+        self.verifyPayload = verifyPayload
+        self.now = now
+        var options = CurlOptions()
+        options.connectTimeout = configuration.connectTimeout
+        options.requestTimeout = configuration.requestTimeout
+        options.caInfo = configuration.caInfo
+        // A history page of 20 signed transactions is ~100 KB; 1000 pages never fit one body anyway.
+        options.maxResponseBytes = 8 << 20
+        self.engine = try CurlMulti(
+            options: options, maxConcurrent: configuration.maxConcurrent, maxHostConnections: configuration.maxConcurrent)
+    }
+
+    /// Runs `query` and calls `completion` exactly once, on any thread.
+    public func verify(_ query: ServerAPIQuery, completion: @escaping @Sendable (VerificationReport) -> Void) {
+        ServerAPIAttempt(client: self, query: query, completion: completion).start()
+    }
+
+    /// Stops the engine: calls still in flight after `gracePeriod` end as transport errors.
+    public func shutdown(gracePeriod: Duration = .zero) { engine.shutdown(gracePeriod: gracePeriod) }
+
+    /// One GET with the bearer token; the outcome, the audit record, on the engine's thread.
+    func get(
+        _ path: String, environment: AppStoreEnvironment, query: ServerAPIQuery,
+        completion: @escaping @Sendable (ServerAPIOutcome, AppleCall) -> Void
+    ) {
+        let token: String
+        do {
+            token = try tokens(query)
+        } catch {
+            // The key cannot sign (not a P-256 PKCS#8 key): nothing Apple can fix.
+            let call = AppleCall(
+                endpoint: environment, httpStatus: nil, appleStatus: nil, isRetryable: nil, latencyMs: 0, errorCode: "server_api_key_unusable")
+            return completion(.failed(.configurationError, code: "server_api_key_unusable"), call)
+        }
+        let base = environment == .production ? configuration.productionURL : configuration.sandboxURL
+        let request = Curl.HTTPRequest(
+            method: "GET", url: base + path, headers: [(name: "Authorization", value: "Bearer \(token)"), (name: "Accept", value: "application/json")])
+        let started = ContinuousClock.now
+        let now = self.now
+        engine.send(request) { result in
+            let latency = Int(((ContinuousClock.now - started).seconds * 1000).rounded())
+            let response = try? result.get()
+            let outcome = ServerAPIOutcome.classify(
+                status: response?.status, body: response?.body ?? [], retryAfter: response?.header("Retry-After"), now: now())
+            let appleCode: Int? = response.flatMap { try? JSONDecoder().decode(JSONValue.self, from: Data($0.body)) }?["errorCode"]?.intValue
+            let errorCode: String? =
+                switch (outcome, result) {
+                case (.answered, _): nil
+                case (_, .failure(let error)): "transport_\(error.code)"
+                case (.notInThisEnvironment, _): "apple_4040010"
+                case (.unauthorized, _): "http_401"
+                case (.rateLimited, _): "rate_limited"
+                case (.failed(_, let code), _): code
+                }
+            let call = AppleCall(
+                endpoint: environment, httpStatus: response?.status, appleStatus: appleCode,
+                isRetryable: appleCode.map { ServerAPIOutcome.retryableCodes.contains($0) }, latencyMs: latency, errorCode: errorCode)
+            completion(outcome, call)
+        }
+    }
+}

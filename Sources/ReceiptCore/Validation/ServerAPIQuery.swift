@@ -1,0 +1,88 @@
+import Foundation
+
+/// How an app's receipts are validated with Apple.
+public enum ValidationBackend: String, Sendable, Codable, CaseIterable {
+    /// `verifyReceipt`, deprecated by Apple in 2023 but still answering.
+    case verifyReceipt = "verify_receipt"
+    /// The App Store Server API (JWT-authenticated, JWS answers).
+    case serverAPI = "server_api"
+    /// `verifyReceipt` while it answers; the Server API once it is gone (an app with a key only).
+    case auto
+}
+
+/// Where an accepted job came from: what `JobEnvelope.receipt` holds.
+public enum JobSource: String, Sendable, Codable, CaseIterable {
+    /// An app receipt (unified or iOS 6), base64.
+    case receipt
+    /// A StoreKit 2 signed transaction (compact JWS) from the device, checked at the door.
+    case signedTransaction = "signed_transaction"
+    /// A bare transaction id: only the Server API can say what it is.
+    case transactionID = "transaction_id"
+}
+
+/// An app's In-App Purchase key for the App Store Server API. Secret: the private key never
+/// appears in a description, a log line or an error.
+public struct ServerAPIKey: Sendable, Equatable, CustomStringConvertible {
+    /// The issuer id of the App Store Connect team.
+    public var issuerID: String
+    /// The key's id (the JWT's `kid`).
+    public var keyID: String
+    /// The key as App Store Connect issues it: a PKCS#8 PEM (`.p8`) P-256 private key.
+    public var privateKeyPEM: String
+
+    /// Creates a key.
+    public init(issuerID: String, keyID: String, privateKeyPEM: String) {
+        self.issuerID = issuerID
+        self.keyID = keyID
+        self.privateKeyPEM = privateKeyPEM
+    }
+
+    public var description: String { "ServerAPIKey(issuer: \(issuerID), key: \(keyID), private key: <redacted>)" }
+}
+
+/// What a Server API validation asks Apple.
+public struct ServerAPIQuery: Sendable, Equatable {
+    /// What to call.
+    public enum Operation: String, Sendable, Equatable {
+        /// Get Transaction History (every page), then Get All Subscription Statuses when the
+        /// history holds auto-renewable subscriptions: a first validation.
+        case history
+        /// Get All Subscription Statuses only: a re-poll of one subscription.
+        case statuses
+    }
+
+    public var operation: Operation
+    /// The transaction asked about (any transaction of the customer's, for history).
+    public var transactionID: String
+    /// The app's bundle id (the JWT's `bid`).
+    public var bundleID: String
+    public var key: ServerAPIKey
+    /// The environment to ask first when the job already knows it (a re-poll, a signed
+    /// transaction); nil: production first, sandbox on `4040010`.
+    public var environment: AppStoreEnvironment?
+
+    /// Creates a query.
+    public init(operation: Operation, transactionID: String, bundleID: String, key: ServerAPIKey, environment: AppStoreEnvironment? = nil) {
+        self.operation = operation
+        self.transactionID = transactionID
+        self.bundleID = bundleID
+        self.key = key
+        self.environment = environment
+    }
+}
+
+/// What the Server API answered, reduced to receiptq's model: every transaction as a purchase and
+/// every auto-renewable subscription's state, from signature-checked JWS only.
+public struct ServerAPILedger: Sendable, Equatable {
+    /// `production` or `sandbox`: the environment that knew the transaction.
+    public var environment: String
+    public var purchases: [InAppPurchase]
+    public var subscriptions: [SubscriptionState]
+
+    /// Creates a ledger.
+    public init(environment: String, purchases: [InAppPurchase], subscriptions: [SubscriptionState]) {
+        self.environment = environment
+        self.purchases = purchases
+        self.subscriptions = subscriptions
+    }
+}
