@@ -167,12 +167,13 @@ final class ServerAPIAttempt: Sendable {
         let (environment, calls) = state.withLock { ($0.environment, $0.calls) }
         let ledger = ServerAPILedger.build(
             environment: environment.rawValue, transactions: transactions, statuses: statuses, at: client.now())
-        completion(VerificationReport(verdict: .valid, response: nil, calls: calls, errorCode: nil, ledger: ledger))
+        completion(VerificationReport(verdict: .valid, response: nil, calls: calls, errorCode: nil, ledger: ledger, backend: .serverAPI))
     }
 
     private func finish(_ verdict: AppleVerdict, code: String, rateLimitedUntil: Date? = nil) {
         let calls = state.withLock { $0.calls }
         completion(
-            VerificationReport(verdict: verdict, response: nil, calls: calls, errorCode: code, rateLimitedUntil: rateLimitedUntil))
+            VerificationReport(
+                verdict: verdict, response: nil, calls: calls, errorCode: code, rateLimitedUntil: rateLimitedUntil, backend: .serverAPI))
     }
 }

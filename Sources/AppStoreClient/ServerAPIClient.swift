@@ -117,7 +117,8 @@ public final class ServerAPIClient: Sendable {
         }
         let base = environment == .production ? configuration.productionURL : configuration.sandboxURL
         let request = Curl.HTTPRequest(
-            method: "GET", url: base + path, headers: [(name: "Authorization", value: "Bearer \(token)"), (name: "Accept", value: "application/json")])
+            method: "GET", url: base + path,
+            headers: [(name: "Authorization", value: "Bearer \(token)"), (name: "Accept", value: "application/json")])
         let started = ContinuousClock.now
         let now = self.now
         engine.send(request) { result in

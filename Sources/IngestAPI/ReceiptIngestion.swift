@@ -75,7 +75,10 @@ public struct ReceiptIngestion: Sendable {
         let envelope = JobEnvelope(
             id: JobID.make(at: at), kind: .validate, appID: app.id, enqueuedAt: at, origin: origin, receipt: decoded.base64,
             style: receipt.style, bundleID: receipt.bundleID, environment: receipt.environment.apiName, submission: submission,
-            fraudReason: fraudReason)
+            fraudReason: fraudReason,
+            // Only a receipt whose signature just checked may name the transaction the Server API
+            // is asked about (an attacker chooses the ids of an unchecked one); none: empty.
+            transactionID: fraudReason == nil ? (receipt.inApp.first?.transactionID ?? "") : nil)
         var pending = ReceiptResource.pending(envelope, purchases: fraudReason == nil ? receipt.inApp : [])
         if let fraudReason {
             pending.isFraud = true

@@ -161,30 +161,32 @@ public final class PostgresReceiptStore: ReceiptStore {
             """
             INSERT INTO receipts (id, app_id, style, bundle_id, environment, status, apple_status, user_identifier,
                 identifier_for_vendor, country_code, ip_address, metadata, receipt_data, latest_receipt,
-                transaction_ids, error_code, created_at, validated_at, is_fraud, fraud_reason)
+                transaction_ids, error_code, created_at, validated_at, is_fraud, fraud_reason, source, transaction_id, validated_by)
             SELECT u.id, u.app_id, u.style, u.bundle_id, u.environment, u.status, u.apple_status, u.user_identifier,
                 u.identifier_for_vendor, u.country_code, u.ip_address, u.metadata::jsonb, u.receipt_data, u.latest_receipt,
                 ARRAY(SELECT jsonb_array_elements_text(u.transaction_ids::jsonb)), u.error_code, u.created_at, u.validated_at,
-                u.is_fraud, u.fraud_reason
+                u.is_fraud, u.fraud_reason, u.source, u.transaction_id, u.validated_by
             FROM unnest(\(receipts.id)::uuid[], \(receipts.appID)::uuid[], \(receipts.style)::text[], \(receipts.bundleID)::text[],
                 \(receipts.environment)::text[], \(receipts.status)::text[], \(receipts.appleStatus)::int[],
                 \(receipts.userIdentifier)::text[], \(receipts.identifierForVendor)::text[], \(receipts.countryCode)::text[],
                 \(receipts.ipAddress)::text[], \(receipts.metadata)::text[], \(receipts.receiptData)::text[],
                 \(receipts.latestReceipt)::text[], \(receipts.transactionIDs)::text[], \(receipts.errorCode)::text[],
                 \(receipts.createdAt)::timestamptz[], \(receipts.validatedAt)::timestamptz[], \(receipts.isFraud)::boolean[],
-                \(receipts.fraudReason)::text[])
+                \(receipts.fraudReason)::text[], \(receipts.source)::text[], \(receipts.transactionID)::text[],
+                \(receipts.validatedBy)::text[])
               AS u(id, app_id, style, bundle_id, environment, status, apple_status, user_identifier, identifier_for_vendor,
                    country_code, ip_address, metadata, receipt_data, latest_receipt, transaction_ids, error_code,
-                   created_at, validated_at, is_fraud, fraud_reason)
+                   created_at, validated_at, is_fraud, fraud_reason, source, transaction_id, validated_by)
             ON CONFLICT (id) DO UPDATE SET
                 environment = EXCLUDED.environment, status = EXCLUDED.status, apple_status = EXCLUDED.apple_status,
                 latest_receipt = EXCLUDED.latest_receipt, transaction_ids = EXCLUDED.transaction_ids,
-                error_code = EXCLUDED.error_code, validated_at = EXCLUDED.validated_at, updated_at = now()
+                error_code = EXCLUDED.error_code, validated_at = EXCLUDED.validated_at,
+                validated_by = COALESCE(EXCLUDED.validated_by, receipts.validated_by), updated_at = now()
             WHERE (receipts.environment, receipts.status, receipts.apple_status, receipts.transaction_ids,
-                   receipts.error_code)
+                   receipts.error_code, receipts.validated_by)
                   IS DISTINCT FROM
                   (EXCLUDED.environment, EXCLUDED.status, EXCLUDED.apple_status, EXCLUDED.transaction_ids,
-                   EXCLUDED.error_code)
+                   EXCLUDED.error_code, COALESCE(EXCLUDED.validated_by, receipts.validated_by))
               -- a late failure never overwrites Apple's verdict
               AND NOT (receipts.status IN ('valid', 'invalid') AND EXCLUDED.status = 'failed')
             """)
@@ -193,7 +195,7 @@ public final class PostgresReceiptStore: ReceiptStore {
 
 /// The columns of a batch of `receipts` rows, one array literal each.
 private struct ReceiptColumns {
-    private var columns = ColumnBatch(columns: 20)
+    private var columns = ColumnBatch(columns: 23)
     var isEmpty: Bool { columns.isEmpty }
 
     mutating func append(_ record: ValidationRecord) {
@@ -210,6 +212,7 @@ private struct ReceiptColumns {
             record.latestReceipt == envelope.receipt ? nil : record.latestReceipt,
             transactionIDs ?? "[]", record.storedErrorCode, envelope.enqueuedAt.postgresText, record.validatedAt.postgresText,
             record.status == .fraud ? "true" : "false", record.status == .fraud ? envelope.fraudReason : nil,
+            (envelope.source ?? .receipt).rawValue, envelope.transactionID.flatMap { $0.isEmpty ? nil : $0 }, record.validatedBy?.rawValue,
         ]
         columns.append(values)
     }
@@ -235,6 +238,9 @@ private struct ReceiptColumns {
     var validatedAt: String { column(17) }
     var isFraud: String { column(18) }
     var fraudReason: String { column(19) }
+    var source: String { column(20) }
+    var transactionID: String { column(21) }
+    var validatedBy: String { column(22) }
 }
 
 /// The columns of a batch of `in_app_purchases` rows.

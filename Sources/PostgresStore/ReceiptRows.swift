@@ -19,7 +19,8 @@ enum ReceiptRows {
             """
             SELECT id, app_id, style, bundle_id, environment, status, apple_status, is_fraud, fraud_reason,
                    user_identifier, identifier_for_vendor, country_code, ip_address, metadata::text AS metadata,
-                   array_to_json(transaction_ids)::text AS transaction_ids, created_at, updated_at
+                   array_to_json(transaction_ids)::text AS transaction_ids, created_at, updated_at, source, transaction_id,
+                   validated_by
             FROM receipts WHERE id = ANY(\(PostgresArray.literal(ids.map(\.uuidString)))::uuid[])
             """
         ).rows
@@ -60,7 +61,9 @@ enum ReceiptRows {
                 environment: receipt.environment, submission: submission,
                 validationStatus: row.string("status").flatMap(ValidationStatus.init(rawValue:)) ?? .pending,
                 appleStatus: row.int("apple_status"), inAppPurchases: owned,
-                createdAt: row.date("created_at") ?? Date(), updatedAt: row.date("updated_at") ?? Date())
+                createdAt: row.date("created_at") ?? Date(), updatedAt: row.date("updated_at") ?? Date(),
+                source: row.string("source").flatMap(JobSource.init(rawValue:)), transactionID: row.string("transaction_id"),
+                validatedBy: row.string("validated_by").flatMap(ValidationBackend.init(rawValue:)))
         }
         return result
     }

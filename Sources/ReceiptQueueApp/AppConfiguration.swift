@@ -123,7 +123,8 @@ public struct AppConfiguration: Sendable, CustomStringConvertible {
             requestTimeout: .milliseconds(try int("APPSTORE_REQUEST_TIMEOUT_MS", 30_000, range: 1...600_000)),
             caInfo: environment["APPSTORE_CA_FILE"].flatMap { $0.isEmpty ? nil : $0 })
         // A deployment pointed at Apple's verifyReceipt gets Apple's Server API too; the mock otherwise.
-        let serverAPIDefault = appStoreIsDefaultMock
+        let serverAPIDefault =
+            appStoreIsDefaultMock
             ? ServerAPIClient.Configuration(productionURL: "\(mockBase)/storekit/production", sandboxURL: "\(mockBase)/storekit/sandbox")
             : ServerAPIClient.Configuration.apple
         serverAPI = ServerAPIClient.Configuration(

@@ -92,10 +92,39 @@ public struct JobPlanner: Sendable {
     }
 
     /// What Apple's answer (or the transport failure) means for the job.
+    /// - Parameter sandboxPolicy: the app's; `reject` stores a sandbox result as invalid.
     public func plan(
-        _ envelope: JobEnvelope, report: VerificationReport, using generator: inout some RandomNumberGenerator
+        _ envelope: JobEnvelope, report: VerificationReport, sandboxPolicy: SandboxPolicy = .accept,
+        using generator: inout some RandomNumberGenerator
     ) -> JobPlan {
         let code = report.errorCode ?? report.response.map { "apple_\($0.status)" } ?? "unknown"
+        if let until = report.rateLimitedUntil {
+            // Apple's rate limit is the deployment's, not the receipt's fault: wait it out (spread
+            // over a second so the whole app's backlog does not return at one instant) without
+            // spending an attempt. The calls still go to the audit trail via `history`.
+            var waiting = envelope
+            waiting.history = (waiting.history + report.calls).suffix(50)
+            return .retry(waiting, runAt: max(until, now()).addingTimeInterval(Double.random(in: 0...1, using: &generator)), outcome: .deferred)
+        }
+        var report = report
+        if sandboxPolicy == .reject, report.verdict == .valid, environment(of: report) == "sandbox" {
+            report.verdict = .invalid
+            report.errorCode = "sandbox_rejected"
+            return .store(
+                ValidationRecord(
+                    envelope: envelope, status: .invalid, environment: "sandbox", appleStatus: report.response?.status, purchases: [],
+                    latestReceipt: nil, calls: report.calls, validatedAt: now(), errorCode: "sandbox_rejected", validatedBy: report.backend))
+        }
+        if let ledger = report.ledger, report.verdict == .valid {
+            let at = now()
+            return .store(
+                ValidationRecord(
+                    envelope: envelope, status: .valid, environment: ledger.environment, appleStatus: nil, purchases: ledger.purchases,
+                    latestReceipt: nil, calls: report.calls, validatedAt: at,
+                    subscriptions: ledger.subscriptions.map {
+                        PlannedSubscription(state: $0, nextPollAt: repollPolicy.nextPoll(for: $0, at: at, using: &generator))
+                    }, validatedBy: .serverAPI))
+        }
         switch report.verdict {
         case .valid, .invalid:
             let at = now()
@@ -108,7 +137,7 @@ public struct JobPlanner: Sendable {
                     latestReceipt: report.response?.latestReceipt, calls: report.calls, validatedAt: at,
                     subscriptions: subscriptions.map {
                         PlannedSubscription(state: $0, nextPollAt: repollPolicy.nextPoll(for: $0, at: at, using: &generator))
-                    }, errorCode: report.verdict == .invalid ? code : nil))
+                    }, errorCode: report.verdict == .invalid ? code : nil, validatedBy: report.backend))
         case .configurationError:
             return .bury(
                 envelope.failed(
@@ -127,6 +156,11 @@ public struct JobPlanner: Sendable {
         case .transient, .outage, .switchEnvironment:
             return retryOrBury(envelope, code: code, message: "Apple did not validate the receipt yet", calls: report.calls, using: &generator)
         }
+    }
+
+    /// The environment a report's result belongs to (`production`/`sandbox`).
+    private func environment(of report: VerificationReport) -> String? {
+        report.ledger?.environment ?? report.response?.environment?.lowercased()
     }
 
     /// The `failed` row a buried job leaves in Postgres (best effort; the dead letter is what counts).

@@ -307,14 +307,25 @@ public final class WorkerEngine: Service, Sendable {
         }
         guard let app else { return decide(token, job, planner.unknownApp(envelope)) }
         let isProbe = permission == .probe
-        let request = VerificationRequest(
-            receiptData: envelope.receipt, sharedSecret: app.sharedSecret, excludeOldTransactions: app.excludeOldTransactions)
+        let request: VerificationRequest
+        switch planner.start(envelope, app: app) {
+        case .call(let call): request = call
+        case .settle(let plan):
+            if case .bury(let failed?) = plan, let code = failed.errorCode, ConfigurationAlarm.raiseOnce(appID: app.id) {
+                logger.error(
+                    "The app cannot use the App Store Server API: \(failed.errorMessage ?? code)",
+                    metadata: ["app.id": "\(app.id.uuidString.lowercased())", "error.code": "\(code)"])
+            }
+            return decide(token, job, plan)
+        }
+        let sandboxPolicy = app.sandboxPolicy
         verifier.verify(request) { report in
             // On the HTTP engine's thread: count, decide, hand over; nothing here blocks.
+            // One circuit for both APIs: an outage of either defers the jobs, a 429 is not an outage.
             gate.record(outage: report.verdict == .outage, probe: isProbe)
             self.metrics.record(report.calls)
             var rng = SystemRandomNumberGenerator()
-            let plan = self.planner.plan(envelope, report: report, using: &rng)
+            let plan = self.planner.plan(envelope, report: report, sandboxPolicy: sandboxPolicy, using: &rng)
             if case .bury(let failed?) = plan, failed.errorCode == "shared_secret_mismatch", ConfigurationAlarm.raiseOnce(appID: app.id) {
                 // Every receipt of this app will fail the same way until someone fixes the secret:
                 // say it once, loudly, not once per job.

@@ -146,6 +146,8 @@ public struct ValidationRecord: Sendable, Equatable {
     /// This attempt's calls to Apple.
     public var calls: [AppleCall]
     public var validatedAt: Date
+    /// Which Apple API produced the result (nil: none was asked, as for fraud or a failed job).
+    public var validatedBy: ValidationBackend?
     /// The auto-renewable subscriptions Apple's answer shows, each with its next re-poll.
     public var subscriptions: [PlannedSubscription]
     /// For a failed `repoll` job: when to try the subscription again (the dead letter keeps the job).
@@ -159,8 +161,10 @@ public struct ValidationRecord: Sendable, Equatable {
     public init(
         envelope: JobEnvelope, status: ValidationStatus, environment: String?, appleStatus: Int?,
         purchases: [InAppPurchase], latestReceipt: String?, calls: [AppleCall], validatedAt: Date,
-        subscriptions: [PlannedSubscription] = [], retryPollAt: Date? = nil, errorCode: String? = nil
+        subscriptions: [PlannedSubscription] = [], retryPollAt: Date? = nil, errorCode: String? = nil,
+        validatedBy: ValidationBackend? = nil
     ) {
+        self.validatedBy = validatedBy
         self.errorCode = errorCode
         self.envelope = envelope
         self.status = status

@@ -166,6 +166,12 @@ public struct ReceiptResource: Sendable, Equatable, Codable {
     /// Apple's last JSON `status`, once Apple answered.
     public var appleStatus: Int?
     public var inAppPurchases: [InAppPurchaseResource]
+    /// What the client submitted: `receipt`, `signed_transaction` or `transaction_id` (nil: a receipt).
+    public var source: JobSource?
+    /// The transaction a StoreKit 2 submission names.
+    public var transactionID: String?
+    /// Which Apple API validated it, once one did.
+    public var validatedBy: ValidationBackend?
     public var createdAt: APITimestamp
     public var updatedAt: APITimestamp
 
@@ -181,6 +187,9 @@ public struct ReceiptResource: Sendable, Equatable, Codable {
         case validationStatus = "validation_status"
         case appleStatus = "apple_status"
         case inAppPurchases = "in_app_purchases"
+        case source
+        case transactionID = "transaction_id"
+        case validatedBy = "validated_by"
         case createdAt = "created_at"
         case updatedAt = "updated_at"
     }
@@ -189,8 +198,12 @@ public struct ReceiptResource: Sendable, Equatable, Codable {
     public init(
         id: UUID, style: ReceiptStyle?, appFamilyID: UUID, bundleID: String?, isFraud: Bool = false,
         fraudReason: String? = nil, environment: String?, submission: Submission, validationStatus: ValidationStatus,
-        appleStatus: Int? = nil, inAppPurchases: [InAppPurchaseResource], createdAt: Date, updatedAt: Date
+        appleStatus: Int? = nil, inAppPurchases: [InAppPurchaseResource], createdAt: Date, updatedAt: Date,
+        source: JobSource? = nil, transactionID: String? = nil, validatedBy: ValidationBackend? = nil
     ) {
+        self.source = source
+        self.transactionID = transactionID
+        self.validatedBy = validatedBy
         self.id = id
         self.style = style
         self.appFamilyID = appFamilyID
@@ -215,7 +228,8 @@ public struct ReceiptResource: Sendable, Equatable, Codable {
             id: envelope.id, style: envelope.style, appFamilyID: envelope.appID, bundleID: envelope.bundleID,
             environment: envelope.environment, submission: envelope.submission, validationStatus: .pending,
             inAppPurchases: purchases.map { InAppPurchaseResource($0) }, createdAt: envelope.enqueuedAt,
-            updatedAt: envelope.enqueuedAt)
+            updatedAt: envelope.enqueuedAt, source: envelope.source ?? .receipt,
+            transactionID: envelope.source == nil || envelope.source == .receipt ? nil : envelope.transactionID)
     }
 
     /// JSON bytes (sorted keys, so equal resources are equal bytes; absent values omitted).
@@ -237,9 +251,12 @@ public struct ReceiptResource: Sendable, Equatable, Codable {
         writer.member("ip_address", ipAddress)
         writer.member("is_fraud", isFraud)
         writer.member("metadata", metadata)
+        writer.member("source", source?.rawValue)
         writer.member("style", style?.rawValue)
+        writer.member("transaction_id", transactionID)
         writer.member("updated_at", updatedAt)
         writer.member("user_identifier", userIdentifier)
+        writer.member("validated_by", validatedBy?.rawValue)
         writer.member("validation_status", validationStatus.rawValue)
         writer.closeObject()
         return writer.bytes

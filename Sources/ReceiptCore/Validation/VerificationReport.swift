@@ -55,12 +55,15 @@ public struct VerificationReport: Sendable, Equatable {
     /// Set when the Server API's rate limit (Apple's `429`, or the app's shared bucket) stopped
     /// the attempt: run the job again at this time without counting an attempt against it.
     public var rateLimitedUntil: Date?
+    /// Which API the report comes from.
+    public var backend: ValidationBackend
 
     /// Creates a report.
     public init(
         verdict: AppleVerdict, response: VerifyReceiptResponse?, calls: [AppleCall], errorCode: String?, ledger: ServerAPILedger? = nil,
-        rateLimitedUntil: Date? = nil
+        rateLimitedUntil: Date? = nil, backend: ValidationBackend = .verifyReceipt
     ) {
+        self.backend = backend
         self.verdict = verdict
         self.response = response
         self.calls = calls
