@@ -8,7 +8,10 @@ import ReceiptQueueApp
 struct Apps: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Registers apps and manages their API tokens.",
-        subcommands: [Add.self, List.self, RotateToken.self, RevokeToken.self, SetSoftphoneCredentials.self])
+        subcommands: [
+            Add.self, List.self, RotateToken.self, RevokeToken.self, SetSoftphoneCredentials.self, SetServerAPIKey.self,
+            SetValidation.self,
+        ])
 
     struct Add: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Registers an app and prints its first API token.")
@@ -49,6 +52,8 @@ struct Apps: AsyncParsableCommand {
                 let prefixes = active.isEmpty ? "" : " (\(active.map(\.prefix).joined(separator: ", ")))"
                 print(
                     "\(app.id.uuidString.lowercased())  \(app.name)  \(app.bundleIDs.joined(separator: ","))  secret: \(app.sharedSecret == nil ? "no" : "yes")"
+                        + "  backend: \(app.backend.rawValue)\(app.effectiveBackend == .serverAPI && app.backend == .auto ? " (switched to server_api)" : "")"
+                        + "  server-api-key: \(app.serverAPIKeyID ?? "none")  sandbox: \(app.sandboxPolicy.rawValue)"
                         + "  tokens: \(active.count) active\(prefixes), \(appTokens.count - active.count) revoked")
             }
         }
@@ -135,14 +140,14 @@ extension Apps {
 }
 
 /// The Postgres connection of an `apps` command; the caller closes it.
-private func appsConnection() throws -> PostgresConnection {
+func appsConnection() throws -> PostgresConnection {
     let (configuration, logger) = try bootstrap(label: "apps")
     return try PostgresConnection(configuration: configuration.postgres, label: "apps", logger: logger)
 }
 
 extension AppAdmin {
     /// The app called `name`, or the usage error every `apps` command gives for an unknown name.
-    fileprivate func requiredApp(named name: String) throws -> AppRecord {
+    func requiredApp(named name: String) throws -> AppRecord {
         guard let app = try app(named: name) else { throw ValidationError("no app named \(name)") }
         return app
     }
