@@ -219,7 +219,7 @@ let package = Package(
         .testTarget(
             name: "ReceiptWorkerTests",
             dependencies: [
-                "ReceiptWorker", "ReceiptTesting",
+                "ReceiptWorker", "ReceiptTesting", "AppStoreClient",
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
             swiftSettings: swiftSettings
