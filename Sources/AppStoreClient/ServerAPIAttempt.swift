@@ -44,7 +44,7 @@ final class ServerAPIAttempt: Sendable {
         if let revision, let encoded = revision.addingPercentEncoding(withAllowedCharacters: .alphanumerics) {
             path += "&revision=\(encoded)"
         }
-        call(path) { json in
+        call(path, endpoint: .transactionHistory) { json in
             let page = json["signedTransactions"]?.arrayValue?.compactMap(\.stringValue) ?? []
             let pages = self.state.withLock { state in
                 state.signedTransactions += page
@@ -73,7 +73,7 @@ final class ServerAPIAttempt: Sendable {
     }
 
     private func statuses(transactions: [JSONValue]) {
-        call("/inApps/v1/subscriptions/\(query.transactionID)") { json in
+        call("/inApps/v1/subscriptions/\(query.transactionID)", endpoint: .subscriptionStatuses) { json in
             self.decodeOffEngine {
                 var items: [ServerAPIStatusItem] = []
                 for group in json["data"]?.arrayValue ?? [] {
@@ -100,9 +100,29 @@ final class ServerAPIAttempt: Sendable {
         }
     }
 
-    /// One call; an answer goes to `then`, everything else ends the attempt or switches environment.
-    private func call(_ path: String, then: @escaping @Sendable (JSONValue) -> Void) {
+    /// The longest the attempt waits in-process for the shared bucket; a longer wait ends the
+    /// attempt and the job waits in the retry set instead (holding no worker slot).
+    static let maximumInlineWait: TimeInterval = 2
+
+    /// One call, once the shared bucket allows it; an answer goes to `then`, everything else ends
+    /// the attempt or switches environment.
+    private func call(_ path: String, endpoint: ServerAPIEndpoint, then: @escaping @Sendable (JSONValue) -> Void) {
         let environment = state.withLock { $0.environment }
+        guard let throttle = client.throttle else { return send(path, environment: environment, then: then) }
+        let now = client.now()
+        throttle.reserve(app: query.bundleID, endpoint: endpoint, environment: environment, now: now) { until in
+            guard let until else { return self.send(path, environment: environment, then: then) }
+            let wait = until.timeIntervalSince(now)
+            guard wait <= Self.maximumInlineWait else {
+                return self.finish(.transient, code: "rate_limited", rateLimitedUntil: until)
+            }
+            DispatchQueue.global().asyncAfter(deadline: .now() + max(0, wait)) {
+                self.call(path, endpoint: endpoint, then: then)
+            }
+        }
+    }
+
+    private func send(_ path: String, environment: AppStoreEnvironment, then: @escaping @Sendable (JSONValue) -> Void) {
         client.get(path, environment: environment, query: query) { outcome, call in
             self.state.withLock { $0.calls.append(call) }
             switch outcome {
@@ -119,6 +139,8 @@ final class ServerAPIAttempt: Sendable {
                 }
                 self.start()
             case .rateLimited(let until):
+                // Apple's limit is the app's, not this job's: every worker of the app waits.
+                self.client.throttle?.pause(app: self.query.bundleID, environment: environment, until: until, now: self.client.now())
                 self.finish(.transient, code: "rate_limited", rateLimitedUntil: until)
             case .failed(let verdict, let code):
                 self.finish(verdict, code: code)

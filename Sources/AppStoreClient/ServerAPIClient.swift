@@ -71,15 +71,21 @@ public final class ServerAPIClient: Sendable {
     private let engine: CurlMulti
     let tokens: TokenSource
     let verifyPayload: PayloadVerifier
+    let throttle: ServerAPIThrottle?
     let now: @Sendable () -> Date
 
     /// Creates a client and starts its HTTP engine thread.
+    /// - Parameters:
+    ///   - tokens: signs the JWT for a query (from the app's key).
+    ///   - verifyPayload: checks each JWS of Apple's answers.
+    ///   - throttle: the deployment-wide rate limit (nil: only Apple's `429` limits the calls).
     /// - Throws: `CurlError` when libcurl cannot create the multi handle.
     public init(
         configuration: Configuration, tokens: @escaping TokenSource, verifyPayload: @escaping PayloadVerifier,
-        now: @escaping @Sendable () -> Date = { Date() }
+        throttle: ServerAPIThrottle? = nil, now: @escaping @Sendable () -> Date = { Date() }
     ) throws {
         self.configuration = configuration
+        self.throttle = throttle
         self.tokens = tokens
         self.verifyPayload = verifyPayload
         self.now = now

@@ -1,0 +1,37 @@
+import Foundation
+
+/// The App Store Server API's endpoints, by the rate limit Apple publishes for each.
+public enum ServerAPIEndpoint: String, Sendable, CaseIterable {
+    case transactionInfo = "transaction_info"
+    case transactionHistory = "transaction_history"
+    case subscriptionStatuses = "subscription_statuses"
+    case notificationHistory = "notification_history"
+    case lookUpOrderID = "look_up_order_id"
+    case refundHistory = "refund_history"
+
+    /// Apple's per-app limit in requests per second (enforced per hour): 50 for transaction info,
+    /// history, statuses and notification history, 10 for order look-up and refund history; the
+    /// sandbox allows a tenth of production.
+    public func ratePerSecond(in environment: AppStoreEnvironment) -> Double {
+        let production: Double =
+            switch self {
+            case .transactionInfo, .transactionHistory, .subscriptionStatuses, .notificationHistory: 50
+            case .lookUpOrderID, .refundHistory: 10
+            }
+        return environment == .sandbox ? production / 10 : production
+    }
+}
+
+/// A token bucket per app, environment and endpoint, shared by every worker process, so the
+/// deployment as a whole stays under Apple's limits; and a pause for the whole app after a `429`.
+///
+/// Blocking, like the queue: one instance per thread.
+public protocol ServerAPIRateLimiter: AnyObject {
+    /// Takes one call from the bucket.
+    /// - Parameters:
+    ///   - app: the app's bundle id (Apple's limits are per app).
+    /// - Returns: nil when the call may go now; otherwise the earliest time to ask again.
+    func reserve(app: String, endpoint: ServerAPIEndpoint, environment: AppStoreEnvironment, now: Date) throws -> Date?
+    /// Apple answered `429` for `app`: every endpoint of it waits until `until` (a later pause wins).
+    func pause(app: String, environment: AppStoreEnvironment, until: Date, now: Date) throws
+}

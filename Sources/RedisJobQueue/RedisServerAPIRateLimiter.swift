@@ -1,0 +1,86 @@
+import Foundation
+import Hiredis
+import ReceiptCore
+
+extension RedisKeys {
+    /// One app's token bucket for one endpoint and environment: `t` tokens, `ts` last refill (ms).
+    public func serverAPIBucket(app: String, environment: String, endpoint: String) -> String {
+        "\(prefix):serverapi:bucket:\(app):\(environment):\(endpoint)"
+    }
+    /// Set after a `429`: the app's calls wait until this time (ms).
+    public func serverAPIPause(app: String, environment: String) -> String { "\(prefix):serverapi:pause:\(app):\(environment)" }
+}
+
+/// ``ServerAPIRateLimiter`` in Redis: each decision is one script, so every worker process draws
+/// from the same bucket. Time is the caller's `now`, as in ``RedisOutageCircuit``.
+///
+/// Not thread-safe: one per thread (the Server API client keeps one on its own serial queue).
+public final class RedisServerAPIRateLimiter: ServerAPIRateLimiter {
+    /// `reserve`: refill at the rate, take a token or say when one will be there; a pause wins.
+    /// `pause`: extend the app's pause to `until` (never shorten it).
+    static let script = """
+        -- receiptq:serverapi-bucket:v1
+        -- KEYS: bucket hash, app pause. ARGV: op, now ms, rate per second, burst / pause until ms.
+        local op, now = ARGV[1], tonumber(ARGV[2])
+        local paused = tonumber(redis.call('GET', KEYS[2]) or '0')
+        if op == 'pause' then
+          local untilMs = tonumber(ARGV[4])
+          if untilMs > paused and untilMs > now then
+            redis.call('SET', KEYS[2], string.format('%d', untilMs), 'PX', math.floor(untilMs - now) + 1)
+          end
+          return 0
+        end
+        if paused > now then return paused end
+        local rate, burst = tonumber(ARGV[3]), tonumber(ARGV[4])
+        local tokens = tonumber(redis.call('HGET', KEYS[1], 't') or ARGV[4])
+        local last = tonumber(redis.call('HGET', KEYS[1], 'ts') or ARGV[2])
+        if now > last then tokens = math.min(burst, tokens + (now - last) * rate / 1000) else now = last end
+        local ttl = math.ceil(burst / rate * 1000) + 1000
+        if tokens >= 1 then
+          redis.call('HSET', KEYS[1], 't', tostring(tokens - 1), 'ts', string.format('%d', now))
+          redis.call('PEXPIRE', KEYS[1], ttl)
+          return 0
+        end
+        redis.call('HSET', KEYS[1], 't', tostring(tokens), 'ts', string.format('%d', now))
+        redis.call('PEXPIRE', KEYS[1], ttl)
+        return now + math.ceil((1 - tokens) * 1000 / rate)
+        """
+
+    private let connection: RedisConnection
+    private let keys: RedisKeys
+    private var runner = ScriptRunner(source: script)
+
+    /// Creates a limiter on `connection`.
+    public init(connection: RedisConnection, keys: RedisKeys) {
+        self.connection = connection
+        self.keys = keys
+    }
+
+    public func reserve(app: String, endpoint: ServerAPIEndpoint, environment: AppStoreEnvironment, now: Date) throws -> Date? {
+        let rate = endpoint.ratePerSecond(in: environment)
+        // A second's worth of burst (at least one call): Apple counts per hour, so short bursts are
+        // fine, but a backlog must not fire an hour's budget at once.
+        let burst = max(1, rate)
+        let reply = try runner.run(
+            on: connection, keyCount: 2,
+            arguments: [
+                bytes(keys.serverAPIBucket(app: app, environment: environment.rawValue, endpoint: endpoint.rawValue)),
+                bytes(keys.serverAPIPause(app: app, environment: environment.rawValue)), bytes("reserve"), bytes(milliseconds(now)),
+                bytes(String(rate)), bytes(String(burst)),
+            ])
+        guard let wait = reply.int else { throw RedisQueueError.unexpectedReply("rate limiter") }
+        return wait == 0 ? nil : Date(timeIntervalSince1970: Double(wait) / 1000)
+    }
+
+    public func pause(app: String, environment: AppStoreEnvironment, until: Date, now: Date) throws {
+        _ = try runner.run(
+            on: connection, keyCount: 2,
+            arguments: [
+                bytes(keys.serverAPIBucket(app: app, environment: environment.rawValue, endpoint: "-")),
+                bytes(keys.serverAPIPause(app: app, environment: environment.rawValue)), bytes("pause"), bytes(milliseconds(now)), bytes("0"),
+                bytes(milliseconds(until)),
+            ])
+    }
+
+    private func milliseconds(_ date: Date) -> String { String(Int64((date.timeIntervalSince1970 * 1000).rounded())) }
+}
