@@ -81,7 +81,7 @@ let package = Package(
         ),
         .target(
             name: "AppStoreClient",
-            dependencies: ["ReceiptCore", "Curl"],
+            dependencies: ["ReceiptCore", "Curl", "OpenSSL"],
             swiftSettings: swiftSettings
         ),
         .target(
@@ -226,7 +226,7 @@ let package = Package(
         ),
         .testTarget(
             name: "ReceiptSignatureTests",
-            dependencies: ["ReceiptSignature", "ReceiptCore", "OpenSSL", "ReceiptTesting"],
+            dependencies: ["ReceiptSignature", "ReceiptCore", "OpenSSL", "ReceiptTesting", "AppStoreClient"],
             swiftSettings: swiftSettings
         ),
         .testTarget(

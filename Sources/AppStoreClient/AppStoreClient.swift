@@ -76,8 +76,10 @@ public final class AppStoreClient: ReceiptVerifier {
         engine.send(request) { result in
             let latency = Int(((ContinuousClock.now - started).seconds * 1000).rounded())
             let (call, response) = Self.interpret(result, from: environment, latencyMs: latency)
+            let http = try? result.get()
+            let notice = VerifyReceiptNotice(httpStatus: http?.status, header: { http?.header($0) })
             var session = session
-            switch session.handle(call, response) {
+            switch session.handle(call, response, notice: notice) {
             case .send(let next): self.step(session, next, body: body, completion: completion)
             case .finish(let report): completion(report)
             }
@@ -126,10 +128,29 @@ struct VerificationSession: Sendable {
 
     private var flipped: Set<AppStoreEnvironment> = []
     private var calls: [AppleCall] = []
+    private var notice = VerifyReceiptNotice()
 
     /// Takes the outcome of the call to `call.endpoint`.
-    mutating func handle(_ call: AppleCall, _ response: VerifyReceiptResponse?) -> Step {
+    mutating func handle(_ call: AppleCall, _ response: VerifyReceiptResponse?, notice latest: VerifyReceiptNotice = VerifyReceiptNotice()) -> Step {
         calls.append(call)
+        notice.gone = latest.gone
+        notice.deprecation = latest.deprecation ?? notice.deprecation
+        notice.sunset = latest.sunset ?? notice.sunset
+        var step = decide(call, response)
+        if case .finish(var report) = step, !notice.isEmpty {
+            report.notice = notice
+            step = .finish(report)
+        }
+        return step
+    }
+
+    private mutating func decide(_ call: AppleCall, _ response: VerifyReceiptResponse?) -> Step {
+        if notice.gone {
+            // 404/410: the endpoint is retired, which is not an outage (the circuit must not stop
+            // the Server API's jobs for it) and not the receipt's fault.
+            return .finish(
+                VerificationReport(verdict: .transient, response: nil, calls: calls, errorCode: "verify_receipt_gone"))
+        }
         guard let response else {
             // The classifier decides, so "what a failed call means" lives in one place.
             return .finish(

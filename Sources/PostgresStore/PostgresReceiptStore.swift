@@ -98,6 +98,19 @@ public final class PostgresReceiptStore: ReceiptStore {
         }
         if !receipts.isEmpty { try writeReceipts(receipts, on: connection) }
         try writeLatestReceipts(of: records.filter(\.isRepoll), on: connection)
+        let switching = Set(records.filter(\.switchesApp).map(\.envelope.appID.uuidString))
+        if !switching.isEmpty {
+            // With the result that first came from the Server API: the switch and its evidence
+            // commit together. An operator's choice since then (not `auto` any more) stands.
+            _ = try connection.query(
+                """
+                UPDATE apps SET switched_to_server_api_at = now(), updated_at = now()
+                WHERE id = ANY(\(PostgresArray.literal(switching.sorted()))::uuid[])
+                  AND validation_backend = 'auto' AND switched_to_server_api_at IS NULL
+                """)
+            // The app cache would keep routing the app's other jobs the old way for a while.
+            for id in switching { UUID(uuidString: id).map { apps[$0] = nil } }
+        }
         if !purchases.isEmpty {
             _ = try connection.query(
                 """

@@ -7,6 +7,7 @@ import IngestAPI
 import Libpq
 import Logging
 import MockAppStore
+import OpenSSL
 import PostgresStore
 import ReceiptCore
 import ReceiptScheduler
@@ -128,11 +129,14 @@ public enum ReceiptQueueApp {
         appStore.maxConcurrent = configuration.workerConcurrency
         // Every call in flight holds a socket; many systems start processes with a soft limit of 1,024.
         raiseOpenFileLimit(to: configuration.workerConcurrency + 256, logger: logger)
+        let secrets = try configuration.secretsKey.map { try SecretBox(key: $0) }
+        let serverAPI = try makeServerAPIClient(configuration, logger: logger)
         return WorkerEngine(
             configuration: .init(
                 concurrency: configuration.workerConcurrency, shutdownTimeout: configuration.workerShutdownTimeout,
                 heartbeatInterval: .seconds(max(1, configuration.workerHeartbeatTTLSeconds / 3)),
-                retryPolicy: configuration.retryPolicy, repollPolicy: configuration.repollPolicy),
+                retryPolicy: configuration.retryPolicy, repollPolicy: configuration.repollPolicy,
+                verifyReceiptGoneAfter: configuration.verifyReceiptGoneAfter),
             makeQueue: { role in
                 let queue = RedisWorkQueue(
                     connection: try RedisConnection(configuration: configuration.redis, label: "worker-\(role)", logger: logger),
@@ -143,7 +147,8 @@ public enum ReceiptQueueApp {
             },
             makeStore: { role in
                 PostgresReceiptStore(
-                    connection: try PostgresConnection(configuration: configuration.postgres, label: "worker-\(role)", logger: logger))
+                    connection: try PostgresConnection(configuration: configuration.postgres, label: "worker-\(role)", logger: logger),
+                    secrets: secrets)
             },
             makeCircuit: {
                 RedisOutageCircuit(
@@ -151,7 +156,12 @@ public enum ReceiptQueueApp {
                     keys: configuration.keys,
                     policy: configuration.circuitPolicy)
             },
-            verifier: try AppStoreClient(configuration: appStore),
+            makeWatch: {
+                RedisVerifyReceiptWatch(
+                    connection: try RedisConnection(configuration: configuration.redis, label: "worker-lifecycle", logger: logger),
+                    keys: configuration.keys)
+            },
+            verifier: AppleValidation(verifyReceipt: try AppStoreClient(configuration: appStore), serverAPI: serverAPI),
             requeueAbandoned: {
                 do {
                     let redis = try RedisConnection(configuration: configuration.redis, label: "worker-shutdown", logger: logger)

@@ -17,9 +17,16 @@ extension JobPlanner {
     ///   that was not checked at the door has no trustworthy id and is refused the same way.
     /// - A re-poll of such an app asks for the subscription's statuses.
     /// - Everything else goes to `verifyReceipt`, as before.
-    public func start(_ envelope: JobEnvelope, app: AppRecord) -> JobStart {
+    /// - Parameter verifyReceipt: the deployment's view of `verifyReceipt`: once it is retired (gone,
+    ///   or past its sunset), `auto` apps with a key move to the Server API.
+    public func start(_ envelope: JobEnvelope, app: AppRecord, verifyReceipt: VerifyReceiptLifecycle = VerifyReceiptLifecycle()) -> JobStart {
+        markingSwitch(route(envelope, app: app, verifyReceipt: verifyReceipt), app: app, verifyReceipt: verifyReceipt)
+    }
+
+    private func route(_ envelope: JobEnvelope, app: AppRecord, verifyReceipt: VerifyReceiptLifecycle) -> JobStart {
         let source = envelope.source ?? .receipt
-        let wantsServerAPI = source != .receipt || app.effectiveBackend == .serverAPI
+        let switches = app.backend == .auto && app.switchedToServerAPIAt == nil && app.serverAPIKey != nil && verifyReceipt.isRetired(at: now())
+        let wantsServerAPI = source != .receipt || app.effectiveBackend == .serverAPI || switches
         guard wantsServerAPI else {
             return .call(
                 VerificationRequest(
@@ -70,5 +77,14 @@ extension JobPlanner {
 
     private func serverAPIRequest(_ envelope: JobEnvelope, _ query: ServerAPIQuery) -> VerificationRequest {
         VerificationRequest(receiptData: envelope.receipt, sharedSecret: nil, excludeOldTransactions: false, serverAPI: query)
+    }
+
+    /// Marks a request (and so its result) as one that records its app's switch.
+    private func markingSwitch(_ start: JobStart, app: AppRecord, verifyReceipt: VerifyReceiptLifecycle) -> JobStart {
+        guard case .call(var request) = start, request.serverAPI != nil, app.backend == .auto, app.switchedToServerAPIAt == nil,
+            verifyReceipt.isRetired(at: now())
+        else { return start }
+        request.switchesApp = true
+        return .call(request)
     }
 }

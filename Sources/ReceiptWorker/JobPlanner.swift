@@ -195,3 +195,13 @@ enum ConfigurationAlarm {
         raised.withLock { $0.insert(appID).inserted }
     }
 }
+
+/// Remembers, per process, which apps' moves to the Server API were already announced.
+enum SwitchAlarm {
+    private static let raised = Mutex<Set<UUID>>([])
+
+    /// True the first time it is called for `appID`.
+    static func raiseOnce(appID: UUID) -> Bool {
+        raised.withLock { $0.insert(appID).inserted }
+    }
+}

@@ -56,14 +56,18 @@ public final class WorkerEngine: Service, Sendable {
         public var retryPolicy: RetryPolicy
         /// When the subscriptions in Apple's answers are polled again.
         public var repollPolicy: RepollPolicy
+        /// How many 404/410 answers in a row, across the deployment, mean `verifyReceipt` is gone
+        /// (`VERIFY_RECEIPT_GONE_AFTER`): a stray 404 from a proxy must not move every app.
+        public var verifyReceiptGoneAfter: Int
 
         /// Creates a configuration; every value has a production default.
         public init(
             concurrency: Int = 16, fetchBatch: Int = 128, commitBatch: Int = 128, committers: Int = 2,
             reserveTimeout: Duration = .seconds(2), shutdownTimeout: Duration = .seconds(25), heartbeatInterval: Duration = .seconds(5),
             circuitRefresh: Duration = .milliseconds(250), circuitFlush: Duration = .milliseconds(50),
-            retryPolicy: RetryPolicy = RetryPolicy(), repollPolicy: RepollPolicy = RepollPolicy()
+            retryPolicy: RetryPolicy = RetryPolicy(), repollPolicy: RepollPolicy = RepollPolicy(), verifyReceiptGoneAfter: Int = 20
         ) {
+            self.verifyReceiptGoneAfter = max(1, verifyReceiptGoneAfter)
             self.concurrency = max(1, concurrency)
             self.fetchBatch = max(1, fetchBatch)
             self.commitBatch = max(1, commitBatch)
@@ -99,6 +103,7 @@ public final class WorkerEngine: Service, Sendable {
     private let makeQueue: @Sendable (String) throws -> any JobQueue
     private let makeStore: @Sendable (String) throws -> any ReceiptStore
     private let makeCircuit: @Sendable () throws -> (any OutageCircuit)?
+    private let makeWatch: @Sendable () throws -> (any VerifyReceiptWatch)?
     private let verifier: any ReceiptVerifier
     private let requeueAbandoned: @Sendable () -> Void
     private let planner: JobPlanner
@@ -120,6 +125,8 @@ public final class WorkerEngine: Service, Sendable {
     ///     processing list; called again after a failure.
     ///   - makeStore: a store for one thread; when it fails, that thread's jobs are retried later.
     ///   - makeCircuit: the shared outage circuit on its own connection (nil: none).
+    ///   - makeWatch: the shared view of `verifyReceipt`'s lifecycle on its own connection (nil:
+    ///     never declared gone; announced dates not recorded).
     ///   - verifier: the asynchronous verifier (Apple, or a mock), shared by every job.
     ///   - requeueAbandoned: gives the processing list back to the queue when graceful shutdown's
     ///     deadline passes with jobs still in hand.
@@ -130,7 +137,8 @@ public final class WorkerEngine: Service, Sendable {
     public init(
         configuration: Configuration, makeQueue: @escaping @Sendable (String) throws -> any JobQueue,
         makeStore: @escaping @Sendable (String) throws -> any ReceiptStore,
-        makeCircuit: @escaping @Sendable () throws -> (any OutageCircuit)? = { nil }, verifier: any ReceiptVerifier,
+        makeCircuit: @escaping @Sendable () throws -> (any OutageCircuit)? = { nil },
+        makeWatch: @escaping @Sendable () throws -> (any VerifyReceiptWatch)? = { nil }, verifier: any ReceiptVerifier,
         requeueAbandoned: @escaping @Sendable () -> Void = {}, now: @escaping @Sendable () -> Date = { Date() },
         metrics: any MetricsFactory = MetricsSystem.factory, logger: Logger
     ) {
@@ -138,6 +146,7 @@ public final class WorkerEngine: Service, Sendable {
         self.makeQueue = makeQueue
         self.makeStore = makeStore
         self.makeCircuit = makeCircuit
+        self.makeWatch = makeWatch
         self.verifier = verifier
         self.requeueAbandoned = requeueAbandoned
         self.planner = JobPlanner(retryPolicy: configuration.retryPolicy, repollPolicy: configuration.repollPolicy, now: now)
@@ -214,6 +223,7 @@ public final class WorkerEngine: Service, Sendable {
         var queue: (any JobQueue)?
         var store: (any ReceiptStore)?
         var gate: CircuitGate?
+        var lifecycle: VerifyReceiptGate?
         var lastHeartbeat = Date.distantPast
         // Pacing uses the machine's clock: an injected clock that stands still would stop the flushes.
         var lastFlush: ContinuousClock.Instant?
@@ -223,11 +233,13 @@ public final class WorkerEngine: Service, Sendable {
         while !locked({ $0.stopping }) {
             do {
                 if gate == nil { gate = CircuitGate(circuit: try makeCircuit(), refreshInterval: configuration.circuitRefresh) }
+                if lifecycle == nil { lifecycle = VerifyReceiptGate(watch: try makeWatch(), goneAfter: configuration.verifyReceiptGoneAfter) }
                 if queue == nil { queue = try makeQueue("fetcher") }
-                guard let queue, let gate else { continue }
+                guard let queue, let gate, let lifecycle else { continue }
                 if store == nil { store = try? makeStore("fetcher") }
                 if lastFlush.map({ ContinuousClock.now - $0 >= configuration.circuitFlush }) ?? true {
                     flush(gate)
+                    flush(lifecycle)
                     lastFlush = .now
                 }
                 if now().timeIntervalSince(lastHeartbeat) >= configuration.heartbeatInterval.seconds {
@@ -242,7 +254,7 @@ public final class WorkerEngine: Service, Sendable {
                     mayHoldStrays = false
                 }
                 let jobs = try queue.reserve(max: min(free, configuration.fetchBatch), timeout: configuration.reserveTimeout)
-                for job in jobs { start(job, store: store, gate: gate, using: &rng) }
+                for job in jobs { start(job, store: store, gate: gate, lifecycle: lifecycle, using: &rng) }
                 pause = 0.1
             } catch {
                 // Redis unreachable: back off (bounded) and try again; the façade reconnects on the
@@ -268,6 +280,29 @@ public final class WorkerEngine: Service, Sendable {
         }
     }
 
+    private func flush(_ lifecycle: VerifyReceiptGate) {
+        do {
+            let before = lifecycle.lifecycle
+            guard try lifecycle.flush(now: now()) else { return }
+            let after = lifecycle.lifecycle
+            metrics.verifyReceipt(after)
+            if before.goneSince == nil, after.goneSince != nil {
+                logger.critical(
+                    "verifyReceipt is gone (HTTP 404/410 on a run of calls): apps on `auto` with an In-App Purchase key move to the App Store Server API; the others keep retrying until they get a key"
+                )
+            } else if before.sunset != after.sunset || before.deprecation != after.deprecation {
+                logger.warning(
+                    "verifyReceipt announces its end",
+                    metadata: [
+                        "verify_receipt.deprecation": "\(after.deprecation.map { "\($0)" } ?? "-")",
+                        "verify_receipt.sunset": "\(after.sunset.map { "\($0)" } ?? "-")",
+                    ])
+            }
+        } catch {
+            logger.debug("verifyReceipt lifecycle unreachable", error: error)
+        }
+    }
+
     /// Waits (briefly) until a slot is free; returns how many are.
     private func waitForFreeSlots() -> Int {
         condition.lock()
@@ -280,7 +315,8 @@ public final class WorkerEngine: Service, Sendable {
     }
 
     private func start(
-        _ job: ReservedJob, store: (any ReceiptStore)?, gate: CircuitGate, using generator: inout SystemRandomNumberGenerator
+        _ job: ReservedJob, store: (any ReceiptStore)?, gate: CircuitGate, lifecycle: VerifyReceiptGate,
+        using generator: inout SystemRandomNumberGenerator
     ) {
         let token = locked { shared -> Int in
             shared.nextToken += 1
@@ -308,7 +344,7 @@ public final class WorkerEngine: Service, Sendable {
         guard let app else { return decide(token, job, planner.unknownApp(envelope)) }
         let isProbe = permission == .probe
         let request: VerificationRequest
-        switch planner.start(envelope, app: app) {
+        switch planner.start(envelope, app: app, verifyReceipt: lifecycle.lifecycle) {
         case .call(let call): request = call
         case .settle(let plan):
             if case .bury(let failed?) = plan, let code = failed.errorCode, ConfigurationAlarm.raiseOnce(appID: app.id) {
@@ -319,13 +355,32 @@ public final class WorkerEngine: Service, Sendable {
             return decide(token, job, plan)
         }
         let sandboxPolicy = app.sandboxPolicy
+        if request.switchesApp, SwitchAlarm.raiseOnce(appID: app.id) {
+            metrics.backendSwitched()
+            logger.critical(
+                "verifyReceipt is retired: this app now validates with the App Store Server API",
+                metadata: ["app.id": "\(app.id.uuidString.lowercased())", "app.bundle_id": "\(app.bundleID)"])
+        }
+        let canMove = app.backend == .auto && app.serverAPIKey != nil
         verifier.verify(request) { report in
             // On the HTTP engine's thread: count, decide, hand over; nothing here blocks.
             // One circuit for both APIs: an outage of either defers the jobs, a 429 is not an outage.
             gate.record(outage: report.verdict == .outage, probe: isProbe)
             self.metrics.record(report.calls)
             var rng = SystemRandomNumberGenerator()
-            let plan = self.planner.plan(envelope, report: report, sandboxPolicy: sandboxPolicy, using: &rng)
+            lifecycle.record(report)
+            var plan: JobPlan
+            if report.notice?.gone == true, canMove {
+                // verifyReceipt answers "gone" and this app can move: wait (without an attempt) for
+                // the deployment to agree, then it goes to the Server API.
+                plan = self.planner.deferred(envelope, until: self.now().addingTimeInterval(2), using: &rng)
+            } else {
+                plan = self.planner.plan(envelope, report: report, sandboxPolicy: sandboxPolicy, using: &rng)
+            }
+            if request.switchesApp, case .store(var record) = plan {
+                record.switchesApp = true
+                plan = .store(record)
+            }
             if case .bury(let failed?) = plan, failed.errorCode == "shared_secret_mismatch", ConfigurationAlarm.raiseOnce(appID: app.id) {
                 // Every receipt of this app will fail the same way until someone fixes the secret:
                 // say it once, loudly, not once per job.

@@ -10,6 +10,10 @@ struct WorkerMetrics: Sendable {
     private let appleCalls: [AppStoreEnvironment: [StatusClass: Counter]]
     private let appleDuration: [AppStoreEnvironment: Metrics.Timer]
     private let jobLatency: [JobKind: Metrics.Timer]
+    private let backendSwitches: Counter
+    private let verifyReceiptGone: Gauge
+    private let verifyReceiptDeprecation: Gauge
+    private let verifyReceiptSunset: Gauge
 
     /// An HTTP status class, or `transport` for a call that got no answer.
     enum StatusClass: String, CaseIterable {
@@ -52,10 +56,24 @@ struct WorkerMetrics: Sendable {
             uniqueKeysWithValues: AppStoreEnvironment.allCases.map {
                 ($0, Metrics.Timer(label: "receiptq_apple_call_duration_seconds", dimensions: [("endpoint", $0.rawValue)], factory: factory))
             })
+        backendSwitches = Counter(label: "receiptq_backend_switches_total", factory: factory)
+        verifyReceiptGone = Gauge(label: "receiptq_verify_receipt_gone", factory: factory)
+        verifyReceiptDeprecation = Gauge(label: "receiptq_verify_receipt_deprecation_timestamp_seconds", factory: factory)
+        verifyReceiptSunset = Gauge(label: "receiptq_verify_receipt_sunset_timestamp_seconds", factory: factory)
         jobLatency = Dictionary(
             uniqueKeysWithValues: JobKind.allCases.map {
                 ($0, Metrics.Timer(label: "receiptq_job_latency_seconds", dimensions: [("kind", $0.rawValue)], factory: factory))
             })
+    }
+
+    /// An `auto` app moved to the Server API in this process.
+    func backendSwitched() { backendSwitches.increment() }
+
+    /// The deployment's view of `verifyReceipt`: gone (1/0) and the announced dates (0: none).
+    func verifyReceipt(_ lifecycle: VerifyReceiptLifecycle) {
+        verifyReceiptGone.record(lifecycle.goneSince == nil ? 0 : 1)
+        verifyReceiptDeprecation.record(lifecycle.deprecation?.timeIntervalSince1970 ?? 0)
+        verifyReceiptSunset.record(lifecycle.sunset?.timeIntervalSince1970 ?? 0)
     }
 
     /// One job's calls to Apple (production, then sandbox after a 21007, …).

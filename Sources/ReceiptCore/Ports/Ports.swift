@@ -148,6 +148,8 @@ public struct ValidationRecord: Sendable, Equatable {
     public var validatedAt: Date
     /// Which Apple API produced the result (nil: none was asked, as for fraud or a failed job).
     public var validatedBy: ValidationBackend?
+    /// Storing this result also records that its `auto` app moved to the Server API.
+    public var switchesApp: Bool = false
     /// The auto-renewable subscriptions Apple's answer shows, each with its next re-poll.
     public var subscriptions: [PlannedSubscription]
     /// For a failed `repoll` job: when to try the subscription again (the dead letter keeps the job).

@@ -57,6 +57,8 @@ public struct VerificationReport: Sendable, Equatable {
     public var rateLimitedUntil: Date?
     /// Which API the report comes from.
     public var backend: ValidationBackend
+    /// What `verifyReceipt` said about itself (gone, deprecation and sunset dates), when it did.
+    public var notice: VerifyReceiptNotice?
 
     /// Creates a report.
     public init(
@@ -83,6 +85,9 @@ public struct VerificationRequest: Sendable, Equatable {
     public var excludeOldTransactions: Bool
     /// Set to validate with the App Store Server API instead of `verifyReceipt`.
     public var serverAPI: ServerAPIQuery?
+    /// Set when `auto` sends this app to the Server API for the first time (verifyReceipt is
+    /// retired): storing the result also records the app's switch.
+    public var switchesApp: Bool = false
 
     /// Creates a request.
     public init(receiptData: String, sharedSecret: String?, excludeOldTransactions: Bool, serverAPI: ServerAPIQuery? = nil) {

@@ -1,0 +1,144 @@
+import Foundation
+
+/// Why a JWS was not accepted: a bounded reason, used verbatim as the API's 402 `fraud_reason`.
+/// It never carries payload data.
+public struct JWSFailure: Error, Sendable, Equatable, Hashable, CustomStringConvertible {
+    public var reason: String
+
+    /// Creates a failure with a bounded reason.
+    public init(reason: String) { self.reason = reason }
+
+    /// Not three base64url segments with a JSON header, or too large.
+    public static let malformedJWS = JWSFailure(reason: "malformed_jws")
+    /// `alg` is not `ES256` (Apple signs with nothing else; `none` and HMAC are forgeries).
+    public static let unsupportedAlgorithm = JWSFailure(reason: "unsupported_algorithm")
+    /// No usable `x5c` chain in the header.
+    public static let missingCertificateChain = JWSFailure(reason: "missing_certificate_chain")
+    /// The chain does not lead to a trusted root at the signing date.
+    public static let untrustedChain = JWSFailure(reason: "untrusted_chain")
+    /// The chain lacks Apple's marker extensions on its leaf or intermediate.
+    public static let missingAppleMarker = JWSFailure(reason: "missing_apple_marker")
+    /// The signature does not verify with the leaf's key.
+    public static let invalidSignature = JWSFailure(reason: "invalid_signature")
+    /// The payload is not a JSON object, or a documented field has the wrong type.
+    public static let malformedPayload = JWSFailure(reason: "malformed_payload")
+    /// Signed by Apple, but for another app.
+    public static let bundleIDMismatch = JWSFailure(reason: "bundle_id_mismatch")
+    /// Signed by Apple, but for another app id.
+    public static let appAppleIDMismatch = JWSFailure(reason: "app_apple_id_mismatch")
+    /// Signed by Apple, but for the other environment than expected.
+    public static let environmentMismatch = JWSFailure(reason: "environment_mismatch")
+
+    public var description: String { "JWSFailure(\(reason))" }
+}
+
+/// A compact JWS (`header.payload.signature`) as Apple signs transactions, renewal infos and
+/// notifications: parsed, not yet verified.
+public struct CompactJWS: Sendable, Equatable {
+    /// The largest JWS accepted: a notification with its two nested JWS is ~15 KB.
+    public static let maxLength = 256 * 1024
+
+    public var header: JSONValue
+    public var payload: [UInt8]
+    public var signature: [UInt8]
+    /// `header.payload` as sent: what the signature covers.
+    public var signingInput: [UInt8]
+    /// The header's `x5c` certificates (DER), leaf first.
+    public var x5c: [[UInt8]]
+
+    /// Parses `text`.
+    /// - Throws: ``JWSFailure`` `malformed_jws`, `unsupported_algorithm` or `missing_certificate_chain`.
+    public init(_ text: some StringProtocol) throws(JWSFailure) {
+        guard text.utf8.count <= Self.maxLength else { throw .malformedJWS }
+        let segments = text.utf8.split(separator: UInt8(ascii: "."), omittingEmptySubsequences: false)
+        guard segments.count == 3, !segments[0].isEmpty, !segments[1].isEmpty,
+            let headerBytes = Base64URL.decode(String(decoding: segments[0], as: UTF8.self)),
+            let payload = Base64URL.decode(String(decoding: segments[1], as: UTF8.self)),
+            let signature = Base64URL.decode(String(decoding: segments[2], as: UTF8.self)),
+            let header = try? JSONDecoder().decode(JSONValue.self, from: Data(headerBytes)), header.objectValue != nil
+        else { throw .malformedJWS }
+        guard header["alg"]?.stringValue == "ES256", case .string = header["alg"] else { throw .unsupportedAlgorithm }
+        guard let entries = header["x5c"]?.arrayValue, (1...4).contains(entries.count) else { throw .missingCertificateChain }
+        var x5c: [[UInt8]] = []
+        for entry in entries {
+            // x5c is standard base64 (RFC 7515 §4.1.6), not base64url.
+            guard case .string(let text) = entry, let der = Data(base64Encoded: text), !der.isEmpty else {
+                throw .missingCertificateChain
+            }
+            x5c.append(Array(der))
+        }
+        self.header = header
+        self.payload = payload
+        self.signature = signature
+        self.signingInput = Array(segments[0]) + [UInt8(ascii: ".")] + Array(segments[1])
+        self.x5c = x5c
+    }
+
+    /// Whether `text` looks like a compact JWS (three base64url segments), without decoding it.
+    public static func looksLikeJWS(_ text: some StringProtocol) -> Bool {
+        let segments = text.utf8.split(separator: UInt8(ascii: "."), omittingEmptySubsequences: false)
+        return segments.count == 3 && segments[0].first == UInt8(ascii: "e")
+            && segments.allSatisfy { $0.allSatisfy { Base64URLAlphabet.contains($0) } }
+    }
+}
+
+private enum Base64URLAlphabet {
+    static func contains(_ byte: UInt8) -> Bool {
+        (65...90).contains(byte) || (97...122).contains(byte) || (48...57).contains(byte) || byte == 45 || byte == 95
+    }
+}
+
+/// A JWS whose chain and signature checked: its header, its decoded payload, and who signed it.
+public struct VerifiedJWS: Sendable, Equatable {
+    public var header: JSONValue
+    /// The payload, a JSON object.
+    public var payload: JSONValue
+    /// The chain's subjects (common names), leaf first.
+    public var chainSubjects: [String]
+    /// The payload's `signedDate`, at which the chain was judged.
+    public var signedDate: Date?
+
+    /// Creates a verified JWS.
+    public init(header: JSONValue, payload: JSONValue, chainSubjects: [String], signedDate: Date?) {
+        self.header = header
+        self.payload = payload
+        self.chainSubjects = chainSubjects
+        self.signedDate = signedDate
+    }
+}
+
+/// What a signed payload must say to be this app's: checked after the signature.
+public struct JWSExpectation: Sendable, Equatable {
+    /// The app's bundle ids (its family); empty: not checked.
+    public var bundleIDs: [String]
+    /// Apple's app id, when known.
+    public var appAppleID: Int64?
+    /// `Production` or `Sandbox` (Apple's spelling), when the caller knows which it wants.
+    public var environment: String?
+
+    /// Creates an expectation.
+    public init(bundleIDs: [String], appAppleID: Int64? = nil, environment: String? = nil) {
+        self.bundleIDs = bundleIDs
+        self.appAppleID = appAppleID
+        self.environment = environment
+    }
+
+    /// The first mismatch, or nil. Reads the fields at the top level (transactions, renewal
+    /// infos) or under `data` (notifications).
+    public func failure(for payload: JSONValue) -> JWSFailure? {
+        let scope = payload["data"] ?? payload["summary"] ?? payload
+        if !bundleIDs.isEmpty {
+            // A renewal info carries no bundle id: nothing to compare.
+            if let bundleID = scope["bundleId"]?.stringValue ?? payload["bundleId"]?.stringValue, !bundleIDs.contains(bundleID) {
+                return .bundleIDMismatch
+            }
+        }
+        if let appAppleID, let signed = (scope["appAppleId"] ?? payload["appAppleId"])?.stringValue, signed != String(appAppleID) {
+            return .appAppleIDMismatch
+        }
+        if let environment, let signed = (scope["environment"] ?? payload["environment"])?.stringValue, signed != environment {
+            return .environmentMismatch
+        }
+        return nil
+    }
+}

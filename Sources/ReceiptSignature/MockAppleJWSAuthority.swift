@@ -1,0 +1,82 @@
+import Foundation
+import OpenSSL
+import ReceiptCore
+
+/// A signing chain shaped like Apple's for App Store JWS (root → WWDR-like intermediate with
+/// marker `1.2.840.113635.100.6.2.1` → leaf with marker `1.2.840.113635.100.6.11.1`, all P-256),
+/// for the mock App Store, `receiptq forge --signed-transaction` and tests. Never Apple's: a
+/// deployment trusts it only by putting its `root.pem` in its trust-roots directory.
+public struct MockAppleJWSAuthority: Sendable {
+    public var root: Certificate
+    public var intermediate: Certificate
+    public var leaf: Certificate
+    public var leafKey: PrivateKey
+    /// Kept to issue further leaves; never needed to verify.
+    public var rootKey: PrivateKey
+    public var intermediateKey: PrivateKey
+
+    /// Generates a chain valid from a year ago for ten years (payloads dated in the past verify).
+    /// - Parameter markers: false leaves Apple's marker extensions out (for negative tests).
+    public static func generate(
+        name: String = "receiptq Mock Apple Root CA - G3 (NOT APPLE)", markers: Bool = true
+    ) throws
+        -> MockAppleJWSAuthority
+    {
+        let now = Date()
+        let from = now.addingTimeInterval(-365 * 86_400)
+        let to = now.addingTimeInterval(10 * 365 * 86_400)
+        let rootKey = try PrivateKey.generateP256()
+        let root = try CertificateFactory.selfSigned(
+            CertificateRequestSpec(commonName: name, organization: "receiptq tests", isCA: true, validFrom: from, validTo: to, serial: 1),
+            key: rootKey)
+        let intermediateKey = try PrivateKey.generateP256()
+        let intermediate = try CertificateFactory.issue(
+            CertificateRequestSpec(
+                commonName: "receiptq Mock Worldwide Developer Relations (NOT APPLE)", organization: "receiptq tests", isCA: true,
+                validFrom: from, validTo: to, serial: 2, markerOIDs: markers ? [JWSVerifier.intermediateMarker] : []),
+            publicKeyOf: intermediateKey, issuer: root, issuerKey: rootKey)
+        let leafKey = try PrivateKey.generateP256()
+        let leaf = try CertificateFactory.issue(
+            CertificateRequestSpec(
+                commonName: "receiptq Mock StoreKit Signing (NOT APPLE)", organization: "receiptq tests", isCA: false, validFrom: from,
+                validTo: to, serial: 3, markerOIDs: markers ? [JWSVerifier.leafMarker] : []),
+            publicKeyOf: leafKey, issuer: intermediate, issuerKey: intermediateKey)
+        return MockAppleJWSAuthority(
+            root: root, intermediate: intermediate, leaf: leaf, leafKey: leafKey, rootKey: rootKey, intermediateKey: intermediateKey)
+    }
+
+    /// Loads the chain kept in `directory` (`root.pem`, `intermediate.pem`, `leaf.pem` and their
+    /// `.key` files), or generates and saves one, so the mock, `forge` and a running deployment
+    /// agree across runs. Only `root.pem` there is a certificate a trust directory may load.
+    public static func loadOrCreate(directory: URL) throws -> MockAppleJWSAuthority {
+        let names = ["root.pem", "root.key", "intermediate.pem", "intermediate.key", "leaf.pem", "leaf.key"]
+        let files = names.map { directory.appendingPathComponent($0) }
+        if files.allSatisfy({ FileManager.default.fileExists(atPath: $0.path) }) {
+            let text = try files.map { try String(contentsOf: $0, encoding: .utf8) }
+            return MockAppleJWSAuthority(
+                root: try Certificate(pem: text[0]), intermediate: try Certificate(pem: text[2]), leaf: try Certificate(pem: text[4]),
+                leafKey: try PrivateKey(pem: text[5]), rootKey: try PrivateKey(pem: text[1]), intermediateKey: try PrivateKey(pem: text[3]))
+        }
+        let authority = try generate()
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        let contents = [
+            authority.root.pem, try authority.rootKey.pemPKCS8(), authority.intermediate.pem, try authority.intermediateKey.pemPKCS8(),
+            authority.leaf.pem, try authority.leafKey.pemPKCS8(),
+        ]
+        for (file, text) in zip(files, contents) { try text.write(to: file, atomically: true, encoding: .utf8) }
+        for file in files where file.pathExtension == "key" { chmod(file.path, 0o600) }
+        return authority
+    }
+
+    /// Signs `payload` as Apple does: compact JWS, header `{"alg":"ES256","x5c":[leaf, intermediate, root]}`.
+    public func sign(_ payload: JSONValue) throws -> String {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        let header = JSONValue.object([
+            "alg": .string("ES256"),
+            "x5c": .array([leaf, intermediate, root].map { .string(Data($0.der).base64EncodedString()) }),
+        ])
+        let input = "\(Base64URL.encode(Array(try encoder.encode(header)))).\(Base64URL.encode(Array(try encoder.encode(payload))))"
+        return "\(input).\(Base64URL.encode(try ES256.sign(Array(input.utf8), key: leafKey)))"
+    }
+}
