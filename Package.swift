@@ -157,7 +157,7 @@ let package = Package(
         .target(
             name: "MockAppStore",
             dependencies: [
-                "ReceiptCore",
+                "ReceiptCore", "ReceiptSignature", "OpenSSL",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),

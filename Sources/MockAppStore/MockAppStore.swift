@@ -58,6 +58,8 @@ public enum MockAppStore {
             if let fields = body["pending_renewal_info"]?.objectValue { state.setRenewalInfo(fields, originalTransactionID: original) }
             return Response(status: .created)
         }
+        MockServerAPI.addRoutes(to: router, state: state)
+        MockServerAPIControl.addRoutes(to: router, state: state)
         router.post("/mock/secrets") { request, context -> Response in
             struct SecretBody: Decodable {
                 var bundle_id: String
@@ -102,6 +104,16 @@ public enum MockAppStore {
 
     static func verifyReceipt(_ request: Request, endpoint: AppStoreEnvironment, state: MockAppStoreState) async throws -> Response {
         state.count(endpoint)
+        let lifecycle = state.serverAPI.verifyReceiptLifecycle
+        var response = try await validate(request, endpoint: endpoint, state: state, gone: lifecycle.gone ? lifecycle.goneStatus : nil)
+        // RFC 8594 / RFC 9745: what Apple would announce before retiring the endpoint.
+        if let deprecation = lifecycle.deprecation, let name = HTTPField.Name("Deprecation") { response.headers[name] = deprecation }
+        if let sunset = lifecycle.sunset, let name = HTTPField.Name("Sunset") { response.headers[name] = sunset }
+        return response
+    }
+
+    private static func validate(_ request: Request, endpoint: AppStoreEnvironment, state: MockAppStoreState, gone: Int?) async throws -> Response {
+        if let gone { return textResponse(HTTPResponse.Status(code: gone), "Gone") }
         let body = try await request.body.collect(upTo: maxBodySize)
         guard let json = try? JSONDecoder().decode(JSONValue.self, from: Data(body.readableBytesView)),
             let receiptData = json["receipt-data"]?.stringValue
@@ -281,6 +293,10 @@ public final class RunningMockAppStore: Sendable {
     public var productionURL: String { "\(baseURL)/verifyReceipt" }
     /// The sandbox endpoint URL.
     public var sandboxURL: String { "\(baseURL)/sandbox/verifyReceipt" }
+    /// The App Store Server API's production base URL (`/inApps/...` follows).
+    public var serverAPIProductionURL: String { "\(baseURL)/storekit/production" }
+    /// The App Store Server API's sandbox base URL.
+    public var serverAPISandboxURL: String { "\(baseURL)/storekit/sandbox" }
 
     /// Stops the server and waits for it.
     public func stop() async {

@@ -1,5 +1,6 @@
 import Foundation
 import ReceiptCore
+import ReceiptSignature
 import Synchronization
 
 /// One scripted behaviour of the mock App Store.
@@ -90,10 +91,19 @@ public final class MockAppStoreState: Sendable {
     private let storage = Mutex(Storage())
     /// A latency added to every answer (the benchmark's stand-in for Apple's ~50 ms).
     public let baseDelay: Duration
+    /// The App Store Server API's side: its ledger, keys and rules.
+    public let serverAPI: MockServerAPIState
 
     /// Creates empty state.
-    /// - Parameter baseDelay: latency added to every `verifyReceipt` answer.
-    public init(baseDelay: Duration = .zero) { self.baseDelay = baseDelay }
+    /// - Parameters:
+    ///   - baseDelay: latency added to every answer.
+    ///   - authority: the chain Server API answers are signed with (default: a new one; pass
+    ///     ``MockAppleJWSAuthority/loadOrCreate(directory:)``'s to agree with `forge` and a deployment).
+    public init(baseDelay: Duration = .zero, authority: MockAppleJWSAuthority? = nil) {
+        self.baseDelay = baseDelay
+        // Key generation cannot fail short of memory exhaustion.
+        self.serverAPI = MockServerAPIState(authority: try! authority ?? MockAppleJWSAuthority.generate())
+    }
 
     /// Adds a rule (later rules are consulted after earlier ones).
     public func addRule(_ rule: MockRule) { storage.withLock { $0.rules.append(rule) } }

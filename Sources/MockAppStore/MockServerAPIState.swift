@@ -1,0 +1,239 @@
+import Foundation
+import OpenSSL
+import ReceiptCore
+import ReceiptSignature
+import Synchronization
+
+/// The mock App Store Server API's world: a ledger of StoreKit 2 transactions per environment,
+/// the In-App Purchase keys it accepts, scripted failures, and how `verifyReceipt` describes its
+/// own end. Thread-safe.
+public final class MockServerAPIState: Sendable {
+    /// A scripted answer for the next `count` matching calls.
+    public struct Rule: Sendable, Equatable, Codable {
+        /// Calls it applies to (at least one).
+        public var count: Int
+        /// Only calls whose path (after `/storekit/{environment}`) starts with this.
+        public var pathPrefix: String?
+        public var httpStatus: Int?
+        /// Apple's `errorCode` in the body.
+        public var errorCode: Int?
+        /// `Retry-After` as Apple sends it: a UNIX time in milliseconds (with `httpStatus` 429).
+        public var retryAfterMs: Int64?
+        public var delayMs: Int?
+
+        enum CodingKeys: String, CodingKey {
+            case count
+            case pathPrefix = "path_prefix"
+            case httpStatus = "http_status"
+            case errorCode = "error_code"
+            case retryAfterMs = "retry_after_ms"
+            case delayMs = "delay_ms"
+        }
+
+        /// Creates a rule.
+        public init(
+            count: Int = 1, pathPrefix: String? = nil, httpStatus: Int? = nil, errorCode: Int? = nil, retryAfterMs: Int64? = nil,
+            delayMs: Int? = nil
+        ) {
+            self.count = count
+            self.pathPrefix = pathPrefix
+            self.httpStatus = httpStatus
+            self.errorCode = errorCode
+            self.retryAfterMs = retryAfterMs
+            self.delayMs = delayMs
+        }
+
+        public init(from decoder: any Decoder) throws {
+            let container = try decoder.container(keyedBy: CodingKeys.self)
+            self.init(
+                count: try container.decodeIfPresent(Int.self, forKey: .count) ?? 1,
+                pathPrefix: try container.decodeIfPresent(String.self, forKey: .pathPrefix),
+                httpStatus: try container.decodeIfPresent(Int.self, forKey: .httpStatus),
+                errorCode: try container.decodeIfPresent(Int.self, forKey: .errorCode),
+                retryAfterMs: try container.decodeIfPresent(Int64.self, forKey: .retryAfterMs),
+                delayMs: try container.decodeIfPresent(Int.self, forKey: .delayMs))
+        }
+    }
+
+    /// A key the mock accepts JWTs from.
+    struct Key {
+        var issuerID: String
+        var bundleID: String
+        var publicKey: PublicKey
+    }
+
+    /// How `verifyReceipt` answers about itself.
+    public struct VerifyReceiptLifecycle: Sendable, Equatable, Codable {
+        /// Answer every call with `goneStatus` (404 or 410) instead of validating.
+        public var gone: Bool
+        public var goneStatus: Int
+        /// Header values sent with every answer, as given (`@1767225600`, an HTTP-date).
+        public var deprecation: String?
+        public var sunset: String?
+
+        enum CodingKeys: String, CodingKey {
+            case gone, deprecation, sunset
+            case goneStatus = "status"
+        }
+
+        /// Creates a lifecycle.
+        public init(gone: Bool = false, goneStatus: Int = 410, deprecation: String? = nil, sunset: String? = nil) {
+            self.gone = gone
+            self.goneStatus = goneStatus
+            self.deprecation = deprecation
+            self.sunset = sunset
+        }
+
+        public init(from decoder: any Decoder) throws {
+            let container = try decoder.container(keyedBy: CodingKeys.self)
+            self.init(
+                gone: try container.decodeIfPresent(Bool.self, forKey: .gone) ?? false,
+                goneStatus: try container.decodeIfPresent(Int.self, forKey: .goneStatus) ?? 410,
+                deprecation: try container.decodeIfPresent(String.self, forKey: .deprecation),
+                sunset: try container.decodeIfPresent(String.self, forKey: .sunset))
+        }
+    }
+
+    private struct Storage {
+        /// Transactions by environment, then id; each with the customer it belongs to.
+        var transactions: [AppStoreEnvironment: [String: (customer: String, payload: JSONValue)]] = [:]
+        /// Insertion order per environment and customer (history is in purchase order).
+        var customers: [AppStoreEnvironment: [String: [String]]] = [:]
+        var renewals: [AppStoreEnvironment: [String: [String: JSONValue]]] = [:]
+        var keys: [String: Key] = [:]
+        var unreleased: Set<String> = []
+        var rules: [Rule] = []
+        var calls: [String: Int] = [:]
+        var lifecycle = VerifyReceiptLifecycle()
+    }
+
+    private let storage = Mutex(Storage())
+    /// The chain the mock signs with; a deployment trusting the mock trusts `authority.root`.
+    public let authority: MockAppleJWSAuthority
+
+    /// Creates an empty world signing with `authority`.
+    public init(authority: MockAppleJWSAuthority) {
+        self.authority = authority
+    }
+
+    // MARK: Ledger
+
+    /// Records transactions (Apple's `JWSTransactionDecodedPayload` field names) in `environment`,
+    /// all of one customer: Get Transaction History of any of them lists them all.
+    public func add(transactions: [JSONValue], environment: AppStoreEnvironment) {
+        guard let first = transactions.first?["originalTransactionId"]?.stringValue ?? transactions.first?["transactionId"]?.stringValue
+        else { return }
+        storage.withLock { storage in
+            // A customer already known by one of the originals keeps its key.
+            let known = transactions.compactMap { $0["originalTransactionId"]?.stringValue }
+                .compactMap { storage.transactions[environment]?[$0]?.customer }.first
+            let customer = known ?? first
+            for transaction in transactions {
+                guard let id = transaction["transactionId"]?.stringValue else { continue }
+                var payload = transaction.objectValue ?? [:]
+                payload["environment"] = .string(environment == .production ? "Production" : "Sandbox")
+                if storage.transactions[environment]?[id] == nil { storage.customers[environment, default: [:]][customer, default: []].append(id) }
+                storage.transactions[environment, default: [:]][id] = (customer, .object(payload))
+            }
+        }
+    }
+
+    /// Records every purchase of a receipt as StoreKit 2 transactions of one customer, so the
+    /// same purchase can be validated through either API.
+    public func add(receipt: AppReceipt, environment: AppStoreEnvironment) {
+        add(transactions: receipt.inApp.map { Self.payload($0, bundleID: receipt.bundleID) }, environment: environment)
+    }
+
+    /// Sets renewal-info fields of a subscription (`autoRenewStatus`, `isInBillingRetryPeriod`,
+    /// `gracePeriodExpiresDate`, `expirationIntent`, …).
+    public func setRenewal(_ fields: [String: JSONValue], originalTransactionID: String, environment: AppStoreEnvironment) {
+        storage.withLock { $0.renewals[environment, default: [:]][originalTransactionID, default: [:]].merge(fields) { _, new in new } }
+    }
+
+    /// A purchase in Apple's StoreKit 2 shape.
+    public static func payload(_ purchase: InAppPurchase, bundleID: String) -> JSONValue {
+        var object: [String: JSONValue] = [
+            "transactionId": .string(purchase.transactionID),
+            "originalTransactionId": .string(purchase.originalTransactionID.isEmpty ? purchase.transactionID : purchase.originalTransactionID),
+            "bundleId": .string(bundleID), "productId": .string(purchase.productID), "quantity": .number(Double(purchase.quantity)),
+            "type": .string(purchase.expiresDate == nil ? "Non-Consumable" : "Auto-Renewable Subscription"),
+            "inAppOwnershipType": .string("PURCHASED"), "transactionReason": .string("PURCHASE"),
+        ]
+        func ms(_ date: Date?) -> JSONValue? { date.map { .number(($0.timeIntervalSince1970 * 1000).rounded()) } }
+        object["purchaseDate"] = ms(purchase.purchaseDate ?? Date())
+        object["originalPurchaseDate"] = ms(purchase.originalPurchaseDate ?? purchase.purchaseDate ?? Date())
+        object["expiresDate"] = ms(purchase.expiresDate)
+        object["revocationDate"] = ms(purchase.cancellationDate)
+        if let line = purchase.webOrderLineItemID { object["webOrderLineItemId"] = .string(line) }
+        if purchase.expiresDate != nil { object["subscriptionGroupIdentifier"] = .string("group-\(bundleID)") }
+        if purchase.isInIntroOfferPeriod || purchase.isTrialPeriod {
+            object["offerType"] = .number(1)
+            if purchase.isTrialPeriod { object["offerDiscountType"] = .string("FREE_TRIAL") }
+        }
+        return .object(object)
+    }
+
+    func transaction(_ id: String, in environment: AppStoreEnvironment) -> JSONValue? {
+        storage.withLock { $0.transactions[environment]?[id]?.payload }
+    }
+
+    /// Every transaction of the customer `id` belongs to, in the order they were recorded.
+    func history(of id: String, in environment: AppStoreEnvironment) -> [JSONValue]? {
+        storage.withLock { storage in
+            guard let customer = storage.transactions[environment]?[id]?.customer else { return nil }
+            return (storage.customers[environment]?[customer] ?? []).compactMap { storage.transactions[environment]?[$0]?.payload }
+        }
+    }
+
+    func renewal(of original: String, in environment: AppStoreEnvironment) -> [String: JSONValue] {
+        storage.withLock { $0.renewals[environment]?[original] ?? [:] }
+    }
+
+    // MARK: Keys, releases, rules, calls
+
+    /// Accepts JWTs signed by `publicKey` under `keyID` for `bundleID`.
+    public func addKey(issuerID: String, keyID: String, bundleID: String, publicKey: PublicKey) {
+        storage.withLock { $0.keys[keyID] = Key(issuerID: issuerID, bundleID: bundleID, publicKey: publicKey) }
+    }
+
+    func key(_ keyID: String) -> Key? { storage.withLock { $0.keys[keyID] } }
+
+    /// Whether production answers 401 for `bundleID` (an app with no live release, as Apple does).
+    public func setUnreleased(_ unreleased: Bool, bundleID: String) {
+        storage.withLock { storage in
+            if unreleased { storage.unreleased.insert(bundleID) } else { storage.unreleased.remove(bundleID) }
+        }
+    }
+
+    func isUnreleased(_ bundleID: String) -> Bool { storage.withLock { $0.unreleased.contains(bundleID) } }
+
+    /// Adds a scripted rule.
+    public func addRule(_ rule: Rule) { storage.withLock { $0.rules.append(rule) } }
+
+    /// Removes every rule.
+    public func clearRules() { storage.withLock { $0.rules.removeAll() } }
+
+    /// Takes one use of the first rule matching `path`.
+    func takeRule(path: String) -> Rule? {
+        storage.withLock { storage in
+            guard let index = storage.rules.firstIndex(where: { $0.pathPrefix.map { path.hasPrefix($0) } ?? true }) else { return nil }
+            let rule = storage.rules[index]
+            storage.rules[index].count -= 1
+            if storage.rules[index].count <= 0 { storage.rules.remove(at: index) }
+            return rule
+        }
+    }
+
+    func count(_ key: String) { storage.withLock { $0.calls[key, default: 0] += 1 } }
+
+    /// Calls answered so far, by `"<environment> <operation>"` (e.g. `production history`), and
+    /// `"<environment> all"`.
+    public func calls(_ key: String) -> Int { storage.withLock { $0.calls[key] ?? 0 } }
+
+    // MARK: verifyReceipt's lifecycle
+
+    /// How `verifyReceipt` answers about itself from now on.
+    public func setVerifyReceiptLifecycle(_ lifecycle: VerifyReceiptLifecycle) { storage.withLock { $0.lifecycle = lifecycle } }
+
+    var verifyReceiptLifecycle: VerifyReceiptLifecycle { storage.withLock { $0.lifecycle } }
+}
