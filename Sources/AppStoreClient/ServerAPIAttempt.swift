@@ -148,11 +148,13 @@ final class ServerAPIAttempt: Sendable {
         }
     }
 
-    /// Moves to the other environment (at most once each way), starting the query over.
+    /// Moves to the other environment, starting the query over: once per attempt, since an id
+    /// neither environment knows must not bounce between them.
     private func switchEnvironment(from environment: AppStoreEnvironment) -> Bool {
         let target: AppStoreEnvironment = environment == .production ? .sandbox : .production
         return state.withLock { state in
-            guard state.switched.insert(target).inserted else { return false }
+            guard state.switched.isEmpty else { return false }
+            state.switched.insert(target)
             state.environment = target
             state.signedTransactions = []
             state.pages = 0

@@ -8,7 +8,7 @@ import ReceiptCore
 ///
 /// **Environments.** Production first (or the environment the job already knows); `4040010`
 /// (transaction not found) sends the query to the other environment, and so does a production
-/// `401`, which is what an app with no live release gets; at most one switch each way.
+/// `401`, which is what an app with no live release gets; at most one switch per attempt.
 ///
 /// **Failures.** Every answer is classified by ``ServerAPIOutcome``: Apple's retryable codes are
 /// `transient`, a transaction Apple does not know is `invalid`, a key Apple refuses in both

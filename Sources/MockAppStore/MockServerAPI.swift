@@ -55,7 +55,9 @@ enum MockServerAPI {
             try await answer(request, context, state: state, operation: "lookup") { environment, id, _ in
                 // The mock's order ids are its transaction ids.
                 guard let transactions = api.history(of: id, in: environment) else { return json(["status": .number(1)]) }
-                return json(["status": .number(0), "signedTransactions": .array(try transactions.map { .string(try api.authority.sign(signed($0))) })])
+                return json([
+                    "status": .number(0), "signedTransactions": .array(try transactions.map { .string(try api.authority.sign(signed($0))) }),
+                ])
             }
         }
         router.get("/storekit/{environment}/inApps/v2/refund/lookup/{id}") { request, context in
@@ -137,7 +139,8 @@ enum MockServerAPI {
             let graceEnds = renewal["gracePeriodExpiresDate"].flatMap { $0.stringValue.flatMap(Double.init) } ?? 0
             let inRetry = renewal["isInBillingRetryPeriod"]?.boolValue ?? false
             let status =
-                latest["revocationDate"] != nil ? 5
+                latest["revocationDate"] != nil
+                ? 5
                 : expires(latest) > now ? 1 : inRetry && graceEnds > now ? 4 : inRetry ? 3 : 2
             var info: [String: JSONValue] = [
                 "originalTransactionId": .string(original), "productId": latest["productId"] ?? .null,

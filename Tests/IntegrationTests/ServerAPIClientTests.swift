@@ -1,0 +1,173 @@
+import AppStoreClient
+import Foundation
+import MockAppStore
+import OpenSSL
+import ReceiptCore
+import ReceiptSignature
+import ReceiptTesting
+import Testing
+
+/// The Server API client against the mock's Server API over real HTTP: JWTs, pages, environments,
+/// Apple's error codes, 429, and JWS checked on every answer.
+@Suite("App Store Server API client against the mock", .serialized)
+struct ServerAPIClientTests {
+    let bundleID = "com.example.serverapi"
+
+    struct Fixture {
+        let mock: RunningMockAppStore
+        let client: ServerAPIClient
+        let key: ServerAPIKey
+    }
+
+    func fixture(trusting roots: [Certificate]? = nil, registerKey: Bool = true) async throws -> Fixture {
+        let mock = try await MockAppStore.start(state: MockAppStoreState())
+        let signingKey = try PrivateKey.generateP256()
+        let key = ServerAPIKey(issuerID: "issuer-1", keyID: "KEY\(UInt16.random(in: 0...9999))", privateKeyPEM: try signingKey.pemPKCS8())
+        if registerKey {
+            mock.state.serverAPI.addKey(issuerID: key.issuerID, keyID: key.keyID, bundleID: bundleID, publicKey: try signingKey.publicKey)
+        }
+        let verifier = JWSVerifier(trustStore: TrustStore(roots: roots ?? [mock.state.serverAPI.authority.root]))
+        let tokens = ServerAPITokenIssuer()
+        let client = try ServerAPIClient(
+            configuration: .init(productionURL: mock.serverAPIProductionURL, sandboxURL: mock.serverAPISandboxURL, requestTimeout: .seconds(10)),
+            tokens: { try tokens.token(for: $0.key, bundleID: $0.bundleID) },
+            verifyPayload: { jws in verifier.verify(jws).map(\.payload).mapError { .init(reason: $0.reason) } })
+        return Fixture(mock: mock, client: client, key: key)
+    }
+
+    func transactions(_ count: Int, start: Int = 3_000_000_000, subscription: Bool = false) -> [JSONValue] {
+        let now = Date().timeIntervalSince1970 * 1000
+        return (0..<count).map { index in
+            var object: [String: JSONValue] = [
+                "transactionId": .string(String(start + index)), "originalTransactionId": .string(String(subscription ? start : start + index)),
+                "bundleId": .string(bundleID), "productId": .string(subscription ? "monthly" : "coins"), "quantity": .number(1),
+                "purchaseDate": .number(now - Double(count - index) * 60_000), "originalPurchaseDate": .number(now - Double(count) * 60_000),
+                "type": .string(subscription ? "Auto-Renewable Subscription" : "Consumable"),
+            ]
+            if subscription { object["expiresDate"] = .number(now + Double(index - count + 1) * 60_000 + 86_400_000) }
+            return .object(object)
+        }
+    }
+
+    func query(_ fixture: Fixture, _ id: String, operation: ServerAPIQuery.Operation = .history) -> ServerAPIQuery {
+        ServerAPIQuery(operation: operation, transactionID: id, bundleID: bundleID, key: fixture.key)
+    }
+
+    @Test("History of 500 transactions: every page followed once, every transaction once, with a valid JWT on each call")
+    func pagination() async throws {
+        let f = try await fixture()
+        defer { Task { await f.mock.stop() } }
+        f.mock.state.serverAPI.add(transactions: transactions(500), environment: .production)
+        let report = await verify(f, query(f, "3000000250"))
+        #expect(report.verdict == .valid)
+        let ledger = try #require(report.ledger)
+        #expect(ledger.environment == "production")
+        #expect(ledger.purchases.count == 500)
+        #expect(Set(ledger.purchases.map(\.transactionID)).count == 500)
+        #expect(ledger.subscriptions.isEmpty)
+        #expect(f.mock.state.serverAPI.calls("production history") == 25)
+        #expect(report.calls.count == 25)
+        #expect(report.calls.allSatisfy { $0.httpStatus == 200 && $0.errorCode == nil })
+    }
+
+    @Test("A sandbox transaction: 4040010 at production, then the sandbox; unknown in both is invalid")
+    func environments() async throws {
+        let f = try await fixture()
+        defer { Task { await f.mock.stop() } }
+        f.mock.state.serverAPI.add(transactions: transactions(3, subscription: true), environment: .sandbox)
+        let report = await verify(f, query(f, "3000000001"))
+        #expect(report.verdict == .valid)
+        #expect(report.ledger?.environment == "sandbox")
+        #expect(report.calls.map(\.endpoint) == [.production, .sandbox, .sandbox])
+        #expect(report.calls.first?.appleStatus == 4_040_010)
+        let state = try #require(report.ledger?.subscriptions.first)
+        #expect(state.status == .active)
+        #expect(state.latestTransactionID == "3000000002")
+        let unknown = await verify(f, query(f, "3999999999"))
+        #expect(unknown.verdict == .invalid)
+        #expect(unknown.errorCode == "apple_4040010")
+        #expect(unknown.calls.count == 2)
+    }
+
+    @Test("An app with no live release: production 401, the sandbox answers; a key the mock does not know: 401 twice, a configuration error")
+    func unauthorized() async throws {
+        let f = try await fixture()
+        defer { Task { await f.mock.stop() } }
+        f.mock.state.serverAPI.add(transactions: transactions(1), environment: .sandbox)
+        f.mock.state.serverAPI.setUnreleased(true, bundleID: bundleID)
+        let report = await verify(f, query(f, "3000000000"))
+        #expect(report.verdict == .valid)
+        #expect(report.calls.map(\.httpStatus) == [401, 200])
+        let stranger = try await fixture(registerKey: false)
+        defer { Task { await stranger.mock.stop() } }
+        stranger.mock.state.serverAPI.add(transactions: transactions(1), environment: .production)
+        let refused = await verify(stranger, query(stranger, "3000000000"))
+        #expect(refused.verdict == .configurationError)
+        #expect(refused.errorCode == "server_api_unauthorized")
+        #expect(refused.calls.map(\.httpStatus) == [401, 401])
+    }
+
+    @Test("Apple's retryable codes are transient, a 429 carries Retry-After in milliseconds, a 5xx page is an outage")
+    func failures() async throws {
+        let f = try await fixture()
+        defer { Task { await f.mock.stop() } }
+        f.mock.state.serverAPI.add(transactions: transactions(1), environment: .production)
+        f.mock.state.serverAPI.addRule(.init(httpStatus: 500, errorCode: 5_000_001))
+        let retryable = await verify(f, query(f, "3000000000"))
+        #expect(retryable.verdict == .transient)
+        #expect(retryable.errorCode == "apple_5000001")
+        #expect(retryable.calls.first?.isRetryable == true)
+        let until = Int64((Date().timeIntervalSince1970 + 42) * 1000)
+        f.mock.state.serverAPI.addRule(.init(httpStatus: 429, errorCode: 4_290_000, retryAfterMs: until))
+        let limited = await verify(f, query(f, "3000000000"))
+        #expect(limited.errorCode == "rate_limited")
+        #expect(limited.rateLimitedUntil == Date(timeIntervalSince1970: Double(until) / 1000))
+        f.mock.state.serverAPI.addRule(.init(httpStatus: 503))
+        let outage = await verify(f, query(f, "3000000000"))
+        #expect(outage.verdict == .outage)
+        #expect(await verify(f, query(f, "3000000000")).verdict == .valid)
+    }
+
+    @Test("Answers signed by a chain the deployment does not trust are refused, not stored")
+    func untrustedAnswers() async throws {
+        let f = try await fixture(trusting: [try MockAppleJWSAuthority.generate().root])
+        defer { Task { await f.mock.stop() } }
+        f.mock.state.serverAPI.add(transactions: transactions(2), environment: .production)
+        let report = await verify(f, query(f, "3000000000"))
+        #expect(report.verdict == .configurationError)
+        #expect(report.errorCode == "response_untrusted_chain")
+        #expect(report.ledger == nil)
+    }
+
+    @Test("Statuses 1–5 and renewal info from Get All Subscription Statuses")
+    func statuses() async throws {
+        let f = try await fixture()
+        defer { Task { await f.mock.stop() } }
+        let now = Date().timeIntervalSince1970 * 1000
+        func subscription(_ id: Int, expires: Double, extra: [String: JSONValue] = [:]) -> JSONValue {
+            .object(
+                [
+                    "transactionId": .string(String(id)), "originalTransactionId": .string(String(id)), "bundleId": .string(bundleID),
+                    "productId": .string("p\(id)"), "purchaseDate": .number(now - 86_400_000), "expiresDate": .number(expires),
+                    "type": .string("Auto-Renewable Subscription"), "subscriptionGroupIdentifier": .string("g\(id)"),
+                ].merging(extra) { _, new in new })
+        }
+        f.mock.state.serverAPI.add(
+            transactions: [
+                subscription(1, expires: now + 86_400_000), subscription(2, expires: now - 1000), subscription(3, expires: now - 1000),
+                subscription(4, expires: now - 1000), subscription(5, expires: now + 86_400_000, extra: ["revocationDate": .number(now - 500)]),
+            ], environment: .production)
+        f.mock.state.serverAPI.setRenewal(["isInBillingRetryPeriod": .bool(true)], originalTransactionID: "3", environment: .production)
+        f.mock.state.serverAPI.setRenewal(
+            ["isInBillingRetryPeriod": .bool(true), "gracePeriodExpiresDate": .number(now + 3_600_000)], originalTransactionID: "4",
+            environment: .production)
+        let report = await verify(f, query(f, "1", operation: .statuses))
+        let states = Dictionary(uniqueKeysWithValues: (report.ledger?.subscriptions ?? []).map { ($0.originalTransactionID, $0.status) })
+        #expect(states == ["1": .active, "2": .expired, "3": .billingRetry, "4": .grace, "5": .revoked])
+        #expect(report.calls.count == 1)
+    }
+
+    func verify(_ fixture: Fixture, _ query: ServerAPIQuery) async -> VerificationReport {
+        await withCheckedContinuation { continuation in fixture.client.verify(query) { continuation.resume(returning: $0) } }
+    }
+}
