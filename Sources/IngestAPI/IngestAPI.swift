@@ -43,13 +43,14 @@ public struct IngestAPI: Sendable {
     ///   - intake: Redis, where receipts are queued.
     ///   - catalog: Postgres, for tokens and stored receipts.
     ///   - authenticity: the local signature check (402 when it fails).
+    ///   - signedPayloads: the JWS check of StoreKit 2 signed transactions (402 when it fails).
     ///   - subscriptions: Postgres, for the entitlement API (nil: no `/client/subscriptions`).
     ///   - configuration: settings.
     ///   - now: the injected clock.
     public init(
         intake: any ReceiptIntake, catalog: any ReceiptCatalog, authenticity: any ReceiptAuthenticity,
-        subscriptions: (any SubscriptionCatalog)? = nil, configuration: Configuration = Configuration(),
-        now: @escaping @Sendable () -> Date = { Date() }
+        signedPayloads: (any SignedPayloadVerifier)? = nil, subscriptions: (any SubscriptionCatalog)? = nil,
+        configuration: Configuration = Configuration(), now: @escaping @Sendable () -> Date = { Date() }
     ) {
         self.intake = intake
         self.catalog = catalog
@@ -57,13 +58,14 @@ public struct IngestAPI: Sendable {
         self.now = now
         self.configuration = configuration
         self.ingestion = ReceiptIngestion(
-            intake: intake, catalog: catalog, authenticity: authenticity, syncWait: configuration.syncWait, now: now)
+            intake: intake, catalog: catalog, authenticity: authenticity, signedPayloads: signedPayloads, syncWait: configuration.syncWait,
+            now: now)
     }
 
     /// The query parameters each route of this API takes (for ``InputHygieneMiddleware``); the
     /// OpenAPI document declares the same.
     public static let queryParameters: [String: Set<String>] = [
-        "POST /client/itunes_connect/receipts": [], "GET /client/itunes_connect/receipts/{id}": [],
+        "POST /client/itunes_connect/receipts": [], "GET /client/itunes_connect/receipts/{id}": [], "POST /client/transactions": [],
         "GET /client/subscriptions": ["user_identifier"], "GET /client/subscriptions/{original_transaction_id}": ["environment"],
         "GET /health/live": [], "GET /health/ready": [], "GET /openapi.yaml": [],
     ]
@@ -76,6 +78,9 @@ public struct IngestAPI: Sendable {
         router.get("/client/itunes_connect/receipts/{id}") { request, context in
             try await show(request, context: context)
         }
+        router.post("/client/transactions") { request, context in
+            try await submitTransaction(request, context: context)
+        }
         if let subscriptions { addSubscriptionRoutes(to: router, catalog: subscriptions) }
         router.get("/health/live") { _, _ in
             json(.ok, ["status": .string("ok")])
@@ -87,23 +92,35 @@ public struct IngestAPI: Sendable {
         OpenAPIDocument.addRoute(to: router)
     }
 
-    func submit(_ request: Request, context: IngestRequestContext) async throws -> Response {
+    /// What every JSON submission starts with: the token's app and the parsed body, or the answer
+    /// refusing the request (401/503, 415, 413, 422).
+    func jsonSubmission(_ request: Request, context: IngestRequestContext) async throws -> Result<(AppRecord, JSONValue), Refusal> {
         let app: AppRecord
         switch await authorize(request, context: context) {
         case .success(let found): app = found
-        case .failure(let refusal): return refusal.response
+        case .failure(let refusal): return .failure(refusal)
         }
         guard let contentType = request.headers[.contentType], contentType.lowercased().hasPrefix("application/json") else {
-            return json(.unsupportedMediaType, ["error": .string("Content-Type must be application/json")])
+            return .failure(Refusal(response: json(.unsupportedMediaType, ["error": .string("Content-Type must be application/json")])))
         }
         let body: ByteBuffer
         do {
             body = try await request.body.collect(upTo: configuration.maxBodyBytes)
         } catch is NIOTooManyBytesError {
-            return json(.contentTooLarge, ["error": .string("body larger than \(configuration.maxBodyBytes) bytes")])
+            return .failure(
+                Refusal(response: json(.contentTooLarge, ["error": .string("body larger than \(configuration.maxBodyBytes) bytes")])))
         }
         guard let parsed = try? JSONDecoder().decode(JSONValue.self, from: Data(body.readableBytesView)) else {
-            return refused([FieldError(field: "body", reason: "must be valid JSON")], app: app, logger: context.logger)
+            return .failure(Refusal(response: refused([FieldError(field: "body", reason: "must be valid JSON")], app: app, logger: context.logger)))
+        }
+        return .success((app, parsed))
+    }
+
+    func submit(_ request: Request, context: IngestRequestContext) async throws -> Response {
+        let (app, parsed): (AppRecord, JSONValue)
+        switch try await jsonSubmission(request, context: context) {
+        case .success(let found): (app, parsed) = found
+        case .failure(let refusal): return refusal.response
         }
         let submit: SubmitReceiptRequest
         switch SubmitReceiptRequest.parse(parsed) {
@@ -113,6 +130,12 @@ public struct IngestAPI: Sendable {
         var submission = submit.submission
         if submit.ipAddressOmitted { submission.ipAddress = clientAddress(request, context: context) }
         let outcome = await ingestion.ingest(submit.receipt, submission: submission, app: app, origin: .api, logger: context.logger)
+        return answer(outcome, app: app, context: context)
+    }
+
+    /// The answer to a submission: 200 validated, 206 queued, 402 fraud (each with the resource),
+    /// 503 when Redis did not take it.
+    func answer(_ outcome: ReceiptIngestion.Outcome, app: AppRecord, context: IngestRequestContext) -> Response {
         let (status, resource): (HTTPResponse.Status, ReceiptResource?) =
             switch outcome {
             case .validated(let resource): (.ok, resource)
@@ -130,7 +153,7 @@ public struct IngestAPI: Sendable {
     }
 
     /// 422, logged with the names of the refused fields (never their values).
-    private func refused(_ errors: [FieldError], app: AppRecord, logger: Logger) -> Response {
+    func refused(_ errors: [FieldError], app: AppRecord, logger: Logger) -> Response {
         logger.debug(
             "Receipt request refused",
             metadata: ["app.id": "\(app.id.uuidString.lowercased())", "request.fields": .array(errors.map { .string($0.field) })])

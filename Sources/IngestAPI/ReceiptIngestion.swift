@@ -42,6 +42,8 @@ public struct ReceiptIngestion: Sendable {
     let intake: any ReceiptIntake
     let catalog: any ReceiptCatalog
     let authenticity: any ReceiptAuthenticity
+    /// Checks StoreKit 2 signed transactions (nil: `POST /client/transactions` takes only ids).
+    let signedPayloads: (any SignedPayloadVerifier)?
     let syncWait: Duration
     let now: @Sendable () -> Date
 
@@ -50,15 +52,17 @@ public struct ReceiptIngestion: Sendable {
     ///   - intake: Redis.
     ///   - catalog: Postgres (read side), for a duplicate that is already stored.
     ///   - authenticity: the local signature check.
+    ///   - signedPayloads: the JWS check of StoreKit 2 signed transactions.
     ///   - syncWait: how long to wait for the worker.
     ///   - now: the injected clock.
     public init(
-        intake: any ReceiptIntake, catalog: any ReceiptCatalog, authenticity: any ReceiptAuthenticity, syncWait: Duration,
-        now: @escaping @Sendable () -> Date
+        intake: any ReceiptIntake, catalog: any ReceiptCatalog, authenticity: any ReceiptAuthenticity,
+        signedPayloads: (any SignedPayloadVerifier)? = nil, syncWait: Duration, now: @escaping @Sendable () -> Date
     ) {
         self.intake = intake
         self.catalog = catalog
         self.authenticity = authenticity
+        self.signedPayloads = signedPayloads
         self.syncWait = syncWait
         self.now = now
     }
@@ -79,7 +83,18 @@ public struct ReceiptIngestion: Sendable {
             // Only a receipt whose signature just checked may name the transaction the Server API
             // is asked about (an attacker chooses the ids of an unchecked one); none: empty.
             transactionID: fraudReason == nil ? (receipt.inApp.first?.transactionID ?? "") : nil)
-        var pending = ReceiptResource.pending(envelope, purchases: fraudReason == nil ? receipt.inApp : [])
+        // The same bytes from the same app: one receipt, one id, one job.
+        return await enqueue(
+            envelope, purchases: receipt.inApp, idempotencyKey: Digest.hex(Digest.sha256(decoded.bytes)), app: app, logger: logger)
+    }
+
+    /// Queues a checked job (its pending resource shows `purchases` unless it is fraud) and waits
+    /// for the worker, once per `idempotencyKey` within the window.
+    func enqueue(
+        _ envelope: JobEnvelope, purchases: [InAppPurchase], idempotencyKey: String, app: AppRecord, logger: Logger
+    ) async -> Outcome {
+        let fraudReason = envelope.fraudReason
+        var pending = ReceiptResource.pending(envelope, purchases: fraudReason == nil ? purchases : [])
         if let fraudReason {
             pending.isFraud = true
             pending.fraudReason = fraudReason
@@ -87,10 +102,7 @@ public struct ReceiptIngestion: Sendable {
         }
         let result: IntakeResult
         do {
-            // The same bytes from the same app: one receipt, one id, one job.
-            result = try await intake.enqueue(
-                envelope, pending: pending, idempotencyKey: Digest.hex(Digest.sha256(decoded.bytes)),
-                wait: fraudReason == nil ? syncWait : .zero)
+            result = try await intake.enqueue(envelope, pending: pending, idempotencyKey: idempotencyKey, wait: fraudReason == nil ? syncWait : .zero)
         } catch {
             logger.error("Receipt not queued: Redis unavailable", error: error)
             return .unavailable

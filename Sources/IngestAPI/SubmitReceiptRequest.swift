@@ -34,6 +34,16 @@ public struct SubmitReceiptRequest: Sendable, Equatable {
             errors.append(FieldError(field: "receipt", reason: "must be a base64 string"))
         }
 
+        let (submission, ipOmitted) = parseSubmission(object, &errors)
+        guard errors.isEmpty, let receipt else { return .failure(FieldErrors(errors)) }
+        return .success(
+            SubmitReceiptRequest(receipt: receipt, submission: submission, ipAddressOmitted: ipOmitted))
+    }
+
+    /// The fields every submission carries (`user_identifier`, `country_code`,
+    /// `identifier_for_vendor`, `ip_address`, `metadata`), validated; errors are appended.
+    /// - Returns: the submission, and whether `ip_address` was absent (the peer's address applies).
+    static func parseSubmission(_ object: [String: JSONValue], _ errors: inout [FieldError]) -> (Submission, ipAddressOmitted: Bool) {
         var submission = Submission()
         submission.userIdentifier = optionalString(object, "user_identifier", maxLength: 255, &errors)
         if let country = optionalString(object, "country_code", maxLength: 2, &errors) {
@@ -69,12 +79,10 @@ public struct SubmitReceiptRequest: Sendable, Equatable {
         default:
             errors.append(FieldError(field: "metadata", reason: "must be a JSON object"))
         }
-        guard errors.isEmpty, let receipt else { return .failure(FieldErrors(errors)) }
-        return .success(
-            SubmitReceiptRequest(receipt: receipt, submission: submission, ipAddressOmitted: ipOmitted))
+        return (submission, ipOmitted)
     }
 
-    private static func optionalString(
+    static func optionalString(
         _ object: [String: JSONValue], _ field: String, maxLength: Int, _ errors: inout [FieldError]
     ) -> String? {
         switch object[field] {

@@ -225,7 +225,9 @@ private struct ReceiptColumns {
             record.latestReceipt == envelope.receipt ? nil : record.latestReceipt,
             transactionIDs ?? "[]", record.storedErrorCode, envelope.enqueuedAt.postgresText, record.validatedAt.postgresText,
             record.status == .fraud ? "true" : "false", record.status == .fraud ? envelope.fraudReason : nil,
-            (envelope.source ?? .receipt).rawValue, envelope.transactionID.flatMap { $0.isEmpty ? nil : $0 }, record.validatedBy?.rawValue,
+            (envelope.source ?? .receipt).rawValue,
+            // The id a StoreKit 2 submission names; a receipt's is its own business (in its purchases).
+            (envelope.source ?? .receipt) == .receipt ? nil : envelope.transactionID, record.validatedBy?.rawValue,
         ]
         columns.append(values)
     }

@@ -1,5 +1,7 @@
 import Foundation
 import Libpq
+import MockAppStore
+import OpenSSL
 import PostgresStore
 import ReceiptCore
 import ReceiptSignature
@@ -11,6 +13,8 @@ public struct DemoSetup: Sendable {
     public var token: String
     /// A JSON request body holding the forged receipt.
     public var requestFile: URL
+    /// A JSON request body holding a StoreKit 2 signed transaction (`POST /client/transactions`).
+    public var transactionFile: URL
 }
 
 extension ReceiptQueueApp {
@@ -22,12 +26,36 @@ extension ReceiptQueueApp {
     /// are skipped by `TrustStore.load`).
     public static func demoTrustDirectory(_ directory: URL) -> URL { directory.appendingPathComponent("forge-ca") }
 
+    /// The demo's mock Apple JWS chain (StoreKit 2 transactions, Server API answers).
+    public static func demoJWSDirectory(_ directory: URL) -> URL { directory.appendingPathComponent("jws-ca") }
+
+    /// The secrets key that seals the demo app's In-App Purchase key, made once and kept in
+    /// `directory` (a demo value; a deployment sets `RECEIPTQ_SECRETS_KEY`).
+    public static func demoSecretsKey(_ directory: URL) throws -> [UInt8] {
+        let file = directory.appendingPathComponent("secrets.key")
+        if let text = try? String(contentsOf: file, encoding: .utf8),
+            let key = Data(base64Encoded: text.trimmingCharacters(in: .whitespacesAndNewlines)),
+            key.count == 32
+        {
+            return Array(key)
+        }
+        let key = SecureRandom.bytes(32)
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        try Data(key).base64EncodedString().write(to: file, atomically: true, encoding: .utf8)
+        chmod(file.path, 0o600)
+        return key
+    }
+
     /// Registers the demo app (once), issues it a new token (revoking older ones), and forges a
     /// receipt signed by the local test CA kept in `directory`.
-    public static func prepareDemo(_ configuration: AppConfiguration, directory: URL) throws -> DemoSetup {
+    ///
+    /// The demo app also gets an In-App Purchase key (sealed with `configuration.secretsKey`), which
+    /// the in-process `mock` learns, with the demo receipt's purchases and a StoreKit 2 purchase
+    /// signed by the mock's chain: one app shows both paths, verifyReceipt and the Server API.
+    public static func prepareDemo(_ configuration: AppConfiguration, directory: URL, mock: MockAppStoreState?) throws -> DemoSetup {
         let connection = try PostgresConnection(configuration: configuration.postgres, label: "demo")
         defer { connection.close() }
-        let admin = AppAdmin(connection: connection)
+        let admin = AppAdmin(connection: connection, secrets: try configuration.secretsKey.map { try SecretBox(key: $0) })
         let app: AppRecord
         let token: String
         if let existing = try admin.app(named: "demo") {
@@ -46,6 +74,30 @@ extension ReceiptQueueApp {
         ])
         let file = directory.appendingPathComponent("demo-receipt.json")
         try JSONEncoder().encode(body).write(to: file)
-        return DemoSetup(app: app, token: token, requestFile: file)
+
+        // StoreKit 2: a key for the app, known to the mock; the receipt's purchases and a new
+        // subscription in the mock's ledger; that subscription as the device would send it.
+        let jws = try MockAppleJWSAuthority.loadOrCreate(directory: demoJWSDirectory(directory))
+        try jws.root.pem.write(
+            to: demoTrustDirectory(directory).appendingPathComponent("mock-apple-root-g3.pem"), atomically: true, encoding: .utf8)
+        var key = try admin.app(named: "demo")?.serverAPIKey
+        if key == nil, configuration.secretsKey != nil {
+            let pem = try PrivateKey.generateP256().pemPKCS8()
+            try admin.setServerAPIKey(appID: app.id, issuerID: "demo-issuer", keyID: "DEMOKEY001", privateKeyPEM: pem)
+            key = ServerAPIKey(issuerID: "demo-issuer", keyID: "DEMOKEY001", privateKeyPEM: pem)
+        }
+        if let mock, let key {
+            mock.serverAPI.addKey(
+                issuerID: key.issuerID, keyID: key.keyID, bundleID: app.bundleID, publicKey: try PrivateKey(pem: key.privateKeyPEM).publicKey)
+            mock.serverAPI.add(receipt: try ReceiptDecoder.decode(bytes: receipt), environment: .sandbox)
+        }
+        let signed = try ReceiptForger.signedTransaction(
+            bundleID: app.bundleID, productID: "com.example.receiptq.demo.yearly", days: 365, environment: "Sandbox", authority: jws)
+        mock?.serverAPI.add(transactions: [signed.payload], environment: .sandbox)
+        let transactionFile = directory.appendingPathComponent("demo-transaction.json")
+        try JSONEncoder().encode(
+            JSONValue.object(["signed_transaction": .string(signed.jws), "user_identifier": .string("demo-user-2")])
+        ).write(to: transactionFile)
+        return DemoSetup(app: app, token: token, requestFile: file, transactionFile: transactionFile)
     }
 }

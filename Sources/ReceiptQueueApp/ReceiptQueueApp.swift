@@ -57,7 +57,8 @@ public enum ReceiptQueueApp {
     public static func makeRouter(
         _ configuration: AppConfiguration, metrics: PrometheusExporter = PrometheusExporter(), logger: Logger
     ) throws -> (router: Router<IngestRequestContext>, intake: RedisIntake) {
-        let verifier = ReceiptSignatureVerifier(trustStore: try trustStore(configuration))
+        let roots = try trustStore(configuration)
+        let verifier = ReceiptSignatureVerifier(trustStore: roots)
         let redisPool = RedisConnectionPool(configuration: configuration.redis, size: 32, logger: logger)
         let postgresPool = PostgresConnectionPool(configuration: configuration.postgres, size: 8, logger: logger)
         let intake = RedisIntake(
@@ -65,7 +66,8 @@ public enum ReceiptQueueApp {
             idempotencyWindow: configuration.idempotencyWindow, logger: logger)
         let catalog = PostgresCatalog(pool: postgresPool)
         let api = IngestAPI(
-            intake: intake, catalog: catalog, authenticity: verifier, subscriptions: catalog, configuration: configuration.api)
+            intake: intake, catalog: catalog, authenticity: verifier, signedPayloads: JWSVerifier(trustStore: roots), subscriptions: catalog,
+            configuration: configuration.api)
         let router = Router(context: IngestRequestContext.self)
         // First, so that it also times the requests the other middleware refuses.
         router.add(middleware: HTTPMetricsMiddleware(factory: metrics))

@@ -5,6 +5,7 @@ import Logging
 import MockAppStore
 import ReceiptCore
 import ReceiptQueueApp
+import ReceiptSignature
 import ServiceLifecycle
 
 struct All: AsyncParsableCommand {
@@ -23,15 +24,23 @@ struct All: AsyncParsableCommand {
         if !applied.isEmpty { logger.info("Migrations applied", metadata: ["migrations.applied": .array(applied.map { .string($0) })]) }
 
         var services: [any Service] = []
+        let demoURL = URL(fileURLWithPath: demoDirectory).standardizedFileURL
+        var mock: MockAppStoreState?
         if configuration.appStoreIsDefaultMock {
-            let state = MockAppStoreState()
+            // The demo's mock signs with the chain `forge --signed-transaction` uses, so both agree.
+            let authority = demo ? try MockAppleJWSAuthority.loadOrCreate(directory: ReceiptQueueApp.demoJWSDirectory(demoURL)) : nil
+            let state = MockAppStoreState(authority: authority)
             state.setSharedSecret(ReceiptQueueApp.demoSecret, for: ReceiptQueueApp.demoBundleID)
             services.append(
                 MockAppStore.application(
                     host: "127.0.0.1", port: configuration.mockAppStorePort, state: state, logger: logger))
+            mock = state
         }
-        let demoURL = URL(fileURLWithPath: demoDirectory).standardizedFileURL
-        let setup = demo ? try ReceiptQueueApp.prepareDemo(configuration, directory: demoURL) : nil
+        if demo, configuration.secretsKey == nil {
+            // The demo app's In-App Purchase key is sealed like any other; with a demo secrets key.
+            configuration.secretsKey = try ReceiptQueueApp.demoSecretsKey(demoURL)
+        }
+        let setup = demo ? try ReceiptQueueApp.prepareDemo(configuration, directory: demoURL, mock: mock) : nil
         if demo, configuration.trustRootsDirectory == nil {
             // The demo's receipts are signed by its own test CA: trust it, and only it, unless the
             // operator named a directory (which then must hold that CA too).
@@ -66,6 +75,10 @@ struct All: AsyncParsableCommand {
                 Read it back:
 
                     curl -sS \(base)/$(sed -E 's/.*"id":"([^"]+)".*/\\1/' /tmp/receiptq-post.json) -H "Authorization: Bearer $RQ_TOKEN"
+
+                StoreKit 2: post a signed transaction (validated by a worker through the mock App Store Server API):
+
+                    curl -sS -X POST http://\(host):\(port)/client/transactions -H "Authorization: Bearer $RQ_TOKEN" -H 'Content-Type: application/json' --data @\(setup.transactionFile.path)
 
                 What the demo user is entitled to now (its monthly subscription, re-polled before it expires, and a non-consumable):
 

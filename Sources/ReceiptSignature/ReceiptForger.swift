@@ -135,3 +135,31 @@ public struct ForgeError: Error, CustomStringConvertible {
     public var message: String
     public var description: String { "ForgeError: \(message)" }
 }
+
+extension ReceiptForger {
+    /// A StoreKit 2 signed transaction as a device would send it, signed by `authority`: a new
+    /// purchase of `productID` (an auto-renewable subscription expiring in `days` days when given)
+    /// with fresh ids.
+    /// - Returns: the compact JWS and its payload.
+    public static func signedTransaction(
+        bundleID: String, productID: String, days: Double? = nil, environment: String = "Sandbox", authority: MockAppleJWSAuthority,
+        now: Date = Date()
+    ) throws -> (jws: String, payload: JSONValue) {
+        let milliseconds = (now.timeIntervalSince1970 * 1000).rounded()
+        // Apple's ids are decimal and grow; time in microseconds plus randomness keeps them unique.
+        let id = String(UInt64(now.timeIntervalSince1970 * 1_000_000) &* 10 &+ UInt64.random(in: 0...9))
+        var payload: [String: JSONValue] = [
+            "transactionId": .string(id), "originalTransactionId": .string(id), "bundleId": .string(bundleID),
+            "productId": .string(productID), "purchaseDate": .number(milliseconds), "originalPurchaseDate": .number(milliseconds),
+            "quantity": .number(1), "type": .string(days == nil ? "Non-Consumable" : "Auto-Renewable Subscription"),
+            "inAppOwnershipType": .string("PURCHASED"), "signedDate": .number(milliseconds), "environment": .string(environment),
+            "transactionReason": .string("PURCHASE"), "storefront": .string("USA"), "storefrontId": .string("143441"),
+        ]
+        if let days {
+            payload["expiresDate"] = .number(milliseconds + days * 86_400_000)
+            payload["webOrderLineItemId"] = .string(String(UInt64(id)! &+ 1))
+            payload["subscriptionGroupIdentifier"] = .string("group-\(bundleID)")
+        }
+        return (try authority.sign(.object(payload)), .object(payload))
+    }
+}

@@ -39,6 +39,10 @@ public enum MetricCatalog {
     public static let appleCallDuration = "receiptq_apple_call_duration_seconds"
     public static let jobLatency = "receiptq_job_latency_seconds"
     public static let circuitState = "receiptq_circuit_state"
+    public static let verifyReceiptGone = "receiptq_verify_receipt_gone"
+    public static let verifyReceiptDeprecation = "receiptq_verify_receipt_deprecation_timestamp_seconds"
+    public static let verifyReceiptSunset = "receiptq_verify_receipt_sunset_timestamp_seconds"
+    public static let backendSwitches = "receiptq_backend_switches_total"
     public static let repollsDue = "receiptq_repolls_due"
     public static let repollsEnqueued = "receiptq_repolls_enqueued_total"
     public static let httpRequests = "receiptq_http_requests_total"
@@ -67,6 +71,17 @@ public enum MetricCatalog {
             // From the synchronous wait (2 s) to a job that retried through an outage of hours.
             buckets: [0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300, 900, 3600, 21_600, 86_400]),
         Entry(circuitState, .gauge, "The Apple outage circuit (0 closed, 1 half-open, 2 open)."),
+        Entry(
+            verifyReceiptGone, .gauge,
+            "1 once verifyReceipt answered HTTP 404/410 on a run of calls across the deployment (VERIFY_RECEIPT_GONE_AFTER), else 0."),
+        Entry(
+            verifyReceiptDeprecation, .gauge,
+            "The deprecation date verifyReceipt's Deprecation header announced (UNIX seconds; 0 while none)."),
+        Entry(
+            verifyReceiptSunset, .gauge, "The sunset date verifyReceipt's RFC 8594 Sunset header announced (UNIX seconds; 0 while none)."),
+        Entry(
+            backendSwitches, .counter,
+            "Apps on the auto backend this process moved to the App Store Server API once verifyReceipt was retired."),
         Entry(repollsDue, .gauge, "Subscriptions whose next poll is due and not yet queued."),
         Entry(repollsEnqueued, .counter, "Re-poll jobs queued by the schedulers."),
         Entry(

@@ -31,12 +31,19 @@ final class TestSystem: Sendable {
     private let task: Task<Void, any Error>
 
     static let sharedAuthority = Result { try TestCertificateAuthority.generate() }
+    /// The mock's Apple-shaped JWS chain, trusted like the receipt CA.
+    static let sharedJWSAuthority = Result { try MockAppleJWSAuthority.generate() }
+    /// Seals the test apps' In-App Purchase keys.
+    static let secretsKey = SecureRandom.bytes(32)
+    /// The In-App Purchase key (and its id) every test app gets, known to its mock.
+    let serverAPIKey: ServerAPIKey
 
     /// A directory trusting only the test CA (the API refuses receipts that do not chain to it).
     static let trustDirectory = Result { () throws -> URL in
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("receiptq-trust-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         try sharedAuthority.get().root.pem.write(to: directory.appendingPathComponent("root.pem"), atomically: true, encoding: .utf8)
+        try sharedJWSAuthority.get().root.pem.write(to: directory.appendingPathComponent("jws-root.pem"), atomically: true, encoding: .utf8)
         return directory
     }
 
@@ -61,7 +68,7 @@ final class TestSystem: Sendable {
     ) async throws
         -> TestSystem
     {
-        let mock = try await MockAppStore.start(state: MockAppStoreState())
+        let mock = try await MockAppStore.start(state: MockAppStoreState(authority: try sharedJWSAuthority.get()))
         let prefix = "{rqt-\(UUID().uuidString.prefix(8).lowercased())}"
         var environment = [
             "HTTP_HOST": "127.0.0.1", "HTTP_PORT": "0",
@@ -70,6 +77,8 @@ final class TestSystem: Sendable {
             "POSTGRES_HOSTNAME": TestEnvironment.postgresHost, "POSTGRES_PORT": String(TestEnvironment.postgresPort),
             "POSTGRES_USER": TestEnvironment.postgresUser, "POSTGRES_DB": TestEnvironment.postgresDatabase,
             "APPSTORE_PRODUCTION_URL": mock.productionURL, "APPSTORE_SANDBOX_URL": mock.sandboxURL,
+            "APPSTORE_SERVER_API_PRODUCTION_URL": mock.serverAPIProductionURL, "APPSTORE_SERVER_API_SANDBOX_URL": mock.serverAPISandboxURL,
+            "RECEIPTQ_SECRETS_KEY": Data(secretsKey).base64EncodedString(),
             "APPSTORE_REQUEST_TIMEOUT_MS": "5000",
             "WORKER_CONCURRENCY": "4", "API_SYNC_WAIT_MS": "5000", "RETRY_BASE_MS": "200",
         ]
@@ -82,9 +91,18 @@ final class TestSystem: Sendable {
         let connection = try PostgresConnection(configuration: configuration.postgres)
         defer { connection.close() }
         let bundleID = "com.example.it.\(UUID().uuidString.prefix(8).lowercased())"
-        let (app, token) = try AppAdmin(connection: connection).addApp(
-            name: "it-\(UUID().uuidString)", bundleID: bundleID, sharedSecret: sharedSecret)
+        let admin = AppAdmin(connection: connection, secrets: try SecretBox(key: secretsKey))
+        let (added, token) = try admin.addApp(name: "it-\(UUID().uuidString)", bundleID: bundleID, sharedSecret: sharedSecret)
         mock.state.setSharedSecret(sharedSecret, for: bundleID)
+        // Every test app can use the Server API; receipts still go to verifyReceipt while it answers.
+        let signingKey = try PrivateKey.generateP256()
+        let serverAPIKey = ServerAPIKey(
+            issuerID: "it-issuer", keyID: "IT\(UInt32.random(in: 0...UInt32.max))", privateKeyPEM: try signingKey.pemPKCS8())
+        try admin.setServerAPIKey(
+            appID: added.id, issuerID: serverAPIKey.issuerID, keyID: serverAPIKey.keyID, privateKeyPEM: serverAPIKey.privateKeyPEM)
+        mock.state.serverAPI.addKey(
+            issuerID: serverAPIKey.issuerID, keyID: serverAPIKey.keyID, bundleID: bundleID, publicKey: try signingKey.publicKey)
+        let app = try #require(try admin.app(named: added.name))
 
         var logger = Logger(label: "it")
         logger.logLevel = .warning
@@ -105,15 +123,16 @@ final class TestSystem: Sendable {
         let port = try #require(await iterator.next())
         return TestSystem(
             configuration: configuration, mock: mock, apiPort: port, token: token, app: app,
-            authority: try sharedAuthority.get(), client: try HTTPClient(options: CurlOptions(), lanes: 8), metrics: metrics,
-            group: group, task: task)
+            authority: try sharedAuthority.get(), serverAPIKey: serverAPIKey, client: try HTTPClient(options: CurlOptions(), lanes: 8),
+            metrics: metrics, group: group, task: task)
     }
 
     private init(
         configuration: AppConfiguration, mock: RunningMockAppStore, apiPort: Int, token: String, app: AppRecord,
-        authority: TestCertificateAuthority, client: HTTPClient, metrics: PrometheusExporter, group: ServiceGroup,
+        authority: TestCertificateAuthority, serverAPIKey: ServerAPIKey, client: HTTPClient, metrics: PrometheusExporter, group: ServiceGroup,
         task: Task<Void, any Error>
     ) {
+        self.serverAPIKey = serverAPIKey
         self.configuration = configuration
         self.mock = mock
         self.apiPort = apiPort
@@ -142,10 +161,11 @@ final class TestSystem: Sendable {
         return (Data(try ReceiptForger.unified(receipt, authority: authority)).base64EncodedString(), receipt)
     }
 
-    func post(_ body: String, token: String? = nil, contentType: String = "application/json") async throws -> (Int, JSONValue?) {
+    func post(_ body: String, token: String? = nil, contentType: String = "application/json", path: String? = nil) async throws -> (Int, JSONValue?) {
         var headers: [(name: String, value: String)] = [(name: "Content-Type", value: contentType)]
         headers.append((name: "Authorization", value: "Bearer \(token ?? self.token)"))
-        let response = try await client.send(Curl.HTTPRequest(method: "POST", url: receiptsURL, headers: headers, body: Array(body.utf8)))
+        let url = path.map { "http://127.0.0.1:\(apiPort)\($0)" } ?? receiptsURL
+        let response = try await client.send(Curl.HTTPRequest(method: "POST", url: url, headers: headers, body: Array(body.utf8)))
         return (response.status, try? JSONDecoder().decode(JSONValue.self, from: Data(response.body)))
     }
 
