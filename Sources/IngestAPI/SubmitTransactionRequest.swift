@@ -26,10 +26,8 @@ public struct SubmitTransactionRequest: Sendable, Equatable {
         }
         var errors: [FieldError] = []
         var proof: Proof?
-        // JSON null is the same as absent.
-        let signed = object["signed_transaction"].flatMap { $0 == .null ? nil : $0 }
-        let transactionID = object["transaction_id"].flatMap { $0 == .null ? nil : $0 }
-        switch (signed, transactionID) {
+        // Absent means absent; a null is a wrong type (the document types both as strings).
+        switch (object["signed_transaction"], object["transaction_id"]) {
         case (nil, nil):
             errors.append(FieldError(field: "signed_transaction", reason: "or transaction_id is required"))
         case (_?, _?):

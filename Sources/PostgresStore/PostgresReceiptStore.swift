@@ -218,7 +218,8 @@ private struct ReceiptColumns {
         let transactionIDs = (try? JSONEncoder().encode(record.purchases.map(\.transactionID))).map { String(decoding: $0, as: UTF8.self) }
         let values: [String?] = [
             envelope.id.uuidString, envelope.appID.uuidString, envelope.style?.rawValue, envelope.bundleID,
-            record.environment ?? envelope.environment ?? "unknown", record.status.rawValue, record.appleStatus.map(String.init),
+            // Unknown only for a transaction id no environment knows: null, not a made-up name.
+            record.environment ?? envelope.environment, record.status.rawValue, record.appleStatus.map(String.init),
             submission.userIdentifier, submission.identifierForVendor, submission.countryCode, submission.ipAddress, metadata,
             envelope.receipt,
             // Apple echoes the receipt it was sent as latest_receipt: keep a copy only when it differs.
