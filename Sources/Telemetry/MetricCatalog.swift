@@ -73,7 +73,7 @@ public enum MetricCatalog {
         Entry(circuitState, .gauge, "The Apple outage circuit (0 closed, 1 half-open, 2 open)."),
         Entry(
             verifyReceiptGone, .gauge,
-            "1 once verifyReceipt answered HTTP 404/410 on a run of calls across the deployment (VERIFY_RECEIPT_GONE_AFTER), else 0."),
+            "1 once verifyReceipt answered 404/410 on a run of calls across the deployment, else 0."),
         Entry(
             verifyReceiptDeprecation, .gauge,
             "The deprecation date verifyReceipt's Deprecation header announced (UNIX seconds; 0 while none)."),
