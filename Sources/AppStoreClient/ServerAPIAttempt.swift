@@ -61,7 +61,7 @@ final class ServerAPIAttempt: Sendable {
                 let signed = self.state.withLock { $0.signedTransactions }
                 var transactions: [JSONValue] = []
                 for jws in signed {
-                    guard let payload = self.payload(jws) else { return }
+                    guard let payload = self.payload(jws, as: .transaction) else { return }
                     transactions.append(payload)
                 }
                 let hasSubscriptions = transactions.contains {
@@ -78,13 +78,13 @@ final class ServerAPIAttempt: Sendable {
                 var items: [ServerAPIStatusItem] = []
                 for group in json["data"]?.arrayValue ?? [] {
                     for last in group["lastTransactions"]?.arrayValue ?? [] {
-                        guard let signed = last["signedTransactionInfo"]?.stringValue, let transaction = self.payload(signed) else {
+                        guard let signed = last["signedTransactionInfo"]?.stringValue, let transaction = self.payload(signed, as: .transaction) else {
                             if last["signedTransactionInfo"]?.stringValue == nil { continue }
                             return
                         }
                         var renewal: JSONValue?
                         if let signedRenewal = last["signedRenewalInfo"]?.stringValue {
-                            guard let decoded = self.payload(signedRenewal) else { return }
+                            guard let decoded = self.payload(signedRenewal, as: .renewalInfo) else { return }
                             renewal = decoded
                         }
                         items.append(
@@ -168,10 +168,17 @@ final class ServerAPIAttempt: Sendable {
         DispatchQueue.global().async(execute: body)
     }
 
-    /// The payload of a JWS from Apple's answer, checked; nil after ending the attempt when it fails.
-    private func payload(_ jws: String) -> JSONValue? {
+    /// The payload of a JWS from Apple's answer, checked (signature, bundle, and the documented
+    /// fields of `kind` with their types); nil after ending the attempt when it fails.
+    private func payload(_ jws: String, as kind: JWSPayloadKind) -> JSONValue? {
         switch client.verifyPayload(jws) {
         case .success(let payload):
+            do throws(JWSFailure) {
+                if kind == .renewalInfo { _ = try JWSRenewalInfoPayload(json: payload) } else { _ = try JWSTransactionPayload(json: payload) }
+            } catch {
+                finish(.configurationError, code: "response_\(error.reason)")
+                return nil
+            }
             if let bundleID = payload["bundleId"]?.stringValue, bundleID != query.bundleID {
                 finish(.configurationError, code: "response_bundle_id_mismatch")
                 return nil

@@ -27,7 +27,7 @@ extension ReceiptIngestion {
             switch signedPayloads.verify(jws) {
             case .success(let verified):
                 payload = verified.payload
-                guard let purchase = InAppPurchase(serverAPITransaction: payload) else {
+                guard (try? JWSTransactionPayload(json: payload)) != nil, let purchase = InAppPurchase(serverAPITransaction: payload) else {
                     return .failure(FieldError(field: "signed_transaction", reason: "is signed by Apple but is not a transaction"))
                 }
                 fraudReason = JWSExpectation(bundleIDs: app.bundleIDs, appAppleID: app.appAppleID).failure(for: payload)?.reason

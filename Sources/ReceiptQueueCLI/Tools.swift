@@ -1,4 +1,5 @@
 import ArgumentParser
+import Curl
 import Foundation
 import Logging
 import MockAppStore
@@ -25,7 +26,13 @@ struct MockAppStoreCommand: AsyncParsableCommand {
 
 struct Forge: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Writes a unified receipt in Apple's format, signed by a local test CA (never Apple's).")
+        abstract: "Writes a unified receipt in Apple's format, signed by a local test CA (never Apple's).",
+        discussion: """
+            With --signed-transaction it writes a StoreKit 2 signed transaction instead (a compact JWS, for \
+            POST /client/transactions), signed by the mock's Apple-shaped chain in --jws-ca-directory: the first \
+            --product, in --environment Sandbox or Production. --register URL adds it to a running mock App Store's \
+            Server API ledger (e.g. http://127.0.0.1:9090).
+            """)
 
     @Option(help: "Bundle id of the receipt.") var bundleId: String
     @Option(help: "Receipt environment: Production, ProductionSandbox or Xcode.") var environment = "ProductionSandbox"
@@ -38,8 +45,12 @@ struct Forge: AsyncParsableCommand {
     @Option(help: "Signature digest: sha1 or sha256.") var digest = "sha256"
     @Option(help: "Receipt style: unified (iOS 7+) or transaction (iOS 6, first purchase only).") var style = "unified"
     @Flag(help: "Print a JSON request body ({\"receipt\": …}) instead of bare base64.") var json = false
+    @Flag(help: "Write a StoreKit 2 signed transaction (JWS) instead of a receipt.") var signedTransaction = false
+    @Option(help: "Directory of the mock Apple JWS chain (created on first use).") var jwsCaDirectory = ".local/demo/jws-ca"
+    @Option(help: "With --signed-transaction: a mock App Store to register the transaction with.") var register: String?
 
     func run() async throws {
+        if signedTransaction { return try await forgeSignedTransaction() }
         guard let digest = PKCS7.DigestAlgorithm(rawValue: digest) else { throw ValidationError("--digest must be sha1 or sha256") }
         let now = Date()
         let base = UInt64(now.timeIntervalSince1970 * 1000)
@@ -71,6 +82,31 @@ struct Forge: AsyncParsableCommand {
         let encoded = Data(bytes).base64EncodedString()
         print(json ? "{\"receipt\":\"\(encoded)\"}" : encoded)
     }
+
+    private func forgeSignedTransaction() async throws {
+        let spec = (products.first ?? "\(bundleId).product").split(separator: ":", maxSplits: 1).map(String.init)
+        let days = try spec.count == 2 ? Double(spec[1]) ?? { throw ValidationError("--product \(spec[0]): DAYS must be a number") }() : nil
+        let environmentName: String
+        switch environment.lowercased() {
+        case "sandbox", "productionsandbox": environmentName = "Sandbox"
+        case "production": environmentName = "Production"
+        default: throw ValidationError("--environment must be Sandbox or Production with --signed-transaction")
+        }
+        let authority = try MockAppleJWSAuthority.loadOrCreate(directory: URL(fileURLWithPath: jwsCaDirectory))
+        let (jws, payload) = try ReceiptForger.signedTransaction(
+            bundleID: bundleId, productID: spec[0], days: days, environment: environmentName, authority: authority)
+        if let register {
+            let body = try JSONEncoder().encode(JSONValue.object(["environment": .string(environmentName), "transactions": .array([payload])]))
+            let client = try Curl.HTTPClient(options: CurlOptions(), lanes: 1)
+            let status = try await client.send(
+                Curl.HTTPRequest(
+                    method: "POST", url: "\(register)/mock/server-api/transactions", headers: [(name: "Content-Type", value: "application/json")],
+                    body: Array(body))
+            ).status
+            guard status == 201 else { throw ValidationError("the mock at \(register) did not take the transaction (HTTP \(status))") }
+        }
+        print(json ? String(decoding: try JSONEncoder().encode(JSONValue.object(["signed_transaction": .string(jws)])), as: UTF8.self) : jws)
+    }
 }
 
 struct ReceiptCommand: AsyncParsableCommand {
@@ -79,10 +115,16 @@ struct ReceiptCommand: AsyncParsableCommand {
 
     struct Inspect: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
-            abstract: "Decodes a receipt (base64, from FILE or stdin), checks its signature, and prints one JSON object.",
-            discussion: "Exit status 0 when the receipt decoded (whatever its signature), 2 when it is not a receipt.")
+            abstract:
+                "Decodes a receipt or a StoreKit 2 JWS (from FILE or stdin), checks its signature, and prints one JSON object.",
+            discussion: """
+                A receipt is base64. A JWS (a signed transaction, a renewal info, or a notification's signedPayload, \
+                also given as the notification's JSON body) prints {"kind", "payload", "signature": {"valid", "reason", \
+                "chain"}}, with a notification's nested JWS decoded in place. Exit status 0 when it decoded (whatever \
+                its signature), 2 when it is neither.
+                """)
 
-        @Argument(help: "A file with the base64 receipt, or - for standard input.") var file = "-"
+        @Argument(help: "A file with the base64 receipt or the JWS, or - for standard input.") var file = "-"
         @Option(help: "Directory of trusted PEM certificates (default: RECEIPTQ_TRUST_ROOTS_DIR).") var trustRoots: String?
         @Flag(help: "Judge certificates now instead of at the receipt's own date.") var now = false
 
@@ -104,6 +146,18 @@ struct ReceiptCommand: AsyncParsableCommand {
                     fail("cannot load trusted certificates from \(directory)")
                 }
             }
+            let text = String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+            if let jws = Self.jws(in: text) {
+                let jwsVerifier = try directory.flatMap { $0.isEmpty ? nil : $0 }.map {
+                    JWSVerifier(trustStore: try TrustStore.load(directory: URL(fileURLWithPath: $0)), time: now ? .now : .receiptDate)
+                }
+                do {
+                    print(Self.pretty(try JWSInspector.inspect(jws, verifier: jwsVerifier).json))
+                } catch {
+                    fail("not a JWS (\(error.reason))")
+                }
+                return
+            }
             let bytes: [UInt8]
             let inspected: JSONValue
             do {
@@ -115,6 +169,21 @@ struct ReceiptCommand: AsyncParsableCommand {
             let encoder = JSONEncoder()
             encoder.outputFormatting = [.sortedKeys, .prettyPrinted, .withoutEscapingSlashes]
             print(String(decoding: try encoder.encode(inspected), as: UTF8.self))
+        }
+
+        /// The compact JWS in `text`: the text itself, or a notification body's `signedPayload`.
+        static func jws(in text: String) -> String? {
+            if CompactJWS.looksLikeJWS(text) { return text }
+            guard text.hasPrefix("{"), let json = try? JSONDecoder().decode(JSONValue.self, from: Data(text.utf8)),
+                let payload = json["signedPayload"]?.stringValue, CompactJWS.looksLikeJWS(payload)
+            else { return nil }
+            return payload
+        }
+
+        static func pretty(_ json: JSONValue) -> String {
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.sortedKeys, .prettyPrinted, .withoutEscapingSlashes]
+            return String(decoding: (try? encoder.encode(json)) ?? Data(), as: UTF8.self)
         }
 
         /// One line on stderr and exit status 2, as the issue's contract says.

@@ -36,7 +36,7 @@ struct ServerAPIClientTests {
     }
 
     func transactions(_ count: Int, start: Int = 3_000_000_000, subscription: Bool = false) -> [JSONValue] {
-        let now = Date().timeIntervalSince1970 * 1000
+        let now = (Date().timeIntervalSince1970 * 1000).rounded()
         return (0..<count).map { index in
             var object: [String: JSONValue] = [
                 "transactionId": .string(String(start + index)), "originalTransactionId": .string(String(subscription ? start : start + index)),
@@ -143,7 +143,7 @@ struct ServerAPIClientTests {
     func statuses() async throws {
         let f = try await fixture()
         defer { Task { await f.mock.stop() } }
-        let now = Date().timeIntervalSince1970 * 1000
+        let now = (Date().timeIntervalSince1970 * 1000).rounded()
         func subscription(_ id: Int, expires: Double, extra: [String: JSONValue] = [:]) -> JSONValue {
             .object(
                 [

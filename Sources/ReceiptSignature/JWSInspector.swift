@@ -1,0 +1,41 @@
+import Foundation
+import ReceiptCore
+
+/// What `receiptq receipt inspect` prints for a compact JWS (a StoreKit 2 signed transaction, a
+/// renewal info, or a notification's `signedPayload`).
+public enum JWSInspector {
+    /// Decodes `compact` and checks its signature; a notification's nested signed transaction and
+    /// renewal info are inspected in place of their strings.
+    /// - Parameters:
+    ///   - verifier: the signature check; nil reports `no_trust_roots`.
+    /// - Returns: `{"kind", "payload", "signature": {"valid", "reason", "chain"}}`, and whether it
+    ///   and every nested JWS verified.
+    /// - Throws: ``JWSFailure`` `malformed_jws` / `malformed_payload` when there is nothing to show.
+    public static func inspect(_ compact: String, verifier: (any SignedPayloadVerifier)?) throws(JWSFailure) -> (json: JSONValue, valid: Bool) {
+        let jws = try CompactJWS(compact)
+        guard var payload = try? JSONDecoder().decode(JSONValue.self, from: Data(jws.payload)), payload.objectValue != nil else {
+            throw .malformedPayload
+        }
+        let result = verifier?.verify(compact) ?? .failure(JWSFailure(reason: "no_trust_roots"))
+        var valid: Bool
+        let signature: JSONValue
+        switch result {
+        case .success(let verified):
+            valid = true
+            signature = .object(["valid": .bool(true), "reason": .null, "chain": .array(verified.chainSubjects.map { .string($0) })])
+        case .failure(let failure):
+            valid = false
+            signature = .object(["valid": .bool(false), "reason": .string(failure.reason), "chain": .array([])])
+        }
+        let kind = JWSPayloadKind(payload)
+        if kind == .notification, var data = payload["data"]?.objectValue {
+            for key in ["signedTransactionInfo", "signedRenewalInfo"] {
+                guard let nested = data[key]?.stringValue, let inner = try? inspect(nested, verifier: verifier) else { continue }
+                data[key] = inner.json
+                valid = valid && inner.valid
+            }
+            payload = .object((payload.objectValue ?? [:]).merging(["data": .object(data)]) { _, new in new })
+        }
+        return (.object(["kind": .string(kind.rawValue), "payload": payload, "signature": signature]), valid)
+    }
+}
