@@ -116,6 +116,7 @@ enum MockServerAPI {
             let issuedAt = claims["iat"]?.stringValue.flatMap(Double.init), let expiresAt = claims["exp"]?.stringValue.flatMap(Double.init),
             expiresAt > now.timeIntervalSince1970, expiresAt - issuedAt <= 3600, issuedAt <= now.timeIntervalSince1970 + 60
         else { return nil }
+        api.accepted(token: String(header.dropFirst(7)))
         return key.bundleID
     }
 

@@ -105,6 +105,7 @@ public final class MockServerAPIState: Sendable {
         var rules: [Rule] = []
         var calls: [String: Int] = [:]
         var lifecycle = VerifyReceiptLifecycle()
+        var acceptedTokens: [String] = []
     }
 
     private let storage = Mutex(Storage())
@@ -225,6 +226,17 @@ public final class MockServerAPIState: Sendable {
     }
 
     func count(_ key: String) { storage.withLock { $0.calls[key, default: 0] += 1 } }
+
+    func accepted(token: String) {
+        storage.withLock { storage in
+            guard !storage.acceptedTokens.contains(token) else { return }
+            storage.acceptedTokens.append(token)
+            if storage.acceptedTokens.count > 64 { storage.acceptedTokens.removeFirst() }
+        }
+    }
+
+    /// The last distinct bearer JWTs the mock accepted (at most 64): what a test looks for in logs.
+    public var acceptedTokens: [String] { storage.withLock { $0.acceptedTokens } }
 
     /// Calls answered so far, by `"<environment> <operation>"` (e.g. `production history`), and
     /// `"<environment> all"`.

@@ -62,6 +62,9 @@ struct LogSecretsTests {
         #expect(logs.loggers.isSuperset(of: ["receiptq.serve", "receiptq.work", "receiptq.schedule", "receiptq.migrate", "receiptq.apps"]))
         #expect(logs.loggers.allSatisfy { $0.hasPrefix("receiptq.") }, "every line names its process: \(logs.loggers.sorted())")
 
+        let tokens = run.mock.state.serverAPI.acceptedTokens
+        #expect(!tokens.isEmpty, "the workers asked the Server API with a JWT")
+        for (index, token) in tokens.enumerated() { run.secrets["Server API JWT \(index)"] = token }
         let leaks = LeakScanner(secrets: run.secrets, receipts: run.receipts).scan(logs.files)
         #expect(leaks.isEmpty, "secrets or receipt data in the logs of \(directory):\n\(leaks.prefix(20).joined(separator: "\n"))")
         // The logs stay in their directory (named in the failures) when something was found.
@@ -74,6 +77,7 @@ struct LogSecretsTests {
         let appB = try await run.addApp(bundleIDs: [run.forgedBundleB, Self.realReceipts.last!.1], secret: run.secretB)
         let softphoneUser = "sp-\(UUID().uuidString.prefix(8).lowercased())"
         try await run.setSoftphoneCredentials(app: appA.name, username: softphoneUser)
+        try await run.setServerAPIKey(app: appA.name, bundleID: run.forgedBundleA)
         try await run.startRoles()
 
         // Receipts of A: real ones (Apple's signatures, judged at their creation date) and forged ones.
@@ -177,6 +181,30 @@ struct LogSecretsTests {
         run.secrets["a wrong softphone Basic header"] = wrongBasic
         #expect(try await run.send("POST", SoftphoneService.path, body: form, headers: [("Authorization", wrongBasic)]).status == 401)
 
+        // StoreKit 2: A's signed transactions through the Server API with A's In-App Purchase key; a
+        // forged one; a bare transaction id.
+        let authority = run.mock.state.serverAPI.authority
+        var transactionIDs: [String] = []
+        for index in 0..<2 {
+            let (jws, payload) = try ReceiptForger.signedTransaction(
+                bundleID: run.forgedBundleA, productID: "\(run.forgedBundleA).pro", days: 30, authority: authority)
+            run.mock.state.serverAPI.add(transactions: [payload], environment: .sandbox)
+            run.receipts["signed transaction \(index)"] = jws
+            let body = #"{"signed_transaction":"\#(jws)","user_identifier":"sk2-user-\#(index)"}"#
+            let (status, resource) = try await run.post("/client/transactions", json: body, token: appA.token)
+            #expect([200, 206].contains(status), "signed transaction: \(status)")
+            transactionIDs.append(try #require(resource?["id"]?.stringValue))
+            if index == 1, let id = payload["transactionId"]?.stringValue {
+                let byID = try await run.post("/client/transactions", json: #"{"transaction_id":"\#(id)1"}"#, token: appA.token)
+                #expect([200, 206].contains(byID.0), "transaction id: \(byID.0)")
+            }
+        }
+        let (forgedJWS, _) = try ReceiptForger.signedTransaction(
+            bundleID: run.forgedBundleA, productID: "\(run.forgedBundleA).pro", days: 30, authority: try MockAppleJWSAuthority.generate())
+        run.receipts["a forged signed transaction"] = forgedJWS
+        #expect(try await run.post("/client/transactions", json: #"{"signed_transaction":"\#(forgedJWS)"}"#, token: appA.token).0 == 402)
+        idsA += transactionIDs
+
         // Everything settles: A's receipts and B's retried ones are valid.
         #expect(try await run.get("/client/subscriptions?user_identifier=user-revenuecat-sandboxReceipt", token: appA.token).0 == 200)
         for (ids, token) in [(idsA, appA.token), (idsB, appB.token)] {
@@ -256,9 +284,14 @@ final class LoggedRun: @unchecked Sendable {
             }
         }
 
+        // The mock's Apple-shaped chain signs its Server API answers and the StoreKit 2 transactions.
+        try mock.state.serverAPI.authority.root.pem.write(
+            to: trustDirectory.appendingPathComponent("jws-root.pem"), atomically: true, encoding: .utf8)
+
         let port = try freeLoopbackPort()
         let secrets = [
             "DASHBOARD_SESSION_SECRET": "session-secret-\(UUID().uuidString)", "SOFTPHONE_NONCE_SECRET": "nonce-secret-\(UUID().uuidString)",
+            "RECEIPTQ_SECRETS_KEY": Data((0..<32).map { _ in UInt8.random(in: 0...255) }).base64EncodedString(),
         ]
         var environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("RECEIPTQ_") && !$0.key.hasPrefix("LOG_") }
         environment.merge(secrets) { _, new in new }
@@ -270,6 +303,7 @@ final class LoggedRun: @unchecked Sendable {
             "POSTGRES_HOSTNAME": TestEnvironment.postgresHost, "POSTGRES_PORT": String(TestEnvironment.postgresPort),
             "POSTGRES_USER": TestEnvironment.postgresUser, "POSTGRES_DB": database,
             "APPSTORE_PRODUCTION_URL": mock.productionURL, "APPSTORE_SANDBOX_URL": mock.sandboxURL, "APPSTORE_REQUEST_TIMEOUT_MS": "5000",
+            "APPSTORE_SERVER_API_PRODUCTION_URL": mock.serverAPIProductionURL, "APPSTORE_SERVER_API_SANDBOX_URL": mock.serverAPISandboxURL,
             "RECEIPTQ_TRUST_ROOTS_DIR": trustDirectory.path,
             "WORKER_CONCURRENCY": "4", "API_SYNC_WAIT_MS": "3000", "RETRY_BASE_MS": "200",
         ]) { _, new in new }
@@ -332,6 +366,27 @@ final class LoggedRun: @unchecked Sendable {
         let app = App(id: try field("app_id"), name: name, token: try field("token"))
         secrets["the API token of \(name)"] = app.token
         return app
+    }
+
+    /// `receiptq apps server-api-key` with a new P-256 key in a `.p8` file (removed at once), which
+    /// the mock then accepts JWTs from; the key's PEM and every line of it count as secrets.
+    func setServerAPIKey(app: String, bundleID: String) async throws {
+        let key = try PrivateKey.generateP256()
+        let pem = try key.pemPKCS8()
+        let file = trustDirectory.appendingPathComponent("AuthKey.p8")
+        try Data(pem.utf8).write(to: file)
+        defer { try? FileManager.default.removeItem(at: file) }
+        let keyID = "LOGS\(UInt16.random(in: 1000...9999))"
+        let issuerID = UUID().uuidString.lowercased()
+        let set = try await command(
+            ["apps", "server-api-key", "--name", app, "--issuer-id", issuerID, "--key-id", keyID, "--key-file", file.path])
+        try #require(set.status == 0, "apps server-api-key: \(set.output)")
+        #expect(!set.output.contains("PRIVATE KEY"), "the key is never shown again")
+        mock.state.serverAPI.addKey(issuerID: issuerID, keyID: keyID, bundleID: bundleID, publicKey: try key.publicKey)
+        secrets["the In-App Purchase key"] = pem
+        for (index, line) in pem.split(separator: "\n").enumerated() where !line.hasPrefix("-----") {
+            secrets["line \(index) of the In-App Purchase key"] = String(line)
+        }
     }
 
     func setSoftphoneCredentials(app: String, username: String) async throws {
