@@ -18,6 +18,19 @@ public func fuzz(_ start: UnsafeRawPointer, _ count: Int) -> CInt {
     _ = try? ReceiptDecoder.decodePayload(bytes)
     _ = try? TransactionReceiptCodec.decode(bytes)
 
+    // StoreKit 2: the compact JWS reader (header, x5c, signature shape), Base64URL, and Apple's
+    // payload models, each reached on its own so the JSON layer is fuzzed without a valid envelope.
+    let text = String(decoding: bytes, as: UTF8.self)
+    if let jws = try? CompactJWS(text), let payload = try? JSONDecoder().decode(JSONValue.self, from: Data(jws.payload)) {
+        fuzzPayload(payload)
+    }
+    _ = CompactJWS.looksLikeJWS(text)
+    if let decoded = Base64URL.decode(text) {
+        // Oracle: what decodes re-encodes to text that decodes to the same bytes.
+        precondition(Base64URL.decode(Base64URL.encode(decoded)) == decoded, "Base64URL does not round-trip")
+    }
+    if let payload = try? JSONDecoder().decode(JSONValue.self, from: Data(bytes)) { fuzzPayload(payload) }
+
     // The API's hygiene gate reads every request body before any parser. Its promise, checked as an
     // oracle: a JSON body it passes never decodes to a string (key or value) holding a NUL.
     _ = InputHygiene.formProblem(bytes, where: "form")
@@ -25,6 +38,23 @@ public func fuzz(_ start: UnsafeRawPointer, _ count: Int) -> CInt {
         precondition(!containsNUL(value), "the hygiene gate passed a JSON text that decodes to a NUL")
     }
     return 0
+}
+
+/// Every reader of a decoded JWS payload: the typed models, their accessors, the kind, and the
+/// app checks the front door applies.
+private func fuzzPayload(_ payload: JSONValue) {
+    _ = JWSPayloadKind(payload)
+    if let transaction = try? JWSTransactionPayload(json: payload) {
+        _ = (transaction.purchaseDate, transaction.expiresDate, transaction.quantity, transaction.price, transaction.revocationDate)
+        _ = InAppPurchase(serverAPITransaction: payload)
+    }
+    if let renewal = try? JWSRenewalInfoPayload(json: payload) {
+        _ = (renewal.gracePeriodExpiresDate, renewal.autoRenewStatus, renewal.eligibleWinBackOfferIDs, renewal.renewalPrice)
+    }
+    if let notification = try? JWSNotificationPayload(json: payload) {
+        _ = (notification.appAppleID, notification.status, notification.signedTransactionInfo, notification.environment)
+    }
+    _ = JWSExpectation(bundleIDs: ["com.example"], appAppleID: 1, environment: "Production").failure(for: payload)
 }
 
 private func containsNUL(_ value: JSONValue) -> Bool {
