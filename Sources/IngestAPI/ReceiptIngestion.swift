@@ -72,9 +72,11 @@ public struct ReceiptIngestion: Sendable {
         _ decoded: DecodedReceipt, submission: Submission, app: AppRecord, origin: JobOrigin, logger: Logger
     ) async -> Outcome {
         let receipt = decoded.receipt
+        let deviceMismatch = Self.deviceMismatch(receipt, submission: submission, app: app)
         let fraudReason =
             authenticity.fraudReason(bytes: decoded.bytes, receipt: receipt)
             ?? (app.owns(bundleID: receipt.bundleID) ? nil : "bundle_id_not_registered")
+            ?? (deviceMismatch ? "device_mismatch" : nil)
         let at = now()
         let envelope = JobEnvelope(
             id: JobID.make(at: at), kind: .validate, appID: app.id, enqueuedAt: at, origin: origin, receipt: decoded.base64,
@@ -83,9 +85,22 @@ public struct ReceiptIngestion: Sendable {
             // Only a receipt whose signature just checked may name the transaction the Server API
             // is asked about (an attacker chooses the ids of an unchecked one); none: empty.
             transactionID: fraudReason == nil ? (receipt.inApp.first?.transactionID ?? "") : nil)
-        // The same bytes from the same app: one receipt, one id, one job.
+        // The same bytes from the same app: one receipt, one id, one job. A replay from another
+        // device is its own (fraud) record, not an echo of the device's accepted one.
+        let idempotencyBytes =
+            fraudReason == "device_mismatch" ? decoded.bytes + Array("\u{0}device\u{0}\(submission.identifierForVendor ?? "")".utf8) : decoded.bytes
         return await enqueue(
-            envelope, purchases: receipt.inApp, idempotencyKey: Digest.hex(Digest.sha256(decoded.bytes)), app: app, logger: logger)
+            envelope, purchases: receipt.inApp, idempotencyKey: Digest.hex(Digest.sha256(idempotencyBytes)), app: app, logger: logger)
+    }
+
+    /// Whether the receipt was issued to another device than the `identifier_for_vendor` sent:
+    /// its SHA-1 device hash does not cover that id (checked for unified receipts, when the app
+    /// has the device check on; a receipt without a hash cannot say, and is not refused for it).
+    static func deviceMismatch(_ receipt: AppReceipt, submission: Submission, app: AppRecord) -> Bool {
+        guard app.checksDevice, let text = submission.identifierForVendor, let vendor = UUID(uuidString: text),
+            let input = DeviceHash.input(identifierForVendor: vendor, receipt: receipt), let expected = receipt.sha1Hash
+        else { return false }
+        return Digest.sha1(input) != expected
     }
 
     /// Queues a checked job (its pending resource shows `purchases` unless it is fraud) and waits

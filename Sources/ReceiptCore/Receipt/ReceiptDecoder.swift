@@ -159,6 +159,7 @@ public enum ReceiptDecoder {
                 receipt.environment = ReceiptEnvironment(rawValue: try requiredString(value))
             case ReceiptAttributeType.bundleID:
                 receipt.bundleID = try requiredString(value)
+                if value != ReceiptDERWriter.element(tag: 0x0C, Array(receipt.bundleID.utf8)) { receipt.bundleIDValue = value }
                 sawBundleID = true
             case ReceiptAttributeType.applicationVersion:
                 receipt.applicationVersion = try optionalString(value)

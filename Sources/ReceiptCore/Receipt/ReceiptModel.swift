@@ -143,6 +143,10 @@ public struct AppReceipt: Sendable, Equatable, Codable {
     public var opaqueValue: [UInt8]?
     /// Attribute 5: SHA-1(device id ‖ opaque ‖ bundle id DER).
     public var sha1Hash: [UInt8]?
+    /// Attribute 2's value exactly as signed, when it is not the plain DER UTF8String of
+    /// ``bundleID`` (Apple always writes that): the device hash covers these bytes, so an unusual
+    /// encoding must be hashed as it came. Nil in every receipt Apple makes.
+    public var bundleIDValue: [UInt8]?
     /// Attribute 12. Nil for transaction receipts: verify those at the purchase date instead.
     public var creationDate: Date?
     /// Attribute 18.

@@ -17,7 +17,7 @@ public enum ReceiptPayloadEncoder {
             attributes.append(ReceiptAttribute(type: type, version: 1, value: value))
         }
         add(ReceiptAttributeType.environment, utf8String(receipt.environment.rawValue))
-        add(ReceiptAttributeType.bundleID, utf8String(receipt.bundleID))
+        add(ReceiptAttributeType.bundleID, receipt.bundleIDValue ?? utf8String(receipt.bundleID))
         if let version = receipt.applicationVersion { add(ReceiptAttributeType.applicationVersion, utf8String(version)) }
         if let opaque = receipt.opaqueValue { add(ReceiptAttributeType.opaqueValue, opaque) }
         if let hash = receipt.sha1Hash { add(ReceiptAttributeType.sha1Hash, hash) }
