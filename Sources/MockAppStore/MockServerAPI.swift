@@ -28,7 +28,7 @@ enum MockServerAPI {
         }
         router.get("/storekit/{environment}/inApps/v2/history/{id}") { request, context in
             try await answer(request, context, state: state, operation: "history") { environment, id, bundleID in
-                guard var transactions = api.history(of: id, in: environment) else { return notFound() }
+                guard var transactions = api.history(of: id, in: environment, bundleID: bundleID) else { return notFound() }
                 if request.uri.queryParameters["sort"].map(String.init) == "DESCENDING" { transactions.reverse() }
                 let start = request.uri.queryParameters["revision"].flatMap { Int(String($0)) } ?? 0
                 guard start >= 0, start <= transactions.count else { return error(400, 4_000_005) }
@@ -43,7 +43,7 @@ enum MockServerAPI {
         }
         router.get("/storekit/{environment}/inApps/v1/subscriptions/{id}") { request, context in
             try await answer(request, context, state: state, operation: "statuses") { environment, id, bundleID in
-                guard let transactions = api.history(of: id, in: environment) else { return notFound() }
+                guard let transactions = api.history(of: id, in: environment, bundleID: bundleID) else { return notFound() }
                 return json([
                     "environment": .string(environment == .production ? "Production" : "Sandbox"), "bundleId": .string(bundleID),
                     "appAppleId": .number(1_234_567_890),

@@ -106,6 +106,7 @@ public final class MockServerAPIState: Sendable {
         var calls: [String: Int] = [:]
         var lifecycle = VerifyReceiptLifecycle()
         var acceptedTokens: [String] = []
+        var synthesizes = false
     }
 
     private let storage = Mutex(Storage())
@@ -188,6 +189,37 @@ public final class MockServerAPIState: Sendable {
 
     func renewal(of original: String, in environment: AppStoreEnvironment) -> [String: JSONValue] {
         storage.withLock { $0.renewals[environment]?[original] ?? [:] }
+    }
+
+    // MARK: Synthesized purchases (benchmarks)
+
+    /// Whether production answers a numeric transaction id it has never recorded with a synthesized
+    /// monthly subscription of the caller's app (bought a day ago, renewing in 29 days), as if every
+    /// id were a real purchase: a load test can then send millions of distinct ids without
+    /// registering each. Off by default: tests want unknown ids to be 4040010.
+    public var synthesizesUnknownTransactions: Bool {
+        get { storage.withLock { $0.synthesizes } }
+        set { storage.withLock { $0.synthesizes = newValue } }
+    }
+
+    /// The history of `id` in `environment`: recorded, or synthesized when that is on.
+    func history(of id: String, in environment: AppStoreEnvironment, bundleID: String) -> [JSONValue]? {
+        if let recorded = history(of: id, in: environment) { return recorded }
+        guard environment == .production, synthesizesUnknownTransactions, !id.isEmpty, id.utf8.allSatisfy({ (48...57).contains($0) }) else {
+            return nil
+        }
+        let now = (Date().timeIntervalSince1970 * 1000).rounded()
+        return [
+            .object([
+                "transactionId": .string(id), "originalTransactionId": .string(id), "webOrderLineItemId": .string(id),
+                "bundleId": .string(bundleID), "productId": .string("\(bundleID).monthly"),
+                "subscriptionGroupIdentifier": .string("group-\(bundleID)"), "purchaseDate": .number(now - 86_400_000),
+                "originalPurchaseDate": .number(now - 86_400_000), "expiresDate": .number(now + 29 * 86_400_000), "quantity": .number(1),
+                "type": .string("Auto-Renewable Subscription"), "inAppOwnershipType": .string("PURCHASED"),
+                "transactionReason": .string("PURCHASE"), "environment": .string("Production"), "storefront": .string("USA"),
+                "storefrontId": .string("143441"),
+            ])
+        ]
     }
 
     // MARK: Keys, releases, rules, calls

@@ -10,15 +10,21 @@ import ReceiptSignature
 
 struct MockAppStoreCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "mock-appstore", abstract: "Runs the mock App Store (verifyReceipt) for development and benchmarks.")
+        commandName: "mock-appstore", abstract: "Runs the mock App Store (verifyReceipt and the Server API) for development and benchmarks.")
 
     @Option(help: "Address to listen on.") var host = "127.0.0.1"
     @Option(help: "Port to listen on.") var port = 9090
     @Option(help: "Latency added to every answer, in milliseconds.") var latencyMs = 0
+    @Option(help: "Directory of the mock Apple JWS chain the Server API signs with (created on first use; default: a new chain per run).")
+    var jwsCaDirectory: String?
+    @Flag(help: "Answer every unknown numeric transaction id in production as a monthly subscription (load tests).")
+    var synthesizeTransactions = false
 
     func run() async throws {
         let (_, logger) = try bootstrap(label: "mock-appstore")
-        let state = MockAppStoreState(baseDelay: .milliseconds(latencyMs))
+        let authority = try jwsCaDirectory.map { try MockAppleJWSAuthority.loadOrCreate(directory: URL(fileURLWithPath: $0)) }
+        let state = MockAppStoreState(baseDelay: .milliseconds(latencyMs), authority: authority)
+        state.serverAPI.synthesizesUnknownTransactions = synthesizeTransactions
         try await ReceiptQueueApp.run(
             [MockAppStore.application(host: host, port: port, state: state, logger: logger)], logger: logger)
     }

@@ -3,6 +3,7 @@ enum BenchRows {
     static var all: [any BenchRow.Type] {
         [
             ReceiptRow.self,
+            JWSRow.self,
             QueueOnlyRow.self,
             PipelineRow.self,
             IngestRow.self,

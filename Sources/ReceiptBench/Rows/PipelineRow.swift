@@ -51,6 +51,12 @@ enum PipelineRow: BenchRow {
             name: "--processes", takesValue: true,
             help: "receiptq work processes sharing the queue, comma-separated; each runs at every concurrency (default 1)"),
         OptionSpec(name: "--latency-ms", takesValue: true, help: "the mock App Store's latency (default 50)"),
+        OptionSpec(
+            name: "--server-api-concurrency", takesValue: true,
+            help: "also run StoreKit 2 jobs through the Server API at these concurrencies (pipeline: 100; 0 = none)"),
+        OptionSpec(
+            name: "--server-api-apps", takesValue: true,
+            help: "apps the server_api jobs are spread over (default 40; Apple allows 50 calls/s per app)"),
         OptionSpec(name: "--warmup-seconds", takesValue: true, help: "load before the window (default 4)"),
         OptionSpec(name: "--seconds", takesValue: true, help: "the measured window (default 12)"),
         OptionSpec(
@@ -76,13 +82,15 @@ enum PipelineRow: BenchRow {
         var iterations: Int
         var quietLoad: Double
         var profileAt: Int
+        /// Concurrencies of the server_api levels (comma-separated; "0" = none).
+        var serverAPIConcurrencies = "0"
         /// Name every level `p<processes>_c<concurrency>`, even with one process (else `c<concurrency>`
         /// for one process, as the row always named them).
         var alwaysNameProcesses: Bool
 
         static let pipeline = Defaults(
             row: "pipeline", concurrencies: "25,100,400,1000", processes: "1", iterations: PipelineRow.defaultIterations, quietLoad: 0,
-            profileAt: 100, alwaysNameProcesses: false)
+            profileAt: 100, serverAPIConcurrencies: "100", alwaysNameProcesses: false)
     }
 
     /// What every level shares: servers, the mock, the forged receipt.
@@ -103,6 +111,7 @@ enum PipelineRow: BenchRow {
         var mock: ChildProcess?
         var mockBase = ""
         var receipt: JobFactory.ReceiptTemplate?
+        var serverAPI: ServerAPISetup?
         var apps: [UUID] = []
         var serial = 0
         static let sharedSecret = "receiptq-bench-shared-secret"
@@ -152,6 +161,8 @@ enum PipelineRow: BenchRow {
         var processes: Int
         var concurrency: Int
         var key: String
+        /// StoreKit 2 jobs through the Server API (two calls each) instead of receipts through verifyReceipt.
+        var serverAPI = false
     }
 
     static func run(_ options: BenchOptions) throws -> [String: Any] { try run(options, defaults: .pipeline) }
@@ -171,15 +182,24 @@ enum PipelineRow: BenchRow {
             }
         }
         let concurrencies = try positiveIntegers("--concurrency", defaults.concurrencies)
+        let serverAPIConcurrencies = try (options.extra["--server-api-concurrency"] ?? defaults.serverAPIConcurrencies)
+            .split(separator: ",").map { text -> Int in
+                guard let value = Int(text.trimmingCharacters(in: .whitespaces)), value >= 0 else {
+                    throw BenchFailure(description: "--server-api-concurrency needs whole numbers, not \(text)")
+                }
+                return value
+            }.filter { $0 > 0 }
         let processCounts = try positiveIntegers("--processes", defaults.processes)
         let nameProcesses = defaults.alwaysNameProcesses || processCounts != [1]
-        let levels = concurrencies.flatMap { concurrency in
-            processCounts.map { processes in
-                Level(
-                    processes: processes, concurrency: concurrency,
-                    key: nameProcesses ? "p\(processes)_c\(concurrency)" : "c\(concurrency)")
+        let levels =
+            concurrencies.flatMap { concurrency in
+                processCounts.map { processes in
+                    Level(
+                        processes: processes, concurrency: concurrency,
+                        key: nameProcesses ? "p\(processes)_c\(concurrency)" : "c\(concurrency)")
+                }
             }
-        }
+            + serverAPIConcurrencies.map { Level(processes: 1, concurrency: $0, key: "server_api_c\($0)", serverAPI: true) }
         let runs = options.iterations(default: defaults.iterations)
         let latencyMs = Int(try number("--latency-ms", 50))
         let profileAt = Int(try number("--profile-at", Double(defaults.profileAt)))
@@ -208,7 +228,11 @@ enum PipelineRow: BenchRow {
         context.quietWait = try number("--quiet-wait-seconds", 900)
         context.label = defaults.row
         defer { context.mock?.stop() }
+        if !serverAPIConcurrencies.isEmpty {
+            context.serverAPI = try prepareServerAPI(context, apps: min(1_000, max(1, Int(try number("--server-api-apps", 40)))))
+        }
         try startMock(context)
+        if let setup = context.serverAPI { try registerServerAPIKey(context, setup) }
         FileHandle.standardError.write(Data("\(defaults.row): forging the receipt template…\n".utf8))
         context.receipt = try JobFactory.forgeReceipt(bundleID: Context.bundleID)
 
@@ -272,7 +296,7 @@ enum PipelineRow: BenchRow {
         for level in levels { result[level.key] = combine(measured[level.key] ?? []) }
         if let profile { result["profile_c\(profileAt)"] = profile }
         // The issue's targets, judged on this run.
-        let rates = levels.compactMap { level -> (String, Double)? in
+        let rates = levels.filter { !$0.serverAPI }.compactMap { level -> (String, Double)? in
             guard let entry = result[level.key] as? [String: Any], entry["error"] == nil, let rps = entry["rps"] as? Double else { return nil }
             return (level.key, rps)
         }
@@ -381,7 +405,8 @@ enum PipelineRow: BenchRow {
         environment["LOG_LEVEL"] = "warning"
         let mock = try ChildProcess(
             executable: context.receiptq,
-            arguments: ["mock-appstore", "--host", "127.0.0.1", "--port", String(port), "--latency-ms", String(context.latencyMs)],
+            arguments: ["mock-appstore", "--host", "127.0.0.1", "--port", String(port), "--latency-ms", String(context.latencyMs)]
+                + (context.serverAPI.map { ["--jws-ca-directory", $0.jwsDirectory.path, "--synthesize-transactions"] } ?? []),
             environment: environment, label: "mock-appstore", logDirectory: context.logDirectory)
         context.mock = mock
         guard Network.waitForListener(port: port, timeout: 30) else {
@@ -454,7 +479,8 @@ enum PipelineRow: BenchRow {
     static func runLevel(_ spec: Level, context: Context, profile: Bool) throws -> [String: Any] {
         let concurrency = spec.concurrency
         let processes = spec.processes
-        let ideal = Double(processes * concurrency) * context.idealPerLane
+        // A Server API job makes two calls (history, then statuses), each at the mock's latency.
+        let ideal = Double(processes * concurrency) * context.idealPerLane / (spec.serverAPI ? 2 : 1)
         var level: [String: Any] = [
             "concurrency": concurrency, "processes": processes, "in_flight_max": processes * concurrency, "ideal_rps": Format.json(ideal),
         ]
@@ -465,9 +491,20 @@ enum PipelineRow: BenchRow {
         level["load_quiet"] = quiet.quiet
         level["load_average_before"] = Machine.loadAverage()
 
-        let app = try context.makeApp(spec.key.replacingOccurrences(of: "_", with: "-"))
+        let label = spec.key.replacingOccurrences(of: "_", with: "-")
+        let apps: [AppRecord]
+        if spec.serverAPI {
+            guard let setup = context.serverAPI else { throw BenchFailure(description: "no Server API setup") }
+            apps = try makeServerAPIApps(context, setup, label: label)
+            level["apps"] = apps.count
+            level["apple_calls_per_job"] = 2
+        } else {
+            apps = [try context.makeApp(label)]
+        }
+        // The level's receipts, whichever apps they belong to.
+        let scope = "{" + apps.map(\.id.uuidString).joined(separator: ",") + "}"
         guard let receipt = context.receipt else { throw BenchFailure(description: "no receipt template") }
-        let factory = try JobFactory(receipt: receipt, appID: app.id)
+        let factory = try JobFactory(receipt: receipt, appIDs: apps.map(\.id), transactionIDs: spec.serverAPI)
         let prefix = "{rqb-\(String(UInt32.random(in: 0...UInt32.max), radix: 16))}"
         let keys = RedisKeys(prefix: prefix)
         defer { _ = try? RedisCleanup.deleteKeys(prefix: prefix, context.redis) }
@@ -480,7 +517,9 @@ enum PipelineRow: BenchRow {
             workers.append(
                 try ChildProcess(
                     executable: context.receiptq, arguments: ["work"],
-                    environment: context.workerEnvironment(prefix: prefix, concurrency: concurrency),
+                    environment: context.workerEnvironment(prefix: prefix, concurrency: concurrency).merging(
+                        spec.serverAPI ? context.serverAPI.map { serverAPIEnvironment(context, $0) } ?? [:] : [:]
+                    ) { _, new in new },
                     label: "worker-\(spec.key)-\(index)", logDirectory: context.logDirectory))
         }
         let pids = workers.map(\.pid)
@@ -560,7 +599,7 @@ enum PipelineRow: BenchRow {
         var valid = 0
         repeat {
             let counts = try context.postgres.query(
-                "SELECT count(*) AS n, count(*) FILTER (WHERE status = 'valid') AS valid FROM receipts WHERE app_id = \(app.id)"
+                "SELECT count(*) AS n, count(*) FILTER (WHERE status = 'valid') AS valid FROM receipts WHERE app_id = ANY(\(scope)::uuid[])"
             ).rows.first
             stored = counts?.int("n") ?? 0
             valid = counts?.int("valid") ?? 0
@@ -581,7 +620,7 @@ enum PipelineRow: BenchRow {
             try context.postgres.query(
                 """
                 SELECT count(*) AS n FROM receipts
-                WHERE app_id = \(app.id) AND validated_at >= \(before.date) AND validated_at < \(after.date)
+                WHERE app_id = ANY(\(scope)::uuid[]) AND validated_at >= \(before.date) AND validated_at < \(after.date)
                 """
             ).rows.first?.int("n") ?? 0
         let rps = Double(jobs) / window
@@ -590,7 +629,7 @@ enum PipelineRow: BenchRow {
             SELECT percentile_disc(0.5) WITHIN GROUP (ORDER BY ms) AS p50, percentile_disc(0.99) WITHIN GROUP (ORDER BY ms) AS p99,
                    avg(ms) AS mean, count(*) AS n
             FROM (SELECT extract(epoch FROM validated_at - created_at) * 1000 AS ms FROM receipts
-                  WHERE app_id = \(app.id) AND created_at >= \(before.date) AND created_at < \(after.date)) s
+                  WHERE app_id = ANY(\(scope)::uuid[]) AND created_at >= \(before.date) AND created_at < \(after.date)) s
             """
         ).rows.first
         let apple = try context.postgres.query(
@@ -598,7 +637,7 @@ enum PipelineRow: BenchRow {
             SELECT percentile_disc(0.5) WITHIN GROUP (ORDER BY a.latency_ms) AS p50,
                    percentile_disc(0.99) WITHIN GROUP (ORDER BY a.latency_ms) AS p99, count(*) AS calls
             FROM validation_attempts a JOIN receipts r ON r.id = a.receipt_id
-            WHERE r.app_id = \(app.id) AND r.validated_at >= \(before.date) AND r.validated_at < \(after.date)
+            WHERE r.app_id = ANY(\(scope)::uuid[]) AND r.validated_at >= \(before.date) AND r.validated_at < \(after.date)
             """
         ).rows.first
         let inWindow = watched.observations.filter { $0.pushedAt >= before.mono && $0.pushedAt < after.mono }

@@ -112,7 +112,7 @@ enum QueueOnlyRow: BenchRow {
         let keys = RedisKeys(prefix: prefix)
         defer { _ = try? RedisCleanup.deleteKeys(prefix: prefix, redis) }
         let app = AppRecord(
-            id: factory.appID, name: "bench", bundleID: factory.receipt.bundleID, sharedSecret: nil, excludeOldTransactions: false)
+            id: factory.appIDs[0], name: "bench", bundleID: factory.receipt.bundleID, sharedSecret: nil, excludeOldTransactions: false)
         let redisConfiguration = configuration.redis
         var logger = Logger(label: "bench.queue_only")
         logger.logLevel = .warning

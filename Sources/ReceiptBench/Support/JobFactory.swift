@@ -29,10 +29,13 @@ struct JobFactory: Sendable {
     private static let placeholderReceipt = "@@RECEIPT@@"
 
     let receipt: ReceiptTemplate
-    let appID: UUID
-    /// The envelope's bytes between the placeholders, and which value follows each segment.
-    private let segments: [[UInt8]]
-    private let slots: [Slot]
+    /// The apps the jobs belong to, in turn (job `serial` is app `serial % count`'s).
+    let appIDs: [UUID]
+    /// StoreKit 2 jobs (a transaction id each, for the Server API) instead of receipts: the id is
+    /// the template's tag and the job's serial, so every job is its own purchase at the mock.
+    let transactionIDs: Bool
+    /// Per app: the envelope's bytes between the placeholders, and which value follows each segment.
+    private let templates: [(segments: [[UInt8]], slots: [Slot])]
 
     private enum Slot: Sendable {
         case id, enqueuedAt, receipt
@@ -58,14 +61,45 @@ struct JobFactory: Sendable {
         return ReceiptTemplate(der: der, serialOffsets: offsets, bundleID: bundleID, tag: tag)
     }
 
-    init(receipt: ReceiptTemplate, appID: UUID) throws {
+    init(receipt: ReceiptTemplate, appID: UUID, transactionIDs: Bool = false) throws {
+        try self.init(receipt: receipt, appIDs: [appID], transactionIDs: transactionIDs)
+    }
+
+    init(receipt: ReceiptTemplate, appIDs: [UUID], transactionIDs: Bool = false) throws {
+        guard !appIDs.isEmpty else { throw BenchFailure(description: "a job factory needs at least one app") }
         self.receipt = receipt
-        self.appID = appID
-        let templateEnvelope = JobEnvelope(
-            id: Self.placeholderID, kind: .validate, appID: appID, enqueuedAt: Self.placeholderDate, origin: .api,
-            receipt: Self.placeholderReceipt, style: .unified, bundleID: receipt.bundleID, environment: "production",
-            submission: Submission(userIdentifier: "bench-user", countryCode: "US")
-        )
+        self.appIDs = appIDs
+        self.transactionIDs = transactionIDs
+        templates = try appIDs.map { try Self.template(receipt: receipt, appID: $0, transactionIDs: transactionIDs) }
+
+        // The splice must round-trip, or every measured job would be a poison job.
+        for serial in appIDs.indices.map({ 42 + $0 }) {
+            let probe = makeJob(serial: serial, now: Date(timeIntervalSince1970: 1_763_700_000.5))
+            let decoded = try JobEnvelope.decode(probe.bytes)
+            let spliced =
+                transactionIDs ? decoded.transactionID : try ReceiptDecoder.decode(base64: decoded.receipt).inApp.first?.transactionID
+            guard decoded.id == probe.id, decoded.appID == appIDs[serial % appIDs.count],
+                Self.milliseconds(decoded.enqueuedAt) == 1_763_700_000_500,
+                spliced == "\(receipt.tag)\(Self.serial(serial))" + (transactionIDs ? "" : "01")
+            else { throw BenchFailure(description: "the spliced envelope does not decode to what was spliced in") }
+        }
+    }
+
+    private static func template(
+        receipt: ReceiptTemplate, appID: UUID, transactionIDs: Bool
+    ) throws -> (segments: [[UInt8]], slots: [Slot]) {
+        let templateEnvelope =
+            transactionIDs
+            ? JobEnvelope(
+                id: Self.placeholderID, kind: .validate, appID: appID, enqueuedAt: Self.placeholderDate, origin: .api, receipt: "",
+                bundleID: receipt.bundleID, environment: "production",
+                submission: Submission(userIdentifier: "bench-user", countryCode: "US"), source: .transactionID,
+                transactionID: Self.placeholderReceipt)
+            : JobEnvelope(
+                id: Self.placeholderID, kind: .validate, appID: appID, enqueuedAt: Self.placeholderDate, origin: .api,
+                receipt: Self.placeholderReceipt, style: .unified, bundleID: receipt.bundleID, environment: "production",
+                submission: Submission(userIdentifier: "bench-user", countryCode: "US")
+            )
         // Every job names the bench's result channel, as a job of a waiting API request does.
         var envelope = templateEnvelope
         envelope.replyTo = Self.resultNode
@@ -89,16 +123,7 @@ struct JobFactory: Sendable {
             start = item.offset + item.length
         }
         segments.append(Array(template[start...]))
-        self.segments = segments
-        self.slots = found.map(\.slot)
-
-        // The splice must round-trip, or every measured job would be a poison job.
-        let probe = makeJob(serial: 42, now: Date(timeIntervalSince1970: 1_763_700_000.5))
-        let decoded = try JobEnvelope.decode(probe.bytes)
-        let parsed = try ReceiptDecoder.decode(base64: decoded.receipt)
-        guard decoded.id == probe.id, Self.milliseconds(decoded.enqueuedAt) == 1_763_700_000_500,
-            parsed.inApp.first?.transactionID == "\(receipt.tag)\(Self.serial(42))01"
-        else { throw BenchFailure(description: "the spliced envelope does not decode to what was spliced in") }
+        return (segments, found.map(\.slot))
     }
 
     /// The node name the bench's jobs reply to (its `ResultWatcher` subscribes to that channel).
@@ -119,8 +144,9 @@ struct JobFactory: Sendable {
         let id = JobID.make(at: now)
         let values: [Slot: [UInt8]] = [
             .id: Array(id.uuidString.utf8), .enqueuedAt: Array(String(Self.milliseconds(now)).utf8),
-            .receipt: Array(receiptBase64(serial: serial).utf8),
+            .receipt: Array((transactionIDs ? "\(receipt.tag)\(Self.serial(serial))" : receiptBase64(serial: serial)).utf8),
         ]
+        let (segments, slots) = templates[serial % templates.count]
         var bytes: [UInt8] = []
         bytes.reserveCapacity(segments.reduce(0) { $0 + $1.count } + 4_096)
         for (index, segment) in segments.enumerated() {
