@@ -33,7 +33,7 @@ extension IngestAPI {
         }
         do {
             let listing = try await catalog.entitlements(appID: app.id, userIdentifier: user)
-            return jsonBytes(.ok, listing.encoded(at: now()))
+            return jsonBytes(.ok, listing.encoded(at: now(), sandboxPolicy: app.sandboxPolicy))
         } catch {
             return lookupFailed(error, field: "user_identifier", logger: context.logger)
         }
@@ -54,7 +54,7 @@ extension IngestAPI {
             guard let found = try await catalog.subscription(appID: app.id, originalTransactionID: id, environment: environment) else {
                 return notFound()
             }
-            return jsonBytes(.ok, found.encoded(at: now()))
+            return jsonBytes(.ok, found.encoded(at: now(), sandboxPolicy: app.sandboxPolicy))
         } catch {
             return lookupFailed(error, field: nil, logger: context.logger)
         }

@@ -149,7 +149,7 @@ public struct IngestAPI: Sendable {
                 "app.id": "\(app.id.uuidString.lowercased())", "receipt.id": "\(resource?.id.uuidString.lowercased() ?? "-")",
                 "http.status": "\(status.code)",
             ])
-        return resource.map { resourceResponse(status, $0) } ?? unavailable()
+        return resource.map { resourceResponse(status, $0, app: app) } ?? unavailable()
     }
 
     /// 422, logged with the names of the refused fields (never their values).
@@ -168,9 +168,9 @@ public struct IngestAPI: Sendable {
         }
         guard let id = context.parameters.get("id").flatMap(UUID.init(uuidString:)) else { return notFound() }
         do {
-            if let stored = try await catalog.receipt(id: id, appID: app.id) { return resourceResponse(.ok, stored) }
+            if let stored = try await catalog.receipt(id: id, appID: app.id) { return resourceResponse(.ok, stored, app: app) }
             if let pending = try await intake.pendingResource(id: id), pending.appFamilyID == app.id {
-                return resourceResponse(.ok, pending)
+                return resourceResponse(.ok, pending, app: app)
             }
         } catch {
             return lookupFailed(error, field: nil, logger: context.logger)
@@ -225,8 +225,8 @@ func json(_ status: HTTPResponse.Status, _ object: [String: JSONValue]) -> Respo
     return Response(status: status, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(bytes: data)))
 }
 
-func resourceResponse(_ status: HTTPResponse.Status, _ resource: ReceiptResource) -> Response {
-    jsonBytes(status, resource.encoded())
+func resourceResponse(_ status: HTTPResponse.Status, _ resource: ReceiptResource, app: AppRecord) -> Response {
+    jsonBytes(status, resource.encoded(sandboxPolicy: app.sandboxPolicy))
 }
 
 func jsonBytes(_ status: HTTPResponse.Status, _ bytes: [UInt8]) -> Response {

@@ -98,7 +98,8 @@ public struct InAppPurchaseResource: Sendable, Equatable, Codable {
         case environment
     }
 
-    func write(to writer: inout JSONWriter) {
+    /// - Parameter flagged: write `"sandbox_flagged": true` (a sandbox purchase of a `flag` app).
+    func write(to writer: inout JSONWriter, flagged: Bool = false) {
         writer.openObject()
         writer.member("cancellation_date", cancellationDate)
         writer.member("environment", environment)
@@ -111,6 +112,7 @@ public struct InAppPurchaseResource: Sendable, Equatable, Codable {
         writer.member("product_id", productID)
         writer.member("purchase_date", purchaseDate)
         writer.member("quantity", quantity)
+        if flagged { writer.member("sandbox_flagged", true) }
         writer.member("transaction_id", transactionID)
         writer.member("web_order_line_item_id", webOrderLineItemID)
         writer.closeObject()
@@ -233,7 +235,9 @@ public struct ReceiptResource: Sendable, Equatable, Codable {
     }
 
     /// JSON bytes (sorted keys, so equal resources are equal bytes; absent values omitted).
-    public func encoded() -> [UInt8] {
+    /// - Parameter sandboxPolicy: the app's: under `flag`, a sandbox receipt says
+    ///   `"sandbox_flagged": true` (absent otherwise).
+    public func encoded(sandboxPolicy: SandboxPolicy = .accept) -> [UInt8] {
         var writer = JSONWriter(capacity: 512 + inAppPurchases.count * 512)
         writer.openObject()
         writer.member("app_family_id", appFamilyID.uuidString)
@@ -246,11 +250,14 @@ public struct ReceiptResource: Sendable, Equatable, Codable {
         writer.member("id", id.uuidString)
         writer.key("in_app_purchases")
         writer.openArray()
-        for purchase in inAppPurchases { purchase.write(to: &writer) }
+        for purchase in inAppPurchases {
+            purchase.write(to: &writer, flagged: sandboxPolicy == .flag && (purchase.environment ?? environment) == "sandbox")
+        }
         writer.closeArray()
         writer.member("ip_address", ipAddress)
         writer.member("is_fraud", isFraud)
         writer.member("metadata", metadata)
+        if sandboxPolicy == .flag && environment == "sandbox" { writer.member("sandbox_flagged", true) }
         writer.member("source", source?.rawValue)
         writer.member("style", style?.rawValue)
         writer.member("transaction_id", transactionID)

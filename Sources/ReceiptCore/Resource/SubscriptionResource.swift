@@ -33,13 +33,15 @@ public struct SubscriptionResource: Sendable, Equatable {
     }
 
     /// JSON bytes, with `is_entitled` as of `now` (sorted keys; absent values omitted).
-    public func encoded(at now: Date) -> [UInt8] {
+    /// - Parameter sandboxPolicy: the app's: under `flag`, a sandbox subscription says
+    ///   `"sandbox_flagged": true` (absent otherwise).
+    public func encoded(at now: Date, sandboxPolicy: SandboxPolicy = .accept) -> [UInt8] {
         var writer = JSONWriter(capacity: 1024)
-        write(to: &writer, at: now)
+        write(to: &writer, at: now, sandboxPolicy: sandboxPolicy)
         return writer.bytes
     }
 
-    func write(to writer: inout JSONWriter, at now: Date) {
+    func write(to writer: inout JSONWriter, at now: Date, sandboxPolicy: SandboxPolicy) {
         func time(_ date: Date?) -> APITimestamp? { date.map(APITimestamp.init) }
         writer.openObject()
         writer.member("auto_renew_product_id", state.autoRenewProductID)
@@ -66,6 +68,7 @@ public struct SubscriptionResource: Sendable, Equatable {
         writer.member("product_id", state.productID)
         writer.member("purchase_date", time(state.purchasedAt))
         writer.member("receipt_id", receiptID.uuidString)
+        if sandboxPolicy == .flag && environment == "sandbox" { writer.member("sandbox_flagged", true) }
         writer.member("status", state.status.rawValue)
         writer.member("updated_at", time(updatedAt))
         writer.member("user_identifier", userIdentifier)
@@ -89,16 +92,19 @@ public struct UserEntitlements: Sendable, Equatable {
     }
 
     /// JSON bytes, with each subscription's `is_entitled` as of `now`.
-    public func encoded(at now: Date) -> [UInt8] {
+    /// - Parameter sandboxPolicy: the app's, named in the answer (`sandbox_policy`); under `flag`
+    ///   each sandbox subscription and purchase says `"sandbox_flagged": true`.
+    public func encoded(at now: Date, sandboxPolicy: SandboxPolicy = .accept) -> [UInt8] {
         var writer = JSONWriter(capacity: 512 + subscriptions.count * 1024 + purchases.count * 512)
         writer.openObject()
         writer.key("purchases")
         writer.openArray()
-        for purchase in purchases { purchase.write(to: &writer) }
+        for purchase in purchases { purchase.write(to: &writer, flagged: sandboxPolicy == .flag && purchase.environment == "sandbox") }
         writer.closeArray()
+        writer.member("sandbox_policy", sandboxPolicy.rawValue)
         writer.key("subscriptions")
         writer.openArray()
-        for subscription in subscriptions { subscription.write(to: &writer, at: now) }
+        for subscription in subscriptions { subscription.write(to: &writer, at: now, sandboxPolicy: sandboxPolicy) }
         writer.closeArray()
         writer.member("user_identifier", userIdentifier)
         writer.closeObject()
