@@ -2,6 +2,7 @@ import Foundation
 import Hiredis
 import Libpq
 import MockAppStore
+import OpenSSL
 import PostgresStore
 import ReceiptCore
 import ReceiptQueueApp
@@ -55,6 +56,51 @@ struct CrashRecoveryTests {
         #expect(try fixture.inProcessing() == 0)
 
         // SIGTERM: the surviving worker drains and exits cleanly.
+        kill(second.processIdentifier, SIGTERM)
+        second.waitUntilExit()
+        #expect(second.terminationReason == .exit && second.terminationStatus == 0)
+    }
+
+    @Test("Server API path: StoreKit 2 jobs, a worker killed mid-batch, a janitor pass: every job validated once, two calls each")
+    func killNineMidBatchServerAPI() async throws {
+        // Apple allows an app 50 calls/s per endpoint and the worker keeps to it: 300 jobs take ~6 s.
+        let jobs = 300
+        let fixture = try await WorkerProcessFixture(
+            jobs: jobs, appleDelay: .milliseconds(20),
+            worker: ["WORKER_CONCURRENCY": "16", "WORKER_HEARTBEAT_TTL_SECONDS": "2", "WORKER_SHUTDOWN_TIMEOUT_SECONDS": "10"],
+            serverAPI: true)
+        defer { Task { await fixture.close() } }
+
+        let first = try fixture.startWorker()
+        let killedAtDeadline = ContinuousClock.now + .seconds(60)
+        while try fixture.stored() < jobs / 5, ContinuousClock.now < killedAtDeadline { try await Task.sleep(for: .milliseconds(20)) }
+        kill(first.processIdentifier, SIGKILL)
+        first.waitUntilExit()
+        let storedAtKill = try fixture.stored()
+        #expect(storedAtKill >= jobs / 5 && storedAtKill < jobs, "the worker was killed mid-batch (\(storedAtKill) stored)")
+        #expect(try fixture.inProcessing() > 0, "jobs were in flight when the worker died")
+
+        let second = try fixture.startWorker()
+        let maintenance = RedisMaintenance(
+            connection: try RedisConnection(configuration: try AppConfiguration(environment: fixture.environment).redis), keys: fixture.keys)
+        let deadline = ContinuousClock.now + .seconds(120)
+        while try fixture.stored() < jobs, ContinuousClock.now < deadline {
+            _ = try maintenance.requeueOrphans()
+            // The scheduler's part: jobs the rate limit deferred come back when due.
+            _ = try maintenance.promoteDueRetries(now: Date(), limit: 500)
+            try await Task.sleep(for: .milliseconds(200))
+        }
+        #expect(try fixture.stored() == jobs)
+        let rows = try await fixture.pg.query(
+            "SELECT count(*) FILTER (WHERE validated_by = 'server_api') AS api, count(DISTINCT transaction_id) AS ids FROM receipts WHERE app_id = \(fixture.app.id)"
+        ).rows.first
+        #expect(rows?.int("api") == jobs && rows?.int("ids") == jobs, "one row per transaction, each validated by the Server API")
+        let subscriptions = try await fixture.pg.query("SELECT count(*) AS n FROM subscriptions WHERE app_id = \(fixture.app.id)").rows.first
+        #expect(subscriptions?.int("n") == jobs, "one subscription per purchase")
+        #expect(try await fixture.receiptsNotCalledExactlyOnce(calls: 2) == 0)
+        #expect(try fixture.queued() == 0)
+        #expect(try fixture.redis.send(["ZCARD", fixture.keys.dead]).int == 0)
+        #expect(try fixture.inProcessing() == 0)
         kill(second.processIdentifier, SIGTERM)
         second.waitUntilExit()
         #expect(second.terminationReason == .exit && second.terminationStatus == 0)
@@ -121,10 +167,17 @@ struct WorkerProcessFixture {
     let redis: RedisConnection
     let keys: RedisKeys
 
-    init(jobs: Int, appleDelay: Duration, worker settings: [String: String]) async throws {
+    /// - Parameter serverAPI: StoreKit 2 jobs (a transaction id each) of an app on the Server API
+    ///   backend, which the mock answers with a subscription each (two calls: history, statuses).
+    init(jobs: Int, appleDelay: Duration, worker settings: [String: String], serverAPI: Bool = false) async throws {
         try #require(FileManager.default.isExecutableFile(atPath: CrashRecoveryTests.binary.path), "build receiptq first (swift build)")
         self.jobs = jobs
         mock = try await MockAppStore.start(state: MockAppStoreState(baseDelay: appleDelay))
+        mock.state.serverAPI.synthesizesUnknownTransactions = true
+        let secretsKey = (0..<32).map { _ in UInt8.random(in: 0...255) }
+        let trust = FileManager.default.temporaryDirectory.appendingPathComponent("rqt-trust-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: trust, withIntermediateDirectories: true)
+        try mock.state.serverAPI.authority.root.pem.write(to: trust.appendingPathComponent("jws-root.pem"), atomically: true, encoding: .utf8)
         var environment = ProcessInfo.processInfo.environment
         environment.merge([
             "REDIS_HOSTNAME": TestEnvironment.redisHost, "REDIS_PORT": String(TestEnvironment.redisPort),
@@ -132,6 +185,8 @@ struct WorkerProcessFixture {
             "POSTGRES_HOSTNAME": TestEnvironment.postgresHost, "POSTGRES_PORT": String(TestEnvironment.postgresPort),
             "POSTGRES_USER": TestEnvironment.postgresUser, "POSTGRES_DB": TestEnvironment.postgresDatabase,
             "APPSTORE_PRODUCTION_URL": mock.productionURL, "APPSTORE_SANDBOX_URL": mock.sandboxURL, "LOG_LEVEL": "error",
+            "APPSTORE_SERVER_API_PRODUCTION_URL": mock.serverAPIProductionURL, "APPSTORE_SERVER_API_SANDBOX_URL": mock.serverAPISandboxURL,
+            "RECEIPTQ_SECRETS_KEY": Data(secretsKey).base64EncodedString(), "RECEIPTQ_TRUST_ROOTS_DIR": trust.path,
         ]) { _, new in new }
         environment.merge(settings) { _, new in new }
         self.environment = environment
@@ -141,6 +196,13 @@ struct WorkerProcessFixture {
         (app, _) = try AppAdmin(connection: pg).addApp(
             name: "process-\(UUID().uuidString)", bundleID: "com.example.process.\(UUID().uuidString.prefix(6))", sharedSecret: "s")
         mock.state.setSharedSecret("s", for: app.bundleID)
+        if serverAPI {
+            let admin = AppAdmin(connection: pg, secrets: try SecretBox(key: secretsKey))
+            let key = try PrivateKey.generateP256()
+            try admin.setServerAPIKey(appID: app.id, issuerID: "crash-issuer", keyID: "CRASHKEY", privateKeyPEM: try key.pemPKCS8())
+            try admin.setValidation(appID: app.id, backend: .serverAPI)
+            mock.state.serverAPI.addKey(issuerID: "crash-issuer", keyID: "CRASHKEY", bundleID: app.bundleID, publicKey: try key.publicKey)
+        }
         var receipt = ReceiptForger.demoReceipt(bundleID: app.bundleID)
         receipt.environment = .production
         let data = Data(try ReceiptForger.unified(receipt, authority: try TestCertificateAuthority.generate())).base64EncodedString()
@@ -148,9 +210,13 @@ struct WorkerProcessFixture {
         keys = configuration.keys
         for batch in stride(from: 0, to: jobs, by: 500) {
             _ = try redis.pipeline(
-                bytes: (batch..<min(batch + 500, jobs)).map { [app, keys] _ in
-                    let envelope = JobEnvelope(
-                        id: JobID.make(), kind: .validate, appID: app.id, enqueuedAt: Date(), origin: .api, receipt: data)
+                bytes: (batch..<min(batch + 500, jobs)).map { [app, keys] index in
+                    let envelope =
+                        serverAPI
+                        ? JobEnvelope(
+                            id: JobID.make(), kind: .validate, appID: app.id, enqueuedAt: Date(), origin: .api, receipt: "",
+                            bundleID: app.bundleID, source: .transactionID, transactionID: String(7_000_000_000 + index))
+                        : JobEnvelope(id: JobID.make(), kind: .validate, appID: app.id, enqueuedAt: Date(), origin: .api, receipt: data)
                     return [Array("LPUSH".utf8), Array(keys.queue("validate").utf8), envelope.encoded()]
                 })
         }
@@ -181,14 +247,15 @@ struct WorkerProcessFixture {
     /// Jobs still waiting in the validate queue.
     func queued() throws -> Int { try redis.send(["LLEN", keys.queue("validate")]).int ?? -1 }
 
-    /// Receipts whose audit trail does not hold exactly one Apple call: 0 when every job ran once
-    /// (a replay of a committed job adds nothing).
-    func receiptsNotCalledExactlyOnce() async throws -> Int? {
+    /// Receipts whose audit trail does not hold exactly `calls` Apple calls (one per job on
+    /// verifyReceipt; history and statuses on the Server API): 0 when every job ran once (a replay
+    /// of a committed job adds nothing).
+    func receiptsNotCalledExactlyOnce(calls: Int = 1) async throws -> Int? {
         try await pg.query(
             """
             SELECT count(*) AS n FROM (
               SELECT a.receipt_id FROM validation_attempts a JOIN receipts r ON r.id = a.receipt_id
-              WHERE r.app_id = \(app.id) GROUP BY a.receipt_id HAVING count(*) <> 1) odd
+              WHERE r.app_id = \(app.id) GROUP BY a.receipt_id HAVING count(*) <> \(calls)) odd
             """
         ).rows.first?.int("n")
     }
