@@ -277,6 +277,7 @@ public struct AdminPages: Sendable {
             values["circuitLabel"] = "half open"
             values["circuitDetail"] = "one probe decides"
         }
+        values["verifyReceiptBanner"] = Self.verifyReceiptBanner(snapshot.verifyReceipt, now: at)
         values["chart"] = ActivityChart.svg(snapshot.activity)
         values["legend"] = ActivityChart.legend(snapshot.activity)
         values["deferred"] = snapshot.activity.reduce(0) { $0 + $1.tally.outcomes[.deferred, default: 0] }

@@ -44,9 +44,16 @@ public struct RedisQueueOverview: QueueOverview {
                     ["LLEN", keys.queue(JobKind.validate.rawValue)], ["LLEN", keys.queue(JobKind.repoll.rawValue)],
                     ["ZCARD", keys.retry], ["ZCARD", keys.dead], ["SMEMBERS", keys.workers],
                     ["HMGET", keys.circuitState, "open_until", "failed_probes"],
+                    ["HMGET", keys.verifyReceiptLifecycle, "gone_since", "deprecation", "sunset"],
                 ] + minutes.map { ["HGETALL", keys.activity(minute: $0)] })
             let circuit = Self.circuit(counts[5], now: now)
-            let activity = zip(minutes, counts.dropFirst(6)).map { minute, reply in
+            let lifecycle = (counts[6].array ?? []).map { value in
+                value.string.flatMap(Double.init).map { Date(timeIntervalSince1970: $0 / 1000) }
+            }
+            let verifyReceipt =
+                lifecycle.count == 3
+                ? VerifyReceiptLifecycle(goneSince: lifecycle[0], deprecation: lifecycle[1], sunset: lifecycle[2]) : VerifyReceiptLifecycle()
+            let activity = zip(minutes, counts.dropFirst(7)).map { minute, reply in
                 ActivityMinute(minute: RedisActivity.date(ofMinute: minute), tally: RedisActivity.tally(reply))
             }
             let lanes = (counts[4].array ?? []).compactMap(\.string).sorted()
@@ -70,7 +77,7 @@ public struct RedisQueueOverview: QueueOverview {
             }
             return QueueSnapshot(
                 queued: [.validate: counts[0].int ?? 0, .repoll: counts[1].int ?? 0], retries: counts[2].int ?? 0,
-                dead: counts[3].int ?? 0, workers: workers, circuit: circuit, activity: activity)
+                dead: counts[3].int ?? 0, workers: workers, circuit: circuit, activity: activity, verifyReceipt: verifyReceipt)
         }
     }
 

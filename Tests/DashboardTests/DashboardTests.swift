@@ -147,3 +147,24 @@ struct DashboardFormTests {
         #expect(AdminPages.utc(Date(timeIntervalSince1970: 1_519_641_347)) == "2018-02-26 10:35:47")
     }
 }
+
+@Suite("The overview's verifyReceipt banner")
+struct VerifyReceiptBannerTests {
+    let now = Date(timeIntervalSince1970: 1_800_000_000)
+
+    @Test("Nothing while verifyReceipt answers and announces nothing; an alarm once gone or past its sunset; a warning within 90 days")
+    func levels() throws {
+        #expect(AdminPages.verifyReceiptBanner(VerifyReceiptLifecycle(), now: now) == nil)
+        let gone = try #require(AdminPages.verifyReceiptBanner(VerifyReceiptLifecycle(goneSince: now.addingTimeInterval(-60)), now: now))
+        #expect(gone["level"] as? String == "alarm")
+        #expect((gone["text"] as? String)?.contains("receiptq apps server-api-key") == true)
+        let past = try #require(AdminPages.verifyReceiptBanner(VerifyReceiptLifecycle(sunset: now.addingTimeInterval(-1)), now: now))
+        #expect(past["level"] as? String == "alarm")
+        let near = try #require(AdminPages.verifyReceiptBanner(VerifyReceiptLifecycle(sunset: now.addingTimeInterval(30 * 86_400)), now: now))
+        #expect(near["level"] as? String == "warning")
+        #expect((near["text"] as? String)?.contains("in 30 days") == true)
+        let far = VerifyReceiptLifecycle(deprecation: now.addingTimeInterval(-86_400), sunset: now.addingTimeInterval(400 * 86_400))
+        #expect(AdminPages.verifyReceiptBanner(far, now: now)?["level"] as? String == "notice")
+        #expect(AdminPages.verifyReceiptBanner(VerifyReceiptLifecycle(sunset: now.addingTimeInterval(400 * 86_400)), now: now) == nil)
+    }
+}

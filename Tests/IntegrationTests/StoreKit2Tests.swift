@@ -175,6 +175,12 @@ struct StoreKit2Tests {
         #expect(metrics.contains("receiptq_backend_switches_total 1"))
         // No job was buried or spent an attempt on the 410s.
         #expect(try await system.get(path: "/admin/api/dead").0 != 500)
+        // The operator sees it on the dashboard's overview, loudly.
+        let browser = DashboardPagesTests.Browser(system)
+        #expect(try await browser.logIn().status == 303)
+        let overview = try await browser.get("/admin")
+        #expect(overview.text.contains(#"class="banner banner-alarm" id="verify-receipt-banner""#))
+        #expect(overview.text.contains("verifyReceipt is gone"))
     }
 
     @Test("verifyReceipt's Deprecation and Sunset headers are recorded and exported")
@@ -192,5 +198,11 @@ struct StoreKit2Tests {
                 && text.contains("receiptq_verify_receipt_deprecation_timestamp_seconds 1767225600")
         }
         #expect(exported)
+        // A far sunset is a note on the overview, not an alarm.
+        let browser = DashboardPagesTests.Browser(system)
+        #expect(try await browser.logIn().status == 303)
+        let overview = try await browser.get("/admin")
+        #expect(overview.text.contains(#"class="banner banner-notice" id="verify-receipt-banner""#))
+        #expect(overview.text.contains("2099-12-31"))
     }
 }

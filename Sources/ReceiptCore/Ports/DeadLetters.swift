@@ -360,12 +360,16 @@ public struct QueueSnapshot: Sendable, Equatable {
     public var circuit: CircuitSnapshot
     /// The last hour, one entry per minute, oldest first (minutes without jobs count zero).
     public var activity: [ActivityMinute]
+    /// Where Apple's `verifyReceipt` stands: gone, or the deprecation and sunset it announced.
+    public var verifyReceipt: VerifyReceiptLifecycle
 
     /// Creates a snapshot.
     public init(
         queued: [JobKind: Int], retries: Int, dead: Int, workers: [WorkerStatus],
-        circuit: CircuitSnapshot = CircuitSnapshot(status: .closed), activity: [ActivityMinute] = []
+        circuit: CircuitSnapshot = CircuitSnapshot(status: .closed), activity: [ActivityMinute] = [],
+        verifyReceipt: VerifyReceiptLifecycle = VerifyReceiptLifecycle()
     ) {
+        self.verifyReceipt = verifyReceipt
         self.queued = queued
         self.retries = retries
         self.dead = dead
