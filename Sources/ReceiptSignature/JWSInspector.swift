@@ -13,7 +13,7 @@ public enum JWSInspector {
     /// - Throws: ``JWSFailure`` `malformed_jws` / `malformed_payload` when there is nothing to show.
     public static func inspect(_ compact: String, verifier: (any SignedPayloadVerifier)?) throws(JWSFailure) -> (json: JSONValue, valid: Bool) {
         let jws = try CompactJWS(compact)
-        guard var payload = try? JSONDecoder().decode(JSONValue.self, from: Data(jws.payload)), payload.objectValue != nil else {
+        guard var payload = try? JSONValue.parse(jws.payload), payload.objectValue != nil else {
             throw .malformedPayload
         }
         let result = verifier?.verify(compact) ?? .failure(JWSFailure(reason: "no_trust_roots"))

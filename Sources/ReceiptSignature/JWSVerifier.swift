@@ -35,7 +35,7 @@ public final class JWSVerifier: SignedPayloadVerifier {
         } catch {
             return .failure(error)
         }
-        guard let payload = try? JSONDecoder().decode(JSONValue.self, from: Data(jws.payload)), payload.objectValue != nil else {
+        guard let payload = try? JSONValue.parse(jws.payload), payload.objectValue != nil else {
             return .failure(.malformedPayload)
         }
         let signedDate = Self.date(payload["signedDate"])

@@ -30,6 +30,12 @@ public func fuzz(_ start: UnsafeRawPointer, _ count: Int) -> CInt {
         precondition(Base64URL.decode(Base64URL.encode(decoded)) == decoded, "Base64URL does not round-trip")
     }
     if let payload = try? JSONDecoder().decode(JSONValue.self, from: Data(bytes)) { fuzzPayload(payload) }
+    // Oracle: whatever the one-pass reader accepts, JSONDecoder reads the same (it may refuse more:
+    // duplicate keys, lone surrogates, numbers beyond Double).
+    if let parsed = try? JSONValue.parse(bytes) {
+        precondition(
+            (try? JSONDecoder().decode(JSONValue.self, from: Data(bytes))) == parsed, "JSONValue.parse disagrees with JSONDecoder")
+    }
 
     // The API's hygiene gate reads every request body before any parser. Its promise, checked as an
     // oracle: a JSON body it passes never decodes to a string (key or value) holding a NUL.

@@ -55,7 +55,7 @@ public struct CompactJWS: Sendable, Equatable {
             let headerBytes = Base64URL.decode(String(decoding: segments[0], as: UTF8.self)),
             let payload = Base64URL.decode(String(decoding: segments[1], as: UTF8.self)),
             let signature = Base64URL.decode(String(decoding: segments[2], as: UTF8.self)),
-            let header = try? JSONDecoder().decode(JSONValue.self, from: Data(headerBytes)), header.objectValue != nil
+            let header = try? JSONValue.parse(headerBytes), header.objectValue != nil
         else { throw .malformedJWS }
         guard header["alg"]?.stringValue == "ES256", case .string = header["alg"] else { throw .unsupportedAlgorithm }
         guard let entries = header["x5c"]?.arrayValue, (1...4).contains(entries.count) else { throw .missingCertificateChain }
