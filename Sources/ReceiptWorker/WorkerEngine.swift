@@ -83,14 +83,14 @@ public final class WorkerEngine: Service, Sendable {
     }
 
     /// A job whose plan waits for a committer.
-    private struct Decided {
+    struct Decided {
         var token: Int
         var job: ReservedJob
         var plan: JobPlan
     }
 
     /// Everything the threads share, under one lock.
-    private struct Shared {
+    struct Shared {
         var nextToken = 0
         var inFlight: [Int: ReservedJob] = [:]
         var stopping = false
@@ -99,23 +99,23 @@ public final class WorkerEngine: Service, Sendable {
         var outcomes: [JobOutcome: Int] = [:]
     }
 
-    private let configuration: Configuration
-    private let makeQueue: @Sendable (String) throws -> any JobQueue
-    private let makeStore: @Sendable (String) throws -> any ReceiptStore
+    let configuration: Configuration
+    let makeQueue: @Sendable (String) throws -> any JobQueue
+    let makeStore: @Sendable (String) throws -> any ReceiptStore
     private let makeCircuit: @Sendable () throws -> (any OutageCircuit)?
     private let makeWatch: @Sendable () throws -> (any VerifyReceiptWatch)?
     private let verifier: any ReceiptVerifier
     private let requeueAbandoned: @Sendable () -> Void
-    private let planner: JobPlanner
-    private let now: @Sendable () -> Date
-    private let logger: Logger
-    private let metrics: WorkerMetrics
+    let planner: JobPlanner
+    let now: @Sendable () -> Date
+    let logger: Logger
+    let metrics: WorkerMetrics
     /// Guards `shared`; the fetcher waits on it for free slots.
-    private let condition = NSCondition()
-    private nonisolated(unsafe) var shared = Shared()
+    let condition = NSCondition()
+    nonisolated(unsafe) var shared = Shared()
     /// Guards `decided`; only committers wait on it, so a decision wakes one committer and nothing else.
-    private let decisions = NSCondition()
-    private nonisolated(unsafe) var decided: [Decided] = []
+    let decisions = NSCondition()
+    nonisolated(unsafe) var decided: [Decided] = []
     private let finished = Mutex<CheckedContinuation<Void, Never>?>(nil)
 
     /// Creates an engine.
@@ -406,145 +406,9 @@ public final class WorkerEngine: Service, Sendable {
         decisions.unlock()
     }
 
-    // MARK: Committers
-
-    private func runCommitter(_ index: Int) {
-        let role = "committer-\(index)"
-        var queue: (any JobQueue)?
-        var store: (any ReceiptStore)?
-        var rng = SystemRandomNumberGenerator()
-        while let batch = takeBatch() {
-            // Created once; its connection reconnects by itself after a Postgres restart.
-            if store == nil { store = try? makeStore(role) }
-            var settlements: [Settlement] = []
-            var outcomes: [JobOutcome] = []
-            var activity = ActivityTally()
-            for (settlement, outcome) in commit(batch, store: store, using: &rng) {
-                settlements.append(settlement)
-                outcomes.append(outcome)
-                activity.add(outcome.activity, errorCode: settlement.failureCode)
-            }
-            var pause = 0.1
-            // Repeated until Redis takes it: the jobs stay in flight (their slots held) meanwhile.
-            while true {
-                do {
-                    if queue == nil { queue = try makeQueue(role) }
-                    try queue?.settle(settlements, activity: activity)
-                    break
-                } catch {
-                    logger.warning("Worker settle error", error: error)
-                    if locked({ $0.abandoned }) { return }
-                    Thread.sleep(forTimeInterval: pause)
-                    pause = min(pause * 2, 5)
-                }
-            }
-            condition.lock()
-            for (item, outcome) in zip(batch, outcomes) {
-                shared.inFlight[item.token] = nil
-                shared.outcomes[outcome, default: 0] += 1
-            }
-            condition.broadcast()
-            condition.unlock()
-            let settledAt = now()
-            for (item, outcome) in zip(batch, outcomes) { metrics.settled(outcome, envelope: item.job.envelope, at: settledAt) }
-        }
-    }
-
-    /// Every decided job, up to `commitBatch`; nil once the fetcher stopped and nothing is left in
-    /// hand, or when shutdown gave up on the jobs in hand.
-    private func takeBatch() -> [Decided]? {
-        decisions.lock()
-        defer { decisions.unlock() }
-        while true {
-            let (abandoned, drained) = locked { ($0.abandoned, $0.fetcherDone && $0.inFlight.isEmpty) }
-            if abandoned { return nil }
-            if !decided.isEmpty {
-                let count = min(decided.count, configuration.commitBatch)
-                let batch = Array(decided.prefix(count))
-                decided.removeFirst(count)
-                // More left: let another committer take it while this one commits.
-                if !decided.isEmpty { decisions.signal() }
-                return batch
-            }
-            if drained { return nil }
-            decisions.wait(until: Date().addingTimeInterval(0.2))
-        }
-    }
-
-    /// Stores what must be stored, in one call, and turns each plan into its settlement.
-    private func commit(
-        _ batch: [Decided], store: (any ReceiptStore)?, using generator: inout SystemRandomNumberGenerator
-    ) -> [(Settlement, JobOutcome)] {
-        let records: [ValidationRecord?] = batch.map { item in
-            switch item.plan {
-            case .store(let record): record
-            // Marking a buried job failed in Postgres is best effort; the dead letter is what counts.
-            case .bury(let failed?): planner.failedRecord(failed)
-            case .bury(nil), .retry: nil
-            }
-        }
-        let written = records.compactMap { $0 }
-        var results: [Result<ReceiptResource?, StoreFailure>] = []
-        if !written.isEmpty, let store {
-            do {
-                results = try store.save(written)
-            } catch {
-                // The façade reconnects on its next call; this batch is retried.
-                logger.warning("Worker store error", error: error)
-            }
-        }
-        var stored = results.makeIterator()
-        let at = now()
-        return zip(batch, records).map { item, record in
-            let result = record == nil ? nil : stored.next()
-            let plan: JobPlan
-            if case .store(let record) = item.plan {
-                switch result {
-                case .success(let resource)?:
-                    logger.debug(
-                        "Job stored",
-                        metadata: [
-                            "job.id": "\(record.envelope.id.uuidString.lowercased())", "job.kind": "\(record.envelope.kind.rawValue)",
-                            "app.id": "\(record.envelope.appID.uuidString.lowercased())",
-                            "job.outcome": "\(item.plan.outcome.rawValue)", "apple.status": "\(record.appleStatus.map(String.init) ?? "-")",
-                        ])
-                    return (.acknowledge(item.job, result: resource?.encoded()), item.plan.outcome)
-                case .failure(let failure)? where failure.isPermanent:
-                    logger.warning("Postgres refused a result", error: failure, metadata: ["job.id": "\(record.envelope.id.uuidString.lowercased())"])
-                    plan = planner.storeRefused(record.envelope, calls: record.calls, failure: failure)
-                case .failure(let failure)?:
-                    logger.warning(
-                        "Postgres could not store a result", error: failure, metadata: ["job.id": "\(record.envelope.id.uuidString.lowercased())"])
-                    plan = planner.storeUnavailable(record.envelope, calls: record.calls, code: "store_refused", using: &generator)
-                case nil:
-                    plan = planner.storeUnavailable(record.envelope, calls: record.calls, using: &generator)
-                }
-            } else {
-                plan = item.plan
-            }
-            switch plan {
-            case .retry(let updated, let runAt, _):
-                logger.debug(
-                    "Job scheduled for a retry",
-                    metadata: [
-                        "job.id": "\(updated.id.uuidString.lowercased())", "job.attempt": "\(updated.attempt)",
-                        "error.code": "\(updated.errorCode ?? "")",
-                    ])
-                return (.retry(item.job, updated: updated, runAt: runAt), plan.outcome)
-            case .bury(let updated):
-                logger.info(
-                    "Job moved to the dead letters",
-                    metadata: ["job.id": "\(updated?.id.uuidString.lowercased() ?? "unreadable")", "error.code": "\(updated?.errorCode ?? "")"])
-                return (.bury(item.job, updated: updated, at: at), plan.outcome)
-            case .store:
-                preconditionFailure("a result that could not be stored is retried or buried, never stored")
-            }
-        }
-    }
-
     // MARK: Helpers
 
-    private func locked<T>(notify: Bool = false, _ body: (inout Shared) -> T) -> T {
+    func locked<T>(notify: Bool = false, _ body: (inout Shared) -> T) -> T {
         condition.lock()
         defer {
             if notify { condition.broadcast() }
@@ -569,18 +433,6 @@ extension JobOutcome {
         case .retried: .retried
         case .dead: .dead
         case .deferred: .deferred
-        }
-    }
-}
-
-extension Settlement {
-    /// The failure a retry or a burial records (the updated envelope's code); nil for an
-    /// acknowledgement, and for a burial of bytes that were never an envelope.
-    fileprivate var failureCode: String? {
-        switch self {
-        case .acknowledge: nil
-        case .retry(_, let updated, _): updated.errorCode
-        case .bury(_, let updated, _): updated?.errorCode
         }
     }
 }
