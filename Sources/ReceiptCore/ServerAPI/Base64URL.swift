@@ -33,13 +33,23 @@ public enum Base64URL {
     ///   left over), or non-zero bits in the last character's unused part (a non-canonical form,
     ///   which would let two texts carry one signature).
     public static func decode(_ text: some StringProtocol) -> [UInt8]? {
-        var characters = Array(text.utf8)
-        while characters.last == UInt8(ascii: "=") { characters.removeLast() }
+        // One contiguous copy, then a loop the compiler specializes: a generic walk over another
+        // module's UTF8View costs a witness-table call per character.
+        var string = String(text)
+        return string.withUTF8 { decode(bytes: $0) }
+    }
+
+    /// Decodes unpadded base64url given as its UTF-8 bytes (see ``decode(_:)``).
+    public static func decode(bytes: UnsafeBufferPointer<UInt8>) -> [UInt8]? {
+        var count = bytes.count
+        while count > 0, bytes[count - 1] == UInt8(ascii: "=") { count -= 1 }
+        let characters = UnsafeBufferPointer(rebasing: bytes[0..<count])
         guard characters.count % 4 != 1 else { return nil }
         var output: [UInt8] = []
         output.reserveCapacity(characters.count * 3 / 4)
         var accumulator: UInt32 = 0
         var bits = 0
+        let values = Self.values
         for character in characters {
             let value = values[Int(character)]
             guard value != 0xFF else { return nil }

@@ -50,13 +50,22 @@ public struct CompactJWS: Sendable, Equatable {
     /// - Throws: ``JWSFailure`` `malformed_jws`, `unsupported_algorithm` or `missing_certificate_chain`.
     public init(_ text: some StringProtocol) throws(JWSFailure) {
         guard text.utf8.count <= Self.maxLength else { throw .malformedJWS }
-        let segments = text.utf8.split(separator: UInt8(ascii: "."), omittingEmptySubsequences: false)
-        guard segments.count == 3, !segments[0].isEmpty, !segments[1].isEmpty,
-            let headerBytes = Base64URL.decode(String(decoding: segments[0], as: UTF8.self)),
-            let payload = Base64URL.decode(String(decoding: segments[1], as: UTF8.self)),
-            let signature = Base64URL.decode(String(decoding: segments[2], as: UTF8.self)),
-            let header = try? JSONValue.parse(headerBytes), header.objectValue != nil
-        else { throw .malformedJWS }
+        // The three segments from one contiguous copy of the text (a generic walk over another
+        // module's UTF8View cost more than the ECDSA check).
+        var string = String(text)
+        let parts = string.withUTF8 { bytes -> (header: [UInt8], payload: [UInt8], signature: [UInt8], signingInput: [UInt8])? in
+            guard let first = bytes.firstIndex(of: UInt8(ascii: ".")),
+                let second = bytes[(first + 1)...].firstIndex(of: UInt8(ascii: ".")),
+                bytes[(second + 1)...].firstIndex(of: UInt8(ascii: ".")) == nil, first > 0, second > first + 1,
+                let header = Base64URL.decode(bytes: UnsafeBufferPointer(rebasing: bytes[0..<first])),
+                let payload = Base64URL.decode(bytes: UnsafeBufferPointer(rebasing: bytes[(first + 1)..<second])),
+                let signature = Base64URL.decode(bytes: UnsafeBufferPointer(rebasing: bytes[(second + 1)...]))
+            else { return nil }
+            return (header, payload, signature, Array(bytes[0..<second]))
+        }
+        guard let parts, let header = try? JSONValue.parse(parts.header), header.objectValue != nil else { throw .malformedJWS }
+        let payload = parts.payload
+        let signature = parts.signature
         guard header["alg"]?.stringValue == "ES256", case .string = header["alg"] else { throw .unsupportedAlgorithm }
         guard let entries = header["x5c"]?.arrayValue, (1...4).contains(entries.count) else { throw .missingCertificateChain }
         var x5c: [[UInt8]] = []
@@ -70,7 +79,7 @@ public struct CompactJWS: Sendable, Equatable {
         self.header = header
         self.payload = payload
         self.signature = signature
-        self.signingInput = Array(segments[0]) + [UInt8(ascii: ".")] + Array(segments[1])
+        self.signingInput = parts.signingInput
         self.x5c = x5c
     }
 
