@@ -19,22 +19,18 @@ struct CrashRecoveryTests {
         .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
         .appendingPathComponent(".build/debug/receiptq")
 
-    @Test("Thousands of jobs, a worker killed mid-batch, a janitor pass: every job validated exactly once")
-    func killNineMidBatch() async throws {
-        let jobs = 3000
-        let fixture = try await WorkerProcessFixture(
-            jobs: jobs, appleDelay: .milliseconds(20),
-            worker: ["WORKER_CONCURRENCY": "16", "WORKER_HEARTBEAT_TTL_SECONDS": "2", "WORKER_SHUTDOWN_TIMEOUT_SECONDS": "10"])
-        defer { Task { await fixture.close() } }
-
+    /// Starts a worker, SIGKILLs it once `killAt` jobs are stored (checking it died mid-batch, jobs
+    /// in hand), then starts another and plays the janitor and the scheduler (orphans requeued,
+    /// due retries promoted) until every job is stored. Returns the surviving worker.
+    func killMidBatchAndRecover(_ fixture: WorkerProcessFixture, killAt: Int) async throws -> Process {
         let first = try fixture.startWorker()
         let killedAtDeadline = ContinuousClock.now + .seconds(60)
-        while try fixture.stored() < jobs / 10, ContinuousClock.now < killedAtDeadline { try await Task.sleep(for: .milliseconds(20)) }
+        while try fixture.stored() < killAt, ContinuousClock.now < killedAtDeadline { try await Task.sleep(for: .milliseconds(20)) }
         kill(first.processIdentifier, SIGKILL)
         first.waitUntilExit()
         let orphaned = try fixture.inProcessing()
         let storedAtKill = try fixture.stored()
-        #expect(storedAtKill < jobs, "the worker was killed mid-batch")
+        #expect(storedAtKill >= killAt && storedAtKill < fixture.jobs, "the worker was killed mid-batch (\(storedAtKill) stored)")
         #expect(orphaned > 0, "jobs were in flight when the worker died")
 
         // A new worker takes the rest of the queue; the janitor gives back what the dead one held.
@@ -42,18 +38,32 @@ struct CrashRecoveryTests {
         let maintenance = RedisMaintenance(
             connection: try RedisConnection(configuration: try AppConfiguration(environment: fixture.environment).redis), keys: fixture.keys)
         let deadline = ContinuousClock.now + .seconds(120)
-        while try fixture.stored() < jobs, ContinuousClock.now < deadline {
+        while try fixture.stored() < fixture.jobs, ContinuousClock.now < deadline {
             _ = try maintenance.requeueOrphans()
+            // The scheduler's part: jobs a rate limit deferred come back when due.
+            _ = try maintenance.promoteDueRetries(now: Date(), limit: 500)
             try await Task.sleep(for: .milliseconds(200))
         }
-        #expect(try fixture.stored() == jobs)
+        #expect(try fixture.stored() == fixture.jobs)
+        // Nothing left anywhere: not queued, not dead, not held.
+        #expect(try fixture.queued() == 0)
+        #expect(try fixture.redis.send(["ZCARD", fixture.keys.dead]).int == 0)
+        #expect(try fixture.inProcessing() == 0)
+        return second
+    }
+
+    @Test("Thousands of jobs, a worker killed mid-batch, a janitor pass: every job validated exactly once")
+    func killNineMidBatch() async throws {
+        let jobs = 3000
+        let fixture = try await WorkerProcessFixture(
+            jobs: jobs, appleDelay: .milliseconds(20),
+            worker: ["WORKER_CONCURRENCY": "16", "WORKER_HEARTBEAT_TTL_SECONDS": "2", "WORKER_SHUTDOWN_TIMEOUT_SECONDS": "10"])
+        defer { Task { await fixture.close() } }
+        let second = try await killMidBatchAndRecover(fixture, killAt: jobs / 10)
 
         // Exactly once: one receipt row per job (its primary key) and one Apple call recorded per job,
         // even for jobs committed by the dead worker but never acknowledged.
         #expect(try await fixture.receiptsNotCalledExactlyOnce() == 0)
-        #expect(try fixture.queued() == 0)
-        #expect(try fixture.redis.send(["ZCARD", fixture.keys.dead]).int == 0)
-        #expect(try fixture.inProcessing() == 0)
 
         // SIGTERM: the surviving worker drains and exits cleanly.
         kill(second.processIdentifier, SIGTERM)
@@ -70,37 +80,16 @@ struct CrashRecoveryTests {
             worker: ["WORKER_CONCURRENCY": "16", "WORKER_HEARTBEAT_TTL_SECONDS": "2", "WORKER_SHUTDOWN_TIMEOUT_SECONDS": "10"],
             serverAPI: true)
         defer { Task { await fixture.close() } }
+        let second = try await killMidBatchAndRecover(fixture, killAt: jobs / 5)
 
-        let first = try fixture.startWorker()
-        let killedAtDeadline = ContinuousClock.now + .seconds(60)
-        while try fixture.stored() < jobs / 5, ContinuousClock.now < killedAtDeadline { try await Task.sleep(for: .milliseconds(20)) }
-        kill(first.processIdentifier, SIGKILL)
-        first.waitUntilExit()
-        let storedAtKill = try fixture.stored()
-        #expect(storedAtKill >= jobs / 5 && storedAtKill < jobs, "the worker was killed mid-batch (\(storedAtKill) stored)")
-        #expect(try fixture.inProcessing() > 0, "jobs were in flight when the worker died")
-
-        let second = try fixture.startWorker()
-        let maintenance = RedisMaintenance(
-            connection: try RedisConnection(configuration: try AppConfiguration(environment: fixture.environment).redis), keys: fixture.keys)
-        let deadline = ContinuousClock.now + .seconds(120)
-        while try fixture.stored() < jobs, ContinuousClock.now < deadline {
-            _ = try maintenance.requeueOrphans()
-            // The scheduler's part: jobs the rate limit deferred come back when due.
-            _ = try maintenance.promoteDueRetries(now: Date(), limit: 500)
-            try await Task.sleep(for: .milliseconds(200))
-        }
-        #expect(try fixture.stored() == jobs)
         let rows = try await fixture.pg.query(
             "SELECT count(*) FILTER (WHERE validated_by = 'server_api') AS api, count(DISTINCT transaction_id) AS ids FROM receipts WHERE app_id = \(fixture.app.id)"
         ).rows.first
         #expect(rows?.int("api") == jobs && rows?.int("ids") == jobs, "one row per transaction, each validated by the Server API")
         let subscriptions = try await fixture.pg.query("SELECT count(*) AS n FROM subscriptions WHERE app_id = \(fixture.app.id)").rows.first
         #expect(subscriptions?.int("n") == jobs, "one subscription per purchase")
+        // History and statuses, once each per job, even for jobs the dead worker committed.
         #expect(try await fixture.receiptsNotCalledExactlyOnce(calls: 2) == 0)
-        #expect(try fixture.queued() == 0)
-        #expect(try fixture.redis.send(["ZCARD", fixture.keys.dead]).int == 0)
-        #expect(try fixture.inProcessing() == 0)
         kill(second.processIdentifier, SIGTERM)
         second.waitUntilExit()
         #expect(second.terminationReason == .exit && second.terminationStatus == 0)

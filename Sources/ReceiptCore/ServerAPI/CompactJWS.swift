@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 /// Why a JWS was not accepted: a bounded reason, used verbatim as the API's 402 `fraud_reason`.
 /// It never carries payload data.
@@ -57,15 +58,27 @@ public struct CompactJWS: Sendable, Equatable {
             guard let first = bytes.firstIndex(of: UInt8(ascii: ".")),
                 let second = bytes[(first + 1)...].firstIndex(of: UInt8(ascii: ".")),
                 bytes[(second + 1)...].firstIndex(of: UInt8(ascii: ".")) == nil, first > 0, second > first + 1,
-                let header = Base64URL.decode(bytes: UnsafeBufferPointer(rebasing: bytes[0..<first])),
                 let payload = Base64URL.decode(bytes: UnsafeBufferPointer(rebasing: bytes[(first + 1)..<second])),
                 let signature = Base64URL.decode(bytes: UnsafeBufferPointer(rebasing: bytes[(second + 1)...]))
             else { return nil }
-            return (header, payload, signature, Array(bytes[0..<second]))
+            return (Array(bytes[0..<first]), payload, signature, Array(bytes[0..<second]))
         }
-        guard let parts, let header = try? JSONValue.parse(parts.header), header.objectValue != nil else { throw .malformedJWS }
-        let payload = parts.payload
-        let signature = parts.signature
+        guard let parts else { throw .malformedJWS }
+        let header = try Self.header(segment: parts.header)
+        self.header = header.json
+        self.payload = parts.payload
+        self.signature = parts.signature
+        self.signingInput = parts.signingInput
+        self.x5c = header.x5c
+    }
+
+    /// A header segment, decoded and checked; Apple signs with a handful of chains, so the headers
+    /// of the last few (their text is identical from one JWS to the next) are kept decoded.
+    private static func header(segment: [UInt8]) throws(JWSFailure) -> (json: JSONValue, x5c: [[UInt8]]) {
+        if let known = headers.withLock({ $0[segment] }) { return known }
+        guard let bytes = segment.withUnsafeBufferPointer({ Base64URL.decode(bytes: $0) }), let header = try? JSONValue.parse(bytes),
+            header.objectValue != nil
+        else { throw .malformedJWS }
         guard header["alg"]?.stringValue == "ES256", case .string = header["alg"] else { throw .unsupportedAlgorithm }
         guard let entries = header["x5c"]?.arrayValue, (1...4).contains(entries.count) else { throw .missingCertificateChain }
         var x5c: [[UInt8]] = []
@@ -76,12 +89,16 @@ public struct CompactJWS: Sendable, Equatable {
             }
             x5c.append(Array(der))
         }
-        self.header = header
-        self.payload = payload
-        self.signature = signature
-        self.signingInput = parts.signingInput
-        self.x5c = x5c
+        headers.withLock { known in
+            // Bounded: a flood of distinct headers (forgeries) empties it rather than growing it.
+            if known.count >= Self.headerCacheSize { known.removeAll(keepingCapacity: true) }
+            known[segment] = (header, x5c)
+        }
+        return (header, x5c)
     }
+
+    private static let headerCacheSize = 64
+    private static let headers = Mutex<[[UInt8]: (json: JSONValue, x5c: [[UInt8]])]>([:])
 
     /// Whether `text` looks like a compact JWS (three base64url segments), without decoding it.
     public static func looksLikeJWS(_ text: some StringProtocol) -> Bool {
