@@ -75,7 +75,8 @@ public struct CompactJWS: Sendable, Equatable {
     /// A header segment, decoded and checked; Apple signs with a handful of chains, so the headers
     /// of the last few (their text is identical from one JWS to the next) are kept decoded.
     private static func header(segment: [UInt8]) throws(JWSFailure) -> (json: JSONValue, x5c: [[UInt8]]) {
-        if let known = headers.withLock({ $0[segment] }) { return known }
+        let key = HeaderKey(bytes: segment)
+        if let known = headers.withLock({ $0[key] }) { return known }
         guard let bytes = segment.withUnsafeBufferPointer({ Base64URL.decode(bytes: $0) }), let header = try? JSONValue.parse(bytes),
             header.objectValue != nil
         else { throw .malformedJWS }
@@ -92,13 +93,22 @@ public struct CompactJWS: Sendable, Equatable {
         headers.withLock { known in
             // Bounded: a flood of distinct headers (forgeries) empties it rather than growing it.
             if known.count >= Self.headerCacheSize { known.removeAll(keepingCapacity: true) }
-            known[segment] = (header, x5c)
+            known[key] = (header, x5c)
         }
         return (header, x5c)
     }
 
     private static let headerCacheSize = 64
-    private static let headers = Mutex<[[UInt8]: (json: JSONValue, x5c: [[UInt8]])]>([:])
+    private static let headers = Mutex<[HeaderKey: (json: JSONValue, x5c: [[UInt8]])]>([:])
+
+    /// A header segment as a key hashed in one pass (`[UInt8]` hashes byte by byte).
+    private struct HeaderKey: Hashable {
+        let bytes: [UInt8]
+
+        func hash(into hasher: inout Hasher) {
+            bytes.withUnsafeBytes { hasher.combine(bytes: $0) }
+        }
+    }
 
     /// Whether `text` looks like a compact JWS (three base64url segments), without decoding it.
     public static func looksLikeJWS(_ text: some StringProtocol) -> Bool {
