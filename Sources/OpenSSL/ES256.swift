@@ -36,13 +36,18 @@ public enum ES256 {
     ///
     /// Never throws: a malformed signature or a key of another type is simply not valid.
     public static func verify(signature: [UInt8], of data: some Collection<UInt8>, key: PublicKey) -> Bool {
+        verify(signature: signature, of: Array(data), key: key)
+    }
+
+    /// ``verify(signature:of:key:)`` for bytes already in an array: the generic form, called from
+    /// another module, copied a JWS's signing input a byte at a time through witness tables.
+    public static func verify(signature: [UInt8], of message: [UInt8], key: PublicKey) -> Bool {
         defer { OpenSSLError.drainQueue() }
         guard signature.count == 64, key.isP256, let der = derSignature(raw: signature),
             let context = EVP_MD_CTX_new()
         else { return false }
         defer { EVP_MD_CTX_free(context) }
         guard EVP_DigestVerifyInit(context, nil, EVP_sha256(), nil, key.pkey) == 1 else { return false }
-        let message = Array(data)
         return EVP_DigestVerify(context, der, der.count, message, message.count) == 1
     }
 
@@ -88,9 +93,13 @@ public enum ES256 {
 /// `@unchecked Sendable` for the same reason as ``PrivateKey``: never mutated after `init`.
 public final class PublicKey: @unchecked Sendable {
     let pkey: OpaquePointer
+    /// Whether this is an EC key on P-256 (prime256v1), the only curve ES256 allows; read once
+    /// (a provider parameter query), since every verification asks.
+    public let isP256: Bool
 
     init(owning pkey: OpaquePointer) {
         self.pkey = pkey
+        self.isP256 = curveIsP256(pkey)
     }
 
     deinit {
@@ -118,8 +127,6 @@ public final class PublicKey: @unchecked Sendable {
     /// The DER `SubjectPublicKeyInfo`.
     public var spki: [UInt8] { (try? derEncode("i2d_PUBKEY", .other) { i2d_PUBKEY(pkey, $0) }) ?? [] }
 
-    /// Whether this is an EC key on P-256 (prime256v1), the only curve ES256 allows.
-    public var isP256: Bool { curveIsP256(pkey) }
 }
 
 extension PrivateKey {

@@ -11,17 +11,17 @@ import ReceiptSignature
 /// mock (Get Transaction History, then Get All Subscription Statuses: two calls per job, each at
 /// the mock's latency), signing an ES256 JWT per app and verifying every JWS of the answers.
 ///
-/// Apple limits each app to 50 calls per second per endpoint, and the worker's shared token bucket
-/// keeps to that: one app could never go past 50 validations a second, whatever receiptq does. The
-/// level spreads its jobs over `--server-api-apps` apps (default 40), as a validator serving many
-/// apps sees them, so that the worker, not Apple's limit, is what is measured.
+/// Apple limits each app (bundle id) to 50 calls per second per endpoint, and the worker's shared
+/// token bucket keeps to that: one app could never go past 50 validations a second, whatever
+/// receiptq does. The level spreads its jobs over `--server-api-apps` apps (default 40), each its
+/// own bundle id and key id, as a validator serving many apps sees them, so that the worker, not
+/// Apple's limit, is what is measured.
 extension PipelineRow {
     /// What the server_api levels share: the key every bench app uses, the secrets key it is
     /// sealed with, the trust root of the mock's JWS chain.
     struct ServerAPISetup {
         var secretsKey: [UInt8]
         var privateKeyPEM: String
-        var keyID = "BENCHKEY01"
         var issuerID = "bench-issuer"
         var trustDirectory: URL
         var jwsDirectory: URL
@@ -41,10 +41,10 @@ extension PipelineRow {
             trustDirectory: trustDirectory, jwsDirectory: jwsDirectory, apps: apps)
     }
 
-    /// Tells the running mock to accept the bench key's JWTs for the bench bundle.
-    static func registerServerAPIKey(_ context: Context, _ setup: ServerAPISetup) throws {
+    /// Tells the running mock to accept the bench key's JWTs under `keyID` for `bundleID`.
+    static func registerServerAPIKey(_ context: Context, _ setup: ServerAPISetup, keyID: String, bundleID: String) throws {
         let body = try JSONEncoder().encode([
-            "issuer_id": setup.issuerID, "key_id": setup.keyID, "bundle_id": Context.bundleID, "public_key_pem": setup.privateKeyPEM,
+            "issuer_id": setup.issuerID, "key_id": keyID, "bundle_id": bundleID, "public_key_pem": setup.privateKeyPEM,
         ])
         let response = try CurlEasy(options: CurlOptions()).perform(
             HTTPRequest(
@@ -57,8 +57,11 @@ extension PipelineRow {
     static func makeServerAPIApps(_ context: Context, _ setup: ServerAPISetup, label: String) throws -> [AppRecord] {
         let admin = AppAdmin(connection: context.postgres, secrets: try SecretBox(key: setup.secretsKey))
         return try (0..<setup.apps).map { index in
-            let app = try context.makeApp("\(label)-\(index)")
-            try admin.setServerAPIKey(appID: app.id, issuerID: setup.issuerID, keyID: setup.keyID, privateKeyPEM: setup.privateKeyPEM)
+            let bundleID = "\(Context.bundleID).sk2.\(label).\(index)"
+            let keyID = "BENCH\(label.hashValue & 0xFFFF)K\(index)"
+            let app = try context.makeApp("\(label)-\(index)", bundleID: bundleID)
+            try registerServerAPIKey(context, setup, keyID: keyID, bundleID: bundleID)
+            try admin.setServerAPIKey(appID: app.id, issuerID: setup.issuerID, keyID: keyID, privateKeyPEM: setup.privateKeyPEM)
             try admin.setValidation(appID: app.id, backend: .serverAPI)
             return app
         }

@@ -136,9 +136,9 @@ enum PipelineRow: BenchRow {
         var idealPerLane: Double { 1_000 / Double(latencyMs) }
 
         /// A fresh app (its own receipts, for per-level counts), removed at the end unless --keep-data.
-        func makeApp(_ label: String) throws -> AppRecord {
+        func makeApp(_ label: String, bundleID: String = Context.bundleID) throws -> AppRecord {
             let (app, _) = try AppAdmin(connection: postgres).addApp(
-                name: "bench-\(label)-\(UUID().uuidString.prefix(8).lowercased())", bundleID: Self.bundleID,
+                name: "bench-\(label)-\(UUID().uuidString.prefix(8).lowercased())", bundleID: bundleID,
                 sharedSecret: Self.sharedSecret)
             apps.append(app.id)
             return app
@@ -232,7 +232,6 @@ enum PipelineRow: BenchRow {
             context.serverAPI = try prepareServerAPI(context, apps: min(1_000, max(1, Int(try number("--server-api-apps", 40)))))
         }
         try startMock(context)
-        if let setup = context.serverAPI { try registerServerAPIKey(context, setup) }
         FileHandle.standardError.write(Data("\(defaults.row): forging the receipt template…\n".utf8))
         context.receipt = try JobFactory.forgeReceipt(bundleID: Context.bundleID)
 

@@ -91,8 +91,9 @@ struct JobFactory: Sendable {
         let templateEnvelope =
             transactionIDs
             ? JobEnvelope(
+                // No bundle id: each app's own, as the door leaves it for a bare transaction id.
                 id: Self.placeholderID, kind: .validate, appID: appID, enqueuedAt: Self.placeholderDate, origin: .api, receipt: "",
-                bundleID: receipt.bundleID, environment: "production",
+                environment: "production",
                 submission: Submission(userIdentifier: "bench-user", countryCode: "US"), source: .transactionID,
                 transactionID: Self.placeholderReceipt)
             : JobEnvelope(
