@@ -206,15 +206,21 @@ private struct JSONByteParser {
             return index - from
         }
         if current == UInt8(ascii: "-") { index += 1 }
-        if current == UInt8(ascii: "0") {
+        let leadingZero = current == UInt8(ascii: "0")
+        if leadingZero {
             index += 1
         } else {
             guard digits() > 0 else { throw fail("number") }
         }
+        var fraction = false
         if current == UInt8(ascii: ".") {
             index += 1
             guard digits() > 0 else { throw fail("number") }
+            fraction = true
         }
+        // `0e1` is RFC 8259 JSON, but Foundation's JSONDecoder refuses it: refused here too, so
+        // that no text is read by one of receiptq's readers and refused by the other.
+        if leadingZero, !fraction, current == UInt8(ascii: "e") || current == UInt8(ascii: "E") { throw fail("number") }
         if current == UInt8(ascii: "e") || current == UInt8(ascii: "E") {
             index += 1
             if current == UInt8(ascii: "+") || current == UInt8(ascii: "-") { index += 1 }
