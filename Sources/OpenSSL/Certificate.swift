@@ -1,5 +1,6 @@
 internal import COpenSSL
 import Foundation
+import Synchronization
 
 public import struct Foundation.Date
 
@@ -9,6 +10,16 @@ public import struct Foundation.Date
 /// computes its lazily cached extension data under its own lock, so concurrent reads are safe.
 public final class Certificate: @unchecked Sendable {
     let x509: OpaquePointer
+
+    /// What a verification asks of a certificate every time (its name, key and Apple's markers),
+    /// read once: a cached chain then costs its signature check and little else.
+    struct Memo {
+        var commonName: String??
+        var publicKey: PublicKey?
+        var extensions: [String: Bool] = [:]
+    }
+
+    let memo = Mutex(Memo())
 
     /// Takes ownership of `x509` (one reference).
     init(owning x509: OpaquePointer) {
@@ -84,6 +95,13 @@ public final class Certificate: @unchecked Sendable {
 
     /// The subject's first common name (CN), if any.
     public var subjectCommonName: String? {
+        if let known = memo.withLock({ $0.commonName }) { return known }
+        let name = readSubjectCommonName()
+        memo.withLock { $0.commonName = .some(name) }
+        return name
+    }
+
+    private func readSubjectCommonName() -> String? {
         guard let name = X509_get_subject_name(x509) else { return nil }
         let index = X509_NAME_get_index_by_NID(name, NID_commonName, -1)
         guard index >= 0, let entry = X509_NAME_get_entry(name, index),

@@ -1,4 +1,5 @@
 internal import COpenSSL
+import Synchronization
 
 /// ECDSA P-256 with SHA-256 as JOSE uses it (`ES256`, RFC 7518 §3.4): the signature is the fixed
 /// 64-byte `r ‖ s`, not the DER `ECDSA-Sig-Value` OpenSSL produces and expects.
@@ -156,14 +157,27 @@ extension Certificate {
     /// - Throws: ``OpenSSLError`` with code `.decode` when the key cannot be read.
     public var publicKey: PublicKey {
         get throws {
+            if let known = memo.withLock({ $0.publicKey }) { return known }
             guard let key = X509_get_pubkey(x509) else { throw OpenSSLError.drain(.decode, "X509_get_pubkey") }
-            return PublicKey(owning: key)
+            let publicKey = PublicKey(owning: key)
+            memo.withLock { $0.publicKey = publicKey }
+            return publicKey
         }
     }
 
     /// Whether the certificate carries an extension with the dotted OID `oid` (critical or not).
     /// Apple marks its signing certificates this way (for instance `1.2.840.113635.100.6.11.1`).
     public func hasExtension(oid: String) -> Bool {
+        if let known = memo.withLock({ $0.extensions[oid] }) { return known }
+        let found = readHasExtension(oid: oid)
+        memo.withLock { memo in
+            // Bounded: callers ask about a few fixed OIDs.
+            if memo.extensions.count < 16 { memo.extensions[oid] = found }
+        }
+        return found
+    }
+
+    private func readHasExtension(oid: String) -> Bool {
         defer { OpenSSLError.drainQueue() }
         guard let object = OBJ_txt2obj(oid, 1) else { return false }
         defer { ASN1_OBJECT_free(object) }
