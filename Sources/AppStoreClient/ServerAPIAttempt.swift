@@ -100,8 +100,9 @@ final class ServerAPIAttempt: Sendable {
         }
     }
 
-    /// The longest the attempt waits in-process for the shared bucket; a longer wait ends the
-    /// attempt and the job waits in the retry set instead (holding no worker slot).
+    /// The furthest ahead the attempt books a slot in the shared bucket and waits for it
+    /// in-process; beyond it the attempt ends and the job waits in the retry set instead (holding
+    /// no worker slot).
     static let maximumInlineWait: TimeInterval = 2
 
     /// One call, once the shared bucket allows it; an answer goes to `then`, everything else ends
@@ -110,14 +111,19 @@ final class ServerAPIAttempt: Sendable {
         let environment = state.withLock { $0.environment }
         guard let throttle = client.throttle else { return send(path, environment: environment, then: then) }
         let now = client.now()
-        throttle.reserve(app: query.bundleID, endpoint: endpoint, environment: environment, now: now) { until in
-            guard let until else { return self.send(path, environment: environment, then: then) }
-            let wait = until.timeIntervalSince(now)
-            guard wait <= Self.maximumInlineWait else {
-                return self.finish(.transient, code: "rate_limited", rateLimitedUntil: until)
-            }
-            DispatchQueue.global().asyncAfter(deadline: .now() + max(0, wait)) {
-                self.call(path, endpoint: endpoint, then: then)
+        throttle.reserve(
+            app: query.bundleID, endpoint: endpoint, environment: environment, now: now, bookingAhead: Self.maximumInlineWait
+        ) { slot in
+            switch slot {
+            case .now:
+                self.send(path, environment: environment, then: then)
+            case .booked(let at):
+                // The slot is this call's: go at its time without asking again.
+                DispatchQueue.global().asyncAfter(deadline: .now() + max(0, at.timeIntervalSince(now))) {
+                    self.send(path, environment: environment, then: then)
+                }
+            case .later(let until):
+                self.finish(.transient, code: "rate_limited", rateLimitedUntil: until)
             }
         }
     }

@@ -18,13 +18,17 @@ public final class ServerAPIThrottle: @unchecked Sendable {
         self.makeLimiter = makeLimiter
     }
 
-    /// Asks for one call; `completion` gets nil (go) or when to ask again, on the throttle's queue.
+    /// Asks for one call (booking up to `bookingAhead` seconds ahead); `completion` gets the
+    /// slot on the throttle's queue (`.now` when Redis cannot be asked).
     func reserve(
-        app: String, endpoint: ServerAPIEndpoint, environment: AppStoreEnvironment, now: Date,
-        completion: @escaping @Sendable (Date?) -> Void
+        app: String, endpoint: ServerAPIEndpoint, environment: AppStoreEnvironment, now: Date, bookingAhead: TimeInterval,
+        completion: @escaping @Sendable (ServerAPISlot) -> Void
     ) {
         queue.async {
-            completion(self.withLimiter { try $0.reserve(app: app, endpoint: endpoint, environment: environment, now: now) } ?? nil)
+            completion(
+                self.withLimiter {
+                    try $0.reserve(app: app, endpoint: endpoint, environment: environment, now: now, bookingAhead: bookingAhead)
+                } ?? .now)
         }
     }
 

@@ -16,11 +16,13 @@ extension RedisKeys {
 ///
 /// Not thread-safe: one per thread (the Server API client keeps one on its own serial queue).
 public final class RedisServerAPIRateLimiter: ServerAPIRateLimiter {
-    /// `reserve`: refill at the rate, take a token or say when one will be there; a pause wins.
+    /// `reserve`: refill at the rate, take a token, or book one of the next `ahead` ms (the
+    /// bucket goes below zero: later callers queue behind it), or say when to ask again (a
+    /// positive time; a booked slot comes back negative); a pause wins.
     /// `pause`: extend the app's pause to `until` (never shorten it).
     static let script = """
-        -- receiptq:serverapi-bucket:v1
-        -- KEYS: bucket hash, app pause. ARGV: op, now ms, rate per second, burst / pause until ms.
+        -- receiptq:serverapi-bucket:v2
+        -- KEYS: bucket hash, app pause. ARGV: op, now ms, rate per second, burst / pause until ms, booking ms.
         local op, now = ARGV[1], tonumber(ARGV[2])
         local paused = tonumber(redis.call('GET', KEYS[2]) or '0')
         if op == 'pause' then
@@ -35,15 +37,16 @@ public final class RedisServerAPIRateLimiter: ServerAPIRateLimiter {
         local tokens = tonumber(redis.call('HGET', KEYS[1], 't') or ARGV[4])
         local last = tonumber(redis.call('HGET', KEYS[1], 'ts') or ARGV[2])
         if now > last then tokens = math.min(burst, tokens + (now - last) * rate / 1000) else now = last end
-        local ttl = math.ceil(burst / rate * 1000) + 1000
-        if tokens >= 1 then
-          redis.call('HSET', KEYS[1], 't', tostring(tokens - 1), 'ts', string.format('%d', now))
-          redis.call('PEXPIRE', KEYS[1], ttl)
-          return 0
-        end
+        local wait = 0
+        if tokens < 1 then wait = math.ceil((1 - tokens) * 1000 / rate) end
+        local take = wait <= tonumber(ARGV[5] or '0')
+        if take then tokens = tokens - 1 end
         redis.call('HSET', KEYS[1], 't', tostring(tokens), 'ts', string.format('%d', now))
-        redis.call('PEXPIRE', KEYS[1], ttl)
-        return now + math.ceil((1 - tokens) * 1000 / rate)
+        -- Kept until it has refilled (a booked bucket is below zero).
+        redis.call('PEXPIRE', KEYS[1], math.ceil((burst - tokens) / rate * 1000) + 1000)
+        if not take then return now + wait end
+        if wait == 0 then return 0 end
+        return -(now + wait)
         """
 
     private let connection: RedisConnection
@@ -56,7 +59,9 @@ public final class RedisServerAPIRateLimiter: ServerAPIRateLimiter {
         self.keys = keys
     }
 
-    public func reserve(app: String, endpoint: ServerAPIEndpoint, environment: AppStoreEnvironment, now: Date) throws -> Date? {
+    public func reserve(
+        app: String, endpoint: ServerAPIEndpoint, environment: AppStoreEnvironment, now: Date, bookingAhead: TimeInterval
+    ) throws -> ServerAPISlot {
         let rate = endpoint.ratePerSecond(in: environment)
         // A second's worth of burst (at least one call): Apple counts per hour, so short bursts are
         // fine, but a backlog must not fire an hour's budget at once.
@@ -66,10 +71,12 @@ public final class RedisServerAPIRateLimiter: ServerAPIRateLimiter {
             arguments: [
                 bytes(keys.serverAPIBucket(app: app, environment: environment.rawValue, endpoint: endpoint.rawValue)),
                 bytes(keys.serverAPIPause(app: app, environment: environment.rawValue)), bytes("reserve"), bytes(milliseconds(now)),
-                bytes(String(rate)), bytes(String(burst)),
+                bytes(String(rate)), bytes(String(burst)), bytes(String(Int64(max(0, bookingAhead) * 1000))),
             ])
         guard let wait = reply.int else { throw RedisQueueError.unexpectedReply("rate limiter") }
-        return wait == 0 ? nil : Date(timeIntervalSince1970: Double(wait) / 1000)
+        if wait == 0 { return .now }
+        let at = Date(timeIntervalSince1970: Double(abs(wait)) / 1000)
+        return wait < 0 ? .booked(at) : .later(at)
     }
 
     public func pause(app: String, environment: AppStoreEnvironment, until: Date, now: Date) throws {

@@ -63,6 +63,42 @@ struct ServerAPIRateLimitTests {
         #expect(try limiter.reserve(app: "w", endpoint: .lookUpOrderID, environment: .sandbox, now: wait) == nil)
     }
 
+    @Test("Booking ahead: a backlog gets distinct slots one token apart, within the window only, and the rate still holds")
+    func booking() throws {
+        let lanes = try limiters(2)
+        let app = "com.example.book"
+        // Production history: 50/s, a burst of 50. 300 calls at one instant, booking 2 s ahead.
+        var now = 0
+        var booked: [Date] = []
+        var later: [Date] = []
+        for index in 0..<300 {
+            switch try lanes[index % 2].reserve(
+                app: app, endpoint: .transactionHistory, environment: .production, now: start, bookingAhead: 2)
+            {
+            case .now: now += 1
+            case .booked(let at): booked.append(at)
+            case .later(let at): later.append(at)
+            }
+        }
+        #expect(now == 50, "the burst goes at once")
+        #expect(booked.count == 100, "2 s of tokens at 50/s are booked")
+        #expect(Set(booked).count == booked.count, "every booked call has its own slot")
+        #expect(booked.max()! <= start.addingTimeInterval(2) && booked.min()! > start)
+        let sorted = booked.sorted()
+        #expect(zip(sorted, sorted.dropFirst()).allSatisfy { abs($1.timeIntervalSince($0) - 0.02) < 0.0015 }, "one token (20 ms) apart")
+        #expect(later.count == 150 && later.allSatisfy { $0 > start.addingTimeInterval(2) }, "the rest asks again after the window")
+        // The bookings were real: at 2 s nothing is left to take at once, at 3 s one second's worth is.
+        #expect(try lanes[0].reserve(app: app, endpoint: .transactionHistory, environment: .production, now: start.addingTimeInterval(2)) != nil)
+        var granted = 0
+        for _ in 0..<100
+        where try lanes[1].reserve(
+            app: app, endpoint: .transactionHistory, environment: .production, now: start.addingTimeInterval(3)) == nil
+        {
+            granted += 1
+        }
+        #expect(granted == 49 || granted == 50, "a second after the bookings, a second's tokens: \(granted)")
+    }
+
     @Test("After a 429 every endpoint of the app waits until Retry-After, a shorter pause does not shorten it, other apps go on")
     func pause() throws {
         let (first, second) = try {

@@ -22,16 +22,41 @@ public enum ServerAPIEndpoint: String, Sendable, CaseIterable {
     }
 }
 
+/// What the bucket gave one call.
+public enum ServerAPISlot: Sendable, Equatable {
+    /// Go now.
+    case now
+    /// A token that will be there at this time is this call's: go then, without asking again.
+    case booked(Date)
+    /// Nothing within the booking window (or the app is paused): ask again at this time.
+    case later(Date)
+}
+
 /// A token bucket per app, environment and endpoint, shared by every worker process, so the
 /// deployment as a whole stays under Apple's limits; and a pause for the whole app after a `429`.
 ///
 /// Blocking, like the queue: one instance per thread.
 public protocol ServerAPIRateLimiter: AnyObject {
-    /// Takes one call from the bucket.
+    /// Takes one call from the bucket, or books one of the tokens of the next `bookingAhead`
+    /// seconds: a call over the limit then waits once, for its own slot, instead of asking again
+    /// and again with every other waiting call (which cost ~100 Redis round trips per call when
+    /// an app ran far over its limit).
     /// - Parameters:
     ///   - app: the app's bundle id (Apple's limits are per app).
-    /// - Returns: nil when the call may go now; otherwise the earliest time to ask again.
-    func reserve(app: String, endpoint: ServerAPIEndpoint, environment: AppStoreEnvironment, now: Date) throws -> Date?
+    func reserve(
+        app: String, endpoint: ServerAPIEndpoint, environment: AppStoreEnvironment, now: Date, bookingAhead: TimeInterval
+    ) throws -> ServerAPISlot
     /// Apple answered `429` for `app`: every endpoint of it waits until `until` (a later pause wins).
     func pause(app: String, environment: AppStoreEnvironment, until: Date, now: Date) throws
+}
+
+extension ServerAPIRateLimiter {
+    /// Takes one call from the bucket, booking nothing ahead.
+    /// - Returns: nil when the call may go now; otherwise the earliest time to ask again.
+    public func reserve(app: String, endpoint: ServerAPIEndpoint, environment: AppStoreEnvironment, now: Date) throws -> Date? {
+        switch try reserve(app: app, endpoint: endpoint, environment: environment, now: now, bookingAhead: 0) {
+        case .now: nil
+        case .booked(let at), .later(let at): at
+        }
+    }
 }
