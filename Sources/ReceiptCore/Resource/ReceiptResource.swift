@@ -251,13 +251,13 @@ public struct ReceiptResource: Sendable, Equatable, Codable {
         writer.key("in_app_purchases")
         writer.openArray()
         for purchase in inAppPurchases {
-            purchase.write(to: &writer, flagged: sandboxPolicy == .flag && (purchase.environment ?? environment) == "sandbox")
+            purchase.write(to: &writer, flagged: sandboxPolicy.flags(environment: purchase.environment ?? environment))
         }
         writer.closeArray()
         writer.member("ip_address", ipAddress)
         writer.member("is_fraud", isFraud)
         writer.member("metadata", metadata)
-        if sandboxPolicy == .flag && environment == "sandbox" { writer.member("sandbox_flagged", true) }
+        if sandboxPolicy.flags(environment: environment) { writer.member("sandbox_flagged", true) }
         writer.member("source", source?.rawValue)
         writer.member("style", style?.rawValue)
         writer.member("transaction_id", transactionID)

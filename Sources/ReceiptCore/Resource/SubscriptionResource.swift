@@ -68,7 +68,7 @@ public struct SubscriptionResource: Sendable, Equatable {
         writer.member("product_id", state.productID)
         writer.member("purchase_date", time(state.purchasedAt))
         writer.member("receipt_id", receiptID.uuidString)
-        if sandboxPolicy == .flag && environment == "sandbox" { writer.member("sandbox_flagged", true) }
+        if sandboxPolicy.flags(environment: environment) { writer.member("sandbox_flagged", true) }
         writer.member("status", state.status.rawValue)
         writer.member("updated_at", time(updatedAt))
         writer.member("user_identifier", userIdentifier)
@@ -99,7 +99,7 @@ public struct UserEntitlements: Sendable, Equatable {
         writer.openObject()
         writer.key("purchases")
         writer.openArray()
-        for purchase in purchases { purchase.write(to: &writer, flagged: sandboxPolicy == .flag && purchase.environment == "sandbox") }
+        for purchase in purchases { purchase.write(to: &writer, flagged: sandboxPolicy.flags(environment: purchase.environment)) }
         writer.closeArray()
         writer.member("sandbox_policy", sandboxPolicy.rawValue)
         writer.key("subscriptions")

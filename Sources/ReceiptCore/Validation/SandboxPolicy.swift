@@ -9,4 +9,7 @@ public enum SandboxPolicy: String, Sendable, Codable, CaseIterable {
     case flag
     /// Stored `invalid` with error code `sandbox_rejected`: never entitles.
     case reject
+
+    /// Whether a result in `environment` is marked `sandbox_flagged` under this policy.
+    public func flags(environment: String?) -> Bool { self == .flag && environment == "sandbox" }
 }
