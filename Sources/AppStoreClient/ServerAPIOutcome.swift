@@ -26,7 +26,7 @@ enum ServerAPIOutcome: Equatable, Sendable {
     ///   - now: the injected clock, for a 429 without a usable `Retry-After`.
     static func classify(status: Int?, body: [UInt8], retryAfter: String?, now: Date) -> ServerAPIOutcome {
         guard let status else { return .failed(.outage, code: "transport") }
-        let json = (try? JSONValue.parse(body)) ?? (try? JSONDecoder().decode(JSONValue.self, from: Data(body)))
+        let json = JSONValue.parseAnswer(body)
         let errorCode = json?["errorCode"]?.intValue
         switch status {
         case 200:

@@ -1,3 +1,5 @@
+import Foundation
+
 /// A JSON text that ``JSONValue/parse(_:)`` refuses: where, and why (a bounded code).
 public struct JSONParseError: Error, Sendable, Equatable {
     /// Bounded codes: `syntax`, `depth`, `string`, `number`, `duplicate_key`, `trailing`.
@@ -13,6 +15,13 @@ public struct JSONParseError: Error, Sendable, Equatable {
 }
 
 extension JSONValue {
+    /// An answer from Apple's HTTP APIs: the one-pass reader first (workers read every answer),
+    /// and a text it is stricter about (a duplicate key, `0e1`) still read as `JSONDecoder` reads
+    /// it. Not for signed payloads, which must not be ambiguous: use ``parse(_:)``.
+    public static func parseAnswer(_ bytes: [UInt8]) -> JSONValue? {
+        (try? parse(bytes)) ?? (try? JSONDecoder().decode(JSONValue.self, from: Data(bytes)))
+    }
+
     /// The deepest nesting ``parse(_:)`` follows: Apple's payloads are three levels deep.
     public static let maximumParseDepth = 128
 

@@ -13,9 +13,7 @@ public struct VerifyReceiptResponse: Sendable, Equatable {
     /// - Parameter body: the HTTP body.
     /// - Returns: nil when the body is not a JSON object with a numeric `status` (an outage page).
     public init?(body: [UInt8]) {
-        // The one-pass reader first (the worker parses every answer); an answer it is stricter
-        // about (a duplicate key) is still read as JSONDecoder reads it.
-        guard let json = (try? JSONValue.parse(body)) ?? (try? JSONDecoder().decode(JSONValue.self, from: Data(body))),
+        guard let json = JSONValue.parseAnswer(body),
             json.objectValue != nil, json["status"]?.intValue != nil
         else { return nil }
         self.json = json
