@@ -7,13 +7,13 @@ extension AdminPages {
     /// apps now), a warning in the 90 days before an announced sunset, a note for a deprecation.
     static func verifyReceiptBanner(_ lifecycle: VerifyReceiptLifecycle, now: Date) -> [String: Any]? {
         let consequence =
-            "apps on the auto backend with an In-App Purchase key validate through the App Store Server API; "
+            "Apps on the auto backend with an In-App Purchase key validate through the App Store Server API; "
             + "apps without a key cannot be validated until they get one (receiptq apps server-api-key)"
         if let gone = lifecycle.goneSince {
             return [
                 "level": "alarm",
                 "text": "Apple's verifyReceipt is gone: it has answered HTTP 404/410 across the deployment since \(utc(gone)) UTC. "
-                    + consequence.prefix(1).uppercased() + consequence.dropFirst() + ".",
+                    + consequence + ".",
             ]
         }
         if let sunset = lifecycle.sunset {
@@ -21,7 +21,7 @@ extension AdminPages {
                 return [
                     "level": "alarm",
                     "text": "Apple's verifyReceipt passed its announced sunset (\(utc(sunset)) UTC). "
-                        + consequence.prefix(1).uppercased() + consequence.dropFirst() + ".",
+                        + consequence + ".",
                 ]
             }
             if lifecycle.sunsetIsNear(at: now) {

@@ -28,13 +28,14 @@ public enum JWSInspector {
             signature = .object(["valid": .bool(false), "reason": .string(failure.reason), "chain": .array([])])
         }
         let kind = JWSPayloadKind(payload)
-        if kind == .notification, var data = payload["data"]?.objectValue {
+        if kind == .notification, case .object(var object) = payload, var data = object["data"]?.objectValue {
             for key in ["signedTransactionInfo", "signedRenewalInfo"] {
                 guard let nested = data[key]?.stringValue, let inner = try? inspect(nested, verifier: verifier) else { continue }
                 data[key] = inner.json
                 valid = valid && inner.valid
             }
-            payload = .object((payload.objectValue ?? [:]).merging(["data": .object(data)]) { _, new in new })
+            object["data"] = .object(data)
+            payload = .object(object)
         }
         return (.object(["kind": .string(kind.rawValue), "payload": payload, "signature": signature]), valid)
     }
