@@ -11,17 +11,9 @@ import Testing
 struct JWSInspectorTests {
     static var testData: URL? { TestEnvironment.appStoreTestData }
 
-    func signedPayload(_ file: String) throws -> String {
-        let root = try #require(Self.testData)
-        let json = try JSONDecoder().decode(JSONValue.self, from: Data(contentsOf: root.appendingPathComponent("notifications/\(file)")))
-        return try #require(json["signedPayload"]?.stringValue)
-    }
+    func signedPayload(_ file: String) throws -> String { try AppleSignedData.signedPayload(file) }
 
-    func appleVerifier() throws -> JWSVerifier {
-        let root = try #require(Self.testData)
-        return JWSVerifier(
-            trustStore: TrustStore(roots: try Certificate.loadAll(pemFile: root.appendingPathComponent("certs/AppleRootCA-G3.pem").path)))
-    }
+    func appleVerifier() throws -> JWSVerifier { JWSVerifier(trustStore: try AppleSignedData.rootG3()) }
 
     @Test("Apple's CONSUMPTION_REQUEST: a valid notification whose signed transaction is decoded in place, typed", .enabled(if: testData != nil))
     func nestedTransaction() throws {

@@ -13,16 +13,9 @@ struct JWSVerifierTests {
 
     static var testData: URL? { TestEnvironment.appStoreTestData }
 
-    func signedPayload(_ file: String) throws -> String {
-        let root = try #require(Self.testData)
-        let json = try JSONDecoder().decode(JSONValue.self, from: Data(contentsOf: root.appendingPathComponent("notifications/\(file)")))
-        return try #require(json["signedPayload"]?.stringValue)
-    }
+    func signedPayload(_ file: String) throws -> String { try AppleSignedData.signedPayload(file) }
 
-    func appleRootG3() throws -> TrustStore {
-        let root = try #require(Self.testData)
-        return TrustStore(roots: try Certificate.loadAll(pemFile: root.appendingPathComponent("certs/AppleRootCA-G3.pem").path))
-    }
+    func appleRootG3() throws -> TrustStore { try AppleSignedData.rootG3() }
 
     @Test(
         "Apple-signed notifications and their nested signed transaction verify against Apple Root CA - G3 at their signedDate",
