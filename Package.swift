@@ -119,6 +119,7 @@ let package = Package(
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
             ],
             // The OpenAPI document, served at GET /openapi.yaml as the repository holds it.
             resources: [.copy("openapi.yaml")],
@@ -157,7 +158,7 @@ let package = Package(
         .target(
             name: "MockAppStore",
             dependencies: [
-                "ReceiptCore", "ReceiptSignature", "OpenSSL",
+                "ReceiptCore", "ReceiptSignature", "OpenSSL", "Curl",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),

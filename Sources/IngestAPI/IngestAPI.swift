@@ -37,6 +37,8 @@ public struct IngestAPI: Sendable {
     /// The rules shared with the Cloud Softphone web service.
     public let ingestion: ReceiptIngestion
     let now: @Sendable () -> Date
+    /// What the notification endpoint answered.
+    let metrics = NotificationMetrics()
 
     /// Creates the API.
     /// - Parameters:
@@ -67,7 +69,7 @@ public struct IngestAPI: Sendable {
     public static let queryParameters: [String: Set<String>] = [
         "POST /client/itunes_connect/receipts": [], "GET /client/itunes_connect/receipts/{id}": [], "POST /client/transactions": [],
         "GET /client/subscriptions": ["user_identifier"], "GET /client/subscriptions/{original_transaction_id}": ["environment"],
-        "GET /health/live": [], "GET /health/ready": [], "GET /openapi.yaml": [],
+        "GET /health/live": [], "GET /health/ready": [], "GET /openapi.yaml": [], "POST /apple/notifications/{app}/{token}": [],
     ]
 
     /// Adds the API's routes to `router`.
@@ -80,6 +82,9 @@ public struct IngestAPI: Sendable {
         }
         router.post("/client/transactions") { request, context in
             try await submitTransaction(request, context: context)
+        }
+        router.post("/apple/notifications/{app}/{token}") { request, context in
+            try await receiveNotification(request, context: context)
         }
         if let subscriptions { addSubscriptionRoutes(to: router, catalog: subscriptions) }
         router.get("/health/live") { _, _ in

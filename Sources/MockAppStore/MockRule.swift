@@ -93,6 +93,8 @@ public final class MockAppStoreState: Sendable {
     public let baseDelay: Duration
     /// The App Store Server API's side: its ledger, keys and rules.
     public let serverAPI: MockServerAPIState
+    /// App Store Server Notifications: targets, what was sent, delivery.
+    public let notifications: MockNotificationCenter
 
     /// Creates empty state.
     /// - Parameters:
@@ -103,6 +105,7 @@ public final class MockAppStoreState: Sendable {
         self.baseDelay = baseDelay
         // Key generation cannot fail short of memory exhaustion.
         self.serverAPI = MockServerAPIState(authority: try! authority ?? MockAppleJWSAuthority.generate())
+        self.notifications = MockNotificationCenter(api: serverAPI)
     }
 
     /// Adds a rule (later rules are consulted after earlier ones).

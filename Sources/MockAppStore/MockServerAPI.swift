@@ -121,7 +121,7 @@ enum MockServerAPI {
     }
 
     /// A transaction as signed now (`signedDate`).
-    private static func signed(_ transaction: JSONValue) -> JSONValue {
+    static func signed(_ transaction: JSONValue) -> JSONValue {
         var object = transaction.objectValue ?? [:]
         object["signedDate"] = .number((Date().timeIntervalSince1970 * 1000).rounded())
         return .object(object)
@@ -130,38 +130,23 @@ enum MockServerAPI {
     /// Get All Subscription Statuses' `data`: per group, each subscription's latest transaction,
     /// its status (1 active, 2 expired, 3 billing retry, 4 grace, 5 revoked) and renewal info.
     private static func statuses(_ transactions: [JSONValue], environment: AppStoreEnvironment, api: MockServerAPIState) throws -> [JSONValue] {
-        let now = Date().timeIntervalSince1970 * 1000
         let subscriptions = transactions.filter { $0["expiresDate"] != nil }
-        let byOriginal = Dictionary(grouping: subscriptions) { $0["originalTransactionId"]?.stringValue ?? "" }
+        let originals = Set(subscriptions.compactMap { $0["originalTransactionId"]?.stringValue })
         var groups: [String: [JSONValue]] = [:]
-        for original in byOriginal.keys.sorted() {
-            guard let latest = byOriginal[original]?.max(by: { expires($0) < expires($1) }) else { continue }
-            let renewal = api.renewal(of: original, in: environment)
-            let graceEnds = renewal["gracePeriodExpiresDate"].flatMap { $0.stringValue.flatMap(Double.init) } ?? 0
-            let inRetry = renewal["isInBillingRetryPeriod"]?.boolValue ?? false
-            let status =
-                latest["revocationDate"] != nil
-                ? 5
-                : expires(latest) > now ? 1 : inRetry && graceEnds > now ? 4 : inRetry ? 3 : 2
-            var info: [String: JSONValue] = [
-                "originalTransactionId": .string(original), "productId": latest["productId"] ?? .null,
-                "autoRenewProductId": latest["productId"] ?? .null, "autoRenewStatus": .number(status == 1 || status >= 3 && status != 5 ? 1 : 0),
-                "environment": .string(environment == .production ? "Production" : "Sandbox"),
-                "signedDate": .number(now.rounded()), "recentSubscriptionStartDate": latest["originalPurchaseDate"] ?? .null,
-            ]
-            info.merge(renewal) { _, new in new }
-            let group = latest["subscriptionGroupIdentifier"]?.stringValue ?? "group"
+        for original in originals.sorted() {
+            guard let current = api.subscription(original, among: subscriptions, in: environment) else { continue }
+            let group = current.latest["subscriptionGroupIdentifier"]?.stringValue ?? "group"
             groups[group, default: []].append(
                 .object([
-                    "status": .number(Double(status)), "originalTransactionId": .string(original),
-                    "signedTransactionInfo": .string(try api.authority.sign(signed(latest))),
-                    "signedRenewalInfo": .string(try api.authority.sign(.object(info))),
+                    "status": .number(Double(current.status)), "originalTransactionId": .string(original),
+                    "signedTransactionInfo": .string(try api.authority.sign(signed(current.latest))),
+                    "signedRenewalInfo": .string(try api.authority.sign(current.renewal)),
                 ]))
         }
         return groups.keys.sorted().map { .object(["subscriptionGroupIdentifier": .string($0), "lastTransactions": .array(groups[$0] ?? [])]) }
     }
 
-    private static func expires(_ transaction: JSONValue) -> Double { transaction["expiresDate"]?.stringValue.flatMap(Double.init) ?? 0 }
+    static func expires(_ transaction: JSONValue) -> Double { transaction["expiresDate"]?.stringValue.flatMap(Double.init) ?? 0 }
 
     static func notFound() -> Response { error(404, 4_040_010) }
 

@@ -187,6 +187,46 @@ public final class MockServerAPIState: Sendable {
         }
     }
 
+    /// A subscription as Get All Subscription Statuses and notifications describe it: its latest
+    /// transaction among `transactions`, Apple's status (1 active, 2 expired, 3 billing retry, 4
+    /// grace, 5 revoked) and its renewal info.
+    func subscription(
+        _ original: String, among transactions: [JSONValue], in environment: AppStoreEnvironment
+    ) -> (latest: JSONValue, status: Int, renewal: JSONValue)? {
+        let now = Date().timeIntervalSince1970 * 1000
+        let mine = transactions.filter { $0["originalTransactionId"]?.stringValue == original && $0["expiresDate"] != nil }
+        guard let latest = mine.max(by: { MockServerAPI.expires($0) < MockServerAPI.expires($1) }) else { return nil }
+        let renewal = self.renewal(of: original, in: environment)
+        let graceEnds = renewal["gracePeriodExpiresDate"].flatMap { $0.stringValue.flatMap(Double.init) } ?? 0
+        let inRetry = renewal["isInBillingRetryPeriod"]?.boolValue ?? false
+        let status =
+            latest["revocationDate"] != nil
+            ? 5
+            : MockServerAPI.expires(latest) > now ? 1 : inRetry && graceEnds > now ? 4 : inRetry ? 3 : 2
+        var info: [String: JSONValue] = [
+            "originalTransactionId": .string(original), "productId": latest["productId"] ?? .null,
+            "autoRenewProductId": latest["productId"] ?? .null, "autoRenewStatus": .number(status == 1 || status >= 3 && status != 5 ? 1 : 0),
+            "environment": .string(environment == .production ? "Production" : "Sandbox"),
+            "signedDate": .number(now.rounded()), "recentSubscriptionStartDate": latest["originalPurchaseDate"] ?? .null,
+        ]
+        info.merge(renewal) { _, new in new }
+        return (latest, status, .object(info))
+    }
+
+    /// Changes a recorded transaction in place (a refund, a revocation); nil when unknown.
+    @discardableResult
+    public func update(
+        transaction id: String, in environment: AppStoreEnvironment, _ change: (inout [String: JSONValue]) -> Void
+    ) -> JSONValue? {
+        storage.withLock { storage in
+            guard let entry = storage.transactions[environment]?[id] else { return nil }
+            var payload = entry.payload.objectValue ?? [:]
+            change(&payload)
+            storage.transactions[environment]?[id] = (entry.customer, .object(payload))
+            return .object(payload)
+        }
+    }
+
     func renewal(of original: String, in environment: AppStoreEnvironment) -> [String: JSONValue] {
         storage.withLock { $0.renewals[environment]?[original] ?? [:] }
     }

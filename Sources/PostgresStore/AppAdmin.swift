@@ -149,6 +149,23 @@ public struct AppAdmin {
         }
     }
 
+    /// Issues the secret half of the app's notification URL (`/apple/notifications/{name}/{token}`),
+    /// replacing any earlier one: the URL Apple was given stops working. Only its hash is stored,
+    /// so the token is shown once, here.
+    /// - Returns: the token.
+    public func rotateNotificationToken(appID: UUID) throws -> String {
+        let token = Digest.hex(SecureRandom.bytes(24))
+        _ = try connection.query(
+            "UPDATE apps SET notification_token_sha256 = \(Digest.sha256(Array(token.utf8))), updated_at = now() WHERE id = \(appID)")
+        return token
+    }
+
+    /// Whether the app has a notification URL.
+    public func hasNotificationURL(appID: UUID) throws -> Bool {
+        try connection.query("SELECT notification_token_sha256 IS NOT NULL AS issued FROM apps WHERE id = \(appID)").rows.first?.bool(
+            "issued") ?? false
+    }
+
     /// `rq_` and 48 hex digits (24 random bytes).
     private static let tokenLength = 3 + 48
 

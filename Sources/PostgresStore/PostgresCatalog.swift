@@ -89,6 +89,22 @@ public final class PostgresCatalog: ReceiptCatalog {
         }
     }
 
+    public func notificationApp(name: String, token: String) async throws -> AppRecord? {
+        guard token.utf8.count >= 16, token.utf8.count <= 128, name.utf8.count <= 200 else { return nil }
+        let hash = Digest.sha256(Array(token.utf8))
+        let key = "n\u{0}\(name)\u{0}\(Digest.hex(hash))"
+        if let hit = cache.withLock({ $0[key] }), Date().timeIntervalSince(hit.loadedAt) < cacheTTL { return hit.app }
+        let app = try await lookup { connection in
+            // Found by the app's (public) name; the token's hash compared in constant time.
+            try connection.query(
+                "SELECT apps.notification_token_sha256, \(unescaped: AppAdmin.appColumns) \(unescaped: AppAdmin.appTables) WHERE apps.name = \(name)"
+            ).rows.first { row in row.bytes("notification_token_sha256").map { Digest.constantTimeEqual($0, hash) } ?? false }
+                .flatMap { AppAdmin.appRecord($0, secrets: nil) }
+        }
+        if let app { cache.withLock { $0[key] = (app, Date()) } }
+        return app
+    }
+
     public func receipt(id: UUID, appID: UUID) async throws -> ReceiptResource? {
         try await lookup { connection in
             try ReceiptRows.resource(connection, id: id, appID: appID)

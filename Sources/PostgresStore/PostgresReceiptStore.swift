@@ -35,12 +35,15 @@ public final class PostgresReceiptStore: ReceiptStore {
         guard !records.isEmpty else { return [] }
         do {
             let resources = try connection.transaction { connection in
-                for group in Self.conflictFreeGroups(records) { try write(group, on: connection) }
-                return try ReceiptRows.resources(connection, ids: records.filter { !$0.isRepoll }.map(\.envelope.id))
+                try NotificationRows.lock(records, on: connection)
+                for group in Self.conflictFreeGroups(records) {
+                    try write(NotificationRows.prepare(group, on: connection), on: connection)
+                }
+                return try ReceiptRows.resources(connection, ids: records.filter { !$0.isRepoll && !$0.isNotification }.map(\.envelope.id))
             }
             return records.map { record in
-                // A re-poll has no receipt of its own: nobody waits for it.
-                if record.isRepoll { return .success(nil) }
+                // A re-poll or a notification has no receipt of its own to show: nobody waits for it.
+                if record.isRepoll || record.isNotification { return .success(nil) }
                 return resources[record.envelope.id].map { .success($0) }
                     ?? .failure(StoreFailure(code: "missing_after_write", message: "receipt row not readable after commit"))
             }
@@ -62,6 +65,9 @@ public final class PostgresReceiptStore: ReceiptStore {
             let keys =
                 ["r:\(record.envelope.id)"] + record.purchases.map { "p:\(environment)\u{0}\($0.transactionID)" }
                 + SubscriptionRows.keys(of: record).map { "s:\($0)" }
+                // The same notification twice (Apple's retry queued again): one after the other,
+                // so the second finds the first stored.
+                + (record.notification.map { ["n:\(record.envelope.appID)\u{0}\($0.uuid)"] } ?? [])
             if let index = groups.firstIndex(where: { $0.keys.isDisjoint(with: keys) }) {
                 groups[index].records.append(record)
                 groups[index].keys.formUnion(keys)
@@ -92,7 +98,7 @@ public final class PostgresReceiptStore: ReceiptStore {
         var purchases = PurchaseColumns()
         var attempts = AttemptColumns()
         for record in records {
-            if !record.isRepoll { receipts.append(record) }
+            if record.writesReceiptRow { receipts.append(record) }
             purchases.append(record)
             attempts.append(record)
         }
@@ -116,17 +122,19 @@ public final class PostgresReceiptStore: ReceiptStore {
                 """
                 INSERT INTO in_app_purchases (app_id, receipt_id, environment, transaction_id, original_transaction_id,
                     product_id, quantity, purchase_date, original_purchase_date, expires_date, cancellation_date,
-                    web_order_line_item_id, is_trial_period, is_in_intro_offer_period, user_identifier)
+                    web_order_line_item_id, is_trial_period, is_in_intro_offer_period, user_identifier, cancellation_reason, signed_at)
                 SELECT * FROM unnest(\(purchases.appID)::uuid[], \(purchases.receiptID)::uuid[], \(purchases.environment)::text[],
                     \(purchases.transactionID)::text[], \(purchases.originalTransactionID)::text[], \(purchases.productID)::text[],
                     \(purchases.quantity)::int[], \(purchases.purchaseDate)::timestamptz[],
                     \(purchases.originalPurchaseDate)::timestamptz[], \(purchases.expiresDate)::timestamptz[],
                     \(purchases.cancellationDate)::timestamptz[], \(purchases.webOrderLineItemID)::text[],
                     \(purchases.isTrialPeriod)::boolean[], \(purchases.isInIntroOfferPeriod)::boolean[],
-                    \(purchases.userIdentifier)::text[])
+                    \(purchases.userIdentifier)::text[], \(purchases.cancellationReason)::int[], \(purchases.signedAt)::timestamptz[])
                 ON CONFLICT (environment, transaction_id) DO UPDATE SET
                     expires_date = EXCLUDED.expires_date,
                     cancellation_date = EXCLUDED.cancellation_date,
+                    cancellation_reason = EXCLUDED.cancellation_reason,
+                    signed_at = COALESCE(EXCLUDED.signed_at, in_app_purchases.signed_at),
                     user_identifier = COALESCE(in_app_purchases.user_identifier, EXCLUDED.user_identifier),
                     is_conflict = in_app_purchases.is_conflict OR COALESCE(
                         in_app_purchases.user_identifier <> EXCLUDED.user_identifier, false),
@@ -134,11 +142,16 @@ public final class PostgresReceiptStore: ReceiptStore {
                         WHEN COALESCE(in_app_purchases.user_identifier <> EXCLUDED.user_identifier, false)
                         THEN EXCLUDED.user_identifier ELSE in_app_purchases.conflict_user_identifier END,
                     updated_at = now()
-                WHERE (in_app_purchases.expires_date, in_app_purchases.cancellation_date)
-                          IS DISTINCT FROM (EXCLUDED.expires_date, EXCLUDED.cancellation_date)
+                -- A notification signed before the one that last wrote the row changes nothing: a late
+                -- retry of an old notification must not undo a refund (a validation always writes).
+                WHERE (EXCLUDED.signed_at IS NULL OR in_app_purchases.signed_at IS NULL
+                       OR in_app_purchases.signed_at <= EXCLUDED.signed_at)
+                  AND ((in_app_purchases.expires_date, in_app_purchases.cancellation_date, in_app_purchases.cancellation_reason)
+                          IS DISTINCT FROM (EXCLUDED.expires_date, EXCLUDED.cancellation_date, EXCLUDED.cancellation_reason)
+                   OR in_app_purchases.signed_at IS DISTINCT FROM COALESCE(EXCLUDED.signed_at, in_app_purchases.signed_at)
                    OR (in_app_purchases.user_identifier IS NULL AND EXCLUDED.user_identifier IS NOT NULL)
                    OR COALESCE(in_app_purchases.user_identifier <> EXCLUDED.user_identifier, false)
-                      AND in_app_purchases.conflict_user_identifier IS DISTINCT FROM EXCLUDED.user_identifier
+                      AND in_app_purchases.conflict_user_identifier IS DISTINCT FROM EXCLUDED.user_identifier)
                 """)
         }
         if !attempts.isEmpty {
@@ -261,10 +274,11 @@ private struct ReceiptColumns {
 
 /// The columns of a batch of `in_app_purchases` rows.
 private struct PurchaseColumns {
-    private var columns = ColumnBatch(columns: 15)
+    private var columns = ColumnBatch(columns: 17)
 
     mutating func append(_ record: ValidationRecord) {
         let envelope = record.envelope
+        let signedAt = record.notification?.signedDate.postgresText
         let environment = record.environment ?? envelope.environment ?? "unknown"
         for purchase in record.purchases {
             let values: [String?] = [
@@ -273,6 +287,7 @@ private struct PurchaseColumns {
                 purchase.originalPurchaseDate?.postgresText, purchase.expiresDate?.postgresText,
                 purchase.cancellationDate?.postgresText, purchase.webOrderLineItemID, purchase.isTrialPeriod.postgresText,
                 purchase.isInIntroOfferPeriod.postgresText, envelope.submission.userIdentifier,
+                purchase.cancellationReason.map(String.init), signedAt,
             ]
             columns.append(values)
         }
@@ -295,6 +310,8 @@ private struct PurchaseColumns {
     var isTrialPeriod: String { column(12) }
     var isInIntroOfferPeriod: String { column(13) }
     var userIdentifier: String { column(14) }
+    var cancellationReason: String { column(15) }
+    var signedAt: String { column(16) }
 }
 
 /// The columns of a batch of `validation_attempts` rows: one per call to Apple.

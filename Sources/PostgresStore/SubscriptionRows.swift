@@ -173,6 +173,8 @@ extension SubscriptionRows {
                    original_purchase_date, cancellation_date, web_order_line_item_id, is_trial_period, is_in_intro_offer_period
             FROM in_app_purchases
             WHERE app_id = \(appID) AND user_identifier = \(userIdentifier) AND expires_date IS NULL
+              -- Refunded or revoked (a notification, or Apple's answer, says when): no longer owned.
+              AND cancellation_date IS NULL
             ORDER BY purchase_date DESC NULLS LAST, transaction_id
             LIMIT 1000
             """

@@ -10,7 +10,7 @@ struct Apps: AsyncParsableCommand {
         abstract: "Registers apps and manages their API tokens.",
         subcommands: [
             Add.self, List.self, RotateToken.self, RevokeToken.self, SetSoftphoneCredentials.self, SetServerAPIKey.self,
-            SetValidation.self,
+            SetValidation.self, NotificationURL.self,
         ])
 
     struct Add: AsyncParsableCommand {
@@ -56,6 +56,39 @@ struct Apps: AsyncParsableCommand {
                         + "  server-api-key: \(app.serverAPIKeyID ?? "none")  sandbox: \(app.sandboxPolicy.rawValue)"
                         + "  tokens: \(active.count) active\(prefixes), \(appTokens.count - active.count) revoked")
             }
+        }
+    }
+
+    struct NotificationURL: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "notification-url",
+            abstract: "Issues the URL to give Apple for App Store Server Notifications (V2 or V1) and prints it once.",
+            discussion: """
+                The URL is /apple/notifications/{name}/{token}: the token is random and only its hash is stored, so
+                the URL is printed only here. --rotate issues a new one; the URL Apple was given stops working.
+                """)
+        @Option(help: "The app's name.") var name: String
+        @Option(help: "The public base URL of the ingestion nodes (default: RECEIPTQ_PUBLIC_URL, else http://127.0.0.1:8080).")
+        var baseUrl: String?
+        @Flag(help: "Replace an existing notification URL.") var rotate = false
+
+        func run() async throws {
+            let connection = try appsConnection()
+            defer { connection.close() }
+            let admin = AppAdmin(connection: connection)
+            let app = try admin.requiredApp(named: name)
+            if try admin.hasNotificationURL(appID: app.id), !rotate {
+                throw ValidationError("the app already has a notification URL; pass --rotate to replace it (Apple's stops working)")
+            }
+            let token = try admin.rotateNotificationToken(appID: app.id)
+            let base = baseUrl ?? ProcessInfo.processInfo.environment["RECEIPTQ_PUBLIC_URL"] ?? "http://127.0.0.1:8080"
+            print(Self.url(base: base, name: app.name, token: token))
+        }
+
+        /// The URL for `name` and `token` under `base`.
+        static func url(base: String, name: String, token: String) -> String {
+            let segment = name.addingPercentEncoding(withAllowedCharacters: .urlPathAllowed.subtracting(CharacterSet(charactersIn: "/"))) ?? name
+            return "\(base.hasSuffix("/") ? String(base.dropLast()) : base)/apple/notifications/\(segment)/\(token)"
         }
     }
 

@@ -78,7 +78,9 @@ extension WorkerEngine {
             switch item.plan {
             case .store(let record): record
             // Marking a buried job failed in Postgres is best effort; the dead letter is what counts.
-            case .bury(let failed?): planner.failedRecord(failed)
+            // A notification has no receipt row to mark: its dead letter is the record.
+            case .bury(let failed?) where failed.kind != .notification: planner.failedRecord(failed)
+            case .bury(.some): nil
             case .bury(nil), .retry: nil
             }
         }
@@ -107,6 +109,7 @@ extension WorkerEngine {
                             "app.id": "\(record.envelope.appID.uuidString.lowercased())",
                             "job.outcome": "\(item.plan.outcome.rawValue)", "apple.status": "\(record.appleStatus.map(String.init) ?? "-")",
                         ])
+                    if let notification = record.notification { metrics.notificationStored(type: notification.type) }
                     return (.acknowledge(item.job, result: resource?.encoded()), item.plan.outcome)
                 case .failure(let failure)? where failure.isPermanent:
                     logger.warning("Postgres refused a result", error: failure, metadata: ["job.id": "\(record.envelope.id.uuidString.lowercased())"])

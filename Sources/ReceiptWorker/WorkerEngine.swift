@@ -330,6 +330,9 @@ public final class WorkerEngine: Service, Sendable {
         // A receipt the ingestion node found forged is recorded, never sent to Apple: no circuit,
         // no secret, no app lookup beyond the one the store's foreign key makes.
         if envelope.fraudReason != nil { return decide(token, job, planner.fraud(envelope)) }
+        // A notification is Apple's own statement, checked at the door: nothing to ask Apple, so
+        // neither the circuit nor the app's backend applies.
+        if envelope.kind == .notification { return decide(token, job, planner.notification(envelope, using: &generator)) }
         let permission = gate.permission(now: now())
         if case .deny(let until) = permission {
             return decide(token, job, planner.deferred(envelope, until: until, using: &generator))

@@ -14,6 +14,7 @@ struct WorkerMetrics: Sendable {
     private let verifyReceiptGone: Gauge
     private let verifyReceiptDeprecation: Gauge
     private let verifyReceiptSunset: Gauge
+    private let notificationsStored: [String: Counter]
 
     /// An HTTP status class, or `transport` for a call that got no answer.
     enum StatusClass: String, CaseIterable {
@@ -60,11 +61,18 @@ struct WorkerMetrics: Sendable {
         verifyReceiptGone = Gauge(label: "receiptq_verify_receipt_gone", factory: factory)
         verifyReceiptDeprecation = Gauge(label: "receiptq_verify_receipt_deprecation_timestamp_seconds", factory: factory)
         verifyReceiptSunset = Gauge(label: "receiptq_verify_receipt_sunset_timestamp_seconds", factory: factory)
+        notificationsStored = Dictionary(
+            uniqueKeysWithValues: (NotificationTypes.all + ["other"]).map {
+                ($0, Counter(label: "receiptq_notifications_stored_total", dimensions: [("type", $0)], factory: factory))
+            })
         jobLatency = Dictionary(
             uniqueKeysWithValues: JobKind.allCases.map {
                 ($0, Metrics.Timer(label: "receiptq_job_latency_seconds", dimensions: [("kind", $0.rawValue)], factory: factory))
             })
     }
+
+    /// A notification a worker stored; a type Apple added since is counted as `other`.
+    func notificationStored(type: String) { (notificationsStored[type] ?? notificationsStored["other"])?.increment() }
 
     /// An `auto` app moved to the Server API in this process.
     func backendSwitched() { backendSwitches.increment() }

@@ -62,13 +62,13 @@ public final class RedisIntake: ReceiptIntake {
         local existing = redis.call('GET', KEYS[1])
         if existing then return existing end
         redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
-        redis.call('SET', KEYS[2], ARGV[3], 'EX', ARGV[4])
+        if ARGV[3] ~= '' then redis.call('SET', KEYS[2], ARGV[3], 'EX', ARGV[4]) end
         redis.call('LPUSH', KEYS[3], ARGV[5])
         return ''
         """
 
     public func enqueue(
-        _ envelope: JobEnvelope, pending: ReceiptResource, idempotencyKey: String, wait: Duration
+        _ envelope: JobEnvelope, pending: ReceiptResource?, idempotencyKey: String, wait: Duration
     ) async throws
         -> IntakeResult
     {
@@ -83,7 +83,7 @@ public final class RedisIntake: ReceiptIntake {
             Array("EVAL".utf8), Array(Self.enqueueScript.utf8), Array("3".utf8),
             Array(keys.idempotency(app: envelope.appID.uuidString.lowercased(), receiptSHA256: idempotencyKey).utf8),
             Array(keys.pending(id).utf8), Array(keys.queue(envelope.kind.rawValue).utf8),
-            Array(id.utf8), Array(idempotencyTTLSeconds.utf8), pending.encoded(), Array(pendingTTLSeconds.utf8), envelope.encoded(),
+            Array(id.utf8), Array(idempotencyTTLSeconds.utf8), pending?.encoded() ?? [], Array(pendingTTLSeconds.utf8), envelope.encoded(),
         ]
         let reply: RedisValue
         do {

@@ -43,7 +43,7 @@ public final class RedisWorkQueue: JobQueue {
     ///   - kinds: the queues the worker serves, most urgent first (default: validations, then re-polls).
     ///   - retention: dead-letter caps.
     public init(
-        connection: RedisConnection, keys: RedisKeys, workerID: String, kinds: [JobKind] = [.validate, .repoll],
+        connection: RedisConnection, keys: RedisKeys, workerID: String, kinds: [JobKind] = [.validate, .notification, .repoll],
         retention: DeadLetterRetention = DeadLetterRetention()
     ) {
         self.connection = connection
@@ -67,10 +67,12 @@ public final class RedisWorkQueue: JobQueue {
             untried = Array(order.dropFirst(count))
         } else {
             for (index, queueKey) in queueKeys.enumerated() {
-                // The most urgent queue gets most of the burst, each later one a quarter of what
-                // is left (at least one move): a flood of validations never starves re-polls.
+                // The most urgent queue gets most of the burst, the later ones about a quarter of
+                // what is left, each at least one move: a flood of validations never starves
+                // notifications or re-polls.
                 let left = count - commands.count
-                let share = index == queueKeys.count - 1 ? left : left - Swift.max(1, left / 4)
+                let later = queueKeys.count - 1 - index
+                let share = later == 0 ? left : Swift.max(1, left - later - (left - later) / 4)
                 commands += Array(repeating: move(queueKey), count: Swift.max(0, share))
             }
         }

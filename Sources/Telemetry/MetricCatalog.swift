@@ -1,3 +1,5 @@
+import ReceiptCore
+
 /// The metrics receiptq exports: the Swift side of `ops/prometheus/metrics.yml`, which alerts and
 /// the Grafana dashboard are checked against. A test compares the two, and another compares a live
 /// scrape of every role with this table.
@@ -45,14 +47,16 @@ public enum MetricCatalog {
     public static let backendSwitches = "receiptq_backend_switches_total"
     public static let repollsDue = "receiptq_repolls_due"
     public static let repollsEnqueued = "receiptq_repolls_enqueued_total"
+    public static let notificationsReceived = "receiptq_notifications_received_total"
+    public static let notificationsStored = "receiptq_notifications_stored_total"
     public static let httpRequests = "receiptq_http_requests_total"
     public static let httpRequestDuration = "receiptq_http_request_duration_seconds"
 
     /// Every metric, in `metrics.yml`'s order.
     public static let entries: [Entry] = [
         Entry(
-            queueDepth, .gauge, "Jobs ready in a queue list ({rq}:queue:validate, {rq}:queue:repoll).",
-            labels: ["queue": ["validate", "repoll"]]),
+            queueDepth, .gauge, "Jobs ready in a queue list ({rq}:queue:validate, {rq}:queue:repoll, {rq}:queue:notification).",
+            labels: ["queue": ["validate", "repoll", "notification"]]),
         Entry(retryJobs, .gauge, "Jobs waiting for their backoff in {rq}:retry."),
         Entry(deadJobs, .gauge, "Dead letters in {rq}:dead."),
         Entry(liveWorkers, .gauge, "Worker processes whose heartbeat is alive."),
@@ -67,7 +71,7 @@ public enum MetricCatalog {
             // Apple answers in 100 ms to 2 s; the request timeout is 30 s by default.
             buckets: [0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30]),
         Entry(
-            jobLatency, .histogram, "From enqueue to the settled job.", labels: ["kind": ["validate", "repoll"]],
+            jobLatency, .histogram, "From enqueue to the settled job.", labels: ["kind": ["validate", "repoll", "notification"]],
             // From the synchronous wait (2 s) to a job that retried through an outage of hours.
             buckets: [0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300, 900, 3600, 21_600, 86_400]),
         Entry(circuitState, .gauge, "The Apple outage circuit (0 closed, 1 half-open, 2 open)."),
@@ -84,6 +88,14 @@ public enum MetricCatalog {
             "Apps on the auto backend this process moved to the App Store Server API once verifyReceipt was retired."),
         Entry(repollsDue, .gauge, "Subscriptions whose next poll is due and not yet queued."),
         Entry(repollsEnqueued, .counter, "Re-poll jobs queued by the schedulers."),
+        Entry(
+            notificationsReceived, .counter,
+            "App Store Server Notifications posted to serve, by answer (accepted, duplicate, forged, unauthorized, invalid, not_found, unavailable).",
+            labels: ["result": ["accepted", "duplicate", "forged", "unauthorized", "invalid", "not_found", "unavailable"]]),
+        Entry(
+            notificationsStored, .counter,
+            "Notifications a worker stored (applied, stale or recorded), by Apple's type (other: a type not documented yet).",
+            labels: ["type": NotificationTypes.all + ["other"]]),
         Entry(
             httpRequests, .counter, "HTTP requests answered by serve.",
             labels: ["route": nil, "method": nil, "status": nil]),

@@ -46,7 +46,7 @@ final class StubIntake: ReceiptIntake {
     init(_ mode: Mode) { self.mode = Mutex(mode) }
 
     func enqueue(
-        _ envelope: JobEnvelope, pending: ReceiptResource, idempotencyKey: String, wait: Duration
+        _ envelope: JobEnvelope, pending: ReceiptResource?, idempotencyKey: String, wait: Duration
     ) async throws
         -> IntakeResult
     {
@@ -58,8 +58,7 @@ final class StubIntake: ReceiptIntake {
             return .queued
         case .answered(let status):
             enqueued.withLock { $0.append(envelope) }
-            if pending.isFraud { return .queued }
-            var resource = pending
+            guard var resource = pending, !resource.isFraud else { return .queued }
             resource.validationStatus = status
             resource.appleStatus = status == .valid ? 0 : 21003
             if status != .valid { resource.inAppPurchases = [] }

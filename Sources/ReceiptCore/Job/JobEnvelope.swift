@@ -6,6 +6,9 @@ public enum JobKind: String, Sendable, Codable, CaseIterable {
     case validate
     /// A re-poll of a subscription before it expires.
     case repoll
+    /// An App Store Server Notification (V2 signed, or V1), checked at the door: applied to the
+    /// ledger and subscriptions without a call to Apple.
+    case notification
 }
 
 /// Who put the job on the queue.
@@ -16,6 +19,10 @@ public enum JobOrigin: String, Sendable, Codable {
     case cli
     /// The Cloud Softphone provider web service (`/cloudsoftphone/iap`).
     case softphone
+    /// Apple's App Store Server Notifications endpoint (`/apple/notifications/…`).
+    case apple
+    /// The scheduler's Get Notification History sweep.
+    case history
 }
 
 /// The subscription a `repoll` job asks Apple about, and where its answer is filed.
@@ -129,6 +136,9 @@ public struct JobEnvelope: Sendable, Equatable, Codable {
     /// checked at the door, or from a receipt whose signature was checked at the door (never from
     /// an unverified extraction: an attacker chooses those ids).
     public var transactionID: String?
+    /// For a `notification` job: Apple's `notificationUUID` (V2) or the body's digest (V1), the key
+    /// it is stored under exactly once.
+    public var notificationID: String?
 
     // Explicit keys: the snake_case strategies do not round-trip `appID`/`bundleID`.
     enum CodingKeys: String, CodingKey {
@@ -144,6 +154,7 @@ public struct JobEnvelope: Sendable, Equatable, Codable {
         case replyTo = "reply_to"
         case subscription, source
         case transactionID = "transaction_id"
+        case notificationID = "notification_id"
     }
 
     /// Creates an envelope for a new job.
@@ -223,6 +234,7 @@ public struct JobEnvelope: Sendable, Equatable, Codable {
         writer.member("id", id.uuidString)
         writer.member("kind", kind.rawValue)
         writer.member("last_failed_at", milliseconds: lastFailedAt)
+        writer.member("notification_id", notificationID)
         writer.member("origin", origin.rawValue)
         writer.member("receipt", receipt)
         writer.member("reply_to", replyTo)

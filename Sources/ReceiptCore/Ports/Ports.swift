@@ -158,6 +158,11 @@ public struct ValidationRecord: Sendable, Equatable {
     /// attempts failed with (the attempts table keeps that history). Nil for other statuses means
     /// the envelope's last error code.
     public var errorCode: String?
+    /// For a `notification` job: the notification (its effect is in `purchases` and `subscriptions`).
+    public var notification: AppleNotification?
+    /// The stored receipt a notification's changes are filed under, when the store found one that
+    /// already holds its subscription or purchase (nil: the notification's own row).
+    public var filedUnder: UUID?
 
     /// Creates a record.
     public init(
@@ -262,12 +267,12 @@ public enum IntakeResult: Sendable, Equatable {
 
 /// The Redis side of the ingestion API (async: it runs in Hummingbird's handlers).
 public protocol ReceiptIntake: Sendable {
-    /// Stores the pending resource and queues the job durably, unless `idempotencyKey` was queued
-    /// within the window; returns only once Redis has both, after waiting up to `wait` for the
-    /// worker's answer.
+    /// Stores the pending resource (if any: a notification has none to show) and queues the job
+    /// durably, unless `idempotencyKey` was queued within the window; returns only once Redis has
+    /// both, after waiting up to `wait` for the worker's answer.
     /// - Throws: when Redis did not take the job (nothing is stored: the client may retry).
     func enqueue(
-        _ envelope: JobEnvelope, pending: ReceiptResource, idempotencyKey: String, wait: Duration
+        _ envelope: JobEnvelope, pending: ReceiptResource?, idempotencyKey: String, wait: Duration
     ) async throws
         -> IntakeResult
     /// The pending resource of a job not yet stored in Postgres.
@@ -292,6 +297,14 @@ public protocol ReceiptCatalog: Sendable {
     /// The Cloud Softphone web service credentials registered under `username`, with their app, or
     /// nil (unknown username).
     func softphoneCredentials(username: String) async throws -> SoftphoneCredentials?
+    /// The app whose notification URL is `/apple/notifications/{name}/{token}`, or nil (unknown
+    /// name, no URL issued, or another token).
+    func notificationApp(name: String, token: String) async throws -> AppRecord?
+}
+
+extension ReceiptCatalog {
+    /// Catalogs without notifications (test doubles) know no notification URL.
+    public func notificationApp(name: String, token: String) async throws -> AppRecord? { nil }
 }
 
 /// The scheduler's queue chores (blocking; the scheduler owns one and calls it from its own thread).
@@ -316,9 +329,12 @@ extension ValidationRecord {
     /// Whether this is a re-poll of a subscription (no receipt row of its own).
     public var isRepoll: Bool { envelope.subscription != nil }
 
-    /// The stored receipt this record's purchases and calls are filed under: its own, or for a
-    /// re-poll the receipt it re-sent.
-    public var receiptID: UUID { envelope.subscription?.receiptID ?? envelope.id }
+    /// Whether this applies an App Store Server Notification (nobody waits for its resource).
+    public var isNotification: Bool { notification != nil }
+
+    /// The stored receipt this record's purchases and calls are filed under: its own, for a re-poll
+    /// the receipt it re-sent, for a notification the receipt that already holds its subscription.
+    public var receiptID: UUID { filedUnder ?? envelope.subscription?.receiptID ?? envelope.id }
 }
 
 /// A subscription whose re-poll is due, as the scheduler claims it: what a `repoll` job needs.

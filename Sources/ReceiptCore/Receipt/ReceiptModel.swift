@@ -85,6 +85,9 @@ public struct InAppPurchase: Sendable, Equatable, Codable {
     public var isTrialPeriod: Bool
     /// 1719.
     public var isInIntroOfferPeriod: Bool
+    /// Why it was refunded or revoked: 1 an issue with the app, 0 another reason (verifyReceipt's
+    /// `cancellation_reason`, the Server API's `revocationReason`); nil when not revoked or unsaid.
+    public var cancellationReason: Int?
     /// 1721.
     public var promotionalOfferID: String?
     /// Transaction receipts only (`subscription-group-identifier`); app receipts carry no documented attribute for it.

@@ -61,7 +61,7 @@ extension ServerAPILedger {
             environment: environment, purchases: purchases, subscriptions: states.keys.sorted().compactMap { states[$0] })
     }
 
-    private static func state(status: Int, purchase: InAppPurchase, item: ServerAPIStatusItem, at date: Date) -> SubscriptionState {
+    static func state(status: Int, purchase: InAppPurchase, item: ServerAPIStatusItem, at date: Date) -> SubscriptionState {
         let renewal = item.renewal
         let isUpgraded = item.transaction["isUpgraded"]?.boolValue ?? false
         let mapped: SubscriptionStatus =
@@ -109,6 +109,7 @@ extension InAppPurchase {
             isTrialPeriod: offerType == 1 && (discount == nil || discount == "FREE_TRIAL"),
             isInIntroOfferPeriod: offerType == 1)
         if offerType == 2 { promotionalOfferID = json["offerIdentifier"]?.stringValue }
+        cancellationReason = cancellationDate == nil ? nil : json["revocationReason"]?.intValue
         subscriptionGroupIdentifier = json["subscriptionGroupIdentifier"]?.stringValue
     }
 }

@@ -195,3 +195,12 @@ extension JSONValue {
         return writer.bytes.count
     }
 }
+
+extension JSONValue {
+    /// This value as JSON text (what a `jsonb` column is sent).
+    public var encodedText: String {
+        var writer = JSONWriter()
+        writer.value(self)
+        return String(decoding: writer.bytes, as: UTF8.self)
+    }
+}

@@ -28,6 +28,7 @@ extension InAppPurchase {
             isTrialPeriod: json["is_trial_period"]?.boolValue ?? false,
             isInIntroOfferPeriod: json["is_in_intro_offer_period"]?.boolValue ?? false
         )
+        cancellationReason = cancellationDate == nil ? nil : json["cancellation_reason"]?.intValue
     }
 
     /// This purchase in Apple's `verifyReceipt` JSON shape (iOS 7 style), as the mock App Store answers.

@@ -18,6 +18,10 @@ public enum JobSource: String, Sendable, Codable, CaseIterable {
     case signedTransaction = "signed_transaction"
     /// A bare transaction id: only the Server API can say what it is.
     case transactionID = "transaction_id"
+    /// An App Store Server Notification: `receipt` holds the V2 `signedPayload` (checked at the
+    /// door) or the V1 body without its `password`. A receipt row of this source holds the
+    /// notification's signed transaction (V2) or its latest receipt (V1).
+    case notification
 }
 
 /// An app's In-App Purchase key for the App Store Server API. Secret: the private key never

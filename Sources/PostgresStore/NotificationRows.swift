@@ -1,0 +1,149 @@
+import Foundation
+import Libpq
+import ReceiptCore
+
+/// The `notifications` audit table, and what it decides before a notification's changes are
+/// written: whether it is new (the unique `(app_id, notification_uuid)` is the dedupe, so Apple's
+/// retries and history replays are recorded once and applied once), whether it is older than
+/// what is known (recorded as `stale`; the ledger's and subscriptions' guards keep the newer
+/// state), and which stored receipt its changes are filed under.
+enum NotificationRows {
+    /// The group without the notifications already stored (duplicates), each remaining one filed
+    /// under the receipt that holds its subscription or purchase, with that receipt's user; their
+    /// audit rows are written here, in the same transaction as their changes.
+    static func prepare(_ records: [ValidationRecord], on connection: PostgresConnection) throws -> [ValidationRecord] {
+        let indices = records.indices.filter { records[$0].isNotification }
+        guard !indices.isEmpty else { return records }
+        var records = records
+        let known = try lookUp(indices.map { records[$0] }, on: connection)
+        var audit = ColumnBatch(columns: 16)
+        for (index, found) in zip(indices, known) {
+            guard let notification = records[index].notification else { continue }
+            var record = records[index]
+            let changes = !record.purchases.isEmpty || !record.subscriptions.isEmpty
+            let stale =
+                changes
+                && ((found.subscriptionObservedAt.map { $0 > notification.signedDate } ?? false && !record.subscriptions.isEmpty)
+                    || (found.transactionSignedAt.map { $0 > notification.signedDate } ?? false))
+            let outcome: NotificationOutcome = !changes ? .recorded : stale ? .stale : .applied
+            record.filedUnder = found.receiptID
+            if record.envelope.submission.userIdentifier == nil { record.envelope.submission.userIdentifier = found.userIdentifier }
+            records[index] = record
+            let envelope = record.envelope
+            audit.append([
+                envelope.id.uuidString, envelope.appID.uuidString, notification.uuid, notification.version.rawValue, notification.type,
+                notification.subtype, notification.environment, notification.signedDate.postgresText,
+                record.notificationOriginalTransactionID, envelope.transactionID,
+                notification.transaction?["productId"]?.stringValue ?? record.purchases.first?.productID,
+                // Filed under its own receipts row only when it changes something no stored receipt holds.
+                changes ? (found.receiptID ?? envelope.id).uuidString : nil, outcome.rawValue, notification.display.encodedText,
+                envelope.origin.rawValue, envelope.enqueuedAt.postgresText,
+            ])
+        }
+        // The receipts rows the audit rows point at are written after them: the reference is
+        // deferred to the commit, where both exist.
+        let inserted = Set(
+            try connection.query(
+                """
+                INSERT INTO notifications (id, app_id, notification_uuid, version, notification_type, subtype, environment,
+                    signed_at, original_transaction_id, transaction_id, product_id, receipt_id, outcome, payload, origin, received_at)
+                SELECT u.id, u.app_id, u.uuid, u.version, u.type, u.subtype, u.environment, u.signed_at, u.original_transaction_id,
+                    u.transaction_id, u.product_id, u.receipt_id, u.outcome, u.payload::jsonb, u.origin, u.received_at
+                FROM unnest(\(audit[0])::uuid[], \(audit[1])::uuid[], \(audit[2])::text[], \(audit[3])::text[], \(audit[4])::text[],
+                    \(audit[5])::text[], \(audit[6])::text[], \(audit[7])::timestamptz[], \(audit[8])::text[], \(audit[9])::text[],
+                    \(audit[10])::text[], \(audit[11])::uuid[], \(audit[12])::text[], \(audit[13])::text[], \(audit[14])::text[],
+                    \(audit[15])::timestamptz[])
+                  AS u(id, app_id, uuid, version, type, subtype, environment, signed_at, original_transaction_id, transaction_id,
+                       product_id, receipt_id, outcome, payload, origin, received_at)
+                ON CONFLICT (app_id, notification_uuid) DO NOTHING
+                RETURNING id
+                """
+            ).rows.compactMap { $0.uuid("id") })
+        // A duplicate (or a replay of a job whose commit succeeded) changes nothing.
+        return records.filter { !$0.isNotification || inserted.contains($0.envelope.id) }
+    }
+
+    /// Serializes the notifications of one subscription (or purchase) across committers and worker
+    /// processes, for the rest of the transaction: the second one's look-up then sees what the first
+    /// committed, so "stale" is decided on the newest state, not on a snapshot taken beside it. The
+    /// locks are taken once per batch in one order (by key), so two batches never wait on each other
+    /// in a cycle.
+    static func lock(_ records: [ValidationRecord], on connection: PostgresConnection) throws {
+        let keys = Set(
+            records.compactMap { record -> String? in
+                guard record.isNotification, let original = record.notificationOriginalTransactionID else { return nil }
+                // `|`, not NUL: the keys travel as Postgres text (and a collision only serializes more).
+                return "\(record.envelope.appID)|\(record.environment ?? record.envelope.environment ?? "unknown")|\(original)"
+            })
+        guard !keys.isEmpty else { return }
+        _ = try connection.query(
+            """
+            SELECT pg_advisory_xact_lock(h) FROM (
+                SELECT DISTINCT hashtextextended(k, 0) AS h FROM unnest(\(PostgresArray.literal(keys.sorted()))::text[]) AS k
+                ORDER BY 1) AS ordered
+            """)
+    }
+
+    /// What is stored about each notification's subscription and transaction.
+    private struct Known {
+        var receiptID: UUID?
+        var userIdentifier: String?
+        var subscriptionObservedAt: Date?
+        var transactionSignedAt: Date?
+    }
+
+    /// One statement for the whole group: the subscription row, the oldest ledger row of the same
+    /// original transaction (preferring one with a user), and the transaction's own ledger row.
+    private static func lookUp(_ records: [ValidationRecord], on connection: PostgresConnection) throws -> [Known] {
+        var keys = ColumnBatch(columns: 4)
+        for record in records {
+            keys.append([
+                record.envelope.appID.uuidString, record.environment ?? record.envelope.environment ?? "unknown",
+                record.notificationOriginalTransactionID ?? "", record.envelope.transactionID ?? "",
+            ])
+        }
+        let rows = try connection.query(
+            """
+            SELECT k.i, COALESCE(s.receipt_id, p.receipt_id) AS receipt_id,
+                   COALESCE(s.user_identifier, p.user_identifier) AS user_identifier,
+                   s.observed_at, t.signed_at
+            FROM unnest(\(keys[0])::uuid[], \(keys[1])::text[], \(keys[2])::text[], \(keys[3])::text[])
+                 WITH ORDINALITY AS k(app_id, environment, original_transaction_id, transaction_id, i)
+            LEFT JOIN subscriptions s ON s.app_id = k.app_id AND s.environment = k.environment
+                 AND s.original_transaction_id = k.original_transaction_id
+            LEFT JOIN LATERAL (
+                SELECT receipt_id, user_identifier FROM in_app_purchases p
+                WHERE p.app_id = k.app_id AND p.environment = k.environment AND p.original_transaction_id = k.original_transaction_id
+                ORDER BY p.user_identifier IS NULL, p.id LIMIT 1) p ON true
+            LEFT JOIN in_app_purchases t ON t.environment = k.environment AND t.transaction_id = k.transaction_id
+                 AND t.app_id = k.app_id
+            ORDER BY k.i
+            """
+        ).rows
+        var known = Array(repeating: Known(), count: records.count)
+        for row in rows {
+            guard let ordinal = row.int("i"), (1...records.count).contains(ordinal) else { continue }
+            known[ordinal - 1] = Known(
+                receiptID: row.uuid("receipt_id"), userIdentifier: row.string("user_identifier"),
+                subscriptionObservedAt: row.date("observed_at"), transactionSignedAt: row.date("signed_at"))
+        }
+        return known
+    }
+}
+
+extension ValidationRecord {
+    /// The original transaction a notification is about (its subscription, or its purchase).
+    var notificationOriginalTransactionID: String? {
+        guard let notification else { return nil }
+        return notification.transaction?["originalTransactionId"]?.stringValue ?? subscriptions.first?.state.originalTransactionID
+            ?? purchases.first?.originalTransactionID
+    }
+
+    /// Whether storing this record writes a receipts row of its own: every validation does; a
+    /// re-poll never; a notification only when it changes something no stored receipt holds.
+    var writesReceiptRow: Bool {
+        if isRepoll { return false }
+        guard isNotification else { return true }
+        return filedUnder == nil && (!purchases.isEmpty || !subscriptions.isEmpty)
+    }
+}
