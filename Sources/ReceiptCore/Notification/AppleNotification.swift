@@ -117,6 +117,9 @@ public struct AppleNotification: Sendable, Equatable {
             }
             receipt = fields.isEmpty ? nil : .object(fields)
         }
+        // Apple's current word on the subscription, as a valid answer's would be (older bodies and
+        // some unified receipts carry no `status`).
+        if receipt?["status"] == nil { receipt = receipt?.setting("status", .number(0)) }
         let named = body["environment"]?.stringValue ?? receipt?["environment"]?.stringValue
         return AppleNotification(
             version: .v1, uuid: uuid, type: type, signedDate: receivedAt, environment: named.map(Self.environment),
