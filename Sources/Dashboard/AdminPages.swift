@@ -24,6 +24,8 @@ public struct AdminPages: Sendable {
     let credentials: AdminCredentials
     let sessions: AdminSessions
     let apps: @Sendable () async throws -> [AppRecord]
+    /// The stored App Store Server Notifications (nil: no notifications pages).
+    let notifications: (any NotificationLog)?
     let now: @Sendable () -> Date
     let library: MustacheLibrary
     let stylesheet: [UInt8]
@@ -41,13 +43,15 @@ public struct AdminPages: Sendable {
     ///   - credentials: who may log in.
     ///   - sessions: the session cookies' keeper.
     ///   - apps: the registered apps, for the app filter (an error shows a plain text field instead).
+    ///   - notifications: the stored notifications (Postgres), for their pages and the overview's counts.
     ///   - now: the injected clock.
     /// - Throws: when a template is missing or does not parse (a broken build).
     public init(
         dead: any JobSetStore, retries: any JobSetStore, overview: any QueueOverview, credentials: AdminCredentials,
         sessions: AdminSessions, apps: @escaping @Sendable () async throws -> [AppRecord] = { [] },
-        now: @escaping @Sendable () -> Date = { Date() }
+        notifications: (any NotificationLog)? = nil, now: @escaping @Sendable () -> Date = { Date() }
     ) throws {
+        self.notifications = notifications
         self.dead = dead
         self.retries = retries
         self.overview = overview
@@ -56,7 +60,7 @@ public struct AdminPages: Sendable {
         self.apps = apps
         self.now = now
         var library = MustacheLibrary()
-        for name in ["layout", "login", "overview", "list", "detail"] {
+        for name in ["layout", "login", "overview", "list", "detail", "notifications", "notification"] {
             guard let url = Bundle.module.url(forResource: name, withExtension: "mustache", subdirectory: "Templates") else {
                 throw DashboardError(code: "template_missing", message: "Templates/\(name).mustache is not in the bundle")
             }
@@ -90,6 +94,7 @@ public struct AdminPages: Sendable {
         router.get("/admin") { request, context in
             await page(request, context: context) { session in try await overviewPage(session) }
         }
+        if notifications != nil { addNotificationRoutes(to: router) }
         for kind in JobSetKind.allCases {
             let path = Self.path(kind)
             router.get("/admin/\(path)") { request, context in
@@ -116,12 +121,12 @@ public struct AdminPages: Sendable {
 
     // MARK: Sessions
 
-    private func session(_ request: Request) -> AdminSessions.Session? {
+    func session(_ request: Request) -> AdminSessions.Session? {
         sessions.verify(cookieValue(AdminSessions.cookieName, in: request.headers[.cookie]), now: now())
     }
 
     /// A page for a logged-in operator (else to the login form); Redis errors become a 503 page.
-    private func page<Context: RequestContext>(
+    func page<Context: RequestContext>(
         _ request: Request, context: Context, _ body: (AdminSessions.Session) async throws -> Response
     ) async -> Response {
         guard let session = session(request) else { return redirect("/admin/login") }
@@ -232,7 +237,7 @@ public struct AdminPages: Sendable {
     // MARK: Pages
 
     /// What every page's layout needs: the nav, with the sets' sizes when `counts` are given.
-    private func base(_ session: AdminSessions.Session, counts: (dead: Int, retries: Int)? = nil) -> [String: Any] {
+    func base(_ session: AdminSessions.Session, counts: (dead: Int, retries: Int)? = nil) -> [String: Any] {
         var values: [String: Any] = ["csrf": sessions.csrfToken(for: session), "username": credentials.username]
         if let counts {
             values["dead"] = counts.dead
@@ -250,6 +255,13 @@ public struct AdminPages: Sendable {
         values["asOf"] = Self.utc(at)
         values["queueValidate"] = snapshot.queued[.validate, default: 0]
         values["queueRepoll"] = snapshot.queued[.repoll, default: 0]
+        values["queueNotification"] = snapshot.queued[.notification, default: 0]
+        if notifications != nil {
+            values["hasNotificationLog"] = true
+            let counts = await notificationCounts(since: at.addingTimeInterval(-86_400))
+            values["hasNotificationCounts"] = !counts.isEmpty
+            values["notificationCounts"] = counts
+        }
         values["retries"] = snapshot.retries
         values["dead"] = snapshot.dead
         values["deadAlarm"] = snapshot.dead > 0
@@ -449,7 +461,7 @@ public struct AdminPages: Sendable {
 
     // MARK: Rendering
 
-    private func html(_ status: HTTPResponse.Status, _ template: String, _ values: [String: Any]) -> Response {
+    func html(_ status: HTTPResponse.Status, _ template: String, _ values: [String: Any]) -> Response {
         let text = library.render(values, withTemplate: template) ?? "template \(template) missing"
         var response = Response(
             status: status, headers: [.contentType: "text/html; charset=utf-8"], body: .init(byteBuffer: ByteBuffer(string: text)))

@@ -92,6 +92,19 @@ struct NotificationTests {
         #expect(ledger.date("cancellation_date") != nil)
         #expect(ledger.int("cancellation_reason") == 1)
         #expect(ledger.string("user_identifier") == "refund-user")
+        // Operators see it: the overview counts it, the list shows it, the detail decodes it.
+        let browser = DashboardPagesTests.Browser(system)
+        _ = try await browser.logIn()
+        let overview = try await browser.get("/admin")
+        #expect(overview.text.contains("notification-counts") && overview.text.contains("?type=REFUND"))
+        let list = try await browser.get("/admin/notifications?app_id=\(system.app.id.uuidString.lowercased())&type=REFUND")
+        #expect(list.status == 200)
+        let rowID = try #require(list.text.range(of: #"id="row-"#).map { String(list.text[$0.upperBound...].prefix(36)) })
+        let detail = try await browser.get("/admin/notifications/\(rowID)")
+        #expect(detail.status == 200)
+        #expect(detail.text.contains("revocationReason") && detail.text.contains(id))
+        #expect(try await browser.get("/admin/notifications?type=not%20a%20type").status == 422)
+        #expect(try await browser.get("/admin/notifications/\(UUID().uuidString)").status == 404)
         // The purchase stays filed under the receipt it came with: no new receipt row.
         #expect(try await connection.query("SELECT count(*) AS n FROM receipts WHERE app_id = \(system.app.id)").rows.first?.int("n") == 1)
     }
