@@ -25,7 +25,10 @@ extension ReceiptIngestion {
     /// transaction and renewal info, each Apple's; bundle id, app Apple id and environment the app's.
     /// V1 (`notification_type`, `password`, …): the password compared in constant time with the
     /// app's shared secret, then dropped: the queued body never holds it.
-    public func ingest(notification body: JSONValue, app: AppRecord, logger: Logger) async -> NotificationOutcome {
+    /// - Parameter origin: `apple` (the endpoint) or `history` (the scheduler's recovery sweep).
+    public func ingest(
+        notification body: JSONValue, app: AppRecord, origin: JobOrigin = .apple, logger: Logger
+    ) async -> NotificationOutcome {
         let at = now()
         var envelope: JobEnvelope
         if body["signedPayload"] != nil {
@@ -41,7 +44,7 @@ extension ReceiptIngestion {
             case .failure(let failure): return .forged(reason: failure.reason)
             }
             envelope = JobEnvelope(
-                id: JobID.make(at: at), kind: .notification, appID: app.id, enqueuedAt: at, origin: .apple, receipt: jws,
+                id: JobID.make(at: at), kind: .notification, appID: app.id, enqueuedAt: at, origin: origin, receipt: jws,
                 bundleID: notification.bundleID, environment: notification.environment?.lowercased())
             envelope.notificationID = notification.notificationUUID
         } else if body["notification_type"] != nil {
@@ -56,7 +59,7 @@ extension ReceiptIngestion {
             let text = JSONValue.object(fields).encodedText
             if let bundleID = fields["bid"]?.stringValue, !app.owns(bundleID: bundleID) { return .forged(reason: "bundle_id_mismatch") }
             envelope = JobEnvelope(
-                id: JobID.make(at: at), kind: .notification, appID: app.id, enqueuedAt: at, origin: .apple, receipt: text,
+                id: JobID.make(at: at), kind: .notification, appID: app.id, enqueuedAt: at, origin: origin, receipt: text,
                 bundleID: fields["bid"]?.stringValue,
                 environment: (fields["environment"]?.stringValue).map { $0.lowercased().hasPrefix("prod") ? "production" : "sandbox" })
             // V1 has no UUID: Apple's retries repeat the body, so its digest names it.

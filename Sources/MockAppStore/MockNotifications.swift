@@ -77,6 +77,10 @@ public final class MockNotificationCenter: Sendable {
         var body: [UInt8]
         /// Whether the endpoint answered 2xx to one of its posts.
         public var delivered: Bool
+        /// Each post: when, and Apple's `sendAttemptResult` (`SUCCESS`, `NO_RESPONSE`, `UNSUCCESSFUL_HTTP_RESPONSE_CODE`, …).
+        public var attempts: [(date: Date, result: String)] = []
+
+        public static func == (lhs: Sent, rhs: Sent) -> Bool { lhs.uuid == rhs.uuid && lhs.delivered == rhs.delivered }
     }
 
     private struct Storage {
@@ -185,7 +189,15 @@ public final class MockNotificationCenter: Sendable {
             var delay = target.retryDelaySeconds
             for attempt in 0...max(0, target.retries) {
                 storage.withLock { $0.posts += 1 }
-                if let response = try? await client.send(request), (200..<300).contains(response.status) {
+                let response = try? await client.send(request)
+                let result =
+                    switch response?.status {
+                    case nil: "NO_RESPONSE"
+                    case (200..<300)?: "SUCCESS"
+                    default: "UNSUCCESSFUL_HTTP_RESPONSE_CODE"
+                    }
+                storage.withLock { $0.sent[index].attempts.append((Date(), result)) }
+                if result == "SUCCESS" {
                     storage.withLock { $0.sent[index].delivered = true }
                     break
                 }

@@ -46,6 +46,9 @@ public struct AppConfiguration: Sendable, CustomStringConvertible {
     public var repollRatePerSecond: Double
     /// Subscriptions per scheduler claim (`REPOLL_BATCH_SIZE`).
     public var repollBatchSize: Int
+    /// How often the scheduler recovers missed notifications from Apple's Get Notification History
+    /// (`NOTIFICATION_HISTORY_INTERVAL_SECONDS`, default 900; it also sweeps on start).
+    public var notificationHistoryInterval: Duration
     public var api: IngestAPI.Configuration
     /// The Cloud Softphone web service (`SOFTPHONE_NONCE_SECRET`, `SOFTPHONE_NONCE_LIFETIME_SECONDS`).
     public var softphone: SoftphoneService.Configuration
@@ -168,6 +171,7 @@ public struct AppConfiguration: Sendable, CustomStringConvertible {
             jitter: try double("REPOLL_JITTER", 0.25, range: 0...1))
         repollRatePerSecond = try double("REPOLL_RATE_PER_SECOND", 50, range: 0.01...100_000)
         repollBatchSize = try int("REPOLL_BATCH_SIZE", 500, range: 1...10_000)
+        notificationHistoryInterval = .seconds(try int("NOTIFICATION_HISTORY_INTERVAL_SECONDS", 900, range: 10...86_400))
         api = IngestAPI.Configuration(
             syncWait: .milliseconds(try int("API_SYNC_WAIT_MS", 2000, range: 0...60_000)),
             maxBodyBytes: try int("API_MAX_BODY_BYTES", 1 << 20, range: 1024...(64 << 20)),

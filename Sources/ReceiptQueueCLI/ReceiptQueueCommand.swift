@@ -78,12 +78,18 @@ struct Work: AsyncParsableCommand {
 }
 
 struct Schedule: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Runs the scheduler: retry promotion, the janitor and subscription re-polls.")
+    static let configuration = CommandConfiguration(
+        abstract: "Runs the scheduler: retry promotion, the janitor, subscription re-polls and the notification history sweep.")
 
     func run() async throws {
         let (configuration, logger) = try bootstrap(label: "schedule")
-        let scheduler = ReceiptQueueApp.makeScheduler(configuration, metrics: metrics, logger: logger)
-        try await ReceiptQueueApp.run(withMetricsServer([scheduler], configuration, logger: logger), logger: logger)
+        var services: [any Service] = [ReceiptQueueApp.makeScheduler(configuration, metrics: metrics, logger: logger)]
+        if let history = try ReceiptQueueApp.makeNotificationSweep(configuration, logger: logger) {
+            services.append(history.sweep)
+        } else {
+            logger.info("Notification history is not swept: it needs RECEIPTQ_TRUST_ROOTS_DIR and RECEIPTQ_SECRETS_KEY")
+        }
+        try await ReceiptQueueApp.run(withMetricsServer(services, configuration, logger: logger), logger: logger)
     }
 }
 

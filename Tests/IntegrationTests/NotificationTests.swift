@@ -1,9 +1,12 @@
 import Curl
 import Foundation
 import Libpq
+import Logging
 import MockAppStore
 import PostgresStore
 import ReceiptCore
+import ReceiptQueueApp
+import ReceiptScheduler
 import ReceiptSignature
 import ReceiptTesting
 import Testing
@@ -258,5 +261,55 @@ struct NotificationTests {
         #expect(
             try await connection.query("SELECT count(*) AS n FROM in_app_purchases WHERE original_transaction_id = \(original)").rows.first?.int("n")
                 == 2)
+    }
+
+    @Test("The endpoint down while Apple sent five notifications: the history sweep recovers each once, and a second sweep adds nothing")
+    func historyRecovery() async throws {
+        let system = try await TestSystem.start()
+        defer { Task { await system.stop() } }
+        _ = try subscribe(system)
+        let subscription = try await purchase(system, user: "history-user", product: "com.example.monthly", days: 30)
+        let lifetime = try await purchase(system, user: "history-user")
+        // Apple cannot reach receiptq (and gives up at once here): nothing arrives.
+        system.mock.state.notifications.setTarget(
+            .init(url: "http://127.0.0.1:\(try freeLoopbackPort())/down", retries: 0), bundleID: system.app.bundleID)
+        let center = system.mock.state.notifications
+        try center.event(type: "DID_RENEW", transactionID: subscription, environment: .sandbox)
+        try center.event(type: "DID_FAIL_TO_RENEW", subtype: "GRACE_PERIOD", transactionID: subscription, environment: .sandbox)
+        try center.event(type: "EXPIRED", subtype: "BILLING_RETRY", transactionID: subscription, environment: .sandbox)
+        try center.event(type: "REFUND", transactionID: lifetime, environment: .sandbox)
+        try center.notify(type: "TEST", transaction: nil, bundleID: system.app.bundleID, environment: .sandbox)
+        #expect(try await system.eventually { center.sent.allSatisfy { !$0.attempts.isEmpty } })
+        #expect(center.sent.allSatisfy { !$0.delivered })
+        #expect(try auditRows(system).isEmpty)
+
+        var logger = Logger(label: "history-test")
+        logger.logLevel = .warning
+        let history = try #require(
+            try ReceiptQueueApp.makeNotificationSweep(system.configuration, onlyApps: [system.app.id], logger: logger))
+        defer { history.shutdown() }
+        let report = await history.sweep.sweep()
+        #expect(report.accepted == 5)
+        #expect(report.interrupted == 0)
+        #expect(try await system.eventually { try auditRows(system).count == 5 })
+        let types = Set(try auditRows(system).map { $0.string("notification_type") ?? "" })
+        #expect(types == ["DID_RENEW", "DID_FAIL_TO_RENEW", "EXPIRED", "REFUND", "TEST"])
+        let entitlements = try await entitlements(system, user: "history-user")
+        #expect(entitlements?["subscriptions"]?.arrayValue?.first?["status"]?.stringValue == "expired")
+        #expect(entitlements?["purchases"]?.arrayValue?.isEmpty == true)
+        // The Server API was asked with the app's key, through its rate bucket; the cursor moved on.
+        #expect(system.mock.state.serverAPI.calls("sandbox notification_history") >= 1)
+        let connection = try system.postgres()
+        defer { connection.close() }
+        let cursor = try #require(
+            try await connection.query(
+                "SELECT window_end, pagination_token FROM notification_history_cursors WHERE app_id = \(system.app.id) AND environment = 'sandbox'"
+            ).rows.first)
+        #expect(cursor.string("pagination_token") == nil)
+        // Again (the windows overlap): every notification is known, nothing new is stored.
+        let again = await history.sweep.sweep()
+        #expect(again.accepted == 5)
+        try await Task.sleep(for: .milliseconds(500))
+        #expect(try auditRows(system).count == 5)
     }
 }

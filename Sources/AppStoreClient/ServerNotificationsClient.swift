@@ -1,0 +1,111 @@
+import Curl
+import Foundation
+import ReceiptCore
+
+/// The App Store Server API's notification endpoints, with the app's key: Get Notification
+/// History (the scheduler's recovery sweep), Request a Test Notification and Get Test
+/// Notification Status (`receiptq notifications test`).
+///
+/// Unlike ``ServerAPIClient`` these calls are few (a page per app every sweep, a test now and then),
+/// so they go through the async client, one at a time per caller. Nothing returned is trusted
+/// here: each `signedPayload` goes to the endpoint's rule, which checks its signatures.
+public final class ServerNotificationsClient: NotificationHistorySource, Sendable {
+    /// Why a call did not give an answer (bounded code; no body, no key).
+    public struct Failure: Error, Sendable, Equatable, CustomStringConvertible {
+        /// `http_401`, `apple_4040008`, `transport`, `malformed_answer`, `no_key`, …
+        public var code: String
+        public var description: String { "ServerNotificationsClient.Failure(\(code))" }
+    }
+
+    /// What Apple says of a test notification.
+    public struct TestStatus: Sendable, Equatable {
+        /// The notification as sent.
+        public var signedPayload: String?
+        /// Each attempt to reach the app's URL: when, and the result (`SUCCESS`, `NO_RESPONSE`, …).
+        public var attempts: [Attempt]
+
+        public struct Attempt: Sendable, Equatable {
+            public var date: Date
+            public var result: String
+        }
+    }
+
+    private let configuration: ServerAPIClient.Configuration
+    private let client: HTTPClient
+    private let tokens: ServerAPITokenIssuer
+
+    /// Creates the client.
+    public init(configuration: ServerAPIClient.Configuration, tokens: ServerAPITokenIssuer = ServerAPITokenIssuer()) throws {
+        self.configuration = configuration
+        self.tokens = tokens
+        var options = CurlOptions()
+        options.connectTimeout = configuration.connectTimeout
+        options.requestTimeout = configuration.requestTimeout
+        options.caInfo = configuration.caInfo
+        options.maxResponseBytes = 8 << 20
+        self.client = try HTTPClient(options: options, lanes: 2)
+    }
+
+    public func page(
+        app: AppRecord, environment: AppStoreEnvironment, start: Date, end: Date, paginationToken: String?
+    ) async throws -> NotificationHistoryPage {
+        let body = JSONValue.object(["startDate": .number(Self.ms(start)), "endDate": .number(Self.ms(end))])
+        let query = paginationToken.map { "?paginationToken=\($0.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? "")" } ?? ""
+        let answer = try await call("POST", "/inApps/v1/notifications/history\(query)", app: app, environment: environment, body: body)
+        guard let items = answer["notificationHistory"]?.arrayValue else { throw Failure(code: "malformed_answer") }
+        return NotificationHistoryPage(
+            signedPayloads: items.compactMap { $0["signedPayload"]?.stringValue }, paginationToken: answer["paginationToken"]?.stringValue,
+            hasMore: answer["hasMore"]?.boolValue ?? false)
+    }
+
+    /// Asks Apple to send the app a TEST notification.
+    /// - Returns: the `testNotificationToken` to ask about it.
+    public func requestTest(app: AppRecord, environment: AppStoreEnvironment) async throws -> String {
+        let answer = try await call("POST", "/inApps/v1/notifications/test", app: app, environment: environment, body: .object([:]))
+        guard let token = answer["testNotificationToken"]?.stringValue else { throw Failure(code: "malformed_answer") }
+        return token
+    }
+
+    /// What became of a test notification.
+    public func testStatus(app: AppRecord, environment: AppStoreEnvironment, token: String) async throws -> TestStatus {
+        let path = "/inApps/v1/notifications/test/\(token.addingPercentEncoding(withAllowedCharacters: .alphanumerics.union(["-"])) ?? "")"
+        let answer = try await call("GET", path, app: app, environment: environment, body: nil)
+        let attempts = (answer["sendAttempts"]?.arrayValue ?? []).compactMap { item -> TestStatus.Attempt? in
+            guard let ms = item["attemptDate"]?.stringValue.flatMap(Double.init), let result = item["sendAttemptResult"]?.stringValue else {
+                return nil
+            }
+            return TestStatus.Attempt(date: Date(timeIntervalSince1970: ms / 1000), result: result)
+        }
+        return TestStatus(signedPayload: answer["signedPayload"]?.stringValue, attempts: attempts)
+    }
+
+    private func call(
+        _ method: String, _ path: String, app: AppRecord, environment: AppStoreEnvironment, body: JSONValue?
+    ) async throws -> JSONValue {
+        guard let key = app.serverAPIKey else { throw Failure(code: "no_key") }
+        let token: String
+        do {
+            token = try tokens.token(for: key, bundleID: app.bundleID)
+        } catch {
+            throw Failure(code: "server_api_key_unusable")
+        }
+        let base = environment == .production ? configuration.productionURL : configuration.sandboxURL
+        var headers: [(name: String, value: String)] = [("Authorization", "Bearer \(token)"), ("Accept", "application/json")]
+        if body != nil { headers.append(("Content-Type", "application/json")) }
+        let response: Curl.HTTPResponse
+        do {
+            response = try await client.send(
+                Curl.HTTPRequest(method: method, url: base + path, headers: headers, body: body.map { Array($0.encodedText.utf8) } ?? []))
+        } catch {
+            throw Failure(code: "transport")
+        }
+        let json = try? JSONValue.parse(response.body)
+        guard (200..<300).contains(response.status) else {
+            throw Failure(code: json?["errorCode"]?.intValue.map { "apple_\($0)" } ?? "http_\(response.status)")
+        }
+        guard let json, json.objectValue != nil else { throw Failure(code: "malformed_answer") }
+        return json
+    }
+
+    private static func ms(_ date: Date) -> Double { (date.timeIntervalSince1970 * 1000).rounded() }
+}
