@@ -15,6 +15,10 @@ public struct DemoSetup: Sendable {
     public var requestFile: URL
     /// A JSON request body holding a StoreKit 2 signed transaction (`POST /client/transactions`).
     public var transactionFile: URL
+    /// The app's App Store Server Notifications path (`/apple/notifications/demo/{token}`), new each start.
+    public var notificationPath: String
+    /// The demo receipt's non-consumable, for the refund the demo prints.
+    public var refundableTransactionID: String?
 }
 
 extension ReceiptQueueApp {
@@ -98,6 +102,10 @@ extension ReceiptQueueApp {
         try JSONEncoder().encode(
             JSONValue.object(["signed_transaction": .string(signed.jws), "user_identifier": .string("demo-user-2")])
         ).write(to: transactionFile)
-        return DemoSetup(app: app, token: token, requestFile: file, transactionFile: transactionFile)
+        let notificationToken = try admin.rotateNotificationToken(appID: app.id)
+        return DemoSetup(
+            app: app, token: token, requestFile: file, transactionFile: transactionFile,
+            notificationPath: "/apple/notifications/\(app.name)/\(notificationToken)",
+            refundableTransactionID: try ReceiptDecoder.decode(bytes: receipt).inApp.first { $0.expiresDate == nil }?.transactionID)
     }
 }

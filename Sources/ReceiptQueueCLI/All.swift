@@ -50,9 +50,15 @@ struct All: AsyncParsableCommand {
         services.append(ReceiptQueueApp.makeScheduler(configuration, metrics: metrics, logger: logger))
         if let history = try ReceiptQueueApp.makeNotificationSweep(configuration, logger: logger) { services.append(history.sweep) }
         let running = configuration
+        let demoMock = mock
         services.append(
             try ReceiptQueueApp.makeAPI(configuration, metrics: metrics, logger: logger) { port in
-                if let setup { printDemo(setup, host: running.httpHost, port: port, configuration: running) }
+                if let setup {
+                    // The mock App Store sends the demo app's notifications to this API, as Apple would to its URL.
+                    demoMock?.notifications.setTarget(
+                        .init(url: "http://\(running.httpHost):\(port)\(setup.notificationPath)"), bundleID: setup.app.bundleID)
+                    printDemo(setup, host: running.httpHost, port: port, configuration: running)
+                }
             })
         try await ReceiptQueueApp.run(withMetricsServer(services, configuration, logger: logger), logger: logger)
     }
@@ -84,6 +90,14 @@ struct All: AsyncParsableCommand {
                 What the demo user is entitled to now (its monthly subscription, re-polled before it expires, and a non-consumable):
 
                     curl -sS 'http://\(host):\(port)/client/subscriptions?user_identifier=demo-user-1' -H "Authorization: Bearer $RQ_TOKEN"
+
+                App Store Server Notifications: the mock App Store posts the demo app's to http://\(host):\(port)\(setup.notificationPath)
+                (in production, `receiptq apps notification-url --name NAME` issues the URL to give Apple). Refund the demo's
+                non-consumable at "Apple" (sent three times, as Apple's retries would), then list the entitlements again: it is gone.
+
+                    curl -sS -X POST http://127.0.0.1:\(configuration.mockAppStorePort)/mock/notifications/events -H 'Content-Type: application/json' -d '{"environment":"Sandbox","transaction_id":"\(setup.refundableTransactionID ?? "")","type":"REFUND","copies":3}'
+
+                The dashboard lists each notification once: http://\(host):\(port)/admin/notifications
 
                 And see the row in Postgres:
 

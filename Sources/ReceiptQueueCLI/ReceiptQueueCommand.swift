@@ -15,7 +15,7 @@ struct ReceiptQueueCommand: AsyncParsableCommand {
         abstract: "Validates App Store receipts asynchronously and durably.",
         subcommands: [
             All.self, Serve.self, Work.self, Schedule.self, Migrate.self, Apps.self, DeadLetterCommand.self, MockAppStoreCommand.self,
-            Forge.self, ReceiptCommand.self,
+            Forge.self, ReceiptCommand.self, NotificationsCommand.self,
         ])
 }
 
