@@ -69,14 +69,24 @@ public struct MockAppleJWSAuthority: Sendable {
     }
 
     /// Signs `payload` as Apple does: compact JWS, header `{"alg":"ES256","x5c":[leaf, intermediate, root]}`.
+    ///
+    /// Written with ``JSONWriter`` (keys sorted): the mock signs every Server API answer and
+    /// notification, and `JSONEncoder` cost more than the signature.
     public func sign(_ payload: JSONValue) throws -> String {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-        let header = JSONValue.object([
-            "alg": .string("ES256"),
-            "x5c": .array([leaf, intermediate, root].map { .string(Data($0.der).base64EncodedString()) }),
-        ])
-        let input = "\(Base64URL.encode(Array(try encoder.encode(header)))).\(Base64URL.encode(Array(try encoder.encode(payload))))"
+        var writer = JSONWriter()
+        writer.value(payload)
+        let input = "\(headerSegment).\(Base64URL.encode(writer.bytes))"
         return "\(input).\(Base64URL.encode(try ES256.sign(Array(input.utf8), key: leafKey)))"
+    }
+
+    /// The encoded header, the same for every JWS of this chain.
+    private var headerSegment: String {
+        var writer = JSONWriter()
+        writer.value(
+            .object([
+                "alg": .string("ES256"),
+                "x5c": .array([leaf, intermediate, root].map { .string(Data($0.der).base64EncodedString()) }),
+            ]))
+        return Base64URL.encode(writer.bytes)
     }
 }

@@ -312,4 +312,41 @@ struct NotificationTests {
         try await Task.sleep(for: .milliseconds(500))
         #expect(try auditRows(system).count == 5)
     }
+
+    @Test("Redis down: the endpoint answers 503 (so Apple retries), nothing is stored; once Redis is back Apple's retry is applied once")
+    func redisDown() async throws {
+        let redis = try ThrowawayRedis()
+        defer { redis.destroy() }
+        let system = try await TestSystem.start(environment: ["REDIS_PORT": String(redis.port), "REDIS_CONNECT_TIMEOUT_MS": "300"])
+        defer { Task { await system.stop() } }
+        let path = try subscribe(system, retries: 0)
+        let id = try await purchase(system, user: "outage-user")
+        try redis.shutdown()
+        system.mock.state.notifications.setTarget(
+            .init(
+                url: "http://127.0.0.1:\(system.apiPort)\(path)", password: system.app.sharedSecret, retries: 20, retryDelaySeconds: 0.25),
+            bundleID: system.app.bundleID)
+        try system.mock.state.notifications.event(type: "REFUND", transactionID: id, environment: .sandbox)
+        // Apple is told 503 while Redis is down: every attempt so far failed, none was a 4xx.
+        #expect(try await system.eventually { (system.mock.state.notifications.sent.first?.attempts.count ?? 0) >= 2 })
+        let failed = system.mock.state.notifications.sent.first?.attempts ?? []
+        #expect(failed.allSatisfy { $0.result == "UNSUCCESSFUL_HTTP_RESPONSE_CODE" })
+        #expect(try auditRows(system).isEmpty)
+        let test = try TestSystem.sharedJWSAuthority.get().sign(
+            .object([
+                "notificationType": .string("TEST"), "notificationUUID": .string(UUID().uuidString),
+                "signedDate": .number((Date().timeIntervalSince1970 * 1000).rounded()),
+                "data": .object(["bundleId": .string(system.app.bundleID), "environment": .string("Sandbox")]),
+            ]))
+        let direct = try await system.client.send(
+            .init(
+                method: "POST", url: "http://127.0.0.1:\(system.apiPort)\(path)", headers: [("Content-Type", "application/json")],
+                body: Array(JSONValue.object(["signedPayload": .string(test)]).encodedText.utf8)))
+        #expect(direct.status == 503)
+        #expect(direct.header("Retry-After") != nil)
+        try redis.start()
+        #expect(try await system.eventually(timeout: .seconds(30)) { system.mock.state.notifications.sent.first?.delivered == true })
+        #expect(try await system.eventually { try auditRows(system).count == 1 })
+        #expect(try await entitlements(system, user: "outage-user")?["purchases"]?.arrayValue?.isEmpty == true)
+    }
 }
