@@ -2,7 +2,9 @@ import Curl
 import Foundation
 import Hiredis
 import IngestAPI
+import Libpq
 import MockAppStore
+import PostgresStore
 import ReceiptCore
 import ReceiptQueueApp
 import ReceiptTesting
@@ -113,6 +115,10 @@ struct InputHygieneTests {
         let json = (name: "Content-Type", value: "application/json")
         let form = (name: "Content-Type", value: "application/x-www-form-urlencoded")
         var answered: [Int: Int] = [:]
+        let connection = try system.postgres()
+        let notificationToken = try AppAdmin(connection: connection).rotateNotificationToken(appID: system.app.id)
+        connection.close()
+        let notificationPath = "/apple/notifications/\(system.app.name)/\(notificationToken)"
 
         func check(_ status: Int, storable: Bool, _ what: @autoclosure () -> String) {
             answered[status, default: 0] += 1
@@ -167,6 +173,22 @@ struct InputHygieneTests {
             check(
                 try await send(system, "POST", SoftphoneService.path, headers: [json], body: softJSON).status, storable: storable,
                 "softphone json \(hostileText.debugDescription)")
+
+            // Apple's notification endpoint: the hostile string in the path, in a V2 or a V1 body.
+            check(
+                try await send(system, "POST", "/apple/notifications/\(query)/\(notificationToken)", headers: [json], body: Array("{}".utf8))
+                    .status, storable: false, "notification path \(query)")
+            let notificationBodies: [[UInt8]] = [
+                Array(#"{"signedPayload":"#.utf8) + hostile + [0x7D],
+                Array(#"{"notification_type":"#.utf8) + hostile + Array(#","password":"integration-secret"}"#.utf8),
+                Array(#"{"notification_type":"CANCEL","password":"integration-secret","unified_receipt":{"k":"#.utf8) + hostile + Array("}}".utf8),
+            ]
+            // A V2 body is never Apple's here (never a 2xx); a V1 one with the app's password is,
+            // when the string can be stored.
+            let pick = Int.random(in: 0..<notificationBodies.count, using: &generator)
+            check(
+                try await send(system, "POST", notificationPath, headers: [json], body: notificationBodies[pick]).status,
+                storable: pick > 0 && storable, "notification body \(pick) \(hostileText.debugDescription)")
 
             // The admin API and the dashboard's forms.
             let admin = (name: "Authorization", value: Self.adminBasic)

@@ -205,6 +205,29 @@ struct LogSecretsTests {
         #expect(try await run.post("/client/transactions", json: #"{"signed_transaction":"\#(forgedJWS)"}"#, token: appA.token).0 == 402)
         idsA += transactionIDs
 
+        // App Store Server Notifications: the URL's token is a secret; a V2 notification (its payload is
+        // purchase data), a V1 one carrying the shared secret and a receipt, one with a wrong password.
+        let issued = try await run.command(["apps", "notification-url", "--name", appA.name, "--base-url", "http://127.0.0.1:\(run.port)"])
+        #expect(issued.status == 0, "apps notification-url")
+        let notificationPath = String(
+            issued.output.trimmingCharacters(in: .whitespacesAndNewlines).dropFirst("http://127.0.0.1:\(run.port)".count))
+        run.secrets["the notification URL's token"] = String(notificationPath.split(separator: "/").last ?? "")
+        let signedNotification = try authority.sign(
+            .object([
+                "notificationType": .string("TEST"), "notificationUUID": .string(UUID().uuidString),
+                "signedDate": .number((Date().timeIntervalSince1970 * 1000).rounded()),
+                "data": .object(["bundleId": .string(run.forgedBundleA), "environment": .string("Sandbox")]),
+            ]))
+        run.receipts["a signed notification"] = signedNotification
+        #expect(try await run.post(notificationPath, json: #"{"signedPayload":"\#(signedNotification)"}"#, token: "none").0 == 200)
+        let (latestReceipt, _) = try run.forge(bundleID: run.forgedBundleA, name: "v1-notification")
+        let v1 =
+            #"{"notification_type":"DID_RENEW","password":"\#(run.secretA)","bid":"\#(run.forgedBundleA)","unified_receipt":{"status":0,"latest_receipt":"\#(latestReceipt)","latest_receipt_info":[]}}"#
+        #expect(try await run.post(notificationPath, json: v1, token: "none").0 == 200)
+        let wrongV1 = #"{"notification_type":"DID_RENEW","password":"wrong-\#(run.secretA)"}"#
+        run.secrets["a wrong V1 notification password"] = "wrong-\(run.secretA)"
+        #expect(try await run.post(notificationPath, json: wrongV1, token: "none").0 == 401)
+
         // Everything settles: A's receipts and B's retried ones are valid.
         #expect(try await run.get("/client/subscriptions?user_identifier=user-revenuecat-sandboxReceipt", token: appA.token).0 == 200)
         for (ids, token) in [(idsA, appA.token), (idsB, appB.token)] {
