@@ -1,0 +1,90 @@
+import Foundation
+import Hiredis
+import Libpq
+import MockAppStore
+import ReceiptCore
+import ReceiptQueueApp
+import ReceiptSignature
+import ReceiptTesting
+import RedisJobQueue
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A worker process killed with SIGKILL while it applies notifications: the janitor gives its jobs
+/// back, and every notification ends applied exactly once.
+@Suite("Notifications: kill -9 of a worker mid-batch", .enabled(if: TestEnvironment.integrationEnabled), .serialized)
+struct NotificationCrashTests {
+    @Test("2,000 notifications, the worker killed mid-batch, a janitor pass: each stored and applied once, nothing dead")
+    func killNineMidBatch() async throws {
+        let jobs = 2000
+        let fixture = try await WorkerProcessFixture(
+            jobs: 0, appleDelay: .zero,
+            worker: ["WORKER_CONCURRENCY": "16", "WORKER_HEARTBEAT_TTL_SECONDS": "2", "WORKER_SHUTDOWN_TIMEOUT_SECONDS": "10"])
+        defer { Task { await fixture.close() } }
+        let authority = try MockAppleJWSAuthority.generate()
+        let now = (Date().timeIntervalSince1970 * 1000).rounded()
+        let ids = Int.random(in: 1...9_000_000) * 1_000_000
+        for batch in stride(from: 0, to: jobs, by: 250) {
+            let commands = try (batch..<min(batch + 250, jobs)).map { index -> [[UInt8]] in
+                let transaction = try authority.sign(
+                    .object([
+                        "transactionId": .string(String(ids + index)), "originalTransactionId": .string(String(ids + index)),
+                        "bundleId": .string(fixture.app.bundleID), "productId": .string("com.example.lifetime"), "purchaseDate": .number(now - 1000),
+                        "type": .string("Non-Consumable"), "environment": .string("Production"), "revocationDate": .number(now),
+                        "revocationReason": .number(1),
+                    ]))
+                var envelope = JobEnvelope(
+                    id: JobID.make(), kind: .notification, appID: fixture.app.id, enqueuedAt: Date(), origin: .apple,
+                    receipt: try authority.sign(
+                        .object([
+                            "notificationType": .string("REFUND"), "notificationUUID": .string(UUID().uuidString.lowercased()),
+                            "signedDate": .number(now), "data": .object(["signedTransactionInfo": .string(transaction), "environment": .string("Production")]),
+                        ])), bundleID: fixture.app.bundleID, environment: "production")
+                envelope.notificationID = "crash-\(index)"
+                return [Array("LPUSH".utf8), Array(fixture.keys.queue("notification").utf8), envelope.encoded()]
+            }
+            _ = try fixture.redis.pipeline(bytes: commands)
+        }
+        func stored() throws -> Int {
+            try fixture.pg.query("SELECT count(*) AS n FROM notifications WHERE app_id = \(fixture.app.id)").rows.first?.int("n") ?? -1
+        }
+
+        let first = try fixture.startWorker()
+        let killDeadline = ContinuousClock.now + .seconds(60)
+        while try stored() < jobs / 10, ContinuousClock.now < killDeadline { try await Task.sleep(for: .milliseconds(10)) }
+        kill(first.processIdentifier, SIGKILL)
+        first.waitUntilExit()
+        let storedAtKill = try stored()
+        #expect(storedAtKill >= jobs / 10 && storedAtKill < jobs, "killed mid-run (\(storedAtKill) stored)")
+        #expect(try fixture.inProcessing() > 0, "jobs were in hand when the worker died")
+
+        let second = try fixture.startWorker()
+        let maintenance = RedisMaintenance(
+            connection: try RedisConnection(configuration: try AppConfiguration(environment: fixture.environment).redis), keys: fixture.keys)
+        let deadline = ContinuousClock.now + .seconds(120)
+        while try stored() < jobs, ContinuousClock.now < deadline {
+            _ = try maintenance.requeueOrphans()
+            try await Task.sleep(for: .milliseconds(200))
+        }
+        try await Task.sleep(for: .milliseconds(500))
+        #expect(try stored() == jobs, "each notification stored once")
+        let ledger = try #require(
+            try await fixture.pg.query(
+                """
+                SELECT count(*) AS n, count(cancellation_date) AS refunded, count(DISTINCT receipt_id) AS receipts
+                FROM in_app_purchases WHERE app_id = \(fixture.app.id)
+                """
+            ).rows.first)
+        #expect(ledger.int("n") == jobs && ledger.int("refunded") == jobs, "each refund applied")
+        #expect(ledger.int("receipts") == jobs, "one receipt row per purchase no receipt had brought")
+        #expect(try fixture.redis.send(["ZCARD", fixture.keys.dead]).int == 0)
+        #expect(try fixture.redis.send(["LLEN", fixture.keys.queue("notification")]).int == 0)
+        #expect(try fixture.inProcessing() == 0)
+        kill(second.processIdentifier, SIGTERM)
+        second.waitUntilExit()
+        #expect(second.terminationReason == .exit && second.terminationStatus == 0)
+    }
+}
