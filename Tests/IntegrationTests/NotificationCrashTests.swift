@@ -41,7 +41,8 @@ struct NotificationCrashTests {
                     receipt: try authority.sign(
                         .object([
                             "notificationType": .string("REFUND"), "notificationUUID": .string(UUID().uuidString.lowercased()),
-                            "signedDate": .number(now), "data": .object(["signedTransactionInfo": .string(transaction), "environment": .string("Production")]),
+                            "signedDate": .number(now),
+                            "data": .object(["signedTransactionInfo": .string(transaction), "environment": .string("Production")]),
                         ])), bundleID: fixture.app.bundleID, environment: "production")
                 envelope.notificationID = "crash-\(index)"
                 return [Array("LPUSH".utf8), Array(fixture.keys.queue("notification").utf8), envelope.encoded()]

@@ -8,6 +8,7 @@ enum BenchRows {
             PipelineRow.self,
             IngestRow.self,
             SchedulerRow.self,
+            NotificationsRow.self,
             PipelineScaleRow.self,
         ]
     }

@@ -233,6 +233,8 @@ enum IngestRow: BenchRow {
         let postmaster: Int32?
         let keys: RedisKeys
         let prefix: String
+        /// The queue whose jobs a run's 2xx answers must all be in.
+        var queueKind: JobKind = .validate
     }
 
     struct Snapshot {
@@ -261,7 +263,7 @@ enum IngestRow: BenchRow {
     }
 
     static func measure(_ wrk: WrkCommand, seconds: Double, context: RunContext) throws -> [String: Any] {
-        let queue = context.keys.queue(JobKind.validate.rawValue)
+        let queue = context.keys.queue(context.queueKind.rawValue)
         let before = try Snapshot(context)
         let report = try wrk.run(seconds: seconds)
         let after = try Snapshot(context)

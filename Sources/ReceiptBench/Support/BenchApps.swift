@@ -11,6 +11,7 @@ enum BenchApps {
                 _ = try db.query("DELETE FROM validation_attempts WHERE receipt_id IN (SELECT id FROM receipts WHERE app_id = \(app))")
                 _ = try db.query("DELETE FROM subscriptions WHERE app_id = \(app)")
                 _ = try db.query("DELETE FROM in_app_purchases WHERE app_id = \(app)")
+                _ = try db.query("DELETE FROM notifications WHERE app_id = \(app)")
                 _ = try db.query("DELETE FROM receipts WHERE app_id = \(app)")
                 _ = try db.query("DELETE FROM api_tokens WHERE app_id = \(app)")
                 _ = try db.query("DELETE FROM apps WHERE id = \(app)")
