@@ -34,13 +34,7 @@ extension MockServerAPI {
                         page.map { sent in
                             .object([
                                 "signedPayload": .string(sent.signedPayload),
-                                "sendAttempts": .array(
-                                    sent.attempts.map {
-                                        .object([
-                                            "attemptDate": .number(($0.date.timeIntervalSince1970 * 1000).rounded()),
-                                            "sendAttemptResult": .string($0.result),
-                                        ])
-                                    }),
+                                "sendAttempts": attempts(sent),
                             ])
                         }),
                     "hasMore": .bool(next < matching.count),
@@ -62,16 +56,20 @@ extension MockServerAPI {
                 else { return error(404, 4_040_008) }
                 return json([
                     "signedPayload": .string(sent.signedPayload),
-                    "sendAttempts": .array(
-                        sent.attempts.map {
-                            .object([
-                                "attemptDate": .number(($0.date.timeIntervalSince1970 * 1000).rounded()),
-                                "sendAttemptResult": .string($0.result),
-                            ])
-                        }),
+                    "sendAttempts": attempts(sent),
                 ])
             }
         }
+    }
+
+    /// Apple's `sendAttempts`: each post of a notification, when and how it went.
+    private static func attempts(_ sent: MockNotificationCenter.Sent) -> JSONValue {
+        .array(
+            sent.attempts.map {
+                .object([
+                    "attemptDate": .number(($0.date.timeIntervalSince1970 * 1000).rounded()), "sendAttemptResult": .string($0.result),
+                ])
+            })
     }
 
     /// Counts the call and checks the JWT as every Server API route does; then `body`.
