@@ -156,7 +156,11 @@ public struct AppAdmin {
     public func rotateNotificationToken(appID: UUID) throws -> String {
         let token = Digest.hex(SecureRandom.bytes(24))
         _ = try connection.query(
-            "UPDATE apps SET notification_token_sha256 = \(Digest.sha256(Array(token.utf8))), updated_at = now() WHERE id = \(appID)")
+            """
+            UPDATE apps SET notification_token_sha256 = \(Digest.sha256(Array(token.utf8))), notification_token_issued_at = now(),
+                updated_at = now()
+            WHERE id = \(appID)
+            """)
         return token
     }
 

@@ -58,4 +58,18 @@ public final class PostgresNotificationHistoryCursors: NotificationHistoryCursor
                 """)
         }
     }
+
+    public func silentApps(since: Date) async throws -> Int {
+        let only = onlyApps.map { PostgresArray.literal($0.map(\.uuidString)) }
+        return try await pool.withConnection { connection in
+            try connection.query(
+                """
+                SELECT count(*) AS n FROM apps
+                WHERE notification_token_sha256 IS NOT NULL AND notification_token_issued_at < \(since)
+                  AND (\(only)::uuid[] IS NULL OR apps.id = ANY(\(only)::uuid[]))
+                  AND NOT EXISTS (SELECT 1 FROM notifications n WHERE n.app_id = apps.id AND n.created_at >= \(since))
+                """
+            ).rows.first?.int("n") ?? 0
+        }
+    }
 }

@@ -12,6 +12,7 @@ import ReceiptScheduler
 import ReceiptSignature
 import RedisJobQueue
 import ServiceLifecycle
+import Telemetry
 
 extension ReceiptQueueApp {
     /// The scheduler's recovery of missed notifications from Apple's Get Notification History,
@@ -19,7 +20,8 @@ extension ReceiptQueueApp {
     /// roots or `RECEIPTQ_SECRETS_KEY` (nothing could be checked, or no key opened).
     /// - Parameter onlyApps: sweep only these apps (nil: all).
     public static func makeNotificationSweep(
-        _ configuration: AppConfiguration, onlyApps: [UUID]? = nil, now: @escaping @Sendable () -> Date = { Date() }, logger: Logger
+        _ configuration: AppConfiguration, onlyApps: [UUID]? = nil, now: @escaping @Sendable () -> Date = { Date() },
+        metrics: PrometheusExporter = PrometheusExporter(), logger: Logger
     ) throws -> (sweep: NotificationHistorySweep, shutdown: @Sendable () -> Void)? {
         guard let roots = try? trustStore(configuration), let secretsKey = configuration.secretsKey else { return nil }
         let postgresPool = PostgresConnectionPool(configuration: configuration.postgres, size: 2, logger: logger)
@@ -47,7 +49,8 @@ extension ReceiptQueueApp {
                     return .refused
                 }
             },
-            throttle: { app, environment in await throttle.wait(app: app, environment: environment, now: now()) }, now: now, logger: logger)
+            throttle: { app, environment in await throttle.wait(app: app, environment: environment, now: now()) }, now: now,
+            metrics: metrics, logger: logger)
         return (sweep, { intake.shutdown() })
     }
 }

@@ -84,7 +84,7 @@ struct Schedule: AsyncParsableCommand {
     func run() async throws {
         let (configuration, logger) = try bootstrap(label: "schedule")
         var services: [any Service] = [ReceiptQueueApp.makeScheduler(configuration, metrics: metrics, logger: logger)]
-        if let history = try ReceiptQueueApp.makeNotificationSweep(configuration, logger: logger) {
+        if let history = try ReceiptQueueApp.makeNotificationSweep(configuration, metrics: metrics, logger: logger) {
             services.append(history.sweep)
         } else {
             logger.info("Notification history is not swept: it needs RECEIPTQ_TRUST_ROOTS_DIR and RECEIPTQ_SECRETS_KEY")

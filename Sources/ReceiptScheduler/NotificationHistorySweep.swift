@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import Metrics
 import ReceiptCore
 import ServiceLifecycle
 
@@ -66,6 +67,8 @@ public final class NotificationHistorySweep: Service, Sendable {
     let throttle: @Sendable (AppRecord, AppStoreEnvironment) async -> Void
     let now: @Sendable () -> Date
     let logger: Logger
+    /// `receiptq_notification_apps_silent`: apps with a notification URL and no notification for a day.
+    let silent: Gauge
 
     /// Creates the sweep.
     /// - Parameters:
@@ -78,8 +81,9 @@ public final class NotificationHistorySweep: Service, Sendable {
         configuration: Configuration = Configuration(), source: any NotificationHistorySource, cursors: any NotificationHistoryCursors,
         accept: @escaping @Sendable (String, AppRecord) async -> Acceptance,
         throttle: @escaping @Sendable (AppRecord, AppStoreEnvironment) async -> Void = { _, _ in },
-        now: @escaping @Sendable () -> Date = { Date() }, logger: Logger
+        now: @escaping @Sendable () -> Date = { Date() }, metrics: any MetricsFactory = MetricsSystem.factory, logger: Logger
     ) {
+        self.silent = Gauge(label: "receiptq_notification_apps_silent", factory: metrics)
         self.configuration = configuration
         self.source = source
         self.cursors = cursors
@@ -121,6 +125,8 @@ public final class NotificationHistorySweep: Service, Sendable {
                 await sweep(app, environment, into: &report)
             }
         }
+        // After the sweep: what it recovered counts as heard of.
+        if let count = try? await cursors.silentApps(since: now().addingTimeInterval(-86_400)) { silent.record(count) }
         return report
     }
 

@@ -49,6 +49,7 @@ public enum MetricCatalog {
     public static let repollsEnqueued = "receiptq_repolls_enqueued_total"
     public static let notificationsReceived = "receiptq_notifications_received_total"
     public static let notificationsStored = "receiptq_notifications_stored_total"
+    public static let notificationAppsSilent = "receiptq_notification_apps_silent"
     public static let httpRequests = "receiptq_http_requests_total"
     public static let httpRequestDuration = "receiptq_http_request_duration_seconds"
 
@@ -92,6 +93,9 @@ public enum MetricCatalog {
             notificationsReceived, .counter,
             "App Store Server Notifications posted to serve, by answer (accepted, duplicate, forged, unauthorized, invalid, not_found, unavailable).",
             labels: ["result": ["accepted", "duplicate", "forged", "unauthorized", "invalid", "not_found", "unavailable"]]),
+        Entry(
+            notificationAppsSilent, .gauge,
+            "Apps with a notification URL issued over a day ago that have stored no notification in the last day (schedule, every history sweep)."),
         Entry(
             notificationsStored, .counter,
             "Notifications a worker stored (applied, stale or recorded), by Apple's type (other: a type not documented yet).",

@@ -283,6 +283,14 @@ struct NotificationTests {
         #expect(center.sent.allSatisfy { !$0.delivered })
         #expect(try auditRows(system).isEmpty)
 
+        // An app whose URL is two days old and that heard nothing: silent (the alert's gauge).
+        let silentCheck = try system.postgres()
+        defer { silentCheck.close() }
+        _ = try await silentCheck.query(
+            "UPDATE apps SET notification_token_issued_at = now() - interval '2 days' WHERE id = \(system.app.id)")
+        let cursors = PostgresNotificationHistoryCursors(
+            pool: PostgresConnectionPool(configuration: system.configuration.postgres, size: 1), secrets: nil, onlyApps: [system.app.id])
+        #expect(try await cursors.silentApps(since: Date().addingTimeInterval(-86_400)) == 1)
         var logger = Logger(label: "history-test")
         logger.logLevel = .warning
         let history = try #require(
@@ -306,6 +314,7 @@ struct NotificationTests {
                 "SELECT window_end, pagination_token FROM notification_history_cursors WHERE app_id = \(system.app.id) AND environment = 'sandbox'"
             ).rows.first)
         #expect(cursor.string("pagination_token") == nil)
+        #expect(try await cursors.silentApps(since: Date().addingTimeInterval(-86_400)) == 0)
         // Again (the windows overlap): every notification is known, nothing new is stored.
         let again = await history.sweep.sweep()
         #expect(again.accepted == 5)

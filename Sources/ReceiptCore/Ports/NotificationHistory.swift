@@ -46,4 +46,7 @@ public protocol NotificationHistoryCursors: Sendable {
     func sweptApps() async throws -> [AppRecord]
     func cursor(appID: UUID, environment: AppStoreEnvironment) async throws -> NotificationHistoryCursor?
     func save(_ cursor: NotificationHistoryCursor, appID: UUID, environment: AppStoreEnvironment) async throws
+    /// How many apps had their notification URL issued before `since` and have stored no
+    /// notification since (all apps, with a key or not).
+    func silentApps(since: Date) async throws -> Int
 }
