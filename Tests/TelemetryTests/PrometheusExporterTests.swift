@@ -51,10 +51,31 @@ struct MetricsContract {
     init(yaml: String) {
         var current: String?
         var inLabels = false
+        // `help: >-` folds the lines below it; a label's `[` may open a list spanning lines.
+        var foldingHelp = false
+        var openList: (label: String, values: [String])?
         for line in yaml.split(separator: "\n", omittingEmptySubsequences: true) where !line.hasPrefix("#") {
             let indent = line.prefix { $0 == " " }.count
             let text = line.trimmingCharacters(in: .whitespaces)
             func value(after key: String) -> String { String(text.dropFirst(key.count)).trimmingCharacters(in: .whitespaces) }
+            func items(_ list: String) -> [String] {
+                list.trimmingCharacters(in: CharacterSet(charactersIn: "[]")).split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
+                    .filter { !$0.isEmpty }
+            }
+            if let list = openList, let name = current {
+                if text == "]" {
+                    labels[name]![list.label] = .some(list.values)
+                    openList = nil
+                } else {
+                    openList?.values += items(text)
+                }
+                continue
+            }
+            if foldingHelp, indent == 6, let name = current {
+                help[name] = (help[name].map { $0.isEmpty ? "" : $0 + " " } ?? "") + text
+                continue
+            }
+            foldingHelp = false
             switch indent {
             case 2:
                 let name = String(text.dropLast())
@@ -64,17 +85,19 @@ struct MetricsContract {
             case 4 where current != nil:
                 let name = current!
                 if text.hasPrefix("type:") { types[name] = value(after: "type:") }
-                if text.hasPrefix("help:") { help[name] = value(after: "help:") }
+                if text.hasPrefix("help:") {
+                    help[name] = value(after: "help:") == ">-" ? "" : value(after: "help:")
+                    foldingHelp = value(after: "help:") == ">-"
+                }
                 inLabels = text == "labels:"
                 if inLabels { labels[name] = [:] }
             case 6 where inLabels && current != nil:
                 let parts = text.split(separator: ":", maxSplits: 1).map { $0.trimmingCharacters(in: .whitespaces) }
-                let values: [String]? =
-                    parts[1] == "null"
-                    ? nil
-                    : parts[1].trimmingCharacters(in: CharacterSet(charactersIn: "[]")).split(separator: ",").map {
-                        $0.trimmingCharacters(in: .whitespaces)
-                    }
+                if parts[1] == "[" {
+                    openList = (parts[0], [])
+                    continue
+                }
+                let values: [String]? = parts[1] == "null" ? nil : items(parts[1])
                 labels[current!]![parts[0]] = .some(values)
             default:
                 break
