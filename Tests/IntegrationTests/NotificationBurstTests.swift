@@ -13,16 +13,17 @@ import Testing
 /// elsewhere, so that here Postgres's is) and applied by the workers: the end state is exactly that
 /// of the ordered stream, each notification stored once. Queued straight into Redis: ten thousand
 /// HTTP requests through the debug build's JWS checks took the two cores from the other suites.
-@Suite("Notifications: a shuffled burst with duplicates", .enabled(if: TestEnvironment.integrationEnabled), .serialized)
-struct NotificationBurstTests {
-    static let subscriptions = 200
-    static let steps = 40
-    static let duplicates = 2000
+/// In the crash-recovery suite's serialized run: the heavy process tests must not overlap, or the
+/// two cores starve the timing bounds of the suites beside them.
+extension CrashRecoveryTests {
+    static let burstSubscriptions = 200
+    static let burstSteps = 40
+    static let burstDuplicates = 2000
 
     /// What step `step` of a subscription says, and the status Apple gives with it.
-    static func kind(subscription: Int, step: Int) -> (type: String, subtype: String?, status: Int, autoRenew: Int) {
+    static func burstKind(subscription: Int, step: Int) -> (type: String, subtype: String?, status: Int, autoRenew: Int) {
         // The last step differs by subscription, so the end states differ too.
-        switch (step == steps - 1 ? subscription : step) % 5 {
+        switch (step == burstSteps - 1 ? subscription : step) % 5 {
         case 0: ("DID_RENEW", nil, 1, 1)
         case 1: ("DID_FAIL_TO_RENEW", "GRACE_PERIOD", 4, 1)
         case 2: ("DID_CHANGE_RENEWAL_STATUS", "AUTO_RENEW_DISABLED", 1, 0)
@@ -38,17 +39,17 @@ struct NotificationBurstTests {
         let connection = try system.postgres()
         defer { connection.close() }
         let authority = try TestSystem.sharedJWSAuthority.get()
-        let base = (Date().timeIntervalSince1970 * 1000).rounded() - 86_400_000 * Double(Self.steps)
+        let base = (Date().timeIntervalSince1970 * 1000).rounded() - 86_400_000 * Double(Self.burstSteps)
         let day = 86_400_000.0
         // Apple's transaction ids are unique across apps, and so is the ledger's key: a fresh range per run.
         let ids = Int.random(in: 1...9_000_000) * 1_000_000
         var renewals: [String: String] = [:]
         var bodies: [(uuid: String, jws: String)] = []
-        bodies.reserveCapacity(Self.subscriptions * Self.steps)
-        for subscription in 0..<Self.subscriptions {
+        bodies.reserveCapacity(Self.burstSubscriptions * Self.burstSteps)
+        for subscription in 0..<Self.burstSubscriptions {
             let original = String(ids + subscription * 1000)
-            for step in 0..<Self.steps {
-                let kind = Self.kind(subscription: subscription, step: step)
+            for step in 0..<Self.burstSteps {
+                let kind = Self.burstKind(subscription: subscription, step: step)
                 var transaction: [String: JSONValue] = [
                     "transactionId": .string(String(ids + subscription * 1000 + step + 1)), "originalTransactionId": .string(original),
                     "bundleId": .string(system.app.bundleID), "productId": .string("com.example.monthly"),
@@ -85,7 +86,7 @@ struct NotificationBurstTests {
             }
         }
         var jobs = bodies
-        for _ in 0..<Self.duplicates { jobs.append(bodies.randomElement()!) }
+        for _ in 0..<Self.burstDuplicates { jobs.append(bodies.randomElement()!) }
         jobs.shuffle()
         let redis = try system.redis()
         defer { redis.close() }
@@ -101,13 +102,13 @@ struct NotificationBurstTests {
         }
         let stored = try await system.eventually(timeout: .seconds(180)) {
             try await connection.query("SELECT count(*) AS n FROM notifications WHERE app_id = \(system.app.id)").rows.first?.int("n")
-                == Self.subscriptions * Self.steps
+                == Self.burstSubscriptions * Self.burstSteps
         }
         #expect(stored, "every notification stored")
         try await Task.sleep(for: .milliseconds(500))
         #expect(
             try await connection.query("SELECT count(*) AS n FROM notifications WHERE app_id = \(system.app.id)").rows.first?.int("n")
-                == Self.subscriptions * Self.steps, "and each once")
+                == Self.burstSubscriptions * Self.burstSteps, "and each once")
 
         // The ordered stream's end: each subscription as its last notification says.
         let rows = try await connection.query(
@@ -116,12 +117,12 @@ struct NotificationBurstTests {
             FROM subscriptions WHERE app_id = \(system.app.id)
             """
         ).rows
-        #expect(rows.count == Self.subscriptions)
+        #expect(rows.count == Self.burstSubscriptions)
         var mismatches: [String] = []
         for row in rows {
             guard let original = row.string("original_transaction_id"), let number = Int(original) else { continue }
             let subscription = (number - ids) / 1000
-            let last = Self.kind(subscription: subscription, step: Self.steps - 1)
+            let last = Self.burstKind(subscription: subscription, step: Self.burstSteps - 1)
             let expected: String =
                 switch last.status {
                 case 1: "active"
@@ -129,7 +130,7 @@ struct NotificationBurstTests {
                 case 4: "grace"
                 default: "revoked"
                 }
-            let latest = String(ids + subscription * 1000 + Self.steps)
+            let latest = String(ids + subscription * 1000 + Self.burstSteps)
             if row.string("state") != expected || row.string("latest_transaction_id") != latest
                 || row.bool("auto_renew_status") != (last.autoRenew == 1)
             {
@@ -145,11 +146,11 @@ struct NotificationBurstTests {
                 FROM in_app_purchases WHERE app_id = \(system.app.id)
                 """
             ).rows.first)
-        #expect(ledger.int("n") == Self.subscriptions * Self.steps)
-        let refunds = (0..<Self.subscriptions).reduce(0) { total, subscription in
-            total + (0..<Self.steps).filter { Self.kind(subscription: subscription, step: $0).type == "REFUND" }.count
+        #expect(ledger.int("n") == Self.burstSubscriptions * Self.burstSteps)
+        let refunds = (0..<Self.burstSubscriptions).reduce(0) { total, subscription in
+            total + (0..<Self.burstSteps).filter { Self.burstKind(subscription: subscription, step: $0).type == "REFUND" }.count
         }
         #expect(ledger.int("refunded") == refunds)
-        #expect(ledger.int("receipts") == Self.subscriptions)
+        #expect(ledger.int("receipts") == Self.burstSubscriptions)
     }
 }

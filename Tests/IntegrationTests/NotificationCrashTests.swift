@@ -15,10 +15,10 @@ import Glibc
 
 /// A worker process killed with SIGKILL while it applies notifications: the janitor gives its jobs
 /// back, and every notification ends applied exactly once.
-@Suite("Notifications: kill -9 of a worker mid-batch", .enabled(if: TestEnvironment.integrationEnabled), .serialized)
-struct NotificationCrashTests {
+/// In the crash-recovery suite, so that two worker processes under test never share the cores.
+extension CrashRecoveryTests {
     @Test("2,000 notifications, the worker killed mid-batch, a janitor pass: each stored and applied once, nothing dead")
-    func killNineMidBatch() async throws {
+    func killNineMidBatchNotifications() async throws {
         let jobs = 2000
         let fixture = try await WorkerProcessFixture(
             jobs: 0, appleDelay: .zero,
