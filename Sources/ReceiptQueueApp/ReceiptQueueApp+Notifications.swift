@@ -49,7 +49,7 @@ extension ReceiptQueueApp {
                     return .refused
                 }
             },
-            throttle: { app, environment in await throttle.wait(app: app, environment: environment, now: now()) }, now: now,
+            throttle: { app, environment in await throttle.wait(app: app, environment: environment, now: now) }, now: now,
             metrics: metrics, logger: logger)
         return (sweep, { intake.shutdown() })
     }
@@ -69,10 +69,26 @@ final class HistoryThrottle: @unchecked Sendable {
         self.logger = logger
     }
 
-    /// Returns once a call may go (at once if Redis cannot be asked: the sweep is slow anyway, and
-    /// Apple's own 429 still protects the app).
-    func wait(app: AppRecord, environment: AppStoreEnvironment, now: Date) async {
-        let slot: ServerAPISlot = await withCheckedContinuation { continuation in
+    /// Returns once a call may go: at once, or at the slot the bucket booked for it; with the
+    /// bucket full (or the app paused after a 429) it waits and asks again, like a worker's call.
+    /// Should Redis not answer it goes at once: the sweep is slow anyway, and Apple's own 429
+    /// still protects the app.
+    func wait(app: AppRecord, environment: AppStoreEnvironment, now: @escaping @Sendable () -> Date) async {
+        while !Task.isCancelled {
+            let at = now()
+            switch await reserve(app: app, environment: environment, now: at) {
+            case .now: return
+            case .booked(let slot):
+                try? await Task.sleep(for: .milliseconds(max(0, Int(slot.timeIntervalSince(at) * 1000))))
+                return
+            case .later(let retry):
+                try? await Task.sleep(for: .milliseconds(max(1, Int(retry.timeIntervalSince(at) * 1000))))
+            }
+        }
+    }
+
+    private func reserve(app: AppRecord, environment: AppStoreEnvironment, now: Date) async -> ServerAPISlot {
+        await withCheckedContinuation { continuation in
             queue.async {
                 do {
                     if self.limiter == nil {
@@ -88,11 +104,6 @@ final class HistoryThrottle: @unchecked Sendable {
                     continuation.resume(returning: .now)
                 }
             }
-        }
-        switch slot {
-        case .now: return
-        case .booked(let at), .later(let at):
-            try? await Task.sleep(for: .milliseconds(max(0, Int(at.timeIntervalSince(now) * 1000))))
         }
     }
 }
