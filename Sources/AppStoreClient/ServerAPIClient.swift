@@ -36,6 +36,17 @@ public final class ServerAPIClient: Sendable {
         /// The most history pages one attempt follows (Apple returns 20 transactions a page).
         public var maxHistoryPages: Int
 
+        /// The transfer options every Server API call uses (TLS verification stays on).
+        var curlOptions: CurlOptions {
+            var options = CurlOptions()
+            options.connectTimeout = connectTimeout
+            options.requestTimeout = requestTimeout
+            options.caInfo = caInfo
+            // A history page of 20 signed transactions is ~100 KB; 1000 pages never fit one body anyway.
+            options.maxResponseBytes = 8 << 20
+            return options
+        }
+
         /// Apple's real endpoints.
         public static let apple = Configuration(
             productionURL: "https://api.storekit.itunes.apple.com", sandboxURL: "https://api.storekit-sandbox.itunes.apple.com")
@@ -89,14 +100,8 @@ public final class ServerAPIClient: Sendable {
         self.tokens = tokens
         self.verifyPayload = verifyPayload
         self.now = now
-        var options = CurlOptions()
-        options.connectTimeout = configuration.connectTimeout
-        options.requestTimeout = configuration.requestTimeout
-        options.caInfo = configuration.caInfo
-        // A history page of 20 signed transactions is ~100 KB; 1000 pages never fit one body anyway.
-        options.maxResponseBytes = 8 << 20
         self.engine = try CurlMulti(
-            options: options, maxConcurrent: configuration.maxConcurrent, maxHostConnections: configuration.maxConcurrent)
+            options: configuration.curlOptions, maxConcurrent: configuration.maxConcurrent, maxHostConnections: configuration.maxConcurrent)
     }
 
     /// Runs `query` and calls `completion` exactly once, on any thread.

@@ -38,12 +38,7 @@ public final class ServerNotificationsClient: NotificationHistorySource, Sendabl
     public init(configuration: ServerAPIClient.Configuration, tokens: ServerAPITokenIssuer = ServerAPITokenIssuer()) throws {
         self.configuration = configuration
         self.tokens = tokens
-        var options = CurlOptions()
-        options.connectTimeout = configuration.connectTimeout
-        options.requestTimeout = configuration.requestTimeout
-        options.caInfo = configuration.caInfo
-        options.maxResponseBytes = 8 << 20
-        self.client = try HTTPClient(options: options, lanes: 2)
+        self.client = try HTTPClient(options: configuration.curlOptions, lanes: 2)
     }
 
     public func page(

@@ -64,7 +64,7 @@ public final class MockNotificationCenter: Sendable {
     }
 
     /// One notification the mock sent (or holds).
-    public struct Sent: Sendable, Equatable {
+    public struct Sent: Sendable {
         public var uuid: String
         public var bundleID: String
         public var environment: AppStoreEnvironment
@@ -79,8 +79,6 @@ public final class MockNotificationCenter: Sendable {
         public var delivered: Bool
         /// Each post: when, and Apple's `sendAttemptResult` (`SUCCESS`, `NO_RESPONSE`, `UNSUCCESSFUL_HTTP_RESPONSE_CODE`, …).
         public var attempts: [(date: Date, result: String)] = []
-
-        public static func == (lhs: Sent, rhs: Sent) -> Bool { lhs.uuid == rhs.uuid && lhs.delivered == rhs.delivered }
     }
 
     private struct Storage {
