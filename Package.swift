@@ -85,6 +85,11 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
         .target(
+            name: "WebhookClient",
+            dependencies: ["ReceiptCore", "Curl", "OpenSSL"],
+            swiftSettings: swiftSettings
+        ),
+        .target(
             name: "ReceiptSignature",
             dependencies: ["ReceiptCore", "OpenSSL"],
             swiftSettings: swiftSettings
@@ -172,7 +177,7 @@ let package = Package(
             name: "ReceiptQueueApp",
             dependencies: [
                 "ReceiptCore", "Hiredis", "Libpq", "Curl", "OpenSSL",
-                "RedisJobQueue", "PostgresStore", "AppStoreClient", "ReceiptSignature",
+                "RedisJobQueue", "PostgresStore", "AppStoreClient", "ReceiptSignature", "WebhookClient",
                 "ReceiptWorker", "ReceiptScheduler", "IngestAPI", "Dashboard", "MockAppStore", "Telemetry",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "Metrics", package: "swift-metrics"),
@@ -186,7 +191,7 @@ let package = Package(
             name: "ReceiptQueueCLI",
             dependencies: [
                 "ReceiptQueueApp", "ReceiptCore", "Libpq", "PostgresStore", "MockAppStore", "ReceiptSignature", "OpenSSL", "Curl", "Telemetry",
-                "AppStoreClient",
+                "AppStoreClient", "WebhookClient",
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
@@ -239,7 +244,8 @@ let package = Package(
         .testTarget(
             name: "IntegrationTests",
             dependencies: [
-                "ReceiptQueueApp", "ReceiptTesting", "MockAppStore", "Curl", "AppStoreClient", "Hiredis", "Libpq", "PostgresStore", "RedisJobQueue",
+                "ReceiptQueueApp", "ReceiptTesting", "MockAppStore", "Curl", "AppStoreClient", "WebhookClient", "Hiredis", "Libpq", "PostgresStore",
+                "RedisJobQueue",
                 "ReceiptSignature", "ReceiptCore", "IngestAPI", "OpenSSL", "Telemetry",
                 // Router.routes, for the OpenAPI test's route-by-route comparison.
                 .product(name: "Hummingbird", package: "hummingbird"),

@@ -41,4 +41,10 @@ static inline CURLMcode ccurl_multi_setopt_long(CURLM *_Nonnull multi, CURLMopti
     return curl_multi_setopt(multi, option, value);
 }
 
+// curl_easy_setopt is variadic; Swift cannot import it. For CURLOPT_OPENSOCKETFUNCTION, where the
+// callback decides whether the resolved address may be connected to.
+static inline CURLcode ccurl_easy_setopt_opensocket_callback(CURL *_Nonnull handle, curl_opensocket_callback _Nullable callback) {
+    return curl_easy_setopt(handle, CURLOPT_OPENSOCKETFUNCTION, callback);
+}
+
 #endif

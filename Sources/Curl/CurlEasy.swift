@@ -1,5 +1,9 @@
 internal import CCurl
 
+#if canImport(Glibc)
+import Glibc
+#endif
+
 /// One libcurl easy handle, reused across requests so connections (and TLS sessions) stay alive.
 ///
 /// **Not thread-safe**: libcurl forbids using one easy handle from two threads at once. Confine each
@@ -123,6 +127,12 @@ final class EasyHandle {
         // Fails fast when Content-Length announces too much; the write callback covers chunked bodies.
         try check(ccurl_easy_setopt_off_t(raw, CURLOPT_MAXFILESIZE_LARGE, curl_off_t(options.maxResponseBytes)))
         try check(ccurl_easy_setopt_ptr(raw, CURLOPT_ERRORBUFFER, errorBuffer))
+
+        if options.publicAddressesOnly {
+            try check(ccurl_easy_setopt_opensocket_callback(raw, curlOpenPublicSocket))
+            // A proxy from the environment would be the address checked instead of the target's.
+            try set(CURLOPT_NOPROXY, "*")
+        }
 
         let context = Unmanaged.passUnretained(sink).toOpaque()
         try check(ccurl_easy_setopt_write_callback(raw, CURLOPT_WRITEFUNCTION, curlWriteBody))
@@ -358,6 +368,32 @@ private final class ResponseSink {
 }
 
 // Returning fewer bytes than offered makes libcurl abort with CURLE_WRITE_ERROR.
+/// Opens the socket only for a public address (``CurlOptions/publicAddressesOnly``); libcurl
+/// reports a refused one as a failed connect.
+private func curlOpenPublicSocket(
+    _ client: UnsafeMutableRawPointer?, _ purpose: curlsocktype, _ address: UnsafeMutablePointer<curl_sockaddr>?
+) -> curl_socket_t {
+    guard let address, purpose == CURLSOCKTYPE_IPCXN else { return CURL_SOCKET_BAD }
+    let family = address.pointee.family
+    let bytes: [UInt8]?
+    switch family {
+    case AF_INET:
+        bytes = withUnsafeBytes(of: &address.pointee.addr) { raw in
+            raw.baseAddress.map { base in
+                withUnsafeBytes(of: base.assumingMemoryBound(to: sockaddr_in.self).pointee.sin_addr) { Array($0) }
+            }
+        }
+    case AF_INET6:
+        // curl's storage holds a whole sockaddr_in6 behind the sockaddr it names.
+        bytes = UnsafeMutableRawPointer(mutating: address).advanced(by: MemoryLayout<curl_sockaddr>.offset(of: \.addr)!)
+            .withMemoryRebound(to: sockaddr_in6.self, capacity: 1) { pointer in withUnsafeBytes(of: pointer.pointee.sin6_addr) { Array($0) } }
+    default:
+        bytes = nil
+    }
+    guard let bytes, PublicAddressPolicy.isPublic(bytes) else { return CURL_SOCKET_BAD }
+    return socket(family, address.pointee.socktype, address.pointee.protocol)
+}
+
 private func curlWriteBody(
     _ data: UnsafeMutablePointer<CChar>?, _ size: Int, _ count: Int, _ context: UnsafeMutableRawPointer?
 ) -> Int {

@@ -83,6 +83,10 @@ public struct CurlOptions: Sendable {
     public var userAgent: String = "receiptq/0.1"
     /// Larger response bodies abort the transfer with ``CurlError/Code/responseTooLarge``.
     public var maxResponseBytes: Int = 4 << 20
+    /// Refuse to connect to loopback, private, link-local and other non-public addresses, checked
+    /// on the address libcurl resolved, right before it connects (so a DNS answer that changes
+    /// between a check and the request cannot sneak past): for URLs a customer chose.
+    public var publicAddressesOnly: Bool = false
 
     /// Creates options with the defaults above.
     public init() {}

@@ -33,6 +33,8 @@ public struct IngestAPI: Sendable {
     let catalog: any ReceiptCatalog
     /// The entitlement API's read side; nil leaves `/client/subscriptions` out.
     let subscriptions: (any SubscriptionCatalog)?
+    /// The events API's read side; nil leaves `/client/events` out.
+    let events: (any EventCatalog)?
     let configuration: Configuration
     /// The rules shared with the Cloud Softphone web service.
     public let ingestion: ReceiptIngestion
@@ -47,16 +49,18 @@ public struct IngestAPI: Sendable {
     ///   - authenticity: the local signature check (402 when it fails).
     ///   - signedPayloads: the JWS check of StoreKit 2 signed transactions (402 when it fails).
     ///   - subscriptions: Postgres, for the entitlement API (nil: no `/client/subscriptions`).
+    ///   - events: Postgres, for the events API (nil: no `/client/events`).
     ///   - configuration: settings.
     ///   - now: the injected clock.
     public init(
         intake: any ReceiptIntake, catalog: any ReceiptCatalog, authenticity: any ReceiptAuthenticity,
         signedPayloads: (any SignedPayloadVerifier)? = nil, subscriptions: (any SubscriptionCatalog)? = nil,
-        configuration: Configuration = Configuration(), now: @escaping @Sendable () -> Date = { Date() }
+        events: (any EventCatalog)? = nil, configuration: Configuration = Configuration(), now: @escaping @Sendable () -> Date = { Date() }
     ) {
         self.intake = intake
         self.catalog = catalog
         self.subscriptions = subscriptions
+        self.events = events
         self.now = now
         self.configuration = configuration
         self.ingestion = ReceiptIngestion(
@@ -69,6 +73,7 @@ public struct IngestAPI: Sendable {
     public static let queryParameters: [String: Set<String>] = [
         "POST /client/itunes_connect/receipts": [], "GET /client/itunes_connect/receipts/{id}": [], "POST /client/transactions": [],
         "GET /client/subscriptions": ["user_identifier"], "GET /client/subscriptions/{original_transaction_id}": ["environment"],
+        "GET /client/events": ["after", "limit", "type", "user_identifier"],
         "GET /health/live": [], "GET /health/ready": [], "GET /openapi.yaml": [], "POST /apple/notifications/{app}/{token}": [],
     ]
 
@@ -87,6 +92,7 @@ public struct IngestAPI: Sendable {
             try await receiveNotification(request, context: context)
         }
         if let subscriptions { addSubscriptionRoutes(to: router, catalog: subscriptions) }
+        if let events { addEventRoutes(to: router, catalog: events) }
         router.get("/health/live") { _, _ in
             json(.ok, ["status": .string("ok")])
         }

@@ -63,27 +63,6 @@ enum NotificationRows {
         return records.filter { !$0.isNotification || inserted.contains($0.envelope.id) }
     }
 
-    /// Serializes the notifications of one subscription (or purchase) across committers and worker
-    /// processes, for the rest of the transaction: the second one's look-up then sees what the first
-    /// committed, so "stale" is decided on the newest state, not on a snapshot taken beside it. The
-    /// locks are taken once per batch in one order (by key), so two batches never wait on each other
-    /// in a cycle.
-    static func lock(_ records: [ValidationRecord], on connection: PostgresConnection) throws {
-        let keys = Set(
-            records.compactMap { record -> String? in
-                guard record.isNotification, let original = record.notificationOriginalTransactionID else { return nil }
-                // `|`, not NUL: the keys travel as Postgres text (and a collision only serializes more).
-                return "\(record.envelope.appID)|\(record.environment ?? record.envelope.environment ?? "unknown")|\(original)"
-            })
-        guard !keys.isEmpty else { return }
-        _ = try connection.query(
-            """
-            SELECT pg_advisory_xact_lock(h) FROM (
-                SELECT DISTINCT hashtextextended(k, 0) AS h FROM unnest(\(PostgresArray.literal(keys.sorted()))::text[]) AS k
-                ORDER BY 1) AS ordered
-            """)
-    }
-
     /// What is stored about each notification's subscription and transaction.
     private struct Known {
         var receiptID: UUID?

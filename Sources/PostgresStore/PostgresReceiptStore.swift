@@ -12,6 +12,8 @@ public final class PostgresReceiptStore: ReceiptStore {
     private let secrets: SecretBox?
     private var apps: [UUID: (record: AppRecord, loadedAt: Date)] = [:]
     private let appCacheTTL: TimeInterval = 30
+    private var endpoints: [UUID: (record: WebhookEndpointRecord?, loadedAt: Date)] = [:]
+    private let endpointCacheTTL: TimeInterval = 5
 
     /// Creates a store on `connection`.
     /// - Parameter secrets: opens the apps' sealed In-App Purchase keys (nil: none is opened, so
@@ -31,27 +33,47 @@ public final class PostgresReceiptStore: ReceiptStore {
         return record
     }
 
+    public func webhookEndpoint(id: UUID) throws -> WebhookEndpointRecord? {
+        // Briefly cached: a pause or a rotation reaches every worker within seconds.
+        if let cached = endpoints[id], Date().timeIntervalSince(cached.loadedAt) < endpointCacheTTL { return cached.record }
+        let record = try WebhookRows.endpoint(id: id, secrets: secrets, on: connection)
+        endpoints[id] = (record, Date())
+        return record
+    }
+
     public func save(_ records: [ValidationRecord]) throws -> [Result<ReceiptResource?, StoreFailure>] {
         guard !records.isEmpty else { return [] }
+        let original = records
+        let deliveries = records.compactMap(\.delivery)
+        let records = records.filter { $0.delivery == nil }
         do {
-            let resources = try connection.transaction { connection in
-                try NotificationRows.lock(records, on: connection)
+            let resources = try connection.transaction { connection -> [UUID: ReceiptResource] in
+                try WebhookRows.record(deliveries, on: connection)
+                guard !records.isEmpty else { return [:] }
+                try EventRows.lock(records, on: connection)
+                var changes = EventRows.Changes()
                 for group in Self.conflictFreeGroups(records) {
-                    try write(NotificationRows.prepare(group, on: connection), on: connection)
+                    changes.merge(try write(NotificationRows.prepare(group, on: connection), on: connection))
                 }
-                return try ReceiptRows.resources(connection, ids: records.filter { !$0.isRepoll && !$0.isNotification }.map(\.envelope.id))
+                let resources = try ReceiptRows.resources(
+                    connection, ids: records.filter { !$0.isRepoll && !$0.isNotification }.map(\.envelope.id))
+                try EventRows.insert(EventRows.events(changes, resources: resources, now: Date()), on: connection)
+                return resources
             }
-            return records.map { record in
+            let saved = records.map { record -> Result<ReceiptResource?, StoreFailure> in
                 // A re-poll or a notification has no receipt of its own to show: nobody waits for it.
                 if record.isRepoll || record.isNotification { return .success(nil) }
                 return resources[record.envelope.id].map { .success($0) }
                     ?? .failure(StoreFailure(code: "missing_after_write", message: "receipt row not readable after commit"))
             }
+            // Deliveries first in the batch order they came in: the caller zips results with records.
+            var others = saved.makeIterator()
+            return original.map { $0.delivery != nil ? .success(nil) : others.next()! }
         } catch let error as PostgresError where !Self.isConnectionFailure(error) {
             // The database refused something in the batch (a constraint, a value): find which record
             // by storing each alone, so one bad record does not hold back the others.
-            guard records.count > 1 else { return [.failure(Self.failure(error))] }
-            return try records.map { record in try save([record])[0] }
+            guard original.count > 1 else { return [.failure(Self.failure(error))] }
+            return try original.map { record in try save([record])[0] }
         }
     }
 
@@ -92,17 +114,26 @@ public final class PostgresReceiptStore: ReceiptStore {
             isPermanent: error.isDataError)
     }
 
-    /// Three statements for the whole group: receipts, the ledger, the audit trail.
-    private func write(_ records: [ValidationRecord], on connection: PostgresConnection) throws {
+    /// A few statements for the whole group: receipts, the ledger, the audit trail, the
+    /// subscriptions; returns what changed, for the events.
+    private func write(_ records: [ValidationRecord], on connection: PostgresConnection) throws -> EventRows.Changes {
         var receipts = ReceiptColumns()
         var purchases = PurchaseColumns()
         var attempts = AttemptColumns()
+        var changes = EventRows.Changes()
         for record in records {
             if record.writesReceiptRow { receipts.append(record) }
             purchases.append(record)
             attempts.append(record)
         }
-        if !receipts.isEmpty { try writeReceipts(receipts, on: connection) }
+        let before = try EventRows.subscriptionsBefore(records, on: connection)
+        if !receipts.isEmpty {
+            let changed = try writeReceipts(receipts, on: connection)
+            // A verdict is news only for a receipt the backend posted (not a notification's own row).
+            for record in records where changed.contains(record.envelope.id) && !record.isNotification && !record.isRepoll {
+                changes.verdicts.append((record.envelope.id, record.envelope.appID, record.validatedAt))
+            }
+        }
         try writeLatestReceipts(of: records.filter(\.isRepoll), on: connection)
         let switching = Set(records.filter(\.switchesApp).map(\.envelope.appID.uuidString))
         if !switching.isEmpty {
@@ -118,18 +149,29 @@ public final class PostgresReceiptStore: ReceiptStore {
             for id in switching { UUID(uuidString: id).map { apps[$0] = nil } }
         }
         if !purchases.isEmpty {
-            _ = try connection.query(
+            // The old refund and conflict flags come along, so that only a new refund or a new
+            // conflict becomes an event (a replay rewrites nothing and returns nothing).
+            let rows = try connection.query(
                 """
-                INSERT INTO in_app_purchases (app_id, receipt_id, environment, transaction_id, original_transaction_id,
+                WITH input AS (
+                    SELECT * FROM unnest(\(purchases.appID)::uuid[], \(purchases.receiptID)::uuid[], \(purchases.environment)::text[],
+                        \(purchases.transactionID)::text[], \(purchases.originalTransactionID)::text[], \(purchases.productID)::text[],
+                        \(purchases.quantity)::int[], \(purchases.purchaseDate)::timestamptz[],
+                        \(purchases.originalPurchaseDate)::timestamptz[], \(purchases.expiresDate)::timestamptz[],
+                        \(purchases.cancellationDate)::timestamptz[], \(purchases.webOrderLineItemID)::text[],
+                        \(purchases.isTrialPeriod)::boolean[], \(purchases.isInIntroOfferPeriod)::boolean[],
+                        \(purchases.userIdentifier)::text[], \(purchases.cancellationReason)::int[], \(purchases.signedAt)::timestamptz[])
+                      AS u(app_id, receipt_id, environment, transaction_id, original_transaction_id, product_id, quantity,
+                           purchase_date, original_purchase_date, expires_date, cancellation_date, web_order_line_item_id,
+                           is_trial_period, is_in_intro_offer_period, user_identifier, cancellation_reason, signed_at)
+                ), old AS (
+                    SELECT p.environment, p.transaction_id, p.cancellation_date, p.is_conflict, p.conflict_user_identifier
+                    FROM in_app_purchases p JOIN input i ON p.environment = i.environment AND p.transaction_id = i.transaction_id
+                ), written AS (
+                INSERT INTO in_app_purchases AS in_app_purchases (app_id, receipt_id, environment, transaction_id, original_transaction_id,
                     product_id, quantity, purchase_date, original_purchase_date, expires_date, cancellation_date,
                     web_order_line_item_id, is_trial_period, is_in_intro_offer_period, user_identifier, cancellation_reason, signed_at)
-                SELECT * FROM unnest(\(purchases.appID)::uuid[], \(purchases.receiptID)::uuid[], \(purchases.environment)::text[],
-                    \(purchases.transactionID)::text[], \(purchases.originalTransactionID)::text[], \(purchases.productID)::text[],
-                    \(purchases.quantity)::int[], \(purchases.purchaseDate)::timestamptz[],
-                    \(purchases.originalPurchaseDate)::timestamptz[], \(purchases.expiresDate)::timestamptz[],
-                    \(purchases.cancellationDate)::timestamptz[], \(purchases.webOrderLineItemID)::text[],
-                    \(purchases.isTrialPeriod)::boolean[], \(purchases.isInIntroOfferPeriod)::boolean[],
-                    \(purchases.userIdentifier)::text[], \(purchases.cancellationReason)::int[], \(purchases.signedAt)::timestamptz[])
+                SELECT * FROM input
                 ON CONFLICT (environment, transaction_id) DO UPDATE SET
                     expires_date = EXCLUDED.expires_date,
                     cancellation_date = EXCLUDED.cancellation_date,
@@ -152,7 +194,20 @@ public final class PostgresReceiptStore: ReceiptStore {
                    OR (in_app_purchases.user_identifier IS NULL AND EXCLUDED.user_identifier IS NOT NULL)
                    OR COALESCE(in_app_purchases.user_identifier <> EXCLUDED.user_identifier, false)
                       AND in_app_purchases.conflict_user_identifier IS DISTINCT FROM EXCLUDED.user_identifier)
-                """)
+                RETURNING in_app_purchases.*
+                )
+                SELECT w.app_id, w.receipt_id, w.environment, w.transaction_id, w.original_transaction_id, w.product_id, w.quantity,
+                       w.purchase_date, w.original_purchase_date, w.expires_date, w.cancellation_date, w.web_order_line_item_id,
+                       w.is_trial_period, w.is_in_intro_offer_period, w.user_identifier, w.cancellation_reason,
+                       w.conflict_user_identifier, w.signed_at,
+                       (w.cancellation_date IS NOT NULL AND o.cancellation_date IS NULL AND w.expires_date IS NULL) AS refunded,
+                       (w.is_conflict AND w.conflict_user_identifier IS DISTINCT FROM o.conflict_user_identifier) AS conflicted
+                FROM written w LEFT JOIN old o ON o.environment = w.environment AND o.transaction_id = w.transaction_id
+                WHERE (w.cancellation_date IS NOT NULL AND o.cancellation_date IS NULL AND w.expires_date IS NULL)
+                   OR (w.is_conflict AND w.conflict_user_identifier IS DISTINCT FROM o.conflict_user_identifier)
+                """
+            ).rows
+            changes.purchases = rows.flatMap(Self.purchaseChanges)
         }
         if !attempts.isEmpty {
             _ = try connection.query(
@@ -165,7 +220,40 @@ public final class PostgresReceiptStore: ReceiptStore {
                 ON CONFLICT (job_id, attempt, seq) DO NOTHING
                 """)
         }
-        try SubscriptionRows.write(records, on: connection)
+        for after in try SubscriptionRows.write(records, on: connection) {
+            guard let app = after.appID else { continue }
+            let key = EventRows.key(app, after.resource.environment, after.resource.state.originalTransactionID)
+            changes.subscriptions.append((app, before[key], after.resource))
+        }
+        return changes
+    }
+
+    /// The events a returned purchase row states: a new refund, a new conflict, or both.
+    private static func purchaseChanges(_ row: PostgresRow) -> [EventRows.PurchaseChange] {
+        guard let app = row.uuid("app_id"), let environment = row.string("environment"), let transactionID = row.string("transaction_id")
+        else { return [] }
+        var purchase = InAppPurchase(
+            quantity: row.int("quantity") ?? 1, productID: row.string("product_id") ?? "", transactionID: transactionID,
+            originalTransactionID: row.string("original_transaction_id") ?? transactionID, purchaseDate: row.date("purchase_date"),
+            originalPurchaseDate: row.date("original_purchase_date"), expiresDate: row.date("expires_date"),
+            cancellationDate: row.date("cancellation_date"), webOrderLineItemID: row.string("web_order_line_item_id"),
+            isTrialPeriod: row.bool("is_trial_period") ?? false, isInIntroOfferPeriod: row.bool("is_in_intro_offer_period") ?? false)
+        purchase.cancellationReason = row.int("cancellation_reason")
+        let owner = row.string("user_identifier")
+        var changes: [EventRows.PurchaseChange] = []
+        if row.bool("refunded") == true {
+            changes.append(
+                EventRows.PurchaseChange(
+                    type: .purchaseRefunded, appID: app, environment: environment, purchase: purchase, owner: owner, conflictUser: nil,
+                    receiptID: row.uuid("receipt_id"), occurredAt: purchase.cancellationDate ?? row.date("signed_at") ?? Date()))
+        }
+        if row.bool("conflicted") == true, let other = row.string("conflict_user_identifier") {
+            changes.append(
+                EventRows.PurchaseChange(
+                    type: .purchaseConflict, appID: app, environment: environment, purchase: purchase, owner: owner, conflictUser: other,
+                    receiptID: row.uuid("receipt_id"), occurredAt: Date()))
+        }
+        return changes
     }
 
     /// A re-poll's answer carries Apple's newest receipt: the next re-poll sends that one.
@@ -181,10 +269,15 @@ public final class PostgresReceiptStore: ReceiptStore {
             """)
     }
 
-    private func writeReceipts(_ receipts: ReceiptColumns, on connection: PostgresConnection) throws {
+    /// Returns the receipts whose status is new: inserted, or changed (Apple's verdict after a
+    /// failure an operator retried). A replay returns nothing.
+    private func writeReceipts(_ receipts: ReceiptColumns, on connection: PostgresConnection) throws -> Set<UUID> {
         // Idempotent: a replay writes the same values, and the WHERE makes it a no-op (updated_at included).
-        _ = try connection.query(
+        let rows = try connection.query(
             """
+            WITH old AS (
+                SELECT id, status FROM receipts WHERE id = ANY(\(receipts.id)::uuid[]) FOR UPDATE
+            ), written AS (
             INSERT INTO receipts (id, app_id, style, bundle_id, environment, status, apple_status, user_identifier,
                 identifier_for_vendor, country_code, ip_address, metadata, receipt_data, latest_receipt,
                 transaction_ids, error_code, created_at, validated_at, is_fraud, fraud_reason, source, transaction_id, validated_by)
@@ -215,7 +308,12 @@ public final class PostgresReceiptStore: ReceiptStore {
                    EXCLUDED.error_code, COALESCE(EXCLUDED.validated_by, receipts.validated_by))
               -- a late failure never overwrites Apple's verdict
               AND NOT (receipts.status IN ('valid', 'invalid') AND EXCLUDED.status = 'failed')
-            """)
+            RETURNING receipts.id, receipts.status
+            )
+            SELECT w.id FROM written w LEFT JOIN old o ON o.id = w.id WHERE o.status IS DISTINCT FROM w.status
+            """
+        ).rows
+        return Set(rows.compactMap { $0.uuid("id") })
     }
 }
 

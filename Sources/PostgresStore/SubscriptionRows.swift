@@ -16,7 +16,13 @@ enum SubscriptionRows {
 
     /// Records what each re-poll found, then upserts every subscription state of the batch: two
     /// statements, whatever its size. An older observation never replaces a newer one.
-    static func write(_ records: [ValidationRecord], on connection: PostgresConnection) throws {
+    /// - Returns: the rows the upsert wrote, as they are now (an older observation writes none).
+    @discardableResult
+    static func write(
+        _ records: [ValidationRecord], on connection: PostgresConnection
+    ) throws -> [(
+        appID: UUID?, resource: SubscriptionResource
+    )] {
         var outcomes = ColumnBatch(columns: 7)
         var rows: [(key: [String], values: [String?])] = []
         for record in records {
@@ -59,10 +65,10 @@ enum SubscriptionRows {
                   AND s.original_transaction_id = u.original_transaction_id
                 """)
         }
-        guard !states.isEmpty else { return }
-        _ = try connection.query(
+        guard !states.isEmpty else { return [] }
+        let written = try connection.query(
             """
-            INSERT INTO subscriptions (app_id, environment, original_transaction_id, product_id, state, expires_at,
+            INSERT INTO subscriptions AS s (app_id, environment, original_transaction_id, product_id, state, expires_at,
                 purchased_at, original_purchase_date, auto_renew_status, auto_renew_product_id, is_in_billing_retry,
                 grace_period_expires_at, expiration_intent, is_trial, is_intro, ownership_type, latest_transaction_id,
                 revoked_at, cancellation_reason, user_identifier, receipt_id, observed_at, next_poll_at)
@@ -81,11 +87,14 @@ enum SubscriptionRows {
                 ownership_type = EXCLUDED.ownership_type, latest_transaction_id = EXCLUDED.latest_transaction_id,
                 revoked_at = EXCLUDED.revoked_at, cancellation_reason = EXCLUDED.cancellation_reason,
                 -- The first user to present the subscription keeps it, as in the ledger.
-                user_identifier = COALESCE(subscriptions.user_identifier, EXCLUDED.user_identifier),
+                user_identifier = COALESCE(s.user_identifier, EXCLUDED.user_identifier),
                 receipt_id = EXCLUDED.receipt_id, observed_at = EXCLUDED.observed_at, next_poll_at = EXCLUDED.next_poll_at,
                 updated_at = now()
-            WHERE subscriptions.observed_at <= EXCLUDED.observed_at
-            """)
+            WHERE s.observed_at <= EXCLUDED.observed_at
+            RETURNING \(unescaped: columns)
+            """
+        ).rows
+        return written.compactMap { row in resource(row).map { (row.uuid("app_id"), $0) } }
     }
 
     /// What a re-poll leaves on its subscription: when it ran, the error if any, and (unless the

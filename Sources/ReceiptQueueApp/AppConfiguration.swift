@@ -8,6 +8,7 @@ import Logging
 import ReceiptCore
 import RedisJobQueue
 import Telemetry
+import WebhookClient
 
 /// Every setting of receiptq, read from environment variables (12-factor). Each has a default that
 /// works with `scripts/services`; the README's configuration table lists them.
@@ -49,6 +50,9 @@ public struct AppConfiguration: Sendable, CustomStringConvertible {
     /// How often the scheduler recovers missed notifications from Apple's Get Notification History
     /// (`NOTIFICATION_HISTORY_INTERVAL_SECONDS`, default 900; it also sweeps on start).
     public var notificationHistoryInterval: Duration
+    /// How webhooks are delivered (`WEBHOOK_TIMEOUT_SECONDS`, default 10; `WEBHOOK_CA_FILE` to
+    /// trust a private CA's receivers).
+    public var webhooks: WebhookClient.Configuration
     public var api: IngestAPI.Configuration
     /// The Cloud Softphone web service (`SOFTPHONE_NONCE_SECRET`, `SOFTPHONE_NONCE_LIFETIME_SECONDS`).
     public var softphone: SoftphoneService.Configuration
@@ -172,6 +176,9 @@ public struct AppConfiguration: Sendable, CustomStringConvertible {
         repollRatePerSecond = try double("REPOLL_RATE_PER_SECOND", 50, range: 0.01...100_000)
         repollBatchSize = try int("REPOLL_BATCH_SIZE", 500, range: 1...10_000)
         notificationHistoryInterval = .seconds(try int("NOTIFICATION_HISTORY_INTERVAL_SECONDS", 900, range: 10...86_400))
+        webhooks = WebhookClient.Configuration(
+            timeout: .seconds(try int("WEBHOOK_TIMEOUT_SECONDS", 10, range: 1...120)),
+            caInfo: environment["WEBHOOK_CA_FILE"].flatMap { $0.isEmpty ? nil : $0 })
         api = IngestAPI.Configuration(
             syncWait: .milliseconds(try int("API_SYNC_WAIT_MS", 2000, range: 0...60_000)),
             maxBodyBytes: try int("API_MAX_BODY_BYTES", 1 << 20, range: 1024...(64 << 20)),

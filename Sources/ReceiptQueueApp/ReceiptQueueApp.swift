@@ -17,6 +17,7 @@ import RedisJobQueue
 import ServiceLifecycle
 import Telemetry
 import UnixSignals
+import WebhookClient
 
 /// The composition root: builds each role from an ``AppConfiguration``. The CLI and the
 /// end-to-end tests both call these, so what is tested is what runs.
@@ -67,7 +68,7 @@ public enum ReceiptQueueApp {
         let catalog = PostgresCatalog(pool: postgresPool)
         let api = IngestAPI(
             intake: intake, catalog: catalog, authenticity: verifier, signedPayloads: JWSVerifier(trustStore: roots), subscriptions: catalog,
-            configuration: configuration.api)
+            events: PostgresEventCatalog(pool: postgresPool), configuration: configuration.api)
         let router = Router(context: IngestRequestContext.self)
         // First, so that it also times the requests the other middleware refuses.
         router.add(middleware: HTTPMetricsMiddleware(factory: metrics))
@@ -165,6 +166,9 @@ public enum ReceiptQueueApp {
                     keys: configuration.keys)
             },
             verifier: AppleValidation(verifyReceipt: try AppStoreClient(configuration: appStore), serverAPI: serverAPI),
+            webhooks: try WebhookClient(
+                configuration: .init(
+                    timeout: configuration.webhooks.timeout, maxConcurrent: configuration.workerConcurrency, caInfo: configuration.webhooks.caInfo)),
             requeueAbandoned: {
                 do {
                     let redis = try RedisConnection(configuration: configuration.redis, label: "worker-shutdown", logger: logger)
@@ -220,6 +224,24 @@ public enum ReceiptQueueApp {
                     keys: configuration.keys, ratePerSecond: configuration.repollRatePerSecond)
                 return (schedule, queue)
             }, now: now, metrics: metrics, logger: logger)
+    }
+
+    /// The webhook dispatcher (schedule role): queues each event's deliveries once they may go.
+    /// - Parameter onlyApps: only these apps' deliveries (nil: all); tests sharing a database keep
+    ///   to their own app with it.
+    public static func makeWebhookDispatcher(
+        _ configuration: AppConfiguration, onlyApps: [UUID]? = nil, metrics: PrometheusExporter = PrometheusExporter(), logger: Logger
+    ) -> WebhookDispatcher {
+        WebhookDispatcher(
+            make: {
+                let outbox = PostgresWebhookOutbox(
+                    connection: try PostgresConnection(configuration: configuration.postgres, label: "webhook-dispatcher", logger: logger),
+                    apps: onlyApps)
+                let queue = RedisWebhookQueue(
+                    connection: try RedisConnection(configuration: configuration.redis, label: "webhook-dispatcher", logger: logger),
+                    keys: configuration.keys)
+                return (outbox, queue)
+            }, metrics: metrics, logger: logger)
     }
 
     /// The metrics listener on `METRICS_PORT` (nil when it is not set): `GET /metrics` with the

@@ -48,6 +48,7 @@ struct All: AsyncParsableCommand {
         }
         services.append(try ReceiptQueueApp.makeWorker(configuration, metrics: metrics, logger: logger))
         services.append(ReceiptQueueApp.makeScheduler(configuration, metrics: metrics, logger: logger))
+        services.append(ReceiptQueueApp.makeWebhookDispatcher(configuration, metrics: metrics, logger: logger))
         if let history = try ReceiptQueueApp.makeNotificationSweep(configuration, metrics: metrics, logger: logger) { services.append(history.sweep) }
         let running = configuration
         let demoMock = mock

@@ -15,7 +15,7 @@ struct ReceiptQueueCommand: AsyncParsableCommand {
         abstract: "Validates App Store receipts asynchronously and durably.",
         subcommands: [
             All.self, Serve.self, Work.self, Schedule.self, Migrate.self, Apps.self, DeadLetterCommand.self, MockAppStoreCommand.self,
-            Forge.self, ReceiptCommand.self, NotificationsCommand.self,
+            Forge.self, ReceiptCommand.self, NotificationsCommand.self, WebhooksCommand.self,
         ])
 }
 
@@ -83,7 +83,10 @@ struct Schedule: AsyncParsableCommand {
 
     func run() async throws {
         let (configuration, logger) = try bootstrap(label: "schedule")
-        var services: [any Service] = [ReceiptQueueApp.makeScheduler(configuration, metrics: metrics, logger: logger)]
+        var services: [any Service] = [
+            ReceiptQueueApp.makeScheduler(configuration, metrics: metrics, logger: logger),
+            ReceiptQueueApp.makeWebhookDispatcher(configuration, metrics: metrics, logger: logger),
+        ]
         if let history = try ReceiptQueueApp.makeNotificationSweep(configuration, metrics: metrics, logger: logger) {
             services.append(history.sweep)
         } else {

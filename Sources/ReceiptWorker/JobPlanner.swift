@@ -167,6 +167,9 @@ public struct JobPlanner: Sendable {
     /// A buried re-poll leaves its subscription to be polled again after `troubleInterval` (a day
     /// by default): a dead letter must not end a subscription's polling for good.
     public func failedRecord(_ failed: JobEnvelope) -> ValidationRecord {
+        if failed.kind == .webhook {
+            return deliveryRecord(failed, status: .dead, httpStatus: Self.httpStatus(failed.errorCode), errorCode: failed.errorCode)
+        }
         let at = now()
         return ValidationRecord(
             envelope: failed, status: .failed, environment: nil, appleStatus: failed.history.last?.appleStatus, purchases: [],

@@ -81,6 +81,9 @@ extension WorkerEngine {
             // A notification has no receipt row to mark: its dead letter is the record.
             case .bury(let failed?) where failed.kind != .notification: planner.failedRecord(failed)
             case .bury(.some): nil
+            // A failed delivery's attempt is recorded (best effort): its endpoint's run of failures
+            // decides when the endpoint is paused.
+            case .retry(let updated, _, .retried) where updated.kind == .webhook: planner.deliveryAttemptRecord(updated)
             case .bury(nil), .retry: nil
             }
         }

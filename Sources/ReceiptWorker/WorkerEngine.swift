@@ -105,6 +105,7 @@ public final class WorkerEngine: Service, Sendable {
     private let makeCircuit: @Sendable () throws -> (any OutageCircuit)?
     private let makeWatch: @Sendable () throws -> (any VerifyReceiptWatch)?
     private let verifier: any ReceiptVerifier
+    private let webhooks: (any WebhookSender)?
     private let requeueAbandoned: @Sendable () -> Void
     let planner: JobPlanner
     let now: @Sendable () -> Date
@@ -128,6 +129,7 @@ public final class WorkerEngine: Service, Sendable {
     ///   - makeWatch: the shared view of `verifyReceipt`'s lifecycle on its own connection (nil:
     ///     never declared gone; announced dates not recorded).
     ///   - verifier: the asynchronous verifier (Apple, or a mock), shared by every job.
+    ///   - webhooks: sends webhook deliveries (nil: a `webhook` job goes to the dead letters).
     ///   - requeueAbandoned: gives the processing list back to the queue when graceful shutdown's
     ///     deadline passes with jobs still in hand.
     ///   - now: the injected clock.
@@ -139,6 +141,7 @@ public final class WorkerEngine: Service, Sendable {
         makeStore: @escaping @Sendable (String) throws -> any ReceiptStore,
         makeCircuit: @escaping @Sendable () throws -> (any OutageCircuit)? = { nil },
         makeWatch: @escaping @Sendable () throws -> (any VerifyReceiptWatch)? = { nil }, verifier: any ReceiptVerifier,
+        webhooks: (any WebhookSender)? = nil,
         requeueAbandoned: @escaping @Sendable () -> Void = {}, now: @escaping @Sendable () -> Date = { Date() },
         metrics: any MetricsFactory = MetricsSystem.factory, logger: Logger
     ) {
@@ -148,6 +151,7 @@ public final class WorkerEngine: Service, Sendable {
         self.makeCircuit = makeCircuit
         self.makeWatch = makeWatch
         self.verifier = verifier
+        self.webhooks = webhooks
         self.requeueAbandoned = requeueAbandoned
         self.planner = JobPlanner(retryPolicy: configuration.retryPolicy, repollPolicy: configuration.repollPolicy, now: now)
         self.now = now
@@ -333,6 +337,8 @@ public final class WorkerEngine: Service, Sendable {
         // A notification is Apple's own statement, checked at the door: nothing to ask Apple, so
         // neither the circuit nor the app's backend applies.
         if envelope.kind == .notification { return decide(token, job, planner.notification(envelope, using: &generator)) }
+        // A webhook delivery calls the customer's backend, not Apple: Apple's circuit does not apply.
+        if envelope.kind == .webhook { return startDelivery(token, job, envelope, store: store, using: &generator) }
         let permission = gate.permission(now: now())
         if case .deny(let until) = permission {
             return decide(token, job, planner.deferred(envelope, until: until, using: &generator))
@@ -392,6 +398,32 @@ public final class WorkerEngine: Service, Sendable {
                     metadata: ["app.id": "\(app.id.uuidString.lowercased())", "app.bundle_id": "\(app.bundleID)"])
             }
             self.decide(token, job, plan)
+        }
+    }
+
+    private func startDelivery(
+        _ token: Int, _ job: ReservedJob, _ envelope: JobEnvelope, store: (any ReceiptStore)?, using generator: inout SystemRandomNumberGenerator
+    ) {
+        let endpoint: WebhookEndpointRecord?
+        do {
+            guard let store, let target = envelope.webhook else { throw StoreFailure(code: "store_unavailable", message: "no connection") }
+            endpoint = try store.webhookEndpoint(id: target.endpointID)
+        } catch {
+            return decide(token, job, planner.storeUnavailable(envelope, calls: [], using: &generator))
+        }
+        switch planner.webhookStart(envelope, endpoint: endpoint) {
+        case .settle(let plan): return decide(token, job, plan)
+        case .send(let request):
+            guard let webhooks else {
+                return decide(
+                    token, job,
+                    .bury(envelope.failed(code: "webhooks_not_configured", message: "this worker cannot send webhooks", calls: [], at: now())))
+            }
+            webhooks.deliver(request) { report in
+                var rng = SystemRandomNumberGenerator()
+                self.metrics.delivered(report)
+                self.decide(token, job, self.planner.webhook(envelope, report: report, using: &rng))
+            }
         }
     }
 

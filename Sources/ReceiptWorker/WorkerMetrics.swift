@@ -15,6 +15,8 @@ struct WorkerMetrics: Sendable {
     private let verifyReceiptDeprecation: Gauge
     private let verifyReceiptSunset: Gauge
     private let notificationsStored: [String: Counter]
+    private let webhookAttempts: [StatusClass: Counter]
+    private let webhookDuration: Metrics.Timer
 
     /// An HTTP status class, or `transport` for a call that got no answer.
     enum StatusClass: String, CaseIterable {
@@ -65,6 +67,11 @@ struct WorkerMetrics: Sendable {
             uniqueKeysWithValues: (NotificationTypes.all + ["other"]).map {
                 ($0, Counter(label: "receiptq_notifications_stored_total", dimensions: [("type", $0)], factory: factory))
             })
+        webhookAttempts = Dictionary(
+            uniqueKeysWithValues: StatusClass.allCases.map {
+                ($0, Counter(label: "receiptq_webhook_attempts_total", dimensions: [("status_class", $0.rawValue)], factory: factory))
+            })
+        webhookDuration = Metrics.Timer(label: "receiptq_webhook_attempt_duration_seconds", factory: factory)
         jobLatency = Dictionary(
             uniqueKeysWithValues: JobKind.allCases.map {
                 ($0, Metrics.Timer(label: "receiptq_job_latency_seconds", dimensions: [("kind", $0.rawValue)], factory: factory))
@@ -90,6 +97,12 @@ struct WorkerMetrics: Sendable {
             appleCalls[call.endpoint]?[StatusClass(httpStatus: call.httpStatus)]?.increment()
             appleDuration[call.endpoint]?.recordMilliseconds(call.latencyMs)
         }
+    }
+
+    /// One webhook delivery attempt, by the endpoint's status class (`transport`: no answer).
+    func delivered(_ report: WebhookReport) {
+        webhookAttempts[StatusClass(httpStatus: report.httpStatus)]?.increment()
+        webhookDuration.recordMilliseconds(report.latencyMs)
     }
 
     /// A settled job. Only a job that is done (validated, invalid or dead) has a latency: a retried

@@ -34,6 +34,9 @@ public struct RedisKeys: Sendable, Equatable {
     public func activity(minute: Int64) -> String { "\(prefix):stats:\(minute)" }
     /// The re-poll rate budget shared by every scheduler replica (a token bucket).
     public var repollBudget: String { "\(prefix):repoll:budget" }
+    /// Set when the webhook delivery `deliveryID` was queued: a dispatcher that crashed before its
+    /// commit does not queue it twice.
+    public func webhookMarker(deliveryID: Int64) -> String { "\(prefix):webhook:queued:\(deliveryID)" }
     /// Set when the re-poll of one subscription at one poll counter was queued: a repeated enqueue is dropped.
     public func repollMarker(app: String, environment: String, originalTransactionID: String, pollSequence: Int) -> String {
         "\(prefix):repoll:queued:\(app):\(environment):\(originalTransactionID):\(pollSequence)"

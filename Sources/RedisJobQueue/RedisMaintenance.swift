@@ -9,8 +9,8 @@ public final class RedisMaintenance: QueueMaintenance {
     /// Moves due retries to the front of their queue. Versioned (the name carries the version) so a
     /// changed script never runs under an old SHA; atomic, so a job is never in both places.
     static let promoteScript = """
-        -- receiptq:promote_due:v3
-        -- KEYS: retry zset, validate queue, repoll queue, notification queue; ARGV: now ms, limit
+        -- receiptq:promote_due:v4
+        -- KEYS: retry zset, validate queue, repoll queue, notification queue, webhook queue; ARGV: now ms, limit
         local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
         for _, job in ipairs(due) do
           redis.call('ZREM', KEYS[1], job)
@@ -19,6 +19,7 @@ public final class RedisMaintenance: QueueMaintenance {
           local queue = KEYS[2]
           if ok and type(envelope) == 'table' and envelope.kind == 'repoll' then queue = KEYS[3] end
           if ok and type(envelope) == 'table' and envelope.kind == 'notification' then queue = KEYS[4] end
+          if ok and type(envelope) == 'table' and envelope.kind == 'webhook' then queue = KEYS[5] end
           redis.call('RPUSH', queue, job)
         end
         return #due
@@ -42,17 +43,17 @@ public final class RedisMaintenance: QueueMaintenance {
         let args = [String(Int64(now.timeIntervalSince1970 * 1000)), String(limit)]
         let keyArgs = [
             keys.retry, keys.queue(JobKind.validate.rawValue), keys.queue(JobKind.repoll.rawValue),
-            keys.queue(JobKind.notification.rawValue),
+            keys.queue(JobKind.notification.rawValue), keys.queue(JobKind.webhook.rawValue),
         ]
         if promoteSHA == nil {
             promoteSHA = try connection.send(["SCRIPT", "LOAD", Self.promoteScript]).string
         }
         do {
-            return try connection.send(["EVALSHA", promoteSHA ?? "", "4"] + keyArgs + args).int ?? 0
+            return try connection.send(["EVALSHA", promoteSHA ?? "", "5"] + keyArgs + args).int ?? 0
         } catch let error as RedisError where error.message.hasPrefix("NOSCRIPT") {
             // Redis restarted without persistence of scripts: load again, once.
             promoteSHA = try connection.send(["SCRIPT", "LOAD", Self.promoteScript]).string
-            return try connection.send(["EVALSHA", promoteSHA ?? "", "4"] + keyArgs + args).int ?? 0
+            return try connection.send(["EVALSHA", promoteSHA ?? "", "5"] + keyArgs + args).int ?? 0
         }
     }
 

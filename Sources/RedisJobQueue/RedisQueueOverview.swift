@@ -45,7 +45,7 @@ public struct RedisQueueOverview: QueueOverview {
                     ["ZCARD", keys.retry], ["ZCARD", keys.dead], ["SMEMBERS", keys.workers],
                     ["HMGET", keys.circuitState, "open_until", "failed_probes"],
                     ["HMGET", keys.verifyReceiptLifecycle, "gone_since", "deprecation", "sunset"],
-                    ["LLEN", keys.queue(JobKind.notification.rawValue)],
+                    ["LLEN", keys.queue(JobKind.notification.rawValue)], ["LLEN", keys.queue(JobKind.webhook.rawValue)],
                 ] + minutes.map { ["HGETALL", keys.activity(minute: $0)] })
             let circuit = Self.circuit(counts[5], now: now)
             let lifecycle = (counts[6].array ?? []).map { value in
@@ -54,7 +54,7 @@ public struct RedisQueueOverview: QueueOverview {
             let verifyReceipt =
                 lifecycle.count == 3
                 ? VerifyReceiptLifecycle(goneSince: lifecycle[0], deprecation: lifecycle[1], sunset: lifecycle[2]) : VerifyReceiptLifecycle()
-            let activity = zip(minutes, counts.dropFirst(8)).map { minute, reply in
+            let activity = zip(minutes, counts.dropFirst(9)).map { minute, reply in
                 ActivityMinute(minute: RedisActivity.date(ofMinute: minute), tally: RedisActivity.tally(reply))
             }
             let lanes = (counts[4].array ?? []).compactMap(\.string).sorted()
@@ -77,7 +77,10 @@ public struct RedisQueueOverview: QueueOverview {
                         startedAt: date("started_at"), lastHeartbeatAt: date("beat_at"), processing: details[2 * index + 1].int ?? 0))
             }
             return QueueSnapshot(
-                queued: [.validate: counts[0].int ?? 0, .repoll: counts[1].int ?? 0, .notification: counts[7].int ?? 0],
+                queued: [
+                    .validate: counts[0].int ?? 0, .repoll: counts[1].int ?? 0, .notification: counts[7].int ?? 0,
+                    .webhook: counts[8].int ?? 0,
+                ],
                 retries: counts[2].int ?? 0,
                 dead: counts[3].int ?? 0, workers: workers, circuit: circuit, activity: activity, verifyReceipt: verifyReceipt)
         }

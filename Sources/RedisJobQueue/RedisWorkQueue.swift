@@ -40,10 +40,11 @@ public final class RedisWorkQueue: JobQueue {
     ///   - connection: the thread's own connection (its command timeout must exceed the reserve timeout).
     ///   - keys: the key schema.
     ///   - workerID: unique per worker process (host, pid, a random instance).
-    ///   - kinds: the queues the worker serves, most urgent first (default: validations, then re-polls).
+    ///   - kinds: the queues the worker serves, most urgent first (default: validations,
+    ///     notifications, webhook deliveries, then re-polls).
     ///   - retention: dead-letter caps.
     public init(
-        connection: RedisConnection, keys: RedisKeys, workerID: String, kinds: [JobKind] = [.validate, .notification, .repoll],
+        connection: RedisConnection, keys: RedisKeys, workerID: String, kinds: [JobKind] = [.validate, .notification, .webhook, .repoll],
         retention: DeadLetterRetention = DeadLetterRetention()
     ) {
         self.connection = connection

@@ -50,14 +50,17 @@ public enum MetricCatalog {
     public static let notificationsReceived = "receiptq_notifications_received_total"
     public static let notificationsStored = "receiptq_notifications_stored_total"
     public static let notificationAppsSilent = "receiptq_notification_apps_silent"
+    public static let webhookAttempts = "receiptq_webhook_attempts_total"
+    public static let webhookAttemptDuration = "receiptq_webhook_attempt_duration_seconds"
+    public static let webhookDeliveriesQueued = "receiptq_webhook_deliveries_queued_total"
     public static let httpRequests = "receiptq_http_requests_total"
     public static let httpRequestDuration = "receiptq_http_request_duration_seconds"
 
     /// Every metric, in `metrics.yml`'s order.
     public static let entries: [Entry] = [
         Entry(
-            queueDepth, .gauge, "Jobs ready in a queue list ({rq}:queue:validate, {rq}:queue:repoll, {rq}:queue:notification).",
-            labels: ["queue": ["validate", "repoll", "notification"]]),
+            queueDepth, .gauge, "Jobs ready in a queue list ({rq}:queue:validate, :repoll, :notification, :webhook).",
+            labels: ["queue": ["validate", "repoll", "notification", "webhook"]]),
         Entry(retryJobs, .gauge, "Jobs waiting for their backoff in {rq}:retry."),
         Entry(deadJobs, .gauge, "Dead letters in {rq}:dead."),
         Entry(liveWorkers, .gauge, "Worker processes whose heartbeat is alive."),
@@ -72,7 +75,7 @@ public enum MetricCatalog {
             // Apple answers in 100 ms to 2 s; the request timeout is 30 s by default.
             buckets: [0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30]),
         Entry(
-            jobLatency, .histogram, "From enqueue to the settled job.", labels: ["kind": ["validate", "repoll", "notification"]],
+            jobLatency, .histogram, "From enqueue to the settled job.", labels: ["kind": ["validate", "repoll", "notification", "webhook"]],
             // From the synchronous wait (2 s) to a job that retried through an outage of hours.
             buckets: [0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300, 900, 3600, 21_600, 86_400]),
         Entry(circuitState, .gauge, "The Apple outage circuit (0 closed, 1 half-open, 2 open)."),
@@ -100,6 +103,14 @@ public enum MetricCatalog {
             notificationsStored, .counter,
             "Notifications a worker stored (applied, stale or recorded), by Apple's type (other: a type not documented yet).",
             labels: ["type": NotificationTypes.all + ["other"]]),
+        Entry(
+            webhookAttempts, .counter, "Webhook delivery attempts by the workers, by the endpoint's HTTP status class (transport = no answer).",
+            labels: ["status_class": ["2xx", "3xx", "4xx", "5xx", "transport"]]),
+        Entry(
+            webhookAttemptDuration, .histogram, "Duration of one webhook delivery attempt.",
+            // A receiver answers in milliseconds to seconds; the delivery timeout is 10 s by default.
+            buckets: [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30]),
+        Entry(webhookDeliveriesQueued, .counter, "Webhook deliveries the dispatchers queued (each once, when its user's earlier ones settled)."),
         Entry(
             httpRequests, .counter, "HTTP requests answered by serve.",
             labels: ["route": nil, "method": nil, "status": nil]),

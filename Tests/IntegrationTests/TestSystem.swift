@@ -112,6 +112,7 @@ final class TestSystem: Sendable {
             try ReceiptQueueApp.makeWorker(configuration, metrics: metrics, logger: logger),
             // Its own app only: the test database is shared, and so is its subscriptions table.
             ReceiptQueueApp.makeScheduler(configuration, onlyApps: [app.id], now: schedulerClock, metrics: metrics, logger: logger),
+            ReceiptQueueApp.makeWebhookDispatcher(configuration, onlyApps: [app.id], metrics: metrics, logger: logger),
             try ReceiptQueueApp.makeAPI(configuration, metrics: metrics, logger: logger) { port in
                 continuation.yield(port)
                 continuation.finish()

@@ -9,6 +9,8 @@ public enum JobKind: String, Sendable, Codable, CaseIterable {
     /// An App Store Server Notification (V2 signed, or V1), checked at the door: applied to the
     /// ledger and subscriptions without a call to Apple.
     case notification
+    /// A webhook delivery of one event to one endpoint of the customer's backend.
+    case webhook
 }
 
 /// Who put the job on the queue.
@@ -23,6 +25,8 @@ public enum JobOrigin: String, Sendable, Codable {
     case apple
     /// The scheduler's Get Notification History sweep.
     case history
+    /// The webhook dispatcher, from the events outbox.
+    case outbox
 }
 
 /// The subscription a `repoll` job asks Apple about, and where its answer is filed.
@@ -45,6 +49,30 @@ public struct RepollTarget: Sendable, Equatable, Codable {
         self.originalTransactionID = originalTransactionID
         self.receiptID = receiptID
         self.pollSequence = pollSequence
+    }
+}
+
+/// The delivery a `webhook` job makes: one event to one endpoint.
+public struct WebhookTarget: Sendable, Equatable, Codable {
+    /// The `webhook_deliveries` row.
+    public var deliveryID: Int64
+    public var endpointID: UUID
+    public var eventID: UUID
+    public var eventType: String
+
+    enum CodingKeys: String, CodingKey {
+        case deliveryID = "delivery_id"
+        case endpointID = "endpoint_id"
+        case eventID = "event_id"
+        case eventType = "event_type"
+    }
+
+    /// Creates a target.
+    public init(deliveryID: Int64, endpointID: UUID, eventID: UUID, eventType: String) {
+        self.deliveryID = deliveryID
+        self.endpointID = endpointID
+        self.eventID = eventID
+        self.eventType = eventType
     }
 }
 
@@ -139,6 +167,8 @@ public struct JobEnvelope: Sendable, Equatable, Codable {
     /// For a `notification` job: Apple's `notificationUUID` (V2) or the body's digest (V1), the key
     /// it is stored under exactly once.
     public var notificationID: String?
+    /// For a `webhook` job: the delivery it makes (`receipt` then holds the event's JSON, the body).
+    public var webhook: WebhookTarget?
 
     // Explicit keys: the snake_case strategies do not round-trip `appID`/`bundleID`.
     enum CodingKeys: String, CodingKey {
@@ -155,6 +185,7 @@ public struct JobEnvelope: Sendable, Equatable, Codable {
         case subscription, source
         case transactionID = "transaction_id"
         case notificationID = "notification_id"
+        case webhook
     }
 
     /// Creates an envelope for a new job.
@@ -258,6 +289,15 @@ public struct JobEnvelope: Sendable, Equatable, Codable {
         }
         writer.member("transaction_id", transactionID)
         writer.member("v", v)
+        if let webhook {
+            writer.key("webhook")
+            writer.openObject()
+            writer.member("delivery_id", Int(webhook.deliveryID))
+            writer.member("endpoint_id", webhook.endpointID.canonical)
+            writer.member("event_id", webhook.eventID.canonical)
+            writer.member("event_type", webhook.eventType)
+            writer.closeObject()
+        }
         writer.closeObject()
         return writer.bytes
     }

@@ -163,6 +163,8 @@ public struct ValidationRecord: Sendable, Equatable {
     /// The stored receipt a notification's changes are filed under, when the store found one that
     /// already holds its subscription or purchase (nil: the notification's own row).
     public var filedUnder: UUID?
+    /// For a `webhook` job: how its delivery went (nothing else of the record is stored).
+    public var delivery: DeliveryOutcome?
 
     /// Creates a record.
     public init(
@@ -209,6 +211,13 @@ public protocol ReceiptStore: AnyObject {
     ///   fails alone, without failing the others.
     /// - Throws: when the database is unreachable: nothing of the batch is known to be stored.
     func save(_ records: [ValidationRecord]) throws -> [Result<ReceiptResource?, StoreFailure>]
+    /// The webhook endpoint a delivery job sends to, or nil when it was removed.
+    func webhookEndpoint(id: UUID) throws -> WebhookEndpointRecord?
+}
+
+extension ReceiptStore {
+    /// Stores without webhooks (test doubles) know no endpoint.
+    public func webhookEndpoint(id: UUID) throws -> WebhookEndpointRecord? { nil }
 }
 
 /// Why one record of a batch could not be stored, or a lookup could not be answered (bounded code;

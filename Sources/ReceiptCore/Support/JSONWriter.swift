@@ -49,6 +49,13 @@ public struct JSONWriter {
         afterKey = true
     }
 
+    /// A value that is already JSON (a `jsonb` column as Postgres prints it): appended as is, so
+    /// the caller vouches that `json` is one well-formed JSON value.
+    public mutating func raw(_ json: some Collection<UInt8>) {
+        separate()
+        bytes.append(contentsOf: json)
+    }
+
     /// A string value.
     public mutating func string(_ value: String) {
         separate()

@@ -1,0 +1,169 @@
+import Foundation
+import Libpq
+import ReceiptCore
+
+/// The outbox: the events a batch's changes mean, written in the batch's own transaction, with
+/// one webhook delivery per event and matching endpoint. An event exists if and only if its
+/// change committed; a replayed job changes nothing, so it adds no event.
+enum EventRows {
+    /// What one batch changed, as the upserts reported it: the input of ``events(_:resources:now:)``.
+    struct Changes {
+        /// Receipts whose status changed (a new row, or a new verdict), with their record's time.
+        var verdicts: [(id: UUID, appID: UUID, at: Date)] = []
+        /// Subscriptions the batch wrote: the state before (nil: new) and the row after.
+        var subscriptions: [(appID: UUID, before: SubscriptionState?, after: SubscriptionResource)] = []
+        /// One-time purchases newly refunded, and purchases newly claimed by a second user.
+        var purchases: [PurchaseChange] = []
+
+        mutating func merge(_ other: Changes) {
+            verdicts += other.verdicts
+            subscriptions += other.subscriptions
+            purchases += other.purchases
+        }
+    }
+
+    /// A purchase row whose refund or conflict is new.
+    struct PurchaseChange {
+        var type: EventType
+        var appID: UUID
+        var environment: String
+        var purchase: InAppPurchase
+        var owner: String?
+        var conflictUser: String?
+        var receiptID: UUID?
+        var occurredAt: Date
+    }
+
+    /// Serializes the writers of one subscription (or one notification's purchase) across
+    /// committers and worker processes for the rest of the transaction: the state read before a
+    /// write is then the newest committed one, so each change is stated once ("stale" notifications
+    /// and subscription events are both judged on it). Taken once per batch, in key order, so two
+    /// batches never wait on each other in a cycle.
+    static func lock(_ records: [ValidationRecord], on connection: PostgresConnection) throws {
+        var keys = Set<String>()
+        for record in records {
+            let environment = record.environment ?? record.envelope.environment ?? "unknown"
+            // `|`, not NUL: the keys travel as Postgres text (and a collision only serializes more).
+            for planned in record.subscriptions {
+                keys.insert("\(record.envelope.appID)|\(environment)|\(planned.state.originalTransactionID)")
+            }
+            if record.isNotification, let original = record.notificationOriginalTransactionID {
+                keys.insert("\(record.envelope.appID)|\(environment)|\(original)")
+            }
+        }
+        guard !keys.isEmpty else { return }
+        _ = try connection.query(
+            """
+            SELECT pg_advisory_xact_lock(h) FROM (
+                SELECT DISTINCT hashtextextended(k, 0) AS h FROM unnest(\(PostgresArray.literal(keys.sorted()))::text[]) AS k
+                ORDER BY 1) AS ordered
+            """)
+    }
+
+    /// The stored states of the subscriptions `records` are about to write (read under ``lock(_:on:)``).
+    static func subscriptionsBefore(_ records: [ValidationRecord], on connection: PostgresConnection) throws -> [String: SubscriptionState] {
+        var keys = ColumnBatch(columns: 3)
+        for record in records {
+            let environment = record.environment ?? record.envelope.environment ?? "unknown"
+            for planned in record.subscriptions {
+                keys.append([record.envelope.appID.uuidString, environment, planned.state.originalTransactionID])
+            }
+        }
+        guard !keys.isEmpty else { return [:] }
+        let rows = try connection.query(
+            """
+            SELECT \(unescaped: SubscriptionRows.columns) FROM subscriptions s
+            JOIN unnest(\(keys[0])::uuid[], \(keys[1])::text[], \(keys[2])::text[]) AS k(app_id, environment, original_transaction_id)
+              ON s.app_id = k.app_id AND s.environment = k.environment AND s.original_transaction_id = k.original_transaction_id
+            """
+        ).rows
+        var states: [String: SubscriptionState] = [:]
+        for row in rows {
+            guard let app = row.uuid("app_id"), let resource = SubscriptionRows.resource(row) else { continue }
+            states[key(app, resource.environment, resource.state.originalTransactionID)] = resource.state
+        }
+        return states
+    }
+
+    static func key(_ app: UUID, _ environment: String, _ originalTransactionID: String) -> String {
+        "\(app.uuidString)|\(environment)|\(originalTransactionID)"
+    }
+
+    /// The events of a batch's changes, in the order a backend should apply them: verdicts first,
+    /// then each subscription's changes, then purchases.
+    static func events(_ changes: Changes, resources: [UUID: ReceiptResource], now: Date) -> [NewEvent] {
+        var ids = MonotonicEventIDs()
+        var events: [NewEvent] = []
+        for verdict in changes.verdicts {
+            guard let resource = resources[verdict.id],
+                let event = NewEvent.receipt(resource, id: ids.next(at: now), appID: verdict.appID, occurredAt: verdict.at)
+            else { continue }
+            events.append(event)
+        }
+        for change in changes.subscriptions {
+            events += NewEvent.subscription(before: change.before, after: change.after, appID: change.appID, at: now) { ids.next(at: now) }
+        }
+        for change in changes.purchases {
+            events.append(
+                NewEvent.purchase(
+                    change.type, purchase: change.purchase, environment: change.environment, appID: change.appID,
+                    userIdentifier: change.conflictUser ?? change.owner, conflictUser: change.conflictUser, receiptID: change.receiptID,
+                    occurredAt: change.occurredAt, id: ids.next(at: now)))
+        }
+        return events
+    }
+
+    /// Writes the events with their per-subject sequence numbers, and a pending delivery for each
+    /// endpoint of the app whose filter takes the event: one statement.
+    static func insert(_ events: [NewEvent], on connection: PostgresConnection) throws {
+        guard !events.isEmpty else { return }
+        var columns = ColumnBatch(columns: 13)
+        for event in events {
+            columns.append([
+                event.id.uuidString, event.appID.uuidString, event.type.rawValue, event.environment, event.userIdentifier, event.subject,
+                event.originalTransactionID, event.transactionID, event.receiptID?.uuidString, event.occurredAt.postgresText, event.data,
+                event.dedupeKey, event.orderingKey,
+            ])
+        }
+        _ = try connection.query(
+            """
+            WITH input AS (
+                SELECT * FROM unnest(\(columns[0])::uuid[], \(columns[1])::uuid[], \(columns[2])::text[], \(columns[3])::text[],
+                    \(columns[4])::text[], \(columns[5])::text[], \(columns[6])::text[], \(columns[7])::text[], \(columns[8])::uuid[],
+                    \(columns[9])::timestamptz[], \(columns[10])::text[], \(columns[11])::text[], \(columns[12])::text[])
+                  WITH ORDINALITY AS u(id, app_id, type, environment, user_identifier, subject, original_transaction_id,
+                       transaction_id, receipt_id, occurred_at, data, dedupe_key, ordering_key, n)
+            ), fresh AS (
+                SELECT i.* FROM input i
+                WHERE i.dedupe_key IS NULL OR NOT EXISTS (SELECT 1 FROM events e WHERE e.dedupe_key = i.dedupe_key)
+            ), counted AS (
+                -- In key order: concurrent writers of the same subjects lock them in the same order.
+                INSERT INTO event_subjects AS s (app_id, environment, subject, last_sequence)
+                SELECT app_id, COALESCE(environment, ''), subject, count(*) FROM fresh GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
+                ON CONFLICT (app_id, environment, subject) DO UPDATE SET last_sequence = s.last_sequence + EXCLUDED.last_sequence
+                RETURNING app_id, environment, subject, last_sequence
+            ), numbered AS (
+                SELECT f.*, c.last_sequence - count(*) OVER subject_events
+                       + row_number() OVER (PARTITION BY f.app_id, c.environment, f.subject ORDER BY f.n) AS sequence
+                FROM fresh f JOIN counted c
+                  ON c.app_id = f.app_id AND c.environment = COALESCE(f.environment, '') AND c.subject = f.subject
+                WINDOW subject_events AS (PARTITION BY f.app_id, c.environment, f.subject)
+            ), inserted AS (
+                INSERT INTO events (id, app_id, type, environment, user_identifier, subject, original_transaction_id,
+                    transaction_id, receipt_id, sequence, occurred_at, data, dedupe_key)
+                SELECT id, app_id, type, environment, user_identifier, subject, original_transaction_id, transaction_id,
+                    receipt_id, sequence, occurred_at, data::jsonb, dedupe_key
+                FROM numbered
+                ON CONFLICT (dedupe_key) DO NOTHING
+                RETURNING id
+            )
+            INSERT INTO webhook_deliveries (endpoint_id, event_id, app_id, ordering_key)
+            SELECT w.id, n.id, n.app_id, n.ordering_key
+            FROM inserted i JOIN numbered n ON n.id = i.id JOIN webhook_endpoints w ON w.app_id = n.app_id
+            WHERE cardinality(w.event_types) = 0 OR EXISTS (
+                SELECT 1 FROM unnest(w.event_types) AS t
+                WHERE t = '*' OR t = n.type OR (right(t, 2) = '.*' AND starts_with(n.type, left(t, -1))))
+            ORDER BY n.n, w.id
+            """)
+    }
+}

@@ -1,0 +1,145 @@
+import Foundation
+
+/// An event about to be written, in the transaction of its change: everything but the sequence
+/// number and the commit time, which the store assigns.
+public struct NewEvent: Sendable, Equatable {
+    public var id: UUID
+    public var type: EventType
+    public var appID: UUID
+    public var environment: String?
+    public var userIdentifier: String?
+    public var subject: String
+    public var originalTransactionID: String?
+    public var transactionID: String?
+    public var receiptID: UUID?
+    public var occurredAt: Date
+    /// The `data` member, JSON text.
+    public var data: String
+    /// Set for changes that can be stated only once whatever job reveals them (a receipt's verdict,
+    /// a purchase's refund): a second event with the same key is not written.
+    public var dedupeKey: String?
+
+    /// The event for a receipt the backend posted reaching Apple's verdict (or being found forged);
+    /// nil for a status that is no verdict (`pending`, `failed`).
+    public static func receipt(_ resource: ReceiptResource, id: UUID, appID: UUID, occurredAt: Date) -> NewEvent? {
+        let type: EventType
+        switch resource.validationStatus {
+        case .valid: type = .receiptValidated
+        case .invalid: type = .receiptInvalid
+        case .fraud: type = .receiptFraud
+        case .pending, .failed: return nil
+        }
+        var writer = JSONWriter(capacity: 1024)
+        writer.openObject()
+        writer.key("receipt")
+        writer.raw(resource.encoded())
+        writer.closeObject()
+        return NewEvent(
+            id: id, type: type, appID: appID, environment: resource.environment, userIdentifier: resource.userIdentifier,
+            subject: "receipt:\(resource.id.canonical)", originalTransactionID: nil, transactionID: resource.transactionID,
+            receiptID: resource.id, occurredAt: occurredAt, data: String(decoding: writer.bytes, as: UTF8.self),
+            dedupeKey: "receipt:\(resource.id.canonical):\(type.rawValue)")
+    }
+
+    /// The events a subscription's change means (see ``SubscriptionChange/between(_:_:)``), each
+    /// with the subscription after the change and the fields that changed.
+    /// - Parameter ids: makes the events' ids (UUIDv7, in order).
+    public static func subscription(
+        before: SubscriptionState?, after: SubscriptionResource, appID: UUID, at now: Date, ids: () -> UUID
+    ) -> [NewEvent] {
+        let changes = SubscriptionChange.between(before, after.state)
+        guard !changes.isEmpty else { return [] }
+        var writer = JSONWriter(capacity: 2048)
+        writer.openObject()
+        writer.key("changes")
+        writer.openObject()
+        for field in SubscriptionChange.fields(before, after.state) {
+            writer.key(field.name)
+            writer.openObject()
+            writer.member("from", field.from)
+            writer.member("to", field.to)
+            writer.closeObject()
+        }
+        writer.closeObject()
+        writer.key("subscription")
+        after.write(to: &writer, at: now, sandboxPolicy: .accept)
+        writer.closeObject()
+        let data = String(decoding: writer.bytes, as: UTF8.self)
+        return changes.map { change in
+            NewEvent(
+                id: ids(), type: change.type, appID: appID, environment: after.environment, userIdentifier: after.userIdentifier,
+                subject: "subscription:\(after.state.originalTransactionID)", originalTransactionID: after.state.originalTransactionID,
+                transactionID: after.state.latestTransactionID, receiptID: after.receiptID, occurredAt: change.occurredAt, data: data,
+                dedupeKey: nil)
+        }
+    }
+
+    /// A one-time purchase refunded or revoked, or claimed by a second user (`conflictUser`).
+    public static func purchase(
+        _ type: EventType, purchase: InAppPurchase, environment: String, appID: UUID, userIdentifier: String?, conflictUser: String?,
+        receiptID: UUID?, occurredAt: Date, id: UUID
+    ) -> NewEvent {
+        var writer = JSONWriter(capacity: 1024)
+        writer.openObject()
+        writer.member("cancellation_reason", purchase.cancellationReason)
+        writer.member("conflict_user_identifier", conflictUser)
+        writer.key("purchase")
+        InAppPurchaseResource(purchase, isConflict: conflictUser != nil, environment: environment).write(to: &writer)
+        writer.closeObject()
+        return NewEvent(
+            id: id, type: type, appID: appID, environment: environment, userIdentifier: userIdentifier,
+            subject: "purchase:\(purchase.transactionID)", originalTransactionID: purchase.originalTransactionID,
+            transactionID: purchase.transactionID, receiptID: receiptID, occurredAt: occurredAt, data: String(decoding: writer.bytes, as: UTF8.self),
+            dedupeKey: "purchase:\(environment):\(purchase.transactionID):\(type.rawValue)\(conflictUser.map { ":\($0)" } ?? "")")
+    }
+}
+
+extension NewEvent {
+    /// What a webhook delivery waits on: the user's events reach an endpoint one at a time, in
+    /// order (a subscription's, and a receipt's verdict before its subscription's start); without a
+    /// user, the subject's.
+    public var orderingKey: String {
+        userIdentifier.map { "user:\($0)" } ?? "\(environment ?? ""):\(subject)"
+    }
+}
+
+/// UUIDv7 ids that also sort in the order they were made within one millisecond (RFC 9562's
+/// monotonic random): the events of one transaction keep the order they were derived in.
+public struct MonotonicEventIDs {
+    private var last: (ms: UInt64, low: UInt64, high: UInt16)?
+    private var generator: any RandomNumberGenerator
+
+    /// Creates a generator.
+    public init(generator: any RandomNumberGenerator = SystemRandomNumberGenerator()) {
+        self.generator = generator
+    }
+
+    /// The next id for `date`: after every id made before (at the same or an earlier millisecond).
+    public mutating func next(at date: Date) -> UUID {
+        var ms = UInt64(max(0, date.timeIntervalSince1970 * 1000))
+        var high = UInt16.random(in: 0...0x0FFF, using: &generator)
+        var low = UInt64.random(in: 0...(UInt64.max >> 2), using: &generator)
+        if let last, ms <= last.ms {
+            // Same (or a clock-stepped-back) millisecond: one past the previous id.
+            ms = last.ms
+            high = last.high
+            low = last.low &+ 1
+            if low > UInt64.max >> 2 {
+                low = 0
+                high = (high + 1) & 0x0FFF
+            }
+        }
+        last = (ms, low, high)
+        var bytes = [UInt8](repeating: 0, count: 16)
+        for i in 0..<6 { bytes[i] = UInt8(truncatingIfNeeded: ms >> (8 * (5 - i))) }
+        bytes[6] = 0x70 | UInt8(high >> 8)
+        bytes[7] = UInt8(truncatingIfNeeded: high)
+        bytes[8] = 0x80 | UInt8(truncatingIfNeeded: low >> 56)
+        for i in 9..<16 { bytes[i] = UInt8(truncatingIfNeeded: low >> (8 * (15 - i))) }
+        return UUID(
+            uuid: (
+                bytes[0], bytes[1], bytes[2], bytes[3], bytes[4], bytes[5], bytes[6], bytes[7],
+                bytes[8], bytes[9], bytes[10], bytes[11], bytes[12], bytes[13], bytes[14], bytes[15]
+            ))
+    }
+}

@@ -1,0 +1,192 @@
+import ArgumentParser
+import Curl
+import Foundation
+import Libpq
+import OpenSSL
+import PostgresStore
+import ReceiptCore
+import ReceiptQueueApp
+import WebhookClient
+
+struct WebhooksCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "webhooks", abstract: "The endpoints of your backend that events are delivered to, signed.",
+        discussion: """
+            Every event (receipt.validated, subscription.renewed, purchase.refunded, …) is posted to each endpoint of its app
+            whose filter takes it, with `Receiptq-Signature: t=…,v1=…` (HMAC-SHA256 of "<t>.<body>" with the endpoint's secret),
+            retried with backoff for 3 days, in order per user. See the README's "Events and webhooks".
+            """,
+        subcommands: [Add.self, List.self, Remove.self, Test.self, RotateSecret.self, Pause.self, Resume.self])
+
+    struct Add: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Registers an endpoint and prints its signing secret (once).")
+        @Option(help: "The app's name.") var app: String
+        @Option(help: "The endpoint: https://… (http:// only with --allow-private).") var url: String
+        @Option(
+            name: .customLong("events"),
+            help: "Event types or families, comma-separated (subscription.renewed,purchase.*); default: every event.")
+        var events: String?
+        @Flag(help: "Allow loopback, private and link-local addresses (a receiver inside your network).") var allowPrivate = false
+        @Option(help: "A note for operators.") var description: String?
+
+        func run() async throws {
+            let (configuration, logger) = try bootstrap(label: "webhooks")
+            let connection = try PostgresConnection(configuration: configuration.postgres, label: "webhooks", logger: logger)
+            defer { connection.close() }
+            let secrets = try configuration.secretsKey.map { try SecretBox(key: $0) }
+            let record = try AppAdmin(connection: connection, secrets: secrets).requiredApp(named: app)
+            let components: URLComponents
+            do {
+                components = try WebhookAdmin.validate(url: url, allowPrivate: allowPrivate)
+            } catch let error as WebhookAdminError {
+                throw ValidationError(error.description)
+            }
+            if !allowPrivate, let host = components.host {
+                let addresses = PublicAddressPolicy.resolve(host)
+                // Checked again on every connection (a DNS answer may change): this is for a clear error now.
+                if !addresses.isEmpty, !addresses.contains(where: PublicAddressPolicy.isPublic) {
+                    throw ValidationError("\(host) resolves to a loopback, private or link-local address; pass --allow-private if it is meant to")
+                }
+            }
+            let types = events.map { $0.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) } } ?? []
+            do {
+                let (id, secret) = try WebhookAdmin(connection: connection, secrets: secrets).add(
+                    appID: record.id, url: url, eventTypes: types, allowPrivate: allowPrivate, description: description)
+                print("endpoint: \(id.canonical)")
+                print("secret:   \(secret)")
+                print("Keep the secret: it is not shown again. Verify each delivery's Receiptq-Signature with it (README: Events and webhooks).")
+            } catch let error as WebhookAdminError {
+                throw ValidationError(error.description)
+            }
+        }
+    }
+
+    struct List: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Lists the endpoints (of one app), with their delivery state.")
+        @Option(help: "Only this app's endpoints.") var app: String?
+
+        func run() async throws {
+            let (configuration, logger) = try bootstrap(label: "webhooks")
+            let connection = try PostgresConnection(configuration: configuration.postgres, label: "webhooks", logger: logger)
+            defer { connection.close() }
+            let appID = try app.map { try AppAdmin(connection: connection).requiredApp(named: $0).id }
+            let endpoints = try WebhookAdmin(connection: connection, secrets: nil).list(appID: appID)
+            if endpoints.isEmpty { print("No webhook endpoints.") }
+            for endpoint in endpoints {
+                let state =
+                    endpoint.pausedAt.map { "paused since \($0)" } ?? endpoint.failingSince.map { "failing since \($0)" } ?? "active"
+                print(
+                    "\(endpoint.id.canonical)  \(endpoint.appName)  \(endpoint.url)  events: \(endpoint.eventTypes.isEmpty ? "all" : endpoint.eventTypes.joined(separator: ","))  \(state)  unsettled: \(endpoint.unsettled)  dead: \(endpoint.dead)\(endpoint.allowPrivate ? "  private allowed" : "")"
+                )
+            }
+        }
+    }
+
+    struct Remove: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Removes an endpoint and its undelivered deliveries.")
+        @Option(help: "The endpoint's id.") var id: String
+
+        func run() async throws {
+            let (configuration, logger) = try bootstrap(label: "webhooks")
+            let connection = try PostgresConnection(configuration: configuration.postgres, label: "webhooks", logger: logger)
+            defer { connection.close() }
+            guard let uuid = UUID(uuidString: id) else { throw ValidationError("--id is an endpoint id (a UUID)") }
+            guard try WebhookAdmin(connection: connection, secrets: nil).remove(id: uuid) else { throw ValidationError("no such endpoint") }
+            print("Removed \(uuid.canonical).")
+        }
+    }
+
+    struct RotateSecret: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "rotate-secret", abstract: "Issues a new secret; the old one keeps signing too for --overlap-hours.")
+        @Option(help: "The endpoint's id.") var id: String
+        @Option(help: "Hours both secrets sign each delivery.") var overlapHours: Int = 24
+
+        func run() async throws {
+            let (configuration, logger) = try bootstrap(label: "webhooks")
+            let connection = try PostgresConnection(configuration: configuration.postgres, label: "webhooks", logger: logger)
+            defer { connection.close() }
+            guard let uuid = UUID(uuidString: id) else { throw ValidationError("--id is an endpoint id (a UUID)") }
+            let secrets = try configuration.secretsKey.map { try SecretBox(key: $0) }
+            do {
+                let secret = try WebhookAdmin(connection: connection, secrets: secrets).rotateSecret(
+                    id: uuid, overlap: TimeInterval(max(0, overlapHours) * 3600))
+                print("secret:   \(secret)")
+                print("Both secrets sign every delivery for \(overlapHours) h: switch your receiver to the new one within that time.")
+            } catch let error as WebhookAdminError {
+                throw ValidationError(error.description)
+            }
+        }
+    }
+
+    struct Pause: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Stops deliveries to an endpoint; its events wait, none is lost.")
+        @Option(help: "The endpoint's id.") var id: String
+
+        func run() async throws { try await setPaused(id, true) }
+    }
+
+    struct Resume: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Resumes a paused endpoint: the events that waited go out, in order.")
+        @Option(help: "The endpoint's id.") var id: String
+
+        func run() async throws { try await setPaused(id, false) }
+    }
+
+    struct Test: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Sends a signed `webhook.test` delivery now and prints the endpoint's answer.",
+            discussion: "Exit 0 on a 2xx, 1 otherwise. Nothing is stored and no event is created.")
+        @Option(help: "The endpoint's id.") var id: String
+
+        func run() async throws {
+            let (configuration, logger) = try bootstrap(label: "webhooks")
+            let connection = try PostgresConnection(configuration: configuration.postgres, label: "webhooks", logger: logger)
+            defer { connection.close() }
+            guard let uuid = UUID(uuidString: id) else { throw ValidationError("--id is an endpoint id (a UUID)") }
+            let secrets = try configuration.secretsKey.map { try SecretBox(key: $0) }
+            guard let endpoint = try WebhookAdmin(connection: connection, secrets: secrets).endpoint(id: uuid) else {
+                throw ValidationError("no such endpoint")
+            }
+            guard !endpoint.secrets.isEmpty else { throw ValidationError("the endpoint's secret cannot be opened: check RECEIPTQ_SECRETS_KEY") }
+            let eventID = JobID.make()
+            var writer = JSONWriter()
+            writer.openObject()
+            writer.member("app_id", endpoint.appID.canonical)
+            writer.key("data")
+            writer.openObject()
+            writer.member("message", "a test delivery from `receiptq webhooks test`")
+            writer.closeObject()
+            writer.member("id", eventID.canonical)
+            writer.member("type", "webhook.test")
+            writer.closeObject()
+            let client = try WebhookClient(configuration: configuration.webhooks)
+            let request = WebhookRequest(
+                url: endpoint.url, body: writer.bytes, eventID: eventID, eventType: "webhook.test", secrets: endpoint.secrets,
+                timestamp: Int64(Date().timeIntervalSince1970), allowPrivate: endpoint.allowPrivate)
+            let report = await withCheckedContinuation { continuation in
+                client.deliver(request) { continuation.resume(returning: $0) }
+            }
+            client.shutdown()
+            if report.isDelivered {
+                print("Delivered: HTTP \(report.httpStatus ?? 0) in \(report.latencyMs) ms.")
+            } else {
+                print("Not delivered: \(report.errorCode ?? "unknown") after \(report.latencyMs) ms.")
+                throw ExitCode(1)
+            }
+        }
+    }
+}
+
+private func setPaused(_ id: String, _ paused: Bool) async throws {
+    let (configuration, logger) = try bootstrap(label: "webhooks")
+    let connection = try PostgresConnection(configuration: configuration.postgres, label: "webhooks", logger: logger)
+    defer { connection.close() }
+    guard let uuid = UUID(uuidString: id) else { throw ValidationError("--id is an endpoint id (a UUID)") }
+    do {
+        try WebhookAdmin(connection: connection, secrets: nil).setPaused(id: uuid, paused)
+    } catch let error as WebhookAdminError {
+        throw ValidationError(error.description)
+    }
+    print(paused ? "Paused \(uuid.canonical): its events wait." : "Resumed \(uuid.canonical).")
+}

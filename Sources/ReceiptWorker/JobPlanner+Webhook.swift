@@ -1,0 +1,77 @@
+import Foundation
+import ReceiptCore
+
+/// How a webhook job starts: a delivery to send, or a plan that settles it without one.
+public enum WebhookStart: Sendable, Equatable {
+    case send(WebhookRequest)
+    case settle(JobPlan)
+}
+
+extension JobPlanner {
+    /// What a delivery job does with its endpoint as the store has it now: send the event, wait
+    /// (a paused endpoint: the job keeps its attempts and asks again in a minute), or stop (the
+    /// endpoint was removed: its deliveries went with it).
+    public func webhookStart(_ envelope: JobEnvelope, endpoint: WebhookEndpointRecord?) -> WebhookStart {
+        guard let target = envelope.webhook else {
+            return .settle(.bury(envelope.failed(code: "malformed_webhook_job", message: "no delivery", calls: [], at: now())))
+        }
+        guard let endpoint else {
+            return .settle(.store(deliveryRecord(envelope, status: .delivered, httpStatus: nil, errorCode: "endpoint_removed")))
+        }
+        if endpoint.pausedAt != nil {
+            return .settle(.retry(envelope, runAt: now().addingTimeInterval(60), outcome: .deferred))
+        }
+        guard !endpoint.secrets.isEmpty else {
+            return .settle(
+                .bury(
+                    envelope.failed(
+                        code: "webhook_secret_unreadable", message: "the endpoint's secret cannot be opened: check RECEIPTQ_SECRETS_KEY, then retry",
+                        calls: [], at: now())))
+        }
+        return .send(
+            WebhookRequest(
+                url: endpoint.url, body: Array(envelope.receipt.utf8), eventID: target.eventID, eventType: target.eventType,
+                secrets: endpoint.secrets, timestamp: Int64(now().timeIntervalSince1970), allowPrivate: endpoint.allowPrivate))
+    }
+
+    /// What an attempt's report means: delivered (stored, acknowledged), or tried again with
+    /// backoff until the retry budget (3 days by default) is spent, then a dead letter an operator
+    /// can redeliver.
+    public func webhook(_ envelope: JobEnvelope, report: WebhookReport, using generator: inout some RandomNumberGenerator) -> JobPlan {
+        if report.isDelivered {
+            var delivered = envelope
+            delivered.attempt += 1
+            return .store(deliveryRecord(delivered, status: .delivered, httpStatus: report.httpStatus, errorCode: nil))
+        }
+        let code = report.errorCode ?? report.httpStatus.map { "http_\($0)" } ?? "unknown"
+        let message = report.httpStatus.map { "the endpoint answered \($0)" } ?? "the endpoint could not be reached (\(code))"
+        let failed = envelope.failed(code: code, message: message, calls: [], at: now())
+        guard
+            let runAt = retryPolicy.nextRun(attempt: failed.attempt, firstFailedAt: failed.firstFailedAt ?? now(), now: now(), using: &generator)
+        else { return .bury(failed) }
+        return .retry(failed, runAt: runAt, outcome: .retried)
+    }
+
+    /// The record a delivery job leaves in Postgres (its row, and its endpoint's run of failures).
+    func deliveryRecord(_ envelope: JobEnvelope, status: DeliveryOutcome.Status, httpStatus: Int?, errorCode: String?) -> ValidationRecord {
+        var record = ValidationRecord(
+            envelope: envelope, status: status == .delivered ? .valid : .failed, environment: nil, appleStatus: nil, purchases: [],
+            latestReceipt: nil, calls: [], validatedAt: now())
+        if let target = envelope.webhook {
+            record.delivery = DeliveryOutcome(
+                target: target, status: status, attempts: envelope.attempt, httpStatus: httpStatus, errorCode: errorCode, at: now())
+        }
+        return record
+    }
+
+    /// The record of a failed delivery attempt that will be tried again (best effort, like a
+    /// buried job's `failed` row): the dashboard and the pause rule see the failure now.
+    public func deliveryAttemptRecord(_ retried: JobEnvelope) -> ValidationRecord {
+        deliveryRecord(retried, status: .retrying, httpStatus: Self.httpStatus(retried.errorCode), errorCode: retried.errorCode)
+    }
+
+    static func httpStatus(_ code: String?) -> Int? {
+        guard let code, code.hasPrefix("http_") else { return nil }
+        return Int(code.dropFirst(5))
+    }
+}

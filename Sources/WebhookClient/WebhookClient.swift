@@ -1,0 +1,103 @@
+import Curl
+import Foundation
+import OpenSSL
+import ReceiptCore
+
+/// Delivers webhooks over libcurl's multi interface: thousands in flight on one thread, each
+/// signed (``WebhookSignature``), TLS verified, redirects not followed, and, unless an admin
+/// allowed the endpoint's private addresses, only public addresses connected to (checked on the
+/// address libcurl resolved, right before it connects).
+public final class WebhookClient: WebhookSender, Sendable {
+    /// Client settings.
+    public struct Configuration: Sendable {
+        /// How long one delivery may take, connection included (`WEBHOOK_TIMEOUT_SECONDS`).
+        public var timeout: Duration
+        /// Deliveries in flight at once.
+        public var maxConcurrent: Int
+        /// Connections kept per endpoint host.
+        public var maxHostConnections: Int
+        /// A PEM CA bundle to trust instead of the system's (tests with a local TLS receiver).
+        public var caInfo: String?
+
+        /// Creates a configuration (defaults: 10 s, 1,000 in flight, 100 connections per host).
+        public init(timeout: Duration = .seconds(10), maxConcurrent: Int = 1000, maxHostConnections: Int = 100, caInfo: String? = nil) {
+            self.timeout = timeout
+            self.maxConcurrent = maxConcurrent
+            self.maxHostConnections = maxHostConnections
+            self.caInfo = caInfo
+        }
+    }
+
+    private let publicOnly: CurlMulti
+    private let unrestricted: CurlMulti
+
+    /// Creates the client (two engines: one refusing non-public addresses, one for the endpoints
+    /// an admin allowed them for).
+    public init(configuration: Configuration = Configuration()) throws {
+        var options = CurlOptions()
+        options.requestTimeout = configuration.timeout
+        options.connectTimeout = min(configuration.timeout, .seconds(5))
+        options.caInfo = configuration.caInfo
+        options.userAgent = "receiptq-webhooks/1"
+        // A receiver's answer is read for its status only.
+        options.maxResponseBytes = 64 << 10
+        var guarded = options
+        guarded.publicAddressesOnly = true
+        publicOnly = try CurlMulti(
+            options: guarded, maxConcurrent: configuration.maxConcurrent, maxHostConnections: configuration.maxHostConnections)
+        unrestricted = try CurlMulti(
+            options: options, maxConcurrent: configuration.maxConcurrent, maxHostConnections: configuration.maxHostConnections)
+    }
+
+    public func deliver(_ request: WebhookRequest, completion: @escaping @Sendable (WebhookReport) -> Void) {
+        let headers: [(name: String, value: String)] = [
+            ("Content-Type", "application/json"),
+            ("Receiptq-Event-Id", request.eventID.canonical),
+            ("Receiptq-Event-Type", request.eventType),
+            ("Receiptq-Signature", WebhookSignature.header(body: request.body, timestamp: request.timestamp, secrets: request.secrets)),
+        ]
+        let started = ContinuousClock.now
+        let engine = request.allowPrivate ? unrestricted : publicOnly
+        engine.send(Curl.HTTPRequest(method: "POST", url: request.url, headers: headers, body: request.body)) { result in
+            let latency = Int(((ContinuousClock.now - started).seconds * 1000).rounded())
+            switch result {
+            case .success(let response):
+                completion(
+                    WebhookReport(
+                        httpStatus: response.status, errorCode: (200..<300).contains(response.status) ? nil : "http_\(response.status)",
+                        latencyMs: latency))
+            case .failure(let error):
+                // A refused address looks like a failed connect to libcurl: say which it was.
+                let code =
+                    error.code == .couldNotConnect && !request.allowPrivate && Self.resolvesOnlyPrivately(request.url)
+                    ? "address_not_allowed" : error.code.description
+                completion(WebhookReport(httpStatus: nil, errorCode: code, latencyMs: latency))
+            }
+        }
+    }
+
+    /// Stops both engines: deliveries still in flight after `gracePeriod` end as transport errors.
+    public func shutdown(gracePeriod: Duration = .zero) {
+        publicOnly.shutdown(gracePeriod: gracePeriod)
+        unrestricted.shutdown(gracePeriod: gracePeriod)
+    }
+
+    private static func resolvesOnlyPrivately(_ url: String) -> Bool {
+        guard let host = URLComponents(string: url)?.host else { return false }
+        let addresses = PublicAddressPolicy.resolve(host)
+        return !addresses.isEmpty && !addresses.contains(where: PublicAddressPolicy.isPublic)
+    }
+}
+
+/// The `Receiptq-Signature` header: `t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<body>">`, one
+/// `v1` per valid secret (two during a rotation). A receiver recomputes the HMAC with its secret
+/// over the raw body it received, compares in constant time with any `v1`, and rejects a `t` too
+/// far from its clock (replays).
+public enum WebhookSignature {
+    /// The header value for `body` signed at `timestamp` with each of `secrets`.
+    public static func header(body: [UInt8], timestamp: Int64, secrets: [String]) -> String {
+        let signed = Array("\(timestamp).".utf8) + body
+        let signatures = secrets.map { "v1=" + Digest.hex(Digest.hmacSHA256(key: Array($0.utf8), signed)) }
+        return (["t=\(timestamp)"] + signatures).joined(separator: ",")
+    }
+}
