@@ -238,7 +238,7 @@ let package = Package(
         ),
         .testTarget(
             name: "FacadeTests",
-            dependencies: ["Hiredis", "Libpq", "Curl", "OpenSSL", "ReceiptTesting", "MockAppStore"],
+            dependencies: ["Hiredis", "Libpq", "Curl", "OpenSSL", "ReceiptTesting", "MockAppStore", "WebhookClient"],
             swiftSettings: swiftSettings
         ),
         .testTarget(

@@ -55,7 +55,7 @@ public struct SubmitReceiptRequest: Sendable, Equatable {
         }
         if let idfv = optionalString(object, "identifier_for_vendor", maxLength: 36, &errors) {
             if let uuid = UUID(uuidString: idfv) {
-                submission.identifierForVendor = uuid.uuidString
+                submission.identifierForVendor = uuid.canonical
             } else {
                 errors.append(FieldError(field: "identifier_for_vendor", reason: "must be a UUID"))
             }

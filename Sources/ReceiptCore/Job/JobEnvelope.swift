@@ -240,7 +240,7 @@ public struct JobEnvelope: Sendable, Equatable, Codable {
     public func encoded() -> [UInt8] {
         var writer = JSONWriter(capacity: receipt.utf8.count + 1024)
         writer.openObject()
-        writer.member("app_id", appID.uuidString)
+        writer.member("app_id", appID.canonical)
         writer.member("attempt", attempt)
         writer.member("bundle_id", bundleID)
         writer.member("enqueued_at", milliseconds: enqueuedAt)
@@ -262,7 +262,7 @@ public struct JobEnvelope: Sendable, Equatable, Codable {
             writer.closeObject()
         }
         writer.closeArray()
-        writer.member("id", id.uuidString)
+        writer.member("id", id.canonical)
         writer.member("kind", kind.rawValue)
         writer.member("last_failed_at", milliseconds: lastFailedAt)
         writer.member("notification_id", notificationID)
@@ -284,7 +284,7 @@ public struct JobEnvelope: Sendable, Equatable, Codable {
             writer.openObject()
             writer.member("original_transaction_id", subscription.originalTransactionID)
             writer.member("poll_seq", subscription.pollSequence)
-            writer.member("receipt_id", subscription.receiptID.uuidString)
+            writer.member("receipt_id", subscription.receiptID.canonical)
             writer.closeObject()
         }
         writer.member("transaction_id", transactionID)

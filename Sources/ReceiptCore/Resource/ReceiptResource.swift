@@ -240,14 +240,14 @@ public struct ReceiptResource: Sendable, Equatable, Codable {
     public func encoded(sandboxPolicy: SandboxPolicy = .accept) -> [UInt8] {
         var writer = JSONWriter(capacity: 512 + inAppPurchases.count * 512)
         writer.openObject()
-        writer.member("app_family_id", appFamilyID.uuidString)
+        writer.member("app_family_id", appFamilyID.canonical)
         writer.member("apple_status", appleStatus)
         writer.member("bundle_id", bundleID)
         writer.member("country_code", countryCode)
         writer.member("created_at", createdAt)
         writer.member("environment", environment)
         writer.member("fraud_reason", fraudReason)
-        writer.member("id", id.uuidString)
+        writer.member("id", id.canonical)
         writer.key("in_app_purchases")
         writer.openArray()
         for purchase in inAppPurchases {

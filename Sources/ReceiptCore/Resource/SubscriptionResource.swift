@@ -67,7 +67,7 @@ public struct SubscriptionResource: Sendable, Equatable {
         writer.member("ownership_type", state.ownershipType)
         writer.member("product_id", state.productID)
         writer.member("purchase_date", time(state.purchasedAt))
-        writer.member("receipt_id", receiptID.uuidString)
+        writer.member("receipt_id", receiptID.canonical)
         if sandboxPolicy.flags(environment: environment) { writer.member("sandbox_flagged", true) }
         writer.member("status", state.status.rawValue)
         writer.member("updated_at", time(updatedAt))
