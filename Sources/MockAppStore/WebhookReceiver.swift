@@ -52,10 +52,15 @@ public final class WebhookReceiver: Sendable {
     }
 
     private let state: Mutex<State>
+    private let onDelivery: @Sendable (Delivery) -> Void
     public let path = "/hooks/receiptq"
 
     /// Creates a receiver that accepts deliveries signed with `secret`.
-    public init(secret: String) { state = Mutex(State(secret: secret)) }
+    /// - Parameter onDelivery: told of each delivery as it is answered (the demo logs them).
+    public init(secret: String, onDelivery: @escaping @Sendable (Delivery) -> Void = { _ in }) {
+        state = Mutex(State(secret: secret))
+        self.onDelivery = onDelivery
+    }
 
     /// Every delivery so far, in arrival order.
     public var deliveries: [Delivery] { state.withLock { $0.deliveries } }
@@ -96,6 +101,7 @@ public final class WebhookReceiver: Sendable {
             if behaviour.keepBodies { state.deliveries.append(delivery) }
             if status == .ok { state.accepted += 1 }
         }
+        onDelivery(delivery)
         return Response(status: status)
     }
 

@@ -3,6 +3,8 @@ import Foundation
 import Libpq
 import Logging
 import MockAppStore
+import OpenSSL
+import PostgresStore
 import ReceiptCore
 import ReceiptQueueApp
 import ReceiptSignature
@@ -50,6 +52,10 @@ struct All: AsyncParsableCommand {
         services.append(ReceiptQueueApp.makeScheduler(configuration, metrics: metrics, logger: logger))
         services.append(ReceiptQueueApp.makeWebhookDispatcher(configuration, metrics: metrics, logger: logger))
         if let history = try ReceiptQueueApp.makeNotificationSweep(configuration, metrics: metrics, logger: logger) { services.append(history.sweep) }
+        if let setup {
+            // The demo's backend: receives every event of the demo app, checks its signature, logs it.
+            services.append(try demoBackend(setup, configuration: configuration, logger: logger))
+        }
         let running = configuration
         let demoMock = mock
         services.append(
@@ -62,6 +68,28 @@ struct All: AsyncParsableCommand {
                 }
             })
         try await ReceiptQueueApp.run(withMetricsServer(services, configuration, logger: logger), logger: logger)
+    }
+
+    /// A webhook receiver standing in for the demo app's backend on `DEMO_BACKEND_PORT` (default
+    /// 9091), registered as the demo app's endpoint (replacing the one an earlier run registered).
+    private func demoBackend(_ setup: DemoSetup, configuration: AppConfiguration, logger: Logger) throws -> any Service {
+        let port = Int(ProcessInfo.processInfo.environment["DEMO_BACKEND_PORT"] ?? "") ?? 9091
+        let connection = try PostgresConnection(configuration: configuration.postgres, label: "demo", logger: logger)
+        defer { connection.close() }
+        let admin = WebhookAdmin(connection: connection, secrets: try configuration.secretsKey.map { try SecretBox(key: $0) })
+        for earlier in try admin.list(appID: setup.app.id) where earlier.description == "demo backend" { try admin.remove(id: earlier.id) }
+        let receiver = WebhookReceiver(secret: "") { delivery in
+            logger.notice(
+                "Demo backend received \(delivery.type)",
+                metadata: [
+                    "event.id": "\(delivery.eventID)", "signature.valid": "\(delivery.signatureValid)",
+                    "user": "\(delivery.event?["user_identifier"]?.stringValue ?? "-")",
+                ])
+        }
+        let (_, secret) = try admin.add(
+            appID: setup.app.id, url: "http://127.0.0.1:\(port)\(receiver.path)", allowPrivate: true, description: "demo backend")
+        receiver.setSecret(secret)
+        return receiver.application(host: "127.0.0.1", port: port, logger: logger)
     }
 
     private func printDemo(_ setup: DemoSetup, host: String, port: Int, configuration: AppConfiguration) {
@@ -99,6 +127,11 @@ struct All: AsyncParsableCommand {
                     curl -sS -X POST http://127.0.0.1:\(configuration.mockAppStorePort)/mock/notifications/events -H 'Content-Type: application/json' -d '{"environment":"Sandbox","transaction_id":"\(setup.refundableTransactionID ?? "")","type":"REFUND","copies":3}'
 
                 The dashboard lists each notification once: http://\(host):\(port)/admin/notifications
+
+                Events: every change above was also delivered, signed, to the demo backend's webhook endpoint (see the log lines
+                "Demo backend received …"; `receiptq webhooks list`). A backend that pulls instead reads them in order:
+
+                    curl -sS 'http://\(host):\(port)/client/events?limit=20' -H "Authorization: Bearer $RQ_TOKEN"
 
                 And see the row in Postgres:
 

@@ -42,7 +42,9 @@ public final class WorkerEngine: Service, Sendable {
         public var commitBatch: Int
         /// Committer threads (each with one Postgres and one Redis connection).
         public var committers: Int
-        /// How long one reserve blocks on an empty queue; short, so shutdown is noticed quickly.
+        /// How long one reserve blocks on an empty queue (on the validations list only: Redis cannot
+        /// block on several); short, so shutdown is noticed quickly and an idle worker looks at
+        /// the other queues (notifications, webhook deliveries, re-polls) twice a second.
         public var reserveTimeout: Duration
         /// How long graceful shutdown waits for the jobs in hand.
         public var shutdownTimeout: Duration
@@ -63,7 +65,7 @@ public final class WorkerEngine: Service, Sendable {
         /// Creates a configuration; every value has a production default.
         public init(
             concurrency: Int = 16, fetchBatch: Int = 128, commitBatch: Int = 128, committers: Int = 2,
-            reserveTimeout: Duration = .seconds(2), shutdownTimeout: Duration = .seconds(25), heartbeatInterval: Duration = .seconds(5),
+            reserveTimeout: Duration = .milliseconds(500), shutdownTimeout: Duration = .seconds(25), heartbeatInterval: Duration = .seconds(5),
             circuitRefresh: Duration = .milliseconds(250), circuitFlush: Duration = .milliseconds(50),
             retryPolicy: RetryPolicy = RetryPolicy(), repollPolicy: RepollPolicy = RepollPolicy(), verifyReceiptGoneAfter: Int = 20
         ) {

@@ -46,7 +46,8 @@ struct EventTests {
             Self.types(Self.state(.billingRetry, retry: true), Self.state(latest: "t2", expires: 65, purchased: 35, observed: 35))
                 == ["subscription.billing_recovered", "subscription.renewed"])
         #expect(Self.types(active, Self.state(expires: 40, observed: 3)) == ["subscription.extended"])
-        #expect(Self.types(active, Self.state(.expired, autoRenew: false, observed: 31)) == ["subscription.auto_renew_changed", "subscription.expired"])
+        #expect(
+            Self.types(active, Self.state(.expired, autoRenew: false, observed: 31)) == ["subscription.auto_renew_changed", "subscription.expired"])
         let refundDate = Self.t0.addingTimeInterval(5 * 86_400)
         #expect(Self.types(active, Self.state(.revoked, revoked: refundDate, observed: 5)) == ["subscription.refunded"])
         #expect(
