@@ -1,6 +1,11 @@
 internal import CCurl
 import Dispatch
+import Foundation
 import Synchronization
+
+#if canImport(Glibc)
+import Glibc
+#endif
 
 extension CurlMulti {
     /// The engine's fixed limits, validated by ``CurlMulti/init(options:maxConcurrent:maxHostConnections:)``.
@@ -44,22 +49,25 @@ extension CurlMulti {
 
         let state = Mutex(State())
         private let nextID = Atomic<UInt64>(0)
-        private let queue: DispatchQueue
+        private let label: String
         /// Left when the engine thread has torn everything down; `shutdown` waits on it.
         private let finished = DispatchGroup()
-        /// Set on `queue`, so the engine thread can recognise itself and never wait for itself.
+        /// Set by the engine thread, so it can recognise itself and never wait for itself.
         private let onEngineThread = EngineThreadMarker()
 
         init(label: String) {
-            queue = DispatchQueue(label: label)
-            onEngineThread.mark(queue)
+            self.label = label
         }
 
         /// Starts the engine thread and waits until it has set up the multi handle (or failed to).
         func start(options: CurlOptions, limits: Limits) throws {
             let started = DispatchSemaphore(value: 0)
             finished.enter()
-            queue.async { [self] in
+            // A thread of its own, not one of libdispatch's workers: the loop runs for the engine's
+            // whole life, and a process with many engines (the tests start dozens) would otherwise
+            // use up the pool libdispatch's queues share, and starve them.
+            let thread = Thread { [self] in
+                onEngineThread.markCurrent()
                 // The handles are created on the engine thread so that no other thread ever calls
                 // libcurl with them (the wakeup aside).
                 do {
@@ -75,6 +83,8 @@ extension CurlMulti {
                 }
                 finished.leave()
             }
+            thread.name = label
+            thread.start()
             started.wait()
             if let error = state.withLock({ $0.startError }) {
                 throw error
@@ -146,20 +156,17 @@ extension CurlMulti {
         }
     }
 
-    /// Recognises the engine's queue: the loop is one long block on it, so "on the queue" means
-    /// "on the engine thread".
-    ///
-    /// `@unchecked Sendable`: the key is never mutated after `init`, and libdispatch synchronises
-    /// `setSpecific`/`getSpecific` itself.
-    final class EngineThreadMarker: @unchecked Sendable {
-        private let key = DispatchSpecificKey<Bool>()
+    /// Recognises the engine thread (it marks itself first thing), so a completion that shuts the
+    /// engine down does not wait for its own thread.
+    final class EngineThreadMarker: Sendable {
+        private let thread = Mutex<pthread_t?>(nil)
 
-        func mark(_ queue: DispatchQueue) {
-            queue.setSpecific(key: key, value: true)
+        func markCurrent() {
+            thread.withLock { $0 = pthread_self() }
         }
 
         var isCurrent: Bool {
-            DispatchQueue.getSpecific(key: key) == true
+            thread.withLock { engine in engine.map { pthread_equal($0, pthread_self()) != 0 } ?? false }
         }
     }
 

@@ -63,4 +63,14 @@ public final class PostgresWebhookOutbox: WebhookOutbox {
             return queued
         }
     }
+
+    public func pausedEndpoints() throws -> Int {
+        let scope = apps.map { PostgresArray.literal($0.map(\.uuidString)) }
+        return try connection.query(
+            """
+            SELECT count(*) AS n FROM webhook_endpoints
+            WHERE paused_at IS NOT NULL AND (\(scope)::uuid[] IS NULL OR app_id = ANY(\(scope)::uuid[]))
+            """
+        ).rows.first?.int("n") ?? 0
+    }
 }

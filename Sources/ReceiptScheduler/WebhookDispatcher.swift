@@ -38,6 +38,7 @@ public final class WebhookDispatcher: Service, Sendable {
     private let logger: Logger
     private let stopping = Atomic<Bool>(false)
     private let dispatched: Counter
+    private let paused: Gauge
 
     /// Creates a dispatcher.
     /// - Parameters:
@@ -53,15 +54,20 @@ public final class WebhookDispatcher: Service, Sendable {
         self.now = now
         self.logger = logger
         dispatched = Counter(label: "receiptq_webhook_deliveries_queued_total", factory: metrics)
+        paused = Gauge(label: "receiptq_webhook_endpoints_paused", factory: metrics)
     }
 
     public func run() async throws {
         await withTaskCancellationOrGracefulShutdownHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-                DispatchQueue(label: "receiptq.webhook-dispatcher").async {
+                // A thread of its own for a loop that lives as long as the service (libdispatch's
+                // shared pool is for short work).
+                let thread = Thread {
                     self.loop()
                     continuation.resume()
                 }
+                thread.name = "receiptq.webhook-dispatcher"
+                thread.start()
             }
         } onCancelOrGracefulShutdown: {
             self.stopping.store(true, ordering: .relaxed)
@@ -71,10 +77,23 @@ public final class WebhookDispatcher: Service, Sendable {
     private func loop() {
         var sides: (outbox: any WebhookOutbox, queue: any WebhookQueue)?
         var pause = configuration.interval.seconds
+        var lastCount = ContinuousClock.now - .seconds(3600)
+        var pausedBefore = 0
         while !stopping.load(ordering: .relaxed) {
             do {
                 if sides == nil { sides = try make() }
                 guard let sides else { continue }
+                if ContinuousClock.now - lastCount >= .seconds(15) {
+                    let count = try sides.outbox.pausedEndpoints()
+                    paused.record(count)
+                    if count > pausedBefore {
+                        logger.error(
+                            "Webhook endpoints paused: their events wait until `receiptq webhooks resume`",
+                            metadata: ["webhook.endpoints_paused": "\(count)"])
+                    }
+                    pausedBefore = count
+                    lastCount = .now
+                }
                 let queued = try dispatchOnce(sides)
                 pause = configuration.interval.seconds
                 if queued == configuration.batch { continue }

@@ -2,6 +2,7 @@ import Curl
 import Foundation
 import OpenSSL
 import ReceiptCore
+import Synchronization
 
 /// Delivers webhooks over libcurl's multi interface: thousands in flight on one thread, each
 /// signed (``WebhookSignature``), TLS verified, redirects not followed, and, unless an admin
@@ -28,11 +29,12 @@ public final class WebhookClient: WebhookSender, Sendable {
         }
     }
 
-    private let publicOnly: CurlMulti
-    private let unrestricted: CurlMulti
+    private let publicOnly: Engine
+    private let unrestricted: Engine
 
-    /// Creates the client (two engines: one refusing non-public addresses, one for the endpoints
-    /// an admin allowed them for).
+    /// Creates the client. Its two engines (one refusing non-public addresses, one for the
+    /// endpoints an admin allowed them for) start with their first delivery: a worker that never
+    /// delivers a webhook holds no thread for them.
     public init(configuration: Configuration = Configuration()) throws {
         var options = CurlOptions()
         options.requestTimeout = configuration.timeout
@@ -43,10 +45,36 @@ public final class WebhookClient: WebhookSender, Sendable {
         options.maxResponseBytes = 64 << 10
         var guarded = options
         guarded.publicAddressesOnly = true
-        publicOnly = try CurlMulti(
-            options: guarded, maxConcurrent: configuration.maxConcurrent, maxHostConnections: configuration.maxHostConnections)
-        unrestricted = try CurlMulti(
-            options: options, maxConcurrent: configuration.maxConcurrent, maxHostConnections: configuration.maxHostConnections)
+        publicOnly = Engine(options: guarded, configuration: configuration)
+        unrestricted = Engine(options: options, configuration: configuration)
+    }
+
+    /// One libcurl multi engine, started on first use. Two, not one with a per-request rule: a
+    /// connection kept alive for an allowed private host must never be reused by a customer URL
+    /// naming the same host.
+    private final class Engine: Sendable {
+        private let options: CurlOptions
+        private let configuration: Configuration
+        private let multi = Mutex<CurlMulti?>(nil)
+
+        init(options: CurlOptions, configuration: Configuration) {
+            self.options = options
+            self.configuration = configuration
+        }
+
+        func get() throws -> CurlMulti {
+            try multi.withLock { multi in
+                if let multi { return multi }
+                let started = try CurlMulti(
+                    options: options, maxConcurrent: configuration.maxConcurrent, maxHostConnections: configuration.maxHostConnections)
+                multi = started
+                return started
+            }
+        }
+
+        func shutdown(gracePeriod: Duration) {
+            multi.withLock { $0 }?.shutdown(gracePeriod: gracePeriod)
+        }
     }
 
     public func deliver(_ request: WebhookRequest, completion: @escaping @Sendable (WebhookReport) -> Void) {
@@ -57,7 +85,12 @@ public final class WebhookClient: WebhookSender, Sendable {
             ("Receiptq-Signature", WebhookSignature.header(body: request.body, timestamp: request.timestamp, secrets: request.secrets)),
         ]
         let started = ContinuousClock.now
-        let engine = request.allowPrivate ? unrestricted : publicOnly
+        let engine: CurlMulti
+        do {
+            engine = try (request.allowPrivate ? unrestricted : publicOnly).get()
+        } catch {
+            return completion(WebhookReport(httpStatus: nil, errorCode: "client_unavailable", latencyMs: 0))
+        }
         engine.send(Curl.HTTPRequest(method: "POST", url: request.url, headers: headers, body: request.body)) { result in
             let latency = Int(((ContinuousClock.now - started).seconds * 1000).rounded())
             switch result {

@@ -35,6 +35,18 @@ struct WebhookTests {
         return (receiver, id, task)
     }
 
+    /// Each delivery row's event type, status, attempts and last error (for a failure's message).
+    func deliveryRows(_ system: TestSystem) throws -> [String] {
+        let connection = try system.postgres()
+        defer { connection.close() }
+        return try connection.query(
+            """
+            SELECT e.type, d.status, d.attempts, d.last_error FROM webhook_deliveries d JOIN events e ON e.id = d.event_id
+            WHERE d.app_id = \(system.app.id) ORDER BY d.id
+            """
+        ).rows.map { "\($0.string("type") ?? "") \($0.string("status") ?? "") \($0.int("attempts") ?? 0) \($0.string("last_error") ?? "-")" }
+    }
+
     /// A StoreKit 2 subscription purchase validated for `user`; returns its original transaction id.
     func subscribe(_ system: TestSystem, user: String, days: Double = 30) async throws -> String {
         let (jws, payload) = try ReceiptForger.signedTransaction(
@@ -77,12 +89,14 @@ struct WebhookTests {
 
         let original = try await subscribe(system, user: "hook-user")
         func accepted() -> [String] { receiver.deliveries.filter { $0.status == 200 }.map(\.type) }
-        #expect(try await system.eventually { accepted().count >= 2 })
+        #expect(try await system.eventually(timeout: .seconds(60)) { accepted().count >= 2 })
         #expect(accepted() == ["receipt.validated", "subscription.started"])
         try system.mock.state.notifications.event(type: "DID_RENEW", transactionID: original, environment: .sandbox)
-        #expect(try await system.eventually { accepted().count >= 3 })
+        #expect(try await system.eventually(timeout: .seconds(60)) { accepted().count >= 3 })
         try system.mock.state.notifications.event(type: "REFUND", transactionID: original, environment: .sandbox)
-        #expect(try await system.eventually { accepted().count >= 4 })
+        let all = try await system.eventually(timeout: .seconds(60)) { accepted().count >= 4 }
+        let rows = try deliveryRows(system)
+        #expect(all, "delivery rows: \(rows)")
         #expect(accepted() == ["receipt.validated", "subscription.started", "subscription.renewed", "subscription.refunded"])
         #expect(receiver.deliveries.allSatisfy { $0.signatureValid })
 

@@ -42,7 +42,7 @@ struct JSONWriterTests {
             #expect(try ReceiptResource.decode(written) == resource)
             let encoder = JSONEncoder()
             encoder.outputFormatting = [.sortedKeys]
-            let reference = try JSONDecoder().decode(JSONValue.self, from: encoder.encode(resource))
+            let reference = canonicalUUIDs(try JSONDecoder().decode(JSONValue.self, from: encoder.encode(resource)))
             #expect(try JSONDecoder().decode(JSONValue.self, from: Data(written)) == reference)
         }
     }
@@ -86,7 +86,7 @@ struct JSONWriterTests {
             let encoder = JSONEncoder()
             encoder.outputFormatting = [.sortedKeys]
             encoder.dateEncodingStrategy = .millisecondsSince1970
-            let reference = try JSONDecoder().decode(JSONValue.self, from: encoder.encode(envelope))
+            let reference = canonicalUUIDs(try JSONDecoder().decode(JSONValue.self, from: encoder.encode(envelope)))
             #expect(try JSONDecoder().decode(JSONValue.self, from: Data(written)) == reference)
         }
     }
@@ -108,5 +108,15 @@ struct JSONWriterTests {
         // A nonsense date from an answer (`*_ms` of 1e300) is clamped, never a trap.
         #expect(APITimestamp(Date(timeIntervalSince1970: 1e300)).utc == "9999-12-31 23:59:59 UTC")
         #expect(APITimestamp(Date(timeIntervalSince1970: -1e300)).utc == "0001-01-01 00:00:00 UTC")
+    }
+}
+
+/// `JSONEncoder` writes a `UUID` in upper case; receiptq prints the canonical lower case (RFC 9562).
+private func canonicalUUIDs(_ value: JSONValue) -> JSONValue {
+    switch value {
+    case .string(let text) where UUID(uuidString: text) != nil: .string(text.lowercased())
+    case .array(let items): .array(items.map(canonicalUUIDs))
+    case .object(let members): .object(members.mapValues(canonicalUUIDs))
+    default: value
     }
 }

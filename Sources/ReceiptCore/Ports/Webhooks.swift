@@ -142,6 +142,8 @@ public protocol WebhookOutbox: AnyObject {
     /// another dispatcher holds; passes them to `enqueue`; marks the first `n` it returns `queued`.
     /// - Returns: `n`.
     func claimPending(limit: Int, enqueue: ([WebhookDispatch]) throws -> Int) throws -> Int
+    /// How many endpoints are paused now (failing for a day, or by an operator).
+    func pausedEndpoints() throws -> Int
 }
 
 /// The Redis side of the webhook dispatcher: queues each delivery once.
