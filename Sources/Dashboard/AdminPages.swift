@@ -26,6 +26,8 @@ public struct AdminPages: Sendable {
     let apps: @Sendable () async throws -> [AppRecord]
     /// The stored App Store Server Notifications (nil: no notifications pages).
     let notifications: (any NotificationLog)?
+    /// The customer look-up (nil: no customer view).
+    let customers: (any CustomerDirectory)?
     let now: @Sendable () -> Date
     let library: MustacheLibrary
     let stylesheet: [UInt8]
@@ -44,14 +46,17 @@ public struct AdminPages: Sendable {
     ///   - sessions: the session cookies' keeper.
     ///   - apps: the registered apps, for the app filter (an error shows a plain text field instead).
     ///   - notifications: the stored notifications (Postgres), for their pages and the overview's counts.
+    ///   - customers: the customer look-up (Postgres), for the customer view.
     ///   - now: the injected clock.
     /// - Throws: when a template is missing or does not parse (a broken build).
     public init(
         dead: any JobSetStore, retries: any JobSetStore, overview: any QueueOverview, credentials: AdminCredentials,
         sessions: AdminSessions, apps: @escaping @Sendable () async throws -> [AppRecord] = { [] },
-        notifications: (any NotificationLog)? = nil, now: @escaping @Sendable () -> Date = { Date() }
+        notifications: (any NotificationLog)? = nil, customers: (any CustomerDirectory)? = nil,
+        now: @escaping @Sendable () -> Date = { Date() }
     ) throws {
         self.notifications = notifications
+        self.customers = customers
         self.dead = dead
         self.retries = retries
         self.overview = overview
@@ -60,7 +65,7 @@ public struct AdminPages: Sendable {
         self.apps = apps
         self.now = now
         var library = MustacheLibrary()
-        for name in ["layout", "login", "overview", "list", "detail", "notifications", "notification"] {
+        for name in ["layout", "login", "overview", "list", "detail", "notifications", "notification", "customer"] {
             guard let url = Bundle.module.url(forResource: name, withExtension: "mustache", subdirectory: "Templates") else {
                 throw DashboardError(code: "template_missing", message: "Templates/\(name).mustache is not in the bundle")
             }
@@ -95,6 +100,7 @@ public struct AdminPages: Sendable {
             await page(request, context: context) { session in try await overviewPage(session) }
         }
         if notifications != nil { addNotificationRoutes(to: router) }
+        if customers != nil { addCustomerRoutes(to: router) }
         for kind in JobSetKind.allCases {
             let path = Self.path(kind)
             router.get("/admin/\(path)") { request, context in

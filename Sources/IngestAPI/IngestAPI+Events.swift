@@ -51,7 +51,8 @@ extension IngestAPI {
         guard errors.isEmpty else { return unprocessable(errors) }
         do {
             guard let page = try await catalog.events(appID: app.id, query: query) else {
-                return unprocessable([FieldError(field: "after", reason: "is not an event of this app")])
+                // Well-formed, but naming nothing: the cursor's resource is not found.
+                return json(.notFound, ["error": .string("after names no event of this app")])
             }
             var writer = JSONWriter(capacity: 256 + page.events.count * 1536)
             writer.openObject()

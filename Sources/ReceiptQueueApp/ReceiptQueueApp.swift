@@ -92,7 +92,7 @@ public enum ReceiptQueueApp {
         try AdminPages(
             dead: dead, retries: retries, overview: overview, credentials: configuration.admin, sessions: configuration.adminSessions,
             apps: { try await postgresPool.withConnection { try AppAdmin(connection: $0).listApps() } },
-            notifications: PostgresNotificationLog(pool: postgresPool)
+            notifications: PostgresNotificationLog(pool: postgresPool), customers: PostgresCustomerDirectory(pool: postgresPool)
         ).addRoutes(to: router)
         // Last, with the finished route table: it joins only the not-found chain (see its doc).
         router.add(middleware: MethodNotAllowedMiddleware(routes: router.routes.map { ($0.method.rawValue, $0.path.description) }))

@@ -32,6 +32,8 @@ public final class RedisWorkQueue: JobQueue {
     private var burst = 4
     /// Which queue goes first when there are fewer free slots than queues (they take turns).
     private var turn = 0
+    /// The queues (indices) the last full reserve found empty: probed, not given a share.
+    private var idle: Set<Int> = []
     /// How long a heartbeat stays valid; the janitor takes the process's jobs back once it lapses.
     public var heartbeatTTLSeconds = 30
 
@@ -59,28 +61,43 @@ public final class RedisWorkQueue: JobQueue {
         let count = Swift.max(1, Swift.min(max, burst))
         func move(_ queueKey: String) -> [[UInt8]] { ["LMOVE", queueKey, processingKey, "RIGHT", "LEFT"].map(bytes) }
         var commands: [[[UInt8]]] = []
+        /// The queue (index) each command moves from.
+        var owners: [Int] = []
         // Too few slots for every queue: they take turns, and the others are tried after.
         var untried: [String] = []
         if count < queueKeys.count {
-            let order = queueKeys.indices.map { queueKeys[(turn + $0) % queueKeys.count] }
+            let order = queueKeys.indices.map { (turn + $0) % queueKeys.count }
             turn &+= 1
-            commands = order.prefix(count).map(move)
-            untried = Array(order.dropFirst(count))
+            commands = order.prefix(count).map { move(queueKeys[$0]) }
+            owners = Array(order.prefix(count))
+            untried = order.dropFirst(count).map { queueKeys[$0] }
         } else {
-            for (index, queueKey) in queueKeys.enumerated() {
-                // The most urgent queue gets most of the burst, the later ones about a quarter of
-                // what is left, each at least one move: a flood of validations never starves
-                // notifications or re-polls.
+            // The queues that had jobs last time share the burst: the most urgent gets most of it,
+            // each later one about a fifth of what is left, at least one move each, so a flood of
+            // validations never starves notifications, webhook deliveries or re-polls. A queue that
+            // was empty is only probed with one move: idle queues must not eat the burst (it would
+            // never grow past them).
+            let active = queueKeys.indices.filter { !idle.contains($0) }
+            for (rank, index) in active.enumerated() {
                 let left = count - commands.count
-                let later = queueKeys.count - 1 - index
-                let share = later == 0 ? left : Swift.max(1, left - later - (left - later) / 4)
-                commands += Array(repeating: move(queueKey), count: Swift.max(0, share))
+                let later = active.count - 1 - rank
+                let share = later == 0 ? left : Swift.max(1, left - later - (left - later) / 5)
+                commands += Array(repeating: move(queueKeys[index]), count: Swift.max(0, share))
+                owners += Array(repeating: index, count: Swift.max(0, share))
+            }
+            for index in queueKeys.indices where idle.contains(index) {
+                commands.append(move(queueKeys[index]))
+                owners.append(index)
             }
         }
         var jobs: [ReservedJob] = []
-        for case .bulk(let raw) in try connection.pipeline(bytes: commands) {
+        var answered = Set<Int>()
+        for (reply, owner) in zip(try connection.pipeline(bytes: commands), owners) {
+            guard case .bulk(let raw) = reply else { continue }
             jobs.append(ReservedJob(raw: raw))
+            answered.insert(owner)
         }
+        if count >= queueKeys.count { idle = Set(owners).subtracting(answered) }
         burst = Swift.min(Swift.max(jobs.count * 2, 4), 512)
         if !jobs.isEmpty { return jobs }
         // The queues whose turn it was are empty; another may not be.

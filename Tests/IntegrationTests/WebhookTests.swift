@@ -115,12 +115,34 @@ struct WebhookTests {
         #expect(renewed["data"]?["changes"]?["latest_transaction_id"]?["from"]?.stringValue == original)
         #expect(renewed["data"]?["subscription"]?["status"]?.stringValue == "active")
 
+        // The customer view: the same user's receipts, purchases, subscription, events and
+        // deliveries on one page, found by the user or by the transaction; never the receipt itself.
+        let browser = DashboardPagesTests.Browser(system)
+        _ = try await browser.logIn()
+        for path in ["/admin/customers?q=hook-user", "/admin/customers?by=transaction&q=\(original)&app_id=\(system.app.id.canonical)"] {
+            let page = try await browser.get(path)
+            #expect(page.status == 200)
+            for section in ["customer-subscriptions", "customer-purchases", "customer-receipts", "customer-events", "customer-deliveries"] {
+                #expect(page.text.contains("id=\"\(section)\""), "\(path): \(section)")
+            }
+            #expect(page.text.contains("subscription.refunded") && page.text.contains(original) && page.text.contains("delivered"))
+            #expect(page.text.contains("hook-user"))
+            #expect(!page.text.contains(system.token))
+        }
+        let nobody = try await browser.get("/admin/customers?q=nobody-at-all")
+        #expect(nobody.status == 200 && nobody.text.contains("Nothing is stored for this customer."))
+        let hostile = try await browser.get("/admin/customers?q=%3Cscript%3Ealert(1)%3C/script%3E")
+        #expect(hostile.status == 200 && !hostile.text.contains("<script>alert"))
+
         // Filters, and clear errors.
         #expect(try await allEvents(system, query: "&type=subscription.*").count == 3)
         #expect(try await allEvents(system, query: "&user_identifier=someone-else").isEmpty)
         let (unknown, errors) = try await system.get(path: "/client/events?after=\(UUID().uuidString)")
-        #expect(unknown == 422)
-        #expect(errors?["errors"]?.arrayValue?.first?["field"]?.stringValue == "after")
+        #expect(unknown == 404)
+        #expect(errors?["error"]?.stringValue?.contains("after") == true)
+        let (malformed, fieldErrors) = try await system.get(path: "/client/events?after=not-a-uuid")
+        #expect(malformed == 422)
+        #expect(fieldErrors?["errors"]?.arrayValue?.first?["field"]?.stringValue == "after")
         let (badType, _) = try await system.get(path: "/client/events?type=subscription.nope")
         #expect(badType == 422)
         let (badLimit, _) = try await system.get(path: "/client/events?limit=0")

@@ -1,0 +1,108 @@
+import Foundation
+import Hummingbird
+import ReceiptCore
+
+/// The customer view: what support staff open when a customer writes in. A user identifier (or a
+/// transaction id) → their receipts, purchases, subscriptions with their state, events, webhook
+/// deliveries and Apple calls, on one page. Receipts' bytes, secrets and tokens are never shown.
+extension AdminPages {
+    func addCustomerRoutes<Context: RequestContext>(to router: Router<Context>) {
+        router.get("/admin/customers") { request, context in
+            await page(request, context: context) { session in try await customerPage(request, session: session) }
+        }
+    }
+
+    private func customerPage(_ request: Request, session: AdminSessions.Session) async throws -> Response {
+        var values = base(session)
+        values["customersCurrent"] = true
+        let parameters = request.uri.queryParameters
+        let known = (try? await apps()) ?? []
+        let names = Dictionary(known.map { ($0.id, $0.name) }) { first, _ in first }
+        var query = CustomerQuery()
+        var problem: String?
+        if let text = parameters["app_id"].map(String.init), !text.isEmpty {
+            if let id = UUID(uuidString: text) { query.appID = id } else { problem = "app_id is not an app id." }
+        }
+        let term = parameters["q"].map(String.init)?.trimmingCharacters(in: .whitespaces) ?? ""
+        let by = parameters["by"].map(String.init) ?? "user"
+        if !term.isEmpty {
+            if term.unicodeScalars.count > 255 || term.unicodeScalars.contains(where: { $0.value == 0 }) {
+                problem = "The search is at most 255 characters, without NUL."
+            } else if by == "transaction" {
+                query.transactionID = term
+            } else {
+                query.userIdentifier = term
+            }
+        }
+        values["q"] = term
+        values["byTransaction"] = by == "transaction"
+        values["hasApps"] = !known.isEmpty
+        values["apps"] = known.map { app -> [String: Any] in
+            ["id": app.id.canonical, "name": app.name, "bundleID": app.bundleID, "selected": app.id == query.appID]
+        }
+        if let problem {
+            values["problem"] = problem
+            return html(.unprocessableContent, "customer", values)
+        }
+        guard let customers, query.userIdentifier != nil || query.transactionID != nil else { return html(.ok, "customer", values) }
+        let found = try await customers.customer(query)
+        let at = now()
+        func app(_ id: UUID) -> String { names[id] ?? id.canonical }
+        values["searched"] = true
+        values["found"] = !found.isEmpty
+        values["users"] = found.userIdentifiers.joined(separator: ", ")
+        values["receipts"] = found.receipts.map { receipt -> [String: Any] in
+            [
+                "id": receipt.id.canonical, "app": app(receipt.appID), "status": receipt.status, "environment": receipt.environment ?? "—",
+                "source": receipt.source ?? "receipt", "validatedBy": receipt.validatedBy ?? "—",
+                "problem": receipt.fraudReason ?? receipt.errorCode ?? "", "createdUTC": Self.utc(receipt.createdAt),
+                "createdAgo": Self.relative(receipt.createdAt, now: at), "user": receipt.userIdentifier ?? "—",
+            ]
+        }
+        values["purchases"] = found.purchases.map { purchase -> [String: Any] in
+            [
+                "app": app(purchase.appID), "transaction": purchase.transactionID, "original": purchase.originalTransactionID,
+                "product": purchase.productID, "environment": purchase.environment, "user": purchase.userIdentifier ?? "—",
+                "purchased": Self.utc(purchase.purchaseDate), "expires": purchase.expiresDate.map { Self.utc($0) } ?? "—",
+                "refunded": purchase.cancellationDate.map { Self.utc($0) } ?? "", "conflict": purchase.conflictUserIdentifier ?? "",
+            ]
+        }
+        values["subscriptions"] = found.subscriptions.map { entry -> [String: Any] in
+            let state = entry.resource.state
+            return [
+                "app": app(entry.appID), "original": state.originalTransactionID, "product": state.productID, "status": state.status.rawValue,
+                "entitled": state.isEntitled(at: at), "environment": entry.resource.environment,
+                "expires": Self.utc(state.expiresAt), "autoRenew": state.autoRenewStatus.map { $0 ? "on" : "off" } ?? "—",
+                "nextPoll": entry.resource.nextPollAt.map { Self.relative($0, now: at) } ?? "—",
+                "pollError": entry.resource.lastPollError ?? "",
+            ]
+        }
+        values["events"] = found.events.map { event -> [String: Any] in
+            [
+                "id": event.id.canonical, "type": event.type.rawValue, "app": app(event.appID), "subject": event.subject,
+                "sequence": event.sequence, "occurredUTC": Self.utc(event.occurredAt), "recordedAgo": Self.relative(event.recordedAt, now: at),
+            ]
+        }
+        values["deliveries"] = found.deliveries.map { delivery -> [String: Any] in
+            [
+                "event": delivery.eventID.canonical, "type": delivery.eventType, "url": delivery.endpointURL, "status": delivery.status,
+                "attempts": delivery.attempts, "answer": delivery.lastHTTPStatus.map { "HTTP \($0)" } ?? delivery.lastError ?? "—",
+                "at": delivery.lastAttemptAt.map { Self.relative($0, now: at) } ?? "—",
+            ]
+        }
+        values["calls"] = found.calls.map { call -> [String: Any] in
+            [
+                "receipt": call.receiptID.canonical, "endpoint": call.endpoint, "http": call.httpStatus.map(String.init) ?? "—",
+                "apple": call.appleStatus.map(String.init) ?? "—", "latency": call.latencyMs.map { "\($0) ms" } ?? "—",
+                "error": call.errorCode ?? "", "atUTC": Self.utc(call.at), "ago": Self.relative(call.at, now: at),
+            ]
+        }
+        for (key, list) in [
+            ("Receipts", found.receipts.count), ("Purchases", found.purchases.count), ("Subscriptions", found.subscriptions.count),
+            ("Events", found.events.count), ("Deliveries", found.deliveries.count), ("Calls", found.calls.count),
+        ] {
+            values["has\(key)"] = list > 0
+        }
+        return html(.ok, "customer", values)
+    }
+}
