@@ -207,6 +207,9 @@ let package = Package(
                 "Hiredis", "Libpq", "Curl", "RedisJobQueue", "PostgresStore", "AppStoreClient", "ReceiptWorker", "ReceiptQueueApp",
                 // The scheduler row drives the real Repoller (claim in Postgres + enqueue in Redis).
                 "ReceiptScheduler",
+                // The webhooks row's receiver checks signatures as a backend would.
+                "MockAppStore",
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: swiftSettings

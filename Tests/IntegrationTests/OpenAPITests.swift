@@ -50,6 +50,25 @@ struct OpenAPITests {
             "served now: remove from documentedNotYetServed so the answers get checked like the others")
     }
 
+    @Test("The events API's type filter admits exactly the event types and families receiptq accepts")
+    func eventTypesMatchTheDocument() throws {
+        let document = String(decoding: OpenAPIDocument.yaml, as: UTF8.self)
+        let line = try #require(document.split(separator: "\n").first { $0.contains(#"pattern: "^(\\*|(receipt|purchase|subscription)"#) })
+        // The YAML double-quoted string, unescaped: `\\` is one backslash.
+        let quoted = line.drop { $0 != "\"" }.dropFirst().dropLast()
+        let pattern = try NSRegularExpression(pattern: quoted.replacingOccurrences(of: #"\\"#, with: #"\"#))
+        func admits(_ text: String) -> Bool { pattern.firstMatch(in: text, range: NSRange(text.startIndex..., in: text)) != nil }
+        let samples =
+            EventType.allCases.map(\.rawValue) + [
+                "*", "subscription.*", "receipt.*,purchase.refunded", "receipt.zk_", "purchase.p",
+                "subscription.nope", "subscription", "", "subscription.renewed,", "webhook.test",
+            ]
+        for sample in samples {
+            let patterns = sample.split(separator: ",", omittingEmptySubsequences: false).map(String.init)
+            #expect(admits(sample) == patterns.allSatisfy(EventType.isValidPattern), "\(sample)")
+        }
+    }
+
     @Test("GET /openapi.yaml serves the repository's document as YAML, without a token")
     func servesTheDocument() async throws {
         let system = try await TestSystem.start()

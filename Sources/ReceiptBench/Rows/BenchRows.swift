@@ -9,6 +9,7 @@ enum BenchRows {
             IngestRow.self,
             SchedulerRow.self,
             NotificationsRow.self,
+            WebhooksRow.self,
             PipelineScaleRow.self,
         ]
     }
