@@ -87,12 +87,10 @@ struct WebhooksCommand: AsyncParsableCommand {
         @Option(help: "The endpoint's id.") var id: String
 
         func run() async throws {
-            let (configuration, logger) = try bootstrap(label: "webhooks")
-            let connection = try PostgresConnection(configuration: configuration.postgres, label: "webhooks", logger: logger)
-            defer { connection.close() }
-            guard let uuid = UUID(uuidString: id) else { throw ValidationError("--id is an endpoint id (a UUID)") }
-            guard try WebhookAdmin(connection: connection, secrets: nil).remove(id: uuid) else { throw ValidationError("no such endpoint") }
-            print("Removed \(uuid.canonical).")
+            try withEndpoint(id) { admin, uuid, _ in
+                guard try admin.remove(id: uuid) else { throw ValidationError("no such endpoint") }
+                print("Removed \(uuid.canonical).")
+            }
         }
     }
 
@@ -103,18 +101,10 @@ struct WebhooksCommand: AsyncParsableCommand {
         @Option(help: "Hours both secrets sign each delivery.") var overlapHours: Int = 24
 
         func run() async throws {
-            let (configuration, logger) = try bootstrap(label: "webhooks")
-            let connection = try PostgresConnection(configuration: configuration.postgres, label: "webhooks", logger: logger)
-            defer { connection.close() }
-            guard let uuid = UUID(uuidString: id) else { throw ValidationError("--id is an endpoint id (a UUID)") }
-            let secrets = try configuration.secretsKey.map { try SecretBox(key: $0) }
-            do {
-                let secret = try WebhookAdmin(connection: connection, secrets: secrets).rotateSecret(
-                    id: uuid, overlap: TimeInterval(max(0, overlapHours) * 3600))
+            try withEndpoint(id) { admin, uuid, _ in
+                let secret = try admin.rotateSecret(id: uuid, overlap: TimeInterval(max(0, overlapHours) * 3600))
                 print("secret:   \(secret)")
                 print("Both secrets sign every delivery for \(overlapHours) h: switch your receiver to the new one within that time.")
-            } catch let error as WebhookAdminError {
-                throw ValidationError(error.description)
             }
         }
     }
@@ -140,13 +130,9 @@ struct WebhooksCommand: AsyncParsableCommand {
         @Option(help: "The endpoint's id.") var id: String
 
         func run() async throws {
-            let (configuration, logger) = try bootstrap(label: "webhooks")
-            let connection = try PostgresConnection(configuration: configuration.postgres, label: "webhooks", logger: logger)
-            defer { connection.close() }
-            guard let uuid = UUID(uuidString: id) else { throw ValidationError("--id is an endpoint id (a UUID)") }
-            let secrets = try configuration.secretsKey.map { try SecretBox(key: $0) }
-            guard let endpoint = try WebhookAdmin(connection: connection, secrets: secrets).endpoint(id: uuid) else {
-                throw ValidationError("no such endpoint")
+            let (endpoint, configuration) = try withEndpoint(id) { admin, uuid, configuration in
+                guard let endpoint = try admin.endpoint(id: uuid) else { throw ValidationError("no such endpoint") }
+                return (endpoint, configuration)
             }
             guard !endpoint.secrets.isEmpty else { throw ValidationError("the endpoint's secret cannot be opened: check RECEIPTQ_SECRETS_KEY") }
             let eventID = JobID.make()
@@ -179,14 +165,23 @@ struct WebhooksCommand: AsyncParsableCommand {
 }
 
 private func setPaused(_ id: String, _ paused: Bool) async throws {
+    try withEndpoint(id) { admin, uuid, _ in
+        try admin.setPaused(id: uuid, paused)
+        print(paused ? "Paused \(uuid.canonical): its events wait." : "Resumed \(uuid.canonical).")
+    }
+}
+
+/// What every command on one endpoint starts with: the configuration, a Postgres connection, the
+/// admin (with the secrets key, when set) and the endpoint id; its errors as the CLI's.
+private func withEndpoint<T>(_ id: String, _ body: (WebhookAdmin, UUID, AppConfiguration) throws -> T) throws -> T {
     let (configuration, logger) = try bootstrap(label: "webhooks")
     let connection = try PostgresConnection(configuration: configuration.postgres, label: "webhooks", logger: logger)
     defer { connection.close() }
     guard let uuid = UUID(uuidString: id) else { throw ValidationError("--id is an endpoint id (a UUID)") }
+    let secrets = try configuration.secretsKey.map { try SecretBox(key: $0) }
     do {
-        try WebhookAdmin(connection: connection, secrets: nil).setPaused(id: uuid, paused)
+        return try body(WebhookAdmin(connection: connection, secrets: secrets), uuid, configuration)
     } catch let error as WebhookAdminError {
         throw ValidationError(error.description)
     }
-    print(paused ? "Paused \(uuid.canonical): its events wait." : "Resumed \(uuid.canonical).")
 }

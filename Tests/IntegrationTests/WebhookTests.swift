@@ -49,14 +49,7 @@ struct WebhookTests {
 
     /// A StoreKit 2 subscription purchase validated for `user`; returns its original transaction id.
     func subscribe(_ system: TestSystem, user: String, days: Double = 30) async throws -> String {
-        let (jws, payload) = try ReceiptForger.signedTransaction(
-            bundleID: system.app.bundleID, productID: "com.example.monthly", days: days, environment: "Sandbox",
-            authority: try TestSystem.sharedJWSAuthority.get())
-        system.mock.state.serverAPI.add(transactions: [payload], environment: .sandbox)
-        let body = JSONValue.object(["signed_transaction": .string(jws), "user_identifier": .string(user)]).encodedText
-        let (status, _) = try await system.post(body, path: "/client/transactions")
-        #expect(status == 200)
-        return try #require(payload["transactionId"]?.stringValue)
+        try await NotificationTests().purchase(system, user: user, product: "com.example.monthly", days: days)
     }
 
     /// The app's events as the events API lists them (every page).
