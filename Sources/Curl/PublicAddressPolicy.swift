@@ -1,3 +1,5 @@
+internal import CCurl
+
 #if canImport(Glibc)
 import Glibc
 #endif
