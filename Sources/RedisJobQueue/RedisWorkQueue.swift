@@ -64,13 +64,18 @@ public final class RedisWorkQueue: JobQueue {
         /// The queue (index) each command moves from.
         var owners: [Int] = []
         // Too few slots for every queue: they take turns, and the others are tried after.
-        var untried: [String] = []
+        var untried: [Int] = []
         if count < queueKeys.count {
-            let order = queueKeys.indices.map { (turn + $0) % queueKeys.count }
+            // The queues that had jobs take turns first and the idle ones are tried after them,
+            // except every few reserves, when the idle ones go first: a queue that was empty is
+            // not left behind a flood for good.
+            let active = queueKeys.indices.filter { !idle.contains($0) }
+            let rotated = active.indices.map { active[(turn + $0) % active.count] }
+            let order = turn % queueKeys.count == 0 ? idle.sorted() + rotated : rotated + idle.sorted()
             turn &+= 1
             commands = order.prefix(count).map { move(queueKeys[$0]) }
             owners = Array(order.prefix(count))
-            untried = order.dropFirst(count).map { queueKeys[$0] }
+            untried = Array(order.dropFirst(count))
         } else {
             // The queues that had jobs last time share the burst: the most urgent gets most of it,
             // each later one about a fifth of what is left, at least one move each, so a flood of
@@ -97,12 +102,17 @@ public final class RedisWorkQueue: JobQueue {
             jobs.append(ReservedJob(raw: raw))
             answered.insert(owner)
         }
-        if count >= queueKeys.count { idle = Set(owners).subtracting(answered) }
+        idle.subtract(answered)
+        idle.formUnion(Set(owners).subtracting(answered))
         burst = Swift.min(Swift.max(jobs.count * 2, 4), 512)
         if !jobs.isEmpty { return jobs }
         // The queues whose turn it was are empty; another may not be.
-        for queueKey in untried {
-            if case .bulk(let raw) = try connection.send(bytes: move(queueKey)) { return [ReservedJob(raw: raw)] }
+        for index in untried {
+            if case .bulk(let raw) = try connection.send(bytes: move(queueKeys[index])) {
+                idle.remove(index)
+                return [ReservedJob(raw: raw)]
+            }
+            idle.insert(index)
         }
         // Nothing ready: block on the most urgent queue, so an idle worker costs one command per
         // timeout and a validation is taken the moment it arrives; the others (re-polls, which no
