@@ -15,19 +15,23 @@ import Synchronization
 /// one Redis script: a crash before the commit leaves the deliveries pending to be claimed again,
 /// and the script's per-delivery marker makes that second enqueue a no-op.
 ///
-/// Safe to run as several replicas (`FOR UPDATE SKIP LOCKED`). Polls every `interval` while idle,
-/// and again at once while batches come back full.
+/// Safe to run as several replicas (`FOR UPDATE SKIP LOCKED`). Polls every `interval` while there
+/// is work (at once while batches come back full), backing off to `idleInterval` while idle.
 public final class WebhookDispatcher: Service, Sendable {
     /// Dispatcher settings.
     public struct Configuration: Sendable {
-        /// The pause between polls of an idle outbox.
+        /// The pause after a claim that found work.
         public var interval: Duration
+        /// The longest pause of an idle outbox: each empty claim doubles the pause up to it, so an
+        /// idle deployment (or a test process running dozens) costs Postgres little.
+        public var idleInterval: Duration
         /// Deliveries per claim.
         public var batch: Int
 
-        /// Creates a configuration (defaults: 100 ms, 500).
-        public init(interval: Duration = .milliseconds(100), batch: Int = 500) {
+        /// Creates a configuration (defaults: 100 ms after work, up to 1 s idle, 500 per claim).
+        public init(interval: Duration = .milliseconds(100), idleInterval: Duration = .seconds(1), batch: Int = 500) {
             self.interval = interval
+            self.idleInterval = max(interval, idleInterval)
             self.batch = max(1, batch)
         }
     }
@@ -95,8 +99,8 @@ public final class WebhookDispatcher: Service, Sendable {
                     lastCount = .now
                 }
                 let queued = try dispatchOnce(sides)
-                pause = configuration.interval.seconds
                 if queued == configuration.batch { continue }
+                pause = queued > 0 ? configuration.interval.seconds : min(pause * 2, configuration.idleInterval.seconds)
             } catch {
                 // Postgres or Redis unreachable: back off (bounded); the deliveries stay pending.
                 logger.warning("Webhook dispatch failed", error: error)
