@@ -1,4 +1,5 @@
 import Curl
+import Dispatch
 import Foundation
 import OpenSSL
 import ReceiptCore
@@ -99,12 +100,16 @@ public final class WebhookClient: WebhookSender, Sendable {
                     WebhookReport(
                         httpStatus: response.status, errorCode: (200..<300).contains(response.status) ? nil : "http_\(response.status)",
                         latencyMs: latency))
+            case .failure(let error) where error.code == .couldNotConnect && !request.allowPrivate:
+                // A refused address looks like a failed connect to libcurl: say which it was. The
+                // look-up blocks, and this runs on the engine thread that drives every transfer: an
+                // endpoint that refuses connections must not stall the others, so it runs elsewhere.
+                DispatchQueue.global().async {
+                    let code = Self.resolvesOnlyPrivately(request.url) ? "address_not_allowed" : error.code.description
+                    completion(WebhookReport(httpStatus: nil, errorCode: code, latencyMs: latency))
+                }
             case .failure(let error):
-                // A refused address looks like a failed connect to libcurl: say which it was.
-                let code =
-                    error.code == .couldNotConnect && !request.allowPrivate && Self.resolvesOnlyPrivately(request.url)
-                    ? "address_not_allowed" : error.code.description
-                completion(WebhookReport(httpStatus: nil, errorCode: code, latencyMs: latency))
+                completion(WebhookReport(httpStatus: nil, errorCode: error.code.description, latencyMs: latency))
             }
         }
     }

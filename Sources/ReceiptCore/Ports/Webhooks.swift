@@ -34,7 +34,7 @@ public struct WebhookEndpointRecord: Sendable, Equatable, CustomStringConvertibl
 }
 
 /// One delivery attempt to send.
-public struct WebhookRequest: Sendable, Equatable {
+public struct WebhookRequest: Sendable, Equatable, CustomStringConvertible {
     public var url: String
     /// The event's JSON, exactly as signed.
     public var body: [UInt8]
@@ -55,6 +55,11 @@ public struct WebhookRequest: Sendable, Equatable {
         self.secrets = secrets
         self.timestamp = timestamp
         self.allowPrivate = allowPrivate
+    }
+
+    /// Without the secrets or the body, so a request interpolated into a log line leaks nothing.
+    public var description: String {
+        "WebhookRequest(event: \(eventID.canonical), type: \(eventType), secrets: <\(secrets.count) redacted>)"
     }
 }
 
