@@ -66,7 +66,8 @@ extension IngestAPI {
             writer.closeObject()
             return jsonBytes(.ok, writer.bytes)
         } catch {
-            return lookupFailed(error, field: "after", logger: context.logger)
+            // The only text Postgres could refuse here is the user filter (a UUID cannot be refused).
+            return lookupFailed(error, field: "user_identifier", logger: context.logger)
         }
     }
 }
