@@ -459,8 +459,10 @@ struct CurlMultiTests {
         let server = try AsyncLoopbackServer()
         let multi = try CurlMulti(options: multiOptions(), maxConcurrent: 10)
         let completions = Completions(expected: 20)
+        // Two seconds each: the first ten are still in flight when shutdown begins even on a machine
+        // busy enough to delay this task a while after it saw them (300 ms was not, under load).
         for index in 0..<20 {
-            multi.send(HTTPRequest(url: server.url("/delay?ms=300")), completion: completions.completion(index))
+            multi.send(HTTPRequest(url: server.url("/delay?ms=2000")), completion: completions.completion(index))
         }
         #expect(try await eventually { multi.statistics.inFlight == 10 })
         let start = ContinuousClock.now
