@@ -63,6 +63,27 @@ public enum Digest {
         return String(decoding: out, as: UTF8.self)
     }
 
+    /// The bytes of hex text (either case); nil for an odd length or a non-hex digit.
+    public static func unhex(_ text: String) -> [UInt8]? {
+        let digits = Array(text.utf8)
+        guard digits.count % 2 == 0 else { return nil }
+        func value(_ digit: UInt8) -> UInt8? {
+            switch digit {
+            case UInt8(ascii: "0")...UInt8(ascii: "9"): digit - UInt8(ascii: "0")
+            case UInt8(ascii: "a")...UInt8(ascii: "f"): digit - UInt8(ascii: "a") + 10
+            case UInt8(ascii: "A")...UInt8(ascii: "F"): digit - UInt8(ascii: "A") + 10
+            default: nil
+            }
+        }
+        var out: [UInt8] = []
+        out.reserveCapacity(digits.count / 2)
+        for index in stride(from: 0, to: digits.count, by: 2) {
+            guard let high = value(digits[index]), let low = value(digits[index + 1]) else { return nil }
+            out.append(high << 4 | low)
+        }
+        return out
+    }
+
     private static func digest(_ data: some Collection<UInt8>, _ type: OpaquePointer?, length: Int) -> [UInt8] {
         let bytes = Array(data)
         var output = [UInt8](repeating: 0, count: Int(EVP_MAX_MD_SIZE))
