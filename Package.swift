@@ -191,7 +191,7 @@ let package = Package(
             name: "ReceiptQueueCLI",
             dependencies: [
                 "ReceiptQueueApp", "ReceiptCore", "Libpq", "PostgresStore", "MockAppStore", "ReceiptSignature", "OpenSSL", "Curl", "Telemetry",
-                "AppStoreClient", "WebhookClient",
+                "AppStoreClient", "WebhookClient", "Dashboard",
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),

@@ -161,7 +161,7 @@ extension Apps {
             if let problem = SoftphoneCredentials.problem(username: username) {
                 throw ValidationError("--username \(problem)")
             }
-            let password = try readSoftphonePassword()
+            let password = try readPassword(variable: "RECEIPTQ_SOFTPHONE_PASSWORD", label: "Softphone password")
             do {
                 try admin.setCredentials(appID: app.id, username: username, password: password)
             } catch let failure as SoftphoneAdmin.Failure {
@@ -184,32 +184,4 @@ extension AppAdmin {
         guard let app = try app(named: name) else { throw ValidationError("no app named \(name)") }
         return app
     }
-}
-
-/// The softphone password from `RECEIPTQ_SOFTPHONE_PASSWORD`, or typed without echo (twice) at a
-/// terminal, or the first line of standard input when it is not one.
-private func readSoftphonePassword() throws -> String {
-    if let password = ProcessInfo.processInfo.environment["RECEIPTQ_SOFTPHONE_PASSWORD"], !password.isEmpty { return password }
-    guard isatty(STDIN_FILENO) == 1 else {
-        guard let line = readLine(strippingNewline: true), !line.isEmpty else {
-            throw ValidationError("no password: set RECEIPTQ_SOFTPHONE_PASSWORD or pipe it on standard input")
-        }
-        return line
-    }
-    func prompt(_ text: String) -> String? {
-        FileHandle.standardError.write(Data(text.utf8))
-        var saved = termios()
-        tcgetattr(STDIN_FILENO, &saved)
-        var silent = saved
-        silent.c_lflag &= ~tcflag_t(ECHO)
-        tcsetattr(STDIN_FILENO, TCSAFLUSH, &silent)
-        defer {
-            tcsetattr(STDIN_FILENO, TCSAFLUSH, &saved)
-            FileHandle.standardError.write(Data("\n".utf8))
-        }
-        return readLine(strippingNewline: true)
-    }
-    guard let password = prompt("Softphone password: "), !password.isEmpty else { throw ValidationError("the password must not be empty") }
-    guard prompt("Again: ") == password else { throw ValidationError("the passwords differ") }
-    return password
 }
