@@ -13,16 +13,22 @@ import ReceiptCore
 /// - `GET /admin/api/{dead|retries}/{id}`: one entry, its envelope (receipt not shown) and every
 ///   call to Apple.
 /// - `POST /admin/api/{dead|retries}/retry` and `…/delete` with `{"ids": […]}` or
-///   `{"all": true, "error_code"?, "app_id"?, "q"?}`.
+///   `{"all": true, "error_code"?, "app_id"?, "q"?}` (role `operator`).
+/// - `GET|POST /admin/api/webhooks`, `POST /admin/api/webhooks/{id}/{pause|resume|rotate-secret|remove|test}`
+///   (changes: role `admin`), `GET /admin/api/audit` (see `AdminAPI+Webhooks.swift`).
 ///
-/// Every request needs the admin credentials (HTTP Basic); a refusal is a bare 401. POSTs must be
-/// `application/json`: a form on another site cannot send that without a CORS preflight, which
-/// this API never grants (its CSRF defence). Responses are never cached.
+/// Every request needs an operator's credentials (HTTP Basic): a refusal is a bare 401, a role
+/// too low for the action a 403 naming the role it needs. Every action is written to the audit
+/// log before it runs (no line, no action). POSTs must be `application/json`: a form on another
+/// site cannot send that without a CORS preflight, which this API never grants (its CSRF
+/// defence). Responses are never cached.
 public struct AdminAPI: Sendable {
     let dead: any JobSetStore
     let retries: any JobSetStore
     let overview: any QueueOverview
-    let credentials: AdminCredentials
+    let authenticator: OperatorAuthenticator
+    let actions: AuditedActions
+    let webhooks: (any WebhookAdministration)?
     let now: @Sendable () -> Date
 
     /// The most entries one page may hold.
@@ -34,49 +40,84 @@ public struct AdminAPI: Sendable {
     ///   - dead: the dead letters.
     ///   - retries: the jobs waiting in backoff.
     ///   - overview: queue depths and workers.
-    ///   - credentials: who may use it.
+    ///   - authenticator: who may use it, with which role.
+    ///   - audit: the audit log (nil only where there is no Postgres: actions then go unrecorded).
+    ///   - webhooks: the webhook endpoints' administration (nil: no webhook routes).
     ///   - now: the injected clock (ages).
     public init(
-        dead: any JobSetStore, retries: any JobSetStore, overview: any QueueOverview, credentials: AdminCredentials,
-        now: @escaping @Sendable () -> Date = { Date() }
+        dead: any JobSetStore, retries: any JobSetStore, overview: any QueueOverview, authenticator: OperatorAuthenticator,
+        audit: (any AuditLog)? = nil, webhooks: (any WebhookAdministration)? = nil, now: @escaping @Sendable () -> Date = { Date() }
     ) {
         self.dead = dead
         self.retries = retries
         self.overview = overview
-        self.credentials = credentials
+        self.authenticator = authenticator
+        actions = AuditedActions(log: audit)
+        self.webhooks = webhooks
         self.now = now
     }
 
     /// Adds the routes to `router`.
     public func addRoutes<Context: RequestContext>(to router: Router<Context>) {
-        let group = router.group("/admin/api").add(middleware: AdminGuard(credentials: credentials))
-        group.get("overview") { _, context in
-            await answer(context) { json(.ok, AdminJSON.overview(try await overview.snapshot())) }
+        let group = router.group("/admin/api").add(middleware: AdminHeadersMiddleware())
+        group.get("overview") { request, context in
+            await authorized(request, .viewer) { _ in
+                await answer(context) { json(.ok, AdminJSON.overview(try await overview.snapshot())) }
+            }
         }
+        addWebhookRoutes(to: group)
         group.get("{set}") { request, context in
-            guard let (store, kind) = set(context) else { return notFound() }
-            switch Self.filter(request.uri.queryParameters) {
-            case .failure(let problem): return Refusal.unprocessable(field: problem.field, reason: problem.reason).response
-            case .success(let (filter, offset, limit)):
-                return await answer(context) {
-                    json(.ok, AdminJSON.page(try await store.list(filter: filter, offset: offset, limit: limit), kind: kind, now: now()))
+            await authorized(request, .viewer) { _ in
+                guard let (store, kind) = set(context) else { return notFound() }
+                switch Self.filter(request.uri.queryParameters) {
+                case .failure(let problem): return Refusal.unprocessable(field: problem.field, reason: problem.reason).response
+                case .success(let (filter, offset, limit)):
+                    return await answer(context) {
+                        json(.ok, AdminJSON.page(try await store.list(filter: filter, offset: offset, limit: limit), kind: kind, now: now()))
+                    }
                 }
             }
         }
-        group.get("{set}/{id}") { _, context in
-            guard let (store, kind) = set(context), let id = context.parameters.get("id").flatMap(JobSetEntry.ID.init) else {
-                return notFound()
-            }
-            return await answer(context) {
-                guard let entry = try await store.entry(id: id) else { return notFound() }
-                return json(.ok, AdminJSON.detail(entry, kind: kind, now: now()))
+        group.get("{set}/{id}") { request, context in
+            await authorized(request, .viewer) { _ in
+                guard let (store, kind) = set(context), let id = context.parameters.get("id").flatMap(JobSetEntry.ID.init) else {
+                    return notFound()
+                }
+                return await answer(context) {
+                    guard let entry = try await store.entry(id: id) else { return notFound() }
+                    return json(.ok, AdminJSON.detail(entry, kind: kind, now: now()))
+                }
             }
         }
         for action in ["retry", "delete"] {
             group.post("{set}/\(action)") { request, context in
-                guard let (store, _) = set(context) else { return notFound() }
-                return try await mutate(request, context: context, store: store, retry: action == "retry")
+                await authorized(request, .operator) { user in
+                    guard let (store, _) = set(context) else { return notFound() }
+                    return await mutate(request, context: context, store: store, retry: action == "retry", user: user)
+                }
             }
+        }
+    }
+
+    /// `body`'s answer for an operator holding at least `role`; else a bare 401 (no or wrong
+    /// credentials), 403 (a lesser role), 429 (too many failed logins) or 503 (accounts unreadable).
+    func authorized(_ request: Request, _ role: OperatorRole, _ body: (Operator) async -> Response) async -> Response {
+        switch await authenticator.authenticate(authorization: request.headers[.authorization], now: now()) {
+        case .granted(let user):
+            guard user.role >= role else {
+                return json(.forbidden, .object(["error": .string("forbidden"), "reason": .string("needs the \(role.rawValue) role")]))
+            }
+            return await body(user)
+        case .refused:
+            var response = json(.unauthorized, .object(["error": .string("unauthorized")]))
+            response.headers[.wwwAuthenticate] = #"Basic realm="receiptq admin", charset="UTF-8""#
+            return response
+        case .throttled(let wait):
+            var response = json(.tooManyRequests, .object(["error": .string("too many failed logins")]))
+            response.headers[.retryAfter] = String(wait)
+            return response
+        case .unavailable:
+            return Refusal.unavailable.response
         }
     }
 
@@ -88,23 +129,28 @@ public struct AdminAPI: Sendable {
         }
     }
 
-    /// `body`'s answer, or 503 when Redis cannot be reached: the operator's request was fine.
-    private func answer<Context: RequestContext>(_ context: Context, _ body: () async throws -> Response) async -> Response {
+    /// `body`'s answer, or 503 when Redis, Postgres or the audit log cannot be reached: the
+    /// operator's request was fine.
+    func answer<Context: RequestContext>(_ context: Context, _ body: () async throws -> Response) async -> Response {
         do {
             return try await body()
+        } catch let refusal as Refusal {
+            return refusal.response
         } catch {
-            context.logger.error("Admin API: Redis unreachable", error: error)
+            context.logger.error("Admin API: a store is unreachable", error: error)
             return Refusal.unavailable.response
         }
     }
 
-    /// `error_code`, `app_id`, `q`, `offset`, `limit` from the query string (the pages' too).
     /// The query parameters each route of the admin API takes (for the API's input gate).
     public static let queryParameters: [String: Set<String>] = [
         "GET /admin/api/overview": [], "GET /admin/api/{set}": ["error_code", "app_id", "q", "offset", "limit"],
         "GET /admin/api/{set}/{id}": [], "POST /admin/api/{set}/retry": [], "POST /admin/api/{set}/delete": [],
+        "GET /admin/api/webhooks": ["app_id"], "POST /admin/api/webhooks": [], "POST /admin/api/webhooks/{id}/{action}": [],
+        "GET /admin/api/audit": ["actor", "action", "user_identifier", "before", "limit"],
     ]
 
+    /// `error_code`, `app_id`, `q`, `offset`, `limit` from the query string (the pages' too).
     static func filter(_ query: Parameters) -> Result<(JobSetFilter, Int, Int), FieldProblem> {
         var errors: [(String, String)] = []
         var appID: UUID?
@@ -127,20 +173,34 @@ public struct AdminAPI: Sendable {
         return .success((filter, offset, limit))
     }
 
-    private func mutate<Context: RequestContext>(
-        _ request: Request, context: Context, store: any JobSetStore, retry: Bool
-    ) async throws -> Response {
+    /// The request's JSON object body, or the answer refusing it (415, 413, 422).
+    func jsonBody(_ request: Request) async throws -> Result<JSONValue, Refusal> {
         guard request.headers[.contentType]?.lowercased().hasPrefix("application/json") == true else {
-            return json(.unsupportedMediaType, .object(["error": .string("Content-Type must be application/json")]))
+            return .failure(Refusal(response: json(.unsupportedMediaType, .object(["error": .string("Content-Type must be application/json")]))))
         }
         let body: ByteBuffer
         do {
             body = try await request.body.collect(upTo: Self.maxBodyBytes)
         } catch is NIOTooManyBytesError {
-            return json(.contentTooLarge, .object(["error": .string("body larger than \(Self.maxBodyBytes) bytes")]))
+            return .failure(Refusal(response: json(.contentTooLarge, .object(["error": .string("body larger than \(Self.maxBodyBytes) bytes")]))))
         }
         guard let parsed = try? JSONDecoder().decode(JSONValue.self, from: Data(body.readableBytesView)), parsed.objectValue != nil else {
-            return Refusal.unprocessable(field: "body", reason: "must be a JSON object").response
+            return .failure(.unprocessable(field: "body", reason: "must be a JSON object"))
+        }
+        return .success(parsed)
+    }
+
+    private func mutate<Context: RequestContext>(
+        _ request: Request, context: Context, store: any JobSetStore, retry: Bool, user: Operator
+    ) async -> Response {
+        let parsed: JSONValue
+        do {
+            switch try await jsonBody(request) {
+            case .success(let value): parsed = value
+            case .failure(let refusal): return refusal.response
+            }
+        } catch {
+            return Refusal.unprocessable(field: "body", reason: "could not be read").response
         }
         let selection: Selection
         switch Selection.parse(parsed) {
@@ -148,7 +208,7 @@ public struct AdminAPI: Sendable {
         case .failure(let refusal): return refusal.response
         }
         return await answer(context) {
-            let moved = try await selection.apply(to: store, retry: retry, logger: context.logger)
+            let moved = try await actions.apply(selection, to: store, retry: retry, by: user, source: "api", logger: context.logger)
             return json(.ok, .object([retry ? "retried" : "deleted": .number(Double(moved))]))
         }
     }
@@ -250,19 +310,11 @@ func json(_ status: HTTPResponse.Status, _ value: JSONValue) -> Response {
 
 func notFound() -> Response { json(.notFound, .object(["error": .string("not found")])) }
 
-/// Refuses requests without the admin credentials (401, no detail) and adds the headers every
-/// admin answer carries: no caching, no framing, no content sniffing, nothing loaded from anywhere.
-struct AdminGuard<Context: RequestContext>: RouterMiddleware {
-    let credentials: AdminCredentials
-
+/// Adds the headers every admin answer carries: no caching, no framing, no content sniffing,
+/// nothing loaded from anywhere.
+struct AdminHeadersMiddleware<Context: RequestContext>: RouterMiddleware {
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
-        var response: Response
-        if credentials.verify(authorization: request.headers[.authorization]) {
-            response = try await next(request, context)
-        } else {
-            response = json(.unauthorized, .object(["error": .string("unauthorized")]))
-            response.headers[.wwwAuthenticate] = #"Basic realm="receiptq admin", charset="UTF-8""#
-        }
+        var response = try await next(request, context)
         AdminHeaders.apply(to: &response)
         return response
     }

@@ -8,12 +8,12 @@ import ReceiptCore
 extension AdminPages {
     func addCustomerRoutes<Context: RequestContext>(to router: Router<Context>) {
         router.get("/admin/customers") { request, context in
-            await page(request, context: context) { session in try await customerPage(request, session: session) }
+            await page(request, context: context) { user, session in try await customerPage(request, user: user, session: session) }
         }
     }
 
-    private func customerPage(_ request: Request, session: AdminSessions.Session) async throws -> Response {
-        var values = base(session)
+    private func customerPage(_ request: Request, user: Operator, session: AdminSessions.Session) async throws -> Response {
+        var values = base(user, session)
         values["customersCurrent"] = true
         let parameters = request.uri.queryParameters
         let known = (try? await apps()) ?? []
@@ -45,7 +45,12 @@ extension AdminPages {
             return html(.unprocessableContent, "customer", values)
         }
         guard let customers, query.userIdentifier != nil || query.transactionID != nil else { return html(.ok, "customer", values) }
-        let found = try await customers.customer(query)
+        // Support staff reading a customer's records is itself an action worth a line.
+        let lookup = user.audit(
+            "customer.lookup", source: "dashboard", target: "\(by == "transaction" ? "transaction" : "user") \(term)", appID: query.appID,
+            users: query.userIdentifier.map { [$0] } ?? [])
+        let found = try await actions.run(lookup) { try await customers.customer(query) }
+        let audit = try await auditEntries(for: found.userIdentifiers)
         let at = now()
         func app(_ id: UUID) -> String { names[id] ?? id.canonical }
         values["searched"] = true
@@ -97,12 +102,28 @@ extension AdminPages {
                 "error": call.errorCode ?? "", "atUTC": Self.utc(call.at), "ago": Self.relative(call.at, now: at),
             ]
         }
+        values["audit"] = audit.map { auditValues($0, now: at) }
         for (key, list) in [
+            ("Audit", audit.count),
             ("Receipts", found.receipts.count), ("Purchases", found.purchases.count), ("Subscriptions", found.subscriptions.count),
             ("Events", found.events.count), ("Deliveries", found.deliveries.count), ("Calls", found.calls.count),
         ] {
             values["has\(key)"] = list > 0
         }
         return html(.ok, "customer", values)
+    }
+
+    /// The audit lines that touched these customers (their jobs retried or deleted, their records
+    /// looked up), newest first.
+    private func auditEntries(for users: [String]) async throws -> [AuditEntry] {
+        guard let log = actions.log else { return [] }
+        var entries: [AuditEntry] = []
+        for user in users.prefix(5) {
+            for entry in try await log.entries(AuditFilter(userIdentifier: user), before: nil, limit: 50)
+            where !entries.contains(where: { $0.id == entry.id }) {
+                entries.append(entry)
+            }
+        }
+        return entries.sorted { $0.id > $1.id }
     }
 }

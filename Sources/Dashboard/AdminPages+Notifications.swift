@@ -7,11 +7,11 @@ import ReceiptCore
 extension AdminPages {
     func addNotificationRoutes<Context: RequestContext>(to router: Router<Context>) {
         router.get("/admin/notifications") { request, context in
-            await page(request, context: context) { session in try await notificationsPage(request, session: session) }
+            await page(request, context: context) { user, session in try await notificationsPage(request, user: user, session: session) }
         }
         router.get("/admin/notifications/{id}") { request, context in
-            await page(request, context: context) { session in
-                try await notificationPage(id: context.parameters.get("id"), session: session)
+            await page(request, context: context) { user, session in
+                try await notificationPage(id: context.parameters.get("id"), user: user, session: session)
             }
         }
     }
@@ -30,8 +30,8 @@ extension AdminPages {
         }
     }
 
-    private func notificationsPage(_ request: Request, session: AdminSessions.Session) async throws -> Response {
-        guard let notifications else { return html(.notFound, "list", base(session)) }
+    private func notificationsPage(_ request: Request, user: Operator, session: AdminSessions.Session) async throws -> Response {
+        guard let notifications else { return html(.notFound, "list", base(user, session)) }
         let query = request.uri.queryParameters
         var filter = NotificationFilter()
         var problem: String?
@@ -51,7 +51,7 @@ extension AdminPages {
         let known = (try? await apps()) ?? []
         let names = Dictionary(known.map { ($0.id, $0.name) }) { first, _ in first }
         let at = now()
-        var values = base(session)
+        var values = base(user, session)
         values["notificationsCurrent"] = true
         values["filterType"] = filter.type ?? ""
         values["filterAppID"] = filter.appID?.uuidString.lowercased() ?? ""
@@ -76,8 +76,8 @@ extension AdminPages {
         return html(problem == nil ? .ok : .unprocessableContent, "notifications", values)
     }
 
-    private func notificationPage(id text: String?, session: AdminSessions.Session) async throws -> Response {
-        var values = base(session)
+    private func notificationPage(id text: String?, user: Operator, session: AdminSessions.Session) async throws -> Response {
+        var values = base(user, session)
         values["notificationsCurrent"] = true
         guard let notifications, let id = text.flatMap(UUID.init(uuidString:)), let found = try await notifications.notification(id: id) else {
             values["problem"] = "No such notification."

@@ -17,12 +17,20 @@ import ReceiptCore
 /// Logging in sets a signed session cookie (`HttpOnly`, `SameSite=Strict`, `Secure` in
 /// production); every POST carries the session's CSRF token, and the login form a token bound
 /// to a pre-session cookie. Mustache escapes every value; the chart is built from numbers only.
+///
+/// Each request looks the operator's role up afresh (`OperatorAuthenticator`): viewers see
+/// every page but no action's button (and are refused with 403 if they post one anyway),
+/// operators retry and delete, admins also manage webhooks. Every action, and every customer
+/// look-up, is written to the audit log before it runs.
 public struct AdminPages: Sendable {
     let dead: any JobSetStore
     let retries: any JobSetStore
     let overview: any QueueOverview
-    let credentials: AdminCredentials
+    let authenticator: OperatorAuthenticator
     let sessions: AdminSessions
+    let actions: AuditedActions
+    /// The webhook endpoints' administration (nil: no webhooks page).
+    let webhooks: (any WebhookAdministration)?
     let apps: @Sendable () async throws -> [AppRecord]
     /// The stored App Store Server Notifications (nil: no notifications pages).
     let notifications: (any NotificationLog)?
@@ -31,7 +39,6 @@ public struct AdminPages: Sendable {
     let now: @Sendable () -> Date
     let library: MustacheLibrary
     let stylesheet: [UInt8]
-    let throttle: LoginThrottle
 
     static let pageSize = 50
     /// The largest form body the pages accept (413 beyond).
@@ -42,30 +49,36 @@ public struct AdminPages: Sendable {
     ///   - dead: the dead letters.
     ///   - retries: the jobs waiting in backoff.
     ///   - overview: queue depths, workers, circuit, activity.
-    ///   - credentials: who may log in.
+    ///   - authenticator: who may log in, with which role.
     ///   - sessions: the session cookies' keeper.
+    ///   - audit: the audit log (nil only without Postgres: actions then go unrecorded).
+    ///   - webhooks: the webhook endpoints' administration (nil: no webhooks page).
     ///   - apps: the registered apps, for the app filter (an error shows a plain text field instead).
     ///   - notifications: the stored notifications (Postgres), for their pages and the overview's counts.
     ///   - customers: the customer look-up (Postgres), for the customer view.
     ///   - now: the injected clock.
     /// - Throws: when a template is missing or does not parse (a broken build).
     public init(
-        dead: any JobSetStore, retries: any JobSetStore, overview: any QueueOverview, credentials: AdminCredentials,
-        sessions: AdminSessions, apps: @escaping @Sendable () async throws -> [AppRecord] = { [] },
-        notifications: (any NotificationLog)? = nil, customers: (any CustomerDirectory)? = nil,
-        now: @escaping @Sendable () -> Date = { Date() }
+        dead: any JobSetStore, retries: any JobSetStore, overview: any QueueOverview, authenticator: OperatorAuthenticator,
+        sessions: AdminSessions, audit: (any AuditLog)? = nil, webhooks: (any WebhookAdministration)? = nil,
+        apps: @escaping @Sendable () async throws -> [AppRecord] = { [] }, notifications: (any NotificationLog)? = nil,
+        customers: (any CustomerDirectory)? = nil, now: @escaping @Sendable () -> Date = { Date() }
     ) throws {
         self.notifications = notifications
         self.customers = customers
         self.dead = dead
         self.retries = retries
         self.overview = overview
-        self.credentials = credentials
+        self.authenticator = authenticator
         self.sessions = sessions
+        actions = AuditedActions(log: audit)
+        self.webhooks = webhooks
         self.apps = apps
         self.now = now
         var library = MustacheLibrary()
-        for name in ["layout", "login", "overview", "list", "detail", "notifications", "notification", "customer"] {
+        for name in [
+            "layout", "login", "overview", "list", "detail", "notifications", "notification", "customer", "webhooks", "audit",
+        ] {
             guard let url = Bundle.module.url(forResource: name, withExtension: "mustache", subdirectory: "Templates") else {
                 throw DashboardError(code: "template_missing", message: "Templates/\(name).mustache is not in the bundle")
             }
@@ -76,7 +89,6 @@ public struct AdminPages: Sendable {
             throw DashboardError(code: "asset_missing", message: "Assets/admin.css is not in the bundle")
         }
         stylesheet = Array(try Data(contentsOf: css))
-        throttle = LoginThrottle(now: now())
     }
 
     /// Adds the routes to `router`.
@@ -90,31 +102,35 @@ public struct AdminPages: Sendable {
         router.get("/admin/login") { request, _ in loginPage(request) }
         router.post("/admin/login") { request, context in try await login(request, context: context) }
         router.post("/admin/logout") { request, context in
-            try await withForm(request, context: context) { _, _ in
+            try await withForm(request, context: context, role: .viewer) { _, _, _ in
                 var response = redirect("/admin/login")
                 response.headers[.setCookie] = sessions.cookie(AdminSessions.cookieName, "", maxAge: 0)
                 return response
             }
         }
         router.get("/admin") { request, context in
-            await page(request, context: context) { session in try await overviewPage(session) }
+            await page(request, context: context) { user, session in try await overviewPage(user, session) }
         }
         if notifications != nil { addNotificationRoutes(to: router) }
         if customers != nil { addCustomerRoutes(to: router) }
+        addAuditRoutes(to: router)
+        if webhooks != nil { addWebhookRoutes(to: router) }
         for kind in JobSetKind.allCases {
             let path = Self.path(kind)
             router.get("/admin/\(path)") { request, context in
-                await page(request, context: context) { session in try await listPage(kind, request: request, session: session) }
+                await page(request, context: context) { user, session in
+                    try await listPage(kind, request: request, user: user, session: session)
+                }
             }
             router.get("/admin/\(path)/{id}") { request, context in
-                await page(request, context: context) { session in
-                    try await detailPage(kind, id: context.parameters.get("id"), session: session)
+                await page(request, context: context) { user, session in
+                    try await detailPage(kind, id: context.parameters.get("id"), user: user, session: session)
                 }
             }
             for action in ["retry", "delete"] {
                 router.post("/admin/\(path)/\(action)") { request, context in
-                    try await withForm(request, context: context) { form, _ in
-                        try await mutate(kind, retry: action == "retry", form: form, context: context)
+                    try await withForm(request, context: context, role: .operator) { form, user, _ in
+                        try await mutate(kind, retry: action == "retry", form: form, user: user, context: context)
                     }
                 }
             }
@@ -131,30 +147,58 @@ public struct AdminPages: Sendable {
         sessions.verify(cookieValue(AdminSessions.cookieName, in: request.headers[.cookie]), now: now())
     }
 
-    /// A page for a logged-in operator (else to the login form); Redis errors become a 503 page.
+    /// The operator a request's session belongs to, with their current role; else the answer:
+    /// the login form (no session, or one the account's reset or removal ended) or a 503 page.
+    private func resume(_ request: Request) async -> Result<(Operator, AdminSessions.Session), Refusal> {
+        guard let session = session(request) else { return .failure(Refusal(response: redirect("/admin/login"))) }
+        switch await authenticator.resume(session) {
+        case .granted(let user): return .success((user, session))
+        case .unavailable:
+            return .failure(
+                Refusal(
+                    response: Self.plain(.serviceUnavailable, "The operator accounts cannot be read right now (Postgres). Reload in a few seconds.")))
+        case .refused, .throttled:
+            var response = redirect("/admin/login")
+            response.headers[.setCookie] = sessions.cookie(AdminSessions.cookieName, "", maxAge: 0)
+            return .failure(Refusal(response: response))
+        }
+    }
+
+    /// A page for a logged-in operator (else to the login form); store errors become a 503 page.
     func page<Context: RequestContext>(
-        _ request: Request, context: Context, _ body: (AdminSessions.Session) async throws -> Response
+        _ request: Request, context: Context, _ body: (Operator, AdminSessions.Session) async throws -> Response
     ) async -> Response {
-        guard let session = session(request) else { return redirect("/admin/login") }
+        let user: Operator
+        let session: AdminSessions.Session
+        switch await resume(request) {
+        case .success(let found): (user, session) = found
+        case .failure(let refusal): return refusal.response
+        }
         do {
-            return try await body(session)
+            return try await body(user, session)
         } catch {
-            context.logger.error("Admin page: Redis unreachable", error: error)
+            context.logger.error("Admin page: a store is unreachable", error: error)
             var response = html(
                 .serviceUnavailable, "list",
-                base(session).merging(
-                    ["heading": "Unavailable", "problem": "Redis cannot be reached right now. Reload in a few seconds.", "set": "dead"]
+                base(user, session).merging(
+                    ["heading": "Unavailable", "problem": "Redis or Postgres cannot be reached right now. Reload in a few seconds.", "set": "dead"]
                 ) { $1 })
             response.headers[.retryAfter] = "5"
             return response
         }
     }
 
-    /// Runs `body` for a form POST from a logged-in operator whose CSRF token holds.
-    private func withForm<Context: RequestContext>(
-        _ request: Request, context: Context, _ body: (FormFields, AdminSessions.Session) async throws -> Response
+    /// Runs `body` for a form POST from a logged-in operator holding at least `role` whose CSRF
+    /// token holds.
+    func withForm<Context: RequestContext>(
+        _ request: Request, context: Context, role: OperatorRole, _ body: (FormFields, Operator, AdminSessions.Session) async throws -> Response
     ) async throws -> Response {
-        guard let session = session(request) else { return redirect("/admin/login") }
+        let user: Operator
+        let session: AdminSessions.Session
+        switch await resume(request) {
+        case .success(let found): (user, session) = found
+        case .failure(let refusal): return refusal.response
+        }
         let form: FormFields
         switch try await readForm(request) {
         case .fields(let fields): form = fields
@@ -162,18 +206,23 @@ public struct AdminPages: Sendable {
         }
         guard sessions.verifyCSRF(form["csrf"], session: session) else {
             context.logger.warning("Admin form refused: CSRF token missing or wrong")
-            return html(.forbidden, "list", base(session).merging(["heading": "Refused", "problem": Self.csrfProblem, "set": "dead"]) { $1 })
+            return html(.forbidden, "list", base(user, session).merging(["heading": "Refused", "problem": Self.csrfProblem, "set": "dead"]) { $1 })
+        }
+        guard user.role >= role else {
+            context.logger.warning("Admin form refused: role too low", metadata: ["admin.role": "\(user.role.rawValue)"])
+            let problem = "Your role (\(user.role.rawValue)) cannot do this: it needs \(role.rawValue). Ask an admin."
+            return html(.forbidden, "list", base(user, session).merging(["heading": "Refused", "problem": problem, "set": "dead"]) { $1 })
         }
         do {
-            return try await body(form, session)
+            return try await body(form, user, session)
         } catch {
-            context.logger.error("Admin action: Redis unreachable", error: error)
+            context.logger.error("Admin action: a store is unreachable", error: error)
+            let problem =
+                error is AuditedActions.Unavailable
+                ? "The audit log cannot be written right now (Postgres); nothing was changed."
+                : "Redis or Postgres cannot be reached right now; nothing was changed."
             var response = html(
-                .serviceUnavailable, "list",
-                base(session).merging(["heading": "Unavailable", "problem": "Redis cannot be reached right now; nothing was changed.", "set": "dead"])
-                {
-                    $1
-                })
+                .serviceUnavailable, "list", base(user, session).merging(["heading": "Unavailable", "problem": problem, "set": "dead"]) { $1 })
             response.headers[.retryAfter] = "5"
             return response
         }
@@ -212,11 +261,6 @@ public struct AdminPages: Sendable {
 
     private func login<Context: RequestContext>(_ request: Request, context: Context) async throws -> Response {
         let at = now()
-        if let wait = throttle.retryAfter(now: at) {
-            var response = loginPage(request, status: .tooManyRequests, problem: "Too many failed logins. Try again in \(wait) s.")
-            response.headers[.retryAfter] = String(wait)
-            return response
-        }
         let form: FormFields
         switch try await readForm(request) {
         case .fields(let fields): form = fields
@@ -225,13 +269,21 @@ public struct AdminPages: Sendable {
         guard sessions.verifyLogin(token: form["csrf"], nonce: cookieValue(AdminSessions.loginCookieName, in: request.headers[.cookie])) else {
             return loginPage(request, status: .forbidden, problem: "The login form expired. Try again.")
         }
-        guard credentials.verify(username: form["username"] ?? "", password: form["password"] ?? "") else {
-            throttle.failed(now: at)
+        let user: Operator
+        switch await authenticator.authenticate(username: form["username"] ?? "", password: form["password"] ?? "", now: at) {
+        case .granted(let found): user = found
+        case .refused:
             context.logger.warning("Admin login failed")
             return loginPage(request, status: .unauthorized, problem: "Wrong username or password.")
+        case .throttled(let wait):
+            var response = loginPage(request, status: .tooManyRequests, problem: "Too many failed logins. Try again in \(wait) s.")
+            response.headers[.retryAfter] = String(wait)
+            return response
+        case .unavailable:
+            return loginPage(request, status: .serviceUnavailable, problem: "The operator accounts cannot be read right now. Try again shortly.")
         }
-        let (cookie, _) = sessions.issue(now: at)
-        context.logger.info("Admin login")
+        let (cookie, _) = sessions.issue(for: user, now: at)
+        context.logger.info("Admin login", metadata: ["admin.user": "\(user.username)", "admin.role": "\(user.role.rawValue)"])
         var response = redirect("/admin")
         response.headers[values: .setCookie] = [
             sessions.cookie(AdminSessions.cookieName, cookie, maxAge: Int(sessions.lifetime.seconds)),
@@ -243,20 +295,25 @@ public struct AdminPages: Sendable {
     // MARK: Pages
 
     /// What every page's layout needs: the nav, with the sets' sizes when `counts` are given.
-    func base(_ session: AdminSessions.Session, counts: (dead: Int, retries: Int)? = nil) -> [String: Any] {
-        var values: [String: Any] = ["csrf": sessions.csrfToken(for: session), "username": credentials.username]
+    func base(_ user: Operator, _ session: AdminSessions.Session, counts: (dead: Int, retries: Int)? = nil) -> [String: Any] {
+        var values: [String: Any] = [
+            "csrf": sessions.csrfToken(for: session), "username": user.username, "role": user.role.rawValue,
+            "hasWebhooks": webhooks != nil,
+        ]
         if let counts {
             values["dead"] = counts.dead
             values["retries"] = counts.retries
         }
-        // The forms of the page body need the token too, outside the nav's section.
-        return ["nav": values, "csrf": values["csrf"]!]
+        // The forms of the page body need the token and the role too, outside the nav's section.
+        return [
+            "nav": values, "csrf": values["csrf"]!, "canOperate": user.role >= .operator, "canAdminister": user.role >= .admin,
+        ]
     }
 
-    private func overviewPage(_ session: AdminSessions.Session) async throws -> Response {
+    private func overviewPage(_ user: Operator, _ session: AdminSessions.Session) async throws -> Response {
         let snapshot = try await overview.snapshot()
         let at = now()
-        var values = base(session, counts: (snapshot.dead, snapshot.retries))
+        var values = base(user, session, counts: (snapshot.dead, snapshot.retries))
         values["overviewCurrent"] = true
         values["asOf"] = Self.utc(at)
         values["queueValidate"] = snapshot.queued[.validate, default: 0]
@@ -302,7 +359,7 @@ public struct AdminPages: Sendable {
         return html(.ok, "overview", values)
     }
 
-    private func listPage(_ kind: JobSetKind, request: Request, session: AdminSessions.Session) async throws -> Response {
+    private func listPage(_ kind: JobSetKind, request: Request, user: Operator, session: AdminSessions.Session) async throws -> Response {
         let query = request.uri.queryParameters
         let path = Self.path(kind)
         let (filter, offset, problem): (JobSetFilter, Int, String?) =
@@ -314,7 +371,7 @@ public struct AdminPages: Sendable {
         let counts = (try await dead.count(), try await retries.count())
         let known = (try? await apps()) ?? []
         let at = now()
-        var values = base(session, counts: counts)
+        var values = base(user, session, counts: counts)
         values[kind == .dead ? "deadCurrent" : "retriesCurrent"] = true
         values["set"] = path
         values["heading"] = kind == .dead ? "Dead letters" : "Retries"
@@ -351,9 +408,9 @@ public struct AdminPages: Sendable {
         return html(problem == nil ? .ok : .unprocessableContent, "list", values)
     }
 
-    private func detailPage(_ kind: JobSetKind, id text: String?, session: AdminSessions.Session) async throws -> Response {
+    private func detailPage(_ kind: JobSetKind, id text: String?, user: Operator, session: AdminSessions.Session) async throws -> Response {
         let counts = (try await dead.count(), try await retries.count())
-        var values = base(session, counts: counts)
+        var values = base(user, session, counts: counts)
         values[kind == .dead ? "deadCurrent" : "retriesCurrent"] = true
         values["set"] = Self.path(kind)
         values["heading"] = kind == .dead ? "Dead letters" : "Retries"
@@ -397,12 +454,19 @@ public struct AdminPages: Sendable {
         values["user"] = entry.userIdentifier.flatMap { $0.isEmpty ? nil : $0 }
         values["errorCode"] = entry.errorCode
         values["kind"] = entry.kind?.rawValue
+        if let webhook = entry.envelope?.webhook {
+            values["webhook"] = [
+                "eventType": webhook.eventType, "eventID": webhook.eventID.canonical, "endpointID": webhook.endpointID.canonical,
+            ]
+        }
         return values
     }
 
     // MARK: Actions
 
-    private func mutate<Context: RequestContext>(_ kind: JobSetKind, retry: Bool, form: FormFields, context: Context) async throws -> Response {
+    private func mutate<Context: RequestContext>(
+        _ kind: JobSetKind, retry: Bool, form: FormFields, user: Operator, context: Context
+    ) async throws -> Response {
         let selection: Selection
         if form["all"] == "1" {
             var appID: UUID?
@@ -417,7 +481,7 @@ public struct AdminPages: Sendable {
             guard !ids.isEmpty else { return redirect(Self.returnURL(kind, form: form, done: "none")) }
             selection = .ids(ids)
         }
-        let moved = try await selection.apply(to: store(kind), retry: retry, logger: context.logger)
+        let moved = try await actions.apply(selection, to: store(kind), retry: retry, by: user, source: "dashboard", logger: context.logger)
         return redirect(Self.returnURL(kind, form: form, done: retry ? "retried" : "deleted", count: moved))
     }
 
@@ -475,13 +539,13 @@ public struct AdminPages: Sendable {
         return response
     }
 
-    private func redirect(_ location: String) -> Response {
+    func redirect(_ location: String) -> Response {
         var response = Response(status: .seeOther, headers: [.location: location])
         AdminHeaders.apply(to: &response)
         return response
     }
 
-    private static func plain(_ status: HTTPResponse.Status, _ text: String) -> Response {
+    static func plain(_ status: HTTPResponse.Status, _ text: String) -> Response {
         var response = Response(
             status: status, headers: [.contentType: "text/plain; charset=utf-8"], body: .init(byteBuffer: ByteBuffer(string: text + "\n")))
         AdminHeaders.apply(to: &response)

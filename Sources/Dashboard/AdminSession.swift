@@ -3,8 +3,9 @@ import OpenSSL
 import ReceiptCore
 import Synchronization
 
-/// The dashboard's signed session cookies and CSRF tokens. Stateless: a session is a random id and
-/// an expiry, signed with HMAC-SHA256, so any API replica sharing the key accepts it.
+/// The dashboard's signed session cookies and CSRF tokens. Stateless: a session is a random id, an
+/// expiry and whose it is, signed with HMAC-SHA256, so any API replica sharing the key accepts it;
+/// the operator's role is looked up on each request, never trusted from the cookie.
 ///
 /// The signing key mixes `DASHBOARD_SESSION_SECRET` (or a random per-process secret when none is
 /// configured) with the admin password's hash: changing the password ends every session.
@@ -32,32 +33,42 @@ public struct AdminSessions: Sendable {
         self.secureCookies = secureCookies
     }
 
-    /// A verified session.
+    /// A verified session: whose it is (the account's generation at login; 0 for the built-in
+    /// admin), so that a reset, a new role or a removal ends it.
     struct Session: Equatable {
         var id: String
         var expiresAt: Date
+        var username: String
+        var generation: Int
 
         /// The CSRF token every form of this session carries.
         func csrfToken(key: [UInt8]) -> String { Digest.hex(Digest.hmacSHA256(key: key, Array("csrf:\(id)".utf8))) }
     }
 
-    /// A new session's cookie value.
-    func issue(now: Date) -> (value: String, session: Session) {
-        let session = Session(id: Digest.hex(SecureRandom.bytes(16)), expiresAt: now.addingTimeInterval(lifetime.seconds))
-        let payload = "v1.\(session.id).\(Int64(session.expiresAt.timeIntervalSince1970))"
+    /// A new session's cookie value for `user`.
+    func issue(for user: Operator, now: Date) -> (value: String, session: Session) {
+        let session = Session(
+            id: Digest.hex(SecureRandom.bytes(16)), expiresAt: now.addingTimeInterval(lifetime.seconds), username: user.username,
+            generation: user.generation)
+        let payload =
+            "v2.\(session.id).\(Int64(session.expiresAt.timeIntervalSince1970)).\(session.generation).\(Digest.hex(Array(session.username.utf8)))"
         return (payload + "." + sign(payload), session)
     }
 
     /// The session a cookie value names, if its signature holds and it has not expired.
     func verify(_ value: String?, now: Date) -> Session? {
-        guard let value, value.utf8.count < 256 else { return nil }
+        guard let value, value.utf8.count < 512 else { return nil }
         let parts = value.split(separator: ".", omittingEmptySubsequences: false)
-        guard parts.count == 4, parts[0] == "v1", parts[1].utf8.count == 32, let expiry = Int64(parts[2]) else { return nil }
-        let payload = parts[0..<3].joined(separator: ".")
-        guard Digest.constantTimeEqual(Array(sign(payload).utf8), Array(parts[3].utf8)) else { return nil }
+        guard parts.count == 6, parts[0] == "v2", parts[1].utf8.count == 32, let expiry = Int64(parts[2]), let generation = Int(parts[3]),
+            generation >= 0
+        else { return nil }
+        let payload = parts[0..<5].joined(separator: ".")
+        guard Digest.constantTimeEqual(Array(sign(payload).utf8), Array(parts[5].utf8)),
+            let name = Digest.unhex(String(parts[4])).flatMap({ String(bytes: $0, encoding: .utf8) })
+        else { return nil }
         let expiresAt = Date(timeIntervalSince1970: TimeInterval(expiry))
         guard expiresAt > now else { return nil }
-        return Session(id: String(parts[1]), expiresAt: expiresAt)
+        return Session(id: String(parts[1]), expiresAt: expiresAt, username: name, generation: generation)
     }
 
     /// The CSRF token of `session`'s forms.

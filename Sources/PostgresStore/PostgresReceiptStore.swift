@@ -37,7 +37,9 @@ public final class PostgresReceiptStore: ReceiptStore {
         // Briefly cached: a pause or a rotation reaches every worker within seconds.
         if let cached = endpoints[id], Date().timeIntervalSince(cached.loadedAt) < endpointCacheTTL { return cached.record }
         let record = try WebhookRows.endpoint(id: id, secrets: secrets, on: connection)
-        endpoints[id] = (record, Date())
+        // Not an endpoint whose secret cannot be opened: its deliveries are buried, and the
+        // operator's fix (a rotation) must hold for the retry that follows at once.
+        if record?.secrets.isEmpty != true { endpoints[id] = (record, Date()) }
         return record
     }
 

@@ -3,44 +3,8 @@ import Libpq
 import OpenSSL
 import ReceiptCore
 
-/// A webhook endpoint as operators list it (never its secrets).
-public struct WebhookEndpointSummary: Sendable, Equatable {
-    public var id: UUID
-    public var appID: UUID
-    public var appName: String
-    public var url: String
-    /// Empty: every event.
-    public var eventTypes: [String]
-    public var allowPrivate: Bool
-    public var description: String?
-    public var pausedAt: Date?
-    public var failingSince: Date?
-    public var createdAt: Date
-    /// Deliveries not yet settled (pending or being attempted), and in the dead letters.
-    public var unsettled: Int
-    public var dead: Int
-}
-
-/// Why a webhook endpoint could not be registered or changed (bounded; never a secret).
-public struct WebhookAdminError: Error, Equatable, CustomStringConvertible {
-    /// A bounded code (`invalid_url`, `invalid_event_type`, `no_secrets_key`, `not_found`).
-    public let code: String
-    public let description: String
-
-    /// The URL is not absolute https (http only with `allow_private`), or carries credentials.
-    public static let invalidURL = Self(
-        code: "invalid_url", description: "the URL must be absolute https:// without credentials (http:// only with --allow-private)")
-    /// An event filter entry names no event type.
-    public static let invalidEventType = Self(
-        code: "invalid_event_type", description: "an event filter entry names no event type (e.g. subscription.renewed, subscription.*)")
-    /// No `RECEIPTQ_SECRETS_KEY`: secrets are never stored in clear.
-    public static let noSecretsKey = Self(
-        code: "no_secrets_key", description: "RECEIPTQ_SECRETS_KEY is not set: webhook secrets are stored sealed with it")
-    /// No such endpoint.
-    public static let notFound = Self(code: "not_found", description: "no such webhook endpoint")
-}
-
-/// `receiptq webhooks`: the endpoints of each app that events are delivered to.
+/// `receiptq webhooks` and the dashboard's webhooks page: the endpoints of each app that events
+/// are delivered to. Every change writes its audit line in its own transaction.
 public struct WebhookAdmin {
     let connection: PostgresConnection
     let secrets: SecretBox?
@@ -64,7 +28,7 @@ public struct WebhookAdmin {
     /// Registers an endpoint; returns it and its signing secret (shown once).
     /// - Parameter eventTypes: types or families (`subscription.*`); empty for every event.
     public func add(
-        appID: UUID, url: String, eventTypes: [String] = [], allowPrivate: Bool = false, description: String? = nil
+        appID: UUID, url: String, eventTypes: [String] = [], allowPrivate: Bool = false, description: String? = nil, audit: AuditAction
     ) throws -> (id: UUID, secret: String) {
         guard let secrets else { throw WebhookAdminError.noSecretsKey }
         _ = try Self.validate(url: url, allowPrivate: allowPrivate)
@@ -72,12 +36,18 @@ public struct WebhookAdmin {
         let id = JobID.make()
         let secret = Self.newSecret()
         let sealed = try secrets.seal(Array(secret.utf8), context: Array(id.canonical.utf8))
-        _ = try connection.query(
-            """
-            INSERT INTO webhook_endpoints (id, app_id, url, event_types, secret_sealed, allow_private, description)
-            VALUES (\(id), \(appID), \(url), \(PostgresArray.literal(eventTypes.map { Optional($0) }))::text[], \(sealed), \(allowPrivate),
-                    \(description))
-            """)
+        try connection.transaction { connection in
+            guard !(try connection.query("SELECT 1 FROM apps WHERE id = \(appID)").rows.isEmpty) else { throw WebhookAdminError.unknownApp }
+            _ = try connection.query(
+                """
+                INSERT INTO webhook_endpoints (id, app_id, url, event_types, secret_sealed, allow_private, description)
+                VALUES (\(id), \(appID), \(url), \(PostgresArray.literal(eventTypes.map { Optional($0) }))::text[], \(sealed),
+                        \(allowPrivate), \(description))
+                """)
+            var action = audit.with(target: "\(id.canonical) \(Self.redactedURL(url))")
+            action.appID = appID
+            try AuditRows.begin(action, outcome: "done", on: connection)
+        }
         return (id, secret)
     }
 
@@ -104,40 +74,64 @@ public struct WebhookAdmin {
         }
     }
 
-    /// Removes an endpoint and its deliveries; returns whether it existed.
-    @discardableResult
-    public func remove(id: UUID) throws -> Bool {
-        try connection.query("DELETE FROM webhook_endpoints WHERE id = \(id) RETURNING id").rows.count == 1
+    /// Removes an endpoint and its deliveries.
+    /// - Throws: ``WebhookAdminError/notFound``.
+    public func remove(id: UUID, audit: AuditAction) throws {
+        try connection.transaction { connection in
+            let rows = try connection.query("DELETE FROM webhook_endpoints WHERE id = \(id) RETURNING app_id, url").rows
+            guard let row = rows.first else { throw WebhookAdminError.notFound }
+            try Self.record(audit, id: id, row: row, on: connection)
+        }
     }
 
     /// Issues a new signing secret (shown once). The old one keeps signing too for `overlap`, so
     /// a receiver can switch without rejecting a delivery.
-    public func rotateSecret(id: UUID, overlap: TimeInterval = 24 * 3600) throws -> String {
+    public func rotateSecret(id: UUID, overlap: TimeInterval = 24 * 3600, audit: AuditAction) throws -> String {
         guard let secrets else { throw WebhookAdminError.noSecretsKey }
         let secret = Self.newSecret()
         let sealed = try secrets.seal(Array(secret.utf8), context: Array(id.canonical.utf8))
-        let rows = try connection.query(
-            """
-            UPDATE webhook_endpoints SET previous_sealed = secret_sealed, previous_expires_at = now() + make_interval(secs => \(overlap)),
-                secret_sealed = \(sealed), updated_at = now()
-            WHERE id = \(id) RETURNING id
-            """
-        ).rows
-        guard !rows.isEmpty else { throw WebhookAdminError.notFound }
+        try connection.transaction { connection in
+            let rows = try connection.query(
+                """
+                UPDATE webhook_endpoints SET previous_sealed = secret_sealed,
+                    previous_expires_at = now() + make_interval(secs => \(overlap)), secret_sealed = \(sealed), updated_at = now()
+                WHERE id = \(id) RETURNING app_id, url
+                """
+            ).rows
+            guard let row = rows.first else { throw WebhookAdminError.notFound }
+            try Self.record(audit, id: id, row: row, on: connection)
+        }
         return secret
     }
 
     /// Pauses (nothing is sent; events wait) or resumes an endpoint. Resuming forgets the run of
     /// failures, so the endpoint gets a new day before it is paused again.
-    public func setPaused(id: UUID, _ paused: Bool) throws {
-        let rows = try connection.query(
-            """
-            UPDATE webhook_endpoints SET paused_at = CASE WHEN \(paused) THEN COALESCE(paused_at, now()) END,
-                failing_since = CASE WHEN \(paused) THEN failing_since END, updated_at = now()
-            WHERE id = \(id) RETURNING id
-            """
-        ).rows
-        guard !rows.isEmpty else { throw WebhookAdminError.notFound }
+    public func setPaused(id: UUID, _ paused: Bool, audit: AuditAction) throws {
+        try connection.transaction { connection in
+            let rows = try connection.query(
+                """
+                UPDATE webhook_endpoints SET paused_at = CASE WHEN \(paused) THEN COALESCE(paused_at, now()) END,
+                    failing_since = CASE WHEN \(paused) THEN failing_since END, updated_at = now()
+                WHERE id = \(id) RETURNING app_id, url
+                """
+            ).rows
+            guard let row = rows.first else { throw WebhookAdminError.notFound }
+            try Self.record(audit, id: id, row: row, on: connection)
+        }
+    }
+
+    /// Writes the audit line of a change to endpoint `id` (`row`: its app and URL).
+    static func record(_ audit: AuditAction, id: UUID, row: PostgresRow, on connection: PostgresConnection) throws {
+        var action = audit.with(target: "\(id.canonical) \(redactedURL(row.string("url") ?? ""))")
+        action.appID = row.uuid("app_id")
+        try AuditRows.begin(action, outcome: "done", on: connection)
+    }
+
+    /// An endpoint's URL without its query string, which may carry a token of the customer's.
+    public static func redactedURL(_ url: String) -> String {
+        guard var components = URLComponents(string: url) else { return "(unreadable URL)" }
+        if components.query != nil { components.query = "…" }
+        return components.string ?? "(unreadable URL)"
     }
 
     /// The endpoint with its secrets opened (for `webhooks test`).

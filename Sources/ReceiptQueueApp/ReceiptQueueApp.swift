@@ -88,10 +88,15 @@ public enum ReceiptQueueApp {
         let retries = RedisJobSet.retries(pool: redisPool, keys: configuration.keys)
         let overview = RedisQueueOverview(pool: redisPool, keys: configuration.keys)
         MetricsEndpoint(exporter: metrics, gauges: queueGauges(configuration, metrics: metrics, logger: logger)).addRoutes(to: router)
-        AdminAPI(dead: dead, retries: retries, overview: overview, credentials: configuration.admin).addRoutes(to: router)
+        let operators = PostgresOperators(pool: postgresPool)
+        let authenticator = OperatorAuthenticator(builtIn: configuration.admin, directory: operators)
+        let webhooks = PooledWebhookAdministration(
+            pool: postgresPool, secrets: try configuration.secretsKey.map { try SecretBox(key: $0) }, client: configuration.webhooks)
+        AdminAPI(dead: dead, retries: retries, overview: overview, authenticator: authenticator, audit: operators, webhooks: webhooks)
+            .addRoutes(to: router)
         try AdminPages(
-            dead: dead, retries: retries, overview: overview, credentials: configuration.admin, sessions: configuration.adminSessions,
-            apps: { try await postgresPool.withConnection { try AppAdmin(connection: $0).listApps() } },
+            dead: dead, retries: retries, overview: overview, authenticator: authenticator, sessions: configuration.adminSessions,
+            audit: operators, webhooks: webhooks, apps: { try await postgresPool.withConnection { try AppAdmin(connection: $0).listApps() } },
             notifications: PostgresNotificationLog(pool: postgresPool), customers: PostgresCustomerDirectory(pool: postgresPool)
         ).addRoutes(to: router)
         // Last, with the finished route table: it joins only the not-found chain (see its doc).

@@ -77,7 +77,9 @@ struct All: AsyncParsableCommand {
         let connection = try PostgresConnection(configuration: configuration.postgres, label: "demo", logger: logger)
         defer { connection.close() }
         let admin = WebhookAdmin(connection: connection, secrets: try configuration.secretsKey.map { try SecretBox(key: $0) })
-        for earlier in try admin.list(appID: setup.app.id) where earlier.description == "demo backend" { try admin.remove(id: earlier.id) }
+        for earlier in try admin.list(appID: setup.app.id) where earlier.description == "demo backend" {
+            try admin.remove(id: earlier.id, audit: cliAudit("webhook.remove"))
+        }
         let receiver = WebhookReceiver(secret: "") { delivery in
             logger.notice(
                 "Demo backend received \(delivery.type)",
@@ -87,7 +89,8 @@ struct All: AsyncParsableCommand {
                 ])
         }
         let (_, secret) = try admin.add(
-            appID: setup.app.id, url: "http://127.0.0.1:\(port)\(receiver.path)", allowPrivate: true, description: "demo backend")
+            appID: setup.app.id, url: "http://127.0.0.1:\(port)\(receiver.path)", allowPrivate: true, description: "demo backend",
+            audit: cliAudit("webhook.add"))
         receiver.setSecret(secret)
         return receiver.application(host: "127.0.0.1", port: port, logger: logger)
     }

@@ -51,7 +51,8 @@ struct WebhooksCommand: AsyncParsableCommand {
             let types = events.map { $0.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) } } ?? []
             do {
                 let (id, secret) = try WebhookAdmin(connection: connection, secrets: secrets).add(
-                    appID: record.id, url: url, eventTypes: types, allowPrivate: allowPrivate, description: description)
+                    appID: record.id, url: url, eventTypes: types, allowPrivate: allowPrivate, description: description,
+                    audit: cliAudit("webhook.add"))
                 print("endpoint: \(id.canonical)")
                 print("secret:   \(secret)")
                 print("Keep the secret: it is not shown again. Verify each delivery's Receiptq-Signature with it (README: Events and webhooks).")
@@ -88,7 +89,7 @@ struct WebhooksCommand: AsyncParsableCommand {
 
         func run() async throws {
             try withEndpoint(id) { admin, uuid, _ in
-                guard try admin.remove(id: uuid) else { throw ValidationError("no such endpoint") }
+                try admin.remove(id: uuid, audit: cliAudit("webhook.remove"))
                 print("Removed \(uuid.canonical).")
             }
         }
@@ -102,7 +103,8 @@ struct WebhooksCommand: AsyncParsableCommand {
 
         func run() async throws {
             try withEndpoint(id) { admin, uuid, _ in
-                let secret = try admin.rotateSecret(id: uuid, overlap: TimeInterval(max(0, overlapHours) * 3600))
+                let secret = try admin.rotateSecret(
+                    id: uuid, overlap: TimeInterval(max(0, overlapHours) * 3600), audit: cliAudit("webhook.rotate_secret"))
                 print("secret:   \(secret)")
                 print("Both secrets sign every delivery for \(overlapHours) h: switch your receiver to the new one within that time.")
             }
@@ -135,25 +137,8 @@ struct WebhooksCommand: AsyncParsableCommand {
                 return (endpoint, configuration)
             }
             guard !endpoint.secrets.isEmpty else { throw ValidationError("the endpoint's secret cannot be opened: check RECEIPTQ_SECRETS_KEY") }
-            let eventID = JobID.make()
-            var writer = JSONWriter()
-            writer.openObject()
-            writer.member("app_id", endpoint.appID.canonical)
-            writer.key("data")
-            writer.openObject()
-            writer.member("message", "a test delivery from `receiptq webhooks test`")
-            writer.closeObject()
-            writer.member("id", eventID.canonical)
-            writer.member("type", "webhook.test")
-            writer.closeObject()
-            let client = try WebhookClient(configuration: configuration.webhooks)
-            let request = WebhookRequest(
-                url: endpoint.url, body: writer.bytes, eventID: eventID, eventType: "webhook.test", secrets: endpoint.secrets,
-                timestamp: Int64(Date().timeIntervalSince1970), allowPrivate: endpoint.allowPrivate)
-            let report = await withCheckedContinuation { continuation in
-                client.deliver(request) { continuation.resume(returning: $0) }
-            }
-            client.shutdown()
+            let report = try await WebhookClient.sendTest(
+                to: endpoint, origin: "`receiptq webhooks test`", configuration: configuration.webhooks)
             if report.isDelivered {
                 print("Delivered: HTTP \(report.httpStatus ?? 0) in \(report.latencyMs) ms.")
             } else {
@@ -166,7 +151,7 @@ struct WebhooksCommand: AsyncParsableCommand {
 
 private func setPaused(_ id: String, _ paused: Bool) async throws {
     try withEndpoint(id) { admin, uuid, _ in
-        try admin.setPaused(id: uuid, paused)
+        try admin.setPaused(id: uuid, paused, audit: cliAudit(paused ? "webhook.pause" : "webhook.resume"))
         print(paused ? "Paused \(uuid.canonical): its events wait." : "Resumed \(uuid.canonical).")
     }
 }

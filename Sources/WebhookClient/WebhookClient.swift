@@ -139,3 +139,30 @@ public enum WebhookSignature {
         return (["t=\(timestamp)"] + signatures).joined(separator: ",")
     }
 }
+
+extension WebhookClient {
+    /// Sends `endpoint` a signed `webhook.test` delivery with a fresh client (started and shut
+    /// down here: tests are rare) and reports the answer. Nothing is stored; no event exists.
+    /// - Parameter origin: who asked, for the body's message (`receiptq webhooks test`, the dashboard).
+    public static func sendTest(
+        to endpoint: WebhookEndpointRecord, origin: String, configuration: Configuration, now: Date = Date()
+    ) async throws -> WebhookReport {
+        let eventID = JobID.make()
+        var writer = JSONWriter()
+        writer.openObject()
+        writer.member("app_id", endpoint.appID.canonical)
+        writer.key("data")
+        writer.openObject()
+        writer.member("message", "a test delivery from \(origin)")
+        writer.closeObject()
+        writer.member("id", eventID.canonical)
+        writer.member("type", "webhook.test")
+        writer.closeObject()
+        let client = try WebhookClient(configuration: configuration)
+        defer { client.shutdown() }
+        let request = WebhookRequest(
+            url: endpoint.url, body: writer.bytes, eventID: eventID, eventType: "webhook.test", secrets: endpoint.secrets,
+            timestamp: Int64(now.timeIntervalSince1970), allowPrivate: endpoint.allowPrivate)
+        return await withCheckedContinuation { continuation in client.deliver(request) { continuation.resume(returning: $0) } }
+    }
+}

@@ -9,12 +9,14 @@ struct AdminSessionTests {
     let credentials = AdminCredentials(username: "ops", password: "correct horse battery")
     let secret = Array("a-secret-shared-by-every-api-replica".utf8)
     let now = Date(timeIntervalSince1970: 1_800_000_000)
+    let alice = Operator(username: "alice", role: .operator, generation: 3)
 
     @Test("A session verifies until it expires; any changed byte, another password or another secret refuses it")
     func sessionCookie() {
         let sessions = AdminSessions(credentials: credentials, secret: secret, lifetime: .seconds(3600), secureCookies: true)
-        let (cookie, session) = sessions.issue(now: now)
+        let (cookie, session) = sessions.issue(for: alice, now: now)
         #expect(sessions.verify(cookie, now: now) == session)
+        #expect(session.username == "alice" && session.generation == 3)
         #expect(sessions.verify(cookie, now: now.addingTimeInterval(3599)) == session)
         #expect(sessions.verify(cookie, now: now.addingTimeInterval(3600)) == nil)
         // Pushing the expiry out breaks the signature.
@@ -24,7 +26,14 @@ struct AdminSessionTests {
         var flipped = Array(cookie)
         flipped[flipped.count - 1] = flipped.last == "0" ? "1" : "0"
         #expect(sessions.verify(String(flipped), now: now) == nil)
-        for junk in ["", "v1", "v1.x.y.z", String(repeating: "a", count: 400), cookie + "."] {
+        // Another name or generation in the cookie breaks the signature: a session cannot be moved to another account.
+        var renamed = cookie.split(separator: ".").map(String.init)
+        renamed[4] = "61646d696e"  // "admin"
+        #expect(sessions.verify(renamed.joined(separator: "."), now: now) == nil)
+        var regenerated = cookie.split(separator: ".").map(String.init)
+        regenerated[3] = "0"
+        #expect(sessions.verify(regenerated.joined(separator: "."), now: now) == nil)
+        for junk in ["", "v1", "v1.x.y.z", "v2.x.1.1.zz.y", String(repeating: "a", count: 600), cookie + "."] {
             #expect(sessions.verify(junk, now: now) == nil)
         }
         // A new password or a new secret ends every session signed before.
@@ -39,14 +48,14 @@ struct AdminSessionTests {
         // Without a secret each process has its own key.
         let a = AdminSessions(credentials: credentials, secret: nil, secureCookies: false)
         let b = AdminSessions(credentials: credentials, secret: nil, secureCookies: false)
-        #expect(b.verify(a.issue(now: now).value, now: now) == nil)
+        #expect(b.verify(a.issue(for: alice, now: now).value, now: now) == nil)
     }
 
     @Test("CSRF tokens belong to one session; the login form's token to its cookie's nonce")
     func csrfTokens() {
         let sessions = AdminSessions(credentials: credentials, secret: secret, secureCookies: true)
-        let first = sessions.issue(now: now).session
-        let second = sessions.issue(now: now).session
+        let first = sessions.issue(for: alice, now: now).session
+        let second = sessions.issue(for: alice, now: now).session
         let token = sessions.csrfToken(for: first)
         #expect(sessions.verifyCSRF(token, session: first))
         #expect(!sessions.verifyCSRF(token, session: second))

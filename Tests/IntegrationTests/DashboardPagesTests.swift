@@ -64,9 +64,9 @@ struct DashboardPagesTests {
         }
 
         /// Logs in through the form, as an operator would.
-        func logIn(password: String = "receiptq-dev") async throws -> Page {
+        func logIn(username: String = "admin", password: String = "receiptq-dev") async throws -> Page {
             let form = try await get("/admin/login")
-            return try await post("/admin/login", [("csrf", form.csrf ?? ""), ("username", "admin"), ("password", password)])
+            return try await post("/admin/login", [("csrf", form.csrf ?? ""), ("username", username), ("password", password)])
         }
     }
 
@@ -211,7 +211,7 @@ struct DashboardPagesTests {
         for path in ["/admin", "/admin/dead", "/admin/retries?q=x", "/admin/dead/\(UUID())"] {
             let page = try await browser.get(path)
             #expect(page.status == 503, "GET \(path)")
-            #expect(page.header("Retry-After") == "5" && page.text.contains("Redis cannot be reached"), "GET \(path)")
+            #expect(page.header("Retry-After") == "5" && page.text.contains("Redis or Postgres cannot be reached"), "GET \(path)")
             token = page.csrf
         }
         let csrf = try #require(token)

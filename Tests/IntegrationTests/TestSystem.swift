@@ -284,3 +284,8 @@ private func appendingHandle(_ url: URL) throws -> FileHandle {
     try handle.seekToEnd()
     return handle
 }
+
+extension AuditAction {
+    /// An action of the tests themselves, for the audit log.
+    static func test(_ action: String) -> AuditAction { AuditAction(actor: "tests", role: nil, action: action, source: "cli") }
+}

@@ -36,7 +36,8 @@ extension CrashRecoveryTests {
         receiver.behave(.init(delay: .milliseconds(30)))
         let configuration = try AppConfiguration(environment: fixture.environment)
         let secrets = try SecretBox(key: try #require(configuration.secretsKey))
-        let (_, secret) = try WebhookAdmin(connection: fixture.pg, secrets: secrets).add(appID: fixture.app.id, url: url, allowPrivate: true)
+        let (_, secret) = try WebhookAdmin(connection: fixture.pg, secrets: secrets).add(
+            appID: fixture.app.id, url: url, allowPrivate: true, audit: .test("webhook.add"))
         receiver.setSecret(secret)
         let dispatcher = ServiceGroup(
             services: [ReceiptQueueApp.makeWebhookDispatcher(configuration, onlyApps: [fixture.app.id], logger: quiet)],

@@ -30,7 +30,7 @@ struct WebhookTests {
         let admin = WebhookAdmin(connection: connection, secrets: try SecretBox(key: TestSystem.secretsKey))
         let receiver = WebhookReceiver(secret: "pending")
         let (url, task) = try await receiver.start(logger: Self.quiet)
-        let (id, secret) = try admin.add(appID: system.app.id, url: url, eventTypes: events, allowPrivate: true)
+        let (id, secret) = try admin.add(appID: system.app.id, url: url, eventTypes: events, allowPrivate: true, audit: .test("webhook.add"))
         receiver.setSecret(secret)
         return (receiver, id, task)
     }
@@ -200,13 +200,13 @@ struct WebhookTests {
         let connection = try system.postgres()
         defer { connection.close() }
         let admin = WebhookAdmin(connection: connection, secrets: nil)
-        try admin.setPaused(id: allID, true)
+        try admin.setPaused(id: allID, true, audit: .test("webhook.pause"))
         _ = try await subscribe(system, user: "filter-user")
         #expect(try await system.eventually { subscriptions.accepted == 1 })
         #expect(subscriptions.deliveries.map(\.type) == ["subscription.started"])
         try await Task.sleep(for: .milliseconds(500))
         #expect(all.deliveries.isEmpty, "a paused endpoint gets nothing")
-        try admin.setPaused(id: allID, false)
+        try admin.setPaused(id: allID, false, audit: .test("webhook.resume"))
         #expect(try await system.eventually { all.accepted == 2 })
         #expect(all.deliveries.map(\.type) == ["receipt.validated", "subscription.started"])
     }

@@ -75,7 +75,8 @@ enum WebhooksRow: BenchRow {
         let url = try blocking { try await receiver.start(logger: quiet) }
         defer { url.task.cancel() }
         let (endpoint, secret) = try WebhookAdmin(connection: postgres, secrets: try SecretBox(key: secretsKey)).add(
-            appID: app.id, url: url.url, allowPrivate: true, description: "bench")
+            appID: app.id, url: url.url, allowPrivate: true, description: "bench",
+            audit: AuditAction(actor: "bench", role: nil, action: "webhook.add", source: "cli"))
         receiver.setSecret(secret)
         let dispatcher = ServiceGroup(
             services: [ReceiptQueueApp.makeWebhookDispatcher(configuration, onlyApps: [app.id], logger: quiet)], gracefulShutdownSignals: [],

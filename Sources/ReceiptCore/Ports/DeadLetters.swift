@@ -170,7 +170,8 @@ public struct JobSetFilter: Sendable, Equatable {
     public var errorCode: String?
     /// The app the job belongs to.
     public var appID: UUID?
-    /// A case-insensitive substring of the id, bundle id, error code or message, or user identifier.
+    /// A case-insensitive substring of the id, bundle id, error code or message, user identifier or
+    /// kind (`webhook`), or of a webhook delivery's endpoint id, event id or event type.
     public var search: String?
 
     /// Every entry.
@@ -197,8 +198,13 @@ public struct JobSetFilter: Sendable, Equatable {
         if let code = Self.nonBlank(errorCode), entry.errorCode != code { return false }
         if let appID, entry.appID != appID { return false }
         guard let needle = Self.nonBlank(search)?.lowercased() else { return true }
-        // Deliberately not the receipt, the raw bytes, the device or network fields.
-        let haystacks = [entry.id.rawValue, entry.bundleID, entry.errorCode, entry.errorMessage, entry.userIdentifier]
+        // Deliberately not the receipt, the raw bytes, the device or network fields. A webhook
+        // delivery is found by its endpoint, its event or its event type.
+        let webhook = entry.envelope?.webhook
+        let haystacks = [
+            entry.id.rawValue, entry.bundleID, entry.errorCode, entry.errorMessage, entry.userIdentifier, entry.kind?.rawValue,
+            webhook?.endpointID.canonical, webhook?.eventID.canonical, webhook?.eventType,
+        ]
         return haystacks.contains { $0?.lowercased().contains(needle) ?? false }
     }
 
