@@ -127,7 +127,8 @@ private func withOperators(_ body: (OperatorAdmin, AppConfiguration) throws -> V
 /// The audit line's "who" for a command run at a shell: the login that ran it.
 func cliAudit(_ action: String) -> AuditAction {
     let environment = ProcessInfo.processInfo.environment
-    let login = environment["SUDO_USER"] ?? environment["USER"] ?? environment["LOGNAME"] ?? "unknown"
+    let named = [environment["SUDO_USER"], environment["USER"], environment["LOGNAME"]].compactMap { $0 }.first { !$0.isEmpty }
+    let login = named ?? getpwuid(geteuid()).flatMap { $0.pointee.pw_name.map { String(cString: $0) } } ?? "uid \(geteuid())"
     return AuditAction(actor: "cli:\(login)", role: nil, action: action, source: "cli")
 }
 
