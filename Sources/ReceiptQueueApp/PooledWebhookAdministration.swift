@@ -32,7 +32,9 @@ final class PooledWebhookAdministration: WebhookAdministration {
         if !allowPrivate, let host = components.host {
             // Checked again at every connection (a DNS answer may change): this is for a clear error now.
             let addresses = await withCheckedContinuation { continuation in
-                DispatchQueue.global().async { continuation.resume(returning: PublicAddressPolicy.resolve(host)) }
+                DispatchQueue(label: "receiptq.webhooks.resolve").async {
+                    continuation.resume(returning: PublicAddressPolicy.resolve(host))
+                }
             }
             if !addresses.isEmpty, !addresses.contains(where: PublicAddressPolicy.isPublic) { throw WebhookAdminError.privateAddress }
         }

@@ -109,6 +109,10 @@ public final class WorkerEngine: Service, Sendable {
     private let verifier: any ReceiptVerifier
     private let webhooks: (any WebhookSender)?
     private let requeueAbandoned: @Sendable () -> Void
+    /// The shutdown deadline and the end-of-run notice: a queue of its own (its own thread when
+    /// due), since the global pool is only as wide as the machine and blocking work elsewhere in
+    /// the process can hold it for seconds past a 25-second promise.
+    private let timers = DispatchQueue(label: "receiptq.worker.timers")
     let planner: JobPlanner
     let now: @Sendable () -> Date
     let logger: Logger
@@ -188,12 +192,12 @@ public final class WorkerEngine: Service, Sendable {
         await withTaskCancellationOrGracefulShutdownHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
                 finished.withLock { $0 = continuation }
-                group.notify(queue: .global()) { self.finish() }
+                group.notify(queue: self.timers) { self.finish() }
             }
         } onCancelOrGracefulShutdown: {
             self.stop()
             let deadline = DispatchTime.now() + .milliseconds(Int(self.configuration.shutdownTimeout.seconds * 1000))
-            DispatchQueue.global().asyncAfter(deadline: deadline) { self.abandon() }
+            self.timers.asyncAfter(deadline: deadline) { self.abandon() }
         }
         logger.info("Worker stopped")
     }

@@ -213,6 +213,10 @@ final class ResultListener: @unchecked Sendable {
     /// Drops interest (the job was not queued).
     func forget(_ id: UUID) { _ = slots.withLock { $0.removeValue(forKey: id) } }
 
+    /// The waits' timeouts: a queue of their own, so a global pool held by blocking work cannot
+    /// keep a request waiting past its sync-wait budget.
+    static let timeouts = DispatchQueue(label: "receiptq.intake.timeouts")
+
     /// Waits for the job's message: the resource bytes, or nil for "not validated yet" or a timeout.
     func wait(for id: UUID, timeout: Duration) async -> [UInt8]? {
         await withCheckedContinuation { continuation in
@@ -229,7 +233,7 @@ final class ResultListener: @unchecked Sendable {
                 }
             }
             if let ready { return continuation.resume(returning: ready) }
-            DispatchQueue.global().asyncAfter(deadline: .now() + timeout.seconds) { [self] in resume(id, with: nil) }
+            Self.timeouts.asyncAfter(deadline: .now() + timeout.seconds) { [self] in resume(id, with: nil) }
         }
     }
 
