@@ -33,12 +33,13 @@ public final class OperatorAuthenticator: Sendable {
     private let verified: Mutex<Set<[UInt8]>>
     private let cacheKey = SecureRandom.bytes(32)
     private let throttle: LoginThrottle
-    /// A hash to verify when the account does not exist, so the answer's timing does not say so.
-    private let decoy: String
 
     /// One scrypt at a time, on a thread of its own: 32 MiB and ~0.1 s each, so a burst of logins
     /// queues rather than taking every core and the global pool's threads.
     static let hashing = DispatchQueue(label: "receiptq.dashboard.scrypt")
+    /// A hash to verify when the account does not exist, so the answer's timing does not say so
+    /// (made on first use, on ``hashing``: a process that never sees a wrong name never pays for it).
+    static let decoy = PasswordHash.hash(Digest.hex(SecureRandom.bytes(16)))
 
     /// The most verified passwords remembered (the set is cleared when full).
     static let cacheLimit = 1024
@@ -53,7 +54,6 @@ public final class OperatorAuthenticator: Sendable {
         self.directory = directory
         verified = Mutex([])
         throttle = LoginThrottle(now: now)
-        decoy = PasswordHash.hash(Digest.hex(SecureRandom.bytes(16)))
     }
 
     /// An authentication's outcome.
@@ -87,9 +87,9 @@ public final class OperatorAuthenticator: Sendable {
         if let account, verified.withLock({ $0.contains(key) }) {
             return .granted(Operator(username: account.username, role: account.role, generation: account.generation))
         }
-        let stored = account?.passwordHash ?? decoy
+        let stored = account?.passwordHash
         let matches = await withCheckedContinuation { continuation in
-            Self.hashing.async { continuation.resume(returning: PasswordHash.verify(password, against: stored)) }
+            Self.hashing.async { continuation.resume(returning: PasswordHash.verify(password, against: stored ?? Self.decoy)) }
         }
         guard let account, matches else {
             throttle.failed(now: now)

@@ -17,7 +17,7 @@ struct OperatorTests {
     static let password = "a long enough password"
 
     /// Runs `receiptq operators …` on the test database, the password on its environment variable.
-    func operators(_ arguments: [String], password: String? = OperatorTests.password) throws -> (status: Int32, output: String) {
+    func operators(_ arguments: [String], password: String? = OperatorTests.password) async throws -> (status: Int32, output: String) {
         var environment = ProcessInfo.processInfo.environment
         for (key, value) in [
             "POSTGRES_HOSTNAME": TestEnvironment.postgresHost, "POSTGRES_PORT": String(TestEnvironment.postgresPort),
@@ -27,7 +27,8 @@ struct OperatorTests {
         }
         environment["RECEIPTQ_OPERATOR_PASSWORD"] = password
         environment.removeValue(forKey: "SUDO_USER")
-        return try runProcess(CrashRecoveryTests.binary, ["operators"] + arguments, environment: environment)
+        let variables = environment
+        return try await offload { try runProcess(CrashRecoveryTests.binary, ["operators"] + arguments, environment: variables) }
     }
 
     func send(
@@ -62,14 +63,14 @@ struct OperatorTests {
 
         // The command line: three roles; the password comes from the environment, never an argument.
         for (name, role) in [(viewer, "viewer"), (operatorName, "operator"), (admin, "admin")] {
-            let (status, output) = try operators(["add", name.uppercased(), "--role", role])
+            let (status, output) = try await operators(["add", name.uppercased(), "--role", role])
             #expect(status == 0, "\(output)")
         }
-        #expect(try operators(["add", viewer]).output.contains("exists"))
-        #expect(try operators(["add", "short-\(suffix)"], password: "too short").output.contains("at least 12"))
-        #expect(try operators(["add", "ADMIN"]).output.contains("built-in admin"))
-        #expect(try operators(["add", "bad name \(suffix)"]).status != 0)
-        let listed = try operators(["list"]).output
+        #expect(try await operators(["add", viewer]).output.contains("exists"))
+        #expect(try await operators(["add", "short-\(suffix)"], password: "too short").output.contains("at least 12"))
+        #expect(try await operators(["add", "ADMIN"]).output.contains("built-in admin"))
+        #expect(try await operators(["add", "bad name \(suffix)"]).status != 0)
+        let listed = try await operators(["list"]).output
         #expect(listed.contains("\(operatorName)  operator") && listed.contains("admin  admin  (built in"))
         let pg = try system.postgres()
         defer { pg.close() }
@@ -140,18 +141,18 @@ struct OperatorTests {
         let operatorBrowser = Browser(system)
         #expect(try await operatorBrowser.logIn(username: operatorName, password: Self.password).location == "/admin")
         #expect(try await operatorBrowser.get("/admin/dead").text.contains("retry-selected"))
-        #expect(try operators(["reset", operatorName, "--role", "viewer", "--keep-password"]).status == 0)
+        #expect(try await operators(["reset", operatorName, "--role", "viewer", "--keep-password"]).status == 0)
         #expect(try await operatorBrowser.get("/admin/dead").location == "/admin/login")
         #expect(try await operatorBrowser.logIn(username: operatorName, password: Self.password).location == "/admin")
         #expect(!(try await operatorBrowser.get("/admin/dead").text.contains("retry-selected")), "the new role holds")
-        #expect(try operators(["remove", viewer]).status == 0)
+        #expect(try await operators(["remove", viewer]).status == 0)
         #expect(try await send(system, "GET", "/admin/api/dead", user: viewer).status == 401)
         #expect(try await viewerBrowser.get("/admin/dead").location == "/admin/login")
         // The built-in admin still works, as an admin.
         #expect(try await AdminAPITests().send(system, "GET", "/admin/api/webhooks").status == 200)
-        let auditCommand = try operators(["audit", "--actor", operatorName, "--limit", "5"]).output
+        let auditCommand = try await operators(["audit", "--actor", operatorName, "--limit", "5"]).output
         #expect(auditCommand.contains("dead.retry") && auditCommand.contains("jobs: 1"))
-        for name in [operatorName, admin] { _ = try operators(["remove", name]) }
+        for name in [operatorName, admin] { _ = try await operators(["remove", name]) }
     }
 
     @Test("No audit line, no action: with Postgres unreachable the built-in admin still reads, but a retry is a 503 and moves nothing")
@@ -227,7 +228,7 @@ extension OperatorTests {
 
         // A viewer sees the endpoint, no form, and is refused a forged one.
         let name = "hooks-viewer-\(String(UInt32.random(in: 0...UInt32.max), radix: 36))"
-        #expect(try operators(["add", name, "--role", "viewer"]).status == 0)
+        #expect(try await operators(["add", name, "--role", "viewer"]).status == 0)
         let viewer = Browser(system)
         #expect(try await viewer.logIn(username: name, password: Self.password).location == "/admin")
         let seen = try await viewer.get("/admin/webhooks")
@@ -241,6 +242,6 @@ extension OperatorTests {
             $0["action"]?.stringValue
         }
         #expect(actions == ["webhook.remove", "webhook.rotate_secret", "webhook.pause", "webhook.test", "webhook.add"])
-        _ = try operators(["remove", name])
+        _ = try await operators(["remove", name])
     }
 }

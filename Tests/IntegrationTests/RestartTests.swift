@@ -417,8 +417,10 @@ struct RestartTestError: Error, CustomStringConvertible {
 /// Runs blocking work (process launches, waits) off the cooperative pool, which has as many
 /// threads as cores: two here.
 func offload<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+    // A thread of its own: the cooperative pool and libdispatch's global queues are each only as
+    // wide as the machine (2 here), and a blocking wait on either stalls every other test's work.
     try await withCheckedThrowingContinuation { continuation in
-        DispatchQueue.global().async { continuation.resume(with: Result { try body() }) }
+        Thread.detachNewThread { continuation.resume(with: Result { try body() }) }
     }
 }
 

@@ -345,7 +345,11 @@ struct WorkerEngineFlowTests {
         #expect((sizes.max() ?? 0) > 1)
     }
 
-    @Test("Past the shutdown deadline, the engine hands its jobs back and returns")
+    // The limit is the upper bound: Apple (the held verifier) never answers before the engine
+    // returns, so an engine that did not give up at its deadline would hang here. A wall-clock
+    // bound on the return instead measured the test process's cooperative pool, which the whole
+    // suite starting at once holds for seconds on this 2-core machine.
+    @Test("Past the shutdown deadline, the engine hands its jobs back and returns", .timeLimit(.minutes(1)))
     func abandonsAtTheDeadline() async throws {
         let queue = MemoryJobQueue(jobs: jobs(2))
         let store = MemoryReceiptStore(apps: [app])
@@ -361,8 +365,8 @@ struct WorkerEngineFlowTests {
             started.withLock { $0 = .now }
             return true
         }
-        // Returned at the deadline (0.3 s) although Apple never answered; the margin absorbs a loaded machine.
-        #expect(ContinuousClock.now - (started.withLock { $0 } ?? .now) < .seconds(8))
+        // Not before the deadline (0.3 s): the jobs in hand had their time.
+        #expect(ContinuousClock.now - (started.withLock { $0 } ?? .now) >= .milliseconds(300))
         #expect(abandoned.withLock { $0 } == 1)
         #expect(store.saved.isEmpty)
         #expect(queue.inProcessing == 2)
