@@ -25,6 +25,11 @@ public final class PostgresWebhookOutbox: WebhookOutbox {
         guard limit > 0 else { return 0 }
         let scope = apps.map { PostgresArray.literal($0.map(\.uuidString)) }
         return try connection.transaction { connection in
+            // Claimed and marked `queued` in one statement; the Redis script runs before COMMIT, so
+            // a failure there rolls the mark back. "First open delivery of its key" is a per-row
+            // subquery on the open index, not NOT EXISTS: an anti-join the planner may hash over
+            // every open delivery (it did, on a table grown faster than its statistics), where
+            // this stays one index probe per candidate whatever the statistics say.
             let rows = try connection.query(
                 """
                 WITH heads AS (
@@ -32,35 +37,34 @@ public final class PostgresWebhookOutbox: WebhookOutbox {
                     JOIN webhook_endpoints w ON w.id = d.endpoint_id AND w.paused_at IS NULL
                     WHERE d.status = 'pending'
                       AND (\(scope)::uuid[] IS NULL OR d.app_id = ANY(\(scope)::uuid[]))
-                      AND NOT EXISTS (
-                          SELECT 1 FROM webhook_deliveries p
-                          WHERE p.endpoint_id = d.endpoint_id AND p.ordering_key = d.ordering_key
-                            AND p.status IN ('pending', 'queued') AND p.id < d.id)
+                      AND d.id = (
+                          SELECT p.id FROM webhook_deliveries p
+                          WHERE p.endpoint_id = d.endpoint_id AND p.ordering_key = d.ordering_key AND p.status IN ('pending', 'queued')
+                          ORDER BY p.id LIMIT 1)
                     ORDER BY d.id
                     LIMIT \(limit)
                     FOR UPDATE OF d SKIP LOCKED
+                ), marked AS (
+                    UPDATE webhook_deliveries d SET status = 'queued', queued_at = now()
+                    FROM heads h WHERE d.id = h.id
+                    RETURNING d.id, d.endpoint_id, d.event_id
                 )
-                SELECT d.id AS delivery_id, d.endpoint_id, \(unescaped: PostgresEventCatalog.columns)
-                FROM heads h JOIN webhook_deliveries d ON d.id = h.id JOIN events e ON e.id = d.event_id
-                ORDER BY d.id
+                SELECT m.id AS delivery_id, m.endpoint_id, \(unescaped: PostgresEventCatalog.columns)
+                FROM marked m JOIN events e ON e.id = m.event_id
+                ORDER BY m.id
                 """
             ).rows
-            let dispatches = rows.compactMap { row -> (Int64, WebhookDispatch)? in
+            let dispatches = rows.compactMap { row -> WebhookDispatch? in
                 guard let delivery = row.string("delivery_id").flatMap({ Int64($0) }), let endpoint = row.uuid("endpoint_id"),
                     let event = PostgresEventCatalog.event(row)
                 else { return nil }
                 let target = WebhookTarget(deliveryID: delivery, endpointID: endpoint, eventID: event.id, eventType: event.type.rawValue)
-                return (delivery, WebhookDispatch(target: target, appID: event.appID, body: event.encoded()))
+                return WebhookDispatch(target: target, appID: event.appID, body: event.encoded())
             }
             guard !dispatches.isEmpty else { return 0 }
-            let queued = min(max(0, try enqueue(dispatches.map(\.1))), dispatches.count)
-            guard queued > 0 else { return 0 }
-            _ = try connection.query(
-                """
-                UPDATE webhook_deliveries SET status = 'queued', queued_at = now()
-                WHERE id = ANY(\(PostgresArray.literal(dispatches.prefix(queued).map { String($0.0) }))::bigint[]) AND status = 'pending'
-                """)
-            return queued
+            // Every claimed delivery is now in the queue, or was already (its marker says so).
+            _ = try enqueue(dispatches)
+            return dispatches.count
         }
     }
 

@@ -144,8 +144,9 @@ public struct WebhookDispatch: Sendable, Equatable {
 public protocol WebhookOutbox: AnyObject {
     /// In one transaction: locks up to `limit` pending deliveries that may go now (each the first
     /// unsettled one of its endpoint and ordering key, its endpoint not paused), skipping those
-    /// another dispatcher holds; passes them to `enqueue`; marks the first `n` it returns `queued`.
-    /// - Returns: `n`.
+    /// another dispatcher holds, marks them `queued` and passes them to `enqueue` before it
+    /// commits: if `enqueue` throws, nothing is marked.
+    /// - Returns: how many were claimed and queued.
     func claimPending(limit: Int, enqueue: ([WebhookDispatch]) throws -> Int) throws -> Int
     /// How many endpoints are paused now (failing for a day, or by an operator).
     func pausedEndpoints() throws -> Int
