@@ -106,7 +106,7 @@ struct JobFactory: Sendable {
         envelope.replyTo = Self.resultNode
         let template = envelope.encoded()
         let markers: [(Slot, [UInt8])] = [
-            (.id, Array(Self.placeholderID.uuidString.utf8)),
+            (.id, Array(Self.placeholderID.canonical.utf8)),
             (.enqueuedAt, Array(String(Self.milliseconds(Self.placeholderDate)).utf8)),
             (.receipt, Array(Self.placeholderReceipt.utf8)),
         ]
@@ -144,7 +144,7 @@ struct JobFactory: Sendable {
     func makeJob(serial: Int, now: Date = Date()) -> (id: UUID, bytes: [UInt8]) {
         let id = JobID.make(at: now)
         let values: [Slot: [UInt8]] = [
-            .id: Array(id.uuidString.utf8), .enqueuedAt: Array(String(Self.milliseconds(now)).utf8),
+            .id: Array(id.canonical.utf8), .enqueuedAt: Array(String(Self.milliseconds(now)).utf8),
             .receipt: Array((transactionIDs ? "\(receipt.tag)\(Self.serial(serial))" : receiptBase64(serial: serial)).utf8),
         ]
         let (segments, slots) = templates[serial % templates.count]
