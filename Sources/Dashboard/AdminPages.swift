@@ -319,6 +319,14 @@ public struct AdminPages: Sendable {
         values["queueValidate"] = snapshot.queued[.validate, default: 0]
         values["queueRepoll"] = snapshot.queued[.repoll, default: 0]
         values["queueNotification"] = snapshot.queued[.notification, default: 0]
+        values["queueWebhook"] = snapshot.queued[.webhook, default: 0]
+        // Postgres being down must not take the overview (a Redis page) with it.
+        if let webhooks, let paused = try? await webhooks.endpoints(appID: nil).filter({ $0.pausedAt != nil }), !paused.isEmpty {
+            values["pausedEndpoints"] =
+                paused.count == 1
+                ? "A webhook endpoint (\(paused[0].url)) is paused: its events wait until it is resumed."
+                : "\(paused.count) webhook endpoints are paused: their events wait until they are resumed."
+        }
         if notifications != nil {
             values["hasNotificationLog"] = true
             let counts = await notificationCounts(since: at.addingTimeInterval(-86_400))

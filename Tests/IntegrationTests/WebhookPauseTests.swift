@@ -47,6 +47,11 @@ extension WebhookTests {
         try attempt(48)
         #expect(try state().pausedAt == start.addingTimeInterval(48 * 3600), "24 hours after the new run began")
         #expect(try outbox.pausedEndpoints() == 1)
+        // The operator sees it on the overview, whose other cards come from Redis.
+        let browser = DashboardPagesTests.Browser(system)
+        #expect(try await browser.logIn().location == "/admin")
+        let overview = try await browser.get("/admin")
+        #expect(overview.text.contains("webhooks-paused-banner") && overview.text.contains("queue-webhook"))
         try attempt(49, delivered: true)
         #expect(try state().pausedAt != nil, "a late success of an attempt already in flight does not resume it: an operator does")
         try admin.setPaused(id: endpoint, false, audit: .test("webhook.resume"))
