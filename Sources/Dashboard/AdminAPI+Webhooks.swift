@@ -45,17 +45,8 @@ extension AdminAPI {
         }
         group.post("webhooks") { request, context in
             await authorized(request, .admin) { user in
-                let body: JSONValue
-                do {
-                    switch try await jsonBody(request) {
-                    case .success(let value): body = value
-                    case .failure(let refusal): return refusal.response
-                    }
-                } catch {
-                    return Refusal.unprocessable(field: "body", reason: "could not be read").response
-                }
                 let registration: WebhookRegistration
-                switch WebhookRegistration.parse(body) {
+                switch await jsonBody(request).flatMap(WebhookRegistration.parse) {
                 case .success(let value): registration = value
                 case .failure(let refusal): return refusal.response
                 }

@@ -174,7 +174,7 @@ public struct AdminAPI: Sendable {
     }
 
     /// The request's JSON object body, or the answer refusing it (415, 413, 422).
-    func jsonBody(_ request: Request) async throws -> Result<JSONValue, Refusal> {
+    func jsonBody(_ request: Request) async -> Result<JSONValue, Refusal> {
         guard request.headers[.contentType]?.lowercased().hasPrefix("application/json") == true else {
             return .failure(Refusal(response: json(.unsupportedMediaType, .object(["error": .string("Content-Type must be application/json")]))))
         }
@@ -183,6 +183,8 @@ public struct AdminAPI: Sendable {
             body = try await request.body.collect(upTo: Self.maxBodyBytes)
         } catch is NIOTooManyBytesError {
             return .failure(Refusal(response: json(.contentTooLarge, .object(["error": .string("body larger than \(Self.maxBodyBytes) bytes")]))))
+        } catch {
+            return .failure(.unprocessable(field: "body", reason: "could not be read"))
         }
         guard let parsed = try? JSONDecoder().decode(JSONValue.self, from: Data(body.readableBytesView)), parsed.objectValue != nil else {
             return .failure(.unprocessable(field: "body", reason: "must be a JSON object"))
@@ -193,17 +195,8 @@ public struct AdminAPI: Sendable {
     private func mutate<Context: RequestContext>(
         _ request: Request, context: Context, store: any JobSetStore, retry: Bool, user: Operator
     ) async -> Response {
-        let parsed: JSONValue
-        do {
-            switch try await jsonBody(request) {
-            case .success(let value): parsed = value
-            case .failure(let refusal): return refusal.response
-            }
-        } catch {
-            return Refusal.unprocessable(field: "body", reason: "could not be read").response
-        }
         let selection: Selection
-        switch Selection.parse(parsed) {
+        switch await jsonBody(request).flatMap(Selection.parse) {
         case .success(let value): selection = value
         case .failure(let refusal): return refusal.response
         }
