@@ -62,7 +62,11 @@ struct PrometheusScrapeTests {
         }
         let logText = (try? String(contentsOf: log, encoding: .utf8)) ?? ""
         try #require(scraped, "Prometheus never saw the five validations: \(logText.suffix(2000))")
-        try await Task.sleep(for: .seconds(3))
+        // Three more successful scrapes, however long they take on a loaded machine (a scrape that
+        // times out is no sample, and a rate needs two): a fixed pause was too short under the full run.
+        let successful = "sum_over_time(up{job=\"receiptq\"}[5m])"
+        let before = try await api.scalar(successful) ?? 0
+        _ = try await system.eventually(timeout: .seconds(30)) { (try? await api.scalar(successful)).map { $0 >= before + 3 } ?? false }
 
         let targets = try await api.get("/api/v1/targets")
         let active = (targets["data"] as? [String: Any])?["activeTargets"] as? [[String: Any]] ?? []
@@ -95,13 +99,14 @@ struct PrometheusScrapeTests {
         }
         #expect(queries.count >= 20)
         var withData = 0
+        var empty: [String] = []
         for query in queries {
             let answer = try await api.query(query)
             #expect(answer.status == "success", "\(query): \(answer.error ?? "")")
-            if !answer.result.isEmpty { withData += 1 }
+            if !answer.result.isEmpty { withData += 1 } else { empty.append(query) }
         }
         // Only the re-poll rate, the Apple error ratio and the like may be empty on a short happy run.
-        #expect(withData >= queries.count - 4, "\(withData) of \(queries.count) dashboard queries returned data")
+        #expect(withData >= queries.count - 4, "\(withData) of \(queries.count) dashboard queries returned data; empty: \(empty)")
         #expect(try await api.scalar("max(receiptq_live_workers)") == 1)
         #expect(try await api.scalar("max(receiptq_circuit_state)") == 0)
         let p95 = try await api.scalar(
