@@ -185,10 +185,16 @@ struct WebhookTests {
             let arrived = accepted.filter { recorded.contains($0) }
             #expect(arrived == recorded, "\(user): order")
         }
-        let rows = try await connection.query(
-            "SELECT count(*) FILTER (WHERE status = 'delivered') AS delivered, count(*) AS total FROM webhook_deliveries WHERE app_id = \(system.app.id)"
-        ).rows.first
-        #expect(rows?.int("delivered") == expected.count)
+        // The receiver's 2xx comes before the worker commits the outcome: the last rows follow it.
+        let app = system.app.id
+        func counts() async throws -> PostgresRow? {
+            try await connection.query(
+                "SELECT count(*) FILTER (WHERE status = 'delivered') AS delivered, count(*) AS total FROM webhook_deliveries WHERE app_id = \(app)"
+            ).rows.first
+        }
+        let settled = try await system.eventually { try await counts()?.int("delivered") == expected.count }
+        let rows = try await counts()
+        #expect(settled, "delivered rows: \(rows?.int("delivered") ?? -1) of \(expected.count)")
         #expect(rows?.int("total") == expected.count)
     }
 
