@@ -101,7 +101,7 @@ struct CrashRecoveryTests {
         // Apple slow enough that a full window of 1,000 calls is in flight at once.
         let fixture = try await WorkerProcessFixture(
             jobs: jobs, appleDelay: .milliseconds(1500),
-            worker: ["WORKER_CONCURRENCY": "1000", "WORKER_HEARTBEAT_TTL_SECONDS": "30", "WORKER_SHUTDOWN_TIMEOUT_SECONDS": "60"])
+            worker: ["WORKER_CONCURRENCY": "1000", "WORKER_HEARTBEAT_TTL_SECONDS": "30", "WORKER_SHUTDOWN_TIMEOUT_SECONDS": "150"])
         defer { Task { await fixture.close() } }
 
         let worker = try fixture.startWorker()

@@ -21,7 +21,7 @@ struct PrometheusScrapeTests {
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: directory) }
         let config = """
-            global: {scrape_interval: 1s, evaluation_interval: 1s}
+            global: {scrape_interval: 2s, scrape_timeout: 2s, evaluation_interval: 1s}
             rule_files: ["\(Self.root.appendingPathComponent("ops/prometheus/alerts.yml").path)"]
             scrape_configs:
               - job_name: receiptq
