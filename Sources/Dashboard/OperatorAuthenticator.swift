@@ -8,10 +8,9 @@ import Synchronization
 public struct Operator: Sendable, Equatable {
     public var username: String
     public var role: OperatorRole
-    /// The account's generation the credentials were checked against (0: the built-in admin).
+    /// The account's generation the credentials were checked against; 0 for the built-in admin of
+    /// `DASHBOARD_USERNAME` / `DASHBOARD_PASSWORD`, which is not a stored account.
     var generation: Int
-    /// The built-in admin of `DASHBOARD_USERNAME` / `DASHBOARD_PASSWORD`, not a stored account.
-    var isBuiltIn: Bool { generation == 0 }
 
     /// What the audit log records for this operator's `action` from `source`.
     func audit(_ action: String, source: String, target: String? = nil, appID: UUID? = nil, users: [String] = []) -> AuditAction {
@@ -68,10 +67,12 @@ public final class OperatorAuthenticator: Sendable {
 
     /// Checks a username and password.
     public func authenticate(username: String, password: String, now: Date = Date()) async -> Outcome {
+        // Before any check, the built-in one included: while throttled, a right guess must not
+        // be told apart from a wrong one, or the throttle would not bound guessing at all.
+        if let wait = throttle.retryAfter(now: now) { return .throttled(wait) }
         if builtIn.verify(username: username, password: password) {
             return .granted(Operator(username: builtIn.username, role: .admin, generation: 0))
         }
-        if let wait = throttle.retryAfter(now: now) { return .throttled(wait) }
         let name = username.lowercased()
         guard let directory, name != builtIn.username.lowercased(), name.utf8.count <= 64, password.utf8.count <= 1024 else {
             throttle.failed(now: now)
@@ -104,11 +105,8 @@ public final class OperatorAuthenticator: Sendable {
 
     /// Checks an `Authorization: Basic …` header.
     public func authenticate(authorization header: String?, now: Date = Date()) async -> Outcome {
-        guard let header, header.count < 1024, header.prefix(6).lowercased() == "basic ",
-            let decoded = Data(base64Encoded: String(header.dropFirst(6)).trimmingCharacters(in: .whitespaces)),
-            let text = String(data: decoded, encoding: .utf8), let colon = text.firstIndex(of: ":")
-        else { return .refused }
-        return await authenticate(username: String(text[..<colon]), password: String(text[text.index(after: colon)...]), now: now)
+        guard let (username, password) = AdminCredentials.basic(header) else { return .refused }
+        return await authenticate(username: username, password: password, now: now)
     }
 
     /// The operator a session was issued to, with their current role; refused when the account

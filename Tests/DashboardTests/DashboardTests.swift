@@ -96,6 +96,23 @@ struct AdminSessionTests {
         // A clock going back gives nothing back.
         #expect(throttle.retryAfter(now: now) != nil)
     }
+
+    @Test("While throttled, even the built-in admin's right password is not told apart from a wrong one; Basic headers parse")
+    func authenticatorThrottle() async {
+        let authenticator = OperatorAuthenticator(builtIn: credentials, directory: nil, now: now)
+        let admin = Operator(username: "ops", role: .admin, generation: 0)
+        #expect(await authenticator.authenticate(username: "ops", password: "correct horse battery", now: now) == .granted(admin))
+        for _ in 0..<10 {
+            #expect(await authenticator.authenticate(username: "ops", password: "a wrong guess", now: now) == .refused)
+        }
+        #expect(await authenticator.authenticate(username: "ops", password: "correct horse battery", now: now) == .throttled(6))
+        let basic = "Basic " + Data("ops:correct horse battery".utf8).base64EncodedString()
+        #expect(await authenticator.authenticate(authorization: basic, now: now.addingTimeInterval(6)) == .granted(admin))
+        #expect(AdminCredentials.basic(basic).map { [$0.username, $0.password] } == ["ops", "correct horse battery"])
+        for junk in [nil, "", "Bearer x", "Basic !!!", "Basic " + Data("no-colon".utf8).base64EncodedString()] {
+            #expect(AdminCredentials.basic(junk) == nil)
+        }
+    }
 }
 
 @Suite("Dashboard forms, redirects and the chart")
