@@ -45,6 +45,14 @@ public enum PublicAddressPolicy {
         return a[0] & 0xE0 == 0x20
     }
 
+    /// Whether `host` resolves, and only to addresses that are not public: the early, clear refusal
+    /// of an endpoint (each connection is checked again, since a DNS answer may change). Blocks on
+    /// the resolver: not for an event loop or a libcurl engine thread.
+    public static func resolvesOnlyPrivately(_ host: String) -> Bool {
+        let addresses = resolve(host)
+        return !addresses.isEmpty && !addresses.contains(where: isPublic)
+    }
+
     /// The addresses `host` resolves to (an IP literal resolves to itself), for checking a URL when
     /// it is registered; empty when it does not resolve.
     public static func resolve(_ host: String) -> [[UInt8]] {

@@ -25,13 +25,13 @@ public struct AdminCredentials: Sendable, CustomStringConvertible {
         return user && pass
     }
 
-    /// Whether an `Authorization: Basic …` header carries these credentials.
-    public func verify(authorization header: String?) -> Bool {
+    /// The username and password of an `Authorization: Basic …` header, if it is one.
+    static func basic(_ header: String?) -> (username: String, password: String)? {
         guard let header, header.count < 1024, header.prefix(6).lowercased() == "basic ",
             let decoded = Data(base64Encoded: String(header.dropFirst(6)).trimmingCharacters(in: .whitespaces)),
             let text = String(data: decoded, encoding: .utf8), let colon = text.firstIndex(of: ":")
-        else { return false }
-        return verify(username: String(text[..<colon]), password: String(text[text.index(after: colon)...]))
+        else { return nil }
+        return (String(text[..<colon]), String(text[text.index(after: colon)...]))
     }
 
     public var description: String { "AdminCredentials(username: \(username), password: <redacted>)" }

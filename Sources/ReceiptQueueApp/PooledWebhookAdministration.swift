@@ -14,6 +14,9 @@ final class PooledWebhookAdministration: WebhookAdministration {
     private let secrets: SecretBox?
     private let client: WebhookClient.Configuration
 
+    /// The resolver's blocking look-ups run here, off the request's executor.
+    private static let resolver = DispatchQueue(label: "receiptq.webhooks.resolve")
+
     init(pool: PostgresConnectionPool, secrets: SecretBox?, client: WebhookClient.Configuration) {
         self.pool = pool
         self.secrets = secrets
@@ -30,13 +33,10 @@ final class PooledWebhookAdministration: WebhookAdministration {
     ) async throws -> (id: UUID, secret: String) {
         let components = try WebhookAdmin.validate(url: url, allowPrivate: allowPrivate)
         if !allowPrivate, let host = components.host {
-            // Checked again at every connection (a DNS answer may change): this is for a clear error now.
-            let addresses = await withCheckedContinuation { continuation in
-                DispatchQueue(label: "receiptq.webhooks.resolve").async {
-                    continuation.resume(returning: PublicAddressPolicy.resolve(host))
-                }
+            let onlyPrivate = await withCheckedContinuation { continuation in
+                Self.resolver.async { continuation.resume(returning: PublicAddressPolicy.resolvesOnlyPrivately(host)) }
             }
-            if !addresses.isEmpty, !addresses.contains(where: PublicAddressPolicy.isPublic) { throw WebhookAdminError.privateAddress }
+            if onlyPrivate { throw WebhookAdminError.privateAddress }
         }
         let secrets = secrets
         return try await pool.withConnection { connection in

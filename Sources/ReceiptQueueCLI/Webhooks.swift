@@ -41,12 +41,8 @@ struct WebhooksCommand: AsyncParsableCommand {
             } catch let error as WebhookAdminError {
                 throw ValidationError(error.description)
             }
-            if !allowPrivate, let host = components.host {
-                let addresses = PublicAddressPolicy.resolve(host)
-                // Checked again on every connection (a DNS answer may change): this is for a clear error now.
-                if !addresses.isEmpty, !addresses.contains(where: PublicAddressPolicy.isPublic) {
-                    throw ValidationError("\(host) resolves to a loopback, private or link-local address; pass --allow-private if it is meant to")
-                }
+            if !allowPrivate, let host = components.host, PublicAddressPolicy.resolvesOnlyPrivately(host) {
+                throw ValidationError("\(host) resolves to a loopback, private or link-local address; pass --allow-private if it is meant to")
             }
             let types = events.map { $0.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) } } ?? []
             do {

@@ -121,9 +121,7 @@ public final class WebhookClient: WebhookSender, Sendable {
     }
 
     private static func resolvesOnlyPrivately(_ url: String) -> Bool {
-        guard let host = URLComponents(string: url)?.host else { return false }
-        let addresses = PublicAddressPolicy.resolve(host)
-        return !addresses.isEmpty && !addresses.contains(where: PublicAddressPolicy.isPublic)
+        URLComponents(string: url)?.host.map(PublicAddressPolicy.resolvesOnlyPrivately) ?? false
     }
 }
 
