@@ -21,15 +21,15 @@ public final class PostgresWebhookOutbox: WebhookOutbox {
         self.apps = apps
     }
 
-    public func claimPending(limit: Int, enqueue: ([WebhookDispatch]) throws -> Int) throws -> Int {
+    public func claimPending(limit: Int, enqueue: ([WebhookDispatch]) throws -> Void) throws -> Int {
         guard limit > 0 else { return 0 }
         let scope = apps.map { PostgresArray.literal($0.map(\.uuidString)) }
         return try connection.transaction { connection in
             // Claimed and marked `queued` in one statement; the Redis script runs before COMMIT, so
             // a failure there rolls the mark back. "First open delivery of its key" is a per-row
-            // subquery on the open index, not NOT EXISTS: an anti-join the planner may hash over
-            // every open delivery (it did, on a table grown faster than its statistics), where
-            // this stays one index probe per candidate whatever the statistics say.
+            // subquery on the open index rather than NOT EXISTS, which the planner may turn into an
+            // anti-join over every open delivery (most likely what made the first bench run of a
+            // freshly grown table 4x slower); a probe per candidate is the plan it invites.
             let rows = try connection.query(
                 """
                 WITH heads AS (
@@ -62,8 +62,8 @@ public final class PostgresWebhookOutbox: WebhookOutbox {
                 return WebhookDispatch(target: target, appID: event.appID, body: event.encoded())
             }
             guard !dispatches.isEmpty else { return 0 }
-            // Every claimed delivery is now in the queue, or was already (its marker says so).
-            _ = try enqueue(dispatches)
+            // Then every claimed delivery is in the queue, or already was (its marker says so).
+            try enqueue(dispatches)
             return dispatches.count
         }
     }

@@ -31,12 +31,12 @@ public final class RedisWebhookQueue: WebhookQueue {
         self.markerTTL = markerTTL
     }
 
-    public func enqueue(_ dispatches: [WebhookDispatch], at date: Date) throws -> Int {
-        guard !dispatches.isEmpty else { return 0 }
+    public func enqueue(_ dispatches: [WebhookDispatch], at date: Date) throws {
+        guard !dispatches.isEmpty else { return }
         let markers = dispatches.map { keys.webhookMarker(deliveryID: $0.target.deliveryID) }
         let arguments: [[UInt8]] =
             ([keys.queue(JobKind.webhook.rawValue)] + markers).map(bytes) + [bytes(String(Int(markerTTL.seconds)))]
             + dispatches.map { $0.job(id: JobID.make(at: date), at: date).encoded() }
-        return try enqueuer.run(on: connection, keyCount: markers.count + 1, arguments: arguments).int ?? 0
+        _ = try enqueuer.run(on: connection, keyCount: markers.count + 1, arguments: arguments)
     }
 }

@@ -147,7 +147,7 @@ public protocol WebhookOutbox: AnyObject {
     /// another dispatcher holds, marks them `queued` and passes them to `enqueue` before it
     /// commits: if `enqueue` throws, nothing is marked.
     /// - Returns: how many were claimed and queued.
-    func claimPending(limit: Int, enqueue: ([WebhookDispatch]) throws -> Int) throws -> Int
+    func claimPending(limit: Int, enqueue: ([WebhookDispatch]) throws -> Void) throws -> Int
     /// How many endpoints are paused now (failing for a day, or by an operator).
     func pausedEndpoints() throws -> Int
 }
@@ -155,6 +155,6 @@ public protocol WebhookOutbox: AnyObject {
 /// The Redis side of the webhook dispatcher: queues each delivery once.
 public protocol WebhookQueue: AnyObject {
     /// Queues the deliveries' jobs, skipping any already queued (a dispatcher that crashed before
-    /// its commit queues them again); returns how many are now queued, skipped ones included.
-    func enqueue(_ dispatches: [WebhookDispatch], at date: Date) throws -> Int
+    /// its commit queues them again): when it returns, every one of them is queued.
+    func enqueue(_ dispatches: [WebhookDispatch], at date: Date) throws
 }
