@@ -13,6 +13,7 @@ extension WorkerEngine {
         var store: (any ReceiptStore)?
         var rng = SystemRandomNumberGenerator()
         while let batch = takeBatch() {
+            let takenAt = DispatchTime.now().uptimeNanoseconds
             // Created once; its connection reconnects by itself after a Postgres restart.
             if store == nil { store = try? makeStore(role) }
             var settlements: [Settlement] = []
@@ -23,6 +24,7 @@ extension WorkerEngine {
                 outcomes.append(outcome)
                 activity.add(outcome.activity, errorCode: settlement.failureCode)
             }
+            let committedAt = DispatchTime.now().uptimeNanoseconds
             var pause = 0.1
             // Repeated until Redis takes it: the jobs stay in flight (their slots held) meanwhile.
             while true {
@@ -37,15 +39,25 @@ extension WorkerEngine {
                     pause = min(pause * 2, 5)
                 }
             }
+            let freedAt = DispatchTime.now().uptimeNanoseconds
+            var startedAt: [UInt64?] = []
             condition.lock()
             for (item, outcome) in zip(batch, outcomes) {
                 shared.inFlight[item.token] = nil
+                startedAt.append(shared.startedAt.removeValue(forKey: item.token))
                 shared.outcomes[outcome, default: 0] += 1
             }
             condition.broadcast()
             condition.unlock()
             let settledAt = now()
-            for (item, outcome) in zip(batch, outcomes) { metrics.settled(outcome, envelope: item.job.envelope, at: settledAt) }
+            for ((item, outcome), started) in zip(zip(batch, outcomes), startedAt) {
+                metrics.settled(outcome, envelope: item.job.envelope, at: settledAt)
+                let kind = item.job.envelope?.kind
+                if let started { metrics.stage(.call, kind: kind, nanoseconds: item.decidedAt &- started) }
+                metrics.stage(.commitWait, kind: kind, nanoseconds: takenAt &- item.decidedAt)
+                metrics.stage(.commit, kind: kind, nanoseconds: committedAt &- takenAt)
+                metrics.stage(.settle, kind: kind, nanoseconds: freedAt &- committedAt)
+            }
         }
     }
 

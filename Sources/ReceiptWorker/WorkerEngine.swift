@@ -20,7 +20,13 @@ import Synchronization
 /// Each answer becomes a ``JobPlan`` on the HTTP thread and waits for a *committer*: a few threads,
 /// each with its own Postgres and Redis connection, that take every plan waiting (up to
 /// `commitBatch`), store them in one Postgres transaction (group commit), then settle them in one
-/// Redis round trip. A slot is freed only after the settlement, so `concurrency` bounds memory too.
+/// Redis round trip.
+///
+/// **Slots.** `concurrency` bounds the jobs *calling* (from their start to their answer), so calls
+/// in flight never exceed it and a call's slot does not wait for its batch's commit: at a 50 ms
+/// answer the commit and settlement (5–10 ms) would otherwise idle every slot for a sixth of its
+/// time. Answered jobs waiting for their commit are bounded too, by another `concurrency`, so a
+/// Postgres outage stops the fetcher after that many instead of filling memory.
 ///
 /// **Nothing is lost.** A job leaves the processing list only in its settlement, after the commit;
 /// a failed settlement is repeated until it succeeds (a repeat moves nothing twice). A reserve whose
@@ -89,12 +95,18 @@ public final class WorkerEngine: Service, Sendable {
         var token: Int
         var job: ReservedJob
         var plan: JobPlan
+        /// When its answer came (monotonic nanoseconds), for the stage metrics.
+        var decidedAt: UInt64
     }
 
     /// Everything the threads share, under one lock.
     struct Shared {
         var nextToken = 0
         var inFlight: [Int: ReservedJob] = [:]
+        /// When each job in flight was started (monotonic nanoseconds), for the stage metrics.
+        var startedAt: [Int: UInt64] = [:]
+        /// Jobs started and not yet answered (the slots `concurrency` bounds).
+        var calling = 0
         var stopping = false
         var fetcherDone = false
         var abandoned = false
@@ -318,10 +330,16 @@ public final class WorkerEngine: Service, Sendable {
         condition.lock()
         defer { condition.unlock() }
         let deadline = Date().addingTimeInterval(0.1)
-        while shared.inFlight.count >= configuration.concurrency, !shared.stopping {
+        while free(shared) == 0, !shared.stopping {
             if !condition.wait(until: deadline) { break }
         }
-        return shared.stopping ? 0 : configuration.concurrency - shared.inFlight.count
+        return shared.stopping ? 0 : free(shared)
+    }
+
+    /// Slots free to start a call: fewer than `concurrency` calling, and fewer than twice that in
+    /// hand (calling, or answered and waiting for a commit).
+    private func free(_ shared: Shared) -> Int {
+        max(0, min(configuration.concurrency - shared.calling, 2 * configuration.concurrency - shared.inFlight.count))
     }
 
     private func start(
@@ -331,6 +349,8 @@ public final class WorkerEngine: Service, Sendable {
         let token = locked { shared -> Int in
             shared.nextToken += 1
             shared.inFlight[shared.nextToken] = job
+            shared.startedAt[shared.nextToken] = DispatchTime.now().uptimeNanoseconds
+            shared.calling += 1
             return shared.nextToken
         }
         guard let envelope = job.envelope else {
@@ -434,8 +454,10 @@ public final class WorkerEngine: Service, Sendable {
     }
 
     private func decide(_ token: Int, _ job: ReservedJob, _ plan: JobPlan) {
+        // The call is over: its slot may start another while this job waits for its commit.
+        locked(notify: true) { $0.calling -= 1 }
         decisions.lock()
-        decided.append(Decided(token: token, job: job, plan: plan))
+        decided.append(Decided(token: token, job: job, plan: plan, decidedAt: DispatchTime.now().uptimeNanoseconds))
         decisions.signal()
         decisions.unlock()
     }

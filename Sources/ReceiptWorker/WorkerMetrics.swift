@@ -10,6 +10,7 @@ struct WorkerMetrics: Sendable {
     private let appleCalls: [AppStoreEnvironment: [StatusClass: Counter]]
     private let appleDuration: [AppStoreEnvironment: Metrics.Timer]
     private let jobLatency: [JobKind: Metrics.Timer]
+    private let stageDuration: [JobKind: [JobStage: Metrics.Timer]]
     private let backendSwitches: Counter
     private let verifyReceiptGone: Gauge
     private let verifyReceiptDeprecation: Gauge
@@ -36,6 +37,18 @@ struct WorkerMetrics: Sendable {
             case nil: self = .transport
             }
         }
+    }
+
+    /// Where a job's time in the worker goes, from its reservation to its settlement.
+    enum JobStage: String, CaseIterable {
+        /// Reserved → answered: the lookups before the call, the call itself and libcurl's hand-off.
+        case call
+        /// Answered → taken by a committer: the wait for a free committer.
+        case commitWait = "commit_wait"
+        /// The Postgres transaction of its batch.
+        case commit
+        /// The Redis settlement of its batch, until its slot is free.
+        case settle
     }
 
     init(factory: any MetricsFactory) {
@@ -72,6 +85,17 @@ struct WorkerMetrics: Sendable {
                 ($0, Counter(label: "receiptq_webhook_attempts_total", dimensions: [("status_class", $0.rawValue)], factory: factory))
             })
         webhookDuration = Metrics.Timer(label: "receiptq_webhook_attempt_duration_seconds", factory: factory)
+        stageDuration = Dictionary(
+            uniqueKeysWithValues: JobKind.allCases.map { kind in
+                let timers = JobStage.allCases.map { stage in
+                    (
+                        stage,
+                        Metrics.Timer(
+                            label: "receiptq_job_stage_seconds", dimensions: [("kind", kind.rawValue), ("stage", stage.rawValue)], factory: factory)
+                    )
+                }
+                return (kind, Dictionary(uniqueKeysWithValues: timers))
+            })
         jobLatency = Dictionary(
             uniqueKeysWithValues: JobKind.allCases.map {
                 ($0, Metrics.Timer(label: "receiptq_job_latency_seconds", dimensions: [("kind", $0.rawValue)], factory: factory))
@@ -103,6 +127,11 @@ struct WorkerMetrics: Sendable {
     func delivered(_ report: WebhookReport) {
         webhookAttempts[StatusClass(httpStatus: report.httpStatus)]?.increment()
         webhookDuration.recordMilliseconds(report.latencyMs)
+    }
+
+    /// How long one job spent in a stage (monotonic nanoseconds).
+    func stage(_ stage: JobStage, kind: JobKind?, nanoseconds: UInt64) {
+        stageDuration[kind ?? .validate]?[stage]?.recordNanoseconds(Int64(clamping: nanoseconds))
     }
 
     /// A settled job. Only a job that is done (validated, invalid or dead) has a latency: a retried

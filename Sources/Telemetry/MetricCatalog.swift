@@ -40,6 +40,7 @@ public enum MetricCatalog {
     public static let appleCalls = "receiptq_apple_calls_total"
     public static let appleCallDuration = "receiptq_apple_call_duration_seconds"
     public static let jobLatency = "receiptq_job_latency_seconds"
+    public static let jobStage = "receiptq_job_stage_seconds"
     public static let circuitState = "receiptq_circuit_state"
     public static let verifyReceiptGone = "receiptq_verify_receipt_gone"
     public static let verifyReceiptDeprecation = "receiptq_verify_receipt_deprecation_timestamp_seconds"
@@ -79,6 +80,12 @@ public enum MetricCatalog {
             jobLatency, .histogram, "From enqueue to the settled job.", labels: ["kind": ["validate", "repoll", "notification", "webhook"]],
             // From the synchronous wait (2 s) to a job that retried through an outage of hours.
             buckets: [0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300, 900, 3600, 21_600, 86_400]),
+        Entry(
+            jobStage, .histogram,
+            "A job's time in the worker by stage: call (reserved to answered), commit_wait, commit (its batch's Postgres transaction), settle (its batch's Redis settlement).",
+            labels: ["kind": ["validate", "repoll", "notification", "webhook"], "stage": ["call", "commit_wait", "commit", "settle"]],
+            // From a millisecond's commit to a call at the request timeout.
+            buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30]),
         Entry(circuitState, .gauge, "The Apple outage circuit (0 closed, 1 half-open, 2 open)."),
         Entry(
             verifyReceiptGone, .gauge,

@@ -277,7 +277,7 @@ struct WorkerEngineFlowTests {
         }
     }
 
-    @Test("Never more than `concurrency` jobs in flight; the queue drains once Apple answers")
+    @Test("Never more than `concurrency` calls in flight, nor twice that in hand; the queue drains once Apple answers")
     func boundedConcurrency() async throws {
         let envelopes = jobs(100)
         let queue = MemoryJobQueue(jobs: envelopes)
@@ -286,14 +286,15 @@ struct WorkerEngineFlowTests {
         let engine = WorkerEngine(
             configuration: .init(concurrency: 10, reserveTimeout: .milliseconds(20)), makeQueue: { _ in queue },
             makeStore: { _ in store }, verifier: verifier, logger: Logger(label: "test"))
-        let most = Mutex(0)
+        let most = Mutex((calls: 0, inHand: 0))
         try await runEngine(engine) {
-            most.withLock { $0 = max($0, verifier.open, queue.inProcessing) }
+            most.withLock { $0 = (max($0.calls, verifier.open), max($0.inHand, queue.inProcessing)) }
             // Let a full window of calls build up before answering them all.
             if verifier.open == 10 { verifier.releaseAll() }
             return engine.processedCount == 100
         }
-        #expect(most.withLock { $0 } == 10)
+        #expect(most.withLock { $0.calls } == 10)
+        #expect(most.withLock { $0.inHand } <= 20)
         #expect(queue.acknowledged.count == 100)
         #expect(Set(store.saved.map(\.envelope.id)) == Set(envelopes.map(\.id)))
     }
@@ -343,6 +344,39 @@ struct WorkerEngineFlowTests {
         #expect(sizes.count < 40)
         // Whether the first transaction caught one result or many, the gate guarantees a shared one.
         #expect((sizes.max() ?? 0) > 1)
+    }
+
+    @Test("An answered job frees its call slot before its commit; a stalled commit stops the fetcher at twice `concurrency`")
+    func slotFreedAtAnswer() async throws {
+        let envelopes = jobs(60)
+        let queue = MemoryJobQueue(jobs: envelopes)
+        let store = GatedStore(MemoryReceiptStore(apps: [app]))
+        let verifier = HeldVerifier()
+        let engine = WorkerEngine(
+            configuration: .init(concurrency: 10, committers: 1, reserveTimeout: .milliseconds(20)), makeQueue: { _ in queue },
+            makeStore: { _ in store }, verifier: verifier, logger: Logger(label: "test"))
+        let seen = Mutex((calls: 0, inHand: 0, stalledAt: 0))
+        try await runEngine(engine) {
+            let (open, inHand) = (verifier.open, queue.inProcessing)
+            seen.withLock { $0 = (max($0.calls, open), max($0.inHand, inHand), $0.stalledAt) }
+            // The first commit hangs (Postgres stalled): answers keep freeing call slots until
+            // twice `concurrency` jobs are in hand; then the fetcher waits, and the gate opens.
+            if open == 10 { verifier.releaseAll() }
+            if inHand == 20, open == 10, seen.withLock({ $0.stalledAt }) == 0 {
+                Thread.sleep(forTimeInterval: 0.1)
+                seen.withLock { $0.stalledAt = queue.inProcessing }
+                verifier.releaseAll()
+                store.gate.signal()
+            }
+            return engine.processedCount == 60
+        }
+        let result = seen.withLock { $0 }
+        #expect(result.calls == 10)
+        #expect(result.inHand == 20)
+        // Nothing more was reserved while the commit stalled with 20 in hand.
+        #expect(result.stalledAt == 20)
+        #expect(queue.acknowledged.count == 60)
+        #expect(Set(store.inner.saved.map(\.envelope.id)) == Set(envelopes.map(\.id)))
     }
 
     // The limit is the upper bound: Apple (the held verifier) never answers before the engine

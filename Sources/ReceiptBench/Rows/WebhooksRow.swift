@@ -109,6 +109,11 @@ enum WebhooksRow: BenchRow {
                 INSERT INTO webhook_deliveries (endpoint_id, event_id, app_id, ordering_key)
                 SELECT \(endpoint), id, \(app.id), 'user:' || user_identifier FROM written
                 """)
+            // The dispatcher polls an idle outbox once a second: start the worker once it has begun
+            // queueing, so the run measures deliveries, not the dispatcher's idle pause.
+            let queueKey = RedisKeys(prefix: prefix).queue(JobKind.webhook.rawValue)
+            let waitUntil = Date().addingTimeInterval(10)
+            while try redis.send(["LLEN", queueKey]).int ?? 0 == 0, Date() < waitUntil { usleep(5_000) }
             let acceptedBefore = receiver.accepted
             func delivered() throws -> Int {
                 try postgres.query(
@@ -120,14 +125,25 @@ enum WebhooksRow: BenchRow {
             let machineBefore = MachineCPU.sample()
             let benchBefore = ProcessStats.selfCPUMicros()
             let started = BenchClock.wall()
-            let worker = try ChildProcess(executable: receiptq, arguments: ["work"], environment: environment, label: "work", logDirectory: directory)
+            let metricsPort = try Network.freePort()
+            var workerEnvironment = environment
+            workerEnvironment["METRICS_PORT"] = String(metricsPort)
+            let worker = try ChildProcess(
+                executable: receiptq, arguments: ["work"], environment: workerEnvironment, label: "work", logDirectory: directory)
             var workerCPU = 0.0
             let deadline = Date().addingTimeInterval(600)
             // Watched at the receiver while it runs (a count over the table every 50 ms would be
             // Postgres work of the bench's own), then the rows once: each delivered, committed.
+            var firstAt: UInt64?
+            var tenthAt: UInt64?
+            var ninetiethAt: UInt64?
             while receiver.accepted - acceptedBefore < deliveries, Date() < deadline {
                 workerCPU = ProcessStats.cpuMicros(pid: worker.pid) ?? workerCPU
-                usleep(20_000)
+                let accepted = receiver.accepted - acceptedBefore
+                if firstAt == nil, accepted > 0 { firstAt = BenchClock.wall() }
+                if tenthAt == nil, accepted >= deliveries / 10 { tenthAt = BenchClock.wall() }
+                if ninetiethAt == nil, accepted >= deliveries * 9 / 10 { ninetiethAt = BenchClock.wall() }
+                usleep(5_000)
             }
             while try delivered() - deliveredBefore < deliveries, Date() < deadline {
                 workerCPU = ProcessStats.cpuMicros(pid: worker.pid) ?? workerCPU
@@ -139,9 +155,16 @@ enum WebhooksRow: BenchRow {
             let pgCPU = postmaster == nil ? Double.nan : ProcessStats.familyDelta(pgBefore, ProcessStats.familyCPU(parent: postmaster!))
             let machine = MachineCPU.shares(machineBefore, MachineCPU.sample())
             let benchCPU = ProcessStats.selfCPUMicros() - benchBefore
+            let stages = WorkerStages.scrape(port: metricsPort, kind: "webhook")
             worker.stop(grace: 10)
             let rate = Double(done) / seconds
+            // The middle 80 % of deliveries: the worker's steady rate, without its start-up (process,
+            // connections, first reserve) and the tail (the last batch's commit).
+            var steady = Double.nan
+            if let tenthAt, let ninetiethAt { steady = Double(deliveries * 8 / 10) / (Double(ninetiethAt - tenthAt) / 1e9) }
             results.append([
+                "first_delivery_ms": Format.json(firstAt.map { Double($0 - started) / 1e6 } ?? .nan),
+                "steady_deliveries_per_s": Format.json(steady),
                 "delivered": done, "seconds": Format.json(seconds, places: 1_000), "deliveries_per_s": Format.json(rate),
                 "share_of_ideal_pct": Format.json(100 * rate / (Double(concurrency) * 1000 / Double(delayMs))),
                 "worker_cpu_us_per_delivery": Format.json(workerCPU / Double(max(done, 1))),
@@ -149,6 +172,7 @@ enum WebhooksRow: BenchRow {
                 "receiver_and_dispatcher_cpu_us_per_delivery": Format.json(benchCPU / Double(max(done, 1))),
                 "receiver_accepted": receiver.accepted - acceptedBefore, "machine_busy_pct": Format.json(machine.busy),
                 "dead": try redis.send(["ZCARD", RedisKeys(prefix: prefix).dead]).int ?? -1,
+                "stages_ms": stages?.json ?? [:],
             ])
         }
         return report(results, deliveries: deliveries, delayMs: delayMs, concurrency: concurrency)
@@ -172,6 +196,7 @@ enum WebhooksRow: BenchRow {
         let ideal = Double(concurrency) * 1000 / Double(delayMs)
         let result: [String: Any] = [
             "deliveries_per_s": med("deliveries_per_s"), "share_of_ideal_pct": med("share_of_ideal_pct"),
+            "steady_deliveries_per_s": med("steady_deliveries_per_s"), "first_delivery_ms": med("first_delivery_ms"),
             "spread_deliveries_per_s": [
                 Format.json(values("deliveries_per_s").min() ?? .nan), Format.json(values("deliveries_per_s").max() ?? .nan),
             ],
@@ -183,18 +208,24 @@ enum WebhooksRow: BenchRow {
                 "deliveries_per_s":
                     "one receiptq work process from its start until the last of --deliveries outbox rows is delivered (median of runs)",
                 "ideal_per_s": "concurrency ÷ the receiver's answer time",
+                "steady_deliveries_per_s": "the receiver's rate between the 10th and the 90th percentile of deliveries (no start-up, no tail)",
+                "first_delivery_ms": "from starting the worker process to the receiver's first delivery",
+                "stages_ms":
+                    "the worker's receiptq_job_stage_seconds means: call = reserved → answered, commit_wait, commit = its batch's Postgres transaction, settle = its batch's Redis settlement",
             ],
         ]
         var table = TextTable(
             title:
                 "webhooks: \(deliveries) deliveries per run to a receiver answering in \(delayMs) ms, WORKER_CONCURRENCY \(concurrency) (ideal \(Format.rate(ideal))/s)",
             headers: [
-                "run", "delivered/s", "% of ideal", "worker µs/delivery", "Postgres µs/delivery", "bench µs/delivery", "machine busy %", "dead",
+                "run", "delivered/s", "% of ideal", "steady/s", "first ms", "worker µs/delivery", "Postgres µs/delivery", "bench µs/delivery",
+                "machine busy %", "dead",
             ])
         for (index, run) in runs.enumerated() {
             func cell(_ key: String) -> String { Format.micros((run[key] as? Double) ?? (run[key] as? Int).map(Double.init) ?? .nan) }
             table.add([
                 "run \(index + 1)", Format.rate((run["deliveries_per_s"] as? Double) ?? .nan), cell("share_of_ideal_pct"),
+                Format.rate((run["steady_deliveries_per_s"] as? Double) ?? .nan), cell("first_delivery_ms"),
                 cell("worker_cpu_us_per_delivery"), cell("postgres_cpu_us_per_delivery"), cell("receiver_and_dispatcher_cpu_us_per_delivery"),
                 cell("machine_busy_pct"),
                 (run["dead"] as? Int).map(String.init) ?? "-",
@@ -202,11 +233,19 @@ enum WebhooksRow: BenchRow {
         }
         table.add([
             "median", Format.rate((result["deliveries_per_s"] as? Double) ?? .nan), Format.micros((result["share_of_ideal_pct"] as? Double) ?? .nan),
+            Format.rate((result["steady_deliveries_per_s"] as? Double) ?? .nan), Format.micros((result["first_delivery_ms"] as? Double) ?? .nan),
             Format.micros((result["worker_cpu_us_per_delivery"] as? Double) ?? .nan),
             Format.micros((result["postgres_cpu_us_per_delivery"] as? Double) ?? .nan),
             Format.micros((result["receiver_and_dispatcher_cpu_us_per_delivery"] as? Double) ?? .nan),
             Format.micros((result["machine_busy_pct"] as? Double) ?? .nan), "",
         ])
+        for (index, run) in runs.enumerated() {
+            guard let stages = run["stages_ms"] as? [String: Double], !stages.isEmpty else { continue }
+            let parts = WorkerStages.stages.map {
+                "\($0.replacingOccurrences(of: "_", with: " ")) \(stages["\($0)_ms"].map { Format.micros($0) } ?? "-")"
+            }
+            table.notes.append("run \(index + 1), mean ms per delivery in the worker: " + parts.joined(separator: " · "))
+        }
         table.notes.append(
             "bench µs: this process's CPU, where the receiver (checking every signature) and the dispatcher (as the schedule role would) run")
         print(table.render())
