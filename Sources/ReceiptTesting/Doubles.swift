@@ -38,6 +38,9 @@ public final class MemoryJobQueue: JobQueue, @unchecked Sendable {
     /// Jobs still in processing (reserved and never resolved).
     public var inProcessing: Int { lock.withLock { processing.count } }
 
+    /// Jobs waiting in the queue (not reserved).
+    public var waiting: Int { lock.withLock { ready.count } }
+
     public func reserve(max: Int, timeout: Duration) throws -> [ReservedJob] {
         lock.withLock {
             let deadline = Date().addingTimeInterval(timeout.seconds)

@@ -70,6 +70,11 @@ extension WorkerEngine {
             let (abandoned, drained) = locked { ($0.abandoned, $0.fetcherDone && $0.inFlight.isEmpty) }
             if abandoned { return nil }
             if !decided.isEmpty {
+                let age = Duration.nanoseconds(DispatchTime.now().uptimeNanoseconds &- decided[0].decidedAt)
+                if decided.count < configuration.commitBatch, age < configuration.commitLinger, !locked({ $0.stopping }) {
+                    _ = decisions.wait(until: Date().addingTimeInterval((configuration.commitLinger - age).seconds))
+                    continue
+                }
                 let count = min(decided.count, configuration.commitBatch)
                 let batch = Array(decided.prefix(count))
                 decided.removeFirst(count)
@@ -78,7 +83,7 @@ extension WorkerEngine {
                 return batch
             }
             if drained { return nil }
-            decisions.wait(until: Date().addingTimeInterval(0.2))
+            _ = decisions.wait(until: Date().addingTimeInterval(0.2))
         }
     }
 

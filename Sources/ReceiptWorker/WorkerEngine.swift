@@ -14,9 +14,9 @@ import Synchronization
 /// try await ServiceGroup(services: [engine], logger: logger).run()
 /// ```
 ///
-/// **Pipeline.** One *fetcher* thread reserves jobs in batches (as many as there are free slots)
-/// into the process's processing list, asks the local ``CircuitGate`` and starts each call to
-/// Apple on the asynchronous verifier (libcurl's multi interface: one thread for every call).
+/// **Pipeline.** One *fetcher* thread reserves jobs in batches (as many as there are free slots,
+/// and a few ahead) into the process's processing list, asks the local ``CircuitGate`` and starts
+/// each call to Apple on the asynchronous verifier (libcurl's multi interface: one thread for every call).
 /// Each answer becomes a ``JobPlan`` on the HTTP thread and waits for a *committer*: a few threads,
 /// each with its own Postgres and Redis connection, that take every plan waiting (up to
 /// `commitBatch`), store them in one Postgres transaction (group commit), then settle them in one
@@ -48,6 +48,10 @@ public final class WorkerEngine: Service, Sendable {
         public var commitBatch: Int
         /// Committer threads (each with one Postgres and one Redis connection).
         public var committers: Int
+        /// How long a committer lets a small batch gather more answers (from its first answer):
+        /// slots are freed at the answer, so this costs a job's result a few milliseconds, not
+        /// throughput, and saves a Postgres transaction and a Redis round trip per batch it merges.
+        public var commitLinger: Duration
         /// How long one reserve blocks on an empty queue (on the validations list only: Redis cannot
         /// block on several); short, so shutdown is noticed quickly and an idle worker looks at
         /// the other queues (notifications, webhook deliveries, re-polls) twice a second.
@@ -70,7 +74,7 @@ public final class WorkerEngine: Service, Sendable {
 
         /// Creates a configuration; every value has a production default.
         public init(
-            concurrency: Int = 16, fetchBatch: Int = 128, commitBatch: Int = 128, committers: Int = 2,
+            concurrency: Int = 16, fetchBatch: Int = 128, commitBatch: Int = 128, committers: Int = 2, commitLinger: Duration = .milliseconds(5),
             reserveTimeout: Duration = .milliseconds(500), shutdownTimeout: Duration = .seconds(25), heartbeatInterval: Duration = .seconds(5),
             circuitRefresh: Duration = .milliseconds(250), circuitFlush: Duration = .milliseconds(50),
             retryPolicy: RetryPolicy = RetryPolicy(), repollPolicy: RepollPolicy = RepollPolicy(), verifyReceiptGoneAfter: Int = 20
@@ -80,6 +84,7 @@ public final class WorkerEngine: Service, Sendable {
             self.fetchBatch = max(1, fetchBatch)
             self.commitBatch = max(1, commitBatch)
             self.committers = max(1, committers)
+            self.commitLinger = max(.zero, commitLinger)
             self.reserveTimeout = reserveTimeout
             self.shutdownTimeout = shutdownTimeout
             self.heartbeatInterval = heartbeatInterval
@@ -116,10 +121,10 @@ public final class WorkerEngine: Service, Sendable {
     let configuration: Configuration
     let makeQueue: @Sendable (String) throws -> any JobQueue
     let makeStore: @Sendable (String) throws -> any ReceiptStore
-    private let makeCircuit: @Sendable () throws -> (any OutageCircuit)?
-    private let makeWatch: @Sendable () throws -> (any VerifyReceiptWatch)?
-    private let verifier: any ReceiptVerifier
-    private let webhooks: (any WebhookSender)?
+    let makeCircuit: @Sendable () throws -> (any OutageCircuit)?
+    let makeWatch: @Sendable () throws -> (any VerifyReceiptWatch)?
+    let verifier: any ReceiptVerifier
+    let webhooks: (any WebhookSender)?
     private let requeueAbandoned: @Sendable () -> Void
     /// The shutdown deadline and the end-of-run notice: a queue of its own (its own thread when
     /// due), since the global pool is only as wide as the machine and blocking work elsewhere in
@@ -239,221 +244,7 @@ public final class WorkerEngine: Service, Sendable {
         finish()
     }
 
-    // MARK: Fetcher
-
-    private func runFetcher() {
-        var queue: (any JobQueue)?
-        var store: (any ReceiptStore)?
-        var gate: CircuitGate?
-        var lifecycle: VerifyReceiptGate?
-        var lastHeartbeat = Date.distantPast
-        // Pacing uses the machine's clock: an injected clock that stands still would stop the flushes.
-        var lastFlush: ContinuousClock.Instant?
-        var mayHoldStrays = true
-        var pause = 0.1
-        var rng = SystemRandomNumberGenerator()
-        while !locked({ $0.stopping }) {
-            do {
-                if gate == nil { gate = CircuitGate(circuit: try makeCircuit(), refreshInterval: configuration.circuitRefresh) }
-                if lifecycle == nil { lifecycle = VerifyReceiptGate(watch: try makeWatch(), goneAfter: configuration.verifyReceiptGoneAfter) }
-                if queue == nil { queue = try makeQueue("fetcher") }
-                guard let queue, let gate, let lifecycle else { continue }
-                if store == nil { store = try? makeStore("fetcher") }
-                if lastFlush.map({ ContinuousClock.now - $0 >= configuration.circuitFlush }) ?? true {
-                    flush(gate)
-                    flush(lifecycle)
-                    lastFlush = .now
-                }
-                if now().timeIntervalSince(lastHeartbeat) >= configuration.heartbeatInterval.seconds {
-                    try queue.heartbeat(busy: inFlightCount)
-                    lastHeartbeat = now()
-                }
-                let free = waitForFreeSlots()
-                guard free > 0 else { continue }
-                if mayHoldStrays {
-                    let moved = try queue.requeueStrays(keeping: locked { Array($0.inFlight.values.map(\.raw)) })
-                    if moved > 0 { logger.info("Gave back jobs a lost reply left in processing", metadata: ["jobs.count": "\(moved)"]) }
-                    mayHoldStrays = false
-                }
-                let jobs = try queue.reserve(max: min(free, configuration.fetchBatch), timeout: configuration.reserveTimeout)
-                for job in jobs { start(job, store: store, gate: gate, lifecycle: lifecycle, using: &rng) }
-                pause = 0.1
-            } catch {
-                // Redis unreachable: back off (bounded) and try again; the façade reconnects on the
-                // next call. A reserve that failed may still have moved a job: look for strays first.
-                mayHoldStrays = true
-                logger.warning("Worker fetch error", error: error)
-                sleepUnlessStopping(pause)
-                pause = min(pause * 2, 5)
-            }
-        }
-        if let gate { flush(gate) }
-        locked(notify: true) { $0.fetcherDone = true }
-        wakeCommitters()
-    }
-
-    private func flush(_ gate: CircuitGate) {
-        do {
-            for transition in try gate.flush(now: now()) {
-                logger.warning("Apple outage circuit changed", metadata: ["circuit.transition": "\(transition)"])
-            }
-        } catch {
-            logger.debug("Outage circuit unreachable", error: error)
-        }
-    }
-
-    private func flush(_ lifecycle: VerifyReceiptGate) {
-        do {
-            let before = lifecycle.lifecycle
-            guard try lifecycle.flush(now: now()) else { return }
-            let after = lifecycle.lifecycle
-            metrics.verifyReceipt(after)
-            if before.goneSince == nil, after.goneSince != nil {
-                logger.critical(
-                    "verifyReceipt is gone (HTTP 404/410 on a run of calls): apps on `auto` with an In-App Purchase key move to the App Store Server API; the others keep retrying until they get a key"
-                )
-            } else if before.sunset != after.sunset || before.deprecation != after.deprecation {
-                logger.warning(
-                    "verifyReceipt announces its end",
-                    metadata: [
-                        "verify_receipt.deprecation": "\(after.deprecation.map { "\($0)" } ?? "-")",
-                        "verify_receipt.sunset": "\(after.sunset.map { "\($0)" } ?? "-")",
-                    ])
-            }
-        } catch {
-            logger.debug("verifyReceipt lifecycle unreachable", error: error)
-        }
-    }
-
-    /// Waits (briefly) until a slot is free; returns how many are.
-    private func waitForFreeSlots() -> Int {
-        condition.lock()
-        defer { condition.unlock() }
-        let deadline = Date().addingTimeInterval(0.1)
-        while free(shared) == 0, !shared.stopping {
-            if !condition.wait(until: deadline) { break }
-        }
-        return shared.stopping ? 0 : free(shared)
-    }
-
-    /// Slots free to start a call: fewer than `concurrency` calling, and fewer than twice that in
-    /// hand (calling, or answered and waiting for a commit).
-    private func free(_ shared: Shared) -> Int {
-        max(0, min(configuration.concurrency - shared.calling, 2 * configuration.concurrency - shared.inFlight.count))
-    }
-
-    private func start(
-        _ job: ReservedJob, store: (any ReceiptStore)?, gate: CircuitGate, lifecycle: VerifyReceiptGate,
-        using generator: inout SystemRandomNumberGenerator
-    ) {
-        let token = locked { shared -> Int in
-            shared.nextToken += 1
-            shared.inFlight[shared.nextToken] = job
-            shared.startedAt[shared.nextToken] = DispatchTime.now().uptimeNanoseconds
-            shared.calling += 1
-            return shared.nextToken
-        }
-        guard let envelope = job.envelope else {
-            logger.warning("Undecodable job buried")
-            return decide(token, job, .bury(nil))
-        }
-        // A receipt the ingestion node found forged is recorded, never sent to Apple: no circuit,
-        // no secret, no app lookup beyond the one the store's foreign key makes.
-        if envelope.fraudReason != nil { return decide(token, job, planner.fraud(envelope)) }
-        // A notification is Apple's own statement, checked at the door: nothing to ask Apple, so
-        // neither the circuit nor the app's backend applies.
-        if envelope.kind == .notification { return decide(token, job, planner.notification(envelope, using: &generator)) }
-        // A webhook delivery calls the customer's backend, not Apple: Apple's circuit does not apply.
-        if envelope.kind == .webhook { return startDelivery(token, job, envelope, store: store, using: &generator) }
-        let permission = gate.permission(now: now())
-        if case .deny(let until) = permission {
-            return decide(token, job, planner.deferred(envelope, until: until, using: &generator))
-        }
-        let app: AppRecord?
-        do {
-            guard let store else { throw StoreFailure(code: "store_unavailable", message: "no connection") }
-            app = try store.app(id: envelope.appID)
-        } catch {
-            return decide(token, job, planner.storeUnavailable(envelope, calls: [], using: &generator))
-        }
-        guard let app else { return decide(token, job, planner.unknownApp(envelope)) }
-        let isProbe = permission == .probe
-        let request: VerificationRequest
-        switch planner.start(envelope, app: app, verifyReceipt: lifecycle.lifecycle) {
-        case .call(let call): request = call
-        case .settle(let plan):
-            if case .bury(let failed?) = plan, let code = failed.errorCode, ConfigurationAlarm.raiseOnce(appID: app.id) {
-                logger.error(
-                    "The app cannot use the App Store Server API: \(failed.errorMessage ?? code)",
-                    metadata: ["app.id": "\(app.id.uuidString.lowercased())", "error.code": "\(code)"])
-            }
-            return decide(token, job, plan)
-        }
-        let sandboxPolicy = app.sandboxPolicy
-        if request.switchesApp, SwitchAlarm.raiseOnce(appID: app.id) {
-            metrics.backendSwitched()
-            logger.critical(
-                "verifyReceipt is retired: this app now validates with the App Store Server API",
-                metadata: ["app.id": "\(app.id.uuidString.lowercased())", "app.bundle_id": "\(app.bundleID)"])
-        }
-        let canMove = app.backend == .auto && app.serverAPIKey != nil
-        verifier.verify(request) { report in
-            // On the HTTP engine's thread: count, decide, hand over; nothing here blocks.
-            // One circuit for both APIs: an outage of either defers the jobs, a 429 is not an outage.
-            gate.record(outage: report.verdict == .outage, probe: isProbe)
-            self.metrics.record(report.calls)
-            var rng = SystemRandomNumberGenerator()
-            lifecycle.record(report)
-            var plan: JobPlan
-            if report.notice?.gone == true, canMove {
-                // verifyReceipt answers "gone" and this app can move: wait (without an attempt) for
-                // the deployment to agree, then it goes to the Server API.
-                plan = self.planner.deferred(envelope, until: self.now().addingTimeInterval(2), using: &rng)
-            } else {
-                plan = self.planner.plan(envelope, report: report, sandboxPolicy: sandboxPolicy, using: &rng)
-            }
-            if request.switchesApp, case .store(var record) = plan {
-                record.switchesApp = true
-                plan = .store(record)
-            }
-            if case .bury(let failed?) = plan, failed.errorCode == "shared_secret_mismatch", ConfigurationAlarm.raiseOnce(appID: app.id) {
-                // Every receipt of this app will fail the same way until someone fixes the secret:
-                // say it once, loudly, not once per job.
-                self.logger.error(
-                    "Apple rejects this app's shared secret (21004): update it, then retry the dead letters",
-                    metadata: ["app.id": "\(app.id.uuidString.lowercased())", "app.bundle_id": "\(app.bundleID)"])
-            }
-            self.decide(token, job, plan)
-        }
-    }
-
-    private func startDelivery(
-        _ token: Int, _ job: ReservedJob, _ envelope: JobEnvelope, store: (any ReceiptStore)?, using generator: inout SystemRandomNumberGenerator
-    ) {
-        let endpoint: WebhookEndpointRecord?
-        do {
-            guard let store, let target = envelope.webhook else { throw StoreFailure(code: "store_unavailable", message: "no connection") }
-            endpoint = try store.webhookEndpoint(id: target.endpointID)
-        } catch {
-            return decide(token, job, planner.storeUnavailable(envelope, calls: [], using: &generator))
-        }
-        switch planner.webhookStart(envelope, endpoint: endpoint) {
-        case .settle(let plan): return decide(token, job, plan)
-        case .send(let request):
-            guard let webhooks else {
-                return decide(
-                    token, job,
-                    .bury(envelope.failed(code: "webhooks_not_configured", message: "this worker cannot send webhooks", calls: [], at: now())))
-            }
-            webhooks.deliver(request) { report in
-                var rng = SystemRandomNumberGenerator()
-                self.metrics.delivered(report)
-                self.decide(token, job, self.planner.webhook(envelope, report: report, using: &rng))
-            }
-        }
-    }
-
-    private func decide(_ token: Int, _ job: ReservedJob, _ plan: JobPlan) {
+    func decide(_ token: Int, _ job: ReservedJob, _ plan: JobPlan) {
         // The call is over: its slot may start another while this job waits for its commit.
         locked(notify: true) { $0.calling -= 1 }
         decisions.lock()
@@ -463,7 +254,7 @@ public final class WorkerEngine: Service, Sendable {
     }
 
     /// Wakes every committer (shutdown states changed).
-    private func wakeCommitters() {
+    func wakeCommitters() {
         decisions.lock()
         decisions.broadcast()
         decisions.unlock()
@@ -480,7 +271,7 @@ public final class WorkerEngine: Service, Sendable {
         return body(&shared)
     }
 
-    private func sleepUnlessStopping(_ seconds: Double) {
+    func sleepUnlessStopping(_ seconds: Double) {
         let end = Date().addingTimeInterval(seconds)
         while !locked({ $0.stopping }), Date() < end { usleep(50_000) }
     }

@@ -117,6 +117,7 @@ public final class RedisWorkQueue: JobQueue {
         // Nothing ready: block on the most urgent queue, so an idle worker costs one command per
         // timeout and a validation is taken the moment it arrives; the others (re-polls, which no
         // one waits for) are looked at again when the wait ends.
+        guard timeout > .zero else { return [] }
         let seconds = String(format: "%.3f", Swift.max(timeout.seconds, 0.01))
         guard case .bulk(let raw) = try connection.send(["BLMOVE", queueKeys[0], processingKey, "RIGHT", "LEFT", seconds]) else {
             return []

@@ -41,6 +41,14 @@ final class HeldVerifier: ReceiptVerifier, @unchecked Sendable {
         lock.withLock { held.append(completion) }
     }
 
+    /// Answers the oldest open call; false when none is open.
+    @discardableResult
+    func releaseOne() -> Bool {
+        let call = lock.withLock { held.isEmpty ? nil : held.removeFirst() }
+        call?(report)
+        return call != nil
+    }
+
     func releaseAll() {
         let calls = lock.withLock {
             defer { held.removeAll() }
@@ -362,7 +370,7 @@ struct WorkerEngineFlowTests {
             // The first commit hangs (Postgres stalled): answers keep freeing call slots until
             // twice `concurrency` jobs are in hand; then the fetcher waits, and the gate opens.
             if open == 10 { verifier.releaseAll() }
-            if inHand == 20, open == 10, seen.withLock({ $0.stalledAt }) == 0 {
+            if inHand == 20, seen.withLock({ $0.stalledAt }) == 0 {
                 Thread.sleep(forTimeInterval: 0.1)
                 seen.withLock { $0.stalledAt = queue.inProcessing }
                 verifier.releaseAll()
@@ -377,6 +385,29 @@ struct WorkerEngineFlowTests {
         #expect(result.stalledAt == 20)
         #expect(queue.acknowledged.count == 60)
         #expect(Set(store.inner.saved.map(\.envelope.id)) == Set(envelopes.map(\.id)))
+    }
+
+    @Test("Answers that come within the commit linger of the first one share its transaction")
+    func lingeringCommit() async throws {
+        let queue = MemoryJobQueue(jobs: jobs(5))
+        let store = GatedStore(MemoryReceiptStore(apps: [app]))
+        store.gate.signal()
+        let verifier = HeldVerifier()
+        let engine = WorkerEngine(
+            configuration: .init(concurrency: 5, committers: 2, commitLinger: .milliseconds(500), reserveTimeout: .milliseconds(20)),
+            makeQueue: { _ in queue }, makeStore: { _ in store }, verifier: verifier, logger: Logger(label: "test"))
+        try await runEngine(engine) {
+            if verifier.open == 5 {
+                // Five answers 10 ms apart: without the linger each would wake a committer alone.
+                for _ in 0..<5 {
+                    verifier.releaseOne()
+                    Thread.sleep(forTimeInterval: 0.01)
+                }
+            }
+            return engine.processedCount == 5
+        }
+        #expect(store.batchSizes == [5])
+        #expect(queue.acknowledged.count == 5)
     }
 
     // The limit is the upper bound: Apple (the held verifier) never answers before the engine
@@ -430,6 +461,34 @@ struct WorkerEngineFlowTests {
         #expect(abandoned.withLock { $0 } == 0)
         #expect(queue.acknowledged.count == 5)
         #expect(queue.inProcessing == 0)
+    }
+
+    @Test("Jobs reserved ahead of the free slots are given back unstarted at shutdown; the started ones finish", .timeLimit(.minutes(1)))
+    func givesBackJobsReservedAhead() async throws {
+        let queue = MemoryJobQueue(jobs: jobs(20))
+        let store = MemoryReceiptStore(apps: [app])
+        let abandoned = Mutex(0)
+        let verifier = HeldVerifier()
+        let engine = WorkerEngine(
+            configuration: .init(concurrency: 8, reserveTimeout: .milliseconds(20), shutdownTimeout: .seconds(10)),
+            makeQueue: { _ in queue }, makeStore: { _ in store }, verifier: verifier,
+            requeueAbandoned: { abandoned.withLock { $0 += 1 } }, logger: Logger(label: "test"))
+        let group = ServiceGroup(services: [engine], gracefulShutdownSignals: [], logger: Logger(label: "test"))
+        try await withThrowingTaskGroup(of: Void.self) { tasks in
+            tasks.addTask { try await group.run() }
+            // Eight calls, and a quarter of the concurrency (2) reserved ahead.
+            while verifier.open < 8 || queue.inProcessing < 10 { try await Task.sleep(for: .milliseconds(5)) }
+            #expect(queue.inProcessing == 10)
+            await group.triggerGracefulShutdown()
+            try await Task.sleep(for: .milliseconds(100))
+            verifier.releaseAll()
+            try await tasks.waitForAll()
+        }
+        #expect(abandoned.withLock { $0 } == 0)
+        #expect(queue.acknowledged.count == 8)
+        #expect(queue.inProcessing == 0)
+        #expect(queue.waiting == 12)
+        #expect(store.saved.count == 8)
     }
 
     /// A queue whose first reserve moves a job and then loses the reply, as a dropped connection does.

@@ -105,7 +105,8 @@ public enum Settlement: Sendable, Equatable {
 /// in batches. Blocking: the worker calls it from its own Dispatch threads, never from the
 /// cooperative pool. One instance per thread; instances of one process share its processing list.
 public protocol JobQueue: AnyObject {
-    /// Moves up to `max` jobs into the processing list, waiting at most `timeout` for the first.
+    /// Moves up to `max` jobs into the processing list, waiting at most `timeout` for the first
+    /// (`.zero`: not at all).
     /// - Returns: the jobs, oldest first; empty when none arrived in time.
     func reserve(max: Int, timeout: Duration) throws -> [ReservedJob]
     /// Settles finished jobs (after the store committed), each move atomic; safe to repeat after a

@@ -1,0 +1,273 @@
+import Foundation
+import Logging
+import ReceiptCore
+
+/// The fetcher: one thread that reserves jobs from Redis and starts each one's call, and the
+/// lookups a start needs (the app, the webhook endpoint, the circuit), all on its own connections.
+///
+/// It keeps a few jobs reserved *ahead* (a quarter of `concurrency`, refilled in batches once half
+/// are gone): when a call is answered, its slot starts the next job at once instead of after a
+/// Redis round trip. Those jobs are in the processing list and in flight like the others, so the
+/// stray check keeps them, and graceful shutdown gives them back to the queue unstarted.
+extension WorkerEngine {
+    /// How many jobs the fetcher keeps reserved ahead of the free slots.
+    var aheadTarget: Int { max(1, min(configuration.fetchBatch, configuration.concurrency / 4)) }
+
+    func runFetcher() {
+        var queue: (any JobQueue)?
+        var store: (any ReceiptStore)?
+        var gate: CircuitGate?
+        var lifecycle: VerifyReceiptGate?
+        var lastHeartbeat = Date.distantPast
+        // Pacing uses the machine's clock: an injected clock that stands still would stop the flushes.
+        var lastFlush: ContinuousClock.Instant?
+        var mayHoldStrays = true
+        var pause = 0.1
+        var rng = SystemRandomNumberGenerator()
+        /// Reserved and in flight, not started yet (oldest first).
+        var ahead: [(token: Int, job: ReservedJob)] = []
+        while !locked({ $0.stopping }) {
+            do {
+                if gate == nil { gate = CircuitGate(circuit: try makeCircuit(), refreshInterval: configuration.circuitRefresh) }
+                if lifecycle == nil { lifecycle = VerifyReceiptGate(watch: try makeWatch(), goneAfter: configuration.verifyReceiptGoneAfter) }
+                if queue == nil { queue = try makeQueue("fetcher") }
+                guard let queue, let gate, let lifecycle else { continue }
+                if store == nil { store = try? makeStore("fetcher") }
+                if lastFlush.map({ ContinuousClock.now - $0 >= configuration.circuitFlush }) ?? true {
+                    flush(gate)
+                    flush(lifecycle)
+                    lastFlush = .now
+                }
+                if now().timeIntervalSince(lastHeartbeat) >= configuration.heartbeatInterval.seconds {
+                    try queue.heartbeat(busy: inFlightCount)
+                    lastHeartbeat = now()
+                }
+                let (calls, room) = waitForWork(ahead: ahead.count)
+                guard calls > 0, !ahead.isEmpty || room > 0 else { continue }
+                let starting = min(calls, ahead.count)
+                for item in ahead.prefix(starting) { start(item.token, item.job, store: store, gate: gate, lifecycle: lifecycle, using: &rng) }
+                ahead.removeFirst(starting)
+                // Jobs for the slots still free, and a batch for the buffer once it is half empty.
+                let refill = ahead.count * 2 <= aheadTarget ? aheadTarget - ahead.count : 0
+                let wanted = min(room, calls - starting + refill, configuration.fetchBatch)
+                guard wanted > 0 else { continue }
+                if mayHoldStrays {
+                    let moved = try queue.requeueStrays(keeping: locked { Array($0.inFlight.values.map(\.raw)) })
+                    if moved > 0 { logger.info("Gave back jobs a lost reply left in processing", metadata: ["jobs.count": "\(moved)"]) }
+                    mayHoldStrays = false
+                }
+                // Only a free slot with nothing to start waits for a job to arrive.
+                let jobs = try queue.reserve(max: wanted, timeout: calls > starting ? configuration.reserveTimeout : .zero)
+                let tokens = register(jobs)
+                for (index, (token, job)) in zip(tokens, jobs).enumerated() {
+                    if index < calls - starting {
+                        start(token, job, store: store, gate: gate, lifecycle: lifecycle, using: &rng)
+                    } else {
+                        ahead.append((token, job))
+                    }
+                }
+                pause = 0.1
+            } catch {
+                // Redis unreachable: back off (bounded) and try again; the façade reconnects on the
+                // next call. A reserve that failed may still have moved a job: look for strays first.
+                mayHoldStrays = true
+                logger.warning("Worker fetch error", error: error)
+                sleepUnlessStopping(pause)
+                pause = min(pause * 2, 5)
+            }
+        }
+        if let gate { flush(gate) }
+        giveBack(ahead, queue: queue)
+        locked(notify: true) { $0.fetcherDone = true }
+        wakeCommitters()
+    }
+
+    private func flush(_ gate: CircuitGate) {
+        do {
+            for transition in try gate.flush(now: now()) {
+                logger.warning("Apple outage circuit changed", metadata: ["circuit.transition": "\(transition)"])
+            }
+        } catch {
+            logger.debug("Outage circuit unreachable", error: error)
+        }
+    }
+
+    private func flush(_ lifecycle: VerifyReceiptGate) {
+        do {
+            let before = lifecycle.lifecycle
+            guard try lifecycle.flush(now: now()) else { return }
+            let after = lifecycle.lifecycle
+            metrics.verifyReceipt(after)
+            if before.goneSince == nil, after.goneSince != nil {
+                logger.critical(
+                    "verifyReceipt is gone (HTTP 404/410 on a run of calls): apps on `auto` with an In-App Purchase key move to the App Store Server API; the others keep retrying until they get a key"
+                )
+            } else if before.sunset != after.sunset || before.deprecation != after.deprecation {
+                logger.warning(
+                    "verifyReceipt announces its end",
+                    metadata: [
+                        "verify_receipt.deprecation": "\(after.deprecation.map { "\($0)" } ?? "-")",
+                        "verify_receipt.sunset": "\(after.sunset.map { "\($0)" } ?? "-")",
+                    ])
+            }
+        } catch {
+            logger.debug("verifyReceipt lifecycle unreachable", error: error)
+        }
+    }
+
+    /// Waits (briefly) until a call slot is free and there is a job to start or room to reserve
+    /// one; returns the free call slots and how many more jobs may be reserved.
+    private func waitForWork(ahead: Int) -> (calls: Int, room: Int) {
+        condition.lock()
+        defer { condition.unlock() }
+        let deadline = Date().addingTimeInterval(0.1)
+        while !shared.stopping {
+            let (calls, room) = capacity(shared)
+            if calls > 0, ahead > 0 || room > 0 { break }
+            if !condition.wait(until: deadline) { break }
+        }
+        return shared.stopping ? (0, 0) : capacity(shared)
+    }
+
+    /// Call slots free (fewer than `concurrency` calling), and room to reserve (fewer than twice
+    /// that in hand: calling, reserved ahead, or answered and waiting for a commit).
+    private func capacity(_ shared: Shared) -> (calls: Int, room: Int) {
+        (max(0, configuration.concurrency - shared.calling), max(0, 2 * configuration.concurrency - shared.inFlight.count))
+    }
+
+    /// Puts reserved jobs in flight (they are in the processing list now); returns their tokens.
+    private func register(_ jobs: [ReservedJob]) -> [Int] {
+        locked { shared in
+            jobs.map { job in
+                shared.nextToken += 1
+                shared.inFlight[shared.nextToken] = job
+                return shared.nextToken
+            }
+        }
+    }
+
+    /// Shutdown: the jobs reserved ahead were never started; they go back to the queue now rather
+    /// than wait for the janitor. If Redis cannot take them, they stay in the processing list,
+    /// where the janitor finds them once this process's heartbeat lapses.
+    private func giveBack(_ ahead: [(token: Int, job: ReservedJob)], queue: (any JobQueue)?) {
+        guard !ahead.isEmpty else { return }
+        let keep = locked { shared in
+            for item in ahead { shared.inFlight[item.token] = nil }
+            return Array(shared.inFlight.values.map(\.raw))
+        }
+        do {
+            let moved = try queue?.requeueStrays(keeping: keep) ?? 0
+            logger.info("Gave back the jobs reserved ahead", metadata: ["jobs.count": "\(moved)"])
+        } catch {
+            logger.warning("Could not give back the jobs reserved ahead; the janitor will", error: error)
+        }
+    }
+
+    private func start(
+        _ token: Int, _ job: ReservedJob, store: (any ReceiptStore)?, gate: CircuitGate, lifecycle: VerifyReceiptGate,
+        using generator: inout SystemRandomNumberGenerator
+    ) {
+        locked { shared in
+            shared.startedAt[token] = DispatchTime.now().uptimeNanoseconds
+            shared.calling += 1
+        }
+        guard let envelope = job.envelope else {
+            logger.warning("Undecodable job buried")
+            return decide(token, job, .bury(nil))
+        }
+        // A receipt the ingestion node found forged is recorded, never sent to Apple: no circuit,
+        // no secret, no app lookup beyond the one the store's foreign key makes.
+        if envelope.fraudReason != nil { return decide(token, job, planner.fraud(envelope)) }
+        // A notification is Apple's own statement, checked at the door: nothing to ask Apple, so
+        // neither the circuit nor the app's backend applies.
+        if envelope.kind == .notification { return decide(token, job, planner.notification(envelope, using: &generator)) }
+        // A webhook delivery calls the customer's backend, not Apple: Apple's circuit does not apply.
+        if envelope.kind == .webhook { return startDelivery(token, job, envelope, store: store, using: &generator) }
+        let permission = gate.permission(now: now())
+        if case .deny(let until) = permission {
+            return decide(token, job, planner.deferred(envelope, until: until, using: &generator))
+        }
+        let app: AppRecord?
+        do {
+            guard let store else { throw StoreFailure(code: "store_unavailable", message: "no connection") }
+            app = try store.app(id: envelope.appID)
+        } catch {
+            return decide(token, job, planner.storeUnavailable(envelope, calls: [], using: &generator))
+        }
+        guard let app else { return decide(token, job, planner.unknownApp(envelope)) }
+        let isProbe = permission == .probe
+        let request: VerificationRequest
+        switch planner.start(envelope, app: app, verifyReceipt: lifecycle.lifecycle) {
+        case .call(let call): request = call
+        case .settle(let plan):
+            if case .bury(let failed?) = plan, let code = failed.errorCode, ConfigurationAlarm.raiseOnce(appID: app.id) {
+                logger.error(
+                    "The app cannot use the App Store Server API: \(failed.errorMessage ?? code)",
+                    metadata: ["app.id": "\(app.id.uuidString.lowercased())", "error.code": "\(code)"])
+            }
+            return decide(token, job, plan)
+        }
+        let sandboxPolicy = app.sandboxPolicy
+        if request.switchesApp, SwitchAlarm.raiseOnce(appID: app.id) {
+            metrics.backendSwitched()
+            logger.critical(
+                "verifyReceipt is retired: this app now validates with the App Store Server API",
+                metadata: ["app.id": "\(app.id.uuidString.lowercased())", "app.bundle_id": "\(app.bundleID)"])
+        }
+        let canMove = app.backend == .auto && app.serverAPIKey != nil
+        verifier.verify(request) { report in
+            // On the HTTP engine's thread: count, decide, hand over; nothing here blocks.
+            // One circuit for both APIs: an outage of either defers the jobs, a 429 is not an outage.
+            gate.record(outage: report.verdict == .outage, probe: isProbe)
+            self.metrics.record(report.calls)
+            var rng = SystemRandomNumberGenerator()
+            lifecycle.record(report)
+            var plan: JobPlan
+            if report.notice?.gone == true, canMove {
+                // verifyReceipt answers "gone" and this app can move: wait (without an attempt) for
+                // the deployment to agree, then it goes to the Server API.
+                plan = self.planner.deferred(envelope, until: self.now().addingTimeInterval(2), using: &rng)
+            } else {
+                plan = self.planner.plan(envelope, report: report, sandboxPolicy: sandboxPolicy, using: &rng)
+            }
+            if request.switchesApp, case .store(var record) = plan {
+                record.switchesApp = true
+                plan = .store(record)
+            }
+            if case .bury(let failed?) = plan, failed.errorCode == "shared_secret_mismatch", ConfigurationAlarm.raiseOnce(appID: app.id) {
+                // Every receipt of this app will fail the same way until someone fixes the secret:
+                // say it once, loudly, not once per job.
+                self.logger.error(
+                    "Apple rejects this app's shared secret (21004): update it, then retry the dead letters",
+                    metadata: ["app.id": "\(app.id.uuidString.lowercased())", "app.bundle_id": "\(app.bundleID)"])
+            }
+            self.decide(token, job, plan)
+        }
+    }
+
+    private func startDelivery(
+        _ token: Int, _ job: ReservedJob, _ envelope: JobEnvelope, store: (any ReceiptStore)?, using generator: inout SystemRandomNumberGenerator
+    ) {
+        let endpoint: WebhookEndpointRecord?
+        do {
+            guard let store, let target = envelope.webhook else { throw StoreFailure(code: "store_unavailable", message: "no connection") }
+            endpoint = try store.webhookEndpoint(id: target.endpointID)
+        } catch {
+            return decide(token, job, planner.storeUnavailable(envelope, calls: [], using: &generator))
+        }
+        switch planner.webhookStart(envelope, endpoint: endpoint) {
+        case .settle(let plan): return decide(token, job, plan)
+        case .send(let request):
+            guard let webhooks else {
+                return decide(
+                    token, job,
+                    .bury(envelope.failed(code: "webhooks_not_configured", message: "this worker cannot send webhooks", calls: [], at: now())))
+            }
+            webhooks.deliver(request) { report in
+                var rng = SystemRandomNumberGenerator()
+                self.metrics.delivered(report)
+                self.decide(token, job, self.planner.webhook(envelope, report: report, using: &rng))
+            }
+        }
+    }
+}
