@@ -112,7 +112,8 @@ struct CrashRecoveryTests {
             held = try fixture.inProcessing()
             try await Task.sleep(for: .milliseconds(20))
         }
-        #expect(held == 1000)
+        // The window, plus the fetcher's jobs reserved ahead (a quarter of it, at most a fetch batch).
+        #expect(held >= 1000 && held <= 1000 + 128, "held \(held)")
         let threads = Self.threadCount(worker.processIdentifier)
         #expect(threads > 0 && threads < 64, "1,000 calls in flight must not mean 1,000 threads (saw \(threads))")
 

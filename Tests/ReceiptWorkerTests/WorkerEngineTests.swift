@@ -480,7 +480,9 @@ struct WorkerEngineFlowTests {
             while verifier.open < 8 || queue.inProcessing < 10 { try await Task.sleep(for: .milliseconds(5)) }
             #expect(queue.inProcessing == 10)
             await group.triggerGracefulShutdown()
-            try await Task.sleep(for: .milliseconds(100))
+            // The fetcher gives the two back when it sees the shutdown; only then do the calls end
+            // (an answer before it would free a slot for another job).
+            while queue.waiting < 12 { try await Task.sleep(for: .milliseconds(5)) }
             verifier.releaseAll()
             try await tasks.waitForAll()
         }
