@@ -101,10 +101,14 @@ struct CrashRecoveryTests {
         // Apple slow enough that a full window of 1,000 calls is in flight at once.
         let fixture = try await WorkerProcessFixture(
             jobs: jobs, appleDelay: .milliseconds(1500),
-            worker: ["WORKER_CONCURRENCY": "1000", "WORKER_HEARTBEAT_TTL_SECONDS": "30", "WORKER_SHUTDOWN_TIMEOUT_SECONDS": "150"])
+            worker: [
+                "WORKER_CONCURRENCY": "1000", "WORKER_HEARTBEAT_TTL_SECONDS": "30", "WORKER_SHUTDOWN_TIMEOUT_SECONDS": "150", "LOG_LEVEL": "warning",
+            ])
         defer { Task { await fixture.close() } }
 
-        let worker = try fixture.startWorker()
+        let log = FileManager.default.temporaryDirectory.appendingPathComponent("rqt-sigterm-\(UUID().uuidString).log")
+        defer { try? FileManager.default.removeItem(at: log) }
+        let worker = try fixture.startWorker(log: log)
         // Wait until the window is full: 1,000 jobs held, most of them waiting on Apple.
         let fullBy = ContinuousClock.now + .seconds(60)
         var held = 0
@@ -120,17 +124,30 @@ struct CrashRecoveryTests {
         kill(worker.processIdentifier, SIGTERM)
         worker.waitUntilExit()
         #expect(worker.terminationReason == .exit && worker.terminationStatus == 0)
-        // Drained, not abandoned: every job it held was stored and acknowledged, none left held.
+        // Drained, not abandoned: every job it held was settled, none left held. Settled means
+        // stored, or back in the retry set when its commit failed: other suites restart the shared
+        // Postgres (RestartTests), and a commit cut by that is retried, not lost.
         #expect(try fixture.inProcessing() == 0)
         let queued = try fixture.queued()
+        let retrying = try fixture.redis.send(["ZCARD", fixture.keys.retry]).int ?? -1
         let afterDrain = try fixture.stored()
-        #expect(afterDrain >= 1000)
-        #expect(afterDrain + queued == jobs, "every job is either stored or still queued")
+        print("CrashRecoveryTests: SIGTERM drain: \(afterDrain) stored, \(queued) queued, \(retrying) waiting for a retry")
+        #expect(afterDrain + retrying >= 1000)
+        #expect(
+            afterDrain + queued + retrying == jobs,
+            "every job is stored, queued or waiting for its retry; \((try? fixture.whereabouts()) ?? "?"); the worker said: \((try? String(contentsOf: log, encoding: .utf8))?.suffix(3000) ?? "")"
+        )
 
-        // Another worker finishes the queue without any janitor.
+        // Another worker finishes the queue without any janitor (the retries promoted as the
+        // scheduler would, whenever they are due).
         let next = try fixture.startWorker()
+        let maintenance = RedisMaintenance(
+            connection: try RedisConnection(configuration: try AppConfiguration(environment: fixture.environment).redis), keys: fixture.keys)
         let deadline = ContinuousClock.now + .seconds(120)
-        while try fixture.stored() < jobs, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(100)) }
+        while try fixture.stored() < jobs, ContinuousClock.now < deadline {
+            _ = try maintenance.promoteDueRetries(now: Date().addingTimeInterval(3600), limit: 500)
+            try await Task.sleep(for: .milliseconds(100))
+        }
         #expect(try fixture.stored() == jobs)
         #expect(try await fixture.receiptsNotCalledExactlyOnce() == 0)
         kill(next.processIdentifier, SIGTERM)
@@ -218,9 +235,21 @@ struct WorkerProcessFixture {
         await mock.stop()
     }
 
-    /// Starts `receiptq work` with the fixture's environment.
-    func startWorker() throws -> Process {
-        try startProcess(CrashRecoveryTests.binary, ["work"], environment: environment)
+    /// Starts `receiptq work` with the fixture's environment (its errors appended to `log`).
+    func startWorker(log: URL? = nil) throws -> Process {
+        try startProcess(CrashRecoveryTests.binary, ["work"], environment: environment, standardError: log)
+    }
+
+    /// Where the jobs are that are neither stored nor queued: the retry set, the dead letters and
+    /// every processing list (registered or not), with the failure codes of the retried ones.
+    func whereabouts() throws -> String {
+        let retrying = try redis.send(["ZRANGE", keys.retry, "0", "-1"]).array ?? []
+        var codes: [String: Int] = [:]
+        for case .bulk(let raw) in retrying { codes[ReservedJob(raw: raw).envelope?.errorCode ?? "?", default: 0] += 1 }
+        let dead = try redis.send(["ZCARD", keys.dead]).int ?? -1
+        let lists = try redis.send(["KEYS", keys.processing("*")]).array ?? []
+        let held = try lists.compactMap(\.string).map { "\($0): \(try redis.send(["LLEN", $0]).int ?? -1)" }
+        return "retrying \(retrying.count) \(codes), dead \(dead), processing lists \(held)"
     }
 
     /// Receipts of the app stored as valid.
