@@ -247,6 +247,8 @@ enum PipelineRow: BenchRow {
             "method": [
                 "rps": "receipts with validated_at in the window / window length (Postgres)",
                 "p50_ms/p99_ms": "enqueue → result published in Redis after commit + ack (BLPOP on a ~200/s sample of result keys)",
+                "stages_ms":
+                    "the workers' receiptq_job_stage_seconds over the window: call = reserved → answered (http: libcurl's time for Apple's calls), commit_wait, commit, settle",
                 "validated_ms": "validated_at − enqueued_at of every job enqueued in the window (Postgres; excludes commit + ack)",
                 "cpu_us_per_job": "utime+stime of all worker processes over the window / jobs validated in the window",
                 "cores_used": "CPU seconds per second of wall time over the window, per process group; other = the machine's busy time minus ours",
@@ -512,12 +514,15 @@ enum PipelineRow: BenchRow {
         var workers: [ChildProcess] = []
         var workersStopped = false
         defer { if !workersStopped { for worker in workers { worker.stop(grace: 5) } } }
+        // Each worker exports its stage histograms, read before and after the window.
+        let metricsPorts = try (0..<processes).map { _ in try Network.freePort() }
         for index in 0..<processes {
             workers.append(
                 try ChildProcess(
                     executable: context.receiptq, arguments: ["work"],
                     environment: context.workerEnvironment(prefix: prefix, concurrency: concurrency).merging(
-                        spec.serverAPI ? context.serverAPI.map { serverAPIEnvironment(context, $0) } ?? [:] : [:]
+                        (spec.serverAPI ? context.serverAPI.map { serverAPIEnvironment(context, $0) } ?? [:] : [:])
+                            .merging(["METRICS_PORT": String(metricsPorts[index])]) { _, new in new }
                     ) { _, new in new },
                     label: "worker-\(spec.key)-\(index)", logDirectory: context.logDirectory))
         }
@@ -551,9 +556,12 @@ enum PipelineRow: BenchRow {
             watcherRedis.close()
         }
         let watcher = ResultWatcher(redis: watcherRedis, keys: keys)
-        // Backlog: ~4 ms of ideal throughput (at least 4 jobs); sample ~200 jobs per second for latency.
+        // Backlog: ~4 ms of ideal throughput (at least 4 jobs), plus what each worker keeps reserved
+        // ahead of its free slots (a quarter of its concurrency, at most 128), which it takes from
+        // the queue as soon as it can; sample ~200 jobs per second for latency.
         let settings = Feeder.Settings(
-            backlog: max(4, Int(ideal * 0.004)), maxBatch: 500, pollMicros: 1_000, sampleEvery: max(1, Int(ideal / 200)))
+            backlog: max(4, Int(ideal * 0.004)) + processes * max(1, min(128, concurrency / 4)), maxBatch: 500, pollMicros: 1_000,
+            sampleEvery: max(1, Int(ideal / 200)))
         let feeder = Feeder(
             redis: feederRedis, keys: keys, factory: factory, firstSerial: context.serial, settings: settings, watcher: watcher)
         try watcher.start()
@@ -570,9 +578,11 @@ enum PipelineRow: BenchRow {
             try context.postgres.execute("ANALYZE receipts, in_app_purchases, validation_attempts, subscriptions, events")
             level["analyzed_after_warmup"] = true
         }
+        let stagesBefore = WorkerStages.scrape(ports: metricsPorts, kind: "validate")
         let before = try Snapshot(context: context, workers: pids, feeder: feeder)
         pause(seconds: context.seconds)
         let after = try Snapshot(context: context, workers: pids, feeder: feeder)
+        let stages = stagesBefore.flatMap { before in WorkerStages.scrape(ports: metricsPorts, kind: "validate")?.meanMs(since: before) }
         level["load_average_after"] = Machine.loadAverage()
         if profile {
             // Every process of the pipeline at once, split by process name: "-qos.overcommit" are
@@ -705,6 +715,7 @@ enum PipelineRow: BenchRow {
 
         level.merge(
             [
+                "stages_ms": WorkerStages.json(stages ?? [:]),
                 "rps": Format.json(rps),
                 "pct_of_ideal": Format.json(100 * rps / ideal),
                 "p50_ms": Format.json(done.p50 / 1_000, places: 100),
@@ -915,6 +926,12 @@ enum PipelineRow: BenchRow {
         return reads.sorted { $0.value > $1.value }.map { "\($0.key) \($0.value)" }.joined(separator: ", ")
     }
 
+    static func stagesSummary(_ value: Any?) -> String {
+        guard let stages = value as? [String: Any], !stages.isEmpty else { return "-" }
+        let means = Dictionary(uniqueKeysWithValues: stages.compactMap { key, value in (value as? Double).map { (String(key.dropLast(3)), $0) } })
+        return WorkerStages.line(means)
+    }
+
     static func levelDetail(_ key: String, _ level: [String: Any]) -> String {
         let redis = level["redis_per_job"] as? [String: Any] ?? [:]
         let postgres = level["postgres_per_job"] as? [String: Any] ?? [:]
@@ -934,6 +951,7 @@ enum PipelineRow: BenchRow {
             commands, \(text(redis["net_in_bytes"])) B in; Postgres \(text(postgres["xact_commit"])) commits, \
             \(text(postgres["tup_inserted"])) rows inserted, \(text(postgres["wal_sync"])) WAL fsyncs, \(text(postgres["wal_bytes"])) WAL bytes
                 Postgres index tuples read per job: \(indexSummary(postgres["index_tuples_read"]))
+                mean ms per job in the worker (reserved → settled; http = libcurl's time for Apple's calls): \(stagesSummary(level["stages_ms"]))
                 CPU: \(text(level["cpu_us_per_job_total"])) µs per job in all processes → at most \(text(level["cpu_ceiling_rps"])) jobs/s \
             on this machine's cores
                 cores: worker \(text(cores["worker"])), postgres \(text(cores["postgres"])), redis \(text(cores["redis"])), \

@@ -155,7 +155,7 @@ enum WebhooksRow: BenchRow {
             let pgCPU = postmaster == nil ? Double.nan : ProcessStats.familyDelta(pgBefore, ProcessStats.familyCPU(parent: postmaster!))
             let machine = MachineCPU.shares(machineBefore, MachineCPU.sample())
             let benchCPU = ProcessStats.selfCPUMicros() - benchBefore
-            let stages = WorkerStages.scrape(port: metricsPort, kind: "webhook")
+            let stages = WorkerStages.scrape(ports: [metricsPort], kind: "webhook")
             worker.stop(grace: 10)
             let rate = Double(done) / seconds
             // The middle 80 % of deliveries: the worker's steady rate, without its start-up (process,
@@ -172,7 +172,7 @@ enum WebhooksRow: BenchRow {
                 "receiver_and_dispatcher_cpu_us_per_delivery": Format.json(benchCPU / Double(max(done, 1))),
                 "receiver_accepted": receiver.accepted - acceptedBefore, "machine_busy_pct": Format.json(machine.busy),
                 "dead": try redis.send(["ZCARD", RedisKeys(prefix: prefix).dead]).int ?? -1,
-                "stages_ms": stages?.json ?? [:],
+                "stages_ms": WorkerStages.json(stages?.meanMs() ?? [:]),
             ])
         }
         return report(results, deliveries: deliveries, delayMs: delayMs, concurrency: concurrency)
@@ -241,10 +241,8 @@ enum WebhooksRow: BenchRow {
         ])
         for (index, run) in runs.enumerated() {
             guard let stages = run["stages_ms"] as? [String: Double], !stages.isEmpty else { continue }
-            let parts = WorkerStages.stages.map {
-                "\($0.replacingOccurrences(of: "_", with: " ")) \(stages["\($0)_ms"].map { Format.micros($0) } ?? "-")"
-            }
-            table.notes.append("run \(index + 1), mean ms per delivery in the worker: " + parts.joined(separator: " · "))
+            let means = Dictionary(uniqueKeysWithValues: stages.map { (String($0.key.dropLast(3)), $0.value) })
+            table.notes.append("run \(index + 1), mean ms per delivery in the worker: " + WorkerStages.line(means))
         }
         table.notes.append(
             "bench µs: this process's CPU, where the receiver (checking every signature) and the dispatcher (as the schedule role would) run")
