@@ -136,18 +136,17 @@ enum EventRows {
             ), fresh AS (
                 SELECT i.* FROM input i
                 WHERE i.dedupe_key IS NULL OR NOT EXISTS (SELECT 1 FROM events e WHERE e.dedupe_key = i.dedupe_key)
-            ), counted AS (
-                -- In key order: concurrent writers of the same subjects lock them in the same order.
-                INSERT INTO event_subjects AS s (app_id, environment, subject, last_sequence)
-                SELECT app_id, COALESCE(environment, ''), subject, count(*) FROM fresh GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
-                ON CONFLICT (app_id, environment, subject) DO UPDATE SET last_sequence = s.last_sequence + EXCLUDED.last_sequence
-                RETURNING app_id, environment, subject, last_sequence
             ), numbered AS (
-                SELECT f.*, c.last_sequence - count(*) OVER subject_events
-                       + row_number() OVER (PARTITION BY f.app_id, c.environment, f.subject ORDER BY f.n) AS sequence
-                FROM fresh f JOIN counted c
-                  ON c.app_id = f.app_id AND c.environment = COALESCE(f.environment, '') AND c.subject = f.subject
-                WINDOW subject_events AS (PARTITION BY f.app_id, c.environment, f.subject)
+                -- The subject's newest event, one probe of the unique index; every writer of a
+                -- subject holds its lock from an earlier statement (the subscription's advisory
+                -- lock, the receipt's or the purchase's row lock), so this statement's snapshot
+                -- already sees the previous holder's events.
+                SELECT f.*, COALESCE(
+                           (SELECT e.sequence FROM events e
+                            WHERE e.app_id = f.app_id AND e.subject = f.subject AND COALESCE(e.environment, '') = COALESCE(f.environment, '')
+                            ORDER BY e.sequence DESC LIMIT 1), 0)
+                       + row_number() OVER (PARTITION BY f.app_id, COALESCE(f.environment, ''), f.subject ORDER BY f.n) AS sequence
+                FROM fresh f
             ), inserted AS (
                 INSERT INTO events (id, app_id, type, environment, user_identifier, subject, original_transaction_id,
                     transaction_id, receipt_id, sequence, occurred_at, data, dedupe_key)
