@@ -1,0 +1,264 @@
+import Foundation
+import Logging
+import ReceiptCore
+import ReceiptTesting
+import ReceiptWorker
+import ServiceLifecycle
+import Synchronization
+import Testing
+
+@Suite("Worker engine: concurrency, batching, shutdown")
+struct WorkerEngineFlowTests {
+    let app = AppRecord(id: UUID(), name: "t", bundleID: "b", sharedSecret: nil)
+
+    func jobs(_ count: Int) -> [JobEnvelope] {
+        (0..<count).map { _ in
+            JobEnvelope(id: JobID.make(), kind: .validate, appID: app.id, enqueuedAt: Date(), origin: .api, receipt: "x")
+        }
+    }
+
+    @Test("Never more than `concurrency` calls in flight, nor twice that in hand; the queue drains once Apple answers")
+    func boundedConcurrency() async throws {
+        let envelopes = jobs(100)
+        let queue = MemoryJobQueue(jobs: envelopes)
+        let store = MemoryReceiptStore(apps: [app])
+        let verifier = HeldVerifier()
+        let engine = WorkerEngine(
+            configuration: .init(concurrency: 10, reserveTimeout: .milliseconds(20)), makeQueue: { _ in queue },
+            makeStore: { _ in store }, verifier: verifier, logger: Logger(label: "test"))
+        let most = Mutex((calls: 0, inHand: 0))
+        try await runEngine(engine) {
+            most.withLock { $0 = (max($0.calls, verifier.open), max($0.inHand, queue.inProcessing)) }
+            // Let a full window of calls build up before answering them all.
+            if verifier.open == 10 { verifier.releaseAll() }
+            return engine.processedCount == 100
+        }
+        #expect(most.withLock { $0.calls } == 10)
+        #expect(most.withLock { $0.inHand } <= 20)
+        #expect(queue.acknowledged.count == 100)
+        #expect(Set(store.saved.map(\.envelope.id)) == Set(envelopes.map(\.id)))
+    }
+
+    /// A store whose first save waits until the test opens the gate.
+    final class GatedStore: ReceiptStore, @unchecked Sendable {
+        let inner: MemoryReceiptStore
+        let gate = DispatchSemaphore(value: 0)
+        private let lock = NSLock()
+        private var sizes: [Int] = []
+
+        init(_ inner: MemoryReceiptStore) { self.inner = inner }
+
+        var batchSizes: [Int] { lock.withLock { sizes } }
+
+        func app(id: UUID) throws -> AppRecord? { try inner.app(id: id) }
+
+        func save(_ records: [ValidationRecord]) throws -> [Result<ReceiptResource?, StoreFailure>] {
+            let first = lock.withLock {
+                sizes.append(records.count)
+                return sizes.count == 1
+            }
+            if first { gate.wait() }
+            return try inner.save(records)
+        }
+    }
+
+    @Test("Results that arrive while a commit runs are stored together in the next transaction")
+    func groupCommit() async throws {
+        let queue = MemoryJobQueue(jobs: jobs(40))
+        let store = GatedStore(MemoryReceiptStore(apps: [app]))
+        let verifier = HeldVerifier()
+        let engine = WorkerEngine(
+            configuration: .init(concurrency: 40, committers: 1, reserveTimeout: .milliseconds(20)), makeQueue: { _ in queue },
+            makeStore: { _ in store }, verifier: verifier, logger: Logger(label: "test"))
+        try await runEngine(engine) {
+            if verifier.open == 40 {
+                verifier.releaseAll()
+                // The committer holds the first results in its gated transaction while the rest queue up.
+                Thread.sleep(forTimeInterval: 0.2)
+                store.gate.signal()
+            }
+            return engine.processedCount == 40
+        }
+        let sizes = store.batchSizes
+        #expect(sizes.reduce(0, +) == 40)
+        #expect(sizes.count < 40)
+        // Whether the first transaction caught one result or many, the gate guarantees a shared one.
+        #expect((sizes.max() ?? 0) > 1)
+    }
+
+    @Test("An answered job frees its call slot before its commit; a stalled commit stops the fetcher at twice `concurrency`")
+    func slotFreedAtAnswer() async throws {
+        let envelopes = jobs(60)
+        let queue = MemoryJobQueue(jobs: envelopes)
+        let store = GatedStore(MemoryReceiptStore(apps: [app]))
+        let verifier = HeldVerifier()
+        let engine = WorkerEngine(
+            configuration: .init(concurrency: 10, committers: 1, reserveTimeout: .milliseconds(20)), makeQueue: { _ in queue },
+            makeStore: { _ in store }, verifier: verifier, logger: Logger(label: "test"))
+        let seen = Mutex((calls: 0, inHand: 0, stalledAt: 0))
+        try await runEngine(engine) {
+            let (open, inHand) = (verifier.open, queue.inProcessing)
+            seen.withLock { $0 = (max($0.calls, open), max($0.inHand, inHand), $0.stalledAt) }
+            // The first commit hangs (Postgres stalled): answers keep freeing call slots until
+            // twice `concurrency` jobs are in hand; then the fetcher waits, and the gate opens.
+            if open == 10 { verifier.releaseAll() }
+            if inHand == 20, seen.withLock({ $0.stalledAt }) == 0 {
+                Thread.sleep(forTimeInterval: 0.1)
+                seen.withLock { $0.stalledAt = queue.inProcessing }
+                verifier.releaseAll()
+                store.gate.signal()
+            }
+            return engine.processedCount == 60
+        }
+        let result = seen.withLock { $0 }
+        #expect(result.calls == 10)
+        #expect(result.inHand == 20)
+        // Nothing more was reserved while the commit stalled with 20 in hand.
+        #expect(result.stalledAt == 20)
+        #expect(queue.acknowledged.count == 60)
+        #expect(Set(store.inner.saved.map(\.envelope.id)) == Set(envelopes.map(\.id)))
+    }
+
+    @Test("Answers that come within the commit linger of the first one share its transaction")
+    func lingeringCommit() async throws {
+        let queue = MemoryJobQueue(jobs: jobs(5))
+        let store = GatedStore(MemoryReceiptStore(apps: [app]))
+        store.gate.signal()
+        let verifier = HeldVerifier()
+        let engine = WorkerEngine(
+            configuration: .init(concurrency: 5, committers: 2, commitLinger: .milliseconds(500), reserveTimeout: .milliseconds(20)),
+            makeQueue: { _ in queue }, makeStore: { _ in store }, verifier: verifier, logger: Logger(label: "test"))
+        try await runEngine(engine) {
+            if verifier.open == 5 {
+                // Five answers 10 ms apart: without the linger each would wake a committer alone.
+                for _ in 0..<5 {
+                    verifier.releaseOne()
+                    Thread.sleep(forTimeInterval: 0.01)
+                }
+            }
+            return engine.processedCount == 5
+        }
+        #expect(store.batchSizes == [5])
+        #expect(queue.acknowledged.count == 5)
+    }
+
+    // The limit is the upper bound: Apple (the held verifier) never answers before the engine
+    // returns, so an engine that did not give up at its deadline would hang here. A wall-clock
+    // bound on the return instead measured the test process's cooperative pool, which the whole
+    // suite starting at once holds for seconds on this 2-core machine.
+    @Test("Past the shutdown deadline, the engine hands its jobs back and returns", .timeLimit(.minutes(1)))
+    func abandonsAtTheDeadline() async throws {
+        let queue = MemoryJobQueue(jobs: jobs(2))
+        let store = MemoryReceiptStore(apps: [app])
+        let abandoned = Mutex(0)
+        let verifier = HeldVerifier()
+        let engine = WorkerEngine(
+            configuration: .init(concurrency: 2, reserveTimeout: .milliseconds(20), shutdownTimeout: .milliseconds(300)),
+            makeQueue: { _ in queue }, makeStore: { _ in store }, verifier: verifier,
+            requeueAbandoned: { abandoned.withLock { $0 += 1 } }, logger: Logger(label: "test"))
+        let started = Mutex<ContinuousClock.Instant?>(nil)
+        try await runEngine(engine) {
+            guard verifier.open == 2 else { return false }
+            started.withLock { $0 = .now }
+            return true
+        }
+        // Not before the deadline (0.3 s): the jobs in hand had their time.
+        #expect(ContinuousClock.now - (started.withLock { $0 } ?? .now) >= .milliseconds(300))
+        #expect(abandoned.withLock { $0 } == 1)
+        #expect(store.saved.isEmpty)
+        #expect(queue.inProcessing == 2)
+        verifier.releaseAll()
+    }
+
+    @Test("Jobs in hand at shutdown finish within the deadline and nothing is requeued")
+    func drainsOnShutdown() async throws {
+        let queue = MemoryJobQueue(jobs: jobs(5))
+        let store = MemoryReceiptStore(apps: [app])
+        let abandoned = Mutex(0)
+        let verifier = HeldVerifier()
+        let engine = WorkerEngine(
+            configuration: .init(concurrency: 5, reserveTimeout: .milliseconds(20), shutdownTimeout: .seconds(10)),
+            makeQueue: { _ in queue }, makeStore: { _ in store }, verifier: verifier,
+            requeueAbandoned: { abandoned.withLock { $0 += 1 } }, logger: Logger(label: "test"))
+        let group = ServiceGroup(services: [engine], gracefulShutdownSignals: [], logger: Logger(label: "test"))
+        try await withThrowingTaskGroup(of: Void.self) { tasks in
+            tasks.addTask { try await group.run() }
+            while verifier.open < 5 { try await Task.sleep(for: .milliseconds(5)) }
+            await group.triggerGracefulShutdown()
+            // Apple answers after the shutdown began: the answers are still stored and acknowledged.
+            try await Task.sleep(for: .milliseconds(100))
+            verifier.releaseAll()
+            try await tasks.waitForAll()
+        }
+        #expect(abandoned.withLock { $0 } == 0)
+        #expect(queue.acknowledged.count == 5)
+        #expect(queue.inProcessing == 0)
+    }
+
+    @Test("Jobs reserved ahead of the free slots are given back unstarted at shutdown; the started ones finish", .timeLimit(.minutes(1)))
+    func givesBackJobsReservedAhead() async throws {
+        let queue = MemoryJobQueue(jobs: jobs(20))
+        let store = MemoryReceiptStore(apps: [app])
+        let abandoned = Mutex(0)
+        let verifier = HeldVerifier()
+        let engine = WorkerEngine(
+            configuration: .init(concurrency: 8, reserveTimeout: .milliseconds(20), shutdownTimeout: .seconds(10)),
+            makeQueue: { _ in queue }, makeStore: { _ in store }, verifier: verifier,
+            requeueAbandoned: { abandoned.withLock { $0 += 1 } }, logger: Logger(label: "test"))
+        let group = ServiceGroup(services: [engine], gracefulShutdownSignals: [], logger: Logger(label: "test"))
+        try await withThrowingTaskGroup(of: Void.self) { tasks in
+            tasks.addTask { try await group.run() }
+            // Eight calls, and a quarter of the concurrency (2) reserved ahead.
+            while verifier.open < 8 || queue.inProcessing < 10 { try await Task.sleep(for: .milliseconds(5)) }
+            #expect(queue.inProcessing == 10)
+            await group.triggerGracefulShutdown()
+            // The fetcher gives the two back when it sees the shutdown; only then do the calls end
+            // (an answer before it would free a slot for another job).
+            while queue.waiting < 12 { try await Task.sleep(for: .milliseconds(5)) }
+            verifier.releaseAll()
+            try await tasks.waitForAll()
+        }
+        #expect(abandoned.withLock { $0 } == 0)
+        #expect(queue.acknowledged.count == 8)
+        #expect(queue.inProcessing == 0)
+        #expect(queue.waiting == 12)
+        #expect(store.saved.count == 8)
+    }
+
+    /// A queue whose first reserve moves a job and then loses the reply, as a dropped connection does.
+    final class LossyQueue: JobQueue, @unchecked Sendable {
+        let inner: MemoryJobQueue
+        private var failed = false
+
+        init(_ inner: MemoryJobQueue) { self.inner = inner }
+
+        func reserve(max: Int, timeout: Duration) throws -> [ReservedJob] {
+            let jobs = try inner.reserve(max: 1, timeout: timeout)
+            if !failed, !jobs.isEmpty {
+                failed = true
+                struct Lost: Error {}
+                throw Lost()
+            }
+            return jobs
+        }
+
+        func settle(_ settlements: [Settlement], activity: ActivityTally) throws { try inner.settle(settlements, activity: activity) }
+        func requeueStrays(keeping inFlight: [[UInt8]]) throws -> Int { try inner.requeueStrays(keeping: inFlight) }
+        func heartbeat(busy: Int) throws {}
+    }
+
+    @Test("A job moved by a reserve whose reply was lost is given back and validated, not stranded")
+    func straysAfterLostReply() async throws {
+        let envelopes = jobs(3)
+        let memory = MemoryJobQueue(jobs: envelopes)
+        let queue = LossyQueue(memory)
+        let store = MemoryReceiptStore(apps: [app])
+        let engine = WorkerEngine(
+            configuration: .init(concurrency: 4, reserveTimeout: .milliseconds(20)), makeQueue: { _ in queue },
+            makeStore: { _ in store }, verifier: StubVerifier([StubVerifier.report(status: 0, verdict: .valid)]),
+            logger: Logger(label: "test"))
+        try await runEngine(engine) { engine.processedCount == 3 }
+        #expect(Set(store.saved.map(\.envelope.id)) == Set(envelopes.map(\.id)))
+        #expect(memory.inProcessing == 0)
+    }
+}
