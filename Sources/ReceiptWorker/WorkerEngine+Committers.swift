@@ -4,8 +4,8 @@ import ReceiptCore
 
 /// The committers: a few threads, each with its own Postgres and Redis connection, that take
 /// every decided plan waiting (up to `commitBatch`), store them in one Postgres transaction and
-/// settle them in one Redis round trip. A slot is freed only after its settlement: what the
-/// engine's doc comment promises ("nothing is lost") is kept here.
+/// settle them in one Redis round trip. A job stays in flight (and in the processing list) until
+/// its settlement: what the engine's doc comment promises ("nothing is lost") is kept here.
 extension WorkerEngine {
     func runCommitter(_ index: Int) {
         let role = "committer-\(index)"

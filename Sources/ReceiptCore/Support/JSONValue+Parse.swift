@@ -237,6 +237,14 @@ private struct JSONByteParser {
         }
         guard let value = Double(String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<index]), as: UTF8.self)), value.isFinite
         else { throw JSONParseError(code: "number", offset: start) }
+        // A non-zero number too small for a Double (`5e-515`) reads as 0 here but is refused by
+        // JSONDecoder (an underflow): refused here too, for the same reason as `0e1` above.
+        if value == 0 {
+            let significand = bytes[start..<index].prefix { $0 != UInt8(ascii: "e") && $0 != UInt8(ascii: "E") }
+            if significand.contains(where: { $0 >= UInt8(ascii: "1") && $0 <= UInt8(ascii: "9") }) {
+                throw JSONParseError(code: "number", offset: start)
+            }
+        }
         return value
     }
 }
