@@ -170,55 +170,59 @@ struct WorkerEngineFlowTests {
         verifier.releaseAll()
     }
 
-    @Test("Jobs in hand at shutdown finish within the deadline and nothing is requeued")
-    func drainsOnShutdown() async throws {
-        let queue = MemoryJobQueue(jobs: jobs(5))
+    /// Runs `jobs` through an engine at `concurrency` whose calls Apple holds; once `full()` says
+    /// the window is up it triggers graceful shutdown, waits for `beforeAnswers()`, answers every
+    /// call and waits for the engine to return. Returns the queue, the store and how many times the
+    /// engine gave up at its deadline.
+    func shutDown(
+        jobs count: Int, concurrency: Int, full: @escaping @Sendable (HeldVerifier, MemoryJobQueue) -> Bool,
+        beforeAnswers: @escaping @Sendable (MemoryJobQueue) async throws -> Void
+    ) async throws -> (queue: MemoryJobQueue, store: MemoryReceiptStore, abandoned: Int) {
+        let queue = MemoryJobQueue(jobs: jobs(count))
         let store = MemoryReceiptStore(apps: [app])
         let abandoned = Mutex(0)
         let verifier = HeldVerifier()
         let engine = WorkerEngine(
-            configuration: .init(concurrency: 5, reserveTimeout: .milliseconds(20), shutdownTimeout: .seconds(10)),
+            configuration: .init(concurrency: concurrency, reserveTimeout: .milliseconds(20), shutdownTimeout: .seconds(10)),
             makeQueue: { _ in queue }, makeStore: { _ in store }, verifier: verifier,
             requeueAbandoned: { abandoned.withLock { $0 += 1 } }, logger: Logger(label: "test"))
         let group = ServiceGroup(services: [engine], gracefulShutdownSignals: [], logger: Logger(label: "test"))
         try await withThrowingTaskGroup(of: Void.self) { tasks in
             tasks.addTask { try await group.run() }
-            while verifier.open < 5 { try await Task.sleep(for: .milliseconds(5)) }
+            while !full(verifier, queue) { try await Task.sleep(for: .milliseconds(5)) }
             await group.triggerGracefulShutdown()
-            // Apple answers after the shutdown began: the answers are still stored and acknowledged.
-            try await Task.sleep(for: .milliseconds(100))
+            try await beforeAnswers(queue)
             verifier.releaseAll()
             try await tasks.waitForAll()
         }
-        #expect(abandoned.withLock { $0 } == 0)
+        return (queue, store, abandoned.withLock { $0 })
+    }
+
+    @Test("Jobs in hand at shutdown finish within the deadline and nothing is requeued")
+    func drainsOnShutdown() async throws {
+        let (queue, _, abandoned) = try await shutDown(
+            jobs: 5, concurrency: 5, full: { verifier, _ in verifier.open == 5 },
+            beforeAnswers: { _ in
+                // Apple answers after the shutdown began: the answers are still stored and acknowledged.
+                try await Task.sleep(for: .milliseconds(100))
+            })
+        #expect(abandoned == 0)
         #expect(queue.acknowledged.count == 5)
         #expect(queue.inProcessing == 0)
     }
 
     @Test("Jobs reserved ahead of the free slots are given back unstarted at shutdown; the started ones finish", .timeLimit(.minutes(1)))
     func givesBackJobsReservedAhead() async throws {
-        let queue = MemoryJobQueue(jobs: jobs(20))
-        let store = MemoryReceiptStore(apps: [app])
-        let abandoned = Mutex(0)
-        let verifier = HeldVerifier()
-        let engine = WorkerEngine(
-            configuration: .init(concurrency: 8, reserveTimeout: .milliseconds(20), shutdownTimeout: .seconds(10)),
-            makeQueue: { _ in queue }, makeStore: { _ in store }, verifier: verifier,
-            requeueAbandoned: { abandoned.withLock { $0 += 1 } }, logger: Logger(label: "test"))
-        let group = ServiceGroup(services: [engine], gracefulShutdownSignals: [], logger: Logger(label: "test"))
-        try await withThrowingTaskGroup(of: Void.self) { tasks in
-            tasks.addTask { try await group.run() }
-            // Eight calls, and a quarter of the concurrency (2) reserved ahead.
-            while verifier.open < 8 || queue.inProcessing < 10 { try await Task.sleep(for: .milliseconds(5)) }
-            #expect(queue.inProcessing == 10)
-            await group.triggerGracefulShutdown()
-            // The fetcher gives the two back when it sees the shutdown; only then do the calls end
-            // (an answer before it would free a slot for another job).
-            while queue.waiting < 12 { try await Task.sleep(for: .milliseconds(5)) }
-            verifier.releaseAll()
-            try await tasks.waitForAll()
-        }
-        #expect(abandoned.withLock { $0 } == 0)
+        // Eight calls, and a quarter of the concurrency (2) reserved ahead.
+        let (queue, store, abandoned) = try await shutDown(
+            jobs: 20, concurrency: 8, full: { verifier, queue in verifier.open == 8 && queue.inProcessing >= 10 },
+            beforeAnswers: { queue in
+                #expect(queue.inProcessing == 10)
+                // The fetcher gives the two back when it sees the shutdown; only then do the calls
+                // end (an answer before it would free a slot for another job).
+                while queue.waiting < 12 { try await Task.sleep(for: .milliseconds(5)) }
+            })
+        #expect(abandoned == 0)
         #expect(queue.acknowledged.count == 8)
         #expect(queue.inProcessing == 0)
         #expect(queue.waiting == 12)
