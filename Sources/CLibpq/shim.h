@@ -12,4 +12,10 @@ static inline char *_Nullable clibpq_result_sqlstate(const PGresult *_Nullable r
 static inline char *_Nullable clibpq_result_primary_message(const PGresult *_Nullable result) {
     return PQresultErrorField(result, PG_DIAG_MESSAGE_PRIMARY);
 }
+
+// Same reason as above: the name of the constraint a statement violated (a name from the schema,
+// never a value).
+static inline char *_Nullable clibpq_result_constraint_name(const PGresult *_Nullable result) {
+    return PQresultErrorField(result, PG_DIAG_CONSTRAINT_NAME);
+}
 #endif

@@ -56,11 +56,14 @@ public struct PostgresError: Error, CustomStringConvertible, Equatable {
     public var sqlState: String?
     /// The server's primary message or libpq's error, first line only, with bound values scrubbed.
     public var message: String
+    /// The constraint or index a statement violated (SQLSTATE class 23), as the schema names it.
+    public var constraint: String?
 
-    init(code: Code, sqlState: String? = nil, message: String) {
+    init(code: Code, sqlState: String? = nil, message: String, constraint: String? = nil) {
         self.code = code
         self.sqlState = sqlState
         self.message = message
+        self.constraint = constraint
     }
 
     /// Whether retrying the same work later can succeed: lost or failed connections, SQLSTATE
@@ -157,7 +160,8 @@ extension PostgresError {
                 case nil: .other
                 default: .query
                 }
-            return PostgresError(code: code, sqlState: sqlState, message: message)
+            let constraint = clibpq_result_constraint_name(result).map { String(cString: $0) }
+            return PostgresError(code: code, sqlState: sqlState, message: message, constraint: constraint)
         case .invalidQuery(let reason):
             return PostgresError(code: .other, message: reason)
         case .unexpectedStatus(let status):

@@ -113,7 +113,7 @@ public final class PostgresReceiptStore: ReceiptStore {
     private static func failure(_ error: PostgresError) -> StoreFailure {
         // The event sequence's unique index is a net for a writer that ran without its subject's
         // lock: a retry takes the lock and numbers after the winner, so it is not the record's fault.
-        let sequenceRace = error.message.contains("events_subject_sequence_key")
+        let sequenceRace = error.constraint == "events_subject_sequence_key"
         return StoreFailure(
             code: error.sqlState ?? "\(error.code)", message: "Postgres refused the record: \(error.message)",
             isPermanent: error.isDataError && !sequenceRace)

@@ -176,6 +176,7 @@ struct LibpqTests {
         #expect(error.sqlState == "23505")
         #expect(error.code.description == "uniqueViolation")
         #expect(error.message.contains("duplicate key"))
+        #expect(error.constraint == "\(table)_pkey")
         #expect(!error.isTransient)
         // The key is in the server's DETAIL, which is never surfaced.
         #expect(!String(describing: error).contains(key))
