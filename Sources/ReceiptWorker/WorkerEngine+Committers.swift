@@ -40,20 +40,18 @@ extension WorkerEngine {
                 }
             }
             let freedAt = DispatchTime.now().uptimeNanoseconds
-            var startedAt: [UInt64?] = []
             condition.lock()
             for (item, outcome) in zip(batch, outcomes) {
                 shared.inFlight[item.token] = nil
-                startedAt.append(shared.startedAt.removeValue(forKey: item.token))
                 shared.outcomes[outcome, default: 0] += 1
             }
             condition.broadcast()
             condition.unlock()
             let settledAt = now()
-            for ((item, outcome), started) in zip(zip(batch, outcomes), startedAt) {
+            for (item, outcome) in zip(batch, outcomes) {
                 metrics.settled(outcome, envelope: item.job.envelope, at: settledAt)
                 let kind = item.job.envelope?.kind
-                if let started { metrics.stage(.call, kind: kind, nanoseconds: item.decidedAt &- started) }
+                if let call = item.callNanoseconds { metrics.stage(.call, kind: kind, nanoseconds: call) }
                 metrics.stage(.commitWait, kind: kind, nanoseconds: takenAt &- item.decidedAt)
                 metrics.stage(.commit, kind: kind, nanoseconds: committedAt &- takenAt)
                 metrics.stage(.settle, kind: kind, nanoseconds: freedAt &- committedAt)

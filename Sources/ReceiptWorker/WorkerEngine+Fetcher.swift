@@ -132,7 +132,7 @@ extension WorkerEngine {
     /// Call slots free (fewer than `concurrency` calling), and room to reserve (fewer than twice
     /// that in hand: calling, reserved ahead, or answered and waiting for a commit).
     private func capacity(_ shared: Shared) -> (calls: Int, room: Int) {
-        (max(0, configuration.concurrency - shared.calling), max(0, 2 * configuration.concurrency - shared.inFlight.count))
+        (max(0, configuration.concurrency - shared.calling.count), max(0, 2 * configuration.concurrency - shared.inFlight.count))
     }
 
     /// Puts reserved jobs in flight (they are in the processing list now); returns their tokens.
@@ -168,8 +168,7 @@ extension WorkerEngine {
         using generator: inout SystemRandomNumberGenerator
     ) {
         locked { shared in
-            shared.startedAt[token] = DispatchTime.now().uptimeNanoseconds
-            shared.calling += 1
+            shared.calling[token] = DispatchTime.now().uptimeNanoseconds
         }
         guard let envelope = job.envelope else {
             logger.warning("Undecodable job buried")

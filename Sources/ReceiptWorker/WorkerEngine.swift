@@ -102,16 +102,17 @@ public final class WorkerEngine: Service, Sendable {
         var plan: JobPlan
         /// When its answer came (monotonic nanoseconds), for the stage metrics.
         var decidedAt: UInt64
+        /// How long its call took, from its start to its answer (the `call` stage).
+        var callNanoseconds: UInt64?
     }
 
     /// Everything the threads share, under one lock.
     struct Shared {
         var nextToken = 0
         var inFlight: [Int: ReservedJob] = [:]
-        /// When each job in flight was started (monotonic nanoseconds), for the stage metrics.
-        var startedAt: [Int: UInt64] = [:]
-        /// Jobs started and not yet answered (the slots `concurrency` bounds).
-        var calling = 0
+        /// The jobs started and not yet answered (the slots `concurrency` bounds), with when each
+        /// started (monotonic nanoseconds, for the stage metrics).
+        var calling: [Int: UInt64] = [:]
         var stopping = false
         var fetcherDone = false
         var abandoned = false
@@ -246,9 +247,11 @@ public final class WorkerEngine: Service, Sendable {
 
     func decide(_ token: Int, _ job: ReservedJob, _ plan: JobPlan) {
         // The call is over: its slot may start another while this job waits for its commit.
-        locked(notify: true) { $0.calling -= 1 }
+        let started = locked(notify: true) { $0.calling.removeValue(forKey: token) }
+        let answeredAt = DispatchTime.now().uptimeNanoseconds
         decisions.lock()
-        decided.append(Decided(token: token, job: job, plan: plan, decidedAt: DispatchTime.now().uptimeNanoseconds))
+        decided.append(
+            Decided(token: token, job: job, plan: plan, decidedAt: answeredAt, callNanoseconds: started.map { answeredAt &- $0 }))
         decisions.signal()
         decisions.unlock()
     }

@@ -47,7 +47,7 @@ struct WorkerMetrics: Sendable {
         case commitWait = "commit_wait"
         /// The Postgres transaction of its batch.
         case commit
-        /// The Redis settlement of its batch, until its slot is free.
+        /// The Redis settlement of its batch (the call's slot was freed at the answer).
         case settle
     }
 
