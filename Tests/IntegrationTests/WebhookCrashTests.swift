@@ -77,14 +77,22 @@ extension CrashRecoveryTests {
         #expect(receiver.deliveries.allSatisfy { $0.signatureValid })
         let repeats = receiver.deliveries.filter { $0.status == 200 }.count - delivered().count
         #expect(repeats <= 64, "repeats are the deliveries in flight at the kill (\(repeats))")
-        let rows = try #require(
+        // The receiver's 2xx comes before the worker commits the outcome (its batch lingers a few
+        // milliseconds): wait, bounded, for the last rows.
+        func rows() async throws -> PostgresRow? {
             try await fixture.pg.query(
                 """
                 SELECT count(*) AS n, count(*) FILTER (WHERE status = 'delivered') AS delivered
                 FROM webhook_deliveries WHERE app_id = \(fixture.app.id)
                 """
-            ).rows.first)
-        #expect(rows.int("n") == expected.count && rows.int("delivered") == expected.count)
+            ).rows.first
+        }
+        let rowsBy = ContinuousClock.now + .seconds(10)
+        while try await rows()?.int("delivered") != expected.count, ContinuousClock.now < rowsBy {
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        let counts = try #require(try await rows())
+        #expect(counts.int("n") == expected.count && counts.int("delivered") == expected.count)
         #expect(try fixture.redis.send(["ZCARD", fixture.keys.dead]).int == 0)
         #expect(try fixture.redis.send(["LLEN", fixture.keys.queue("webhook")]).int == 0)
         kill(second.processIdentifier, SIGTERM)
