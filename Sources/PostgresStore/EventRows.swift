@@ -134,8 +134,13 @@ enum EventRows {
                   WITH ORDINALITY AS u(id, app_id, type, environment, user_identifier, subject, original_transaction_id,
                        transaction_id, receipt_id, occurred_at, data, dedupe_key, ordering_key, n)
             ), fresh AS (
-                SELECT i.* FROM input i
-                WHERE i.dedupe_key IS NULL OR NOT EXISTS (SELECT 1 FROM events e WHERE e.dedupe_key = i.dedupe_key)
+                -- A keyed change is stated once: not if its subject already has the event (read
+                -- under the subject's lock, like the sequence below), nor twice in one batch.
+                SELECT i.* FROM (SELECT *, row_number() OVER (PARTITION BY dedupe_key ORDER BY n) AS copy FROM input) i
+                WHERE i.dedupe_key IS NULL OR (i.copy = 1 AND NOT EXISTS (
+                    SELECT 1 FROM events e
+                    WHERE e.app_id = i.app_id AND e.subject = i.subject AND COALESCE(e.environment, '') = COALESCE(i.environment, '')
+                      AND e.dedupe_key = i.dedupe_key))
             ), numbered AS (
                 -- The subject's newest event, one probe of the unique index; every writer of a
                 -- subject holds its lock from an earlier statement (the subscription's advisory
@@ -151,9 +156,8 @@ enum EventRows {
                 INSERT INTO events (id, app_id, type, environment, user_identifier, subject, original_transaction_id,
                     transaction_id, receipt_id, sequence, occurred_at, data, dedupe_key)
                 SELECT id, app_id, type, environment, user_identifier, subject, original_transaction_id, transaction_id,
-                    receipt_id, sequence, occurred_at, data::jsonb, dedupe_key
+                    receipt_id, sequence, occurred_at, data::json, dedupe_key
                 FROM numbered
-                ON CONFLICT (dedupe_key) DO NOTHING
                 RETURNING id
             )
             -- `IN (inserted)`, not a join with it: both CTEs are estimated at one row, so a join

@@ -37,7 +37,7 @@ extension CrashRecoveryTests {
                                         """
                                         INSERT INTO events (id, app_id, type, subject, sequence, occurred_at, data)
                                         SELECT gen_random_uuid(), \(app), 'receipt.validated', 'receipt:' || n, 1, now(),
-                                               jsonb_build_object('n', n)
+                                               json_build_object('n', n)
                                         FROM generate_series(\(batch)::int, \(batch + perTransaction - 1)::int) AS n
                                         """)
                                     // Writer 0 holds its transaction open while the others commit after it began.

@@ -102,7 +102,7 @@ enum WebhooksRow: BenchRow {
                 WITH written AS (
                     INSERT INTO events (id, app_id, type, user_identifier, subject, sequence, occurred_at, data)
                     SELECT gen_random_uuid(), \(app.id), 'receipt.validated', 'bench-user-' || n, 'receipt:bench-' || n, 1, now(),
-                           jsonb_build_object('n', n, 'padding', repeat('x', 600))
+                           json_build_object('n', n, 'padding', repeat('x', 600))
                     FROM generate_series(\(base)::int, \(base + deliveries - 1)::int) AS n
                     RETURNING id, user_identifier
                 )
