@@ -163,8 +163,9 @@ public enum MockAppStore {
                 excludeOld: json["exclude-old-transactions"]?.boolValue ?? false, state: state))
     }
 
-    /// Apple's answer for a receipt it accepts.
-    static func answer(
+    /// Apple's answer for a receipt it accepts (public for the bench's `outbox` row, which stores
+    /// the same answers without the HTTP round trip).
+    public static func answer(
         for receipt: AppReceipt, receiptData: String, environmentName: String, excludeOld: Bool, state: MockAppStoreState? = nil
     ) -> [String: JSONValue] {
         let now = Date()

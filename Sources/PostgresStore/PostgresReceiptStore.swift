@@ -14,13 +14,18 @@ public final class PostgresReceiptStore: ReceiptStore {
     private let appCacheTTL: TimeInterval = 30
     private var endpoints: [UUID: (record: WebhookEndpointRecord?, loadedAt: Date)] = [:]
     private let endpointCacheTTL: TimeInterval = 5
+    private let writesEvents: Bool
 
     /// Creates a store on `connection`.
-    /// - Parameter secrets: opens the apps' sealed In-App Purchase keys (nil: none is opened, so
-    ///   no app can use the Server API).
-    public init(connection: PostgresConnection, secrets: SecretBox? = nil) {
+    /// - Parameters:
+    ///   - secrets: opens the apps' sealed In-App Purchase keys (nil: none is opened, so no app
+    ///     can use the Server API).
+    ///   - writesEvents: false only to measure what the outbox costs (`scripts/bench outbox`): the
+    ///     store then takes no subscription locks and writes no events, so no webhook is ever sent.
+    public init(connection: PostgresConnection, secrets: SecretBox? = nil, writesEvents: Bool = true) {
         self.connection = connection
         self.secrets = secrets
+        self.writesEvents = writesEvents
     }
 
     public func app(id: UUID) throws -> AppRecord? {
@@ -52,14 +57,14 @@ public final class PostgresReceiptStore: ReceiptStore {
             let resources = try connection.transaction { connection -> [UUID: ReceiptResource] in
                 try WebhookRows.record(deliveries, on: connection)
                 guard !records.isEmpty else { return [:] }
-                try EventRows.lock(records, on: connection)
+                if writesEvents { try EventRows.lock(records, on: connection) }
                 var changes = EventRows.Changes()
                 for group in Self.conflictFreeGroups(records) {
                     changes.merge(try write(NotificationRows.prepare(group, on: connection), on: connection))
                 }
                 let resources = try ReceiptRows.resources(
                     connection, ids: records.filter { !$0.isRepoll && !$0.isNotification }.map(\.envelope.id))
-                try EventRows.insert(EventRows.events(changes, resources: resources, now: Date()), on: connection)
+                if writesEvents { try EventRows.insert(EventRows.events(changes, resources: resources, now: Date()), on: connection) }
                 return resources
             }
             let saved = records.map { record -> Result<ReceiptResource?, StoreFailure> in
@@ -131,7 +136,7 @@ public final class PostgresReceiptStore: ReceiptStore {
             purchases.append(record)
             attempts.append(record)
         }
-        let before = try EventRows.subscriptionsBefore(records, on: connection)
+        let before = writesEvents ? try EventRows.subscriptionsBefore(records, on: connection) : [:]
         if !receipts.isEmpty {
             let changed = try writeReceipts(receipts, on: connection)
             // A verdict is news only for a receipt the backend posted (not a notification's own row).

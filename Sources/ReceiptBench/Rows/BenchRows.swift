@@ -10,6 +10,7 @@ enum BenchRows {
             SchedulerRow.self,
             NotificationsRow.self,
             WebhooksRow.self,
+            OutboxRow.self,
             PipelineScaleRow.self,
         ]
     }
