@@ -540,7 +540,9 @@ struct CurlMultiTests {
 
         // And removes a queued one without disturbing the transfer ahead of it.
         let single = try CurlMulti(options: multiOptions(), maxConcurrent: 1)
-        let ahead = Task { try await single.send(HTTPRequest(url: server.url("/delay?ms=500"))) }
+        // Long enough that the next task is queued behind it even on a loaded machine (at 500 ms
+        // a full CI run once started it after the transfer ahead had ended: never queued).
+        let ahead = Task { try await single.send(HTTPRequest(url: server.url("/delay?ms=3000"))) }
         #expect(try await eventually { single.statistics.inFlight == 1 })
         let queued = Task { try await single.send(HTTPRequest(url: server.url("/echo"))) }
         #expect(try await eventually { single.statistics.queued == 1 })
