@@ -140,7 +140,7 @@ enum IngestRow: BenchRow {
         // every (receipt, app) pair has been sent, --receipts × --apps requests per run.
         var tokens: [String] = []
         var appIDs: [UUID] = []
-        defer { if !options.has("--keep-data") { for app in appIDs { deleteApp(app, postgres) } } }
+        defer { if !options.has("--keep-data") { BenchApps.delete(appIDs, on: postgres, row: "ingest") } }
         let admin = AppAdmin(connection: postgres)
         let label = UUID().uuidString.prefix(8).lowercased()
         for index in 0..<settings.apps {
@@ -578,7 +578,4 @@ enum IngestRow: BenchRow {
         }
         return result
     }
-
-    /// Removes the bench's app and anything stored under it.
-    static func deleteApp(_ app: UUID, _ postgres: PostgresConnection) { BenchApps.delete(app, on: postgres, row: "ingest") }
 }

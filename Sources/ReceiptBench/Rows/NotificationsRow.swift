@@ -77,7 +77,7 @@ enum NotificationsRow: BenchRow {
         let bundleID = "com.example.receiptq.bench.notifications"
         let (app, _) = try admin.addApp(
             name: "bench-notifications-\(UUID().uuidString.prefix(8).lowercased())", bundleID: bundleID, sharedSecret: "s")
-        defer { BenchApps.delete(app.id, on: postgres, row: name) }
+        defer { BenchApps.delete([app.id], on: postgres, row: name) }
         let token = try admin.rotateNotificationToken(appID: app.id)
         let path = "/apple/notifications/\(app.name)/\(token)"
 

@@ -68,7 +68,7 @@ enum OutboxRow: BenchRow {
         let bundleID = "com.example.receiptq.bench"
         let (app, _) = try AppAdmin(connection: postgres).addApp(
             name: "bench-outbox-\(UUID().uuidString.prefix(8).lowercased())", bundleID: bundleID, sharedSecret: nil)
-        defer { BenchApps.delete(app.id, on: postgres, row: name) }
+        defer { BenchApps.delete([app.id], on: postgres, row: name) }
         FileHandle.standardError.write(Data("outbox: forging the receipt template…\n".utf8))
         let records = try Records(factory: JobFactory(receipt: JobFactory.forgeReceipt(bundleID: bundleID), appID: app.id))
 

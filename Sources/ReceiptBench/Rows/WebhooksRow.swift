@@ -64,7 +64,7 @@ enum WebhooksRow: BenchRow {
         let (app, _) = try AppAdmin(connection: postgres).addApp(
             name: "bench-webhooks-\(UUID().uuidString.prefix(8).lowercased())", bundleID: "com.example.receiptq.bench.webhooks",
             sharedSecret: "s")
-        defer { BenchApps.delete(app.id, on: postgres, row: name) }
+        defer { BenchApps.delete([app.id], on: postgres, row: name) }
         let quiet = {
             var logger = Logger(label: "bench-webhooks")
             logger.logLevel = .critical
