@@ -11,6 +11,7 @@ enum BenchRows {
             NotificationsRow.self,
             WebhooksRow.self,
             OutboxRow.self,
+            PeerSidekiqRow.self,
             PipelineScaleRow.self,
         ]
     }

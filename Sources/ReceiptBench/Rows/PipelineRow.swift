@@ -44,6 +44,8 @@ enum PipelineRow: BenchRow {
         "receiptq work (own process) → mock App Store (50 ms) → Postgres (fsync on): validations/s, latency, CPU/job at N lanes"
     static let services = ["redis", "postgres"]
     static let products = ["receiptq"]
+    /// The peer the levels are compared with (`PipelineRow+Peer.swift`).
+    static let packages = ["ruby-sidekiq", "ruby-pg"]
     static let defaultIterations = 1
     static let options = [
         OptionSpec(name: "--concurrency", takesValue: true, help: "WORKER_CONCURRENCY of each process, comma-separated (default 25,100,400,1000)"),
@@ -70,6 +72,7 @@ enum PipelineRow: BenchRow {
         OptionSpec(
             name: "--analyze-after-warmup", takesValue: false,
             help: "ANALYZE the tables a validation writes after each warm-up (the default; kept so older command lines run)"),
+        OptionSpec(name: "--no-peer", takesValue: false, help: "skip the peer_sidekiq comparison run after the levels"),
         OptionSpec(
             name: "--no-analyze-after-warmup", takesValue: false,
             help: "keep whatever statistics the tables had (shows how plans made on emptied tables age as they refill)"),
@@ -321,6 +324,13 @@ enum PipelineRow: BenchRow {
         result["targets"] = targets
         if processCounts.count > 1 { result["scaling"] = scaling(levels: levels, result: result) }
         if !options.has("--keep-data") { cleanup(context) }
+        // The pipeline row only (pipeline_scale measures scaling, not the peer): `--no-peer` skips it.
+        let peer =
+            defaults.row == name && !options.has("--no-peer")
+            ? comparePeer(
+                levels: levels, result: result, receiptq: receiptq, latencyMs: latencyMs, warmup: context.warmup, seconds: context.seconds)
+            : nil
+        if let peer { result["peer_sidekiq"] = peer.json }
 
         table.notes.insert(
             contentsOf: [
@@ -337,6 +347,7 @@ enum PipelineRow: BenchRow {
         print(table.render())
         for detail in details { print(detail) }
         if runs > 1 || processCounts.count > 1 { print(coresTable(levels: levels, result: result, runs: runs).render()) }
+        if let peer { print(peer.table.render()) }
         if let perf = profile?["perf"] as? [String: Any] {
             for note in PerfProfile.notes(perf, title: "workers, Postgres, Redis and mock at c\(profileAt)") { print(note) }
         }
