@@ -49,15 +49,10 @@ enum OutboxRow: BenchRow {
     }
 
     static func run(_ options: BenchOptions) throws -> [String: Any] {
-        func positive(_ flag: String, _ fallback: Int) throws -> Int {
-            guard let text = options.extra[flag] else { return fallback }
-            guard let value = Int(text), value > 0 else { throw BenchFailure(description: "\(flag) needs a positive integer, not \(text)") }
-            return value
-        }
-        let rounds = try positive("--rounds", 5)
-        let validations = try positive("--validations", 4_000)
-        let batch = try positive("--batch", 32)
-        let committers = try positive("--committers", 2)
+        let rounds = try options.positive("--rounds", default: 5)
+        let validations = try options.positive("--validations", default: 4_000)
+        let batch = try options.positive("--batch", default: 32)
+        let committers = try options.positive("--committers", default: 2)
 
         let configuration = try AppConfiguration()
         let postgres = try PostgresConnection(configuration: configuration.postgres, label: "bench")

@@ -34,12 +34,7 @@ enum PeerSidekiqRow: BenchRow {
     static var defaultProcesses: Int { max(1, ProcessInfo.processInfo.activeProcessorCount) }
 
     static func run(_ options: BenchOptions) throws -> [String: Any] {
-        let concurrencies = try (options.extra["--concurrency"] ?? "100,400").split(separator: ",").map { text -> Int in
-            guard let value = Int(text.trimmingCharacters(in: .whitespaces)), value > 0 else {
-                throw BenchFailure(description: "--concurrency needs positive integers, not \(text)")
-            }
-            return value
-        }
+        let concurrencies = try options.positiveList("--concurrency", default: "100,400")
         let latencyMs = Int(options.extra["--latency-ms"] ?? "50") ?? 50
         let warmup = Double(options.extra["--warmup-seconds"] ?? "4") ?? 4
         let seconds = max(1, Double(options.extra["--seconds"] ?? "12") ?? 12)

@@ -179,15 +179,7 @@ enum PipelineRow: BenchRow {
             guard let value = Double(text), value >= 0 else { throw BenchFailure(description: "\(name) needs a number, not \(text)") }
             return value
         }
-        func positiveIntegers(_ name: String, _ fallback: String) throws -> [Int] {
-            try (options.extra[name] ?? fallback).split(separator: ",").map { text -> Int in
-                guard let value = Int(text.trimmingCharacters(in: .whitespaces)), value > 0 else {
-                    throw BenchFailure(description: "\(name) needs positive integers, not \(text)")
-                }
-                return value
-            }
-        }
-        let concurrencies = try positiveIntegers("--concurrency", defaults.concurrencies)
+        let concurrencies = try options.positiveList("--concurrency", default: defaults.concurrencies)
         let serverAPIConcurrencies = try (options.extra["--server-api-concurrency"] ?? defaults.serverAPIConcurrencies)
             .split(separator: ",").map { text -> Int in
                 guard let value = Int(text.trimmingCharacters(in: .whitespaces)), value >= 0 else {
@@ -195,7 +187,7 @@ enum PipelineRow: BenchRow {
                 }
                 return value
             }.filter { $0 > 0 }
-        let processCounts = try positiveIntegers("--processes", defaults.processes)
+        let processCounts = try options.positiveList("--processes", default: defaults.processes)
         let nameProcesses = defaults.alwaysNameProcesses || processCounts != [1]
         let levels =
             concurrencies.flatMap { concurrency in

@@ -31,12 +31,7 @@ enum QueueOnlyRow: BenchRow {
     ]
 
     static func run(_ options: BenchOptions) throws -> [String: Any] {
-        let laneCounts = try (options.extra["--lanes"] ?? "64,256,1024").split(separator: ",").map { text -> Int in
-            guard let value = Int(text.trimmingCharacters(in: .whitespaces)), value > 0 else {
-                throw BenchFailure(description: "--lanes needs positive integers, not \(text)")
-            }
-            return value
-        }
+        let laneCounts = try options.positiveList("--lanes", default: "64,256,1024")
         let warmup = Double(options.extra["--warmup-seconds"] ?? "2") ?? 2
         let perfLanes = Int(options.extra["--perf-lanes"] ?? "256") ?? 256
         let seconds = max(1, Double(options.extra["--seconds"] ?? "10") ?? 10)

@@ -33,14 +33,9 @@ enum WebhooksRow: BenchRow {
     ]
 
     static func run(_ options: BenchOptions) throws -> [String: Any] {
-        func number(_ name: String, _ fallback: Int) throws -> Int {
-            guard let text = options.extra[name] else { return fallback }
-            guard let value = Int(text), value > 0 else { throw BenchFailure(description: "\(name) needs a positive integer, not \(text)") }
-            return value
-        }
-        let deliveries = try number("--deliveries", 20_000)
-        let delayMs = try number("--delay-ms", 50)
-        let concurrency = try number("--concurrency", 100)
+        let deliveries = try options.positive("--deliveries", default: 20_000)
+        let delayMs = try options.positive("--delay-ms", default: 50)
+        let concurrency = try options.positive("--concurrency", default: 100)
         let runs = options.iterations(default: defaultIterations)
         let receiptq = try PipelineRow.locateReceiptq(options.extra["--receiptq"])
         let secretsKey = SecureRandom.bytes(32)

@@ -58,6 +58,23 @@ struct BenchOptions {
     func warmup(forIterations iterations: Int) -> Int { warmup ?? max(20, iterations / 10) }
     func has(_ flag: String) -> Bool { extra[flag] != nil }
 
+    /// A row option that must be a positive integer, `fallback` when absent.
+    func positive(_ flag: String, default fallback: Int) throws -> Int {
+        guard let text = extra[flag] else { return fallback }
+        guard let value = Int(text), value > 0 else { throw BenchFailure(description: "\(flag) needs a positive integer, not \(text)") }
+        return value
+    }
+
+    /// A row option that is a comma-separated list of positive integers (e.g. concurrencies).
+    func positiveList(_ flag: String, default fallback: String) throws -> [Int] {
+        try (extra[flag] ?? fallback).split(separator: ",").map { text -> Int in
+            guard let value = Int(text.trimmingCharacters(in: .whitespaces)), value > 0 else {
+                throw BenchFailure(description: "\(flag) needs positive integers, not \(text)")
+            }
+            return value
+        }
+    }
+
     struct UsageError: Error, CustomStringConvertible {
         var description: String
     }
