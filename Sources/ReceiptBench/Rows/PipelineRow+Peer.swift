@@ -31,7 +31,9 @@ extension PipelineRow {
                 peerLevels[level.key] = detail
                 ours.append(rps)
                 theirs.append(measured.rps)
-                let pg = ((entry["cpu_us_per_job_by_process"] as? [String: Any])?["postgres"] as? Double).map(Format.micros) ?? "-"
+                // With several runs the level's CPU breakdown is its median run's.
+                let run = (entry["median_run"] as? [String: Any]) ?? entry
+                let pg = ((run["cpu_us_per_job_by_process"] as? [String: Any])?["postgres"] as? Double).map(Format.micros) ?? "-"
                 table.add([
                     level.key, Format.rate(rps), Format.rate(measured.rps), String(format: "%.2f×", rps / measured.rps), pg,
                     Format.micros(measured.postgresMicros), Format.micros(measured.sidekiqMicros),

@@ -46,7 +46,8 @@ enum PipelineRow: BenchRow {
     static let products = ["receiptq"]
     /// The peer the levels are compared with (`PipelineRow+Peer.swift`).
     static let packages = ["ruby-sidekiq", "ruby-pg"]
-    static let defaultIterations = 1
+    /// Three runs per level: one run on a shared 2-core machine can be off by a fifth.
+    static let defaultIterations = 3
     static let options = [
         OptionSpec(name: "--concurrency", takesValue: true, help: "WORKER_CONCURRENCY of each process, comma-separated (default 25,100,400,1000)"),
         OptionSpec(
@@ -335,6 +336,17 @@ enum PipelineRow: BenchRow {
                 line += "; c100 at \(Format.micros(share))% of ideal (target ≥ 95%: \(share >= 95 ? "met" : "not met"))"
             }
             table.notes.append(line)
+        }
+        if runs > 1 {
+            // The spread says how far one run can be trusted on this shared machine.
+            let spreads = levels.compactMap { level -> String? in
+                guard let entry = result[level.key] as? [String: Any], let median = Self.number(entry["rps"]),
+                    let low = Self.number(entry["rps_min"]), let high = Self.number(entry["rps_max"]), median > 0
+                else { return nil }
+                return "\(level.key) \(Format.rate(median)) (\(Format.rate(low))–\(Format.rate(high)), "
+                    + String(format: "±%.0f %%", 50 * (high - low) / median) + ")"
+            }
+            table.notes.append("validations/s, median of \(runs) runs (min–max, ± half the range): " + spreads.joined(separator: "; "))
         }
         print(table.render())
         for detail in details { print(detail) }
