@@ -113,6 +113,7 @@ enum PeerSidekiqRow: BenchRow {
             guard FileManager.default.fileExists(atPath: job.path) else {
                 throw BenchFailure(description: "no \(job.path): run from the repository")
             }
+            guard redisDB > 0 else { throw BenchFailure(description: "--redis-db 0 is receiptq's database: the peer flushes its own") }
             self.sidekiq = sidekiq
             self.job = job
             self.latencyMs = latencyMs
@@ -130,7 +131,6 @@ enum PeerSidekiqRow: BenchRow {
             self.postmaster = postmaster
             try PeerSidekiqRow.createTables(postgres)
             redis = try RedisConnection(configuration: configuration.redis, label: "bench-peer")
-            _ = try redis.send(["SELECT", String(redisDB)])
             logDirectory = FileManager.default.temporaryDirectory.appendingPathComponent("receiptq-bench-peer-\(getpid())")
             try? FileManager.default.createDirectory(at: logDirectory, withIntermediateDirectories: true)
             mock = try Mock(receiptq: receiptq, latencyMs: latencyMs, logDirectory: logDirectory)
@@ -140,7 +140,7 @@ enum PeerSidekiqRow: BenchRow {
         var processCount: Int { processes }
 
         func close() {
-            _ = try? redis.send(["FLUSHDB"])
+            _ = try? PeerSidekiqRow.flush(database: redisDB, redis)
             _ = try? postgres.query("TRUNCATE peer_purchases, peer_receipts")
             _ = mock.process.stop()
             redis.close()
@@ -151,11 +151,11 @@ enum PeerSidekiqRow: BenchRow {
         /// and counts what it commits in the window.
         func measure(concurrency: Int) throws -> Level {
             FileHandle.standardError.write(Data("peer_sidekiq: c\(concurrency)…\n".utf8))
-            _ = try redis.send(["FLUSHDB"])
+            try PeerSidekiqRow.flush(database: redisDB, redis)
             _ = try postgres.query("TRUNCATE peer_purchases, peer_receipts")
             let ideal = Double(concurrency) * 1_000 / Double(latencyMs)
             let count = Int(ideal * (warmup + seconds + 6))
-            try PeerSidekiqRow.enqueue(count: count, from: serial, factory: factory, redis: redis)
+            try PeerSidekiqRow.enqueue(count: count, from: serial, factory: factory, database: redisDB, redis: redis)
             serial += count
             // The pool is checked out around the transaction only (the HTTP call holds no
             // connection), 50 in all at most, as a team would size it under max_connections (200 here).
@@ -218,10 +218,13 @@ enum PeerSidekiqRow: BenchRow {
     }
 
     /// Sidekiq's wire format (what `perform_async` pushes), pipelined in chunks.
-    static func enqueue(count: Int, from first: Int, factory: JobFactory, redis: RedisConnection) throws {
+    static func enqueue(count: Int, from first: Int, factory: JobFactory, database: Int, redis: RedisConnection) throws {
         let appID = UUID().uuidString.lowercased()
         let encoder = JSONEncoder()
-        var commands: [[String]] = [["SADD", "queues", "peer"]]
+        // Each pipeline names its database first: a connection that reconnected in between would
+        // otherwise be back on database 0, receiptq's.
+        let select = ["SELECT", String(database)]
+        var commands: [[String]] = [select, ["SADD", "queues", "peer"]]
         for serial in first..<first + count {
             let now = Date().timeIntervalSince1970
             let payload: [String: JSONValue] = [
@@ -233,10 +236,16 @@ enum PeerSidekiqRow: BenchRow {
             commands.append(["LPUSH", "queue:peer", String(decoding: try encoder.encode(JSONValue.object(payload)), as: UTF8.self)])
             if commands.count >= 500 {
                 _ = try redis.pipeline(commands)
-                commands = []
+                commands = [select]
             }
         }
-        if !commands.isEmpty { _ = try redis.pipeline(commands) }
+        if commands.count > 1 { _ = try redis.pipeline(commands) }
+    }
+
+    /// Empties the peer's Redis database, and only it: the SELECT travels in the same transaction,
+    /// so a connection that reconnected to database 0 (receiptq's) cannot be the one flushed.
+    static func flush(database: Int, _ redis: RedisConnection) throws {
+        _ = try redis.pipeline([["MULTI"], ["SELECT", String(database)], ["FLUSHDB"], ["EXEC"]])
     }
 
     /// libpq's URL for the servers of `.local/env.sh`.
