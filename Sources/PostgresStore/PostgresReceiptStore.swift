@@ -21,7 +21,9 @@ public final class PostgresReceiptStore: ReceiptStore {
     ///   - secrets: opens the apps' sealed In-App Purchase keys (nil: none is opened, so no app
     ///     can use the Server API).
     ///   - writesEvents: false only to measure what the outbox costs (`scripts/bench outbox`): the
-    ///     store then takes no subscription locks and writes no events, so no webhook is ever sent.
+    ///     store then writes no events (no webhook is ever sent) and takes no subscription locks,
+    ///     which also order concurrent writers of one subscription for the notifications' staleness
+    ///     check — never for a running system.
     public init(connection: PostgresConnection, secrets: SecretBox? = nil, writesEvents: Bool = true) {
         self.connection = connection
         self.secrets = secrets
