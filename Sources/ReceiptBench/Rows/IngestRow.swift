@@ -464,13 +464,6 @@ enum IngestRow: BenchRow {
 
     // MARK: - Results
 
-    static func median(_ values: [Double]) -> Double {
-        let sorted = values.filter(\.isFinite).sorted()
-        guard !sorted.isEmpty else { return .nan }
-        let middle = sorted.count / 2
-        return sorted.count % 2 == 1 ? sorted[middle] : (sorted[middle - 1] + sorted[middle]) / 2
-    }
-
     static func summarize(
         runs: [[String: Any]], settings: Settings, probe: (status: Int, body: String), receipt: (der: Int, body: Int, purchases: Int),
         redisHz: Int, receiptq: String, wrk: String, profile: [String: Any]?

@@ -206,7 +206,7 @@ enum NotificationsRow: BenchRow {
         runs: [[String: Any]], worker: [String: Any], settings: IngestRow.Settings, jobs: Int, concurrency: Int, bodyBytes: Int
     ) -> [String: Any] {
         func values(_ key: String) -> [Double] { runs.map { ($0[key] as? Double) ?? ($0[key] as? Int).map(Double.init) ?? .nan } }
-        func med(_ key: String, places: Double = 10) -> Double { Format.json(IngestRow.median(values(key)), places: places) }
+        func med(_ key: String, places: Double = 10) -> Double { Format.json(median(values(key)), places: places) }
         let errors = runs.reduce(0) { $0 + (($1["errors"] as? Int) ?? 0) }
         let repeated = runs.contains { (($0["requests"] as? Int) ?? 0) > settings.receipts }
         var result: [String: Any] = [

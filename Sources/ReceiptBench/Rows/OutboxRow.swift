@@ -107,18 +107,12 @@ enum OutboxRow: BenchRow {
             if round == 0 {
                 // Statistics of now, not of the emptied tables an earlier row left (their plans scan
                 // what has since grown: the history effect issue 20 is about, not the outbox's).
-                _ = try postgres.query(
-                    "ANALYZE receipts, in_app_purchases, validation_attempts, subscriptions, events, webhook_deliveries")
+                try postgres.execute("ANALYZE \(BenchApps.tables)")
             }
             if let on = pair[true], let off = pair[false] {
                 ratios.append(on.perValidation / off.perValidation - 1)
                 backendRatios.append(on.backendPerValidation / off.backendPerValidation - 1)
             }
-        }
-        func median(_ values: [Double]) -> Double {
-            let sorted = values.sorted()
-            guard !sorted.isEmpty else { return .nan }
-            return sorted.count % 2 == 1 ? sorted[sorted.count / 2] : (sorted[sorted.count / 2 - 1] + sorted[sorted.count / 2]) / 2
         }
         let off = median(windows.filter { !$0.events }.map(\.window.perValidation))
         let on = median(windows.filter(\.events).map(\.window.perValidation))

@@ -32,13 +32,6 @@ extension PipelineRow {
     /// A JSON number as a Double (results hold Doubles and Ints).
     static func number(_ value: Any?) -> Double? { (value as? Double) ?? (value as? Int).map(Double.init) }
 
-    static func median(_ values: [Double]) -> Double {
-        let sorted = values.filter(\.isFinite).sorted()
-        guard !sorted.isEmpty else { return .nan }
-        let middle = sorted.count / 2
-        return sorted.count % 2 == 1 ? sorted[middle] : (sorted[middle - 1] + sorted[middle]) / 2
-    }
-
     static let coreGroups = ["worker", "postgres", "redis", "redis_children", "mock_appstore", "bench", "ours", "other"]
 
     /// One level's runs as one result: a single run as it is; several as the medians of the

@@ -187,7 +187,7 @@ enum WebhooksRow: BenchRow {
 
     static func report(_ runs: [[String: Any]], deliveries: Int, delayMs: Int, concurrency: Int) -> [String: Any] {
         func values(_ key: String) -> [Double] { runs.map { ($0[key] as? Double) ?? ($0[key] as? Int).map(Double.init) ?? .nan } }
-        func med(_ key: String) -> Double { Format.json(IngestRow.median(values(key))) }
+        func med(_ key: String) -> Double { Format.json(median(values(key))) }
         let ideal = Double(concurrency) * 1000 / Double(delayMs)
         let result: [String: Any] = [
             "deliveries_per_s": med("deliveries_per_s"), "share_of_ideal_pct": med("share_of_ideal_pct"),

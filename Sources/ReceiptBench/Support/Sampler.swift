@@ -13,6 +13,15 @@ struct Samples {
     var count: Int { cpu.count }
 }
 
+/// The median of the finite values (the mean of the middle two for an even count); nan when there
+/// is none. The rows' one definition, for medians over runs and rounds.
+func median(_ values: [Double]) -> Double {
+    let sorted = values.filter(\.isFinite).sorted()
+    guard !sorted.isEmpty else { return .nan }
+    let middle = sorted.count / 2
+    return sorted.count % 2 == 1 ? sorted[middle] : (sorted[middle - 1] + sorted[middle]) / 2
+}
+
 /// Order statistics of a sample set, in microseconds.
 struct Distribution {
     var count: Int
