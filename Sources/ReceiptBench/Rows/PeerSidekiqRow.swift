@@ -40,13 +40,13 @@ enum PeerSidekiqRow: BenchRow {
         let seconds = max(1, Double(options.extra["--seconds"] ?? "12") ?? 12)
         let peer = try Peer(
             receiptq: PipelineRow.locateReceiptq(options.extra["--receiptq"]), latencyMs: latencyMs, warmup: warmup, seconds: seconds,
-            redisDB: Int(options.extra["--redis-db"] ?? "3") ?? 3, processes: Int(options.extra["--processes"] ?? "") ?? defaultProcesses)
+            redisDB: options.positive("--redis-db", default: 3), processes: options.positive("--processes", default: defaultProcesses))
         defer { peer.close() }
         var table = TextTable(
             title: "peer_sidekiq: Sidekiq \(peer.version) job → mock App Store (\(latencyMs) ms) → Postgres (synchronous_commit on); "
                 + "\(Format.json(warmup)) s warm-up, \(Format.json(seconds)) s window",
             headers: ["level", "rps", "ideal", "% ideal", "sidekiq µs/job", "pg µs/job", "mock µs/job", "sidekiq rss MB", "machine busy %"])
-        table.title += "; \(peer.processCount) Sidekiq processes"
+        table.title += "; \(peer.processes) Sidekiq processes"
         table.notes = ["ideal = concurrency ÷ mock latency; rps = peer receipts committed in the window ÷ its length"]
         var levels: [String: Any] = [:]
         for concurrency in concurrencies {
@@ -60,7 +60,7 @@ enum PeerSidekiqRow: BenchRow {
         }
         print(table.render())
         return [
-            "sidekiq": peer.version, "processes": peer.processCount, "latency_ms": latencyMs, "warmup_seconds": warmup, "seconds": seconds,
+            "sidekiq": peer.version, "processes": peer.processes, "latency_ms": latencyMs, "warmup_seconds": warmup, "seconds": seconds,
             "levels": levels,
         ]
     }
@@ -95,13 +95,14 @@ enum PeerSidekiqRow: BenchRow {
         private let postgres: PostgresConnection
         private let redis: RedisConnection
         private let postmaster: Int32
-        private let mock: Mock
+        private let mock: BenchMock
         private let factory: JobFactory
         private let latencyMs: Int
         private let warmup: Double
         private let seconds: Double
         private let redisDB: Int
-        private let processes: Int
+        /// Sidekiq processes a level runs, the concurrency split between them.
+        let processes: Int
         private let logDirectory: URL
         private var serial = 0
 
@@ -133,11 +134,12 @@ enum PeerSidekiqRow: BenchRow {
             redis = try RedisConnection(configuration: configuration.redis, label: "bench-peer")
             logDirectory = FileManager.default.temporaryDirectory.appendingPathComponent("receiptq-bench-peer-\(getpid())")
             try? FileManager.default.createDirectory(at: logDirectory, withIntermediateDirectories: true)
-            mock = try Mock(receiptq: receiptq, latencyMs: latencyMs, logDirectory: logDirectory)
             factory = try JobFactory(receipt: JobFactory.forgeReceipt(bundleID: PipelineRow.Context.bundleID), appID: JobID.make())
+            // Last: nothing after it can throw and leave the mock running.
+            mock = try BenchMock(
+                receiptq: receiptq, latencyMs: latencyMs, bundleID: PipelineRow.Context.bundleID,
+                sharedSecret: PipelineRow.Context.sharedSecret, logDirectory: logDirectory)
         }
-
-        var processCount: Int { processes }
 
         func close() {
             _ = try? PeerSidekiqRow.flush(database: redisDB, redis)
@@ -161,8 +163,7 @@ enum PeerSidekiqRow: BenchRow {
             // connection), 50 in all at most, as a team would size it under max_connections (200 here).
             var environment = ProcessInfo.processInfo.environment
             environment.merge([
-                "REDIS_URL":
-                    "redis://\(configuration.redis.password.map { ":\($0)@" } ?? "")\(configuration.redis.host):\(configuration.redis.port)/\(redisDB)",
+                "REDIS_URL": PeerSidekiqRow.redisURL(configuration.redis, database: redisDB),
                 "PEER_VERIFY_URL": "\(mock.base)/verifyReceipt", "PEER_SHARED_SECRET": PipelineRow.Context.sharedSecret,
                 "PEER_DATABASE_URL": PeerSidekiqRow.databaseURL(), "RAILS_ENV": "production",
             ]) { _, new in new }
@@ -170,10 +171,14 @@ enum PeerSidekiqRow: BenchRow {
             // keeps one process on one core, so that is how such a team deploys it.
             let threads = max(1, concurrency / processes)
             environment["PEER_DB_POOL"] = String(min(threads, 50 / processes))
-            let peers = try (0..<processes).map { index in
-                try ChildProcess(
-                    executable: URL(fileURLWithPath: sidekiq), arguments: ["-r", job.path, "-c", String(threads), "-q", "peer"],
-                    environment: environment, label: "sidekiq-c\(concurrency)-\(index)", logDirectory: logDirectory)
+            // Stopped however the level ends (a process that failed to start, a query that threw).
+            var peers: [ChildProcess] = []
+            defer { for peer in peers { _ = peer.stop(grace: 10) } }
+            for index in 0..<processes {
+                peers.append(
+                    try ChildProcess(
+                        executable: URL(fileURLWithPath: sidekiq), arguments: ["-r", job.path, "-c", String(threads), "-q", "peer"],
+                        environment: environment, label: "sidekiq-c\(concurrency)-\(index)", logDirectory: logDirectory))
             }
             func peerCPU() -> Double { peers.reduce(0) { $0 + (ProcessStats.cpuMicros(pid: $1.pid) ?? 0) } }
             pause(seconds: warmup)
@@ -185,9 +190,7 @@ enum PeerSidekiqRow: BenchRow {
             let after = (peer: peerCPU(), pg: ProcessStats.familyCPU(parent: postmaster), mock: ProcessStats.cpuMicros(pid: mock.process.pid) ?? 0)
             let machine = MachineCPU.shares(machineBefore, MachineCPU.sample())
             let rss = peers.compactMap { ProcessStats.memory(pid: $0.pid).map { Double($0.hwmKiB) / 1024 } }.reduce(0, +)
-            let running = peers.allSatisfy(\.isRunning)
-            for peer in peers { _ = peer.stop(grace: 10) }
-            guard running, committedAfter > committedBefore else {
+            guard peers.allSatisfy(\.isRunning), committedAfter > committedBefore else {
                 throw BenchFailure(description: "peer_sidekiq: nothing committed at c\(concurrency):\n\(peers[0].logTail())")
             }
             let jobs = Double(committedAfter - committedBefore)
@@ -248,11 +251,19 @@ enum PeerSidekiqRow: BenchRow {
         _ = try redis.pipeline([["MULTI"], ["SELECT", String(database)], ["FLUSHDB"], ["EXEC"]])
     }
 
+    /// A URL's user-information part, percent-encoded (a password may hold `@`, `:` or `/`).
+    static func credential(_ text: String) -> String { text.addingPercentEncoding(withAllowedCharacters: .urlPasswordAllowed) ?? text }
+
+    /// redis-rb's URL for the bench's Redis, on the peer's own database.
+    static func redisURL(_ redis: RedisConfiguration, database: Int) -> String {
+        "redis://\(redis.password.map { ":\(credential($0))@" } ?? "")\(redis.host):\(redis.port)/\(database)"
+    }
+
     /// libpq's URL for the servers of `.local/env.sh`.
     static func databaseURL() -> String {
         let environment = ProcessInfo.processInfo.environment
-        let user = environment["POSTGRES_USER"] ?? "receiptq"
-        let password = environment["POSTGRES_PASSWORD"].map { ":\($0)" } ?? ""
+        let user = credential(environment["POSTGRES_USER"] ?? "receiptq")
+        let password = environment["POSTGRES_PASSWORD"].map { ":\(credential($0))" } ?? ""
         return "postgres://\(user)\(password)@\(environment["POSTGRES_HOSTNAME"] ?? "127.0.0.1"):\(environment["POSTGRES_PORT"] ?? "5432")/"
             + (environment["POSTGRES_DB"] ?? "receiptq")
     }
@@ -261,29 +272,5 @@ enum PeerSidekiqRow: BenchRow {
         guard let ruby = ChildProcess.which("ruby") else { return "?" }
         let result = ChildProcess.run(ruby, ["-e", "require 'sidekiq'; print Sidekiq::VERSION"], timeout: 30)
         return result.status == 0 ? result.output : "?"
-    }
-
-    /// `receiptq mock-appstore`, told the bench's shared secret as Apple knows an app's.
-    struct Mock {
-        let process: ChildProcess
-        let base: String
-
-        init(receiptq: URL, latencyMs: Int, logDirectory: URL) throws {
-            let port = try Network.freePort()
-            var environment = ProcessInfo.processInfo.environment
-            environment["LOG_LEVEL"] = "warning"
-            process = try ChildProcess(
-                executable: receiptq, arguments: ["mock-appstore", "--host", "127.0.0.1", "--port", String(port), "--latency-ms", String(latencyMs)],
-                environment: environment, label: "mock-appstore", logDirectory: logDirectory)
-            guard Network.waitForListener(port: port, timeout: 30) else {
-                throw BenchFailure(description: "the mock App Store did not listen on \(port):\n\(process.logTail())")
-            }
-            base = "http://127.0.0.1:\(port)"
-            let body = try JSONEncoder().encode(["bundle_id": PipelineRow.Context.bundleID, "shared_secret": PipelineRow.Context.sharedSecret])
-            let response = try CurlEasy(options: CurlOptions()).perform(
-                HTTPRequest(
-                    method: "POST", url: "\(base)/mock/secrets", headers: [(name: "Content-Type", value: "application/json")], body: [UInt8](body)))
-            guard response.status == 204 else { throw BenchFailure(description: "mock /mock/secrets answered \(response.status)") }
-        }
     }
 }

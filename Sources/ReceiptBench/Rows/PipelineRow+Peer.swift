@@ -19,7 +19,7 @@ extension PipelineRow {
                 receiptq: receiptq, latencyMs: latencyMs, warmup: warmup, seconds: seconds, redisDB: 3, processes: PeerSidekiqRow.defaultProcesses)
             defer { peer.close() }
             json["sidekiq"] = peer.version
-            json["processes"] = peer.processCount
+            json["processes"] = peer.processes
             var peerLevels: [String: Any] = [:]
             var ours: [Double] = []
             var theirs: [Double] = []

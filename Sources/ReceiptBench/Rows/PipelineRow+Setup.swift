@@ -71,26 +71,12 @@ extension PipelineRow {
     }
 
     static func startMock(_ context: Context) throws {
-        let port = try Network.freePort()
-        var environment = ProcessInfo.processInfo.environment
-        environment["LOG_LEVEL"] = "warning"
-        let mock = try ChildProcess(
-            executable: context.receiptq,
-            arguments: ["mock-appstore", "--host", "127.0.0.1", "--port", String(port), "--latency-ms", String(context.latencyMs)]
-                + (context.serverAPI.map { ["--jws-ca-directory", $0.jwsDirectory.path, "--synthesize-transactions"] } ?? []),
-            environment: environment, label: "mock-appstore", logDirectory: context.logDirectory)
-        context.mock = mock
-        guard Network.waitForListener(port: port, timeout: 30) else {
-            throw BenchFailure(description: "the mock App Store did not listen on \(port):\n\(mock.logTail())")
-        }
-        context.mockBase = "http://127.0.0.1:\(port)"
-        // The mock checks the shared secret of a bundle once told it (21004 otherwise), as Apple does.
-        let body = try JSONEncoder().encode(["bundle_id": Context.bundleID, "shared_secret": Context.sharedSecret])
-        let response = try CurlEasy(options: CurlOptions()).perform(
-            HTTPRequest(
-                method: "POST", url: "\(context.mockBase)/mock/secrets", headers: [(name: "Content-Type", value: "application/json")],
-                body: [UInt8](body)))
-        guard response.status == 204 else { throw BenchFailure(description: "mock /mock/secrets answered \(response.status)") }
+        let mock = try BenchMock(
+            receiptq: context.receiptq, latencyMs: context.latencyMs,
+            extraArguments: context.serverAPI.map { ["--jws-ca-directory", $0.jwsDirectory.path, "--synthesize-transactions"] } ?? [],
+            bundleID: Context.bundleID, sharedSecret: Context.sharedSecret, logDirectory: context.logDirectory)
+        context.mock = mock.process
+        context.mockBase = mock.base
     }
 
     /// Removes the bench's rows (children first), so the database does not grow run after run.
