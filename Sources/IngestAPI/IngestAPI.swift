@@ -121,10 +121,18 @@ public struct IngestAPI: Sendable {
             return .failure(
                 Refusal(response: json(.contentTooLarge, ["error": .string("body larger than \(configuration.maxBodyBytes) bytes")])))
         }
-        guard let parsed = try? JSONDecoder().decode(JSONValue.self, from: Data(body.readableBytesView)) else {
+        guard let parsed = Self.parseJSONBody(body) else {
             return .failure(Refusal(response: refused([FieldError(field: "body", reason: "must be valid JSON")], app: app, logger: context.logger)))
         }
         return .success((app, parsed))
+    }
+
+    /// A JSON request body, read in one pass over its bytes (``JSONValue/parse(_:)``); a text that
+    /// reader is stricter about than `JSONDecoder` (a duplicate key, a lone surrogate escape) is
+    /// still read as `JSONDecoder` reads it, as the API always did. Nil: not JSON.
+    public static func parseJSONBody(_ body: ByteBuffer) -> JSONValue? {
+        if let value = body.withUnsafeReadableBytes({ try? JSONValue.parse($0) }) { return value }
+        return try? JSONDecoder().decode(JSONValue.self, from: Data(body.readableBytesView))
     }
 
     func submit(_ request: Request, context: IngestRequestContext) async throws -> Response {

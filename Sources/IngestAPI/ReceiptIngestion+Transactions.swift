@@ -48,6 +48,6 @@ extension ReceiptIngestion {
                 bundleID: app.bundleID, environment: environment?.rawValue, submission: submission, source: .transactionID,
                 transactionID: id)
         }
-        return .success(await enqueue(envelope, purchases: purchases, idempotencyKey: idempotencyKey, app: app, logger: logger))
+        return .success(await enqueue(PlannedJob(envelope, purchases: purchases, idempotencyKey: idempotencyKey), logger: logger))
     }
 }

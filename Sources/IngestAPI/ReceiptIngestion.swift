@@ -16,7 +16,7 @@ public struct DecodedReceipt: Sendable, Equatable {
         do {
             let bytes = try ReceiptDecoder.base64Bytes(text)
             let receipt = try ReceiptDecoder.decode(bytes: bytes)
-            return .success(DecodedReceipt(bytes: bytes, receipt: receipt, base64: Data(bytes).base64EncodedString()))
+            return .success(DecodedReceipt(bytes: bytes, receipt: receipt, base64: ReceiptDecoder.normalizedBase64(text, bytes: bytes)))
         } catch {
             return .failure(FieldError(field: "receipt", reason: "is not an App Store receipt (\(error.reason))"))
         }
@@ -71,13 +71,23 @@ public struct ReceiptIngestion: Sendable {
     public func ingest(
         _ decoded: DecodedReceipt, submission: Submission, app: AppRecord, origin: JobOrigin, logger: Logger
     ) async -> Outcome {
+        await enqueue(Self.plan(decoded, submission: submission, app: app, origin: origin, authenticity: authenticity, at: now()), logger: logger)
+    }
+
+    /// A receipt made into its job, with nothing written yet: the local signature, bundle and
+    /// device checks, the envelope, the resource shown until a worker answers, and the key that
+    /// makes the same receipt the same job. Every front door's receipts go through it (`scripts/bench
+    /// ingest` times it as the server's "check + job" stage).
+    public static func plan(
+        _ decoded: DecodedReceipt, submission: Submission, app: AppRecord, origin: JobOrigin, authenticity: any ReceiptAuthenticity,
+        at: Date
+    ) -> PlannedJob {
         let receipt = decoded.receipt
         let deviceMismatch = Self.deviceMismatch(receipt, submission: submission, app: app)
         let fraudReason =
             authenticity.fraudReason(bytes: decoded.bytes, receipt: receipt)
             ?? (app.owns(bundleID: receipt.bundleID) ? nil : "bundle_id_not_registered")
             ?? (deviceMismatch ? "device_mismatch" : nil)
-        let at = now()
         let envelope = JobEnvelope(
             id: JobID.make(at: at), kind: .validate, appID: app.id, enqueuedAt: at, origin: origin, receipt: decoded.base64,
             style: receipt.style, bundleID: receipt.bundleID, environment: receipt.environment.apiName, submission: submission,
@@ -89,8 +99,7 @@ public struct ReceiptIngestion: Sendable {
         // device is its own (fraud) record, not an echo of the device's accepted one.
         let idempotencyBytes =
             fraudReason == "device_mismatch" ? decoded.bytes + Array("\u{0}device\u{0}\(submission.identifierForVendor ?? "")".utf8) : decoded.bytes
-        return await enqueue(
-            envelope, purchases: receipt.inApp, idempotencyKey: Digest.hex(Digest.sha256(idempotencyBytes)), app: app, logger: logger)
+        return PlannedJob(envelope, purchases: receipt.inApp, idempotencyKey: Digest.hex(Digest.sha256(idempotencyBytes)))
     }
 
     /// Whether the receipt was issued to another device than the `identifier_for_vendor` sent:
@@ -103,21 +112,13 @@ public struct ReceiptIngestion: Sendable {
         return Digest.sha1(input) != expected
     }
 
-    /// Queues a checked job (its pending resource shows `purchases` unless it is fraud) and waits
-    /// for the worker, once per `idempotencyKey` within the window.
-    func enqueue(
-        _ envelope: JobEnvelope, purchases: [InAppPurchase], idempotencyKey: String, app: AppRecord, logger: Logger
-    ) async -> Outcome {
-        let fraudReason = envelope.fraudReason
-        var pending = ReceiptResource.pending(envelope, purchases: fraudReason == nil ? purchases : [])
-        if let fraudReason {
-            pending.isFraud = true
-            pending.fraudReason = fraudReason
-            pending.validationStatus = .fraud
-        }
+    /// Queues a planned job and waits for the worker, once per idempotency key within the window.
+    func enqueue(_ job: PlannedJob, logger: Logger) async -> Outcome {
+        let (envelope, pending) = (job.envelope, job.pending)
         let result: IntakeResult
         do {
-            result = try await intake.enqueue(envelope, pending: pending, idempotencyKey: idempotencyKey, wait: fraudReason == nil ? syncWait : .zero)
+            result = try await intake.enqueue(
+                envelope, pending: pending, idempotencyKey: job.idempotencyKey, wait: envelope.fraudReason == nil ? syncWait : .zero)
         } catch {
             logger.error("Receipt not queued: Redis unavailable", error: error)
             return .unavailable
@@ -129,7 +130,7 @@ public struct ReceiptIngestion: Sendable {
             var known = pending
             known.id = existing
             do {
-                if let stored = try await catalog.receipt(id: existing, appID: app.id) {
+                if let stored = try await catalog.receipt(id: existing, appID: envelope.appID) {
                     known = stored
                 } else if let queued = try await intake.pendingResource(id: existing) {
                     known = queued
@@ -147,6 +148,29 @@ public struct ReceiptIngestion: Sendable {
         switch resource.validationStatus {
         case .valid, .invalid: return .validated(resource)
         case .pending, .failed, .fraud: return .queued(resource)
+        }
+    }
+}
+
+/// A checked submission made into its job, before anything is written.
+public struct PlannedJob: Sendable {
+    /// What the worker gets.
+    public var envelope: JobEnvelope
+    /// What `GET …/receipts/{id}` shows until the worker stores the receipt: its purchases as
+    /// decoded locally, or none and `is_fraud` for a forgery.
+    public var pending: ReceiptResource
+    /// The same receipt (or transaction) of the same app within the window is this job.
+    public var idempotencyKey: String
+
+    /// Makes the job of `envelope`, whose pending resource shows `purchases` unless it is fraud.
+    public init(_ envelope: JobEnvelope, purchases: [InAppPurchase], idempotencyKey: String) {
+        self.envelope = envelope
+        self.idempotencyKey = idempotencyKey
+        pending = ReceiptResource.pending(envelope, purchases: envelope.fraudReason == nil ? purchases : [])
+        if let fraudReason = envelope.fraudReason {
+            pending.isFraud = true
+            pending.fraudReason = fraudReason
+            pending.validationStatus = .fraud
         }
     }
 }

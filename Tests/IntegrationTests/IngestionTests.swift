@@ -122,6 +122,31 @@ struct IngestionTests {
         #expect(fresh?["id"]?.stringValue != id)
     }
 
+    @Test("Redis forgets the enqueue script (a restart, a failover): the next receipts are still queued once each")
+    func scriptForgotten() async throws {
+        let system = try await TestSystem.start()
+        defer { Task { await system.stop() } }
+        let redis = try system.redis()
+        defer { redis.close() }
+        // The first receipt makes the node load the script; the ones after the flush find it gone.
+        let (first, _) = try system.forgeReceipt()
+        #expect(try await [200, 206].contains(system.post(#"{"receipt":"\#(first)"}"#).0))
+        #expect(try redis.send(["SCRIPT", "FLUSH"]) == .status("OK"))
+        let (receipt, _) = try system.forgeReceipt()
+        let body = #"{"receipt":"\#(receipt)","user_identifier":"u-flush"}"#
+        let (status, answer) = try await system.post(body)
+        #expect([200, 206].contains(status))
+        let id = try #require(answer?["id"]?.stringValue)
+        let validated = try await system.eventually { try await system.get(id).1?["validation_status"]?.stringValue == "valid" }
+        #expect(validated)
+        let (again, repeated) = try await system.post(body)
+        #expect(again == 200)
+        #expect(repeated?["id"]?.stringValue == id, "the script's idempotency holds after it was loaded again")
+        let pg = try system.postgres()
+        defer { pg.close() }
+        #expect(try await pg.query("SELECT count(*) AS n FROM receipts WHERE app_id = \(system.app.id)").rows.first?.int("n") == 2)
+    }
+
     @Test("A real Apple receipt passes the local signature check with Apple's roots; tampered bytes do not")
     func realReceipts() async throws {
         guard let corpus = TestEnvironment.appStoreTestData else {

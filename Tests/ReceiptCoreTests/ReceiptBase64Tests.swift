@@ -1,5 +1,6 @@
 import Foundation
 import ReceiptCore
+import ReceiptTesting
 import Testing
 
 @Suite("Receipt base64 tolerance")
@@ -20,6 +21,45 @@ struct ReceiptBase64Tests {
         ])
     func mangled(_ text: String) throws {
         #expect(try ReceiptDecoder.base64Bytes(text) == Self.bytes)
+    }
+
+    @Test(
+        "the normalized base64 is the bytes' standard encoding, whatever form they came in",
+        arguments: [
+            canonical,
+            canonical.replacingOccurrences(of: "+", with: " "),
+            canonical.replacingOccurrences(of: "=", with: ""),
+            canonical.replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_"),
+            "++++\n///+\r\nPgAw\tgg==\n",
+            canonical + "  ",
+            "++++///+PgAwgh==",  // the last sextet's unused bits set: decodes to the same bytes
+        ])
+    func normalized(_ text: String) throws {
+        let bytes = try ReceiptDecoder.base64Bytes(text)
+        #expect(bytes == Self.bytes)
+        #expect(ReceiptDecoder.normalizedBase64(text, bytes: bytes) == Self.canonical)
+    }
+
+    @Test("canonical text is kept as sent, for every length and padding")
+    func canonicalKept() throws {
+        var generator = SeededGenerator(seed: 64)
+        for count in 1...96 {
+            let bytes = (0..<count).map { _ in UInt8.random(in: 0...255, using: &generator) }
+            let text = Data(bytes).base64EncodedString()
+            #expect(try ReceiptDecoder.base64Bytes(text) == bytes)
+            #expect(ReceiptDecoder.normalizedBase64(text, bytes: bytes) == text)
+            // Set the unused bits of the last sextet (when there are any): same bytes, new text.
+            if count % 3 != 0 {
+                var mangled = Array(text.utf8)
+                let last = mangled.lastIndex { $0 != UInt8(ascii: "=") }!
+                let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/".utf8)
+                let value = alphabet.firstIndex(of: mangled[last])!
+                mangled[last] = alphabet[value | 1]
+                let changed = String(decoding: mangled, as: UTF8.self)
+                #expect(try ReceiptDecoder.base64Bytes(changed) == bytes)
+                #expect(ReceiptDecoder.normalizedBase64(changed, bytes: bytes) == text)
+            }
+        }
     }
 
     @Test("invalid text is rejected", arguments: ["*not base64*", "QUJD=QUJD", "A", "QUJDR", "QQ===", "%2B%2F"])

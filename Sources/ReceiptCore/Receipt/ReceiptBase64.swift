@@ -14,6 +14,33 @@ enum ReceiptBase64 {
         return table
     }()
 
+    /// Whether `text` is exactly what standard padded base64 of `decodedCount` bytes looks like
+    /// (the standard alphabet, no blanks, `=` padding, the last sextet's unused bits zero), given
+    /// that it decoded to that many bytes: then encoding the bytes again gives `text` back, and the
+    /// ingest API keeps the text instead of making a second copy.
+    static func isCanonical(_ text: String, decodedCount: Int) -> Bool {
+        let check = { (utf8: UnsafeBufferPointer<UInt8>) -> Bool in
+            guard decodedCount > 0, utf8.count == (decodedCount + 2) / 3 * 4 else { return false }
+            let padding = (3 - decodedCount % 3) % 3
+            let data = utf8.count - padding
+            for index in 0..<data {
+                switch utf8[index] {
+                case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
+                    UInt8(ascii: "+"), UInt8(ascii: "/"):
+                    continue
+                default:
+                    return false
+                }
+            }
+            for index in data..<utf8.count where utf8[index] != UInt8(ascii: "=") { return false }
+            guard padding > 0 else { return true }
+            // One byte short: the last sextet holds 2 unused bits; two short: 4.
+            let unusedBits: UInt8 = padding == 1 ? 0b11 : 0b1111
+            return table.withUnsafeBufferPointer { $0[Int(utf8[data - 1])] } & unusedBits == 0
+        }
+        return text.utf8.withContiguousStorageIfAvailable(check) ?? Array(text.utf8).withUnsafeBufferPointer(check)
+    }
+
     static func decode(_ text: String) -> [UInt8]? {
         // Native strings are contiguous UTF-8: decode in place. Bridged ones are copied first.
         if let result = text.utf8.withContiguousStorageIfAvailable({ decode(utf8: $0) }) { return result }

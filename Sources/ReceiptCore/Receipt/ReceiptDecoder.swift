@@ -18,6 +18,16 @@ public enum ReceiptDecoder {
         return bytes
     }
 
+    /// The receipt's base64 as stored and sent to Apple: `text` itself when it already is the
+    /// standard padded base64 of `bytes` (what an app sends), else `bytes` encoded again (text with
+    /// line breaks, `+` turned into spaces, URL-safe letters, no padding).
+    /// - Parameters:
+    ///   - text: what ``base64Bytes(_:)`` decoded.
+    ///   - bytes: what it decoded to.
+    public static func normalizedBase64(_ text: String, bytes: [UInt8]) -> String {
+        ReceiptBase64.isCanonical(text, decodedCount: bytes.count) ? text : Data(bytes).base64EncodedString()
+    }
+
     /// Decodes a base64 receipt of either style (see ``base64Bytes(_:)`` for the tolerated mangling).
     public static func decode(base64 text: String) throws(ReceiptDecodingError) -> AppReceipt {
         try decode(bytes: base64Bytes(text))
