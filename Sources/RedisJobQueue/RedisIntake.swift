@@ -74,14 +74,14 @@ public final class RedisIntake: ReceiptIntake {
         -> IntakeResult
     {
         var envelope = envelope
-        let id = envelope.id.uuidString.lowercased()
+        let id = envelope.id.canonical
         let waits = wait > .zero && listener.isSubscribed
         if waits {
             envelope.replyTo = node
             listener.expect(envelope.id)
         }
         let arguments: [[UInt8]] = [
-            Array("3".utf8), Array(keys.idempotency(app: envelope.appID.uuidString.lowercased(), receiptSHA256: idempotencyKey).utf8),
+            Array("3".utf8), Array(keys.idempotency(app: envelope.appID.canonical, receiptSHA256: idempotencyKey).utf8),
             Array(keys.pending(id).utf8), Array(keys.queue(envelope.kind.rawValue).utf8),
             Array(id.utf8), Array(idempotencyTTLSeconds.utf8), pending?.encoded() ?? [], Array(pendingTTLSeconds.utf8), envelope.encoded(),
         ]
@@ -135,7 +135,7 @@ public final class RedisIntake: ReceiptIntake {
     }
 
     public func pendingResource(id: UUID) async throws -> ReceiptResource? {
-        let reply = try await pool.command(["GET", keys.pending(id.uuidString.lowercased())])
+        let reply = try await pool.command(["GET", keys.pending(id.canonical)])
         guard case .bulk(let bytes) = reply else { return nil }
         return try? ReceiptResource.decode(bytes)
     }

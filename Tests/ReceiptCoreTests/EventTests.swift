@@ -1,4 +1,5 @@
 import Foundation
+import ReceiptTesting
 import Testing
 
 @testable import ReceiptCore
@@ -85,5 +86,19 @@ struct EventTests {
         #expect(Set(made).count == made.count)
         #expect(made.allSatisfy { $0.canonical.dropFirst(14).first == "7" })
         #expect(made[0].canonical == made[0].uuidString.lowercased())
+    }
+
+    @Test("The canonical text is Foundation's, lower-cased, for any id, and reads back as the same id")
+    func canonicalText() {
+        var generator = SeededGenerator(seed: 9562)
+        let edges = [UUID(uuid: (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)), UUID(uuidString: "FFFFFFFF-FFFF-FFFF-FFFF-FFFFFFFFFFFF")!]
+        let random = (0..<2_000).map { _ in
+            let b = (0..<16).map { _ in UInt8.random(in: 0...255, using: &generator) }
+            return UUID(uuid: (b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]))
+        }
+        for id in edges + random {
+            #expect(id.canonical == id.uuidString.lowercased())
+            #expect(UUID(uuidString: id.canonical) == id)
+        }
     }
 }

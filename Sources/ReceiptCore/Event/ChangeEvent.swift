@@ -78,5 +78,24 @@ public struct ChangeEvent: Sendable, Equatable {
 extension UUID {
     /// The RFC 9562 canonical text: lower-case hex. Every id receiptq prints uses it; look-ups
     /// accept either case (`UUID(uuidString:)` does).
-    public var canonical: String { uuidString.lowercased() }
+    public var canonical: String {
+        // Written digit by digit: `uuidString` formats with snprintf and then `lowercased()` copies
+        // it again, and the ingest API prints a few ids per request.
+        withUnsafeBytes(of: uuid) { bytes in
+            String(unsafeUninitializedCapacity: 36) { text in
+                let digits: StaticString = "0123456789abcdef"
+                var at = 0
+                for (index, byte) in bytes.enumerated() {
+                    if index == 4 || index == 6 || index == 8 || index == 10 {
+                        text[at] = UInt8(ascii: "-")
+                        at += 1
+                    }
+                    text[at] = digits.utf8Start[Int(byte >> 4)]
+                    text[at + 1] = digits.utf8Start[Int(byte & 0x0F)]
+                    at += 2
+                }
+                return at
+            }
+        }
+    }
 }

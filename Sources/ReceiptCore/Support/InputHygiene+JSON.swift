@@ -63,15 +63,29 @@ private struct JSONHygieneScanner {
     /// Reads the string that starts at `index` (a quote), leaving `index` after its closing quote.
     private mutating func string() -> FieldError? {
         let start = index + 1
-        var end = start
-        while end < bytes.count, bytes[end] != UInt8(ascii: "\"") {
-            end += bytes[end] == UInt8(ascii: "\\") ? 2 : 1
+        // Most strings (a receipt's kilobytes of base64 above all) are printable ASCII without an
+        // escape: nothing in them can be a problem, and they are read once, here.
+        let (end, plain) = bytes.withUnsafeBufferPointer { bytes -> (Int, Bool) in
+            var end = start
+            var plain = true
+            while end < bytes.count {
+                let byte = bytes[end]
+                if byte == UInt8(ascii: "\"") { break }
+                if byte == UInt8(ascii: "\\") {
+                    plain = false
+                    end += 2
+                } else {
+                    if byte < 0x20 || byte >= 0x7F { plain = false }
+                    end += 1
+                }
+            }
+            return (end, plain)
         }
         let raw = bytes[start..<min(end, bytes.count)]
         index = end + 1
         let isKey: Bool
         if case .object(_, true)? = stack.last { isKey = true } else { isKey = false }
-        let problem = Self.problem(raw)
+        let problem = plain ? nil : Self.problem(raw)
         if isKey {
             if let problem { return FieldError(field: path(), reason: "keys \(problem)") }
             stack[stack.count - 1] = .object(key: Self.keyText(raw), expectingKey: false)
