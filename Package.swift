@@ -209,6 +209,8 @@ let package = Package(
                 "ReceiptScheduler",
                 // The webhooks row's receiver checks signatures as a backend would.
                 "MockAppStore",
+                // The ingest row times the server's own steps of a POST.
+                "IngestAPI", .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "Logging", package: "swift-log"),
             ],

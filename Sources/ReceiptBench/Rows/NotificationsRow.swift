@@ -129,8 +129,8 @@ enum NotificationsRow: BenchRow {
         try IngestRow.luaScript(bodies: bodiesFile.path, tokens: tokensFile.path, threads: settings.threads, path: path).write(
             to: script, atomically: true, encoding: .utf8)
         let wrkCommand = IngestRow.WrkCommand(wrk: wrk, script: script.path, url: "http://127.0.0.1:\(port)\(path)", settings: settings)
-        var context = IngestRow.RunContext(server: server, redis: redis, postgres: postgres, postmaster: postmaster, keys: keys, prefix: prefix)
-        context.queueKind = .notification
+        let context = IngestRow.RunContext(
+            server: server, redis: redis, postgres: postgres, postmaster: postmaster, keys: keys, prefix: prefix, queueKind: .notification)
         if settings.warmup > 0 {
             _ = try wrkCommand.run(seconds: settings.warmup)
             _ = try? RedisCleanup.deleteKeys(prefix: prefix, redis)
