@@ -217,7 +217,7 @@ public struct IngestAPI: Sendable {
     func authenticate(_ request: Request, context: IngestRequestContext) async -> Result<AppRecord?, any Error> {
         // The scheme is case-insensitive (RFC 9110 §11.1); the token is not.
         guard let header = request.headers[.authorization], header.prefix(7).lowercased() == "bearer " else { return .success(nil) }
-        let token = header.dropFirst(7).trimmingCharacters(in: .whitespaces)
+        let token = HTTPText.trimmed(header.dropFirst(7))
         guard !token.isEmpty, token.count <= 200 else { return .success(nil) }
         do {
             return .success(try await catalog.authenticate(token: token))
@@ -232,7 +232,7 @@ public struct IngestAPI: Sendable {
     func clientAddress(_ request: Request, context: IngestRequestContext) -> String? {
         if let header = configuration.trustedProxyHeader, let name = HTTPField.Name(header), let value = request.headers[name] {
             // The left-most entry is the client as the first trusted proxy saw it.
-            let first = value.split(separator: ",").first.map { String($0).trimmingCharacters(in: .whitespaces) }
+            let first = value.split(separator: ",").first.map(HTTPText.trimmed)
             if let first, IPAddressText.isValid(first) { return first }
         }
         return context.remoteAddress?.ipAddress

@@ -54,9 +54,7 @@ public struct SoftphoneService: Sendable {
 
     /// Answers one request. Never throws: whatever happens, the softphone gets `final=1`.
     func handle(_ request: Request, context: IngestRequestContext) async -> Response {
-        let mediaType = request.headers[.contentType].flatMap {
-            $0.split(separator: ";").first?.trimmingCharacters(in: .whitespaces).lowercased()
-        }
+        let mediaType = request.headers[.contentType].flatMap(BodyKind.mediaType)
         let isPOST = request.method == .post
         let isJSON = isPOST && mediaType == "application/json"
         let format = SoftphoneFormat.negotiate(
