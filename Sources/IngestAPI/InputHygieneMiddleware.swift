@@ -46,7 +46,10 @@ public struct InputHygieneMiddleware<Context: RequestContext>: RouterMiddleware 
         let problem: FieldError?
         do {
             problem =
-                try await Self.problem(in: &request, maxBodyBytes: maxBodyBytes)
+                try await Self.problem(
+                    in: &request, maxBodyBytes: maxBodyBytes,
+                    // A batch's items are checked one by one by its handler: one bad item is its own 422.
+                    body: context.endpointPath.map { "\(request.method.rawValue) \($0)" } != IngestAPI.batchRoute)
                 ?? undeclaredParameter(request, route: context.endpointPath)
         } catch is NIOTooManyBytesError {
             return refusal(request, .contentTooLarge, [])
@@ -70,9 +73,10 @@ public struct InputHygieneMiddleware<Context: RequestContext>: RouterMiddleware 
     }
 
     /// The first field of the request that cannot be stored; buffers the body it checks into `request`.
-    static func problem(in request: inout Request, maxBodyBytes: Int) async throws -> FieldError? {
+    static func problem(in request: inout Request, maxBodyBytes: Int, body: Bool = true) async throws -> FieldError? {
         if let problem = InputHygiene.pathProblem(request.uri.path.utf8) { return problem }
         if let query = request.uri.query, let problem = InputHygiene.formProblem(query.utf8, where: "query") { return problem }
+        guard body else { return nil }
         switch BodyKind(request) {
         case .json:
             let body = try await request.collectBody(upTo: maxBodyBytes)

@@ -112,13 +112,14 @@ public struct ReceiptIngestion: Sendable {
         return Digest.sha1(input) != expected
     }
 
-    /// Queues a planned job and waits for the worker, once per idempotency key within the window.
-    func enqueue(_ job: PlannedJob, logger: Logger) async -> Outcome {
+    /// Queues a planned job and waits for the worker (unless `waits` is false: a bulk import's),
+    /// once per idempotency key within the window.
+    func enqueue(_ job: PlannedJob, waits: Bool = true, logger: Logger) async -> Outcome {
         let (envelope, pending) = (job.envelope, job.pending)
         let result: IntakeResult
         do {
             result = try await intake.enqueue(
-                envelope, pending: pending, idempotencyKey: job.idempotencyKey, wait: envelope.fraudReason == nil ? syncWait : .zero)
+                envelope, pending: pending, idempotencyKey: job.idempotencyKey, wait: waits && envelope.fraudReason == nil ? syncWait : .zero)
         } catch {
             logger.error("Receipt not queued: Redis unavailable", error: error)
             return .unavailable

@@ -38,6 +38,9 @@ public struct AppConfiguration: Sendable, CustomStringConvertible {
     public var workerHeartbeatTTLSeconds: Int
     /// 404/410 answers in a row, across the deployment, before `verifyReceipt` counts as gone.
     public var verifyReceiptGoneAfter: Int
+    /// The most of `WORKER_CONCURRENCY` bulk imports' validations may hold, in percent
+    /// (`IMPORT_SHARE_PERCENT`, 25); they get it only when the live queues leave slots free.
+    public var importSharePercent: Int
     public var retryPolicy: RetryPolicy
     /// When the shared Apple outage circuit opens and how long it stays open (`CIRCUIT_*`).
     public var circuitPolicy: CircuitPolicy
@@ -150,6 +153,7 @@ public struct AppConfiguration: Sendable, CustomStringConvertible {
         workerShutdownTimeout = .seconds(try int("WORKER_SHUTDOWN_TIMEOUT_SECONDS", 25, range: 0...3600))
         workerHeartbeatTTLSeconds = try int("WORKER_HEARTBEAT_TTL_SECONDS", 30, range: 2...3600)
         verifyReceiptGoneAfter = try int("VERIFY_RECEIPT_GONE_AFTER", 20, range: 1...1_000_000)
+        importSharePercent = try int("IMPORT_SHARE_PERCENT", 25, range: 0...100)
         retryPolicy = RetryPolicy(
             base: .milliseconds(try int("RETRY_BASE_MS", 2000, range: 1...3_600_000)),
             cap: .seconds(try int("RETRY_MAX_BACKOFF_SECONDS", 3600, range: 1...86_400)),

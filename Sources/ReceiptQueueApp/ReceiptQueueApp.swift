@@ -145,7 +145,7 @@ public enum ReceiptQueueApp {
                 concurrency: configuration.workerConcurrency, shutdownTimeout: configuration.workerShutdownTimeout,
                 heartbeatInterval: .seconds(max(1, configuration.workerHeartbeatTTLSeconds / 3)),
                 retryPolicy: configuration.retryPolicy, repollPolicy: configuration.repollPolicy,
-                verifyReceiptGoneAfter: configuration.verifyReceiptGoneAfter),
+                verifyReceiptGoneAfter: configuration.verifyReceiptGoneAfter, importShare: Double(configuration.importSharePercent) / 100),
             makeQueue: { role in
                 let queue = RedisWorkQueue(
                     connection: try RedisConnection(configuration: configuration.redis, label: "worker-\(role)", logger: logger),

@@ -10,6 +10,15 @@ import ReceiptCore
 /// Redis round trip. Those jobs are in the processing list and in flight like the others, so the
 /// stray check keeps them, and graceful shutdown gives them back to the queue unstarted.
 extension WorkerEngine {
+    /// How many more bulk imports' validations may be reserved: their share of the slots
+    /// (`importShare` of `concurrency`, at least one when the share is not 0) less those in flight.
+    func importRoom() -> Int {
+        guard configuration.importShare > 0 else { return 0 }
+        let share = max(1, Int(Double(configuration.concurrency) * configuration.importShare))
+        let held = locked { $0.inFlight.values.reduce(0) { $0 + ($1.envelope?.importID == nil ? 0 : 1) } }
+        return max(0, share - held)
+    }
+
     /// How many jobs the fetcher keeps reserved ahead of the free slots.
     var aheadTarget: Int { max(1, min(configuration.fetchBatch, configuration.concurrency / 4)) }
 
@@ -57,7 +66,8 @@ extension WorkerEngine {
                     mayHoldStrays = false
                 }
                 // Only a free slot with nothing to start waits for a job to arrive.
-                let jobs = try queue.reserve(max: wanted, timeout: calls > starting ? configuration.reserveTimeout : .zero)
+                let jobs = try queue.reserve(
+                    max: wanted, background: importRoom(), timeout: calls > starting ? configuration.reserveTimeout : .zero)
                 let tokens = register(jobs)
                 for (index, (token, job)) in zip(tokens, jobs).enumerated() {
                     if index < calls - starting {

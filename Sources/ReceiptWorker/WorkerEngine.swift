@@ -71,14 +71,19 @@ public final class WorkerEngine: Service, Sendable {
         /// How many 404/410 answers in a row, across the deployment, mean `verifyReceipt` is gone
         /// (`VERIFY_RECEIPT_GONE_AFTER`): a stray 404 from a proxy must not move every app.
         public var verifyReceiptGoneAfter: Int
+        /// The share of `concurrency` bulk imports' validations may hold at most (`IMPORT_SHARE`,
+        /// 0…1); they get it only when the live queues leave slots free. 0: imports wait.
+        public var importShare: Double
 
         /// Creates a configuration; every value has a production default.
         public init(
             concurrency: Int = 16, fetchBatch: Int = 128, commitBatch: Int = 128, committers: Int = 2, commitLinger: Duration = .milliseconds(5),
             reserveTimeout: Duration = .milliseconds(500), shutdownTimeout: Duration = .seconds(25), heartbeatInterval: Duration = .seconds(5),
             circuitRefresh: Duration = .milliseconds(250), circuitFlush: Duration = .milliseconds(50),
-            retryPolicy: RetryPolicy = RetryPolicy(), repollPolicy: RepollPolicy = RepollPolicy(), verifyReceiptGoneAfter: Int = 20
+            retryPolicy: RetryPolicy = RetryPolicy(), repollPolicy: RepollPolicy = RepollPolicy(), verifyReceiptGoneAfter: Int = 20,
+            importShare: Double = 0.25
         ) {
+            self.importShare = importShare.isFinite ? min(1, max(0, importShare)) : 0.25
             self.verifyReceiptGoneAfter = max(1, verifyReceiptGoneAfter)
             self.concurrency = max(1, concurrency)
             self.fetchBatch = max(1, fetchBatch)

@@ -82,7 +82,7 @@ public final class RedisIntake: ReceiptIntake {
         }
         let arguments: [[UInt8]] = [
             Array("3".utf8), Array(keys.idempotency(app: envelope.appID.canonical, receiptSHA256: idempotencyKey).utf8),
-            Array(keys.pending(id).utf8), Array(keys.queue(envelope.kind.rawValue).utf8),
+            Array(keys.pending(id).utf8), Array(keys.queue(envelope.queueName).utf8),
             Array(id.utf8), Array(idempotencyTTLSeconds.utf8), pending?.encoded() ?? [], Array(pendingTTLSeconds.utf8), envelope.encoded(),
         ]
         var reply: RedisValue

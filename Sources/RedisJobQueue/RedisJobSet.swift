@@ -298,7 +298,7 @@ public struct RedisJobSet: JobSetStore {
         var moves: [(queue: String, old: [UInt8], new: [UInt8])] = []
         for entry in entries {
             guard let envelope = entry.envelope else { continue }
-            moves.append((keys.queue(envelope.kind.rawValue), entry.raw, envelope.requeued(by: options.origin).encoded()))
+            moves.append((keys.queue(envelope.queueName), entry.raw, envelope.requeued(by: options.origin).encoded()))
         }
         guard !moves.isEmpty else { return 0 }
         let batches = Dictionary(grouping: moves, by: \.queue).flatMap { queue, group in

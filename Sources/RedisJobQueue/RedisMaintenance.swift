@@ -9,8 +9,8 @@ public final class RedisMaintenance: QueueMaintenance {
     /// Moves due retries to the front of their queue. Versioned (the name carries the version) so a
     /// changed script never runs under an old SHA; atomic, so a job is never in both places.
     static let promoteScript = """
-        -- receiptq:promote_due:v4
-        -- KEYS: retry zset, validate queue, repoll queue, notification queue, webhook queue; ARGV: now ms, limit
+        -- receiptq:promote_due:v5
+        -- KEYS: retry zset, validate queue, repoll queue, notification queue, webhook queue, import queue; ARGV: now ms, limit
         local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
         for _, job in ipairs(due) do
           redis.call('ZREM', KEYS[1], job)
@@ -20,6 +20,7 @@ public final class RedisMaintenance: QueueMaintenance {
           if ok and type(envelope) == 'table' and envelope.kind == 'repoll' then queue = KEYS[3] end
           if ok and type(envelope) == 'table' and envelope.kind == 'notification' then queue = KEYS[4] end
           if ok and type(envelope) == 'table' and envelope.kind == 'webhook' then queue = KEYS[5] end
+          if ok and type(envelope) == 'table' and envelope.kind == 'validate' and type(envelope.import_id) == 'string' then queue = KEYS[6] end
           redis.call('RPUSH', queue, job)
         end
         return #due
@@ -43,17 +44,17 @@ public final class RedisMaintenance: QueueMaintenance {
         let args = [String(Int64(now.timeIntervalSince1970 * 1000)), String(limit)]
         let keyArgs = [
             keys.retry, keys.queue(JobKind.validate.rawValue), keys.queue(JobKind.repoll.rawValue),
-            keys.queue(JobKind.notification.rawValue), keys.queue(JobKind.webhook.rawValue),
+            keys.queue(JobKind.notification.rawValue), keys.queue(JobKind.webhook.rawValue), keys.queue(JobEnvelope.importQueue),
         ]
         if promoteSHA == nil {
             promoteSHA = try connection.send(["SCRIPT", "LOAD", Self.promoteScript]).string
         }
         do {
-            return try connection.send(["EVALSHA", promoteSHA ?? "", "5"] + keyArgs + args).int ?? 0
+            return try connection.send(["EVALSHA", promoteSHA ?? "", "6"] + keyArgs + args).int ?? 0
         } catch let error as RedisError where error.message.hasPrefix("NOSCRIPT") {
             // Redis restarted without persistence of scripts: load again, once.
             promoteSHA = try connection.send(["SCRIPT", "LOAD", Self.promoteScript]).string
-            return try connection.send(["EVALSHA", promoteSHA ?? "", "5"] + keyArgs + args).int ?? 0
+            return try connection.send(["EVALSHA", promoteSHA ?? "", "6"] + keyArgs + args).int ?? 0
         }
     }
 
@@ -132,7 +133,7 @@ public final class RedisMaintenance: QueueMaintenance {
                 ).encoded() ?? raw
         }
         if rescueSHA == nil { rescueSHA = try connection.send(["SCRIPT", "LOAD", Self.rescueScript]).string }
-        let queue = keys.queue((envelope?.kind ?? .validate).rawValue)
+        let queue = keys.queue(envelope?.queueName ?? JobKind.validate.rawValue)
         let arguments: [[UInt8]] =
             [Array("EVALSHA".utf8), Array((rescueSHA ?? "").utf8), Array("4".utf8)]
             + [processing, queue, keys.dead, counter].map { Array($0.utf8) }

@@ -25,6 +25,12 @@ public final class RedisWorkQueue: JobQueue {
     /// The queues served, most urgent first.
     private let queueKeys: [String]
     private let processingKey: String
+    /// The bulk imports' queue, served after the others with spare capacity only.
+    private let importKey: String
+    /// The import queue was empty at the last look.
+    private var importIdle = false
+    /// The last reserve found every live queue short of what it asked (none may hold more).
+    private var liveDrained = false
     private let retention: DeadLetterRetention
     private let startedAt = Date()
     /// How many `LMOVE`s the next reserve pipelines: grows while the queue keeps them all busy,
@@ -54,10 +60,37 @@ public final class RedisWorkQueue: JobQueue {
         self.workerID = workerID
         self.queueKeys = (kinds.isEmpty ? [.validate] : kinds).map { keys.queue($0.rawValue) }
         self.processingKey = keys.processing(workerID)
+        self.importKey = keys.queue(JobEnvelope.importQueue)
         self.retention = retention
     }
 
     public func reserve(max: Int, timeout: Duration) throws -> [ReservedJob] {
+        try reserve(max: max, background: 0, timeout: timeout)
+    }
+
+    /// The live queues first; the import queue only for what they leave of `max`, at most
+    /// `background` jobs (the engine's spare share), so an import runs on idle capacity and a
+    /// backlog of live jobs takes every slot. Blocks (up to `timeout`) only when neither had a job.
+    public func reserve(max: Int, background: Int, timeout: Duration) throws -> [ReservedJob] {
+        guard background > 0 else { return try reserveLive(max: max, timeout: timeout) }
+        let live = try reserveLive(max: max, timeout: .zero)
+        let take = Swift.min(background, max - live.count)
+        guard take > 0, liveDrained else { return live }
+        // An import queue found empty is probed with one move until it has jobs again.
+        let moves = importIdle ? 1 : take
+        let imported = try connection.pipeline(
+            bytes: Array(repeating: ["LMOVE", importKey, processingKey, "RIGHT", "LEFT"].map(bytes), count: moves)
+        ).compactMap { reply -> ReservedJob? in
+            guard case .bulk(let raw) = reply else { return nil }
+            return ReservedJob(raw: raw)
+        }
+        importIdle = imported.isEmpty
+        if live.isEmpty, imported.isEmpty { return try reserveLive(max: max, timeout: timeout, blockOnly: true) }
+        return live + imported
+    }
+
+    private func reserveLive(max: Int, timeout: Duration, blockOnly: Bool = false) throws -> [ReservedJob] {
+        if blockOnly { return try block(timeout) }
         let count = Swift.max(1, Swift.min(max, burst))
         func move(_ queueKey: String) -> [[UInt8]] { ["LMOVE", queueKey, processingKey, "RIGHT", "LEFT"].map(bytes) }
         var commands: [[[UInt8]]] = []
@@ -97,14 +130,21 @@ public final class RedisWorkQueue: JobQueue {
         }
         var jobs: [ReservedJob] = []
         var answered = Set<Int>()
+        var asked: [Int: Int] = [:]
+        var brought: [Int: Int] = [:]
+        for owner in owners { asked[owner, default: 0] += 1 }
         for (reply, owner) in zip(try connection.pipeline(bytes: commands), owners) {
             guard case .bulk(let raw) = reply else { continue }
             jobs.append(ReservedJob(raw: raw))
             answered.insert(owner)
+            brought[owner, default: 0] += 1
         }
         idle.subtract(answered)
         idle.formUnion(Set(owners).subtracting(answered))
         burst = Swift.min(Swift.max(jobs.count * 2, 4), 512)
+        // A queue that filled every move asked of it may hold more: the live queues are drained
+        // only when every one was asked and each came up short.
+        liveDrained = untried.isEmpty && asked.allSatisfy { brought[$0.key, default: 0] < $0.value }
         if !jobs.isEmpty { return jobs }
         // The queues whose turn it was are empty; another may not be.
         for index in untried {
@@ -114,9 +154,14 @@ public final class RedisWorkQueue: JobQueue {
             }
             idle.insert(index)
         }
-        // Nothing ready: block on the most urgent queue, so an idle worker costs one command per
-        // timeout and a validation is taken the moment it arrives; the others (re-polls, which no
-        // one waits for) are looked at again when the wait ends.
+        liveDrained = true
+        return try block(timeout)
+    }
+
+    /// Nothing ready: block on the most urgent queue, so an idle worker costs one command per
+    /// timeout and a validation is taken the moment it arrives; the others (re-polls, imports,
+    /// which no one waits for) are looked at again when the wait ends.
+    private func block(_ timeout: Duration) throws -> [ReservedJob] {
         guard timeout > .zero else { return [] }
         let seconds = String(format: "%.3f", Swift.max(timeout.seconds, 0.01))
         guard case .bulk(let raw) = try connection.send(["BLMOVE", queueKeys[0], processingKey, "RIGHT", "LEFT", seconds]) else {
@@ -139,7 +184,7 @@ public final class RedisWorkQueue: JobQueue {
             // have taken it meanwhile). Not a recovery in the poison-job sense: nothing died.
             try exec([
                 ["MULTI"].map(bytes), [bytes("LREM"), bytes(processingKey), bytes("-1"), raw],
-                [bytes("RPUSH"), bytes(keys.queue((ReservedJob(raw: raw).envelope?.kind ?? .validate).rawValue)), raw],
+                [bytes("RPUSH"), bytes(keys.queue(ReservedJob(raw: raw).envelope?.queueName ?? JobKind.validate.rawValue)), raw],
             ])
             moved += 1
         }

@@ -169,6 +169,17 @@ public struct JobEnvelope: Sendable, Equatable, Codable {
     public var notificationID: String?
     /// For a `webhook` job: the delivery it makes (`receipt` then holds the event's JSON, the body).
     public var webhook: WebhookTarget?
+    /// For a receipt brought by a bulk import (`POST …/batch`, `receiptq import`): the import it
+    /// belongs to. Such a validation waits in the `import` queue, which workers serve only with
+    /// spare capacity, so a backfill never delays live purchases.
+    public var importID: UUID?
+
+    /// The queue of bulk imports' validations (``importID``).
+    public static let importQueue = "import"
+
+    /// The Redis list this job waits in: its kind's, or ``importQueue`` for an import's validation
+    /// (also after a retry, a rescue or an operator's requeue).
+    public var queueName: String { importID != nil && kind == .validate ? Self.importQueue : kind.rawValue }
 
     // Explicit keys: the snake_case strategies do not round-trip `appID`/`bundleID`.
     enum CodingKeys: String, CodingKey {
@@ -186,6 +197,7 @@ public struct JobEnvelope: Sendable, Equatable, Codable {
         case transactionID = "transaction_id"
         case notificationID = "notification_id"
         case webhook
+        case importID = "import_id"
     }
 
     /// Creates an envelope for a new job.
@@ -263,6 +275,7 @@ public struct JobEnvelope: Sendable, Equatable, Codable {
         }
         writer.closeArray()
         writer.member("id", id.canonical)
+        writer.member("import_id", importID?.canonical)
         writer.member("kind", kind.rawValue)
         writer.member("last_failed_at", milliseconds: lastFailedAt)
         writer.member("notification_id", notificationID)

@@ -109,6 +109,9 @@ public protocol JobQueue: AnyObject {
     /// (`.zero`: not at all).
     /// - Returns: the jobs, oldest first; empty when none arrived in time.
     func reserve(max: Int, timeout: Duration) throws -> [ReservedJob]
+    /// As ``reserve(max:timeout:)``, and up to `background` jobs of the import queue in what the
+    /// live queues leave of `max` (none while they fill it).
+    func reserve(max: Int, background: Int, timeout: Duration) throws -> [ReservedJob]
     /// Settles finished jobs (after the store committed), each move atomic; safe to repeat after a
     /// failure whose outcome is unknown (a repeated move finds nothing left to move).
     ///
@@ -126,6 +129,13 @@ public protocol JobQueue: AnyObject {
     func requeueStrays(keeping inFlight: [[UInt8]]) throws -> Int
     /// Refreshes the process's liveness, so the janitor leaves its processing list alone.
     func heartbeat(busy: Int) throws
+}
+
+extension JobQueue {
+    /// Queues without an import lane serve the live queues only.
+    public func reserve(max: Int, background: Int, timeout: Duration) throws -> [ReservedJob] {
+        try reserve(max: max, timeout: timeout)
+    }
 }
 
 extension JobQueue {
