@@ -16,7 +16,7 @@ struct ReceiptQueueCommand: AsyncParsableCommand {
         subcommands: [
             All.self, Serve.self, Work.self, Schedule.self, Migrate.self, Apps.self, DeadLetterCommand.self, MockAppStoreCommand.self,
             Forge.self, ReceiptCommand.self, NotificationsCommand.self, WebhooksCommand.self,
-            OperatorsCommand.self,
+            OperatorsCommand.self, ImportCommand.self,
         ])
 }
 

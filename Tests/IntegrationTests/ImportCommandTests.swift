@@ -1,0 +1,154 @@
+import Foundation
+import Libpq
+import ReceiptCore
+import ReceiptSignature
+import ReceiptTesting
+import Testing
+
+/// `receiptq import` as a process against a running system: killed with SIGKILL halfway and
+/// resumed, every receipt of the file ends validated exactly once, and the lines it refused are
+/// listed by number.
+@Suite("receiptq import: checkpoint, kill -9 and --resume", .enabled(if: TestEnvironment.integrationEnabled), .serialized)
+struct ImportCommandTests {
+    static let binary = CrashRecoveryTests.binary
+
+    @Test("An NDJSON history killed halfway and resumed: every line accepted or listed once, every receipt validated exactly once")
+    func killedAndResumed() async throws {
+        let receipts = 1_200
+        let system = try await TestSystem.start(environment: ["WORKER_CONCURRENCY": "32", "IMPORT_SHARE_PERCENT": "100"])
+        defer { Task { await system.stop() } }
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("rq-import-\(UUID().uuidString.prefix(8))")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+
+        // The file: receipts with a user each; a blank line, two broken lines and a forgery at known places.
+        let stranger = try TestCertificateAuthority.generate(name: "Not Apple Root CA")
+        let forged = Data(try ReceiptForger.unified(ReceiptForger.demoReceipt(bundleID: system.app.bundleID), authority: stranger))
+            .base64EncodedString()
+        var lines: [String] = []
+        var expectedRejects: [Int: Int] = [:]  // line → status
+        for index in 0..<receipts {
+            switch lines.count + 1 {
+            case 10: lines.append("")
+            case 250:
+                lines.append("{not json")
+                expectedRejects[250] = 422
+            case 600:
+                lines.append(#"{"user_identifier":"no receipt"}"#)
+                expectedRejects[600] = 422
+            case 900:
+                lines.append(#"{"receipt":"\#(forged)"}"#)
+                expectedRejects[900] = 402
+            default: break
+            }
+            let (receipt, _) = try system.forgeReceipt()
+            lines.append(#"{"receipt":"\#(receipt)","user_identifier":"history-\#(index)"}"#)
+        }
+        let file = directory.appendingPathComponent("history.ndjson")
+        try (lines.joined(separator: "\n") + "\n").write(to: file, atomically: true, encoding: .utf8)
+        let checkpoint = URL(fileURLWithPath: file.path + ".import.json")
+        let rejects = URL(fileURLWithPath: file.path + ".rejects.ndjson")
+        var environment = ProcessInfo.processInfo.environment
+        environment["LOG_LEVEL"] = "warning"
+        let arguments = [
+            "import", file.path, "--api", "http://127.0.0.1:\(system.apiPort)", "--token", system.token, "--batch-size", "40",
+        ]
+
+        // First run: killed once a third of the file is checkpointed.
+        let first = try startProcess(Self.binary, arguments, environment: environment, standardError: directory.appendingPathComponent("first.err"))
+        let deadline = ContinuousClock.now + .seconds(120)
+        func lastLine() -> Int {
+            guard let data = try? Data(contentsOf: checkpoint), let value = try? JSONValue.parse(Array(data)) else { return 0 }
+            return value["last_line"]?.intValue ?? 0
+        }
+        while lastLine() < lines.count / 3, first.isRunning, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(20)) }
+        kill(first.processIdentifier, SIGKILL)
+        first.waitUntilExit()
+        let killedAt = lastLine()
+        #expect(killedAt >= lines.count / 3 && killedAt < lines.count, "killed halfway (checkpoint at line \(killedAt) of \(lines.count))")
+
+        // Without --resume it refuses to start over on top of the checkpoint.
+        let refused = try runProcess(Self.binary, arguments, environment: environment)
+        #expect(refused.status != 0)
+        #expect(refused.output.contains("--resume"))
+
+        let resumed = try runProcess(Self.binary, arguments + ["--resume"], environment: environment)
+        #expect(resumed.status == 0, "\(resumed.output.suffix(2_000))")
+        #expect(resumed.output.contains("done"))
+        #expect(resumed.output.contains("fraud: 1"))
+        #expect(resumed.output.contains("invalid: 2"))
+        #expect(!resumed.output.contains(forged.prefix(40)), "no receipt in the output")
+
+        // The rejects: each refused line once, by number, and nothing of its content.
+        let listed = try String(contentsOf: rejects, encoding: .utf8).split(separator: "\n").compactMap {
+            try? JSONValue.parse(Array($0.utf8))
+        }
+        #expect(Dictionary(listed.map { ($0["line"]?.intValue ?? 0, $0["status"]?.intValue ?? 0) }, uniquingKeysWith: { $1 }) == expectedRejects)
+        #expect(listed.count == expectedRejects.count)
+
+        // Postgres: every receipt once, all validated (the forgery stored as fraud); the kill sent
+        // at most one batch twice, and idempotency made its items duplicates.
+        let pg = try system.postgres()
+        defer { pg.close() }
+        let settled = try await system.eventually(timeout: .seconds(120)) {
+            try await pg.query(
+                "SELECT count(*) AS n FROM receipts WHERE app_id = \(system.app.id) AND status IN ('valid', 'fraud')"
+            ).rows.first?.int("n") == receipts + 1
+        }
+        #expect(settled)
+        let row = try #require(
+            try await pg.query(
+                """
+                SELECT count(*) AS n, count(DISTINCT user_identifier) AS users, count(*) FILTER (WHERE status = 'valid') AS valid
+                FROM receipts WHERE app_id = \(system.app.id)
+                """
+            ).rows.first)
+        #expect(row.int("n") == receipts + 1)
+        #expect(row.int("users") == receipts)
+        #expect(row.int("valid") == receipts)
+    }
+
+    @Test("CSV and bare lines are read as the API's bodies; a dry run sends nothing and reports bad lines")
+    func formats() async throws {
+        let system = try await TestSystem.start()
+        defer { Task { await system.stop() } }
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("rq-import-\(UUID().uuidString.prefix(8))")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let (first, _) = try system.forgeReceipt()
+        let (second, _) = try system.forgeReceipt()
+        let csv = directory.appendingPathComponent("history.csv")
+        try "receipt,user_identifier,country_code\n\"\(first)\",csv-user,US\n\(second),\"csv, quoted\",\nbroken,\"unclosed\n".write(
+            to: csv, atomically: true, encoding: .utf8)
+        let base = ["--api", "http://127.0.0.1:\(system.apiPort)", "--token", system.token]
+        let dry = try runProcess(Self.binary, ["import", csv.path, "--dry-run"] + base, environment: ProcessInfo.processInfo.environment)
+        #expect(dry.status == 0, "\(dry.output)")
+        #expect(dry.output.contains("valid: 2"))
+        #expect(dry.output.contains("invalid: 1"))
+        let pg = try system.postgres()
+        defer { pg.close() }
+        #expect(try await pg.query("SELECT count(*) AS n FROM receipts WHERE app_id = \(system.app.id)").rows.first?.int("n") == 0)
+        try FileManager.default.removeItem(atPath: csv.path + ".rejects.ndjson")
+
+        let sent = try runProcess(Self.binary, ["import", csv.path] + base, environment: ProcessInfo.processInfo.environment)
+        #expect(sent.status == 0, "\(sent.output)")
+        #expect(sent.output.contains("accepted: 2"))
+        let users = try await system.eventually {
+            try await pg.query("SELECT count(*) AS n FROM receipts WHERE app_id = \(system.app.id) AND status = 'valid'").rows.first?.int("n") == 2
+        }
+        #expect(users)
+        let stored = try await pg.query(
+            "SELECT user_identifier, country_code FROM receipts WHERE app_id = \(system.app.id) ORDER BY user_identifier"
+        ).rows
+        #expect(stored.map { $0.string("user_identifier") } == ["csv, quoted", "csv-user"])
+        #expect(stored.map { $0.string("country_code") } == [nil, "US"])
+
+        // Bare lines: the same receipts again are duplicates, not new receipts.
+        let bare = directory.appendingPathComponent("history.txt")
+        try "\(first)\n\n\(second)\n".write(to: bare, atomically: true, encoding: .utf8)
+        let again = try runProcess(Self.binary, ["import", bare.path] + base, environment: ProcessInfo.processInfo.environment)
+        #expect(again.status == 0, "\(again.output)")
+        #expect(again.output.contains("duplicates: 2"))
+        #expect(try await pg.query("SELECT count(*) AS n FROM receipts WHERE app_id = \(system.app.id)").rows.first?.int("n") == 2)
+    }
+}
