@@ -14,6 +14,8 @@ extension IngestAPI {
     public static let batchRoute = "POST /client/itunes_connect/receipts/batch"
     /// The header naming the import a batch belongs to (`receiptq import` sends one per file).
     static let importIDHeader = HTTPField.Name("Receiptq-Import-Id")!
+    /// `true`: the import's changes become events and webhooks like live ones (default: not).
+    static let importEventsHeader = HTTPField.Name("Receiptq-Import-Events")!
     /// Items enqueued at once: the Redis writer pipelines whatever is submitted together.
     static let batchParallelism = 64
 
@@ -37,7 +39,9 @@ extension IngestAPI {
         }
         let importID: UUID
         if let header = request.headers[Self.importIDHeader] {
-            guard let given = UUID(uuidString: header) else { return unprocessable([FieldError(field: "Receiptq-Import-Id", reason: "must be a UUID")]) }
+            guard let given = UUID(uuidString: header) else {
+                return unprocessable([FieldError(field: "Receiptq-Import-Id", reason: "must be a UUID")])
+            }
             importID = given
         } else {
             importID = JobID.make(at: now())
@@ -62,6 +66,7 @@ extension IngestAPI {
         guard items.count <= Self.maxBatchItems else {
             return json(.contentTooLarge, ["error": .string("more than \(Self.maxBatchItems) items in one batch")])
         }
+        let events = request.headers[Self.importEventsHeader].map { $0.lowercased() == "true" } ?? false
         let address = clientAddress(request, context: context)
         let logger = context.logger
         let payloads = items.map { Array(body[$0.range]) }
@@ -70,7 +75,9 @@ extension IngestAPI {
             var results = [BatchItemResult?](repeating: nil, count: payloads.count)
             for (position, item) in payloads.enumerated() {
                 if position >= Self.batchParallelism, let (done, result) = await group.next() { results[done] = result }
-                group.addTask { (position, await api.batchItem(item, app: app, importID: importID, address: address, logger: logger)) }
+                group.addTask {
+                    (position, await api.batchItem(item, app: app, importID: importID, events: events, address: address, logger: logger))
+                }
             }
             for await (done, result) in group { results[done] = result }
             return results.map { $0 ?? BatchItemResult(status: 503) }
@@ -101,7 +108,9 @@ extension IngestAPI {
     }
 
     /// One item: checked, planned and queued like a single POST, into the import queue.
-    func batchItem(_ bytes: [UInt8], app: AppRecord, importID: UUID, address: String?, logger: Logger) async
+    func batchItem(
+        _ bytes: [UInt8], app: AppRecord, importID: UUID, events: Bool, address: String?, logger: Logger
+    ) async
         -> BatchItemResult
     {
         if let problem = InputHygiene.jsonProblem(bytes) { return BatchItemResult(status: 422, errors: [problem]) }
@@ -118,6 +127,7 @@ extension IngestAPI {
         var job = ReceiptIngestion.plan(
             submit.receipt, submission: submission, app: app, origin: .api, authenticity: ingestion.authenticity, at: now())
         job.envelope.importID = importID
+        job.envelope.importEvents = events ? true : nil
         let outcome = await ingestion.enqueue(job, waits: false, logger: logger)
         let resource: ReceiptResource
         let status: Int

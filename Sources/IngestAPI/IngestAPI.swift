@@ -71,7 +71,8 @@ public struct IngestAPI: Sendable {
     /// The query parameters each route of this API takes (for ``InputHygieneMiddleware``); the
     /// OpenAPI document declares the same.
     public static let queryParameters: [String: Set<String>] = [
-        "POST /client/itunes_connect/receipts": [], "POST /client/itunes_connect/receipts/batch": [], "GET /client/itunes_connect/receipts/{id}": [], "POST /client/transactions": [],
+        "POST /client/itunes_connect/receipts": [], "POST /client/itunes_connect/receipts/batch": [], "GET /client/itunes_connect/receipts/{id}": [],
+        "POST /client/transactions": [],
         "GET /client/subscriptions": ["user_identifier"], "GET /client/subscriptions/{original_transaction_id}": ["environment"],
         "GET /client/events": ["after", "limit", "type", "user_identifier"],
         "GET /health/live": [], "GET /health/ready": [], "GET /openapi.yaml": [], "POST /apple/notifications/{app}/{token}": [],

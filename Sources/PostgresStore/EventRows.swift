@@ -15,6 +15,13 @@ enum EventRows {
         /// One-time purchases newly refunded, and purchases newly claimed by a second user.
         var purchases: [PurchaseChange] = []
 
+        /// Forgets the changes these receipts brought (a quiet import's).
+        mutating func drop(receipts: Set<UUID>) {
+            verdicts.removeAll { receipts.contains($0.id) }
+            subscriptions.removeAll { receipts.contains($0.after.receiptID) }
+            purchases.removeAll { $0.receiptID.map(receipts.contains) ?? false }
+        }
+
         mutating func merge(_ other: Changes) {
             verdicts += other.verdicts
             subscriptions += other.subscriptions

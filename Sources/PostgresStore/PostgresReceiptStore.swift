@@ -66,7 +66,12 @@ public final class PostgresReceiptStore: ReceiptStore {
                 }
                 let resources = try ReceiptRows.resources(
                     connection, ids: records.filter { !$0.isRepoll && !$0.isNotification }.map(\.envelope.id))
-                if writesEvents { try EventRows.insert(EventRows.events(changes, resources: resources, now: Date()), on: connection) }
+                if writesEvents {
+                    // An import that did not ask for events records its changes without them.
+                    let quiet = Set(records.filter(\.envelope.isQuiet).map(\.envelope.id))
+                    if !quiet.isEmpty { changes.drop(receipts: quiet) }
+                    try EventRows.insert(EventRows.events(changes, resources: resources, now: Date()), on: connection)
+                }
                 return resources
             }
             let saved = records.map { record -> Result<ReceiptResource?, StoreFailure> in

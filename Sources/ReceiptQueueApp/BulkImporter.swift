@@ -32,13 +32,16 @@ public final class BulkImporter {
         public var dryRun: Bool
         /// Seconds between progress lines when standard error is not a terminal.
         public var plainInterval: Double
+        /// Whether the imported receipts' changes become events and webhooks (default: not).
+        public var events: Bool
 
         /// Creates settings; the checkpoint and rejects files default to `<input>.import.json` and
         /// `<input>.rejects.ndjson` (in the current directory for standard input).
         public init(
             input: String, format: ImportFormat, endpoint: String, token: String, batchSize: Int = 500, checkpointPath: String? = nil,
-            rejectsPath: String? = nil, resume: Bool = false, dryRun: Bool = false, plainInterval: Double = 5
+            rejectsPath: String? = nil, resume: Bool = false, dryRun: Bool = false, plainInterval: Double = 5, events: Bool = false
         ) {
+            self.events = events
             self.input = input
             self.format = format
             self.endpoint = endpoint
@@ -131,7 +134,7 @@ public final class BulkImporter {
             checkpoint = Checkpoint(
                 importID: JobID.make(), input: settings.input, inputBytes: identity.bytes, head: identity.head, format: settings.format.rawValue,
                 lastLine: 0, counts: Counts())
-            FileManager.default.createFile(atPath: settings.rejectsPath, contents: nil)
+            _ = FileManager.default.createFile(atPath: settings.rejectsPath, contents: nil)
         }
         guard let rejects = FileHandle(forWritingAtPath: settings.rejectsPath) else {
             throw Failure(description: "cannot write \(settings.rejectsPath)")
@@ -206,6 +209,7 @@ public final class BulkImporter {
                         headers: [
                             (name: "Content-Type", value: "application/x-ndjson"), (name: "Authorization", value: "Bearer \(settings.token)"),
                             (name: "Receiptq-Import-Id", value: importID.canonical),
+                            (name: "Receiptq-Import-Events", value: settings.events ? "true" : "false"),
                         ], body: body))
                 switch response.status {
                 case 200:
@@ -217,7 +221,8 @@ public final class BulkImporter {
                             unanswered.append(sent)
                         case 402:
                             if item["duplicate"] == .bool(true) { counts.duplicates += 1 } else { counts.fraud += 1 }
-                            try write(reject: sent.line, status: 402, field: "receipt", reason: item["fraud_reason"]?.stringValue ?? "fraud", to: rejects)
+                            try write(
+                                reject: sent.line, status: 402, field: "receipt", reason: item["fraud_reason"]?.stringValue ?? "fraud", to: rejects)
                         case 422:
                             counts.invalid += 1
                             let error = item["errors"]?.arrayValue?.first

@@ -29,35 +29,40 @@ struct ImportCommand: AsyncParsableCommand {
     @Option(help: "Where refused lines are listed (default: FILE.rejects.ndjson).") var rejects: String?
     @Flag(help: "Go on from the checkpoint of an interrupted import.") var resume = false
     @Flag(help: "Read and check the file only; send nothing.") var dryRun = false
+    @Flag(help: "Emit events and webhooks for the imported receipts' changes, as for live ones (default: none).") var events = false
 
     func run() async throws {
-        let (configuration, _) = try bootstrap(label: "import")
+        // Logging is set up once per process, by appsConnection() when the token is issued here.
+        let configuration = try AppConfiguration()
         let format = try resolvedFormat()
         let host = configuration.httpHost == "0.0.0.0" || configuration.httpHost == "::" ? "127.0.0.1" : configuration.httpHost
         let base = (api ?? "http://\(host):\(configuration.httpPort)").trimmingCharacters(in: CharacterSet(charactersIn: "/"))
         // The token: given, or issued for this import under --app and revoked when it ends.
-        var issued: (app: UUID, token: String)?
         var apiToken = token ?? ProcessInfo.processInfo.environment["RECEIPTQ_API_TOKEN"]
+        var issued: (connection: PostgresConnection, app: UUID, token: String)?
         if apiToken == nil, !dryRun {
             guard let app else { throw ValidationError("name the app (--app NAME) or give its API token (--token, RECEIPTQ_API_TOKEN)") }
             let connection = try appsConnection()
-            defer { connection.close() }
-            let admin = AppAdmin(connection: connection)
-            let record = try admin.requiredApp(named: app)
-            let minted = try admin.rotateToken(appID: record.id, revokingOthers: false)
-            issued = (record.id, minted)
-            apiToken = minted
+            do {
+                let record = try AppAdmin(connection: connection).requiredApp(named: app)
+                let minted = try AppAdmin(connection: connection).rotateToken(appID: record.id, revokingOthers: false)
+                issued = (connection, record.id, minted)
+                apiToken = minted
+            } catch {
+                connection.close()
+                throw error
+            }
         }
         defer {
-            if let issued, let connection = try? appsConnection() {
-                _ = try? AppAdmin(connection: connection).revokeToken(appID: issued.app, prefix: issued.token)
-                connection.close()
+            if let issued {
+                _ = try? AppAdmin(connection: issued.connection).revokeToken(appID: issued.app, prefix: issued.token)
+                issued.connection.close()
             }
         }
         let importer = try BulkImporter(
             settings: BulkImporter.Settings(
                 input: input, format: format, endpoint: "\(base)/client/itunes_connect/receipts/batch", token: apiToken ?? "",
-                batchSize: batchSize, checkpointPath: checkpoint, rejectsPath: rejects, resume: resume, dryRun: dryRun))
+                batchSize: batchSize, checkpointPath: checkpoint, rejectsPath: rejects, resume: resume, dryRun: dryRun, events: events))
         // Ctrl-C (or SIGTERM): the batch in flight is answered and checkpointed, then the import stops.
         signal(SIGINT, SIG_IGN)
         signal(SIGTERM, SIG_IGN)
@@ -89,7 +94,9 @@ struct ImportCommand: AsyncParsableCommand {
               invalid: \(counts.invalid)\(counts.invalid + counts.fraud > 0 ? " (line numbers in \(importer.settings.rejectsPath))" : "")
             """)
         if !outcome.finished {
-            print("resume with: receiptq import \(input) --resume\(format == .ndjson ? "" : " --format \(format.rawValue)")\(app.map { " --app \($0)" } ?? "")")
+            print(
+                "resume with: receiptq import \(input) --resume\(format == .ndjson ? "" : " --format \(format.rawValue)")\(app.map { " --app \($0)" } ?? "")"
+            )
             throw ExitCode(130)
         }
     }

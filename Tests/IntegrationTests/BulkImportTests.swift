@@ -74,10 +74,12 @@ struct BulkImportTests {
         ).rows
         #expect(stored.map { $0.string("user_identifier") } == ["imported-1", "imported-2", nil])
         #expect(stored.map { $0.string("status") } == ["valid", "valid", "fraud"])
+        // An import that did not ask for events is recorded without them: no webhook flood.
+        #expect(try await pg.query("SELECT count(*) AS n FROM events WHERE app_id = \(system.app.id)").rows.first?.int("n") == 0)
         #expect(importID.canonical == answer?["import_id"]?.stringValue)
     }
 
-    @Test("NDJSON: blank lines skipped, items numbered by their line; the import id of the header kept")
+    @Test("NDJSON: blank lines skipped, items numbered by their line; the import id of the header kept, events when asked")
     func ndjson() async throws {
         let system = try await TestSystem.start()
         defer { Task { await system.stop() } }
@@ -89,7 +91,7 @@ struct BulkImportTests {
                 method: "POST", url: "http://127.0.0.1:\(system.apiPort)\(Self.batchPath)",
                 headers: [
                     (name: "Content-Type", value: "application/x-ndjson"), (name: "Authorization", value: "Bearer \(system.token)"),
-                    (name: "Receiptq-Import-Id", value: importID.uuidString),
+                    (name: "Receiptq-Import-Id", value: importID.uuidString), (name: "Receiptq-Import-Events", value: "true"),
                 ], body: Array(body.utf8)))
         #expect(response.status == 200)
         let answer = try JSONDecoder().decode(JSONValue.self, from: Data(response.body))
@@ -99,6 +101,12 @@ struct BulkImportTests {
         #expect(items.map { $0["status"]?.intValue } == [206, 422])
         let id = try #require(items[0]["id"]?.stringValue)
         #expect(try await system.eventually { try await system.get(id).1?["validation_status"]?.stringValue == "valid" })
+        // This import asked for events: its receipt's are recorded as a live one's.
+        let pg = try system.postgres()
+        defer { pg.close() }
+        let types = try await pg.query("SELECT type FROM events WHERE app_id = \(system.app.id) ORDER BY id").rows.compactMap { $0.string("type") }
+        #expect(types.contains("receipt.validated"))
+        #expect(types.contains("subscription.started"))
     }
 
     @Test("A batch's limits: 401, 415, 413 past 1,000 items, 422 for what is not a batch or a bad import id")

@@ -143,12 +143,26 @@ struct ImportCommandTests {
         #expect(stored.map { $0.string("user_identifier") } == ["csv, quoted", "csv-user"])
         #expect(stored.map { $0.string("country_code") } == [nil, "US"])
 
-        // Bare lines: the same receipts again are duplicates, not new receipts.
+        // Bare lines, with a token issued for the import by --app (and revoked at its end): the
+        // same receipts again are duplicates, not new receipts.
         let bare = directory.appendingPathComponent("history.txt")
         try "\(first)\n\n\(second)\n".write(to: bare, atomically: true, encoding: .utf8)
-        let again = try runProcess(Self.binary, ["import", bare.path] + base, environment: ProcessInfo.processInfo.environment)
+        var database = ProcessInfo.processInfo.environment
+        database.merge([
+            "POSTGRES_HOSTNAME": TestEnvironment.postgresHost, "POSTGRES_PORT": String(TestEnvironment.postgresPort),
+            "POSTGRES_USER": TestEnvironment.postgresUser, "POSTGRES_DB": TestEnvironment.postgresDatabase, "LOG_LEVEL": "warning",
+        ]) { _, new in new }
+        if let password = TestEnvironment.postgresPassword { database["POSTGRES_PASSWORD"] = password }
+        let tokensBefore = try await pg.query("SELECT count(*) AS n FROM api_tokens WHERE app_id = \(system.app.id)").rows.first?.int("n")
+        let again = try runProcess(
+            Self.binary, ["import", bare.path, "--api", "http://127.0.0.1:\(system.apiPort)", "--app", system.app.name], environment: database)
         #expect(again.status == 0, "\(again.output)")
         #expect(again.output.contains("duplicates: 2"))
+        let tokens = try await pg.query(
+            "SELECT count(*) AS n, count(*) FILTER (WHERE revoked_at IS NULL) AS live FROM api_tokens WHERE app_id = \(system.app.id)"
+        ).rows.first
+        #expect(tokens?.int("n") == (tokensBefore ?? 0) + 1, "one token issued for the import")
+        #expect(tokens?.int("live") == tokensBefore, "and revoked at its end")
         #expect(try await pg.query("SELECT count(*) AS n FROM receipts WHERE app_id = \(system.app.id)").rows.first?.int("n") == 2)
     }
 }

@@ -173,6 +173,12 @@ public struct JobEnvelope: Sendable, Equatable, Codable {
     /// belongs to. Such a validation waits in the `import` queue, which workers serve only with
     /// spare capacity, so a backfill never delays live purchases.
     public var importID: UUID?
+    /// For an import's job: whether its changes become events (and webhooks). Off unless the
+    /// import asked (`receiptq import --events`), so a backfill does not flood the customer's endpoint.
+    public var importEvents: Bool?
+
+    /// Whether this job's changes are recorded without events: an import that did not ask for them.
+    public var isQuiet: Bool { importID != nil && importEvents != true }
 
     /// The queue of bulk imports' validations (``importID``).
     public static let importQueue = "import"
@@ -198,6 +204,7 @@ public struct JobEnvelope: Sendable, Equatable, Codable {
         case notificationID = "notification_id"
         case webhook
         case importID = "import_id"
+        case importEvents = "import_events"
     }
 
     /// Creates an envelope for a new job.
@@ -275,6 +282,7 @@ public struct JobEnvelope: Sendable, Equatable, Codable {
         }
         writer.closeArray()
         writer.member("id", id.canonical)
+        writer.member("import_events", importEvents)
         writer.member("import_id", importID?.canonical)
         writer.member("kind", kind.rawValue)
         writer.member("last_failed_at", milliseconds: lastFailedAt)
