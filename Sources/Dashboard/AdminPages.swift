@@ -320,6 +320,7 @@ public struct AdminPages: Sendable {
         values["queueRepoll"] = snapshot.queued[.repoll, default: 0]
         values["queueNotification"] = snapshot.queued[.notification, default: 0]
         values["queueWebhook"] = snapshot.queued[.webhook, default: 0]
+        values["queueImport"] = snapshot.importQueued
         // Postgres being down must not take the overview (a Redis page) with it.
         if let webhooks, let paused = try? await webhooks.endpoints(appID: nil).filter({ $0.pausedAt != nil }), !paused.isEmpty {
             values["pausedEndpoints"] =

@@ -46,6 +46,7 @@ public struct RedisQueueOverview: QueueOverview {
                     ["HMGET", keys.circuitState, "open_until", "failed_probes"],
                     ["HMGET", keys.verifyReceiptLifecycle, "gone_since", "deprecation", "sunset"],
                     ["LLEN", keys.queue(JobKind.notification.rawValue)], ["LLEN", keys.queue(JobKind.webhook.rawValue)],
+                    ["LLEN", keys.queue(JobEnvelope.importQueue)],
                 ] + minutes.map { ["HGETALL", keys.activity(minute: $0)] })
             let circuit = Self.circuit(counts[5], now: now)
             let lifecycle = (counts[6].array ?? []).map { value in
@@ -54,7 +55,7 @@ public struct RedisQueueOverview: QueueOverview {
             let verifyReceipt =
                 lifecycle.count == 3
                 ? VerifyReceiptLifecycle(goneSince: lifecycle[0], deprecation: lifecycle[1], sunset: lifecycle[2]) : VerifyReceiptLifecycle()
-            let activity = zip(minutes, counts.dropFirst(9)).map { minute, reply in
+            let activity = zip(minutes, counts.dropFirst(10)).map { minute, reply in
                 ActivityMinute(minute: RedisActivity.date(ofMinute: minute), tally: RedisActivity.tally(reply))
             }
             let lanes = (counts[4].array ?? []).compactMap(\.string).sorted()
@@ -82,7 +83,8 @@ public struct RedisQueueOverview: QueueOverview {
                     .webhook: counts[8].int ?? 0,
                 ],
                 retries: counts[2].int ?? 0,
-                dead: counts[3].int ?? 0, workers: workers, circuit: circuit, activity: activity, verifyReceipt: verifyReceipt)
+                dead: counts[3].int ?? 0, workers: workers, circuit: circuit, activity: activity, verifyReceipt: verifyReceipt,
+                importQueued: counts[9].int ?? 0)
         }
     }
 

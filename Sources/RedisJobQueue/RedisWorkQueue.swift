@@ -27,8 +27,8 @@ public final class RedisWorkQueue: JobQueue {
     private let processingKey: String
     /// The bulk imports' queue, served after the others with spare capacity only.
     private let importKey: String
-    /// The import queue was empty at the last look.
-    private var importIdle = false
+    /// The import queue was empty at the last look (or never looked at).
+    private var importIdle = true
     /// The last reserve found every live queue short of what it asked (none may hold more).
     private var liveDrained = false
     private let retention: DeadLetterRetention
@@ -72,7 +72,10 @@ public final class RedisWorkQueue: JobQueue {
     /// `background` jobs (the engine's spare share), so an import runs on idle capacity and a
     /// backlog of live jobs takes every slot. Blocks (up to `timeout`) only when neither had a job.
     public func reserve(max: Int, background: Int, timeout: Duration) throws -> [ReservedJob] {
-        guard background > 0 else { return try reserveLive(max: max, timeout: timeout) }
+        // No room for imports now, but they hold their share and more wait: block only briefly, so
+        // the slots they free are refilled soon (the engine asks again with room), not after a
+        // whole reserve timeout spent on an empty live queue.
+        guard background > 0 else { return try reserveLive(max: max, timeout: importIdle ? timeout : min(timeout, .milliseconds(20))) }
         let live = try reserveLive(max: max, timeout: .zero)
         let take = Swift.min(background, max - live.count)
         guard take > 0, liveDrained else { return live }

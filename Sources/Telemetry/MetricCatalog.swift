@@ -61,8 +61,8 @@ public enum MetricCatalog {
     /// Every metric, in `metrics.yml`'s order.
     public static let entries: [Entry] = [
         Entry(
-            queueDepth, .gauge, "Jobs ready in a queue list ({rq}:queue:validate, :repoll, :notification, :webhook).",
-            labels: ["queue": ["validate", "repoll", "notification", "webhook"]]),
+            queueDepth, .gauge, "Jobs ready in a queue list ({rq}:queue:validate, :repoll, :notification, :webhook, :import).",
+            labels: ["queue": ["validate", "repoll", "notification", "webhook", "import"]]),
         Entry(retryJobs, .gauge, "Jobs waiting for their backoff in {rq}:retry."),
         Entry(deadJobs, .gauge, "Dead letters in {rq}:dead."),
         Entry(liveWorkers, .gauge, "Worker processes whose heartbeat is alive."),

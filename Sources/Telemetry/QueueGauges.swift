@@ -9,6 +9,7 @@ public struct QueueGauges: Sendable {
     private let overview: any QueueOverview
     private let logger: Logger
     private let depth: [JobKind: Gauge]
+    private let importDepth: Gauge
     private let retries: Gauge
     private let dead: Gauge
     private let workers: Gauge
@@ -26,6 +27,7 @@ public struct QueueGauges: Sendable {
             uniqueKeysWithValues: JobKind.allCases.map {
                 ($0, Gauge(label: MetricCatalog.queueDepth, dimensions: [("queue", $0.rawValue)], factory: factory))
             })
+        importDepth = Gauge(label: MetricCatalog.queueDepth, dimensions: [("queue", JobEnvelope.importQueue)], factory: factory)
         retries = Gauge(label: MetricCatalog.retryJobs, factory: factory)
         dead = Gauge(label: MetricCatalog.deadJobs, factory: factory)
         workers = Gauge(label: MetricCatalog.liveWorkers, factory: factory)
@@ -45,6 +47,7 @@ public struct QueueGauges: Sendable {
     /// Sets the gauges from a snapshot.
     func update(from snapshot: QueueSnapshot) {
         for (kind, gauge) in depth { gauge.record(snapshot.queued[kind] ?? 0) }
+        importDepth.record(snapshot.importQueued)
         retries.record(snapshot.retries)
         dead.record(snapshot.dead)
         // One lane per worker process: its heartbeat and processing list.

@@ -358,6 +358,8 @@ public struct WorkerStatus: Sendable, Equatable {
 public struct QueueSnapshot: Sendable, Equatable {
     /// Ready jobs per queue (`validate`, `repoll`).
     public var queued: [JobKind: Int]
+    /// Bulk imports' validations waiting in the import queue (served with spare capacity only).
+    public var importQueued: Int
     public var retries: Int
     public var dead: Int
     /// Live worker lanes (their heartbeat has not lapsed).
@@ -373,8 +375,9 @@ public struct QueueSnapshot: Sendable, Equatable {
     public init(
         queued: [JobKind: Int], retries: Int, dead: Int, workers: [WorkerStatus],
         circuit: CircuitSnapshot = CircuitSnapshot(status: .closed), activity: [ActivityMinute] = [],
-        verifyReceipt: VerifyReceiptLifecycle = VerifyReceiptLifecycle()
+        verifyReceipt: VerifyReceiptLifecycle = VerifyReceiptLifecycle(), importQueued: Int = 0
     ) {
+        self.importQueued = importQueued
         self.verifyReceipt = verifyReceipt
         self.queued = queued
         self.retries = retries
