@@ -78,6 +78,7 @@ extension ReceiptQueueApp {
         ])
         let file = directory.appendingPathComponent("demo-receipt.json")
         try JSONEncoder().encode(body).write(to: file)
+        try writeDemoHistory(directory.appendingPathComponent("history.ndjson"), bundleID: app.bundleID, authority: authority)
 
         // StoreKit 2: a key for the app, known to the mock; the receipt's purchases and a new
         // subscription in the mock's ledger; that subscription as the device would send it.
@@ -107,5 +108,23 @@ extension ReceiptQueueApp {
             app: app, token: token, requestFile: file, transactionFile: transactionFile,
             notificationPath: "/apple/notifications/\(app.name)/\(notificationToken)",
             refundableTransactionID: try ReceiptDecoder.decode(bytes: receipt).inApp.first { $0.expiresDate == nil }?.transactionID)
+    }
+
+    /// A history to try `receiptq import` on: 200 receipts of the demo app, one per line, each its
+    /// own user and purchases (forged a second apart, so their transaction ids differ).
+    static func writeDemoHistory(_ file: URL, bundleID: String, authority: TestCertificateAuthority) throws {
+        var text = ""
+        let now = Date()
+        for index in 0..<200 {
+            let receipt = try ReceiptForger.unified(
+                ReceiptForger.demoReceipt(bundleID: bundleID, now: now.addingTimeInterval(-Double(index))), authority: authority)
+            var writer = JSONWriter()
+            writer.openObject()
+            writer.member("receipt", Data(receipt).base64EncodedString())
+            writer.member("user_identifier", "history-user-\(index)")
+            writer.closeObject()
+            text += String(decoding: writer.bytes, as: UTF8.self) + "\n"
+        }
+        try text.write(to: file, atomically: true, encoding: .utf8)
     }
 }
