@@ -16,9 +16,11 @@ struct BodyKindTests {
         #expect(BodyKind.mediaType(header) == expected)
     }
 
-    @Test("Header values lose spaces and tabs at both ends, nothing else", arguments: [
-        ("  rq_abc\t", "rq_abc"), ("rq_abc", "rq_abc"), (" \t ", ""), ("", ""), ("a b", "a b"), ("\u{00A0}x", "\u{00A0}x"),
-    ])
+    @Test(
+        "Header values lose spaces and tabs at both ends, nothing else",
+        arguments: [
+            ("  rq_abc\t", "rq_abc"), ("rq_abc", "rq_abc"), (" \t ", ""), ("", ""), ("a b", "a b"), ("\u{00A0}x", "\u{00A0}x"),
+        ])
     func trimmed(_ value: String, _ expected: String) {
         #expect(HTTPText.trimmed(value) == expected)
     }

@@ -150,7 +150,8 @@ extension IngestRow {
         let paired = zip(values(runs, "rps"), values(peer.runs, "rps")).map { $0 / $1 }
         let json: [String: Any] = [
             "version": peer.version, "processes": peer.processes, "runs": peer.runs, "rps": med("rps"),
-            "p50_ms": med("p50_ms", places: 1_000), "p99_ms": med("p99_ms", places: 1_000), "errors": peer.runs.reduce(0) { $0 + (($1["errors"] as? Int) ?? 0) },
+            "p50_ms": med("p50_ms", places: 1_000), "p99_ms": med("p99_ms", places: 1_000),
+            "errors": peer.runs.reduce(0) { $0 + (($1["errors"] as? Int) ?? 0) },
             "all_2xx_queued": peer.runs.allSatisfy { $0["all_2xx_queued"] as? Bool == true },
             "server_cpu_pct": med("server_cpu_pct"), "server_cpu_us_per_req": med("server_cpu_us_per_req"),
             "server_peak_rss_mb": values(peer.runs, "server_peak_rss_mb").max() ?? -1, "redis_cpu_pct": med("redis_cpu_pct"),

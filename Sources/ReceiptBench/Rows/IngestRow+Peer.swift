@@ -21,7 +21,9 @@ extension IngestRow {
         init(tokens: URL, redis: RedisConfiguration, count: Int, directory: URL) throws {
             let root = URL(fileURLWithPath: FileManager.default.currentDirectoryPath)
             let script = root.appendingPathComponent("bench/peer/ingest_endpoint.py")
-            guard FileManager.default.fileExists(atPath: script.path) else { throw BenchFailure(description: "no \(script.path): run from the repository") }
+            guard FileManager.default.fileExists(atPath: script.path) else {
+                throw BenchFailure(description: "no \(script.path): run from the repository")
+            }
             FileHandle.standardError.write(Data("ingest: the Python peer's venv (scripts/setup-python .local/bench-venv …)…\n".utf8))
             let setup = ChildProcess.run(
                 root.appendingPathComponent("scripts/setup-python").path, [".local/bench-venv", "bench/peer/requirements.txt"], timeout: 900)

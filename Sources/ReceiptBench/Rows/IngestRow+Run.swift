@@ -9,7 +9,6 @@ import ReceiptQueueApp
 import ReceiptSignature
 import RedisJobQueue
 
-
 extension IngestRow {
 
     /// What a run measures: the server's processes (receiptq's one, or the Python peer's), the

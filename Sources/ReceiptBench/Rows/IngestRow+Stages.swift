@@ -82,7 +82,8 @@ extension IngestRow {
         for stage in stages {
             json[stage.name.trimmingCharacters(in: .whitespaces).replacingOccurrences(of: " ", with: "_").replacingOccurrences(of: ",", with: "")] =
                 Format.json(stage.micros)
-            lines.append("  \(stage.name.padding(toLength: 28, withPad: " ", startingAt: 0)) \(Format.micros(stage.micros).leftPadded(8))  \(stage.call)")
+            lines.append(
+                "  \(stage.name.padding(toLength: 28, withPad: " ", startingAt: 0)) \(Format.micros(stage.micros).leftPadded(8))  \(stage.call)")
         }
         let rest = serverMicros - sum
         json["steps_sum"] = Format.json(sum)

@@ -212,7 +212,9 @@ enum IngestRow: BenchRow {
 
         // The peer next to the server, both idle but for the run at hand: their runs alternate, so
         // the machine's drift over the minutes falls on both alike.
-        let peer = settings.peerProcesses > 0 ? try PythonPeer(tokens: tokensFile, redis: configuration.redis, count: settings.peerProcesses, directory: directory) : nil
+        let peer =
+            settings.peerProcesses > 0
+            ? try PythonPeer(tokens: tokensFile, redis: configuration.redis, count: settings.peerProcesses, directory: directory) : nil
         defer { peer?.stop() }
         let peerWrk = peer.map { WrkCommand(wrk: wrk, script: script.path, url: $0.url, settings: settings) }
         let peerContext = peer.map {

@@ -52,7 +52,9 @@ enum PipelineHistoryRow: BenchRow {
             subscriptions: try options.positive("--subscriptions", default: 5_000_000),
             receiptChars: try options.positive("--receipt-chars", default: 200),
             database: options.extra["--history-database"] ?? "receiptq_bench_history")
-        guard history.subscriptions * 2 <= history.receipts else { throw BenchFailure(description: "--subscriptions must be at most half of --receipts") }
+        guard history.subscriptions * 2 <= history.receipts else {
+            throw BenchFailure(description: "--subscriptions must be at most half of --receipts")
+        }
         guard history.database.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "_") }) else {
             throw BenchFailure(description: "--history-database: letters, digits and _ only")
         }
@@ -114,7 +116,8 @@ enum PipelineHistoryRow: BenchRow {
             defer { connection.close() }
             try Migrator.migrate(connection)
             let loaded = try? connection.query(
-                "SELECT receipts, subscriptions, receipt_chars, seconds FROM bench_history").rows.first
+                "SELECT receipts, subscriptions, receipt_chars, seconds FROM bench_history"
+            ).rows.first
             if let loaded, loaded.int("receipts") == history.receipts, loaded.int("subscriptions") == history.subscriptions,
                 loaded.int("receipt_chars") == history.receiptChars
             {
@@ -204,8 +207,12 @@ enum PipelineHistoryRow: BenchRow {
         func numbers(_ state: String, _ read: ([String: Any]) -> Double?) -> [Double] { levels(state).compactMap(read) }
         let rps = { (level: [String: Any]) in PipelineRow.number(level["rps"]) }
         let postgres = { (level: [String: Any]) in PipelineRow.number((level["cpu_us_per_job_by_process"] as? [String: Any])?["postgres"]) }
-        var result: [String: Any] = ["history": ["receipts": history.receipts, "purchases": 3 * history.receipts,
-            "subscriptions": history.subscriptions, "receipt_chars": history.receiptChars, "database": history.database].merging(load) { a, _ in a }]
+        var result: [String: Any] = [
+            "history": [
+                "receipts": history.receipts, "purchases": 3 * history.receipts,
+                "subscriptions": history.subscriptions, "receipt_chars": history.receiptChars, "database": history.database,
+            ].merging(load) { a, _ in a }
+        ]
         var table = TextTable(
             title: "pipeline_history: the pipeline's level on a fresh database and on \(history.receipts) receipts / \(3 * history.receipts) "
                 + "purchases / \(history.subscriptions) subscriptions (runs alternate)",
@@ -215,8 +222,10 @@ enum PipelineHistoryRow: BenchRow {
             let rates = numbers(state, rps)
             let costs = numbers(state, postgres)
             medians[state] = (median(rates), median(costs))
-            result[state] = ["rps": rates.map { Format.json($0) }, "postgres_cpu_us_per_job": costs.map { Format.json($0) },
-                "median_rps": Format.json(median(rates)), "median_postgres_cpu_us_per_job": Format.json(median(costs)), "runs": runs[state] ?? []]
+            result[state] = [
+                "rps": rates.map { Format.json($0) }, "postgres_cpu_us_per_job": costs.map { Format.json($0) },
+                "median_rps": Format.json(median(rates)), "median_postgres_cpu_us_per_job": Format.json(median(costs)), "runs": runs[state] ?? [],
+            ]
             table.add([
                 state, rates.map(Format.rate).joined(separator: " · "), Format.rate(median(rates)),
                 costs.map(Format.micros).joined(separator: " · "), Format.micros(median(costs)),
@@ -225,7 +234,9 @@ enum PipelineHistoryRow: BenchRow {
         if let fresh = medians["fresh"], let old = medians["history"] {
             let cost = old.postgres / fresh.postgres
             let rate = fresh.rps / old.rps
-            result["history_over_fresh"] = ["postgres_cpu_us_per_job": Format.json(cost, places: 100), "rps_slowdown": Format.json(rate, places: 100)]
+            result["history_over_fresh"] = [
+                "postgres_cpu_us_per_job": Format.json(cost, places: 100), "rps_slowdown": Format.json(rate, places: 100),
+            ]
             result["targets"] = ["history_within_1.2x_of_fresh": ["value": Format.json(max(cost, rate), places: 100), "met": max(cost, rate) <= 1.2]]
             table.notes.append(
                 "history ÷ fresh: Postgres CPU per validation \(Format.json(cost, places: 100))×, validations/s \(Format.json(1 / rate, places: 100))×; "
