@@ -66,7 +66,12 @@ extension IngestAPI {
         guard items.count <= Self.maxBatchItems else {
             return json(.contentTooLarge, ["error": .string("more than \(Self.maxBatchItems) items in one batch")])
         }
-        let events = request.headers[Self.importEventsHeader].map { $0.lowercased() == "true" } ?? false
+        let events: Bool
+        switch request.headers[Self.importEventsHeader]?.lowercased() {
+        case nil, "false"?: events = false
+        case "true"?: events = true
+        default: return unprocessable([FieldError(field: "Receiptq-Import-Events", reason: "must be true or false")])
+        }
         let address = clientAddress(request, context: context)
         let logger = context.logger
         let payloads = items.map { Array(body[$0.range]) }

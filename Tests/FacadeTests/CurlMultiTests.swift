@@ -591,7 +591,9 @@ struct CurlMultiTests {
         // Leaking the 4 KiB request or response body per request would add 40 MB, an easy handle
         // hundreds; other suites running alongside may add a few MB.
         #expect(rssAfter - rssBefore < 32_000)
-        #expect(try processStatus("Threads") - threadsBefore < 10)
+        // A thread per request would add hundreds; the other suites running alongside start and stop
+        // whole systems meanwhile (a dozen threads each), which a tighter bound mistook for a leak.
+        #expect(try processStatus("Threads") - threadsBefore < 64)
         #expect(stats.completed == 12_000 && stats.failed == 0)
         #expect(stats.handlesCreated <= 100)
         #expect(stats.connectionsOpened <= 100)

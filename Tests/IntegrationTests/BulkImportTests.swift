@@ -130,6 +130,15 @@ struct BulkImportTests {
                     (name: "Receiptq-Import-Id", value: "not-a-uuid"),
                 ], body: Array("[]".utf8)))
         #expect(response.status == 422)
+        let events = try await system.client.send(
+            Curl.HTTPRequest(
+                method: "POST", url: "http://127.0.0.1:\(system.apiPort)\(Self.batchPath)",
+                headers: [
+                    (name: "Content-Type", value: "application/json"), (name: "Authorization", value: "Bearer \(system.token)"),
+                    (name: "Receiptq-Import-Events", value: "maybe"),
+                ], body: Array(#"[{"receipt":"x"}]"#.utf8)))
+        #expect(events.status == 422)
+        #expect(String(decoding: events.body, as: UTF8.self).contains("Receiptq-Import-Events"))
     }
 
     @Test("Workers take import jobs only with room the live queues leave, and at most their share")
