@@ -7,6 +7,7 @@ enum BenchRows {
             QueueOnlyRow.self,
             PipelineRow.self,
             IngestRow.self,
+            ImportRow.self,
             SchedulerRow.self,
             NotificationsRow.self,
             WebhooksRow.self,

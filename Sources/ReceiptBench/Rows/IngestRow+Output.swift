@@ -5,7 +5,8 @@ extension IngestRow {
     static func summarize(
         runs: [[String: Any]], settings: Settings, probe: (status: Int, body: String), receipt: (der: Int, body: Int, purchases: Int),
         redisHz: Int, receiptq: String, wrk: String, profile: [String: Any]?,
-        peer: (version: String, processes: Int, runs: [[String: Any]])? = nil, stages: [Stage] = []
+        peer: (version: String, processes: Int, runs: [[String: Any]])? = nil, stages: [Stage] = [],
+        batch: (items: Int, runs: [[String: Any]])? = nil
     ) -> [String: Any] {
         func values(_ key: String) -> [Double] { runs.map { ($0[key] as? Double) ?? ($0[key] as? Int).map(Double.init) ?? .nan } }
         func med(_ key: String, places: Double = 10) -> Double { Format.json(median(values(key)), places: places) }
@@ -51,6 +52,24 @@ extension IngestRow {
             result["peer"] = peerReport.json
             var targets = result["targets"] as? [String: Any] ?? [:]
             targets["rps_ge_1.2x_python_peer"] = ["value": Format.json(peerReport.ratio, places: 100), "met": peerReport.ratio >= 1.2]
+            result["targets"] = targets
+        }
+        var batchRatio: Double?
+        if let batch {
+            let items = batch.runs.map { ($0["items_per_s"] as? Double) ?? .nan }
+            let ratio = median(items) / rps
+            batchRatio = ratio
+            let batchPairs = (settings.receipts + batch.items - 1) / batch.items * settings.apps
+            result["batch"] = [
+                "items_per_batch": batch.items, "runs": batch.runs, "items_per_s": Format.json(median(items)),
+                "requests_per_s": Format.json(median(batch.runs.map { ($0["rps"] as? Double) ?? .nan })),
+                "p99_ms": Format.json(median(batch.runs.map { ($0["p99_ms"] as? Double) ?? .nan }), places: 1_000),
+                "ratio_items_to_single_rps": Format.json(ratio, places: 100),
+                "all_items_queued": batch.runs.allSatisfy { $0["all_2xx_queued"] as? Bool == true },
+                "pairs_repeated": batch.runs.contains { (($0["requests"] as? Int) ?? 0) > batchPairs },
+            ]
+            var targets = result["targets"] as? [String: Any] ?? [:]
+            targets["batch_items_ge_3x_single"] = ["value": Format.json(ratio, places: 100), "met": ratio >= 3]
             result["targets"] = targets
         }
         let stageReport = stages.isEmpty ? nil : stageReport(stages, serverMicros: med("server_cpu_us_per_req"))
@@ -128,6 +147,16 @@ extension IngestRow {
                 "receiptq ÷ peer, req/s: \(Format.json(peerReport.ratio, places: 100))× (median of the medians; run by run "
                     + "\(peerReport.paired.map { "\(Format.json($0, places: 100))×" }.joined(separator: ", ")), runs alternating); "
                     + "target ≥ 1.2×: \(peerReport.ratio >= 1.2 ? "met" : "not met")")
+        }
+        if let batch, let batchRatio {
+            for (index, run) in batch.runs.enumerated() { table.add(row("batch \(index + 1)", run)) }
+            let items = batch.runs.map { Format.rate(($0["items_per_s"] as? Double) ?? .nan) }.joined(separator: " · ")
+            table.notes.append(
+                "batch rows: POST …/batch of \(batch.items) receipts (a JSON array) into the import queue; req/s × \(batch.items) = "
+                    + "items/s \(items); median ÷ the single POST's req/s: \(Format.json(batchRatio, places: 100))× (target ≥ 3×: "
+                    + "\(batchRatio >= 3 ? "met" : "not met"))"
+                    + (batch.runs.allSatisfy { $0["all_2xx_queued"] as? Bool == true }
+                        ? "" : "; ERRORS: fewer import jobs queued than items answered"))
         }
         table.notes += stageReport?.lines ?? []
         print(table.render())

@@ -21,6 +21,8 @@ extension IngestRow {
         /// Every key of the run starts with it: deleted after each run, so the pairs are new again.
         let prefix: String
         let queue: String
+        /// Jobs each 2xx answer queues (a batch's items; 1 for a single POST).
+        var itemsPerRequest = 1
 
         init(servers: [Int32], redis: RedisConnection, postgres: PostgresConnection, postmaster: Int32?, prefix: String, queue: String) {
             self.servers = servers
@@ -117,7 +119,8 @@ extension IngestRow {
             "socket_errors": report.socketErrors,
             "errors": report.non2xx + report.socketErrors.values.reduce(0, +),
             "jobs_queued": queued,
-            "all_2xx_queued": queued >= report.ok,
+            "all_2xx_queued": queued >= report.ok * context.itemsPerRequest,
+            "items_per_s": Format.json(report.rps * Double(context.itemsPerRequest)),
             "server_cpu_pct": pct(serverCPU),
             "server_cpu_us_per_req": Format.json(serverCPU / requests),
             "server_rss_mb": Format.json(Double(memory?.rssKiB ?? 0) / 1_024),

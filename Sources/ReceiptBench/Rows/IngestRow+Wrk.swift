@@ -63,14 +63,16 @@ extension IngestRow {
     /// interleaved, so no pair repeats before all have been sent), every response counted by
     /// status (per thread, summed in `done`), and exact percentiles from wrk's histogram printed as
     /// one JSON line. Bodies and tokens are read from files, one per line.
-    static func luaScript(bodies: String, tokens: String, threads: Int, path: String = IngestRow.path) -> String {
+    static func luaScript(
+        bodies: String, tokens: String, threads: Int, path: String = IngestRow.path, contentType: String = "application/json"
+    ) -> String {
         """
         -- Written by receiptq-bench ingest.
         local bodies = {}
         for line in io.lines("\(bodies)") do table.insert(bodies, line) end
         local headers = {}
         for token in io.lines("\(tokens)") do
-           table.insert(headers, {["Content-Type"] = "application/json", ["Authorization"] = "Bearer " .. token})
+           table.insert(headers, {["Content-Type"] = "\(contentType)", ["Authorization"] = "Bearer " .. token})
         end
         local path = "\(path)"
 

@@ -56,6 +56,9 @@ enum IngestRow: BenchRow {
         OptionSpec(name: "--no-peer", takesValue: false, help: "skip the Python peer (bench/peer/ingest_endpoint.py)"),
         OptionSpec(name: "--peer-processes", takesValue: true, help: "the Python peer's processes on one port (default: one per core)"),
         OptionSpec(name: "--stage-samples", takesValue: true, help: "requests whose server steps are timed one by one (default 2000; 0 = none)"),
+        OptionSpec(
+            name: "--batch-items", takesValue: true,
+            help: "also POST the receipts in batches of this many to the batch endpoint, runs alternating (default 0 = none)"),
     ]
 
     static let bundleID = "com.example.receiptq.bench"
@@ -75,6 +78,8 @@ enum IngestRow: BenchRow {
         var peerProcesses = 0
         /// Requests whose steps are timed one by one in the bench process (0: none).
         var stageSamples = 0
+        /// Receipts per batch of the bulk-import series (0: none).
+        var batchItems = 0
     }
 
     static func run(_ options: BenchOptions) throws -> [String: Any] {
@@ -91,6 +96,7 @@ enum IngestRow: BenchRow {
             apps: max(1, Int(try number("--apps", 200))))
         settings.peerProcesses = options.has("--no-peer") ? 0 : try options.positive("--peer-processes", default: PeerSidekiqRow.defaultProcesses)
         settings.stageSamples = Int(try number("--stage-samples", 2_000))
+        settings.batchItems = min(1_000, Int(try number("--batch-items", 0)))
         guard settings.connections >= settings.threads else { throw BenchFailure(description: "--connections must be ≥ --threads") }
 
         let receiptq = try PipelineRow.locateReceiptq(options.extra["--receiptq"])
@@ -220,6 +226,24 @@ enum IngestRow: BenchRow {
         let peerContext = peer.map {
             RunContext(servers: $0.pids, redis: redis, postgres: postgres, postmaster: postmaster, prefix: $0.prefix, queue: $0.queue)
         }
+        // Bulk imports: the same receipts in JSON arrays of --batch-items to the batch endpoint (their
+        // validations go to the import queue), runs alternating with the single POSTs.
+        var batch: (wrk: WrkCommand, context: RunContext)?
+        if settings.batchItems > 0 {
+            let batches = stride(from: 0, to: bodies.count, by: settings.batchItems).map {
+                "[" + bodies[$0..<min($0 + settings.batchItems, bodies.count)].joined(separator: ",") + "]"
+            }
+            let batchesFile = directory.appendingPathComponent("batches.txt")
+            let batchScript = directory.appendingPathComponent("batch.lua")
+            try (batches.joined(separator: "\n") + "\n").write(to: batchesFile, atomically: true, encoding: .utf8)
+            try luaScript(bodies: batchesFile.path, tokens: tokensFile.path, threads: settings.threads, path: path + "/batch").write(
+                to: batchScript, atomically: true, encoding: .utf8)
+            var context = RunContext(
+                servers: [server.pid], redis: redis, postgres: postgres, postmaster: postmaster, prefix: prefix,
+                queue: keys.queue(JobEnvelope.importQueue))
+            context.itemsPerRequest = settings.batchItems
+            batch = (WrkCommand(wrk: wrk, script: batchScript.path, url: url + "/batch", settings: settings), context)
+        }
         if settings.warmup > 0 {
             FileHandle.standardError.write(Data("ingest: warm-up (\(Format.json(settings.warmup)) s)…\n".utf8))
             _ = try wrkCommand.run(seconds: settings.warmup)
@@ -228,9 +252,14 @@ enum IngestRow: BenchRow {
                 _ = try peerWrk.run(seconds: settings.warmup)
                 _ = try? RedisCleanup.deleteKeys(prefix: peer.prefix, redis)
             }
+            if let batch {
+                _ = try batch.wrk.run(seconds: settings.warmup)
+                _ = try? RedisCleanup.deleteKeys(prefix: prefix, redis)
+            }
         }
         var runs: [[String: Any]] = []
         var peerRuns: [[String: Any]] = []
+        var batchRuns: [[String: Any]] = []
         for index in 1...settings.runs {
             FileHandle.standardError.write(Data("ingest: run \(index)/\(settings.runs) (\(Format.json(settings.seconds)) s)…\n".utf8))
             runs.append(try measure(wrkCommand, seconds: settings.seconds, context: context))
@@ -239,6 +268,10 @@ enum IngestRow: BenchRow {
                 FileHandle.standardError.write(Data("ingest: peer run \(index)/\(settings.runs)…\n".utf8))
                 peerRuns.append(try measure(peerWrk, seconds: settings.seconds, context: peerContext))
                 guard peer.isRunning else { throw BenchFailure(description: "the Python peer exited:\n\(peer.processes[0].logTail())") }
+            }
+            if let batch {
+                FileHandle.standardError.write(Data("ingest: batch run \(index)/\(settings.runs)…\n".utf8))
+                batchRuns.append(try measure(batch.wrk, seconds: settings.seconds, context: batch.context))
             }
         }
         var profile: [String: Any]?
@@ -255,7 +288,8 @@ enum IngestRow: BenchRow {
         let result = summarize(
             runs: runs, settings: settings, probe: (probe.status, probeBody),
             receipt: (der: forged.der.count, body: body.utf8.count, purchases: forged.receipt.inApp.count), redisHz: redisHz, receiptq: receiptq.path,
-            wrk: wrk, profile: profile, peer: peer.map { (version: $0.version, processes: $0.processes.count, runs: peerRuns) }, stages: stages)
+            wrk: wrk, profile: profile, peer: peer.map { (version: $0.version, processes: $0.processes.count, runs: peerRuns) }, stages: stages,
+            batch: batch == nil ? nil : (items: settings.batchItems, runs: batchRuns))
         keepLogs = !server.isRunning
         return result
     }
