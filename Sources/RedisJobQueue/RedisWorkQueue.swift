@@ -31,6 +31,8 @@ public final class RedisWorkQueue: JobQueue {
     private var importIdle = true
     /// The last reserve found every live queue short of what it asked (none may hold more).
     private var liveDrained = false
+    /// When the import queue was last looked at.
+    private var lastImportProbe: ContinuousClock.Instant?
     private let retention: DeadLetterRetention
     private let startedAt = Date()
     /// How many `LMOVE`s the next reserve pipelines: grows while the queue keeps them all busy,
@@ -72,28 +74,33 @@ public final class RedisWorkQueue: JobQueue {
     /// `background` jobs (the engine's spare share), so an import runs on idle capacity and a
     /// backlog of live jobs takes every slot. Blocks (up to `timeout`) only when neither had a job.
     public func reserve(max: Int, background: Int, timeout: Duration) throws -> [ReservedJob] {
-        // No room for imports now, but they hold their share and more wait: block only briefly, so
-        // the slots they free are refilled soon (the engine asks again with room), not after a
-        // whole reserve timeout spent on an empty live queue.
-        guard background > 0 else { return try reserveLive(max: max, timeout: importIdle ? timeout : min(timeout, .milliseconds(20))) }
+        // An import queue found empty is looked at again only every quarter second: live jobs pay
+        // no extra round trip for imports that are not there.
+        let probing =
+            background > 0 && (!importIdle || lastImportProbe.map { ContinuousClock.now - $0 >= .milliseconds(250) } ?? true)
+        guard probing else {
+            // No room for imports while they have jobs waiting: block only briefly, so the slots
+            // they free are refilled soon (the engine asks again with room), not after a whole
+            // reserve timeout spent on an empty live queue.
+            return try reserveLive(max: max, timeout: background == 0 && !importIdle ? min(timeout, .milliseconds(20)) : timeout)
+        }
         let live = try reserveLive(max: max, timeout: .zero)
         let take = Swift.min(background, max - live.count)
         guard take > 0, liveDrained else { return live }
         // An import queue found empty is probed with one move until it has jobs again.
-        let moves = importIdle ? 1 : take
         let imported = try connection.pipeline(
-            bytes: Array(repeating: ["LMOVE", importKey, processingKey, "RIGHT", "LEFT"].map(bytes), count: moves)
+            bytes: Array(repeating: ["LMOVE", importKey, processingKey, "RIGHT", "LEFT"].map(bytes), count: importIdle ? 1 : take)
         ).compactMap { reply -> ReservedJob? in
             guard case .bulk(let raw) = reply else { return nil }
             return ReservedJob(raw: raw)
         }
         importIdle = imported.isEmpty
-        if live.isEmpty, imported.isEmpty { return try reserveLive(max: max, timeout: timeout, blockOnly: true) }
+        lastImportProbe = .now
+        if live.isEmpty, imported.isEmpty { return try block(timeout) }
         return live + imported
     }
 
-    private func reserveLive(max: Int, timeout: Duration, blockOnly: Bool = false) throws -> [ReservedJob] {
-        if blockOnly { return try block(timeout) }
+    private func reserveLive(max: Int, timeout: Duration) throws -> [ReservedJob] {
         let count = Swift.max(1, Swift.min(max, burst))
         func move(_ queueKey: String) -> [[UInt8]] { ["LMOVE", queueKey, processingKey, "RIGHT", "LEFT"].map(bytes) }
         var commands: [[[UInt8]]] = []
