@@ -41,7 +41,9 @@ struct BulkImportTests {
         #expect(items.count == 8)
         #expect(items.map { $0["index"]?.intValue } == Array(0..<8))
         #expect(items.map { $0["status"]?.intValue } == [206, 206, 206, 422, 402, 422, 422, 422])
-        #expect(items[2]["duplicate"] == .bool(true), "the same receipt twice in one batch is one receipt")
+        // The same receipt twice in one batch is one receipt: the items go to Redis concurrently, so
+        // either may be the one queued, and the other is its duplicate.
+        #expect([items[0]["duplicate"], items[2]["duplicate"]].filter { $0 == .bool(true) }.count == 1)
         #expect(items[2]["id"] == items[0]["id"])
         #expect(items[3]["errors"]?.arrayValue?.first?["field"]?.stringValue == "receipt")
         #expect(items[4]["fraud_reason"]?.stringValue == "untrusted_chain")
