@@ -76,7 +76,7 @@ struct ImportCommand: AsyncParsableCommand {
             source.resume()
             return source
         }
-        defer { sources.forEach { $0.cancel() } }
+        defer { for source in sources { source.cancel() } }
 
         let outcome: (counts: BulkImporter.Counts, finished: Bool, importID: UUID)
         do {
