@@ -10,8 +10,8 @@ extension IngestAPI {
     public static let maxBatchItems = 1_000
     /// The largest batch body (413 beyond): the single endpoint's limit does not apply to it.
     public static let maxBatchBytes = 10 << 20
-    /// The route of bulk imports, whose body the input check leaves to the handler (item by item).
-    public static let batchRoute = "POST /client/itunes_connect/receipts/batch"
+    /// The path of bulk imports (POST), whose body the input check leaves to the handler (item by item).
+    public static let batchPath = "/client/itunes_connect/receipts/batch"
     /// The header naming the import a batch belongs to (`receiptq import` sends one per file).
     static let importIDHeader = HTTPField.Name("Receiptq-Import-Id")!
     /// `true`: the import's changes become events and webhooks like live ones (default: not).
@@ -119,7 +119,7 @@ extension IngestAPI {
         -> BatchItemResult
     {
         if let problem = InputHygiene.jsonProblem(bytes) { return BatchItemResult(status: 422, errors: [problem]) }
-        guard let parsed = (try? JSONValue.parse(bytes)) ?? (try? JSONDecoder().decode(JSONValue.self, from: Data(bytes))) else {
+        guard let parsed = JSONValue.parseLeniently(bytes) else {
             return BatchItemResult(status: 422, errors: [FieldError(field: "body", reason: "must be valid JSON")])
         }
         let submit: SubmitReceiptRequest

@@ -83,7 +83,7 @@ public struct IngestAPI: Sendable {
         router.post("/client/itunes_connect/receipts") { request, context in
             try await submit(request, context: context)
         }
-        router.post("/client/itunes_connect/receipts/batch") { request, context in
+        router.post(RouterPath(Self.batchPath)) { request, context in
             try await submitBatch(request, context: context)
         }
         router.get("/client/itunes_connect/receipts/{id}") { request, context in
@@ -135,8 +135,7 @@ public struct IngestAPI: Sendable {
     /// reader is stricter about than `JSONDecoder` (a duplicate key, a lone surrogate escape) is
     /// still read as `JSONDecoder` reads it, as the API always did. Nil: not JSON.
     public static func parseJSONBody(_ body: ByteBuffer) -> JSONValue? {
-        if let value = body.withUnsafeReadableBytes({ try? JSONValue.parse($0) }) { return value }
-        return try? JSONDecoder().decode(JSONValue.self, from: Data(body.readableBytesView))
+        body.withUnsafeReadableBytes { JSONValue.parseLeniently($0) }
     }
 
     func submit(_ request: Request, context: IngestRequestContext) async throws -> Response {

@@ -85,7 +85,7 @@ public final class ImportSource {
 
     static func ndjsonItem(_ line: ArraySlice<UInt8>) -> Result<[UInt8], ImportRejection> {
         let bytes = Array(line)
-        guard let value = (try? JSONValue.parse(bytes)) ?? (try? JSONDecoder().decode(JSONValue.self, from: Data(bytes))) else {
+        guard let value = JSONValue.parseLeniently(bytes) else {
             return .failure(ImportRejection(field: "line", reason: "is not JSON"))
         }
         guard let object = value.objectValue else { return .failure(ImportRejection(field: "line", reason: "is not a JSON object")) }

@@ -18,8 +18,14 @@ extension JSONValue {
     /// An answer from Apple's HTTP APIs: the one-pass reader first (workers read every answer),
     /// and a text it is stricter about (a duplicate key, `0e1`) still read as `JSONDecoder` reads
     /// it. Not for signed payloads, which must not be ambiguous: use ``parse(_:)``.
-    public static func parseAnswer(_ bytes: [UInt8]) -> JSONValue? {
-        (try? parse(bytes)) ?? (try? JSONDecoder().decode(JSONValue.self, from: Data(bytes)))
+    public static func parseAnswer(_ bytes: [UInt8]) -> JSONValue? { parseLeniently(bytes) }
+
+    /// Any JSON text as the project always read it: the one-pass reader first, and a text it is
+    /// stricter about (a duplicate key, a lone surrogate escape) as `JSONDecoder` reads it. For
+    /// clients' bodies and Apple's answers; never for signed payloads (use ``parse(_:)``).
+    public static func parseLeniently(_ bytes: some Collection<UInt8>) -> JSONValue? {
+        if let value = try? parse(bytes) { return value }
+        return try? JSONDecoder().decode(JSONValue.self, from: Data(bytes))
     }
 
     /// The deepest nesting ``parse(_:)`` follows: Apple's payloads are three levels deep.
