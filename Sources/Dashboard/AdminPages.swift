@@ -321,6 +321,8 @@ public struct AdminPages: Sendable {
         values["queueNotification"] = snapshot.queued[.notification, default: 0]
         values["queueWebhook"] = snapshot.queued[.webhook, default: 0]
         values["queueImport"] = snapshot.importQueued
+        let known = snapshot.imports.isEmpty ? [] : ((try? await apps()) ?? [])
+        values.merge(Self.importValues(snapshot.imports, apps: known, now: at)) { _, new in new }
         // Postgres being down must not take the overview (a Redis page) with it.
         if let webhooks, let paused = try? await webhooks.endpoints(appID: nil).filter({ $0.pausedAt != nil }), !paused.isEmpty {
             values["pausedEndpoints"] =

@@ -6,33 +6,49 @@ import NIOCore
 import ReceiptCore
 
 extension IngestAPI {
+    /// What a batch holds: receipts, or StoreKit 2 transactions, each item shaped like its single
+    /// endpoint's body.
+    enum BatchKind: Sendable {
+        case receipts, transactions
+
+        var path: String { self == .receipts ? IngestAPI.batchPath : IngestAPI.transactionsBatchPath }
+    }
+
     /// The most items one batch holds.
     public static let maxBatchItems = 1_000
     /// The largest batch body (413 beyond): the single endpoint's limit does not apply to it.
     public static let maxBatchBytes = 10 << 20
-    /// The path of bulk imports (POST), whose body the input check leaves to the handler (item by item).
+    /// The path of bulk imports of receipts (POST), whose body the input check leaves to the
+    /// handler (item by item).
     public static let batchPath = "/client/itunes_connect/receipts/batch"
+    /// The path of bulk imports of StoreKit 2 transactions (POST), checked item by item too.
+    public static let transactionsBatchPath = "/client/transactions/batch"
     /// The header naming the import a batch belongs to (`receiptq import` sends one per file).
     static let importIDHeader = HTTPField.Name("Receiptq-Import-Id")!
     /// `true`: the import's changes become events and webhooks like live ones (default: not).
     static let importEventsHeader = HTTPField.Name("Receiptq-Import-Events")!
-    /// Items enqueued at once: the Redis writer pipelines whatever is submitted together.
+    /// Items checked or enqueued at once: the Redis writer pipelines whatever is submitted together.
     static let batchParallelism = 64
 
-    /// `POST /client/itunes_connect/receipts/batch`: up to 1,000 receipts shaped like the single
-    /// endpoint's bodies, as a JSON array (`application/json`) or one per line
-    /// (`application/x-ndjson`), 10 MB at most. Each item is checked and queued as a single POST
-    /// is — the same idempotency, the same local signature check — but into the `import` queue
-    /// and without waiting for Apple; the answer lists each item's outcome in input order
-    /// (`status` 206 queued, 200 already validated, 402 fraud, 422 with its errors, 503 not
-    /// queued). The batch is 200 when every item has its outcome, and 503 with `Retry-After` when
-    /// Redis took none of them. A 2xx item is durably queued.
-    func submitBatch(_ request: Request, context: IngestRequestContext) async throws -> Response {
+    /// Whether `path` is one of the batch endpoints (their bodies are judged item by item).
+    static func isBatchPath(_ path: String?) -> Bool { path == batchPath || path == transactionsBatchPath }
+
+    /// `POST /client/itunes_connect/receipts/batch` and `POST /client/transactions/batch`: up to
+    /// 1,000 items shaped like the single endpoint's bodies, as a JSON array (`application/json`)
+    /// or one per line (`application/x-ndjson`), 10 MB at most. Each item is checked and queued as
+    /// a single POST is — the same idempotency, the same local signature check — but into the
+    /// `import` queue and without waiting for Apple; the answer lists each item's outcome in input
+    /// order (`status` 206 queued, 200 already validated, 402 fraud, 422 with its errors, 503 not
+    /// queued). An item repeating an earlier one of the same batch is always the later one's
+    /// `duplicate`. The batch is 200 when every item has its outcome, and 503 with `Retry-After`
+    /// when Redis took none of them. A 2xx item is durably queued.
+    func submitBatch(_ request: Request, context: IngestRequestContext, kind: BatchKind) async throws -> Response {
         let app: AppRecord
         switch await authorize(request, context: context) {
         case .success(let found): app = found
         case .failure(let refusal): return refusal.response
         }
+        let noun = kind == .receipts ? "receipts" : "transactions"
         let mediaType = request.headers[.contentType].flatMap(BodyKind.mediaType)
         guard mediaType == "application/json" || mediaType == "application/x-ndjson" else {
             return json(.unsupportedMediaType, ["error": .string("Content-Type must be application/json (an array) or application/x-ndjson")])
@@ -56,13 +72,13 @@ extension IngestAPI {
         let items: [(number: Int, range: Range<Int>)]
         if mediaType == "application/json" {
             guard let elements = BulkItems.arrayElements(body) else {
-                return unprocessable([FieldError(field: "body", reason: "must be a JSON array of receipts")])
+                return unprocessable([FieldError(field: "body", reason: "must be a JSON array of \(noun)")])
             }
             items = elements.enumerated().map { ($0.offset, $0.element) }
         } else {
             items = BulkItems.lines(body)
         }
-        guard !items.isEmpty else { return unprocessable([FieldError(field: "body", reason: "must hold at least one receipt")]) }
+        guard !items.isEmpty else { return unprocessable([FieldError(field: "body", reason: "must hold at least one item")]) }
         guard items.count <= Self.maxBatchItems else {
             return json(.contentTooLarge, ["error": .string("more than \(Self.maxBatchItems) items in one batch")])
         }
@@ -74,18 +90,41 @@ extension IngestAPI {
         }
         let address = clientAddress(request, context: context)
         let logger = context.logger
-        let payloads = items.map { Array(body[$0.range]) }
         let api = self
-        let results = await withTaskGroup(of: (Int, BatchItemResult).self) { group in
-            var results = [BatchItemResult?](repeating: nil, count: payloads.count)
-            for (position, item) in payloads.enumerated() {
-                if position >= Self.batchParallelism, let (done, result) = await group.next() { results[done] = result }
-                group.addTask {
-                    (position, await api.batchItem(item, app: app, importID: importID, events: events, address: address, logger: logger))
-                }
+        let at = now()
+        // Checked first (the signature checks in parallel), queued second: an item that repeats an
+        // earlier one of the batch is then always the later one's duplicate, whatever order Redis
+        // would have taken them in.
+        let planned = await Self.concurrentMap(items.count) { position in
+            api.planBatchItem(Array(body[items[position].range]), kind: kind, app: app, address: address, at: at)
+        }
+        var firstWithKey: [String: Int] = [:]
+        var earlier: [Int: Int] = [:]
+        var queued: [(position: Int, job: PlannedJob)] = []
+        for (position, plan) in planned.enumerated() {
+            guard case .success(var job) = plan else { continue }
+            if let first = firstWithKey[job.idempotencyKey] {
+                earlier[position] = first
+                continue
             }
-            for await (done, result) in group { results[done] = result }
-            return results.map { $0 ?? BatchItemResult(status: 503) }
+            firstWithKey[job.idempotencyKey] = position
+            job.envelope.importID = importID
+            job.envelope.importEvents = events ? true : nil
+            queued.append((position, job))
+        }
+        let jobs = queued.map(\.job)
+        let outcomes = await Self.concurrentMap(jobs.count) { index in
+            await api.queueBatchItem(jobs[index], logger: logger)
+        }
+        var results = planned.map { plan -> BatchItemResult in
+            if case .failure(let failure) = plan { return BatchItemResult(status: 422, errors: failure.errors) }
+            return BatchItemResult(status: 503)
+        }
+        for (item, outcome) in zip(queued, outcomes) { results[item.position] = outcome }
+        for (position, first) in earlier {
+            var repeated = results[first]
+            if repeated.status != 503 { repeated.duplicate = true }
+            results[position] = repeated
         }
         let key = mediaType == "application/json" ? "index" : "line"
         let answers: [JSONValue] = zip(items, results).map { item, result in
@@ -93,15 +132,23 @@ extension IngestAPI {
             object[key] = .number(Double(item.number))
             return .object(object)
         }
-        let unavailable = results.filter { $0.status == 503 }.count
+        var counts: [String: Int] = [:]
+        for result in results {
+            counts[result.category, default: 0] += 1
+            metrics.importItem(result.category)
+        }
+        let unavailable = counts["unavailable", default: 0]
+        await ingestion.intake.recordImport(
+            importID, appID: app.id,
+            tally: ImportBatchTally(
+                queued: counts["accepted", default: 0] + counts["fraud", default: 0], duplicates: counts["duplicate", default: 0],
+                invalid: counts["invalid", default: 0]), at: at)
         context.logger.info(
             "Batch submitted",
             metadata: [
-                "app.id": "\(app.id.canonical)", "import.id": "\(importID.canonical)", "batch.items": "\(items.count)",
-                "batch.unavailable": "\(unavailable)",
+                "app.id": "\(app.id.canonical)", "import.id": "\(importID.canonical)", "batch.kind": "\(noun)",
+                "batch.items": "\(items.count)", "batch.unavailable": "\(unavailable)",
             ])
-        var counts: [String: Int] = [:]
-        for result in results { counts[result.category, default: 0] += 1 }
         var response = json(
             unavailable == results.count ? .serviceUnavailable : .ok,
             [
@@ -112,31 +159,40 @@ extension IngestAPI {
         return response
     }
 
-    /// One item: checked, planned and queued like a single POST, into the import queue.
-    func batchItem(
-        _ bytes: [UInt8], app: AppRecord, importID: UUID, events: Bool, address: String?, logger: Logger
-    ) async
-        -> BatchItemResult
-    {
-        if let problem = InputHygiene.jsonProblem(bytes) { return BatchItemResult(status: 422, errors: [problem]) }
+    /// One item checked and made into its job like a single POST's (nothing written yet).
+    func planBatchItem(_ bytes: [UInt8], kind: BatchKind, app: AppRecord, address: String?, at: Date) -> Result<PlannedJob, FieldErrors> {
+        if let problem = InputHygiene.jsonProblem(bytes) { return .failure(FieldErrors([problem])) }
         guard let parsed = JSONValue.parseLeniently(bytes) else {
-            return BatchItemResult(status: 422, errors: [FieldError(field: "body", reason: "must be valid JSON")])
+            return .failure(FieldErrors([FieldError(field: "body", reason: "must be valid JSON")]))
         }
-        let submit: SubmitReceiptRequest
-        switch SubmitReceiptRequest.parse(parsed) {
-        case .success(let value): submit = value
-        case .failure(let failure): return BatchItemResult(status: 422, errors: failure.errors)
+        switch kind {
+        case .receipts:
+            let submit: SubmitReceiptRequest
+            switch SubmitReceiptRequest.parse(parsed) {
+            case .success(let value): submit = value
+            case .failure(let failure): return .failure(failure)
+            }
+            var submission = submit.submission
+            if submit.ipAddressOmitted { submission.ipAddress = address }
+            return .success(
+                ReceiptIngestion.plan(submit.receipt, submission: submission, app: app, origin: .api, authenticity: ingestion.authenticity, at: at))
+        case .transactions:
+            let submit: SubmitTransactionRequest
+            switch SubmitTransactionRequest.parse(parsed) {
+            case .success(let value): submit = value
+            case .failure(let failure): return .failure(failure)
+            }
+            var submission = submit.submission
+            if submit.ipAddressOmitted { submission.ipAddress = address }
+            return ingestion.plan(transaction: submit, submission: submission, app: app, origin: .api, at: at).mapError { FieldErrors([$0]) }
         }
-        var submission = submit.submission
-        if submit.ipAddressOmitted { submission.ipAddress = address }
-        var job = ReceiptIngestion.plan(
-            submit.receipt, submission: submission, app: app, origin: .api, authenticity: ingestion.authenticity, at: now())
-        job.envelope.importID = importID
-        job.envelope.importEvents = events ? true : nil
-        let outcome = await ingestion.enqueue(job, waits: false, logger: logger)
+    }
+
+    /// One planned item queued (into the import queue, without waiting for a worker).
+    func queueBatchItem(_ job: PlannedJob, logger: Logger) async -> BatchItemResult {
         let resource: ReceiptResource
         let status: Int
-        switch outcome {
+        switch await ingestion.enqueue(job, waits: false, logger: logger) {
         case .validated(let found): (status, resource) = (200, found)
         case .queued(let found): (status, resource) = (206, found)
         case .fraud(let found): (status, resource) = (402, found)
@@ -145,6 +201,19 @@ extension IngestAPI {
         return BatchItemResult(
             status: status, id: resource.id, duplicate: resource.id != job.envelope.id, fraudReason: resource.fraudReason,
             validationStatus: resource.validationStatus.rawValue)
+    }
+
+    /// `body(0) … body(count - 1)`, at most ``batchParallelism`` at a time, in input order.
+    static func concurrentMap<T: Sendable>(_ count: Int, _ body: @escaping @Sendable (Int) async -> T) async -> [T] {
+        await withTaskGroup(of: (Int, T).self) { group in
+            var results = [T?](repeating: nil, count: count)
+            for position in 0..<count {
+                if position >= batchParallelism, let (done, result) = await group.next() { results[done] = result }
+                group.addTask { (position, await body(position)) }
+            }
+            for await (done, result) in group { results[done] = result }
+            return results.map { $0! }
+        }
     }
 }
 

@@ -40,7 +40,7 @@ public struct IngestAPI: Sendable {
     public let ingestion: ReceiptIngestion
     let now: @Sendable () -> Date
     /// What the notification endpoint answered.
-    let metrics = NotificationMetrics()
+    let metrics = IngestMetrics()
 
     /// Creates the API.
     /// - Parameters:
@@ -72,7 +72,7 @@ public struct IngestAPI: Sendable {
     /// OpenAPI document declares the same.
     public static let queryParameters: [String: Set<String>] = [
         "POST /client/itunes_connect/receipts": [], "POST /client/itunes_connect/receipts/batch": [], "GET /client/itunes_connect/receipts/{id}": [],
-        "POST /client/transactions": [],
+        "POST /client/transactions": [], "POST /client/transactions/batch": [],
         "GET /client/subscriptions": ["user_identifier"], "GET /client/subscriptions/{original_transaction_id}": ["environment"],
         "GET /client/events": ["after", "limit", "type", "user_identifier"],
         "GET /health/live": [], "GET /health/ready": [], "GET /openapi.yaml": [], "POST /apple/notifications/{app}/{token}": [],
@@ -84,13 +84,16 @@ public struct IngestAPI: Sendable {
             try await submit(request, context: context)
         }
         router.post(RouterPath(Self.batchPath)) { request, context in
-            try await submitBatch(request, context: context)
+            try await submitBatch(request, context: context, kind: .receipts)
         }
         router.get("/client/itunes_connect/receipts/{id}") { request, context in
             try await show(request, context: context)
         }
         router.post("/client/transactions") { request, context in
             try await submitTransaction(request, context: context)
+        }
+        router.post(RouterPath(Self.transactionsBatchPath)) { request, context in
+            try await submitBatch(request, context: context, kind: .transactions)
         }
         router.post("/apple/notifications/{app}/{token}") { request, context in
             try await receiveNotification(request, context: context)

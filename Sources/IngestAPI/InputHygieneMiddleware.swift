@@ -49,7 +49,7 @@ public struct InputHygieneMiddleware<Context: RequestContext>: RouterMiddleware 
                 try await Self.problem(
                     in: &request, maxBodyBytes: maxBodyBytes,
                     // A batch's items are checked one by one by its handler: one bad item is its own 422.
-                    body: !(request.method == .post && context.endpointPath == IngestAPI.batchPath))
+                    body: !(request.method == .post && IngestAPI.isBatchPath(context.endpointPath)))
                 ?? undeclaredParameter(request, route: context.endpointPath)
         } catch is NIOTooManyBytesError {
             return refusal(request, .contentTooLarge, [])

@@ -12,7 +12,19 @@ extension ReceiptIngestion {
     public func ingest(
         transaction request: SubmitTransactionRequest, submission: Submission, app: AppRecord, origin: JobOrigin, logger: Logger
     ) async -> Result<Outcome, FieldError> {
-        let at = now()
+        switch plan(transaction: request, submission: submission, app: app, origin: origin, at: now()) {
+        case .success(let job): .success(await enqueue(job, logger: logger))
+        case .failure(let error): .failure(error)
+        }
+    }
+
+    /// A transaction made into its job, with nothing written yet: the JWS check (a forgery
+    /// becomes a fraud job), the envelope and the idempotency key. The single endpoint and the
+    /// batch endpoint both go through it.
+    /// - Returns: the job, or the field error to answer 422 with.
+    func plan(
+        transaction request: SubmitTransactionRequest, submission: Submission, app: AppRecord, origin: JobOrigin, at: Date
+    ) -> Result<PlannedJob, FieldError> {
         let envelope: JobEnvelope
         var purchases: [InAppPurchase] = []
         let idempotencyKey: String
@@ -48,6 +60,6 @@ extension ReceiptIngestion {
                 bundleID: app.bundleID, environment: environment?.rawValue, submission: submission, source: .transactionID,
                 transactionID: id)
         }
-        return .success(await enqueue(PlannedJob(envelope, purchases: purchases, idempotencyKey: idempotencyKey), logger: logger))
+        return .success(PlannedJob(envelope, purchases: purchases, idempotencyKey: idempotencyKey))
     }
 }

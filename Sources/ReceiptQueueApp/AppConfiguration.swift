@@ -41,6 +41,9 @@ public struct AppConfiguration: Sendable, CustomStringConvertible {
     /// The most of `WORKER_CONCURRENCY` bulk imports' validations may hold, in percent
     /// (`IMPORT_SHARE_PERCENT`, 25); they get it only when the live queues leave slots free.
     public var importSharePercent: Int
+    /// Calls to Apple per second each app's bulk imports may make across the deployment
+    /// (`IMPORT_RATE_PER_SECOND`, 50; 0: no budget of their own), apart from live traffic's.
+    public var importRatePerSecond: Double
     public var retryPolicy: RetryPolicy
     /// When the shared Apple outage circuit opens and how long it stays open (`CIRCUIT_*`).
     public var circuitPolicy: CircuitPolicy
@@ -154,6 +157,7 @@ public struct AppConfiguration: Sendable, CustomStringConvertible {
         workerHeartbeatTTLSeconds = try int("WORKER_HEARTBEAT_TTL_SECONDS", 30, range: 2...3600)
         verifyReceiptGoneAfter = try int("VERIFY_RECEIPT_GONE_AFTER", 20, range: 1...1_000_000)
         importSharePercent = try int("IMPORT_SHARE_PERCENT", 25, range: 0...100)
+        importRatePerSecond = Double(try int("IMPORT_RATE_PER_SECOND", 50, range: 0...100_000))
         retryPolicy = RetryPolicy(
             base: .milliseconds(try int("RETRY_BASE_MS", 2000, range: 1...3_600_000)),
             cap: .seconds(try int("RETRY_MAX_BACKOFF_SECONDS", 3600, range: 1...86_400)),

@@ -145,7 +145,8 @@ public enum ReceiptQueueApp {
                 concurrency: configuration.workerConcurrency, shutdownTimeout: configuration.workerShutdownTimeout,
                 heartbeatInterval: .seconds(max(1, configuration.workerHeartbeatTTLSeconds / 3)),
                 retryPolicy: configuration.retryPolicy, repollPolicy: configuration.repollPolicy,
-                verifyReceiptGoneAfter: configuration.verifyReceiptGoneAfter, importShare: Double(configuration.importSharePercent) / 100),
+                verifyReceiptGoneAfter: configuration.verifyReceiptGoneAfter, importShare: Double(configuration.importSharePercent) / 100,
+                importRatePerSecond: configuration.importRatePerSecond),
             makeQueue: { role in
                 let queue = RedisWorkQueue(
                     connection: try RedisConnection(configuration: configuration.redis, label: "worker-\(role)", logger: logger),
@@ -168,6 +169,11 @@ public enum ReceiptQueueApp {
             makeWatch: {
                 RedisVerifyReceiptWatch(
                     connection: try RedisConnection(configuration: configuration.redis, label: "worker-lifecycle", logger: logger),
+                    keys: configuration.keys)
+            },
+            makeImportBudget: {
+                RedisServerAPIRateLimiter(
+                    connection: try RedisConnection(configuration: configuration.redis, label: "worker-import-budget", logger: logger),
                     keys: configuration.keys)
             },
             verifier: AppleValidation(verifyReceipt: try AppStoreClient(configuration: appStore), serverAPI: serverAPI),

@@ -62,6 +62,12 @@ public struct JobPlanner: Sendable {
         .retry(envelope, runAt: until.addingTimeInterval(Double.random(in: 0...10, using: &generator)), outcome: .deferred)
     }
 
+    /// A bulk import's call found its app's import budget spent: it runs again once the budget
+    /// has a token for it (spread over a second, like Apple's own rate limit), without an attempt.
+    public func waitForBudget(_ envelope: JobEnvelope, until: Date, using generator: inout some RandomNumberGenerator) -> JobPlan {
+        .retry(envelope, runAt: max(until, now()).addingTimeInterval(Double.random(in: 0...1, using: &generator)), outcome: .deferred)
+    }
+
     /// The job names an app that is not registered (deleted since it was queued).
     public func unknownApp(_ envelope: JobEnvelope) -> JobPlan {
         .bury(envelope.failed(code: "unknown_app", message: "app not registered", calls: [], at: now()))

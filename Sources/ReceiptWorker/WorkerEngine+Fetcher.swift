@@ -14,6 +14,7 @@ extension WorkerEngine {
     /// (`importShare` of `concurrency`, at least one when the share is not 0) less those in flight.
     func importRoom() -> Int {
         guard configuration.importShare > 0 else { return 0 }
+        if let until = locked({ $0.importsPausedUntil }), until > now() { return 0 }
         let share = max(1, Int(Double(configuration.concurrency) * configuration.importShare))
         let held = locked { $0.inFlight.values.reduce(0) { $0 + ($1.envelope?.importID == nil ? 0 : 1) } }
         return max(0, share - held)
@@ -27,6 +28,7 @@ extension WorkerEngine {
         var store: (any ReceiptStore)?
         var gate: CircuitGate?
         var lifecycle: VerifyReceiptGate?
+        let budget = ImportBudgetGate(rate: configuration.importRatePerSecond, make: makeImportBudget)
         var lastHeartbeat = Date.distantPast
         // Pacing uses the machine's clock: an injected clock that stands still would stop the flushes.
         var lastFlush: ContinuousClock.Instant?
@@ -54,7 +56,9 @@ extension WorkerEngine {
                 let (calls, room) = waitForWork(ahead: ahead.count)
                 guard calls > 0, !ahead.isEmpty || room > 0 else { continue }
                 let starting = min(calls, ahead.count)
-                for item in ahead.prefix(starting) { start(item.token, item.job, store: store, gate: gate, lifecycle: lifecycle, using: &rng) }
+                for item in ahead.prefix(starting) {
+                    start(item.token, item.job, store: store, gate: gate, lifecycle: lifecycle, budget: budget, using: &rng)
+                }
                 ahead.removeFirst(starting)
                 // Jobs for the slots still free, and a batch for the buffer once it is half empty.
                 let refill = ahead.count * 2 <= aheadTarget ? aheadTarget - ahead.count : 0
@@ -71,7 +75,7 @@ extension WorkerEngine {
                 let tokens = register(jobs)
                 for (index, (token, job)) in zip(tokens, jobs).enumerated() {
                     if index < calls - starting {
-                        start(token, job, store: store, gate: gate, lifecycle: lifecycle, using: &rng)
+                        start(token, job, store: store, gate: gate, lifecycle: lifecycle, budget: budget, using: &rng)
                     } else {
                         ahead.append((token, job))
                     }
@@ -175,7 +179,7 @@ extension WorkerEngine {
 
     private func start(
         _ token: Int, _ job: ReservedJob, store: (any ReceiptStore)?, gate: CircuitGate, lifecycle: VerifyReceiptGate,
-        using generator: inout SystemRandomNumberGenerator
+        budget: ImportBudgetGate, using generator: inout SystemRandomNumberGenerator
     ) {
         locked { shared in
             shared.calling[token] = DispatchTime.now().uptimeNanoseconds
@@ -216,7 +220,6 @@ extension WorkerEngine {
             }
             return decide(token, job, plan)
         }
-        let sandboxPolicy = app.sandboxPolicy
         if request.switchesApp, SwitchAlarm.raiseOnce(appID: app.id) {
             metrics.backendSwitched()
             logger.critical(
@@ -224,6 +227,32 @@ extension WorkerEngine {
                 metadata: ["app.id": "\(app.id.uuidString.lowercased())", "app.bundle_id": "\(app.bundleID)"])
         }
         let canMove = app.backend == .auto && app.serverAPIKey != nil
+        let call: @Sendable () -> Void = {
+            self.call(token, job, envelope, request, app: app, canMove: canMove, gate: gate, lifecycle: lifecycle, isProbe: isProbe)
+        }
+        guard envelope.importID != nil else { return call() }
+        // A bulk import's call spends its app's import budget, apart from live traffic's.
+        switch budget.slot(app: app.bundleID, now: now()) {
+        case .now:
+            call()
+        case .booked(let at):
+            // The token is this call's: it waits in its slot (at most the booking window).
+            DispatchQueue.global().asyncAfter(deadline: .now() + max(0, at.timeIntervalSince(now())), execute: call)
+        case .later(let until):
+            // Spent for the next seconds: this job waits in the retry set (without an attempt), and
+            // no other import job is reserved before then, so a spent budget does not churn jobs.
+            locked { $0.importsPausedUntil = max($0.importsPausedUntil ?? until, until) }
+            metrics.importDeferred()
+            decide(token, job, planner.waitForBudget(envelope, until: until, using: &generator))
+        }
+    }
+
+    /// The call to Apple of a started job, and the plan its answer makes.
+    private func call(
+        _ token: Int, _ job: ReservedJob, _ envelope: JobEnvelope, _ request: VerificationRequest, app: AppRecord, canMove: Bool,
+        gate: CircuitGate, lifecycle: VerifyReceiptGate, isProbe: Bool
+    ) {
+        let sandboxPolicy = app.sandboxPolicy
         verifier.verify(request) { report in
             // On the HTTP engine's thread: count, decide, hand over; nothing here blocks.
             // One circuit for both APIs: an outage of either defers the jobs, a 429 is not an outage.

@@ -74,6 +74,9 @@ public final class WorkerEngine: Service, Sendable {
         /// The share of `concurrency` bulk imports' validations may hold at most (`IMPORT_SHARE`,
         /// 0…1); they get it only when the live queues leave slots free. 0: imports wait.
         public var importShare: Double
+        /// Calls to Apple per second each app's imports may make, across the deployment
+        /// (`IMPORT_RATE_PER_SECOND`); 0: no budget of their own.
+        public var importRatePerSecond: Double
 
         /// Creates a configuration; every value has a production default.
         public init(
@@ -81,8 +84,9 @@ public final class WorkerEngine: Service, Sendable {
             reserveTimeout: Duration = .milliseconds(500), shutdownTimeout: Duration = .seconds(25), heartbeatInterval: Duration = .seconds(5),
             circuitRefresh: Duration = .milliseconds(250), circuitFlush: Duration = .milliseconds(50),
             retryPolicy: RetryPolicy = RetryPolicy(), repollPolicy: RepollPolicy = RepollPolicy(), verifyReceiptGoneAfter: Int = 20,
-            importShare: Double = 0.25
+            importShare: Double = 0.25, importRatePerSecond: Double = 0
         ) {
+            self.importRatePerSecond = importRatePerSecond.isFinite ? max(0, importRatePerSecond) : 0
             self.importShare = importShare.isFinite ? min(1, max(0, importShare)) : 0.25
             self.verifyReceiptGoneAfter = max(1, verifyReceiptGoneAfter)
             self.concurrency = max(1, concurrency)
@@ -122,6 +126,8 @@ public final class WorkerEngine: Service, Sendable {
         var fetcherDone = false
         var abandoned = false
         var outcomes: [JobOutcome: Int] = [:]
+        /// An app's import budget ran out: no import job is reserved before this time.
+        var importsPausedUntil: Date?
     }
 
     let configuration: Configuration
@@ -129,6 +135,7 @@ public final class WorkerEngine: Service, Sendable {
     let makeStore: @Sendable (String) throws -> any ReceiptStore
     let makeCircuit: @Sendable () throws -> (any OutageCircuit)?
     let makeWatch: @Sendable () throws -> (any VerifyReceiptWatch)?
+    let makeImportBudget: @Sendable () throws -> (any ImportRateBudget)?
     let verifier: any ReceiptVerifier
     let webhooks: (any WebhookSender)?
     private let requeueAbandoned: @Sendable () -> Void
@@ -157,6 +164,8 @@ public final class WorkerEngine: Service, Sendable {
     ///   - makeCircuit: the shared outage circuit on its own connection (nil: none).
     ///   - makeWatch: the shared view of `verifyReceipt`'s lifecycle on its own connection (nil:
     ///     never declared gone; announced dates not recorded).
+    ///   - makeImportBudget: the shared per-app budget of imports' calls on its own connection
+    ///     (nil: none; used only when `importRatePerSecond` is set).
     ///   - verifier: the asynchronous verifier (Apple, or a mock), shared by every job.
     ///   - webhooks: sends webhook deliveries (nil: a `webhook` job goes to the dead letters).
     ///   - requeueAbandoned: gives the processing list back to the queue when graceful shutdown's
@@ -169,7 +178,8 @@ public final class WorkerEngine: Service, Sendable {
         configuration: Configuration, makeQueue: @escaping @Sendable (String) throws -> any JobQueue,
         makeStore: @escaping @Sendable (String) throws -> any ReceiptStore,
         makeCircuit: @escaping @Sendable () throws -> (any OutageCircuit)? = { nil },
-        makeWatch: @escaping @Sendable () throws -> (any VerifyReceiptWatch)? = { nil }, verifier: any ReceiptVerifier,
+        makeWatch: @escaping @Sendable () throws -> (any VerifyReceiptWatch)? = { nil },
+        makeImportBudget: @escaping @Sendable () throws -> (any ImportRateBudget)? = { nil }, verifier: any ReceiptVerifier,
         webhooks: (any WebhookSender)? = nil,
         requeueAbandoned: @escaping @Sendable () -> Void = {}, now: @escaping @Sendable () -> Date = { Date() },
         metrics: any MetricsFactory = MetricsSystem.factory, logger: Logger
@@ -179,6 +189,7 @@ public final class WorkerEngine: Service, Sendable {
         self.makeStore = makeStore
         self.makeCircuit = makeCircuit
         self.makeWatch = makeWatch
+        self.makeImportBudget = makeImportBudget
         self.verifier = verifier
         self.webhooks = webhooks
         self.requeueAbandoned = requeueAbandoned

@@ -12,6 +12,7 @@ struct WorkerMetrics: Sendable {
     private let jobLatency: [JobKind: Metrics.Timer]
     private let stageDuration: [JobKind: [JobStage: Metrics.Timer]]
     private let backendSwitches: Counter
+    private let importBudgetDeferred: Counter
     private let verifyReceiptGone: Gauge
     private let verifyReceiptDeprecation: Gauge
     private let verifyReceiptSunset: Gauge
@@ -73,6 +74,7 @@ struct WorkerMetrics: Sendable {
                 ($0, Metrics.Timer(label: "receiptq_apple_call_duration_seconds", dimensions: [("endpoint", $0.rawValue)], factory: factory))
             })
         backendSwitches = Counter(label: "receiptq_backend_switches_total", factory: factory)
+        importBudgetDeferred = Counter(label: "receiptq_import_budget_deferred_total", factory: factory)
         verifyReceiptGone = Gauge(label: "receiptq_verify_receipt_gone", factory: factory)
         verifyReceiptDeprecation = Gauge(label: "receiptq_verify_receipt_deprecation_timestamp_seconds", factory: factory)
         verifyReceiptSunset = Gauge(label: "receiptq_verify_receipt_sunset_timestamp_seconds", factory: factory)
@@ -107,6 +109,8 @@ struct WorkerMetrics: Sendable {
 
     /// An `auto` app moved to the Server API in this process.
     func backendSwitched() { backendSwitches.increment() }
+
+    func importDeferred() { importBudgetDeferred.increment() }
 
     /// The deployment's view of `verifyReceipt`: gone (1/0) and the announced dates (0: none).
     func verifyReceipt(_ lifecycle: VerifyReceiptLifecycle) {

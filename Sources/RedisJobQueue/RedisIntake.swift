@@ -124,6 +124,31 @@ public final class RedisIntake: ReceiptIntake {
         }
     }
 
+    /// Adds a batch's counts to its import's progress hash and lists the import as active: one
+    /// script, so a run's hash never exists without its entry in the list.
+    private static let importScript = """
+        -- KEYS: run hash, runs. ARGV: app, now ms, queued, duplicates, invalid, ttl s, id.
+        redis.call('HSETNX', KEYS[1], 'app', ARGV[1])
+        redis.call('HSETNX', KEYS[1], 'started_ms', ARGV[2])
+        redis.call('HSET', KEYS[1], 'updated_ms', ARGV[2])
+        redis.call('HINCRBY', KEYS[1], 'queued', ARGV[3])
+        redis.call('HINCRBY', KEYS[1], 'duplicates', ARGV[4])
+        redis.call('HINCRBY', KEYS[1], 'invalid', ARGV[5])
+        redis.call('EXPIRE', KEYS[1], ARGV[6])
+        redis.call('ZADD', KEYS[2], ARGV[2], ARGV[7])
+        redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', '(' .. (tonumber(ARGV[2]) - tonumber(ARGV[6]) * 1000))
+        return 0
+        """
+
+    public func recordImport(_ id: UUID, appID: UUID, tally: ImportBatchTally, at: Date) async {
+        let arguments = [
+            "EVAL", Self.importScript, "2", keys.importRun(id.canonical), keys.importRuns, appID.canonical, String(milliseconds(at)),
+            String(tally.queued), String(tally.duplicates), String(tally.invalid), String(RedisKeys.importRunRetention), id.canonical,
+        ]
+        // Best effort: the batch's jobs are already durable; progress is a view of them.
+        _ = try? await writer.submit(arguments.map { Array($0.utf8) })
+    }
+
     /// The enqueue script's SHA-1 as Redis names it, loaded on first use (and after a NOSCRIPT);
     /// nil while Redis cannot be asked: the caller sends the source.
     private func enqueueScriptSHA() async -> [UInt8]? {

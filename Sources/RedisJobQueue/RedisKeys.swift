@@ -32,6 +32,16 @@ public struct RedisKeys: Sendable, Equatable {
     /// counters, `o.<ActivityOutcome>` and `f.<FailureClass>`, incremented in each batch's settle
     /// transaction and kept two hours (the dashboard charts the last one).
     public func activity(minute: Int64) -> String { "\(prefix):stats:\(minute)" }
+    /// One bulk import's progress (``ImportRun``): a hash of counters and times (ms), kept
+    /// ``importRunRetention`` after its last batch or settlement.
+    public func importRun(_ id: String) -> String { "\(prefix):import:run:\(id)" }
+    /// Every import's id, scored by its last batch or settlement (ms): the dashboard lists the recent ones.
+    public var importRuns: String { "\(prefix):import:runs" }
+    /// One app's import budget (`IMPORT_RATE_PER_SECOND`), a token bucket like the Server API's.
+    public func importBucket(app: String) -> String { "\(prefix):import:bucket:\(app)" }
+    /// How long an import's progress is kept after its last activity.
+    public static let importRunRetention: Int64 = 7 * 86_400
+
     /// The re-poll rate budget shared by every scheduler replica (a token bucket).
     public var repollBudget: String { "\(prefix):repoll:budget" }
     /// Set when the webhook delivery `deliveryID` was queued: a dispatcher that crashed before its

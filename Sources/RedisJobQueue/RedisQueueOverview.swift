@@ -47,6 +47,10 @@ public struct RedisQueueOverview: QueueOverview {
                     ["HMGET", keys.verifyReceiptLifecycle, "gone_since", "deprecation", "sunset"],
                     ["LLEN", keys.queue(JobKind.notification.rawValue)], ["LLEN", keys.queue(JobKind.webhook.rawValue)],
                     ["LLEN", keys.queue(JobEnvelope.importQueue)],
+                    [
+                        "ZREVRANGEBYSCORE", keys.importRuns, "+inf", String(milliseconds(now) - Self.importsShownFor * 1000), "LIMIT", "0",
+                        String(Self.importsShown),
+                    ],
                 ] + minutes.map { ["HGETALL", keys.activity(minute: $0)] })
             let circuit = Self.circuit(counts[5], now: now)
             let lifecycle = (counts[6].array ?? []).map { value in
@@ -55,14 +59,21 @@ public struct RedisQueueOverview: QueueOverview {
             let verifyReceipt =
                 lifecycle.count == 3
                 ? VerifyReceiptLifecycle(goneSince: lifecycle[0], deprecation: lifecycle[1], sunset: lifecycle[2]) : VerifyReceiptLifecycle()
-            let activity = zip(minutes, counts.dropFirst(10)).map { minute, reply in
+            let activity = zip(minutes, counts.dropFirst(11)).map { minute, reply in
                 ActivityMinute(minute: RedisActivity.date(ofMinute: minute), tally: RedisActivity.tally(reply))
             }
             let lanes = (counts[4].array ?? []).compactMap(\.string).sorted()
+            let importIDs = (counts[10].array ?? []).compactMap { $0.string.flatMap(UUID.init(uuidString:)) }
             // A lane whose heartbeat hash expired is dead: the janitor takes its jobs back, and it is
             // not listed as live.
-            let details =
-                lanes.isEmpty ? [] : try connection.pipeline(lanes.flatMap { [["HGETALL", keys.worker($0)], ["LLEN", keys.processing($0)]] })
+            let second =
+                lanes.isEmpty && importIDs.isEmpty
+                ? []
+                : try connection.pipeline(
+                    lanes.flatMap { [["HGETALL", keys.worker($0)], ["LLEN", keys.processing($0)]] }
+                        + importIDs.map { ["HGETALL", keys.importRun($0.canonical)] })
+            let details = Array(second.prefix(2 * lanes.count))
+            let imports = zip(importIDs, second.dropFirst(2 * lanes.count)).compactMap { id, reply in Self.importRun(id, reply) }
             var workers: [WorkerStatus] = []
             for (index, lane) in lanes.enumerated() {
                 let fields = details[2 * index].array ?? []
@@ -84,8 +95,28 @@ public struct RedisQueueOverview: QueueOverview {
                 ],
                 retries: counts[2].int ?? 0,
                 dead: counts[3].int ?? 0, workers: workers, circuit: circuit, activity: activity, verifyReceipt: verifyReceipt,
-                importQueued: counts[9].int ?? 0)
+                importQueued: counts[9].int ?? 0, imports: imports)
         }
+    }
+
+    /// How far back imports are listed (seconds since their last batch or settlement), and how many.
+    static let importsShownFor: Int64 = 86_400
+    static let importsShown = 20
+
+    /// An import's progress from its hash (nil when it expired between the two reads).
+    static func importRun(_ id: UUID, _ reply: RedisValue) -> ImportRun? {
+        let fields = reply.array ?? []
+        guard !fields.isEmpty else { return nil }
+        var hash: [String: String] = [:]
+        for pair in stride(from: 0, to: fields.count - 1, by: 2) {
+            if let key = fields[pair].string, let value = fields[pair + 1].string { hash[key] = value }
+        }
+        func count(_ key: String) -> Int { hash[key].flatMap(Int.init) ?? 0 }
+        func date(_ key: String) -> Date? { hash[key].flatMap(Double.init).map { Date(timeIntervalSince1970: $0 / 1000) } }
+        return ImportRun(
+            id: id, appID: hash["app"].flatMap(UUID.init(uuidString:)), startedAt: date("started_ms"), updatedAt: date("updated_ms"),
+            queued: count("queued"), duplicates: count("duplicates"), invalid: count("invalid"), stored: count("stored"),
+            failed: count("failed"), firstStoredAt: date("first_stored_ms"), lastStoredAt: date("last_stored_ms"))
     }
 
     /// The circuit from its state hash, by ``RedisOutageCircuit``'s rules: no `open_until` means

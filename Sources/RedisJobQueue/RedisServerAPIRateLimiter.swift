@@ -15,7 +15,7 @@ extension RedisKeys {
 /// from the same bucket. Time is the caller's `now`, as in ``RedisOutageCircuit``.
 ///
 /// Not thread-safe: one per thread (the Server API client keeps one on its own serial queue).
-public final class RedisServerAPIRateLimiter: ServerAPIRateLimiter {
+public final class RedisServerAPIRateLimiter: ServerAPIRateLimiter, ImportRateBudget {
     /// `reserve`: refill at the rate, take a token, or book one of the next `ahead` ms (the
     /// bucket goes below zero: later callers queue behind it), or say when to ask again (a
     /// positive time; a booked slot comes back negative); a pause wins.
@@ -74,6 +74,23 @@ public final class RedisServerAPIRateLimiter: ServerAPIRateLimiter {
                 bytes(String(rate)), bytes(String(burst)), bytes(String(Int64(max(0, bookingAhead) * 1000))),
             ])
         guard let wait = reply.int else { throw RedisQueueError.unexpectedReply("rate limiter") }
+        if wait == 0 { return .now }
+        let at = Date(timeIntervalSince1970: Double(abs(wait)) / 1000)
+        return wait < 0 ? .booked(at) : .later(at)
+    }
+
+    /// The import budget is a bucket of its own per app (a second's worth of burst), and it
+    /// waits out a `429` pause of the app's production Server API calls like them.
+    public func reserveImport(app: String, ratePerSecond: Double, now: Date, bookingAhead: TimeInterval) throws -> ServerAPISlot {
+        let rate = max(0.001, ratePerSecond)
+        let reply = try runner.run(
+            on: connection, keyCount: 2,
+            arguments: [
+                bytes(keys.importBucket(app: app)), bytes(keys.serverAPIPause(app: app, environment: AppStoreEnvironment.production.rawValue)),
+                bytes("reserve"), bytes(milliseconds(now)), bytes(String(rate)), bytes(String(max(1, rate))),
+                bytes(String(Int64(max(0, bookingAhead) * 1000))),
+            ])
+        guard let wait = reply.int else { throw RedisQueueError.unexpectedReply("import budget") }
         if wait == 0 { return .now }
         let at = Date(timeIntervalSince1970: Double(abs(wait)) / 1000)
         return wait < 0 ? .booked(at) : .later(at)

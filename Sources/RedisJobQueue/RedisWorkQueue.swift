@@ -234,6 +234,7 @@ public final class RedisWorkQueue: JobQueue {
             // scan stops after a few elements even with a thousand jobs in flight.
             commands.append([bytes("LREM"), bytes(processingKey), bytes("-1"), settlement.job.raw])
         }
+        commands += importProgress(settlements, now: now)
         if buried {
             let oldest = milliseconds(now) - Int64(retention.maxAge.seconds * 1000)
             commands.append(["ZREMRANGEBYSCORE", keys.dead, "-inf", "(\(oldest)"].map(bytes))
@@ -245,6 +246,35 @@ public final class RedisWorkQueue: JobQueue {
         // approximate, so that is accepted. The minute is this worker's clock, like the retention.
         commands += RedisActivity.increments(activity, keys: keys, now: now).map { $0.map(bytes) }
         try exec(commands)
+    }
+
+    /// Bulk imports' progress (``ImportRun``): each import's jobs stored or buried in this batch,
+    /// counted in the same MULTI (approximate on a repeated settle, like the activity counters).
+    private func importProgress(_ settlements: [Settlement], now: Date) -> [[[UInt8]]] {
+        var tallies: [UUID: (stored: Int, failed: Int)] = [:]
+        for settlement in settlements {
+            switch settlement {
+            case .acknowledge(let job, _):
+                if let id = job.envelope?.importID { tallies[id, default: (0, 0)].stored += 1 }
+            case .bury(let job, let updated, _):
+                if let id = updated?.importID ?? job.envelope?.importID { tallies[id, default: (0, 0)].failed += 1 }
+            case .retry:
+                continue
+            }
+        }
+        let at = String(milliseconds(now))
+        return tallies.flatMap { id, tally -> [[[UInt8]]] in
+            let run = keys.importRun(id.canonical)
+            var commands: [[String]] = [["HSET", run, "updated_ms", at]]
+            if tally.stored > 0 {
+                commands += [
+                    ["HINCRBY", run, "stored", String(tally.stored)], ["HSETNX", run, "first_stored_ms", at], ["HSET", run, "last_stored_ms", at],
+                ]
+            }
+            if tally.failed > 0 { commands.append(["HINCRBY", run, "failed", String(tally.failed)]) }
+            commands += [["EXPIRE", run, String(RedisKeys.importRunRetention)], ["ZADD", keys.importRuns, at, id.canonical]]
+            return commands.map { $0.map(bytes) }
+        }
     }
 
     /// A message for the ingestion node waiting on `envelope`: the id, then the stored resource when

@@ -46,6 +46,8 @@ public enum MetricCatalog {
     public static let verifyReceiptDeprecation = "receiptq_verify_receipt_deprecation_timestamp_seconds"
     public static let verifyReceiptSunset = "receiptq_verify_receipt_sunset_timestamp_seconds"
     public static let backendSwitches = "receiptq_backend_switches_total"
+    public static let importItems = "receiptq_import_items_total"
+    public static let importBudgetDeferred = "receiptq_import_budget_deferred_total"
     public static let repollsDue = "receiptq_repolls_due"
     public static let repollsEnqueued = "receiptq_repolls_enqueued_total"
     public static let notificationsReceived = "receiptq_notifications_received_total"
@@ -98,6 +100,13 @@ public enum MetricCatalog {
         Entry(
             backendSwitches, .counter,
             "Apps on the auto backend this process moved to the App Store Server API once verifyReceipt was retired."),
+        Entry(
+            importItems, .counter, "Items of bulk-import batches answered by serve, by outcome (accepted, duplicate, fraud, invalid, unavailable).",
+            labels: ["result": ["accepted", "duplicate", "fraud", "invalid", "unavailable"]]),
+        Entry(
+            importBudgetDeferred, .counter,
+            "Bulk imports' validations sent back to the retry set because their app's import budget (IMPORT_RATE_PER_SECOND) was spent for the next seconds."
+        ),
         Entry(repollsDue, .gauge, "Subscriptions whose next poll is due and not yet queued."),
         Entry(repollsEnqueued, .counter, "Re-poll jobs queued by the schedulers."),
         Entry(

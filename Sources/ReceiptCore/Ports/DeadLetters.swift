@@ -360,6 +360,8 @@ public struct QueueSnapshot: Sendable, Equatable {
     public var queued: [JobKind: Int]
     /// Bulk imports' validations waiting in the import queue (served with spare capacity only).
     public var importQueued: Int
+    /// Bulk imports active in the last day, the most recent first (running ones and those just finished).
+    public var imports: [ImportRun]
     public var retries: Int
     public var dead: Int
     /// Live worker lanes (their heartbeat has not lapsed).
@@ -375,9 +377,10 @@ public struct QueueSnapshot: Sendable, Equatable {
     public init(
         queued: [JobKind: Int], retries: Int, dead: Int, workers: [WorkerStatus],
         circuit: CircuitSnapshot = CircuitSnapshot(status: .closed), activity: [ActivityMinute] = [],
-        verifyReceipt: VerifyReceiptLifecycle = VerifyReceiptLifecycle(), importQueued: Int = 0
+        verifyReceipt: VerifyReceiptLifecycle = VerifyReceiptLifecycle(), importQueued: Int = 0, imports: [ImportRun] = []
     ) {
         self.importQueued = importQueued
+        self.imports = imports
         self.verifyReceipt = verifyReceipt
         self.queued = queued
         self.retries = retries

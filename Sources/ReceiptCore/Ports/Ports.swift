@@ -299,6 +299,14 @@ public protocol ReceiptIntake: Sendable {
     func pendingResource(id: UUID) async throws -> ReceiptResource?
     /// Whether Redis answers (readiness).
     func ping() async -> Bool
+    /// Adds one answered batch of the import `id` to its progress (``ImportRun``), best effort:
+    /// progress is a view, so a failure here never fails the batch whose jobs Redis already has.
+    func recordImport(_ id: UUID, appID: UUID, tally: ImportBatchTally, at: Date) async
+}
+
+extension ReceiptIntake {
+    /// Intakes without imports' progress (test doubles) record nothing.
+    public func recordImport(_ id: UUID, appID: UUID, tally: ImportBatchTally, at: Date) async {}
 }
 
 /// Checks locally that Apple signed a receipt: the ingestion API's 402 (possible fraud).
