@@ -22,6 +22,8 @@ public final class BulkImporter {
     public struct Settings: Sendable {
         public var input: String
         public var format: ImportFormat
+        /// Receipts or StoreKit 2 transactions (the endpoint must be that kind's batch endpoint).
+        public var kind: ImportKind
         /// The batch endpoint, e.g. `http://127.0.0.1:8080/client/itunes_connect/receipts/batch`.
         public var endpoint: String
         public var token: String
@@ -39,8 +41,10 @@ public final class BulkImporter {
         /// `<input>.rejects.ndjson` (in the current directory for standard input).
         public init(
             input: String, format: ImportFormat, endpoint: String, token: String, batchSize: Int = 500, checkpointPath: String? = nil,
-            rejectsPath: String? = nil, resume: Bool = false, dryRun: Bool = false, plainInterval: Double = 5, events: Bool = false
+            rejectsPath: String? = nil, resume: Bool = false, dryRun: Bool = false, plainInterval: Double = 5, events: Bool = false,
+            kind: ImportKind = .receipts
         ) {
+            self.kind = kind
             self.events = events
             self.input = input
             self.format = format
@@ -142,7 +146,7 @@ public final class BulkImporter {
         defer { try? rejects.close() }
         _ = try rejects.seekToEnd()
 
-        let source = ImportSource(handle: handle, format: settings.format)
+        let source = ImportSource(handle: handle, format: settings.format, kind: settings.kind)
         do {
             try source.skip(through: checkpoint.lastLine)
         } catch let rejection as ImportRejection {

@@ -13,6 +13,15 @@ public enum ImportFormat: String, Sendable, CaseIterable {
     case lines
 }
 
+/// What the lines of an import are: App Store receipts, or StoreKit 2 transactions (a signed
+/// transaction or a transaction id each), sent to their own batch endpoint.
+public enum ImportKind: String, Sendable, CaseIterable {
+    case receipts, transactions
+
+    /// The batch endpoint's path.
+    public var path: String { self == .receipts ? "/client/itunes_connect/receipts/batch" : "/client/transactions/batch" }
+}
+
 /// One line of the input: its number (1-based, as an editor shows it) and either the item to send
 /// or why it cannot be sent.
 public struct ImportLine: Sendable {
@@ -31,6 +40,7 @@ public struct ImportRejection: Error, Sendable, Equatable {
 /// and makes items of them.
 public final class ImportSource {
     public let format: ImportFormat
+    public let kind: ImportKind
     private let handle: FileHandle
     private var buffer: [UInt8] = []
     private var position = 0
@@ -40,10 +50,11 @@ public final class ImportSource {
     /// CSV: the columns of the header line.
     private var columns: [String]?
 
-    /// Reads `handle` as `format`.
-    public init(handle: FileHandle, format: ImportFormat) {
+    /// Reads `handle` as `format`, each line a `kind` item.
+    public init(handle: FileHandle, format: ImportFormat, kind: ImportKind = .receipts) {
         self.handle = handle
         self.format = format
+        self.kind = kind
     }
 
     /// The next line that holds something, or nil at the end. Blank lines are skipped (their
@@ -57,15 +68,15 @@ public final class ImportSource {
             guard !trimmed.isEmpty else { continue }
             switch format {
             case .ndjson:
-                return ImportLine(number: lineNumber, item: Self.ndjsonItem(trimmed))
+                return ImportLine(number: lineNumber, item: Self.ndjsonItem(trimmed, kind: kind))
             case .lines:
-                return ImportLine(number: lineNumber, item: .success(Self.object(["receipt": String(decoding: trimmed, as: UTF8.self)])))
+                return ImportLine(number: lineNumber, item: .success(Self.lineItem(trimmed, kind: kind)))
             case .csv:
                 guard let columns else {
-                    columns = try Self.header(trimmed)
+                    columns = try Self.header(trimmed, kind: kind)
                     continue
                 }
-                return ImportLine(number: lineNumber, item: Self.csvItem(trimmed, columns: columns))
+                return ImportLine(number: lineNumber, item: Self.csvItem(trimmed, columns: columns, kind: kind))
             }
         }
         return nil
@@ -75,36 +86,55 @@ public final class ImportSource {
     public func skip(through number: Int) throws {
         while lineNumber < number, let line = readLine() {
             lineNumber += 1
-            if format == .csv, columns == nil, !Self.trimmed(line).isEmpty { columns = try Self.header(Self.trimmed(line)) }
+            if format == .csv, columns == nil, !Self.trimmed(line).isEmpty { columns = try Self.header(Self.trimmed(line), kind: kind) }
         }
     }
 
     // MARK: - Items
 
-    static let csvColumns: Set<String> = ["receipt", "user_identifier", "country_code", "identifier_for_vendor", "ip_address"]
+    /// The columns a CSV header may name, per kind (the single endpoint's fields).
+    static func csvColumns(_ kind: ImportKind) -> Set<String> {
+        let submission: Set<String> = ["user_identifier", "country_code", "identifier_for_vendor", "ip_address"]
+        return submission.union(kind == .receipts ? ["receipt"] : ["signed_transaction", "transaction_id", "environment"])
+    }
 
-    static func ndjsonItem(_ line: ArraySlice<UInt8>) -> Result<[UInt8], ImportRejection> {
+    /// The fields of which one names the item (`receipt`, or a transaction's proof).
+    static func proofFields(_ kind: ImportKind) -> [String] { kind == .receipts ? ["receipt"] : ["signed_transaction", "transaction_id"] }
+
+    static func ndjsonItem(_ line: ArraySlice<UInt8>, kind: ImportKind = .receipts) -> Result<[UInt8], ImportRejection> {
         let bytes = Array(line)
         guard let value = JSONValue.parseLeniently(bytes) else {
             return .failure(ImportRejection(field: "line", reason: "is not JSON"))
         }
         guard let object = value.objectValue else { return .failure(ImportRejection(field: "line", reason: "is not a JSON object")) }
-        guard case .string(let receipt)? = object["receipt"], !receipt.isEmpty else {
-            return .failure(ImportRejection(field: "receipt", reason: "is required"))
+        let proofs = proofFields(kind)
+        guard proofs.contains(where: { if case .string(let text)? = object[$0] { !text.isEmpty } else { false } }) else {
+            return .failure(ImportRejection(field: proofs[0], reason: kind == .receipts ? "is required" : "or transaction_id is required"))
         }
         return .success(bytes)
     }
 
-    static func header(_ line: ArraySlice<UInt8>) throws -> [String] {
+    /// A bare line: a base64 receipt, or a transaction id (digits) or signed transaction (JWS).
+    static func lineItem(_ line: ArraySlice<UInt8>, kind: ImportKind) -> [UInt8] {
+        let text = String(decoding: line, as: UTF8.self)
+        guard kind == .transactions else { return object(["receipt": text]) }
+        return object([line.allSatisfy { (48...57).contains($0) } ? "transaction_id" : "signed_transaction": text])
+    }
+
+    static func header(_ line: ArraySlice<UInt8>, kind: ImportKind = .receipts) throws -> [String] {
         let names = try fields(line).map { $0.lowercased() }
-        guard names.contains("receipt") else { throw ImportRejection(field: "header", reason: "has no receipt column") }
-        if let unknown = names.first(where: { !csvColumns.contains($0) }) {
+        let proofs = proofFields(kind)
+        guard names.contains(where: proofs.contains) else {
+            throw ImportRejection(field: "header", reason: "has no \(proofs.joined(separator: " or ")) column")
+        }
+        let known = csvColumns(kind)
+        if let unknown = names.first(where: { !known.contains($0) }) {
             throw ImportRejection(field: "header", reason: "has an unknown column \(unknown.prefix(40))")
         }
         return names
     }
 
-    static func csvItem(_ line: ArraySlice<UInt8>, columns: [String]) -> Result<[UInt8], ImportRejection> {
+    static func csvItem(_ line: ArraySlice<UInt8>, columns: [String], kind: ImportKind = .receipts) -> Result<[UInt8], ImportRejection> {
         let values: [String]
         do {
             values = try fields(line)
@@ -118,47 +148,16 @@ public final class ImportSource {
         }
         var object: [String: String] = [:]
         for (name, value) in zip(columns, values) where !value.isEmpty { object[name] = value }
-        guard object["receipt"] != nil else { return .failure(ImportRejection(field: "receipt", reason: "is required")) }
+        let proofs = proofFields(kind)
+        guard proofs.contains(where: { object[$0] != nil }) else {
+            return .failure(ImportRejection(field: proofs[0], reason: kind == .receipts ? "is required" : "or transaction_id is required"))
+        }
         return .success(Self.object(object))
     }
 
-    /// RFC 4180 fields of one line: separated by commas, optionally quoted (`""` is a quote).
+    /// RFC 4180 fields of one line (``BulkItems/csvFields(_:)``).
     static func fields(_ line: ArraySlice<UInt8>) throws -> [String] {
-        var fields: [String] = []
-        var field: [UInt8] = []
-        var quoted = false
-        var index = line.startIndex
-        var atStart = true
-        while index < line.endIndex {
-            let byte = line[index]
-            if quoted {
-                if byte == UInt8(ascii: "\"") {
-                    if index + 1 < line.endIndex, line[index + 1] == UInt8(ascii: "\"") {
-                        field.append(byte)
-                        index += 1
-                    } else {
-                        quoted = false
-                    }
-                } else {
-                    field.append(byte)
-                }
-            } else if byte == UInt8(ascii: ",") {
-                fields.append(String(decoding: trimmed(field[...]), as: UTF8.self))
-                field = []
-                atStart = true
-                index += 1
-                continue
-            } else if byte == UInt8(ascii: "\""), atStart, trimmed(field[...]).isEmpty {
-                quoted = true
-                field = []
-            } else {
-                field.append(byte)
-            }
-            atStart = false
-            index += 1
-        }
-        guard !quoted else { throw ImportRejection(field: "line", reason: "has an unclosed quote") }
-        fields.append(String(decoding: trimmed(field[...]), as: UTF8.self))
+        guard let fields = BulkItems.csvFields(line) else { throw ImportRejection(field: "line", reason: "has an unclosed quote") }
         return fields
     }
 
@@ -170,13 +169,7 @@ public final class ImportSource {
         return writer.bytes
     }
 
-    static func trimmed(_ bytes: ArraySlice<UInt8>) -> ArraySlice<UInt8> {
-        var low = bytes.startIndex
-        var high = bytes.endIndex
-        while low < high, bytes[low] == 0x20 || bytes[low] == 0x09 || bytes[low] == 0x0D { low += 1 }
-        while high > low, bytes[high - 1] == 0x20 || bytes[high - 1] == 0x09 || bytes[high - 1] == 0x0D { high -= 1 }
-        return bytes[low..<high]
-    }
+    static func trimmed(_ bytes: ArraySlice<UInt8>) -> ArraySlice<UInt8> { BulkItems.trimmedBlanks(bytes) }
 
     // MARK: - Reading
 

@@ -16,7 +16,9 @@ struct ImportCommand: AsyncParsableCommand {
             their spare capacity. A checkpoint (FILE.import.json) lets Ctrl-C or a crash be resumed with --resume; \
             refused lines are listed by number in FILE.rejects.ndjson. Formats: ndjson (one request body per line), \
             csv (a header with receipt and any of user_identifier, country_code, identifier_for_vendor, ip_address), \
-            lines (one base64 receipt per line).
+            lines (one base64 receipt per line). With --transactions the lines are StoreKit 2 purchases instead: \
+            ndjson bodies of POST /client/transactions, csv with signed_transaction or transaction_id (and environment), \
+            lines of transaction ids or signed transactions.
             """)
 
     @Argument(help: "The file to import, or - for standard input.") var input: String
@@ -29,6 +31,7 @@ struct ImportCommand: AsyncParsableCommand {
     @Option(help: "Where refused lines are listed (default: FILE.rejects.ndjson).") var rejects: String?
     @Flag(help: "Go on from the checkpoint of an interrupted import.") var resume = false
     @Flag(help: "Read and check the file only; send nothing.") var dryRun = false
+    @Flag(help: "The lines are StoreKit 2 transactions (signed, or ids), sent to /client/transactions/batch.") var transactions = false
     @Flag(help: "Emit events and webhooks for the imported receipts' changes, as for live ones (default: none).") var events = false
 
     func run() async throws {
@@ -61,8 +64,9 @@ struct ImportCommand: AsyncParsableCommand {
         }
         let importer = try BulkImporter(
             settings: BulkImporter.Settings(
-                input: input, format: format, endpoint: "\(base)/client/itunes_connect/receipts/batch", token: apiToken ?? "",
-                batchSize: batchSize, checkpointPath: checkpoint, rejectsPath: rejects, resume: resume, dryRun: dryRun, events: events))
+                input: input, format: format, endpoint: base + (transactions ? ImportKind.transactions : .receipts).path, token: apiToken ?? "",
+                batchSize: batchSize, checkpointPath: checkpoint, rejectsPath: rejects, resume: resume, dryRun: dryRun, events: events,
+                kind: transactions ? .transactions : .receipts))
         // Ctrl-C (or SIGTERM): the batch in flight is answered and checkpointed, then the import stops.
         signal(SIGINT, SIG_IGN)
         signal(SIGTERM, SIG_IGN)

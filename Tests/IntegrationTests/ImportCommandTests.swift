@@ -1,5 +1,6 @@
 import Foundation
 import Libpq
+import MockAppStore
 import ReceiptCore
 import ReceiptSignature
 import ReceiptTesting
@@ -164,5 +165,49 @@ struct ImportCommandTests {
         #expect(tokens?.int("n") == (tokensBefore ?? 0) + 1, "one token issued for the import")
         #expect(tokens?.int("live") == tokensBefore, "and revoked at its end")
         #expect(try await pg.query("SELECT count(*) AS n FROM receipts WHERE app_id = \(system.app.id)").rows.first?.int("n") == 2)
+    }
+
+    @Test("--transactions: a CSV of StoreKit 2 purchases (signed ones and bare ids) goes to the transactions' batch endpoint and ends validated")
+    func transactions() async throws {
+        let system = try await TestSystem.start()
+        defer { Task { await system.stop() } }
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("rq-import-\(UUID().uuidString.prefix(8))")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let authority = try TestSystem.sharedJWSAuthority.get()
+        var ids: [String] = []
+        var rows = ["user_identifier,signed_transaction,transaction_id,environment"]
+        for index in 0..<4 {
+            let transaction = try ReceiptForger.signedTransaction(
+                bundleID: system.app.bundleID, productID: "com.example.yearly", days: 365, environment: "Sandbox", authority: authority)
+            system.mock.state.serverAPI.add(transactions: [transaction.payload], environment: .sandbox)
+            let id = try #require(transaction.payload["transactionId"]?.stringValue)
+            ids.append(id)
+            // Half signed, half by id (the environment given), as an old system may have kept either.
+            rows.append(index.isMultiple(of: 2) ? "sk2-\(index),\(transaction.jws),," : "sk2-\(index),,\(id),sandbox")
+        }
+        rows.append("sk2-bad,,not-digits,")
+        let file = directory.appendingPathComponent("purchases.csv")
+        try (rows.joined(separator: "\n") + "\n").write(to: file, atomically: true, encoding: .utf8)
+        let run = try runProcess(
+            Self.binary, ["import", file.path, "--transactions", "--api", "http://127.0.0.1:\(system.apiPort)", "--token", system.token],
+            environment: ProcessInfo.processInfo.environment)
+        #expect(run.status == 0, "\(run.output)")
+        #expect(run.output.contains("accepted: 4"))
+        #expect(run.output.contains("invalid: 1"))
+        let pg = try system.postgres()
+        defer { pg.close() }
+        let validated = try await system.eventually(timeout: .seconds(30)) {
+            try await pg.query(
+                "SELECT count(*) AS n FROM receipts WHERE app_id = \(system.app.id) AND status = 'valid' AND validated_by = 'server_api'"
+            ).rows.first?.int("n") == 4
+        }
+        #expect(validated)
+        let stored = try await pg.query("SELECT transaction_id FROM receipts WHERE app_id = \(system.app.id)").rows.compactMap {
+            $0.string("transaction_id")
+        }
+        #expect(Set(stored) == Set(ids))
+        let rejects = try String(contentsOfFile: file.path + ".rejects.ndjson", encoding: .utf8)
+        #expect(rejects.contains("\"line\":6"))
     }
 }

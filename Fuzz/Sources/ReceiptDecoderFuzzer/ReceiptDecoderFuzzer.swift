@@ -43,6 +43,22 @@ public func fuzz(_ start: UnsafeRawPointer, _ count: Int) -> CInt {
     if InputHygiene.jsonProblem(bytes) == nil, let value = try? JSONDecoder().decode(JSONValue.self, from: Data(bytes)) {
         precondition(!containsNUL(value), "the hygiene gate passed a JSON text that decodes to a NUL")
     }
+
+    // The batch endpoint's splitters (a JSON array's elements, NDJSON lines) and the importer's CSV
+    // fields. Oracles: every element range lies inside the body, in order, and is itself valid
+    // JSON whenever the whole array is.
+    if let elements = BulkItems.arrayElements(bytes) {
+        var end = 0
+        for range in elements {
+            precondition(range.lowerBound >= end && range.upperBound <= bytes.count, "a batch element outside the body")
+            end = range.upperBound
+        }
+        if (try? JSONDecoder().decode(JSONValue.self, from: Data(bytes)))?.arrayValue.map({ $0.count == elements.count }) == false {
+            preconditionFailure("BulkItems.arrayElements disagrees with JSONDecoder on the number of elements")
+        }
+    }
+    for (_, range) in BulkItems.lines(bytes) { precondition(range.upperBound <= bytes.count, "an NDJSON line outside the body") }
+    if let fields = BulkItems.csvFields(bytes[...]) { precondition(!fields.isEmpty, "a CSV line of no field") }
     return 0
 }
 

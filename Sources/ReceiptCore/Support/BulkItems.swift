@@ -76,4 +76,56 @@ public enum BulkItems {
         add(bytes.count)
         return lines
     }
+
+    /// The RFC 4180 fields of one CSV line: separated by commas, optionally quoted (`""` is a
+    /// quote), blanks around each trimmed; nil when a quote is left open (a field spanning lines
+    /// is not supported: one line is one item).
+    public static func csvFields(_ line: ArraySlice<UInt8>) -> [String]? {
+        var fields: [String] = []
+        var field: [UInt8] = []
+        var quoted = false
+        var index = line.startIndex
+        var atStart = true
+        while index < line.endIndex {
+            let byte = line[index]
+            if quoted {
+                if byte == UInt8(ascii: "\"") {
+                    if index + 1 < line.endIndex, line[index + 1] == UInt8(ascii: "\"") {
+                        field.append(byte)
+                        index += 1
+                    } else {
+                        quoted = false
+                    }
+                } else {
+                    field.append(byte)
+                }
+            } else if byte == UInt8(ascii: ",") {
+                fields.append(String(decoding: trimmedBlanks(field[...]), as: UTF8.self))
+                field = []
+                atStart = true
+                index += 1
+                continue
+            } else if byte == UInt8(ascii: "\""), atStart {
+                quoted = true
+                field = []
+            } else {
+                field.append(byte)
+            }
+            // Blanks before an opening quote are allowed (`a, "b, c"`): only a visible byte ends the start.
+            if byte != 0x20, byte != 0x09 { atStart = false }
+            index += 1
+        }
+        guard !quoted else { return nil }
+        fields.append(String(decoding: trimmedBlanks(field[...]), as: UTF8.self))
+        return fields
+    }
+
+    /// `bytes` without the spaces, tabs and carriage returns around it.
+    public static func trimmedBlanks(_ bytes: ArraySlice<UInt8>) -> ArraySlice<UInt8> {
+        var low = bytes.startIndex
+        var high = bytes.endIndex
+        while low < high, bytes[low] == 0x20 || bytes[low] == 0x09 || bytes[low] == 0x0D { low += 1 }
+        while high > low, bytes[high - 1] == 0x20 || bytes[high - 1] == 0x09 || bytes[high - 1] == 0x0D { high -= 1 }
+        return bytes[low..<high]
+    }
 }
