@@ -86,6 +86,9 @@ public final class BulkImporter {
         var format: String
         var lastLine: Int
         var counts: Counts
+        /// The rejects file's length when `lastLine` was reached: a resume cuts what a batch whose
+        /// checkpoint was never written had listed, so no line is listed twice.
+        var rejectsBytes: UInt64?
 
         enum CodingKeys: String, CodingKey {
             case version, input, format, counts
@@ -93,6 +96,7 @@ public final class BulkImporter {
             case inputBytes = "input_bytes"
             case head = "head_sha256"
             case lastLine = "last_line"
+            case rejectsBytes = "rejects_bytes"
         }
     }
 
@@ -144,6 +148,7 @@ public final class BulkImporter {
             throw Failure(description: "cannot write \(settings.rejectsPath)")
         }
         defer { try? rejects.close() }
+        if settings.resume, let length = checkpoint.rejectsBytes { try rejects.truncate(atOffset: length) }
         _ = try rejects.seekToEnd()
 
         let source = ImportSource(handle: handle, format: settings.format, kind: settings.kind)
@@ -183,6 +188,7 @@ public final class BulkImporter {
                 checkpoint.counts.accepted += batch.count
             }
             checkpoint.lastLine = lastLine
+            checkpoint.rejectsBytes = try rejects.offset()
             if !settings.dryRun { try save(checkpoint) }
             progress.update(done: lastLine, counts: checkpoint.counts)
         }

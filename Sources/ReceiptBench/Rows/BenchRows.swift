@@ -8,6 +8,7 @@ enum BenchRows {
             PipelineRow.self,
             IngestRow.self,
             ImportRow.self,
+            ImportLiveRow.self,
             SchedulerRow.self,
             NotificationsRow.self,
             WebhooksRow.self,

@@ -230,13 +230,24 @@ enum IngestRow: BenchRow {
         // validations go to the import queue), runs alternating with the single POSTs.
         var batch: (wrk: WrkCommand, context: RunContext)?
         if settings.batchItems > 0 {
+            // Apps of their own: a pair the single series sent (or a warm-up's late answer took) is
+            // never a batch's, so neither series is answered duplicates of the other's.
+            var batchTokens: [String] = []
+            for index in 0..<settings.apps {
+                let (app, token) = try admin.addApp(
+                    name: "bench-import-\(label)-\(index)", bundleID: bundleID, sharedSecret: "receiptq-bench-shared-secret")
+                appIDs.append(app.id)
+                batchTokens.append(token)
+            }
+            let batchTokensFile = directory.appendingPathComponent("batch-tokens.txt")
+            try (batchTokens.joined(separator: "\n") + "\n").write(to: batchTokensFile, atomically: true, encoding: .utf8)
             let batches = stride(from: 0, to: bodies.count, by: settings.batchItems).map {
                 "[" + bodies[$0..<min($0 + settings.batchItems, bodies.count)].joined(separator: ",") + "]"
             }
             let batchesFile = directory.appendingPathComponent("batches.txt")
             let batchScript = directory.appendingPathComponent("batch.lua")
             try (batches.joined(separator: "\n") + "\n").write(to: batchesFile, atomically: true, encoding: .utf8)
-            try luaScript(bodies: batchesFile.path, tokens: tokensFile.path, threads: settings.threads, path: path + "/batch").write(
+            try luaScript(bodies: batchesFile.path, tokens: batchTokensFile.path, threads: settings.threads, path: path + "/batch").write(
                 to: batchScript, atomically: true, encoding: .utf8)
             var context = RunContext(
                 servers: [server.pid], redis: redis, postgres: postgres, postmaster: postmaster, prefix: prefix,
