@@ -28,6 +28,12 @@ import Synchronization
 /// time. Answered jobs waiting for their commit are bounded too, by another `concurrency`, so a
 /// Postgres outage stops the fetcher after that many instead of filling memory.
 ///
+/// **Imports.** Bulk imports' validations wait in their own queue and are reserved only for room
+/// the live queues left in the same reserve, at most `importShare` of the slots; each one's call
+/// first takes a token of its app's import budget (`importRatePerSecond`, shared by every
+/// process): a token within two seconds is waited for in the slot, a later one sends the job back
+/// to the retry set without an attempt and stops this process reserving imports until then.
+///
 /// **Nothing is lost.** A job leaves the processing list only in its settlement, after the commit;
 /// a failed settlement is repeated until it succeeds (a repeat moves nothing twice). A reserve whose
 /// reply was lost leaves a job the process does not know of; the fetcher gives such strays back

@@ -198,6 +198,37 @@ struct DashboardPagesTests {
         #expect(validated)
     }
 
+    @Test("The overview lists each import of the last day: queued, stored, dead letters, duplicates, refusals and its state")
+    func imports() async throws {
+        let system = try await TestSystem.start()
+        defer { Task { await system.stop() } }
+        let (first, _) = try system.forgeReceipt()
+        let (second, _) = try system.forgeReceipt()
+        let (third, _) = try system.forgeReceipt(mock: "status=21004")
+        let body = #"[{"receipt":"\#(first)"},{"receipt":"\#(second)"},{"receipt":"\#(first)"},{"receipt":"\#(third)"},{"receipt":42}]"#
+        let (status, answer) = try await system.post(body, path: BulkImportTests.batchPath)
+        #expect(status == 200)
+        let importID = try #require(answer?["import_id"]?.stringValue)
+        let browser = Browser(system)
+        _ = try await browser.logIn()
+        // Two stored, the 21004 one buried (a configuration error): the import is finished.
+        let finished = try await system.eventually(timeout: .seconds(30)) {
+            let page = try await browser.get("/admin").text
+            guard let range = page.range(of: #"data-import-id="\#(importID)""#) else { return false }
+            return page[range.upperBound...].prefix(1_000).contains("finished")
+        }
+        #expect(finished)
+        let page = try await browser.get("/admin").text
+        let row = try #require(page.range(of: #"data-import-id="\#(importID)""#).map { String(page[$0.upperBound...].prefix { $0 != "\n" }) })
+        let cells = row.components(separatedBy: "<td").dropFirst().map { cell in
+            String(cell.drop { $0 != ">" }.dropFirst().prefix { $0 != "<" })
+        }
+        // Import, app, started, queued, stored, dead letters, duplicates, refused, …
+        #expect(cells[1] == system.app.name)
+        #expect(Array(cells[3...7]) == ["3", "2", "1", "1", "1"], "\(cells)")
+        #expect(row.contains(#"class="num alarm">1<"#), "its dead letter stands out")
+    }
+
     @Test("Redis unreachable: the login still works, every page and action answers 503 with Retry-After, never a 500")
     func redisDown() async throws {
         let configuration = try AppConfiguration(environment: [

@@ -11,8 +11,9 @@ import RedisJobQueue
 /// slots an import takes) and each one's latency is timed from its push to its result on the
 /// reply channel (after the Postgres commit, as a waiting API request sees it). Runs alternate
 /// between a quiet system and one whose import queue holds `--import-jobs` (20,000) validations
-/// of another app, served under the import lane's rules (`--import-share`, 25 %; no Apple budget,
-/// the import's worst case for live traffic). Each run starts its own worker on a fresh key
+/// of another app, served under the import lane's rules (`--import-share`, 25 %, and the app's
+/// import budget `--import-rate`, 50/s as in production; 0 lifts it: the import's worst case for
+/// live traffic). Each run starts its own worker on a fresh key
 /// prefix. Target: live p99 with the import ≤ 1.10× without, in the same run.
 ///
 /// A run with the import is flagged when its import queue ran empty before the window ended (the
@@ -33,6 +34,8 @@ enum ImportLiveRow: BenchRow {
         OptionSpec(
             name: "--import-jobs", takesValue: true, help: "validations queued in the import queue for the runs with an import (default 20000)"),
         OptionSpec(name: "--import-share", takesValue: true, help: "the worker's IMPORT_SHARE_PERCENT (default 25)"),
+        OptionSpec(
+            name: "--import-rate", takesValue: true, help: "the worker's IMPORT_RATE_PER_SECOND (default 50, the production default; 0 = none)"),
         OptionSpec(name: "--receiptq", takesValue: true, help: "the receiptq binary (default: next to receiptq-bench)"),
     ]
 
@@ -52,6 +55,7 @@ enum ImportLiveRow: BenchRow {
         let latencyMs = try options.positive("--latency-ms", default: 50)
         let importJobs = try options.positive("--import-jobs", default: 20_000)
         let share = try options.positive("--import-share", default: 25)
+        let importRate = Int(options.extra["--import-rate"] ?? "50") ?? 50
         let runs = options.iterations(default: defaultIterations)
 
         let receiptq = try PipelineRow.locateReceiptq(options.extra["--receiptq"])
@@ -86,20 +90,22 @@ enum ImportLiveRow: BenchRow {
                     Data("\(name): run \(index + 1)/\(runs) \(withImport ? "with" : "without") an import (\(Int(seconds)) s)…\n".utf8))
                 let window = try measure(
                     context, live: live, liveSerial: &liveSerial, imported: withImport ? imported : nil, importSerial: &importSerial,
-                    importJobs: importJobs, rate: rate, seconds: seconds, concurrency: concurrency, share: share)
+                    importJobs: importJobs, rate: rate, seconds: seconds, concurrency: concurrency, share: share, importRate: importRate)
                 if withImport { busy.append(window) } else { quiet.append(window) }
             }
         }
-        return report(
-            quiet: quiet, busy: busy, rate: rate, seconds: seconds, concurrency: concurrency, latencyMs: latencyMs,
-            importJobs: importJobs, share: share)
+        var result = report(
+            quiet: quiet, busy: busy, rate: rate, seconds: seconds, concurrency: concurrency, latencyMs: latencyMs, importJobs: importJobs,
+            share: share, importRate: importRate)
+        result["import_rate_per_second"] = importRate
+        return result
     }
 
     /// One window: a fresh worker, the import queued (or not), live jobs at `rate` for 2 s
     /// unmeasured and then `seconds` measured.
     static func measure(
         _ context: PipelineRow.Context, live: JobFactory, liveSerial: inout Int, imported: JobFactory?, importSerial: inout Int,
-        importJobs: Int, rate: Double, seconds: Double, concurrency: Int, share: Int
+        importJobs: Int, rate: Double, seconds: Double, concurrency: Int, share: Int, importRate: Int
     ) throws -> Window {
         let prefix = "{rqil-\(String(UInt32.random(in: 0...UInt32.max), radix: 16))}"
         let keys = RedisKeys(prefix: prefix)
@@ -124,7 +130,7 @@ enum ImportLiveRow: BenchRow {
         }
         var environment = context.workerEnvironment(prefix: prefix, concurrency: concurrency)
         environment["IMPORT_SHARE_PERCENT"] = String(share)
-        environment["IMPORT_RATE_PER_SECOND"] = "0"
+        environment["IMPORT_RATE_PER_SECOND"] = String(importRate)
         let worker = try ChildProcess(
             executable: context.receiptq, arguments: ["work"], environment: environment, label: "worker-\(prefix.dropFirst().dropLast())",
             logDirectory: context.logDirectory)
@@ -178,12 +184,13 @@ enum ImportLiveRow: BenchRow {
     }
 
     static func report(
-        quiet: [Window], busy: [Window], rate: Double, seconds: Double, concurrency: Int, latencyMs: Int, importJobs: Int, share: Int
+        quiet: [Window], busy: [Window], rate: Double, seconds: Double, concurrency: Int, latencyMs: Int, importJobs: Int, share: Int,
+        importRate: Int
     ) -> [String: Any] {
         func ms(_ micros: Double) -> String { String(format: "%.1f", micros / 1_000) }
         var table = TextTable(
             title: "import_live: live jobs at \(Int(rate))/s on one worker at c\(concurrency) (mock \(latencyMs) ms), push → result ms, "
-                + "without and with \(importJobs) import jobs queued (IMPORT_SHARE_PERCENT \(share)); \(Int(seconds)) s windows",
+                + "without and with \(importJobs) import jobs queued (IMPORT_SHARE_PERCENT \(share), IMPORT_RATE_PER_SECOND \(importRate)); \(Int(seconds)) s windows",
             headers: ["run", "live jobs", "p50 quiet", "p99 quiet", "p50 import", "p99 import", "p99 ×", "import done/s", "import left", "flags"])
         var runs: [[String: Any]] = []
         var ratios: [Double] = []

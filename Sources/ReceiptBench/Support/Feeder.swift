@@ -192,6 +192,7 @@ final class ResultWatcher: @unchecked Sendable {
                 lost.add(1, ordering: .relaxed)
             }
         }
-        lost.add(outstanding.count, ordering: .relaxed)
+        // Expected but never moved to the watch list (the stop came first) are unseen too.
+        lost.add(outstanding.count + inbox.withLock { $0.count }, ordering: .relaxed)
     }
 }
