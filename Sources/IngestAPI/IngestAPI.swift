@@ -2,6 +2,7 @@ import Foundation
 import HTTPTypes
 import Hummingbird
 import Logging
+import Metrics
 import NIOCore
 import ReceiptCore
 
@@ -39,8 +40,8 @@ public struct IngestAPI: Sendable {
     /// The rules shared with the Cloud Softphone web service.
     public let ingestion: ReceiptIngestion
     let now: @Sendable () -> Date
-    /// What the notification endpoint answered.
-    let metrics = IngestMetrics()
+    /// What the notification endpoint answered, and what became of batch items.
+    let metrics: IngestMetrics
 
     /// Creates the API.
     /// - Parameters:
@@ -51,12 +52,15 @@ public struct IngestAPI: Sendable {
     ///   - subscriptions: Postgres, for the entitlement API (nil: no `/client/subscriptions`).
     ///   - events: Postgres, for the events API (nil: no `/client/events`).
     ///   - configuration: settings.
+    ///   - metrics: the process's metrics backend (default: the bootstrapped one).
     ///   - now: the injected clock.
     public init(
         intake: any ReceiptIntake, catalog: any ReceiptCatalog, authenticity: any ReceiptAuthenticity,
         signedPayloads: (any SignedPayloadVerifier)? = nil, subscriptions: (any SubscriptionCatalog)? = nil,
-        events: (any EventCatalog)? = nil, configuration: Configuration = Configuration(), now: @escaping @Sendable () -> Date = { Date() }
+        events: (any EventCatalog)? = nil, configuration: Configuration = Configuration(), metrics: any MetricsFactory = MetricsSystem.factory,
+        now: @escaping @Sendable () -> Date = { Date() }
     ) {
+        self.metrics = IngestMetrics(factory: metrics)
         self.intake = intake
         self.catalog = catalog
         self.subscriptions = subscriptions

@@ -21,6 +21,11 @@ public struct AppConfiguration: Sendable, CustomStringConvertible {
     public var httpHost: String
     public var httpPort: Int
     public var redis: RedisConfiguration
+    /// Replicas that must hold each intake pipeline's jobs before the API answers 2xx
+    /// (`REDIS_MIN_REPLICAS_ACK`, 0: none), and how long it waits for them
+    /// (`REDIS_REPLICA_ACK_TIMEOUT_MS`, 1000) before answering 503.
+    public var redisMinReplicasAck: Int
+    public var redisReplicaAckTimeout: Duration
     public var keys: RedisKeys
     public var postgres: PostgresConfiguration
     public var appStore: AppStoreClient.Configuration
@@ -123,6 +128,8 @@ public struct AppConfiguration: Sendable, CustomStringConvertible {
             connectTimeout: .milliseconds(try int("REDIS_CONNECT_TIMEOUT_MS", 2000, range: 1...600_000)),
             commandTimeout: .seconds(10))
         keys = RedisKeys(prefix: string("REDIS_KEY_PREFIX", "{rq}"))
+        redisMinReplicasAck = try int("REDIS_MIN_REPLICAS_ACK", 0, range: 0...16)
+        redisReplicaAckTimeout = .milliseconds(try int("REDIS_REPLICA_ACK_TIMEOUT_MS", 1000, range: 1...60_000))
         postgres = PostgresConfiguration(
             host: string("POSTGRES_HOSTNAME", "127.0.0.1"), port: try int("POSTGRES_PORT", 15432, range: 1...65535),
             user: string("POSTGRES_USER", "receiptq"),

@@ -26,7 +26,10 @@ extension ReceiptQueueApp {
         guard let roots = try? trustStore(configuration), let secretsKey = configuration.secretsKey else { return nil }
         let postgresPool = PostgresConnectionPool(configuration: configuration.postgres, size: 2, logger: logger)
         let redisPool = RedisConnectionPool(configuration: configuration.redis, size: 2, logger: logger)
-        let intake = RedisIntake(configuration: configuration.redis, pool: redisPool, keys: configuration.keys, logger: logger)
+        let intake = RedisIntake(
+            configuration: configuration.redis, pool: redisPool, keys: configuration.keys,
+            replication: ReplicaAcknowledgement(replicas: configuration.redisMinReplicasAck, timeout: configuration.redisReplicaAckTimeout),
+            logger: logger)
         let ingestion = ReceiptIngestion(
             intake: intake, catalog: PostgresCatalog(pool: postgresPool), authenticity: ReceiptSignatureVerifier(trustStore: roots),
             signedPayloads: JWSVerifier(trustStore: roots), syncWait: .zero, now: now)

@@ -6,6 +6,7 @@ import Hummingbird
 import IngestAPI
 import Libpq
 import Logging
+import Metrics
 import MockAppStore
 import OpenSSL
 import PostgresStore
@@ -62,13 +63,17 @@ public enum ReceiptQueueApp {
         let verifier = ReceiptSignatureVerifier(trustStore: roots)
         let redisPool = RedisConnectionPool(configuration: configuration.redis, size: 32, logger: logger)
         let postgresPool = PostgresConnectionPool(configuration: configuration.postgres, size: 8, logger: logger)
+        let replicationTimeouts = Counter(label: "receiptq_redis_replication_timeouts_total", factory: metrics)
         let intake = RedisIntake(
             configuration: configuration.redis, pool: redisPool, keys: configuration.keys,
-            idempotencyWindow: configuration.idempotencyWindow, logger: logger)
+            idempotencyWindow: configuration.idempotencyWindow,
+            replication: ReplicaAcknowledgement(
+                replicas: configuration.redisMinReplicasAck, timeout: configuration.redisReplicaAckTimeout,
+                onTimeout: { replicationTimeouts.increment() }), logger: logger)
         let catalog = PostgresCatalog(pool: postgresPool)
         let api = IngestAPI(
             intake: intake, catalog: catalog, authenticity: verifier, signedPayloads: JWSVerifier(trustStore: roots), subscriptions: catalog,
-            events: PostgresEventCatalog(pool: postgresPool), configuration: configuration.api)
+            events: PostgresEventCatalog(pool: postgresPool), configuration: configuration.api, metrics: metrics)
         let router = Router(context: IngestRequestContext.self)
         // First, so that it also times the requests the other middleware refuses.
         router.add(middleware: HTTPMetricsMiddleware(factory: metrics))

@@ -31,10 +31,13 @@ public final class RedisIntake: ReceiptIntake {
     ///   - pendingTTL: how long a pending resource is kept when no worker ever stores the receipt
     ///     (longer than the retry policy's maximum age).
     ///   - idempotencyWindow: how long the same receipt of the same app maps to the same id.
+    ///   - replication: replicas that must have each pipeline's writes before its requests are
+    ///     answered (`REDIS_MIN_REPLICAS_ACK`), and how long to wait for them; nil: none (a 2xx
+    ///     then means the primary ran the script).
     ///   - logger: where the listener reports losing Redis.
     public init(
         configuration: RedisConfiguration, pool: RedisConnectionPool, keys: RedisKeys, pendingTTL: Duration = .seconds(8 * 86_400),
-        idempotencyWindow: Duration = .seconds(86_400), logger: Logger
+        idempotencyWindow: Duration = .seconds(86_400), replication: ReplicaAcknowledgement? = nil, logger: Logger
     ) {
         let host = ProcessInfo.processInfo.hostName
         self.node = "\(host)-\(ProcessInfo.processInfo.processIdentifier)-\(String(UInt32.random(in: 0...UInt32.max), radix: 36))"
@@ -42,7 +45,8 @@ public final class RedisIntake: ReceiptIntake {
         self.keys = keys
         self.pendingTTLSeconds = String(max(1, Int(pendingTTL.seconds)))
         self.idempotencyTTLSeconds = String(max(1, Int(idempotencyWindow.seconds)))
-        self.writer = PipelineBatcher(connection: RedisConnection(lazy: configuration, label: "intake-writer", logger: logger))
+        self.writer = PipelineBatcher(
+            connection: RedisConnection(lazy: configuration, label: "intake-writer", logger: logger), replication: replication)
         self.listener = ResultListener(
             connection: RedisConnection(lazy: configuration, label: "intake-results", logger: logger), channel: keys.results(node),
             logger: logger)
@@ -179,12 +183,16 @@ final class PipelineBatcher: Sendable {
     }
 
     private let connection: RedisConnection
+    private let replication: ReplicaAcknowledgement?
     private let state = Mutex<(queued: [Pending], draining: Bool)>(([], false))
     private let drainQueue = DispatchQueue(label: "receiptq.intake.writer")
     /// Bounds one pipeline, so a burst cannot build a reply buffer without limit.
     private let maxBatch = 512
 
-    init(connection: RedisConnection) { self.connection = connection }
+    init(connection: RedisConnection, replication: ReplicaAcknowledgement? = nil) {
+        self.connection = connection
+        self.replication = replication.flatMap { $0.replicas > 0 ? $0 : nil }
+    }
 
     func submit(_ command: [[UInt8]]) async throws -> RedisValue {
         try await withCheckedThrowingContinuation { continuation in
@@ -210,7 +218,21 @@ final class PipelineBatcher: Sendable {
             }
             guard !batch.isEmpty else { return }
             do {
-                let replies = try connection.pipeline(bytes: batch.map(\.command))
+                var commands = batch.map(\.command)
+                // One WAIT per pipeline, not per request: it covers every write this connection made.
+                if let replication { commands.append(replication.command) }
+                let replies = try connection.pipeline(bytes: commands)
+                if let replication {
+                    let acknowledged = replies.last?.int ?? 0
+                    guard acknowledged >= replication.replicas else {
+                        // The primary has the jobs, the replicas may not: a failover now could lose
+                        // them, so nothing is acknowledged. The clients' retries are idempotent.
+                        replication.timedOut()
+                        throw RedisQueueError(
+                            code: "replication_timeout",
+                            message: "\(acknowledged) of \(replication.replicas) replicas acknowledged within \(replication.timeout)")
+                    }
+                }
                 for (pending, reply) in zip(batch, replies) { pending.continuation.resume(returning: reply) }
             } catch {
                 // The connection broke mid-pipeline: each command may or may not have run. The
@@ -340,4 +362,28 @@ final class ResultListener: @unchecked Sendable {
         else { return }
         resume(id, with: payload.count > 37 ? Array(payload.dropFirst(37)) : nil)
     }
+}
+
+/// Replicas that must hold a write before the API acknowledges it (`WAIT`), so that a failover to
+/// one of them loses no receipt a client was told is stored.
+public struct ReplicaAcknowledgement: Sendable {
+    /// `REDIS_MIN_REPLICAS_ACK`: 0 sends no `WAIT`.
+    public var replicas: Int
+    /// How long one pipeline waits for them before its requests answer 503.
+    public var timeout: Duration
+    /// Called on each pipeline whose replicas did not acknowledge in time (a metric).
+    public var onTimeout: @Sendable () -> Void
+
+    /// Creates the requirement.
+    public init(replicas: Int, timeout: Duration, onTimeout: @escaping @Sendable () -> Void = {}) {
+        self.replicas = max(0, replicas)
+        self.timeout = timeout
+        self.onTimeout = onTimeout
+    }
+
+    var command: [[UInt8]] {
+        ["WAIT", String(replicas), String(max(1, Int(timeout.seconds * 1000)))].map { Array($0.utf8) }
+    }
+
+    func timedOut() { onTimeout() }
 }

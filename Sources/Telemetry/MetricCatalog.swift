@@ -48,6 +48,7 @@ public enum MetricCatalog {
     public static let backendSwitches = "receiptq_backend_switches_total"
     public static let importItems = "receiptq_import_items_total"
     public static let importBudgetDeferred = "receiptq_import_budget_deferred_total"
+    public static let redisReplicationTimeouts = "receiptq_redis_replication_timeouts_total"
     public static let repollsDue = "receiptq_repolls_due"
     public static let repollsEnqueued = "receiptq_repolls_enqueued_total"
     public static let notificationsReceived = "receiptq_notifications_received_total"
@@ -106,6 +107,10 @@ public enum MetricCatalog {
         Entry(
             importBudgetDeferred, .counter,
             "Bulk imports' validations sent back to the retry set because their app's import budget (IMPORT_RATE_PER_SECOND) was spent for the next seconds."
+        ),
+        Entry(
+            redisReplicationTimeouts, .counter,
+            "Intake pipelines whose writes REDIS_MIN_REPLICAS_ACK replicas did not acknowledge within REDIS_REPLICA_ACK_TIMEOUT_MS (their requests answered 503)."
         ),
         Entry(repollsDue, .gauge, "Subscriptions whose next poll is due and not yet queued."),
         Entry(repollsEnqueued, .counter, "Re-poll jobs queued by the schedulers."),

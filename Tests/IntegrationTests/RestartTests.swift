@@ -521,8 +521,12 @@ final class ThrowawayRedis: @unchecked Sendable {
     private let lock = NSLock()
     // Guarded by `lock`.
     private var pid: pid_t?
+    /// More `redis-server` arguments (e.g. `--replicaof`).
+    private let extraArguments: [String]
 
-    init() throws {
+    /// - Parameter extraArguments: more `redis-server` arguments, e.g. `["--replicaof", "127.0.0.1", "6379"]`.
+    init(extraArguments: [String] = []) throws {
+        self.extraArguments = extraArguments
         directory = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("receiptq-redis-\(UUID().uuidString.prefix(8))")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         var lastError: (any Error)?
@@ -551,7 +555,7 @@ final class ThrowawayRedis: @unchecked Sendable {
             [
                 "redis-server", "--port", String(port), "--bind", "127.0.0.1", "--dir", directory.path, "--appendonly", "yes",
                 "--appendfsync", "everysec", "--save", "", "--daemonize", "no", "--logfile", log.path,
-            ])
+            ] + extraArguments)
         lock.withLock { self.pid = pid }
         let connection = RedisConfiguration(host: "127.0.0.1", port: port, connectTimeout: .milliseconds(500), commandTimeout: .seconds(2))
         let deadline = Date().addingTimeInterval(15)
@@ -615,6 +619,12 @@ final class ThrowawayRedis: @unchecked Sendable {
         guard let pid = lock.withLock({ self.pid }) else { return }
         guard waitForChild(pid, timeout: 15) != nil else { throw RestartTestError("redis-server did not exit") }
         lock.withLock { self.pid = nil }
+    }
+
+    /// Sends `signal` to the server (SIGSTOP: a network partition as its peers see it; SIGCONT: back).
+    func signal(_ signal: Int32) {
+        guard let pid = lock.withLock({ self.pid }) else { return }
+        Glibc.kill(pid, signal)
     }
 
     /// Kills the server if it runs and deletes its data. Idempotent.
