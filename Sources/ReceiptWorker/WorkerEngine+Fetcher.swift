@@ -230,8 +230,9 @@ extension WorkerEngine {
         let call: @Sendable () -> Void = {
             self.call(token, job, envelope, request, app: app, canMove: canMove, gate: gate, lifecycle: lifecycle, isProbe: isProbe)
         }
-        guard envelope.importID != nil else { return call() }
-        // A bulk import's call spends its app's import budget, apart from live traffic's.
+        // A bulk import's call spends its app's import budget, apart from live traffic's; except the
+        // circuit's probe, whose verdict every worker waits for (one call, whatever the budget).
+        guard envelope.importID != nil, !isProbe else { return call() }
         switch budget.slot(app: app.bundleID, now: now()) {
         case .now:
             call()

@@ -53,7 +53,8 @@ struct OpenAPIContractTests {
             "RQ_SOFTPHONE_USER": softphoneUser, "RQ_SOFTPHONE_PASSWORD": softphonePassword,
         ]
         let arguments = [
-            "300", schemathesis.path, "--no-color", "--config-file", scripts.appendingPathComponent("schemathesis.toml").path,
+            // Alone ~80 s; in a full `scripts/test` beside every other suite on two cores, over 300.
+            "600", schemathesis.path, "--no-color", "--config-file", scripts.appendingPathComponent("schemathesis.toml").path,
             "run", "http://127.0.0.1:\(system.apiPort)/openapi.yaml", "--checks", "all", "--max-examples", Self.maxExamples,
             "--seed", Self.seed, "--workers", "1", "--request-timeout", "30",
         ]
