@@ -84,6 +84,8 @@ public final class MockAppStoreState: Sendable {
         var rules: [MockRule] = []
         var secrets: [String: String] = [:]
         var requests: [String: Int] = [:]
+        /// When the last requests arrived (at most ``arrivalsKept``), oldest first.
+        var arrivals: [Date] = []
         var renewals: [String: [InAppPurchase]] = [:]
         var renewalInfo: [String: [String: JSONValue]] = [:]
     }
@@ -124,6 +126,13 @@ public final class MockAppStoreState: Sendable {
         storage.withLock { $0.requests[endpoint.rawValue] ?? 0 }
     }
 
+    /// How many arrival times the mock keeps (a bench sends millions of requests).
+    static let arrivalsKept = 10_000
+
+    /// When the last requests (up to 10,000) of either endpoint arrived, oldest first: what a test
+    /// of a rate limit measures, as Apple would see it.
+    public func requestArrivals() -> [Date] { storage.withLock { $0.arrivals } }
+
     /// Adds a renewal of a subscription, as Apple would after charging the user: every later
     /// answer for a receipt holding `originalTransactionID` lists it in `latest_receipt_info`.
     public func addRenewal(_ renewal: InAppPurchase) {
@@ -147,7 +156,14 @@ public final class MockAppStoreState: Sendable {
 
     func sharedSecret(for bundleID: String) -> String? { storage.withLock { $0.secrets[bundleID] } }
 
-    func count(_ endpoint: AppStoreEnvironment) { storage.withLock { $0.requests[endpoint.rawValue, default: 0] += 1 } }
+    func count(_ endpoint: AppStoreEnvironment) {
+        let now = Date()
+        storage.withLock { storage in
+            storage.requests[endpoint.rawValue, default: 0] += 1
+            storage.arrivals.append(now)
+            if storage.arrivals.count > 2 * Self.arrivalsKept { storage.arrivals.removeFirst(storage.arrivals.count - Self.arrivalsKept) }
+        }
+    }
 
     /// Takes the first matching rule, consuming one of its `times`.
     func takeRule(bundleID: String?, transactionIDs: [String]) -> MockRule? {

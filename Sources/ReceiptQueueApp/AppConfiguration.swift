@@ -46,8 +46,9 @@ public struct AppConfiguration: Sendable, CustomStringConvertible {
     /// The most of `WORKER_CONCURRENCY` bulk imports' validations may hold, in percent
     /// (`IMPORT_SHARE_PERCENT`, 25); they get it only when the live queues leave slots free.
     public var importSharePercent: Int
-    /// Calls to Apple per second each app's bulk imports may make across the deployment
-    /// (`IMPORT_RATE_PER_SECOND`, 50; 0: no budget of their own), apart from live traffic's.
+    /// Validations per second each app's bulk imports may start across the deployment
+    /// (`IMPORT_RATE_PER_SECOND`, 50; 0: no budget of their own), apart from live traffic's: one
+    /// call to Apple each, two for a sandbox receipt (production answers 21007 first).
     public var importRatePerSecond: Double
     public var retryPolicy: RetryPolicy
     /// When the shared Apple outage circuit opens and how long it stays open (`CIRCUIT_*`).

@@ -80,7 +80,7 @@ public final class WorkerEngine: Service, Sendable {
         /// The share of `concurrency` bulk imports' validations may hold at most (`IMPORT_SHARE`,
         /// 0…1); they get it only when the live queues leave slots free. 0: imports wait.
         public var importShare: Double
-        /// Calls to Apple per second each app's imports may make, across the deployment
+        /// Validations per second each app's imports may start, across the deployment
         /// (`IMPORT_RATE_PER_SECOND`); 0: no budget of their own.
         public var importRatePerSecond: Double
 

@@ -93,7 +93,9 @@ struct ImportLaneTests {
             environment: ["WORKER_CONCURRENCY": "16", "IMPORT_SHARE_PERCENT": "100", "IMPORT_RATE_PER_SECOND": String(rate)])
         defer { Task { await system.stop() } }
         let count = 24
-        let receipts = try (0..<count).map { _ in try system.forgeReceipt().0 }
+        // Production receipts: one call each (a sandbox receipt's 21007 redirect is a second call of
+        // the same validation, and the budget counts validations).
+        let receipts = try (0..<count).map { _ in try system.forgeReceipt(environment: .production).0 }
         let body = json(.array(receipts.enumerated().map { .object(["receipt": .string($1), "user_identifier": .string("budget-\($0)")]) }))
         let (status, answer) = try await system.post(body, path: BulkImportTests.batchPath)
         #expect(status == 200)
@@ -106,16 +108,15 @@ struct ImportLaneTests {
                 == count
         }
         #expect(settled)
-        // The calls, by when each receipt's validation was stored: within any second, no more than
-        // the budget's second of burst plus a second's refill (and a commit's jitter).
-        let times = try await pg.query(
-            "SELECT extract(epoch FROM validated_at)::float8 AS t FROM receipts WHERE app_id = \(system.app.id) ORDER BY validated_at"
-        ).rows.compactMap { $0.double("t") }
-        #expect(times.count == count)
-        let busiest = times.indices.map { start in times[start...].prefix { $0 < times[start] + 1 }.count }.max() ?? 0
-        #expect(busiest <= 2 * rate + 1, "at most \(2 * rate + 1) validations in any second at \(rate)/s (busiest second: \(busiest))")
-        // Without the budget 16 slots would have done them at once; with it they take ≥ (24 − 4) / 4 s.
-        #expect((times.last ?? 0) - (times.first ?? 0) >= Double(count - rate) / Double(rate) - 1)
+        // The calls as the mock (Apple) saw them arrive: in any second no more than the bucket's
+        // second of burst and a second's refill, with slack for a booked call fired late on a loaded
+        // machine; without the budget the 16 slots would have sent all 24 within a few milliseconds.
+        let arrivals = system.mock.state.requestArrivals().map(\.timeIntervalSince1970).sorted()
+        #expect(arrivals.count >= count)
+        let busiest = arrivals.indices.map { start in arrivals[start...].prefix { $0 < arrivals[start] + 1 }.count }.max() ?? 0
+        #expect(busiest <= 2 * rate + 4, "at most \(2 * rate + 4) calls in any second at \(rate)/s (busiest second: \(busiest))")
+        // And on the whole the rate: 24 calls at 4/s after a burst of 4 take at least (24 − 4) / 4 s.
+        #expect((arrivals.last ?? 0) - (arrivals.first ?? 0) >= Double(count - rate) / Double(rate) - 0.5)
         // Those beyond the booking window went back to the retry set (no attempt spent: none failed).
         let deferred = String(decoding: system.metrics.exposition(), as: UTF8.self).split(separator: "\n").first {
             $0.hasPrefix("receiptq_import_budget_deferred_total ")

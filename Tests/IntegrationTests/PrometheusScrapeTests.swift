@@ -98,12 +98,22 @@ struct PrometheusScrapeTests {
             $0.replacingOccurrences(of: "$__rate_interval", with: "1m")
         }
         #expect(queries.count >= 20)
+        // A scrape that times out on a loaded machine marks every series of the target stale until
+        // the next one succeeds, and instant queries of gauges are then empty: a pass right after
+        // one is not the dashboard's fault, so up to three passes, each after a successful scrape.
         var withData = 0
         var empty: [String] = []
-        for query in queries {
-            let answer = try await api.query(query)
-            #expect(answer.status == "success", "\(query): \(answer.error ?? "")")
-            if !answer.result.isEmpty { withData += 1 } else { empty.append(query) }
+        for _ in 0..<3 {
+            _ = try await system.eventually(timeout: .seconds(30)) { (try? await api.scalar("up{job=\"receiptq\"}")) == 1 }
+            withData = 0
+            empty = []
+            for query in queries {
+                let answer = try await api.query(query)
+                #expect(answer.status == "success", "\(query): \(answer.error ?? "")")
+                if !answer.result.isEmpty { withData += 1 } else { empty.append(query) }
+            }
+            if withData >= queries.count - 4 { break }
+            try await Task.sleep(for: .seconds(3))
         }
         // Only the re-poll rate, the Apple error ratio and the like may be empty on a short happy run.
         #expect(withData >= queries.count - 4, "\(withData) of \(queries.count) dashboard queries returned data; empty: \(empty)")

@@ -78,8 +78,8 @@ public struct ImportBatchTally: Sendable, Equatable {
     }
 }
 
-/// A per-app budget of calls to Apple for bulk imports (`IMPORT_RATE_PER_SECOND`), shared by
-/// every worker process, apart from live traffic's: a backfill never spends what the app's live
+/// A per-app budget of bulk imports' validations, each one or two calls to Apple
+/// (`IMPORT_RATE_PER_SECOND`), shared by every worker process, apart from live traffic's: a backfill never spends what the app's live
 /// purchases need, and never makes Apple rate-limit the app.
 ///
 /// Blocking, like the queue: one instance per thread.
