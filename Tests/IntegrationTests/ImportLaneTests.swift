@@ -88,7 +88,7 @@ struct ImportLaneTests {
 
     @Test("IMPORT_RATE_PER_SECOND: an import's calls to Apple stay within its app's budget, the rest wait in the retry set and all end validated")
     func budget() async throws {
-        let rate = 4
+        let rate = 2
         let system = try await TestSystem.start(
             environment: ["WORKER_CONCURRENCY": "16", "IMPORT_SHARE_PERCENT": "100", "IMPORT_RATE_PER_SECOND": String(rate)])
         defer { Task { await system.stop() } }
@@ -108,15 +108,16 @@ struct ImportLaneTests {
                 == count
         }
         #expect(settled)
-        // The calls as the mock (Apple) saw them arrive: in any second no more than the bucket's
-        // second of burst and a second's refill, with slack for a booked call fired late on a loaded
-        // machine; without the budget the 16 slots would have sent all 24 within a few milliseconds.
+        // The calls as the mock (Apple) saw them arrive. A loaded machine delays and bunches
+        // requests by a second or two (the HTTP engine's thread waits for a core), so the checks
+        // allow two seconds of that: in any three seconds no more than the bucket's burst, three
+        // seconds' refill and two more; and on the whole, 24 calls at 2/s after a burst of 2 take
+        // (24 − 2) / 2 = 11 s, at least 9. Without the budget the 16 slots send all 24 at once.
         let arrivals = system.mock.state.requestArrivals().map(\.timeIntervalSince1970).sorted()
         #expect(arrivals.count >= count)
-        let busiest = arrivals.indices.map { start in arrivals[start...].prefix { $0 < arrivals[start] + 1 }.count }.max() ?? 0
-        #expect(busiest <= 2 * rate + 4, "at most \(2 * rate + 4) calls in any second at \(rate)/s (busiest second: \(busiest))")
-        // And on the whole the rate: 24 calls at 4/s after a burst of 4 take at least (24 − 4) / 4 s.
-        #expect((arrivals.last ?? 0) - (arrivals.first ?? 0) >= Double(count - rate) / Double(rate) - 0.5)
+        let busiest = arrivals.indices.map { start in arrivals[start...].prefix { $0 < arrivals[start] + 3 }.count }.max() ?? 0
+        #expect(busiest <= 6 * rate, "at most \(6 * rate) calls in any 3 s at \(rate)/s (busiest: \(busiest))")
+        #expect((arrivals.last ?? 0) - (arrivals.first ?? 0) >= Double(count - rate) / Double(rate) - 2)
         // Those beyond the booking window went back to the retry set (no attempt spent: none failed).
         let deferred = String(decoding: system.metrics.exposition(), as: UTF8.self).split(separator: "\n").first {
             $0.hasPrefix("receiptq_import_budget_deferred_total ")
