@@ -465,11 +465,11 @@ func spawn(_ arguments: [String], log: String? = nil) throws -> pid_t {
 }
 
 // glibc has both (2.34, 2.29), but its headers hide them from Swift's Glibc module.
-private typealias SpawnCloseFrom = @convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, Int32) -> Int32
-private typealias SpawnChangeDirectory = @convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, UnsafePointer<CChar>) -> Int32
-private let closeFrom = dlsym(nil, "posix_spawn_file_actions_addclosefrom_np").map { unsafeBitCast($0, to: SpawnCloseFrom.self) }
+typealias SpawnCloseFrom = @convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, Int32) -> Int32
+typealias SpawnChangeDirectory = @convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, UnsafePointer<CChar>) -> Int32
+let closeFrom = dlsym(nil, "posix_spawn_file_actions_addclosefrom_np").map { unsafeBitCast($0, to: SpawnCloseFrom.self) }
 // runuser keeps the cwd, which the server's user may not be allowed to read.
-private let changeDirectory = dlsym(nil, "posix_spawn_file_actions_addchdir_np").map { unsafeBitCast($0, to: SpawnChangeDirectory.self) }
+let changeDirectory = dlsym(nil, "posix_spawn_file_actions_addchdir_np").map { unsafeBitCast($0, to: SpawnChangeDirectory.self) }
 
 /// Waits for a child started by `spawn`; nil when `timeout` passed first (it then still runs).
 /// - Returns: its exit status, or 128 + the signal that ended it.

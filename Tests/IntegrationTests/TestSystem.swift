@@ -236,23 +236,51 @@ final class StandaloneAPI: Sendable {
 /// Runs `executable` to its end, stdout and stderr together (read before waiting: a full pipe
 /// would block the child forever), or stdout alone when `standardError` names a file for stderr
 /// (created, or appended to); in `directory` when given.
+///
+/// By `posix_spawn`, not Foundation's `Process`: with every suite running, the test process holds
+/// over a thousand descriptors that other threads open and close meanwhile, and `Process.run()`
+/// crashed reading its descriptor list (a full `scripts/test`, in memmove); posix_spawn closes
+/// them in the child with `closefrom`, as `spawn` does for the throwaway servers.
 func runProcess(
     _ executable: URL, _ arguments: [String], environment: [String: String], standardError: URL? = nil, directory: URL? = nil
 ) throws -> (status: Int32, output: String) {
-    let process = Process()
-    process.executableURL = executable
-    process.arguments = arguments
-    process.environment = environment
-    if let directory { process.currentDirectoryURL = directory }
-    let pipe = Pipe()
-    process.standardOutput = pipe
-    let errors = try standardError.map(appendingHandle)
-    defer { try? errors?.close() }
-    process.standardError = errors ?? pipe
-    try process.run()
-    let output = pipe.fileHandleForReading.readDataToEndOfFile()
-    process.waitUntilExit()
-    return (process.terminationStatus, String(decoding: output, as: UTF8.self))
+    var pipeEnds: [Int32] = [-1, -1]
+    guard pipe(&pipeEnds) == 0 else { throw RestartTestError("pipe: errno \(errno)") }
+    // Not inherited by other children started meanwhile (theirs close from 3 anyway).
+    for end in pipeEnds { _ = fcntl(end, F_SETFD, FD_CLOEXEC) }
+    var actions = posix_spawn_file_actions_t()
+    posix_spawn_file_actions_init(&actions)
+    defer { posix_spawn_file_actions_destroy(&actions) }
+    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+    posix_spawn_file_actions_adddup2(&actions, pipeEnds[1], 1)
+    if let standardError {
+        posix_spawn_file_actions_addopen(&actions, 2, standardError.path, O_WRONLY | O_CREAT | O_APPEND, 0o644)
+    } else {
+        posix_spawn_file_actions_adddup2(&actions, pipeEnds[1], 2)
+    }
+    guard let closeFrom, let changeDirectory, closeFrom(&actions, 3) == 0 else {
+        close(pipeEnds[0])
+        close(pipeEnds[1])
+        throw RestartTestError("posix_spawn file actions failed (glibc ≥ 2.34 needed)")
+    }
+    if let directory, changeDirectory(&actions, directory.path) != 0 {
+        close(pipeEnds[0])
+        close(pipeEnds[1])
+        throw RestartTestError("posix_spawn chdir action failed")
+    }
+    let argv = ([executable.path] + arguments).map { strdup($0) } + [nil]
+    defer { for argument in argv { free(argument) } }
+    let envp = environment.map { strdup("\($0.key)=\($0.value)") } + [nil]
+    defer { for variable in envp { free(variable) } }
+    var pid: pid_t = 0
+    let status = posix_spawn(&pid, executable.path, &actions, nil, argv, envp)
+    close(pipeEnds[1])
+    guard status == 0 else {
+        close(pipeEnds[0])
+        throw RestartTestError("cannot start \(executable.path): error \(status)")
+    }
+    let output = FileHandle(fileDescriptor: pipeEnds[0], closeOnDealloc: true).readDataToEndOfFile()
+    return (waitForChild(pid) ?? -1, String(decoding: output, as: UTF8.self))
 }
 
 /// Starts `executable` in the background, its stdout and stderr appended to these files (nil:
