@@ -124,13 +124,9 @@ struct MetricsTests {
 
         // The scheduler: its own counters, and the same deployment-wide gauges.
         let schedulePort = try freeLoopbackPort()
-        let scheduler = Process()
-        scheduler.executableURL = CrashRecoveryTests.binary
-        scheduler.arguments = ["schedule"]
-        scheduler.environment = fixture.environment.merging(["METRICS_PORT": String(schedulePort)]) { _, new in new }
-        scheduler.standardOutput = FileHandle.nullDevice
-        scheduler.standardError = FileHandle.nullDevice
-        try scheduler.run()
+        let scheduler = try startProcess(
+            CrashRecoveryTests.binary, ["schedule"],
+            environment: fixture.environment.merging(["METRICS_PORT": String(schedulePort)]) { _, new in new })
         defer { if scheduler.isRunning { kill(scheduler.processIdentifier, SIGKILL) } }
         var schedulerScrape: Scrape?
         for _ in 0..<150 where schedulerScrape?.value("receiptq_repolls_due") == nil {

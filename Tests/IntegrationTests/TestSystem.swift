@@ -284,33 +284,73 @@ func runProcess(
 }
 
 /// Starts `executable` in the background, its stdout and stderr appended to these files (nil:
-/// discarded). The caller stops it (SIGTERM) and waits for it.
+/// discarded), by `posix_spawn` like ``runProcess(_:_:environment:standardError:directory:)``.
+/// The caller stops it (SIGTERM) and waits for it.
 func startProcess(
     _ executable: URL, _ arguments: [String], environment: [String: String], standardOutput: URL? = nil, standardError: URL? = nil
-) throws -> Process {
-    let process = Process()
-    process.executableURL = executable
-    process.arguments = arguments
-    process.environment = environment
-    let output = try standardOutput.map(appendingHandle)
-    let errors = try standardError.map(appendingHandle)
-    defer {
-        // The child has its own copies once it runs.
-        try? output?.close()
-        try? errors?.close()
-    }
-    process.standardOutput = output ?? FileHandle.nullDevice
-    process.standardError = errors ?? FileHandle.nullDevice
-    try process.run()
-    return process
+) throws -> SpawnedProcess {
+    var actions = posix_spawn_file_actions_t()
+    posix_spawn_file_actions_init(&actions)
+    defer { posix_spawn_file_actions_destroy(&actions) }
+    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+    posix_spawn_file_actions_addopen(&actions, 1, standardOutput?.path ?? "/dev/null", O_WRONLY | O_CREAT | O_APPEND, 0o644)
+    posix_spawn_file_actions_addopen(&actions, 2, standardError?.path ?? "/dev/null", O_WRONLY | O_CREAT | O_APPEND, 0o644)
+    guard let closeFrom, closeFrom(&actions, 3) == 0 else { throw RestartTestError("posix_spawn file actions failed (glibc ≥ 2.34 needed)") }
+    let argv = ([executable.path] + arguments).map { strdup($0) } + [nil]
+    defer { for argument in argv { free(argument) } }
+    let envp = environment.map { strdup("\($0.key)=\($0.value)") } + [nil]
+    defer { for variable in envp { free(variable) } }
+    var pid: pid_t = 0
+    let status = posix_spawn(&pid, executable.path, &actions, nil, argv, envp)
+    guard status == 0 else { throw RestartTestError("cannot start \(executable.path): error \(status)") }
+    return SpawnedProcess(pid)
 }
 
-/// A handle writing at the end of `url`, which is created when missing.
-private func appendingHandle(_ url: URL) throws -> FileHandle {
-    if !FileManager.default.fileExists(atPath: url.path) { _ = FileManager.default.createFile(atPath: url.path, contents: nil) }
-    let handle = try FileHandle(forWritingTo: url)
-    try handle.seekToEnd()
-    return handle
+/// A child started by ``startProcess(_:_:environment:standardOutput:standardError:)``: the part of
+/// Foundation's `Process` the tests use.
+final class SpawnedProcess: @unchecked Sendable {
+    /// How it ended.
+    enum TerminationReason { case exit, uncaughtSignal }
+
+    let processIdentifier: pid_t
+    private let lock = NSLock()
+    // Guarded by `lock`: the raw wait status once reaped.
+    private var waitStatus: Int32?
+
+    init(_ pid: pid_t) { processIdentifier = pid }
+
+    /// Whether it has not exited yet (reaps it when it has).
+    var isRunning: Bool {
+        lock.withLock {
+            guard waitStatus == nil else { return false }
+            var status: Int32 = 0
+            let result = waitpid(processIdentifier, &status, WNOHANG)
+            if result == processIdentifier { waitStatus = status }
+            return result == 0
+        }
+    }
+
+    /// Blocks until it has exited.
+    func waitUntilExit() {
+        lock.withLock {
+            guard waitStatus == nil else { return }
+            var status: Int32 = 0
+            while waitpid(processIdentifier, &status, 0) == -1, errno == EINTR {}
+            waitStatus = status
+        }
+    }
+
+    /// Its exit code, or the signal that ended it (as `Process` reports them); -1 while it runs.
+    var terminationStatus: Int32 {
+        guard let status = lock.withLock({ waitStatus }) else { return -1 }
+        let signal = status & 0x7f
+        return signal == 0 ? (status >> 8) & 0xff : signal
+    }
+
+    var terminationReason: TerminationReason {
+        guard let status = lock.withLock({ waitStatus }) else { return .exit }
+        return status & 0x7f == 0 ? .exit : .uncaughtSignal
+    }
 }
 
 extension AuditAction {
