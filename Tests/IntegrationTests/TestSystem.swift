@@ -268,16 +268,14 @@ func runProcess(
         close(pipeEnds[1])
         throw RestartTestError("posix_spawn chdir action failed")
     }
-    let argv = ([executable.path] + arguments).map { strdup($0) } + [nil]
-    defer { for argument in argv { free(argument) } }
-    let envp = environment.map { strdup("\($0.key)=\($0.value)") } + [nil]
-    defer { for variable in envp { free(variable) } }
-    var pid: pid_t = 0
-    let status = posix_spawn(&pid, executable.path, &actions, nil, argv, envp)
-    close(pipeEnds[1])
-    guard status == 0 else {
+    let pid: pid_t
+    do {
+        pid = try spawnChild(executable, arguments, environment: environment, actions: &actions)
+        close(pipeEnds[1])
+    } catch {
         close(pipeEnds[0])
-        throw RestartTestError("cannot start \(executable.path): error \(status)")
+        close(pipeEnds[1])
+        throw error
     }
     let output = FileHandle(fileDescriptor: pipeEnds[0], closeOnDealloc: true).readDataToEndOfFile()
     return (waitForChild(pid) ?? -1, String(decoding: output, as: UTF8.self))
@@ -296,14 +294,33 @@ func startProcess(
     posix_spawn_file_actions_addopen(&actions, 1, standardOutput?.path ?? "/dev/null", O_WRONLY | O_CREAT | O_APPEND, 0o644)
     posix_spawn_file_actions_addopen(&actions, 2, standardError?.path ?? "/dev/null", O_WRONLY | O_CREAT | O_APPEND, 0o644)
     guard let closeFrom, closeFrom(&actions, 3) == 0 else { throw RestartTestError("posix_spawn file actions failed (glibc ≥ 2.34 needed)") }
+    return SpawnedProcess(try spawnChild(executable, arguments, environment: environment, actions: &actions))
+}
+
+/// Spawns `executable` with `actions`, as Foundation's `Process` would: every signal at its default
+/// disposition and none blocked (a child inherits the calling thread's mask, and libdispatch's
+/// threads block signals: a role spawned from one would never see its SIGTERM).
+private func spawnChild(
+    _ executable: URL, _ arguments: [String], environment: [String: String], actions: inout posix_spawn_file_actions_t
+) throws -> pid_t {
+    var attributes = posix_spawnattr_t()
+    posix_spawnattr_init(&attributes)
+    defer { posix_spawnattr_destroy(&attributes) }
+    var noSignals = sigset_t()
+    sigemptyset(&noSignals)
+    var allSignals = sigset_t()
+    sigfillset(&allSignals)
+    posix_spawnattr_setsigmask(&attributes, &noSignals)
+    posix_spawnattr_setsigdefault(&attributes, &allSignals)
+    posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
     let argv = ([executable.path] + arguments).map { strdup($0) } + [nil]
     defer { for argument in argv { free(argument) } }
     let envp = environment.map { strdup("\($0.key)=\($0.value)") } + [nil]
     defer { for variable in envp { free(variable) } }
     var pid: pid_t = 0
-    let status = posix_spawn(&pid, executable.path, &actions, nil, argv, envp)
+    let status = posix_spawn(&pid, executable.path, &actions, &attributes, argv, envp)
     guard status == 0 else { throw RestartTestError("cannot start \(executable.path): error \(status)") }
-    return SpawnedProcess(pid)
+    return pid
 }
 
 /// A child started by ``startProcess(_:_:environment:standardOutput:standardError:)``: the part of

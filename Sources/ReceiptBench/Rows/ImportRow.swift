@@ -3,11 +3,10 @@
 /// `…/receipts/batch` in alternating runs: items/s accepted in batches against the single
 /// endpoint's requests/s on the same machine, in the same run (target ≥ 3×). Every answered item
 /// must be a job in the import queue after its run. Without the Python peer, the stage timing or
-/// the profile (the `ingest` row's options turn them back on); 2,000 receipts by default, so that
-/// batches of 100 to 200 apps make 4,000 new requests before any repeats a pair.
+/// the profile (the `ingest` row's options turn them back on); 2,000 receipts by default.
 ///
-/// Not measured yet: the p99 of live validations with an import running (it needs workers, the
-/// mock and a feeder of live receipts at once, as the `pipeline` row has).
+/// The batch series posts as apps of its own, so neither series is answered duplicates of the
+/// other's pairs. What an import costs live validations is the `import_live` row.
 enum ImportRow: BenchRow {
     static let name = "import"
     static let summary =
