@@ -117,8 +117,9 @@ struct PrometheusScrapeTests {
         }
         // Only the re-poll rate, the Apple error ratio and the like may be empty on a short happy run.
         #expect(withData >= queries.count - 4, "\(withData) of \(queries.count) dashboard queries returned data; empty: \(empty)")
-        #expect(try await api.scalar("max(receiptq_live_workers)") == 1)
-        #expect(try await api.scalar("max(receiptq_circuit_state)") == 0)
+        // Instant queries of gauges, so again after a successful scrape (see above).
+        #expect(try await system.eventually(timeout: .seconds(30)) { (try? await api.scalar("max(receiptq_live_workers)")) == 1 })
+        #expect(try await system.eventually(timeout: .seconds(30)) { (try? await api.scalar("max(receiptq_circuit_state)")) == 0 })
         let p95 = try await api.scalar(
             "histogram_quantile(0.95, sum by (le) (rate(receiptq_job_latency_seconds_bucket{kind=\"validate\"}[1m])))")
         #expect(p95.map { $0 > 0 && $0 < 10 } == true, "p95 enqueue → done: \(String(describing: p95))")
