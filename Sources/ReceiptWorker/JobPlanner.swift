@@ -62,9 +62,10 @@ public struct JobPlanner: Sendable {
         .retry(envelope, runAt: until.addingTimeInterval(Double.random(in: 0...10, using: &generator)), outcome: .deferred)
     }
 
-    /// A bulk import's call found its app's import budget spent: it runs again once the budget
-    /// has a token for it (spread over a second, like Apple's own rate limit), without an attempt.
-    public func waitForBudget(_ envelope: JobEnvelope, until: Date, using generator: inout some RandomNumberGenerator) -> JobPlan {
+    /// A rate limit, Apple's (`429`) or a bulk import's own budget, holds the job until `until`:
+    /// the deployment's limit, not the receipt's fault, so no attempt is spent; spread over a
+    /// second so the whole app's backlog does not return at one instant.
+    public func rateLimited(_ envelope: JobEnvelope, until: Date, using generator: inout some RandomNumberGenerator) -> JobPlan {
         .retry(envelope, runAt: max(until, now()).addingTimeInterval(Double.random(in: 0...1, using: &generator)), outcome: .deferred)
     }
 
@@ -105,12 +106,10 @@ public struct JobPlanner: Sendable {
     ) -> JobPlan {
         let code = report.errorCode ?? report.response.map { "apple_\($0.status)" } ?? "unknown"
         if let until = report.rateLimitedUntil {
-            // Apple's rate limit is the deployment's, not the receipt's fault: wait it out (spread
-            // over a second so the whole app's backlog does not return at one instant) without
-            // spending an attempt. The calls still go to the audit trail via `history`.
+            // Apple's rate limit: wait it out; the calls still go to the audit trail via `history`.
             var waiting = envelope
             waiting.history = (waiting.history + report.calls).suffix(50)
-            return .retry(waiting, runAt: max(until, now()).addingTimeInterval(Double.random(in: 0...1, using: &generator)), outcome: .deferred)
+            return rateLimited(waiting, until: until, using: &generator)
         }
         var report = report
         if sandboxPolicy == .reject, report.verdict == .valid, environment(of: report) == "sandbox" {

@@ -14,7 +14,6 @@ extension WorkerEngine {
     /// (`importShare` of `concurrency`, at least one when the share is not 0) less those in flight.
     func importRoom() -> Int {
         guard configuration.importShare > 0 else { return 0 }
-        if let until = locked({ $0.importsPausedUntil }), until > now() { return 0 }
         let share = max(1, Int(Double(configuration.concurrency) * configuration.importShare))
         let held = locked { $0.inFlight.values.reduce(0) { $0 + ($1.envelope?.importID == nil ? 0 : 1) } }
         return max(0, share - held)
@@ -71,7 +70,8 @@ extension WorkerEngine {
                 }
                 // Only a free slot with nothing to start waits for a job to arrive.
                 let jobs = try queue.reserve(
-                    max: wanted, background: importRoom(), timeout: calls > starting ? configuration.reserveTimeout : .zero)
+                    max: wanted, background: budget.isPaused(now: now()) ? 0 : importRoom(),
+                    timeout: calls > starting ? configuration.reserveTimeout : .zero)
                 let tokens = register(jobs)
                 for (index, (token, job)) in zip(tokens, jobs).enumerated() {
                     if index < calls - starting {
@@ -241,10 +241,9 @@ extension WorkerEngine {
             DispatchQueue.global().asyncAfter(deadline: .now() + max(0, at.timeIntervalSince(now())), execute: call)
         case .later(let until):
             // Spent for the next seconds: this job waits in the retry set (without an attempt), and
-            // no other import job is reserved before then, so a spent budget does not churn jobs.
-            locked { $0.importsPausedUntil = max($0.importsPausedUntil ?? until, until) }
+            // the gate holds back other import jobs until then.
             metrics.importDeferred()
-            decide(token, job, planner.waitForBudget(envelope, until: until, using: &generator))
+            decide(token, job, planner.rateLimited(envelope, until: until, using: &generator))
         }
     }
 

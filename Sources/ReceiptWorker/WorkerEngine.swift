@@ -132,8 +132,6 @@ public final class WorkerEngine: Service, Sendable {
         var fetcherDone = false
         var abandoned = false
         var outcomes: [JobOutcome: Int] = [:]
-        /// An app's import budget ran out: no import job is reserved before this time.
-        var importsPausedUntil: Date?
     }
 
     let configuration: Configuration

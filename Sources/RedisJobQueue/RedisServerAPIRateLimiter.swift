@@ -62,35 +62,31 @@ public final class RedisServerAPIRateLimiter: ServerAPIRateLimiter, ImportRateBu
     public func reserve(
         app: String, endpoint: ServerAPIEndpoint, environment: AppStoreEnvironment, now: Date, bookingAhead: TimeInterval
     ) throws -> ServerAPISlot {
-        let rate = endpoint.ratePerSecond(in: environment)
-        // A second's worth of burst (at least one call): Apple counts per hour, so short bursts are
-        // fine, but a backlog must not fire an hour's budget at once.
-        let burst = max(1, rate)
-        let reply = try runner.run(
-            on: connection, keyCount: 2,
-            arguments: [
-                bytes(keys.serverAPIBucket(app: app, environment: environment.rawValue, endpoint: endpoint.rawValue)),
-                bytes(keys.serverAPIPause(app: app, environment: environment.rawValue)), bytes("reserve"), bytes(milliseconds(now)),
-                bytes(String(rate)), bytes(String(burst)), bytes(String(Int64(max(0, bookingAhead) * 1000))),
-            ])
-        guard let wait = reply.int else { throw RedisQueueError.unexpectedReply("rate limiter") }
-        if wait == 0 { return .now }
-        let at = Date(timeIntervalSince1970: Double(abs(wait)) / 1000)
-        return wait < 0 ? .booked(at) : .later(at)
+        try take(
+            bucket: keys.serverAPIBucket(app: app, environment: environment.rawValue, endpoint: endpoint.rawValue),
+            pause: keys.serverAPIPause(app: app, environment: environment.rawValue), rate: endpoint.ratePerSecond(in: environment), now: now,
+            bookingAhead: bookingAhead)
     }
 
-    /// The import budget is a bucket of its own per app (a second's worth of burst), and it
-    /// waits out a `429` pause of the app's production Server API calls like them.
+    /// The import budget is a bucket of its own per app, and it waits out a `429` pause of the
+    /// app's production Server API calls like them.
     public func reserveImport(app: String, ratePerSecond: Double, now: Date, bookingAhead: TimeInterval) throws -> ServerAPISlot {
-        let rate = max(0.001, ratePerSecond)
+        try take(
+            bucket: keys.importBucket(app: app), pause: keys.serverAPIPause(app: app, environment: AppStoreEnvironment.production.rawValue),
+            rate: max(0.001, ratePerSecond), now: now, bookingAhead: bookingAhead)
+    }
+
+    /// One token of `bucket` at `rate` (the script's `reserve`), unless `pause` holds the app.
+    private func take(bucket: String, pause: String, rate: Double, now: Date, bookingAhead: TimeInterval) throws -> ServerAPISlot {
+        // A second's worth of burst (at least one call): Apple counts per hour, so short bursts are
+        // fine, but a backlog must not fire an hour's budget at once.
         let reply = try runner.run(
             on: connection, keyCount: 2,
             arguments: [
-                bytes(keys.importBucket(app: app)), bytes(keys.serverAPIPause(app: app, environment: AppStoreEnvironment.production.rawValue)),
-                bytes("reserve"), bytes(milliseconds(now)), bytes(String(rate)), bytes(String(max(1, rate))),
+                bytes(bucket), bytes(pause), bytes("reserve"), bytes(milliseconds(now)), bytes(String(rate)), bytes(String(max(1, rate))),
                 bytes(String(Int64(max(0, bookingAhead) * 1000))),
             ])
-        guard let wait = reply.int else { throw RedisQueueError.unexpectedReply("import budget") }
+        guard let wait = reply.int else { throw RedisQueueError.unexpectedReply("rate limiter") }
         if wait == 0 { return .now }
         let at = Date(timeIntervalSince1970: Double(abs(wait)) / 1000)
         return wait < 0 ? .booked(at) : .later(at)
