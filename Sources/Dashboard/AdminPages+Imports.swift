@@ -20,10 +20,10 @@ extension AdminPages {
                 "app": run.appID.map { names[$0] ?? String($0.canonical.prefix(8)) } ?? "—",
                 "startedUTC": utc(run.startedAt), "startedAgo": relative(run.startedAt, now: now), "queued": run.queued,
                 "stored": run.stored, "failed": run.failed, "failedAlarm": run.failed > 0, "duplicates": run.duplicates,
-                "invalid": run.invalid, "remaining": run.remaining, "percent": percent,
+                "invalid": run.invalid, "percent": percent,
                 "rate": run.ratePerSecond.map { String(format: "%.1f/s", $0) } ?? "—", "state": state, "running": run.isRunning,
             ]
         }
-        return ["hasImports": !rows.isEmpty, "importList": rows, "importsRunning": runs.filter(\.isRunning).count]
+        return ["hasImports": !rows.isEmpty, "importList": rows]
     }
 }

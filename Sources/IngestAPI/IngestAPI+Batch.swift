@@ -10,8 +10,6 @@ extension IngestAPI {
     /// endpoint's body.
     enum BatchKind: Sendable {
         case receipts, transactions
-
-        var path: String { self == .receipts ? IngestAPI.batchPath : IngestAPI.transactionsBatchPath }
     }
 
     /// The most items one batch holds.
@@ -133,10 +131,8 @@ extension IngestAPI {
             return .object(object)
         }
         var counts: [String: Int] = [:]
-        for result in results {
-            counts[result.category, default: 0] += 1
-            metrics.importItem(result.category)
-        }
+        for result in results { counts[result.category, default: 0] += 1 }
+        metrics.importItems(counts)
         let unavailable = counts["unavailable", default: 0]
         await ingestion.intake.recordImport(
             importID, appID: app.id,

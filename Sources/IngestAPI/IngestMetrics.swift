@@ -31,5 +31,8 @@ struct IngestMetrics: Sendable {
 
     func notificationReceived(_ result: NotificationResult) { received[result]?.increment() }
 
-    func importItem(_ category: String) { importItems[category]?.increment() }
+    /// A batch's items, counted by category (one increment per category, not per item).
+    func importItems(_ counts: [String: Int]) {
+        for (category, count) in counts { importItems[category]?.increment(by: Int64(count)) }
+    }
 }

@@ -1,4 +1,5 @@
 import Foundation
+import IngestAPI
 import ReceiptCore
 
 /// What `receiptq import` reads: one receipt per line of a file or of standard input, in one of
@@ -19,7 +20,7 @@ public enum ImportKind: String, Sendable, CaseIterable {
     case receipts, transactions
 
     /// The batch endpoint's path.
-    public var path: String { self == .receipts ? "/client/itunes_connect/receipts/batch" : "/client/transactions/batch" }
+    public var path: String { self == .receipts ? IngestAPI.batchPath : IngestAPI.transactionsBatchPath }
 }
 
 /// One line of the input: its number (1-based, as an editor shows it) and either the item to send
@@ -101,6 +102,13 @@ public final class ImportSource {
     /// The fields of which one names the item (`receipt`, or a transaction's proof).
     static func proofFields(_ kind: ImportKind) -> [String] { kind == .receipts ? ["receipt"] : ["signed_transaction", "transaction_id"] }
 
+    /// A line that names no receipt (or no transaction).
+    static func missingProof(_ kind: ImportKind) -> ImportRejection {
+        kind == .receipts
+            ? ImportRejection(field: "receipt", reason: "is required")
+            : ImportRejection(field: "signed_transaction", reason: "or transaction_id is required")
+    }
+
     static func ndjsonItem(_ line: ArraySlice<UInt8>, kind: ImportKind = .receipts) -> Result<[UInt8], ImportRejection> {
         let bytes = Array(line)
         guard let value = JSONValue.parseLeniently(bytes) else {
@@ -109,7 +117,7 @@ public final class ImportSource {
         guard let object = value.objectValue else { return .failure(ImportRejection(field: "line", reason: "is not a JSON object")) }
         let proofs = proofFields(kind)
         guard proofs.contains(where: { if case .string(let text)? = object[$0] { !text.isEmpty } else { false } }) else {
-            return .failure(ImportRejection(field: proofs[0], reason: kind == .receipts ? "is required" : "or transaction_id is required"))
+            return .failure(missingProof(kind))
         }
         return .success(bytes)
     }
@@ -150,7 +158,7 @@ public final class ImportSource {
         for (name, value) in zip(columns, values) where !value.isEmpty { object[name] = value }
         let proofs = proofFields(kind)
         guard proofs.contains(where: { object[$0] != nil }) else {
-            return .failure(ImportRejection(field: proofs[0], reason: kind == .receipts ? "is required" : "or transaction_id is required"))
+            return .failure(missingProof(kind))
         }
         return .success(Self.object(object))
     }

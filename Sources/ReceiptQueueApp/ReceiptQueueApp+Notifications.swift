@@ -28,7 +28,7 @@ extension ReceiptQueueApp {
         let redisPool = RedisConnectionPool(configuration: configuration.redis, size: 2, logger: logger)
         let intake = RedisIntake(
             configuration: configuration.redis, pool: redisPool, keys: configuration.keys,
-            replication: ReplicaAcknowledgement(replicas: configuration.redisMinReplicasAck, timeout: configuration.redisReplicaAckTimeout),
+            replication: replicaAcknowledgement(configuration, metrics: metrics),
             logger: logger)
         let ingestion = ReceiptIngestion(
             intake: intake, catalog: PostgresCatalog(pool: postgresPool), authenticity: ReceiptSignatureVerifier(trustStore: roots),

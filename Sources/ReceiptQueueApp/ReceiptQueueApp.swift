@@ -63,13 +63,10 @@ public enum ReceiptQueueApp {
         let verifier = ReceiptSignatureVerifier(trustStore: roots)
         let redisPool = RedisConnectionPool(configuration: configuration.redis, size: 32, logger: logger)
         let postgresPool = PostgresConnectionPool(configuration: configuration.postgres, size: 8, logger: logger)
-        let replicationTimeouts = Counter(label: "receiptq_redis_replication_timeouts_total", factory: metrics)
         let intake = RedisIntake(
             configuration: configuration.redis, pool: redisPool, keys: configuration.keys,
-            idempotencyWindow: configuration.idempotencyWindow,
-            replication: ReplicaAcknowledgement(
-                replicas: configuration.redisMinReplicasAck, timeout: configuration.redisReplicaAckTimeout,
-                onTimeout: { replicationTimeouts.increment() }), logger: logger)
+            idempotencyWindow: configuration.idempotencyWindow, replication: replicaAcknowledgement(configuration, metrics: metrics),
+            logger: logger)
         let catalog = PostgresCatalog(pool: postgresPool)
         let api = IngestAPI(
             intake: intake, catalog: catalog, authenticity: verifier, signedPayloads: JWSVerifier(trustStore: roots), subscriptions: catalog,
@@ -126,6 +123,14 @@ public enum ReceiptQueueApp {
             throw ConfigurationError(variable: "RECEIPTQ_TRUST_ROOTS_DIR", reason: "holds no self-signed root certificate")
         }
         return store
+    }
+
+    /// `REDIS_MIN_REPLICAS_ACK` for an intake (the API's, the notification sweep's), its
+    /// timeouts counted in `receiptq_redis_replication_timeouts_total`.
+    static func replicaAcknowledgement(_ configuration: AppConfiguration, metrics: any MetricsFactory) -> ReplicaAcknowledgement {
+        let timeouts = Counter(label: "receiptq_redis_replication_timeouts_total", factory: metrics)
+        return ReplicaAcknowledgement(
+            replicas: configuration.redisMinReplicasAck, timeout: configuration.redisReplicaAckTimeout, onTimeout: { timeouts.increment() })
     }
 
     /// The worker: `WORKER_CONCURRENCY` validations in flight on a few threads (a fetcher, two

@@ -227,7 +227,7 @@ final class PipelineBatcher: Sendable {
                     guard acknowledged >= replication.replicas else {
                         // The primary has the jobs, the replicas may not: a failover now could lose
                         // them, so nothing is acknowledged. The clients' retries are idempotent.
-                        replication.timedOut()
+                        replication.onTimeout()
                         throw RedisQueueError(
                             code: "replication_timeout",
                             message: "\(acknowledged) of \(replication.replicas) replicas acknowledged within \(replication.timeout)")
@@ -384,6 +384,4 @@ public struct ReplicaAcknowledgement: Sendable {
     var command: [[UInt8]] {
         ["WAIT", String(replicas), String(max(1, Int(timeout.seconds * 1000)))].map { Array($0.utf8) }
     }
-
-    func timedOut() { onTimeout() }
 }

@@ -76,13 +76,8 @@ public struct RedisQueueOverview: QueueOverview {
             let imports = zip(importIDs, second.dropFirst(2 * lanes.count)).compactMap { id, reply in Self.importRun(id, reply) }
             var workers: [WorkerStatus] = []
             for (index, lane) in lanes.enumerated() {
-                let fields = details[2 * index].array ?? []
-                guard !fields.isEmpty else { continue }
-                var hash: [String: String] = [:]
-                for pair in stride(from: 0, to: fields.count - 1, by: 2) {
-                    if let key = fields[pair].string, let value = fields[pair + 1].string { hash[key] = value }
-                }
-                func date(_ key: String) -> Date? { hash[key].flatMap(Double.init).map { Date(timeIntervalSince1970: $0 / 1000) } }
+                guard let hash = Self.hash(details[2 * index]) else { continue }
+                func date(_ key: String) -> Date? { Self.date(milliseconds: hash[key]) }
                 workers.append(
                     WorkerStatus(
                         id: lane, host: hash["host"], pid: hash["pid"].flatMap(Int.init), busy: hash["busy"].flatMap(Int.init),
@@ -103,16 +98,25 @@ public struct RedisQueueOverview: QueueOverview {
     static let importsShownFor: Int64 = 86_400
     static let importsShown = 20
 
-    /// An import's progress from its hash (nil when it expired between the two reads).
-    static func importRun(_ id: UUID, _ reply: RedisValue) -> ImportRun? {
+    /// An `HGETALL` reply as a dictionary of its text fields; nil for a missing (expired) hash.
+    static func hash(_ reply: RedisValue) -> [String: String]? {
         let fields = reply.array ?? []
         guard !fields.isEmpty else { return nil }
         var hash: [String: String] = [:]
         for pair in stride(from: 0, to: fields.count - 1, by: 2) {
             if let key = fields[pair].string, let value = fields[pair + 1].string { hash[key] = value }
         }
+        return hash
+    }
+
+    /// A time stored as Unix milliseconds.
+    static func date(milliseconds text: String?) -> Date? { text.flatMap(Double.init).map { Date(timeIntervalSince1970: $0 / 1000) } }
+
+    /// An import's progress from its hash (nil when it expired between the two reads).
+    static func importRun(_ id: UUID, _ reply: RedisValue) -> ImportRun? {
+        guard let hash = hash(reply) else { return nil }
         func count(_ key: String) -> Int { hash[key].flatMap(Int.init) ?? 0 }
-        func date(_ key: String) -> Date? { hash[key].flatMap(Double.init).map { Date(timeIntervalSince1970: $0 / 1000) } }
+        func date(_ key: String) -> Date? { Self.date(milliseconds: hash[key]) }
         return ImportRun(
             id: id, appID: hash["app"].flatMap(UUID.init(uuidString:)), startedAt: date("started_ms"), updatedAt: date("updated_ms"),
             queued: count("queued"), duplicates: count("duplicates"), invalid: count("invalid"), stored: count("stored"),
