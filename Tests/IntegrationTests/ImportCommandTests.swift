@@ -1,6 +1,5 @@
 import Foundation
 import Libpq
-import MockAppStore
 import ReceiptCore
 import ReceiptSignature
 import ReceiptTesting
@@ -182,13 +181,10 @@ struct ImportCommandTests {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("rq-import-\(UUID().uuidString.prefix(8))")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: directory) }
-        let authority = try TestSystem.sharedJWSAuthority.get()
         var ids: [String] = []
         var rows = ["user_identifier,signed_transaction,transaction_id,environment"]
         for index in 0..<4 {
-            let transaction = try ReceiptForger.signedTransaction(
-                bundleID: system.app.bundleID, productID: "com.example.yearly", days: 365, environment: "Sandbox", authority: authority)
-            system.mock.state.serverAPI.add(transactions: [transaction.payload], environment: .sandbox)
+            let transaction = try system.signedTransaction()
             let id = try #require(transaction.payload["transactionId"]?.stringValue)
             ids.append(id)
             // Half signed, half by id (the environment given), as an old system may have kept either.

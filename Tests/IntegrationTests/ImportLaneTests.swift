@@ -29,17 +29,12 @@ struct ImportLaneTests {
     func transactionsBatch() async throws {
         let system = try await TestSystem.start()
         defer { Task { await system.stop() } }
-        let authority = try TestSystem.sharedJWSAuthority.get()
         var signed: [(jws: String, id: String)] = []
         for _ in 0..<2 {
-            let transaction = try ReceiptForger.signedTransaction(
-                bundleID: system.app.bundleID, productID: "com.example.yearly", days: 365, environment: "Sandbox", authority: authority)
-            system.mock.state.serverAPI.add(transactions: [transaction.payload], environment: .sandbox)
+            let transaction = try system.signedTransaction()
             signed.append((transaction.jws, try #require(transaction.payload["transactionId"]?.stringValue)))
         }
-        let byID = try ReceiptForger.signedTransaction(
-            bundleID: system.app.bundleID, productID: "com.example.lifetime", days: nil, environment: "Sandbox", authority: authority)
-        system.mock.state.serverAPI.add(transactions: [byID.payload], environment: .sandbox)
+        let byID = try system.signedTransaction(product: "com.example.lifetime", days: nil)
         let bareID = try #require(byID.payload["transactionId"]?.stringValue)
         let (forged, _) = try ReceiptForger.signedTransaction(
             bundleID: system.app.bundleID, productID: "p", authority: try MockAppleJWSAuthority.generate())

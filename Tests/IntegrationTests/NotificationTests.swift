@@ -34,10 +34,7 @@ struct NotificationTests {
     func purchase(
         _ system: TestSystem, user: String, product: String = "com.example.lifetime", days: Double? = nil
     ) async throws -> String {
-        let (jws, payload) = try ReceiptForger.signedTransaction(
-            bundleID: system.app.bundleID, productID: product, days: days, environment: "Sandbox",
-            authority: try TestSystem.sharedJWSAuthority.get())
-        system.mock.state.serverAPI.add(transactions: [payload], environment: .sandbox)
+        let (jws, payload) = try system.signedTransaction(product: product, days: days)
         let body = JSONValue.object(["signed_transaction": .string(jws), "user_identifier": .string(user)]).encodedText
         let (status, _) = try await system.post(body, path: "/client/transactions")
         #expect(status == 200)

@@ -445,23 +445,7 @@ func spawn(_ arguments: [String], log: String? = nil) throws -> pid_t {
     guard closeFrom(&actions, 3) == 0, changeDirectory(&actions, "/") == 0 else {
         throw RestartTestError("posix_spawn file actions failed")
     }
-    var attributes = posix_spawnattr_t()
-    posix_spawnattr_init(&attributes)
-    defer { posix_spawnattr_destroy(&attributes) }
-    var noSignals = sigset_t()
-    sigemptyset(&noSignals)
-    var defaults = sigset_t()
-    sigemptyset(&defaults)
-    sigaddset(&defaults, SIGPIPE)
-    posix_spawnattr_setsigmask(&attributes, &noSignals)
-    posix_spawnattr_setsigdefault(&attributes, &defaults)
-    posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
-    let argv = arguments.map { strdup($0) } + [nil]
-    defer { for argument in argv { free(argument) } }
-    var pid: pid_t = 0
-    let status = posix_spawnp(&pid, arguments[0], &actions, &attributes, argv, environ)
-    guard status == 0 else { throw RestartTestError("cannot start \(arguments[0]): error \(status)") }
-    return pid
+    return try spawnChild(arguments, environment: nil, actions: &actions)
 }
 
 // glibc has both (2.34, 2.29), but its headers hide them from Swift's Glibc module.

@@ -16,12 +16,7 @@ struct StoreKit2Tests {
     )
         throws -> (jws: String, payload: JSONValue)
     {
-        let transaction = try ReceiptForger.signedTransaction(
-            bundleID: system.app.bundleID, productID: product, days: days, environment: environment,
-            authority: try TestSystem.sharedJWSAuthority.get())
-        system.mock.state.serverAPI.add(
-            transactions: [transaction.payload], environment: environment == "Production" ? .production : .sandbox)
-        return transaction
+        try system.signedTransaction(product: product, days: days, environment: environment)
     }
 
     func body(_ fields: [String: JSONValue]) -> String {

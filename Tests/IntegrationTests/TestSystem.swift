@@ -162,6 +162,17 @@ final class TestSystem: Sendable {
         return (Data(try ReceiptForger.unified(receipt, authority: authority)).base64EncodedString(), receipt)
     }
 
+    /// A StoreKit 2 purchase of this system's app, signed by the mock's Apple-shaped chain and
+    /// known to the mock's Server API in `environment` (`Sandbox` or `Production`).
+    func signedTransaction(
+        product: String = "com.example.yearly", days: Double? = 365, environment: String = "Sandbox"
+    ) throws -> (jws: String, payload: JSONValue) {
+        let transaction = try ReceiptForger.signedTransaction(
+            bundleID: app.bundleID, productID: product, days: days, environment: environment, authority: try Self.sharedJWSAuthority.get())
+        mock.state.serverAPI.add(transactions: [transaction.payload], environment: environment == "Production" ? .production : .sandbox)
+        return transaction
+    }
+
     func post(_ body: String, token: String? = nil, contentType: String = "application/json", path: String? = nil) async throws -> (Int, JSONValue?) {
         var headers: [(name: String, value: String)] = [(name: "Content-Type", value: contentType)]
         headers.append((name: "Authorization", value: "Bearer \(token ?? self.token)"))
@@ -270,7 +281,7 @@ func runProcess(
     }
     let pid: pid_t
     do {
-        pid = try spawnChild(executable, arguments, environment: environment, actions: &actions)
+        pid = try spawnChild([executable.path] + arguments, environment: environment, actions: &actions)
         close(pipeEnds[1])
     } catch {
         close(pipeEnds[0])
@@ -294,15 +305,17 @@ func startProcess(
     posix_spawn_file_actions_addopen(&actions, 1, standardOutput?.path ?? "/dev/null", O_WRONLY | O_CREAT | O_APPEND, 0o644)
     posix_spawn_file_actions_addopen(&actions, 2, standardError?.path ?? "/dev/null", O_WRONLY | O_CREAT | O_APPEND, 0o644)
     guard let closeFrom, closeFrom(&actions, 3) == 0 else { throw RestartTestError("posix_spawn file actions failed (glibc ≥ 2.34 needed)") }
-    return SpawnedProcess(try spawnChild(executable, arguments, environment: environment, actions: &actions))
+    return SpawnedProcess(try spawnChild([executable.path] + arguments, environment: environment, actions: &actions))
 }
 
-/// Spawns `executable` with `actions`, as Foundation's `Process` would: every signal at its default
-/// disposition and none blocked (a child inherits the calling thread's mask, and libdispatch's
-/// threads block signals: a role spawned from one would never see its SIGTERM).
-private func spawnChild(
-    _ executable: URL, _ arguments: [String], environment: [String: String], actions: inout posix_spawn_file_actions_t
-) throws -> pid_t {
+/// Spawns `arguments` with `actions`, as Foundation's `Process` would: every signal at its
+/// default disposition and none blocked (a child inherits the calling thread's mask, and
+/// libdispatch's threads block signals: a role spawned from one would never see its SIGTERM).
+/// - Parameters:
+///   - arguments: the program (a path, or a name looked up on `PATH` when `environment` is nil) and
+///     its arguments.
+///   - environment: the child's environment; nil: this process's, and a `PATH` look-up.
+func spawnChild(_ arguments: [String], environment: [String: String]?, actions: inout posix_spawn_file_actions_t) throws -> pid_t {
     var attributes = posix_spawnattr_t()
     posix_spawnattr_init(&attributes)
     defer { posix_spawnattr_destroy(&attributes) }
@@ -313,13 +326,18 @@ private func spawnChild(
     posix_spawnattr_setsigmask(&attributes, &noSignals)
     posix_spawnattr_setsigdefault(&attributes, &allSignals)
     posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
-    let argv = ([executable.path] + arguments).map { strdup($0) } + [nil]
+    let argv = arguments.map { strdup($0) } + [nil]
     defer { for argument in argv { free(argument) } }
-    let envp = environment.map { strdup("\($0.key)=\($0.value)") } + [nil]
-    defer { for variable in envp { free(variable) } }
     var pid: pid_t = 0
-    let status = posix_spawn(&pid, executable.path, &actions, &attributes, argv, envp)
-    guard status == 0 else { throw RestartTestError("cannot start \(executable.path): error \(status)") }
+    let status: Int32
+    if let environment {
+        let envp = environment.map { strdup("\($0.key)=\($0.value)") } + [nil]
+        defer { for variable in envp { free(variable) } }
+        status = posix_spawn(&pid, arguments[0], &actions, &attributes, argv, envp)
+    } else {
+        status = posix_spawnp(&pid, arguments[0], &actions, &attributes, argv, environ)
+    }
+    guard status == 0 else { throw RestartTestError("cannot start \(arguments[0]): error \(status)") }
     return pid
 }
 
