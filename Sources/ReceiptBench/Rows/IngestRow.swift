@@ -153,19 +153,20 @@ enum IngestRow: BenchRow {
 
         // Apps of the same bundle id, one token each: receipt r of app a is new to the API until
         // every (receipt, app) pair has been sent, --receipts × --apps requests per run.
-        var tokens: [String] = []
         var apps: [AppRecord] = []
-        var appIDs: [UUID] = []
-        defer { if !options.has("--keep-data") { BenchApps.delete(appIDs, on: postgres, row: "ingest") } }
+        defer { if !options.has("--keep-data") { BenchApps.delete(apps.map(\.id), on: postgres, row: "ingest") } }
         let admin = AppAdmin(connection: postgres)
         let label = UUID().uuidString.prefix(8).lowercased()
-        for index in 0..<settings.apps {
-            let (app, token) = try admin.addApp(
-                name: "bench-ingest-\(label)-\(index)", bundleID: bundleID, sharedSecret: "receiptq-bench-shared-secret")
-            apps.append(app)
-            appIDs.append(app.id)
-            tokens.append(token)
+        /// `settings.apps` more apps named `bench-<series>-…`; their tokens.
+        func addApps(_ series: String) throws -> [String] {
+            try (0..<settings.apps).map { index in
+                let (app, token) = try admin.addApp(
+                    name: "bench-\(series)-\(label)-\(index)", bundleID: bundleID, sharedSecret: "receiptq-bench-shared-secret")
+                apps.append(app)
+                return token
+            }
         }
+        let tokens = try addApps("ingest")
         let token = tokens[0]
         let prefix = "{rqi-\(String(UInt32.random(in: 0...UInt32.max), radix: 16))}"
         let keys = RedisKeys(prefix: prefix)
@@ -232,13 +233,7 @@ enum IngestRow: BenchRow {
         if settings.batchItems > 0 {
             // Apps of their own: a pair the single series sent (or a warm-up's late answer took) is
             // never a batch's, so neither series is answered duplicates of the other's.
-            var batchTokens: [String] = []
-            for index in 0..<settings.apps {
-                let (app, token) = try admin.addApp(
-                    name: "bench-import-\(label)-\(index)", bundleID: bundleID, sharedSecret: "receiptq-bench-shared-secret")
-                appIDs.append(app.id)
-                batchTokens.append(token)
-            }
+            let batchTokens = try addApps("import")
             let batchTokensFile = directory.appendingPathComponent("batch-tokens.txt")
             try (batchTokens.joined(separator: "\n") + "\n").write(to: batchTokensFile, atomically: true, encoding: .utf8)
             let batches = stride(from: 0, to: bodies.count, by: settings.batchItems).map {
