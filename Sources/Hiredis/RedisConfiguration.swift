@@ -22,6 +22,9 @@ public struct RedisConfiguration: Sendable, CustomStringConvertible {
     /// the server only answers when the block time is over, and a timeout makes the connection
     /// reconnect on its next use.
     public var commandTimeout: Duration?
+    /// Redis Sentinel: when set, ``host`` and ``port`` are ignored and every connection asks the
+    /// sentinels where the primary is (and asks again after a failover).
+    public var sentinel: RedisSentinelConfiguration?
 
     /// Creates a configuration.
     ///
@@ -31,24 +34,28 @@ public struct RedisConfiguration: Sendable, CustomStringConvertible {
     ///   - password: `AUTH` password; default none.
     ///   - connectTimeout: TCP connect timeout; default 2 seconds.
     ///   - commandTimeout: Socket read/write timeout per command; default 10 seconds, `nil` for none.
+    ///   - sentinel: The sentinels that know the primary; default none (connect to `host`).
     public init(
         host: String = "127.0.0.1",
         port: Int = 6379,
         password: String? = nil,
         connectTimeout: Duration = .seconds(2),
-        commandTimeout: Duration? = .seconds(10)
+        commandTimeout: Duration? = .seconds(10),
+        sentinel: RedisSentinelConfiguration? = nil
     ) {
         self.host = host
         self.port = port
         self.password = password
         self.connectTimeout = connectTimeout
         self.commandTimeout = commandTimeout
+        self.sentinel = sentinel
     }
 
     /// A log-safe rendering: the password shows as `<redacted>`.
     public var description: String {
         let timeout = commandTimeout.map { "\($0)" } ?? "none"
-        return "RedisConfiguration(host: \(host), port: \(port), password: \(password == nil ? "none" : "<redacted>"), "
+        let address = sentinel.map { "\($0)" } ?? "host: \(host), port: \(port)"
+        return "RedisConfiguration(\(address), password: \(password == nil ? "none" : "<redacted>"), "
             + "connectTimeout: \(connectTimeout), commandTimeout: \(timeout))"
     }
 }

@@ -35,6 +35,8 @@ public final class RedisConnection: @unchecked Sendable {
     // Confined to `queue`.
     private var context: UnsafeMutablePointer<redisContext>?
     private var isClosed = false
+    /// The sentinel switch count when `context` connected; a later switch reconnects it.
+    private var connectedSwitches = 0
 
     /// Connects to Redis, blocking for at most ``RedisConfiguration/connectTimeout``, and sends
     /// `AUTH` when a password is configured.
@@ -161,6 +163,13 @@ public final class RedisConnection: @unchecked Sendable {
         try onQueue { () throws -> RedisValue? in
             guard !isClosed else { throw RedisError.from(.closed) }
             guard let context else { throw RedisError.from(.invalidArgument("not subscribed")) }
+            // A subscription on the old primary would hear nothing more: end it, so the caller
+            // subscribes again, on the new one.
+            if let sentinel = configuration.sentinel, sentinel.switches != connectedSwitches {
+                let error = RedisError.from(.notPrimary("the primary switched"))
+                dropForFailover(error)
+                throw error
+            }
             if let buffered = try bufferedReply(context) { return buffered }
             var descriptor = pollfd(fd: context.pointee.fd, events: Int16(POLLIN), revents: 0)
             let milliseconds = Int32(max(0, min(Double(Int32.max), timeout / .milliseconds(1))))
@@ -222,7 +231,9 @@ public final class RedisConnection: @unchecked Sendable {
             return Self.convert(raw)
         }
         if case .error(let message) = value {
-            throw RedisError.from(.reply(message, arguments: arguments, connecting: false))
+            let error = RedisError.from(.reply(message, arguments: arguments, connecting: false))
+            if error.code == .failover { dropForFailover(error) }
+            throw error
         }
         return value
     }
@@ -242,6 +253,7 @@ public final class RedisConnection: @unchecked Sendable {
             }
             var replies: [RedisValue] = []
             replies.reserveCapacity(commands.count)
+            var failover: RedisError?
             for arguments in commands {
                 var raw: UnsafeMutableRawPointer?
                 guard redisGetReply(context, &raw) == REDIS_OK, let reply = raw else {
@@ -252,9 +264,18 @@ public final class RedisConnection: @unchecked Sendable {
                 let value = Self.convert(reply)
                 if case .error(let message) = value {
                     replies.append(.error(RedisError.scrub(message, arguments: arguments)))
+                    if failover == nil, RedisError.isFailoverReply(message) {
+                        failover = RedisError.from(.reply(message, arguments: arguments, connecting: false))
+                    }
                 } else {
                     replies.append(value)
                 }
+            }
+            // Every reply is read, so the context is in step, but its server takes no writes: the
+            // pipeline failed as a whole (some commands may have run), as after an I/O error.
+            if let failover {
+                dropForFailover(failover)
+                throw failover
             }
             return replies
         }
@@ -264,18 +285,89 @@ public final class RedisConnection: @unchecked Sendable {
     /// connection, or after a failure freed the previous context. One attempt per call.
     private func connectedContext() throws -> UnsafeMutablePointer<redisContext> {
         guard !isClosed else { throw RedisError.from(.closed) }
-        if let context { return context }
+        if let context {
+            guard let sentinel = configuration.sentinel, sentinel.switches != connectedSwitches else { return context }
+            logger.info("Redis primary switched; connecting to the new one")
+            dropContext()
+        }
         let context = try withSIGPIPEBlocked { try connect() }
         self.context = context
-        logger.debug("Redis connected", metadata: ["redis.host": "\(configuration.host)", "redis.port": "\(configuration.port)"])
         return context
     }
 
+    /// A failover reply (or switch): the next call asks the sentinels (or the one address) again.
+    private func dropForFailover(_ error: RedisError) {
+        logger.info("Redis server is not a writable primary; connecting again on the next call", error: error)
+        dropContext()
+    }
+
     private func connect() throws -> UnsafeMutablePointer<redisContext> {
-        guard let port = Int32(exactly: configuration.port), (1...65535).contains(port) else {
-            throw RedisError.from(.invalidConfiguration("invalid port \(configuration.port)"))
+        guard let sentinel = configuration.sentinel else {
+            let context = try open(host: configuration.host, port: configuration.port)
+            logger.debug("Redis connected", metadata: ["redis.host": "\(configuration.host)", "redis.port": "\(configuration.port)"])
+            return context
         }
-        let connected = configuration.host.withCString { host in
+        // Read before asking: a switch announced while this connects makes the next call ask again.
+        let switches = sentinel.switches
+        sentinel.topology.watch(sentinel, connectTimeout: configuration.connectTimeout, logger: logger)
+        var reasons: [String] = []
+        for endpoint in sentinel.sentinels {
+            let asking = SentinelQuery.connection(
+                to: endpoint, password: sentinel.password, connectTimeout: configuration.connectTimeout,
+                commandTimeout: configuration.connectTimeout, logger: logger)
+            defer { asking.close() }
+            let primary: RedisSentinelConfiguration.Endpoint
+            do {
+                guard let named = try SentinelQuery.primary(on: asking, masterName: sentinel.masterName) else {
+                    reasons.append("\(endpoint): does not monitor \(sentinel.masterName)")
+                    continue
+                }
+                primary = named
+            } catch {
+                reasons.append("\(endpoint): \((error as? RedisError)?.message ?? "\(error)")")
+                continue
+            }
+            let context: UnsafeMutablePointer<redisContext>
+            do {
+                context = try open(host: primary.host, port: primary.port)
+            } catch {
+                reasons.append("primary \(primary) from \(endpoint): \((error as? RedisError)?.message ?? "\(error)")")
+                continue
+            }
+            // A sentinel that has not heard of a failover yet names the old primary, which may be
+            // back as a replica: only a server that says it is the primary will do.
+            let role = try? Self.commandOnContext(context, ["ROLE"])
+            guard case .array(let parts)? = role, parts.first?.string == "master" else {
+                redisFree(context)
+                reasons.append("\(primary) from \(endpoint) is not the primary")
+                continue
+            }
+            connectedSwitches = switches
+            sentinel.topology.found(primary)
+            logger.debug("Redis connected", metadata: ["redis.primary": "\(primary)", "redis.sentinel": "\(endpoint)"])
+            return context
+        }
+        throw RedisError.from(.invalidConfiguration("no primary for \(sentinel.masterName): \(reasons.joined(separator: "; "))"))
+    }
+
+    /// One command on a context that is not stored yet (connecting); error replies are values.
+    private static func commandOnContext(_ context: UnsafeMutablePointer<redisContext>, _ arguments: [[UInt8]]) throws -> RedisValue {
+        let raw = try withArgv(arguments) { argc, argv, lengths in redisCommandArgv(context, argc, argv, lengths) }
+        guard let raw else { throw RedisError.from(.context(context, errno: errno, connecting: true)) }
+        defer { freeReplyObject(raw) }
+        return convert(raw)
+    }
+
+    private static func commandOnContext(_ context: UnsafeMutablePointer<redisContext>, _ arguments: [String]) throws -> RedisValue {
+        try commandOnContext(context, arguments.map { Array($0.utf8) })
+    }
+
+    /// Connects to one server, sets keepalive and timeouts, and sends `AUTH`.
+    private func open(host: String, port: Int) throws -> UnsafeMutablePointer<redisContext> {
+        guard let port = Int32(exactly: port), (1...65535).contains(port) else {
+            throw RedisError.from(.invalidConfiguration("invalid port \(port)"))
+        }
+        let connected = host.withCString { host in
             // hiredis polls with a zero timeout as "give up at once", not "no timeout".
             configuration.connectTimeout > .zero
                 ? redisConnectWithTimeout(host, port, Self.makeTimeval(configuration.connectTimeout))
@@ -295,12 +387,7 @@ public final class RedisConnection: @unchecked Sendable {
             }
             if let password = configuration.password {
                 let arguments = [Array("AUTH".utf8), Array(password.utf8)]
-                let raw = try Self.withArgv(arguments) { argc, argv, lengths in
-                    redisCommandArgv(context, argc, argv, lengths)
-                }
-                guard let raw else { throw RedisError.from(.context(context, errno: errno, connecting: true)) }
-                defer { freeReplyObject(raw) }
-                if case .error(let message) = Self.convert(raw) {
+                if case .error(let message) = try Self.commandOnContext(context, arguments) {
                     throw RedisError.from(.reply(message, arguments: arguments, connecting: true))
                 }
             }

@@ -24,7 +24,7 @@ public struct RedisError: Error, CustomStringConvertible, Equatable {
     /// What kind of failure this is; bounded, so usable as a metric label.
     public struct Code: Sendable, Hashable, CustomStringConvertible {
         private enum Base: String, Sendable {
-            case connectionFailed, io, timeout, protocolError, server, closed, other
+            case connectionFailed, io, timeout, protocolError, server, failover, closed, other
         }
 
         private let base: Base
@@ -40,6 +40,11 @@ public struct RedisError: Error, CustomStringConvertible, Equatable {
         public static var protocolError: Self { Self(.protocolError) }
         /// The server answered with an error reply, such as `WRONGTYPE` or `NOSCRIPT`.
         public static var server: Self { Self(.server) }
+        /// The server is not (or no longer) a writable primary — a `READONLY`, `LOADING`,
+        /// `MASTERDOWN`, `NOREPLICAS` or `UNBLOCKED` reply, or a `+switch-master` heard by the sentinel listener:
+        /// a failover is under way. The command may or may not have run; the next call finds the
+        /// primary again.
+        public static var failover: Self { Self(.failover) }
         /// The connection or pool was closed by its owner.
         public static var closed: Self { Self(.closed) }
         /// Anything else (out of memory, invalid arguments).
@@ -76,6 +81,8 @@ public struct RedisError: Error, CustomStringConvertible, Equatable {
     public static var protocolError: Self { Self(code: .protocolError, message: "") }
     /// Any error with code ``Code/server``, for comparisons.
     public static var server: Self { Self(code: .server, message: "") }
+    /// Any error with code ``Code/failover``, for comparisons.
+    public static var failover: Self { Self(code: .failover, message: "") }
     /// Any error with code ``Code/closed``, for comparisons.
     public static var closed: Self { Self(code: .closed, message: "") }
     /// Any error with code ``Code/other``, for comparisons.
@@ -96,8 +103,21 @@ extension RedisError {
         case invalidConfiguration(String)
         /// The caller passed something hiredis cannot send.
         case invalidArgument(String)
+        /// The server answered as a replica or a server that cannot take writes now, or the
+        /// primary moved.
+        case notPrimary(String)
         /// The owner closed the connection or pool.
         case closed
+    }
+
+    /// Error replies that say the server is no writable primary (any more): a replica (`READONLY`),
+    /// one loading its data (`LOADING`), one cut off from its primary (`MASTERDOWN`), a primary that
+    /// lost its replicas and refuses writes (`NOREPLICAS`, `min-replicas-to-write`: most likely the
+    /// old side of a partition), or a blocked command released because the server became a
+    /// replica (`UNBLOCKED`).
+    static func isFailoverReply(_ message: String) -> Bool {
+        message.hasPrefix("READONLY") || message.hasPrefix("LOADING") || message.hasPrefix("MASTERDOWN") || message.hasPrefix("NOREPLICAS")
+            || message.hasPrefix("UNBLOCKED")
     }
 
     /// The one place that turns hiredis state into a ``RedisError``.
@@ -120,13 +140,16 @@ extension RedisError {
             }
         case .reply(let message, let arguments, let connecting):
             let scrubbed = scrub(message, arguments: arguments)
-            return RedisError(code: connecting ? .connectionFailed : .server, message: scrubbed)
+            if connecting { return RedisError(code: .connectionFailed, message: scrubbed) }
+            return RedisError(code: isFailoverReply(message) ? .failover : .server, message: scrubbed)
         case .allocation:
             return RedisError(code: .other, message: "hiredis could not allocate memory")
         case .invalidConfiguration(let reason):
             return RedisError(code: .connectionFailed, message: reason)
         case .invalidArgument(let reason):
             return RedisError(code: .other, message: reason)
+        case .notPrimary(let reason):
+            return RedisError(code: .failover, message: reason)
         case .closed:
             return RedisError(code: .closed, message: "connection is closed")
         }

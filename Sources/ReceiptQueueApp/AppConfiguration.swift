@@ -13,13 +13,15 @@ import WebhookClient
 /// Every setting of receiptq, read from environment variables (12-factor). Each has a default that
 /// works with `scripts/services`; the README's configuration table lists them.
 ///
-/// Secrets (`REDIS_PASSWORD`, `POSTGRES_PASSWORD`, `SOFTPHONE_NONCE_SECRET`, `DASHBOARD_PASSWORD`) are never printed:
+/// Secrets (`REDIS_PASSWORD`, `REDIS_SENTINEL_PASSWORD`, `POSTGRES_PASSWORD`, `SOFTPHONE_NONCE_SECRET`, `DASHBOARD_PASSWORD`) are never printed:
 /// `description` redacts them.
 public struct AppConfiguration: Sendable, CustomStringConvertible {
     /// `development` or `production` (`RECEIPTQ_ENV`).
     public var environment: String
     public var httpHost: String
     public var httpPort: Int
+    /// Redis: one address (`REDIS_HOSTNAME`, `REDIS_PORT`), or the primary the sentinels name
+    /// (`REDIS_SENTINELS`, `REDIS_MASTER_NAME` = `receiptq`, `REDIS_SENTINEL_PASSWORD`).
     public var redis: RedisConfiguration
     /// Replicas that must hold each intake pipeline's jobs before the API answers 2xx
     /// (`REDIS_MIN_REPLICAS_ACK`, 0: none), and how long it waits for them
@@ -128,6 +130,14 @@ public struct AppConfiguration: Sendable, CustomStringConvertible {
             password: environment["REDIS_PASSWORD"].flatMap { $0.isEmpty ? nil : $0 },
             connectTimeout: .milliseconds(try int("REDIS_CONNECT_TIMEOUT_MS", 2000, range: 1...600_000)),
             commandTimeout: .seconds(10))
+        if let text = environment["REDIS_SENTINELS"], !text.isEmpty {
+            guard let sentinels = RedisSentinelConfiguration.Endpoint.list(text) else {
+                throw ConfigurationError(variable: "REDIS_SENTINELS", reason: "must be host:port[,host:port…] with ports in 1...65535")
+            }
+            redis.sentinel = RedisSentinelConfiguration(
+                sentinels: sentinels, masterName: string("REDIS_MASTER_NAME", "receiptq"),
+                password: environment["REDIS_SENTINEL_PASSWORD"].flatMap { $0.isEmpty ? nil : $0 })
+        }
         keys = RedisKeys(prefix: string("REDIS_KEY_PREFIX", "{rq}"))
         redisMinReplicasAck = try int("REDIS_MIN_REPLICAS_ACK", 0, range: 0...16)
         redisReplicaAckTimeout = .milliseconds(try int("REDIS_REPLICA_ACK_TIMEOUT_MS", 1000, range: 1...60_000))

@@ -125,8 +125,9 @@ public enum ReceiptQueueApp {
         return store
     }
 
-    /// `REDIS_MIN_REPLICAS_ACK` for an intake (the API's, the notification sweep's), its
-    /// timeouts counted in `receiptq_redis_replication_timeouts_total`.
+    /// `REDIS_MIN_REPLICAS_ACK` for an enqueue a lost write would lose (the API's and the
+    /// notification sweep's intakes, the re-poll and webhook enqueues), its timeouts counted in
+    /// `receiptq_redis_replication_timeouts_total`.
     static func replicaAcknowledgement(_ configuration: AppConfiguration, metrics: any MetricsFactory) -> ReplicaAcknowledgement {
         let timeouts = Counter(label: "receiptq_redis_replication_timeouts_total", factory: metrics)
         return ReplicaAcknowledgement(
@@ -242,7 +243,8 @@ public enum ReceiptQueueApp {
                     connection: try PostgresConnection(configuration: configuration.postgres, label: "scheduler", logger: logger), apps: onlyApps)
                 let queue = RedisRepollQueue(
                     connection: try RedisConnection(configuration: configuration.redis, label: "scheduler-repoll", logger: logger),
-                    keys: configuration.keys, ratePerSecond: configuration.repollRatePerSecond)
+                    keys: configuration.keys, ratePerSecond: configuration.repollRatePerSecond,
+                    replication: replicaAcknowledgement(configuration, metrics: metrics))
                 return (schedule, queue)
             }, now: now, metrics: metrics, logger: logger)
     }
@@ -260,7 +262,7 @@ public enum ReceiptQueueApp {
                     apps: onlyApps)
                 let queue = RedisWebhookQueue(
                     connection: try RedisConnection(configuration: configuration.redis, label: "webhook-dispatcher", logger: logger),
-                    keys: configuration.keys)
+                    keys: configuration.keys, replication: replicaAcknowledgement(configuration, metrics: metrics))
                 return (outbox, queue)
             }, metrics: metrics, logger: logger)
     }

@@ -222,17 +222,9 @@ final class PipelineBatcher: Sendable {
                 // One WAIT per pipeline, not per request: it covers every write this connection made.
                 if let replication { commands.append(replication.command) }
                 let replies = try connection.pipeline(bytes: commands)
-                if let replication {
-                    let acknowledged = replies.last?.int ?? 0
-                    guard acknowledged >= replication.replicas else {
-                        // The primary has the jobs, the replicas may not: a failover now could lose
-                        // them, so nothing is acknowledged. The clients' retries are idempotent.
-                        replication.onTimeout()
-                        throw RedisQueueError(
-                            code: "replication_timeout",
-                            message: "\(acknowledged) of \(replication.replicas) replicas acknowledged within \(replication.timeout)")
-                    }
-                }
+                // The primary has the jobs, the replicas may not: a failover now could lose them, so
+                // nothing is acknowledged. The clients' retries are idempotent.
+                try replication?.check(replies.last)
                 for (pending, reply) in zip(batch, replies) { pending.continuation.resume(returning: reply) }
             } catch {
                 // The connection broke mid-pipeline: each command may or may not have run. The
@@ -361,27 +353,5 @@ final class ResultListener: @unchecked Sendable {
             let id = UUID(uuidString: String(decoding: payload.prefix(36), as: UTF8.self))
         else { return }
         resume(id, with: payload.count > 37 ? Array(payload.dropFirst(37)) : nil)
-    }
-}
-
-/// Replicas that must hold a write before the API acknowledges it (`WAIT`), so that a failover to
-/// one of them loses no receipt a client was told is stored.
-public struct ReplicaAcknowledgement: Sendable {
-    /// `REDIS_MIN_REPLICAS_ACK`: 0 sends no `WAIT`.
-    public var replicas: Int
-    /// How long one pipeline waits for them before its requests answer 503.
-    public var timeout: Duration
-    /// Called on each pipeline whose replicas did not acknowledge in time (a metric).
-    public var onTimeout: @Sendable () -> Void
-
-    /// Creates the requirement.
-    public init(replicas: Int, timeout: Duration, onTimeout: @escaping @Sendable () -> Void = {}) {
-        self.replicas = max(0, replicas)
-        self.timeout = timeout
-        self.onTimeout = onTimeout
-    }
-
-    var command: [[UInt8]] {
-        ["WAIT", String(replicas), String(max(1, Int(timeout.seconds * 1000)))].map { Array($0.utf8) }
     }
 }

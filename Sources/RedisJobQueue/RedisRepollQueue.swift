@@ -46,6 +46,7 @@ public final class RedisRepollQueue: RepollQueue {
     private let ratePerSecond: Double
     private let burst: Int
     private let markerTTL: Duration
+    private let replication: ReplicaAcknowledgement?
     private var budget = ScriptRunner(source: RedisRepollQueue.budgetScript)
     private var enqueuer = ScriptRunner(source: RedisRepollQueue.enqueueScript)
 
@@ -54,14 +55,18 @@ public final class RedisRepollQueue: RepollQueue {
     ///   - ratePerSecond: re-polls per second across every replica (`REPOLL_RATE_PER_SECOND`).
     ///   - burst: the most re-polls taken at once after an idle spell (default: one second's worth).
     ///   - markerTTL: how long a queued poll is remembered; longer than a scheduler's transaction can take.
+    ///   - replication: replicas that must hold each enqueue before its subscriptions advance (a
+    ///     lost job would otherwise wait out the claim's lease).
     public init(
-        connection: RedisConnection, keys: RedisKeys, ratePerSecond: Double, burst: Int? = nil, markerTTL: Duration = .seconds(86_400)
+        connection: RedisConnection, keys: RedisKeys, ratePerSecond: Double, burst: Int? = nil, markerTTL: Duration = .seconds(86_400),
+        replication: ReplicaAcknowledgement? = nil
     ) {
         self.connection = connection
         self.keys = keys
         self.ratePerSecond = max(0, ratePerSecond)
         self.burst = max(1, burst ?? Int(ratePerSecond.rounded(.up)))
         self.markerTTL = markerTTL
+        self.replication = replication
     }
 
     public func acquire(_ wanted: Int, now: Date) throws -> Int {
@@ -81,6 +86,8 @@ public final class RedisRepollQueue: RepollQueue {
         let arguments: [[UInt8]] =
             ([keys.queue(JobKind.repoll.rawValue)] + markers).map(bytes) + [bytes(String(Int(markerTTL.seconds)))]
             + targeted.map { job, _ in job.encoded() }
-        return try enqueuer.run(on: connection, keyCount: markers.count + 1, arguments: arguments).int ?? 0
+        let queued = try enqueuer.run(on: connection, keyCount: markers.count + 1, arguments: arguments).int ?? 0
+        try replication?.confirm(on: connection)
+        return queued
     }
 }

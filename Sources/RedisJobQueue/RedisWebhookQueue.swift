@@ -20,15 +20,22 @@ public final class RedisWebhookQueue: WebhookQueue {
     private let connection: RedisConnection
     private let keys: RedisKeys
     private let markerTTL: Duration
+    private let replication: ReplicaAcknowledgement?
     private var enqueuer = ScriptRunner(source: RedisWebhookQueue.enqueueScript)
 
     /// Creates the queue on the dispatcher's own connection.
-    /// - Parameter markerTTL: how long a queued delivery is remembered (default 4 days: longer than
-    ///   the 3-day retry budget).
-    public init(connection: RedisConnection, keys: RedisKeys, markerTTL: Duration = .seconds(4 * 86_400)) {
+    /// - Parameters:
+    ///   - markerTTL: how long a queued delivery is remembered (default 4 days: longer than the
+    ///     3-day retry budget).
+    ///   - replication: replicas that must hold each enqueue before the outbox marks its
+    ///     deliveries queued (a lost job would otherwise never be delivered).
+    public init(
+        connection: RedisConnection, keys: RedisKeys, markerTTL: Duration = .seconds(4 * 86_400), replication: ReplicaAcknowledgement? = nil
+    ) {
         self.connection = connection
         self.keys = keys
         self.markerTTL = markerTTL
+        self.replication = replication
     }
 
     public func enqueue(_ dispatches: [WebhookDispatch], at date: Date) throws {
@@ -38,5 +45,6 @@ public final class RedisWebhookQueue: WebhookQueue {
             ([keys.queue(JobKind.webhook.rawValue)] + markers).map(bytes) + [bytes(String(Int(markerTTL.seconds)))]
             + dispatches.map { $0.job(id: JobID.make(at: date), at: date).encoded() }
         _ = try enqueuer.run(on: connection, keyCount: markers.count + 1, arguments: arguments)
+        try replication?.confirm(on: connection)
     }
 }

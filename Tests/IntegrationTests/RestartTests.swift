@@ -507,10 +507,15 @@ final class ThrowawayRedis: @unchecked Sendable {
     private var pid: pid_t?
     /// More `redis-server` arguments (e.g. `--replicaof`).
     private let extraArguments: [String]
+    /// A sentinel's `sentinel.conf` lines (its `port` and `dir` added): the server runs as a sentinel.
+    private let sentinelConfiguration: [String]?
 
-    /// - Parameter extraArguments: more `redis-server` arguments, e.g. `["--replicaof", "127.0.0.1", "6379"]`.
-    init(extraArguments: [String] = []) throws {
+    /// - Parameters:
+    ///   - extraArguments: more `redis-server` arguments, e.g. `["--replicaof", "127.0.0.1", "6379"]`.
+    ///   - sentinelConfiguration: `sentinel …` lines: start a Redis Sentinel with them instead.
+    init(extraArguments: [String] = [], sentinelConfiguration: [String]? = nil) throws {
         self.extraArguments = extraArguments
+        self.sentinelConfiguration = sentinelConfiguration
         directory = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("receiptq-redis-\(UUID().uuidString.prefix(8))")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         var lastError: (any Error)?
@@ -535,11 +540,20 @@ final class ThrowawayRedis: @unchecked Sendable {
     /// Starts the server (on the same port and dir as before) and waits until it answers PING,
     /// which it does only once the AOF is loaded.
     func start() throws {
-        let pid = try spawn(
-            [
-                "redis-server", "--port", String(port), "--bind", "127.0.0.1", "--dir", directory.path, "--appendonly", "yes",
-                "--appendfsync", "everysec", "--save", "", "--daemonize", "no", "--logfile", log.path,
-            ] + extraArguments)
+        var arguments = [
+            "redis-server", "--port", String(port), "--bind", "127.0.0.1", "--dir", directory.path, "--appendonly", "yes",
+            "--appendfsync", "everysec", "--save", "", "--daemonize", "no", "--logfile", log.path,
+        ]
+        if let sentinelConfiguration {
+            // A sentinel rewrites its configuration file (what it learnt of replicas and peers).
+            let file = directory.appendingPathComponent("sentinel.conf")
+            let lines = [
+                "port \(port)", "bind 127.0.0.1", "daemonize no", "dir \(directory.path)", "logfile \(log.path)",
+            ]
+            try (lines + sentinelConfiguration).joined(separator: "\n").appending("\n").write(to: file, atomically: true, encoding: .utf8)
+            arguments = ["redis-server", file.path, "--sentinel"]
+        }
+        let pid = try spawn(arguments + extraArguments)
         lock.withLock { self.pid = pid }
         let connection = RedisConfiguration(host: "127.0.0.1", port: port, connectTimeout: .milliseconds(500), commandTimeout: .seconds(2))
         let deadline = Date().addingTimeInterval(15)
