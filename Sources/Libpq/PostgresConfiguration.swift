@@ -23,6 +23,14 @@ public struct PostgresConfiguration: Sendable, CustomStringConvertible {
     public var connectTimeoutSeconds: Int
     /// Shown in `pg_stat_activity.application_name`.
     public var applicationName: String
+    /// More servers to try after ``host``/``port``, in order: a primary and its standbys, whichever
+    /// is the primary now. libpq connects to the first that answers and suits
+    /// ``targetSessionAttributes``, so a connection that breaks in a failover reconnects to the
+    /// promoted standby.
+    public var otherHosts: [(host: String, port: Int)]
+    /// libpq's `target_session_attrs`: nil sends `read-write` when there are ``otherHosts`` (a
+    /// standby, which takes no writes, is skipped) and nothing otherwise.
+    public var targetSessionAttributes: String?
 
     /// Creates a configuration.
     ///
@@ -34,6 +42,8 @@ public struct PostgresConfiguration: Sendable, CustomStringConvertible {
     ///   - database: Database name.
     ///   - connectTimeoutSeconds: Connect timeout in seconds; default 5.
     ///   - applicationName: `application_name`; default `receiptq`.
+    ///   - otherHosts: More servers to try, in order (failover); default none.
+    ///   - targetSessionAttributes: `target_session_attrs`; default `read-write` with other hosts.
     public init(
         host: String = "127.0.0.1",
         port: Int = 5432,
@@ -41,8 +51,12 @@ public struct PostgresConfiguration: Sendable, CustomStringConvertible {
         password: String? = nil,
         database: String,
         connectTimeoutSeconds: Int = 5,
-        applicationName: String = "receiptq"
+        applicationName: String = "receiptq",
+        otherHosts: [(host: String, port: Int)] = [],
+        targetSessionAttributes: String? = nil
     ) {
+        self.otherHosts = otherHosts
+        self.targetSessionAttributes = targetSessionAttributes
         self.host = host
         self.port = port
         self.user = user
@@ -52,17 +66,22 @@ public struct PostgresConfiguration: Sendable, CustomStringConvertible {
         self.applicationName = applicationName
     }
 
+    /// Every host, comma-separated, as libpq (and `psql -h`) takes them.
+    public var hostList: String { ([host] + otherHosts.map(\.host)).joined(separator: ",") }
+    /// Their ports, comma-separated in the same order.
+    public var portList: String { ([port] + otherHosts.map(\.port)).map(String.init).joined(separator: ",") }
+
     /// A log-safe rendering: the password shows as `<redacted>`.
     public var description: String {
-        "PostgresConfiguration(host: \(host), port: \(port), user: \(user), password: \(password == nil ? "none" : "<redacted>"), "
+        "PostgresConfiguration(host: \(hostList), port: \(portList), user: \(user), password: \(password == nil ? "none" : "<redacted>"), "
             + "database: \(database), connectTimeoutSeconds: \(connectTimeoutSeconds), applicationName: \(applicationName))"
     }
 
     /// The libpq connection keywords and values, in `PQconnectdbParams` order.
     var connectionParameters: [(keyword: String, value: String)] {
         var parameters: [(keyword: String, value: String)] = [
-            ("host", host),
-            ("port", String(port)),
+            ("host", hostList),
+            ("port", portList),
             ("user", user),
             ("dbname", database),
             ("connect_timeout", String(connectTimeoutSeconds)),
@@ -70,6 +89,9 @@ public struct PostgresConfiguration: Sendable, CustomStringConvertible {
             // Text-format results are decoded as UTF-8, whatever the server's default is.
             ("client_encoding", "UTF8"),
         ]
+        if let attributes = targetSessionAttributes ?? (otherHosts.isEmpty ? nil : "read-write") {
+            parameters.append(("target_session_attrs", attributes))
+        }
         if let password { parameters.append(("password", password)) }
         return parameters
     }

@@ -138,7 +138,7 @@ struct All: AsyncParsableCommand {
 
                 And see the row in Postgres:
 
-                    psql -h \(configuration.postgres.host) -p \(configuration.postgres.port) -U \(configuration.postgres.user) \(configuration.postgres.database) -c 'SELECT id, status, environment, bundle_id FROM receipts ORDER BY created_at DESC LIMIT 5'
+                    psql -h \(configuration.postgres.hostList) -p \(configuration.postgres.portList) -U \(configuration.postgres.user) \(configuration.postgres.database) -c 'SELECT id, status, environment, bundle_id FROM receipts ORDER BY created_at DESC LIMIT 5'
 
                 Ctrl-C stops everything (gracefully).
 

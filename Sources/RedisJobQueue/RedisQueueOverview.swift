@@ -51,6 +51,7 @@ public struct RedisQueueOverview: QueueOverview {
                         "ZREVRANGEBYSCORE", keys.importRuns, "+inf", String(milliseconds(now) - Self.importsShownFor * 1000), "LIMIT", "0",
                         String(Self.importsShown),
                     ],
+                    ["INFO", "replication"],
                 ] + minutes.map { ["HGETALL", keys.activity(minute: $0)] })
             let circuit = Self.circuit(counts[5], now: now)
             let lifecycle = (counts[6].array ?? []).map { value in
@@ -59,7 +60,7 @@ public struct RedisQueueOverview: QueueOverview {
             let verifyReceipt =
                 lifecycle.count == 3
                 ? VerifyReceiptLifecycle(goneSince: lifecycle[0], deprecation: lifecycle[1], sunset: lifecycle[2]) : VerifyReceiptLifecycle()
-            let activity = zip(minutes, counts.dropFirst(11)).map { minute, reply in
+            let activity = zip(minutes, counts.dropFirst(12)).map { minute, reply in
                 ActivityMinute(minute: RedisActivity.date(ofMinute: minute), tally: RedisActivity.tally(reply))
             }
             let lanes = (counts[4].array ?? []).compactMap(\.string).sorted()
@@ -90,7 +91,7 @@ public struct RedisQueueOverview: QueueOverview {
                 ],
                 retries: counts[2].int ?? 0,
                 dead: counts[3].int ?? 0, workers: workers, circuit: circuit, activity: activity, verifyReceipt: verifyReceipt,
-                importQueued: counts[9].int ?? 0, imports: imports)
+                importQueued: counts[9].int ?? 0, imports: imports, replication: ReplicationStatus.parse(info: counts[11].string ?? ""))
         }
     }
 

@@ -49,6 +49,9 @@ public enum MetricCatalog {
     public static let importItems = "receiptq_import_items_total"
     public static let importBudgetDeferred = "receiptq_import_budget_deferred_total"
     public static let redisReplicationTimeouts = "receiptq_redis_replication_timeouts_total"
+    public static let redisReplicas = "receiptq_redis_replicas"
+    public static let redisReplicaLagSeconds = "receiptq_redis_replica_lag_seconds"
+    public static let redisReplicaLagBytes = "receiptq_redis_replica_lag_bytes"
     public static let repollsDue = "receiptq_repolls_due"
     public static let repollsEnqueued = "receiptq_repolls_enqueued_total"
     public static let notificationsReceived = "receiptq_notifications_received_total"
@@ -110,8 +113,15 @@ public enum MetricCatalog {
         ),
         Entry(
             redisReplicationTimeouts, .counter,
-            "Intake pipelines whose writes REDIS_MIN_REPLICAS_ACK replicas did not acknowledge within REDIS_REPLICA_ACK_TIMEOUT_MS (their requests answered 503)."
+            "Intake pipelines (and re-poll or webhook enqueues) whose writes REDIS_MIN_REPLICAS_ACK replicas did not acknowledge within REDIS_REPLICA_ACK_TIMEOUT_MS (their requests answered 503; the enqueues are retried)."
         ),
+        Entry(redisReplicas, .gauge, "Replicas connected to the Redis primary and online."),
+        Entry(
+            redisReplicaLagSeconds, .gauge,
+            "The longest time since one of the Redis primary's replicas acknowledged the replication stream, in seconds."),
+        Entry(
+            redisReplicaLagBytes, .gauge,
+            "The most bytes of the Redis primary's replication stream one of its replicas has not acknowledged."),
         Entry(repollsDue, .gauge, "Subscriptions whose next poll is due and not yet queued."),
         Entry(repollsEnqueued, .counter, "Re-poll jobs queued by the schedulers."),
         Entry(

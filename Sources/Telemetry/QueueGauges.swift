@@ -2,8 +2,8 @@ import Logging
 import Metrics
 import ReceiptCore
 
-/// The gauges read from Redis at scrape time: queue depths, retries, dead letters, live workers and
-/// the outage circuit. They describe the whole deployment, whichever process exports them (the
+/// The gauges read from Redis at scrape time: queue depths, retries, dead letters, live workers,
+/// the outage circuit and the primary's replicas. They describe the whole deployment, whichever process exports them (the
 /// alerts aggregate them with `max`).
 public struct QueueGauges: Sendable {
     private let overview: any QueueOverview
@@ -14,6 +14,9 @@ public struct QueueGauges: Sendable {
     private let dead: Gauge
     private let workers: Gauge
     private let circuit: Gauge
+    private let replicas: Gauge
+    private let replicaLagSeconds: Gauge
+    private let replicaLagBytes: Gauge
 
     /// Creates the gauges.
     /// - Parameters:
@@ -32,6 +35,9 @@ public struct QueueGauges: Sendable {
         dead = Gauge(label: MetricCatalog.deadJobs, factory: factory)
         workers = Gauge(label: MetricCatalog.liveWorkers, factory: factory)
         circuit = Gauge(label: MetricCatalog.circuitState, factory: factory)
+        replicas = Gauge(label: MetricCatalog.redisReplicas, factory: factory)
+        replicaLagSeconds = Gauge(label: MetricCatalog.redisReplicaLagSeconds, factory: factory)
+        replicaLagBytes = Gauge(label: MetricCatalog.redisReplicaLagBytes, factory: factory)
     }
 
     /// Reads Redis and sets the gauges. When Redis does not answer the gauges keep their last
@@ -53,6 +59,9 @@ public struct QueueGauges: Sendable {
         // One lane per worker process: its heartbeat and processing list.
         workers.record(snapshot.workers.count)
         circuit.record(snapshot.circuit.status.metricValue)
+        replicas.record(snapshot.replication.replicas)
+        replicaLagSeconds.record(snapshot.replication.lagSeconds)
+        replicaLagBytes.record(snapshot.replication.lagBytes)
     }
 }
 

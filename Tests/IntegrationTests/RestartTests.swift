@@ -652,7 +652,13 @@ final class ThrowawayPostgres: @unchecked Sendable {
     private var log: URL { directory.appendingPathComponent("postgres.log") }
     private var commandLog: URL { directory.appendingPathComponent("commands.log") }
 
-    init() throws {
+    /// Whether this cluster began as a copy of another (a streaming standby).
+    private let isStandby: Bool
+
+    /// A new cluster, or (`standbyOf`) a streaming standby of a running one, copied with
+    /// `pg_basebackup -R`: it follows the primary until ``promote()``.
+    init(standbyOf primary: ThrowawayPostgres? = nil) throws {
+        isStandby = primary != nil
         bin = try Self.findBin()
         let isRoot = geteuid() == 0
         asServerUser = isRoot ? ["runuser", "-u", "postgres", "--"] : []
@@ -670,10 +676,18 @@ final class ThrowawayPostgres: @unchecked Sendable {
                 }
             }
             let status = try runCommand(
-                asServerUser + [
-                    "\(bin)/initdb", "-D", directory.appendingPathComponent("data").path, "-U", "postgres", "--auth=trust",
-                    "--encoding=UTF8", "--no-locale", "--no-sync",
-                ], log: directory.appendingPathComponent("initdb.log"))
+                asServerUser
+                    + (primary.map { primary in
+                        [
+                            "\(bin)/pg_basebackup", "-d", "host=127.0.0.1 port=\(primary.port) user=postgres", "-D", data, "-R", "-X", "stream", "-c",
+                            "fast",
+                            "--no-sync",
+                        ]
+                    }
+                        ?? [
+                            "\(bin)/initdb", "-D", data, "-U", "postgres", "--auth=trust", "--encoding=UTF8", "--no-locale", "--no-sync",
+                        ]),
+                log: directory.appendingPathComponent("initdb.log"))
             guard status == 0 else { throw RestartTestError("initdb failed: \(tail(directory.appendingPathComponent("initdb.log")))") }
             var lastError: (any Error)?
             for _ in 0..<3 {
@@ -717,8 +731,12 @@ final class ThrowawayPostgres: @unchecked Sendable {
             fsync = off
             full_page_writes = off
             """
+        // A standby's copy already holds the primary's settings and, from `-R`, how to reach it:
+        // appended, the later lines win.
         let status = try runCommand(
-            asServerUser + ["sh", "-c", "printf '%s\\n' \"$1\" > \"$2\"", "sh", settings, "\(data)/postgresql.auto.conf"], log: commandLog)
+            asServerUser + [
+                "sh", "-c", "printf '%s\\n' \"$1\" \(isStandby ? ">>" : ">") \"$2\"", "sh", settings, "\(data)/postgresql.auto.conf",
+            ], log: commandLog)
         guard status == 0 else { throw RestartTestError("could not write postgresql.auto.conf: \(tail(commandLog))") }
     }
 
@@ -742,6 +760,20 @@ final class ThrowawayPostgres: @unchecked Sendable {
     func stop(mode: String) throws {
         let status = try runCommand(asServerUser + ["\(bin)/pg_ctl", "-D", data, "-m", mode, "-w", "-t", "30", "stop"], log: commandLog)
         guard status == 0 else { throw RestartTestError("pg_ctl stop -m \(mode) failed: \(tail(commandLog))") }
+    }
+
+    /// `pg_ctl promote`: a standby stops following and takes writes (what Patroni does in a failover).
+    func promote() throws {
+        let status = try runCommand(asServerUser + ["\(bin)/pg_ctl", "-D", data, "-w", "-t", "30", "promote"], log: commandLog)
+        guard status == 0 else { throw RestartTestError("pg_ctl promote failed: \(tail(commandLog))\n\(tail(log))") }
+    }
+
+    /// Runs `statement` as the superuser on this server.
+    func execute(_ statement: String) throws {
+        let admin = try PostgresConnection(
+            configuration: PostgresConfiguration(host: "127.0.0.1", port: port, user: "postgres", database: "postgres"), label: "throwaway-admin")
+        defer { admin.close() }
+        try admin.execute(statement)
     }
 
     /// A login role (superuser, as `scripts/services` makes it) and its database.

@@ -372,13 +372,17 @@ public struct QueueSnapshot: Sendable, Equatable {
     public var activity: [ActivityMinute]
     /// Where Apple's `verifyReceipt` stands: gone, or the deprecation and sunset it announced.
     public var verifyReceipt: VerifyReceiptLifecycle
+    /// How the Redis primary's replicas keep up (no replicas: zeros).
+    public var replication: ReplicationStatus
 
     /// Creates a snapshot.
     public init(
         queued: [JobKind: Int], retries: Int, dead: Int, workers: [WorkerStatus],
         circuit: CircuitSnapshot = CircuitSnapshot(status: .closed), activity: [ActivityMinute] = [],
-        verifyReceipt: VerifyReceiptLifecycle = VerifyReceiptLifecycle(), importQueued: Int = 0, imports: [ImportRun] = []
+        verifyReceipt: VerifyReceiptLifecycle = VerifyReceiptLifecycle(), importQueued: Int = 0, imports: [ImportRun] = [],
+        replication: ReplicationStatus = ReplicationStatus()
     ) {
+        self.replication = replication
         self.importQueued = importQueued
         self.imports = imports
         self.verifyReceipt = verifyReceipt
@@ -388,6 +392,50 @@ public struct QueueSnapshot: Sendable, Equatable {
         self.workers = workers
         self.circuit = circuit
         self.activity = activity
+    }
+}
+
+/// The Redis primary's replicas as it reports them (`INFO replication`): what a failover now would
+/// lose, and whether `REDIS_MIN_REPLICAS_ACK` can be met.
+public struct ReplicationStatus: Sendable, Equatable {
+    /// Replicas connected and online.
+    public var replicas: Int
+    /// The longest time since one of them acknowledged, in seconds (they do every second).
+    public var lagSeconds: Int
+    /// The most bytes of the replication stream one of them has not acknowledged.
+    public var lagBytes: Int
+
+    /// Creates a status.
+    public init(replicas: Int = 0, lagSeconds: Int = 0, lagBytes: Int = 0) {
+        self.replicas = replicas
+        self.lagSeconds = lagSeconds
+        self.lagBytes = lagBytes
+    }
+
+    /// Parses the text of `INFO replication` (`slave0:ip=…,state=online,offset=…,lag=…` lines and
+    /// `master_repl_offset`); anything else (a replica's answer, an empty one) is no replicas.
+    public static func parse(info: String) -> ReplicationStatus {
+        var fields: [Substring: Substring] = [:]
+        for line in info.split(whereSeparator: \.isNewline) {
+            guard let colon = line.firstIndex(of: ":") else { continue }
+            fields[line[..<colon]] = line[line.index(after: colon)...]
+        }
+        guard fields["role"] == "master", let primaryOffset = fields["master_repl_offset"].flatMap({ Int($0) }) else {
+            return ReplicationStatus()
+        }
+        var status = ReplicationStatus()
+        for (name, value) in fields where name.hasPrefix("slave") && name.dropFirst(5).allSatisfy(\.isNumber) {
+            var replica: [Substring: Substring] = [:]
+            for pair in value.split(separator: ",") {
+                let parts = pair.split(separator: "=", maxSplits: 1)
+                if parts.count == 2 { replica[parts[0]] = parts[1] }
+            }
+            guard replica["state"] == "online", let offset = replica["offset"].flatMap({ Int($0) }) else { continue }
+            status.replicas += 1
+            status.lagSeconds = max(status.lagSeconds, replica["lag"].flatMap { Int($0) } ?? 0)
+            status.lagBytes = max(status.lagBytes, primaryOffset - offset)
+        }
+        return status
     }
 }
 

@@ -1,0 +1,58 @@
+import Hiredis
+import Libpq
+import ReceiptQueueApp
+import Testing
+
+/// The settings of a replicated deployment: Redis Sentinel and a Postgres primary with standbys.
+@Suite("Configuration: Redis Sentinel and Postgres failover hosts")
+struct HighAvailabilityConfigurationTests {
+    @Test("REDIS_SENTINELS lists the sentinels (26379 when a port is left out), REDIS_MASTER_NAME names the primary; the password never prints")
+    func sentinels() throws {
+        let configuration = try AppConfiguration(environment: [
+            "REDIS_SENTINELS": "10.0.0.5:26380, sentinel-b ,10.0.0.7:26379", "REDIS_MASTER_NAME": "payments",
+            "REDIS_SENTINEL_PASSWORD": "s3cret-sentinel",
+        ])
+        let sentinel = try #require(configuration.redis.sentinel)
+        #expect(sentinel.sentinels.map(\.description) == ["10.0.0.5:26380", "sentinel-b:26379", "10.0.0.7:26379"])
+        #expect(sentinel.masterName == "payments")
+        #expect(sentinel.password == "s3cret-sentinel")
+        #expect(!"\(configuration)".contains("s3cret"))
+        #expect("\(configuration.redis)".contains("master payments"))
+        #expect(try AppConfiguration(environment: ["REDIS_SENTINELS": "127.0.0.1:26379"]).redis.sentinel?.masterName == "receiptq")
+        #expect(try AppConfiguration(environment: [:]).redis.sentinel == nil, "one address unless sentinels are named")
+    }
+
+    @Test(
+        "A sentinel list with an empty entry or a bad port is refused, without echoing it",
+        arguments: ["a:1,,b:2", "a:0", "a:65536", "a:port", ":26379", ","])
+    func badSentinels(_ value: String) {
+        let error = #expect(throws: ConfigurationError.self) { try AppConfiguration(environment: ["REDIS_SENTINELS": value]) }
+        #expect(error?.variable == "REDIS_SENTINELS")
+    }
+
+    @Test("POSTGRES_HOSTNAME lists a primary and its standbys: one port for all or one each, target_session_attrs read-write by default")
+    func postgresHosts() throws {
+        let shared = try AppConfiguration(environment: ["POSTGRES_HOSTNAME": "pg-a, pg-b", "POSTGRES_PORT": "5432"]).postgres
+        #expect(shared.hostList == "pg-a,pg-b")
+        #expect(shared.portList == "5432,5432")
+        let each = try AppConfiguration(environment: ["POSTGRES_HOSTNAME": "pg-a,pg-b,pg-c", "POSTGRES_PORT": "5432,5433,5434"]).postgres
+        #expect(each.portList == "5432,5433,5434")
+        #expect(each.targetSessionAttributes == nil)
+        let primary = try AppConfiguration(environment: ["POSTGRES_HOSTNAME": "pg-a,pg-b", "POSTGRES_TARGET_SESSION_ATTRS": "primary"]).postgres
+        #expect(primary.targetSessionAttributes == "primary")
+        let single = try AppConfiguration(environment: [:]).postgres
+        #expect(single.otherHosts.isEmpty)
+        #expect(single.portList == "15432")
+    }
+
+    @Test(
+        "Postgres host lists that cannot be used are refused, naming the variable",
+        arguments: [
+            ["POSTGRES_HOSTNAME": "a,,b"], ["POSTGRES_HOSTNAME": "a,b,c", "POSTGRES_PORT": "1,2"], ["POSTGRES_PORT": "5432,"],
+            ["POSTGRES_PORT": "0"], ["POSTGRES_TARGET_SESSION_ATTRS": "writable"],
+        ])
+    func badPostgresHosts(_ environment: [String: String]) {
+        let error = #expect(throws: ConfigurationError.self) { try AppConfiguration(environment: environment) }
+        #expect(error.map { environment.keys.contains($0.variable) } == true)
+    }
+}
