@@ -6,7 +6,7 @@ extension IngestRow {
         runs: [[String: Any]], settings: Settings, probe: (status: Int, body: String), receipt: (der: Int, body: Int, purchases: Int),
         redisHz: Int, receiptq: String, wrk: String, profile: [String: Any]?,
         peer: (version: String, processes: Int, runs: [[String: Any]])? = nil, stages: [Stage] = [],
-        batch: (items: Int, runs: [[String: Any]])? = nil
+        batch: (items: Int, runs: [[String: Any]])? = nil, replicated: (series: ReplicatedSeries, runs: [[String: Any]])? = nil
     ) -> [String: Any] {
         func values(_ key: String) -> [Double] { runs.map { ($0[key] as? Double) ?? ($0[key] as? Int).map(Double.init) ?? .nan } }
         func med(_ key: String, places: Double = 10) -> Double { Format.json(median(values(key)), places: places) }
@@ -72,6 +72,8 @@ extension IngestRow {
             targets["batch_items_ge_3x_single"] = ["value": Format.json(ratio, places: 100), "met": ratio >= 3]
             result["targets"] = targets
         }
+        let replicatedReport = replicated.map { $0.series.summary(single: runs, runs: $0.runs) }
+        if let replicatedReport { result["replicas_ack"] = replicatedReport.json }
         let stageReport = stages.isEmpty ? nil : stageReport(stages, serverMicros: med("server_cpu_us_per_req"))
         if let stageReport { result["stages_us_per_req"] = stageReport.json }
 
@@ -157,6 +159,10 @@ extension IngestRow {
                     + "\(batchRatio >= 3 ? "met" : "not met"))"
                     + (batch.runs.allSatisfy { $0["all_2xx_queued"] as? Bool == true }
                         ? "" : "; ERRORS: fewer import jobs queued than items answered"))
+        }
+        if let replicated, let replicatedReport {
+            for (index, run) in replicated.runs.enumerated() { table.add(row("WAIT \(index + 1)", run)) }
+            table.notes.append(replicatedReport.note)
         }
         table.notes += stageReport?.lines ?? []
         print(table.render())

@@ -59,6 +59,9 @@ enum IngestRow: BenchRow {
         OptionSpec(
             name: "--batch-items", takesValue: true,
             help: "also POST the receipts in batches of this many to the batch endpoint, runs alternating (default 0 = none)"),
+        OptionSpec(
+            name: "--replicas-ack", takesValue: true,
+            help: "also run a serve with REDIS_MIN_REPLICAS_ACK of this many loopback replicas, runs alternating (default 0 = none)"),
     ]
 
     static let bundleID = "com.example.receiptq.bench"
@@ -80,6 +83,8 @@ enum IngestRow: BenchRow {
         var stageSamples = 0
         /// Receipts per batch of the bulk-import series (0: none).
         var batchItems = 0
+        /// Replicas the `WAIT` series requires (0: no such series).
+        var replicasAck = 0
     }
 
     static func run(_ options: BenchOptions) throws -> [String: Any] {
@@ -97,6 +102,7 @@ enum IngestRow: BenchRow {
         settings.peerProcesses = options.has("--no-peer") ? 0 : try options.positive("--peer-processes", default: PeerSidekiqRow.defaultProcesses)
         settings.stageSamples = Int(try number("--stage-samples", 2_000))
         settings.batchItems = min(1_000, Int(try number("--batch-items", 0)))
+        settings.replicasAck = min(4, Int(try number("--replicas-ack", 0)))
         guard settings.connections >= settings.threads else { throw BenchFailure(description: "--connections must be ≥ --threads") }
 
         let receiptq = try PipelineRow.locateReceiptq(options.extra["--receiptq"])
@@ -250,6 +256,13 @@ enum IngestRow: BenchRow {
             context.itemsPerRequest = settings.batchItems
             batch = (WrkCommand(wrk: wrk, script: batchScript.path, url: url + "/batch", settings: settings), context)
         }
+        let replicated =
+            settings.replicasAck > 0
+            ? try ReplicatedSeries(
+                replicasAck: settings.replicasAck, redis: configuration.redis, receiptq: receiptq, environment: environment,
+                tokens: try addApps("wait"), bodies: bodiesFile, settings: settings, wrk: wrk, bench: redis, postgres: postgres,
+                postmaster: postmaster, directory: directory) : nil
+        defer { replicated?.stop() }
         if settings.warmup > 0 {
             FileHandle.standardError.write(Data("ingest: warm-up (\(Format.json(settings.warmup)) s)…\n".utf8))
             _ = try wrkCommand.run(seconds: settings.warmup)
@@ -262,10 +275,15 @@ enum IngestRow: BenchRow {
                 _ = try batch.wrk.run(seconds: settings.warmup)
                 _ = try? RedisCleanup.deleteKeys(prefix: prefix, redis)
             }
+            if let replicated {
+                _ = try replicated.wrk.run(seconds: settings.warmup)
+                _ = try? RedisCleanup.deleteKeys(prefix: replicated.context.prefix, redis)
+            }
         }
         var runs: [[String: Any]] = []
         var peerRuns: [[String: Any]] = []
         var batchRuns: [[String: Any]] = []
+        var replicatedRuns: [[String: Any]] = []
         for index in 1...settings.runs {
             FileHandle.standardError.write(Data("ingest: run \(index)/\(settings.runs) (\(Format.json(settings.seconds)) s)…\n".utf8))
             runs.append(try measure(wrkCommand, seconds: settings.seconds, context: context))
@@ -278,6 +296,11 @@ enum IngestRow: BenchRow {
             if let batch {
                 FileHandle.standardError.write(Data("ingest: batch run \(index)/\(settings.runs)…\n".utf8))
                 batchRuns.append(try measure(batch.wrk, seconds: settings.seconds, context: batch.context))
+            }
+            if let replicated {
+                FileHandle.standardError.write(Data("ingest: WAIT run \(index)/\(settings.runs)…\n".utf8))
+                replicatedRuns.append(try measure(replicated.wrk, seconds: settings.seconds, context: replicated.context))
+                guard replicated.isRunning else { throw BenchFailure(description: "the WAIT series' serve or a replica exited") }
             }
         }
         var profile: [String: Any]?
@@ -295,7 +318,8 @@ enum IngestRow: BenchRow {
             runs: runs, settings: settings, probe: (probe.status, probeBody),
             receipt: (der: forged.der.count, body: body.utf8.count, purchases: forged.receipt.inApp.count), redisHz: redisHz, receiptq: receiptq.path,
             wrk: wrk, profile: profile, peer: peer.map { (version: $0.version, processes: $0.processes.count, runs: peerRuns) }, stages: stages,
-            batch: batch == nil ? nil : (items: settings.batchItems, runs: batchRuns))
+            batch: batch == nil ? nil : (items: settings.batchItems, runs: batchRuns),
+            replicated: replicated.map { ($0, replicatedRuns) })
         keepLogs = !server.isRunning
         return result
     }
