@@ -2,6 +2,7 @@ import Foundation
 import Hiredis
 import Libpq
 import ReceiptCore
+import ReceiptQueueApp
 import ReceiptTesting
 import Synchronization
 import Testing
@@ -191,5 +192,26 @@ struct RedisFailoverTests {
         #expect(stored.filter { $0.value.count != 1 }.isEmpty, "each receipt stored once")
         #expect(acknowledged.filter { $0 >= 900 }.count > 200, "receipts taken on the new primary")
         print("partition with REDIS_MIN_REPLICAS_ACK=1: \(acknowledged.count) of \(load.statuses.count) answered 2xx, \(lost.count) lost")
+    }
+
+    @Test(
+        "With passwords on the data nodes and the sentinels, receiptq finds the primary and stores a receipt; a wrong sentinel password fails the connect and is never echoed"
+    )
+    func authenticated() async throws {
+        let set = try ThrowawaySentinelSet(password: "s3cret-redis-pass")
+        defer { set.destroy() }
+        try await set.waitUntilReady()
+        let system = try await TestSystem.start(environment: set.environment)
+        defer { Task { await system.stop() } }
+        let (receipt, _) = try system.forgeReceipt()
+        let (status, resource) = try await system.post(#"{"receipt":"\#(receipt)"}"#)
+        #expect(status == 200, "\(String(describing: resource))")
+
+        var wrong = set.environment
+        wrong["REDIS_SENTINEL_PASSWORD"] = "wrong-s3cret-sentinel"
+        let configuration = try AppConfiguration(environment: wrong)
+        let error = #expect(throws: RedisError.self) { try RedisConnection(configuration: configuration.redis, label: "it-wrong") }
+        #expect(error?.code == .connectionFailed)
+        #expect(error.map { !"\($0)".contains("s3cret") } == true, "\(String(describing: error))")
     }
 }

@@ -562,11 +562,13 @@ final class ThrowawayRedis: @unchecked Sendable {
                 lock.withLock { self.pid = nil }
                 throw RestartTestError("redis-server exited: \(tail(log))")
             }
-            if let redis = try? RedisConnection(configuration: connection, label: "throwaway-ping"),
-                (try? redis.send(["PING"]).string) == "PONG"
-            {
-                redis.close()
-                return
+            if let redis = try? RedisConnection(configuration: connection, label: "throwaway-ping") {
+                defer { redis.close() }
+                do {
+                    if try redis.send(["PING"]).string == "PONG" { return }
+                } catch let error as RedisError where error.message.hasPrefix("NOAUTH") {
+                    return  // up, and wanting a password (requirepass)
+                } catch {}
             }
             usleep(50_000)
         }

@@ -13,24 +13,33 @@ final class ThrowawaySentinelSet: @unchecked Sendable {
     /// The data nodes; the first starts as the primary.
     let servers: [ThrowawayRedis]
     let sentinels: [ThrowawayRedis]
+    /// `requirepass` of the data nodes and of the sentinels (nil: none).
+    let password: String?
 
-    init() throws {
-        let primary = try ThrowawayRedis()
+    /// - Parameter password: set, every data node and sentinel requires it (`requirepass`), the
+    ///   replicas and sentinels authenticate with it.
+    init(password: String? = nil) throws {
+        self.password = password
+        let auth = password.map { ["--requirepass", $0, "--masterauth", $0] } ?? []
+        let primary = try ThrowawayRedis(extraArguments: auth)
         var servers = [primary]
         var sentinels: [ThrowawayRedis] = []
         do {
             for _ in 0..<2 {
-                servers.append(try ThrowawayRedis(extraArguments: ["--replicaof", "127.0.0.1", String(primary.port)]))
+                servers.append(try ThrowawayRedis(extraArguments: ["--replicaof", "127.0.0.1", String(primary.port)] + auth))
             }
+            let name = masterName
+            let sentinelAuth = password.map { ["requirepass \($0)", "sentinel auth-pass \(name) \($0)"] } ?? []
             for _ in 0..<3 {
                 sentinels.append(
-                    try ThrowawayRedis(sentinelConfiguration: [
-                        "sentinel resolve-hostnames no",
-                        "sentinel monitor \(masterName) 127.0.0.1 \(primary.port) 2",
-                        "sentinel down-after-milliseconds \(masterName) 1000",
-                        "sentinel failover-timeout \(masterName) 4000",
-                        "sentinel parallel-syncs \(masterName) 2",
-                    ]))
+                    try ThrowawayRedis(
+                        sentinelConfiguration: sentinelAuth + [
+                            "sentinel resolve-hostnames no",
+                            "sentinel monitor \(masterName) 127.0.0.1 \(primary.port) 2",
+                            "sentinel down-after-milliseconds \(masterName) 1000",
+                            "sentinel failover-timeout \(masterName) 4000",
+                            "sentinel parallel-syncs \(masterName) 2",
+                        ]))
             }
         } catch {
             for server in servers + sentinels { server.destroy() }
@@ -48,11 +57,16 @@ final class ThrowawaySentinelSet: @unchecked Sendable {
 
     /// receiptq's settings for this set.
     var environment: [String: String] {
-        [
+        var environment = [
             "REDIS_SENTINELS": sentinels.map { "127.0.0.1:\($0.port)" }.joined(separator: ","), "REDIS_MASTER_NAME": masterName,
             // Set so that a receiptq ignoring the sentinels would fail loudly, not find some Redis.
             "REDIS_HOSTNAME": "127.0.0.1", "REDIS_PORT": "1",
         ]
+        if let password {
+            environment["REDIS_PASSWORD"] = password
+            environment["REDIS_SENTINEL_PASSWORD"] = password
+        }
+        return environment
     }
 
     func server(port: Int) -> ThrowawayRedis? { servers.first { $0.port == port } }
@@ -60,7 +74,8 @@ final class ThrowawaySentinelSet: @unchecked Sendable {
     /// What a sentinel says of the monitored primary (`SENTINEL MASTER`), as a dictionary.
     func master(askingSentinel index: Int = 0) throws -> [String: String] {
         let connection = try RedisConnection(
-            configuration: RedisConfiguration(host: "127.0.0.1", port: sentinels[index].port, commandTimeout: .seconds(2)), label: "it-sentinel")
+            configuration: RedisConfiguration(host: "127.0.0.1", port: sentinels[index].port, password: password, commandTimeout: .seconds(2)),
+            label: "it-sentinel")
         defer { connection.close() }
         let fields = try connection.send(["SENTINEL", "MASTER", masterName]).array?.compactMap(\.string) ?? []
         return Dictionary(stride(from: 0, to: fields.count - 1, by: 2).map { (fields[$0], fields[$0 + 1]) }, uniquingKeysWith: { $1 })
@@ -105,7 +120,8 @@ final class ThrowawaySentinelSet: @unchecked Sendable {
     /// `INFO replication` of the data node on `port`.
     func replicationInfo(_ port: Int) throws -> String {
         let connection = try RedisConnection(
-            configuration: RedisConfiguration(host: "127.0.0.1", port: port, connectTimeout: .milliseconds(500), commandTimeout: .seconds(2)),
+            configuration: RedisConfiguration(
+                host: "127.0.0.1", port: port, password: password, connectTimeout: .milliseconds(500), commandTimeout: .seconds(2)),
             label: "it-replication")
         defer { connection.close() }
         return try connection.send(["INFO", "replication"]).string ?? ""
