@@ -311,6 +311,7 @@ public final class RedisConnection: @unchecked Sendable {
         let switches = sentinel.switches
         sentinel.topology.watch(sentinel, connectTimeout: configuration.connectTimeout, logger: logger)
         var reasons: [String] = []
+        var tried: Set<RedisSentinelConfiguration.Endpoint> = []
         for endpoint in sentinel.sentinels {
             let asking = SentinelQuery.connection(
                 to: endpoint, password: sentinel.password, connectTimeout: configuration.connectTimeout,
@@ -327,19 +328,22 @@ public final class RedisConnection: @unchecked Sendable {
                 reasons.append("\(endpoint): \((error as? RedisError)?.message ?? "\(error)")")
                 continue
             }
+            // Sentinels agree more often than not: a server that failed once in this attempt (a
+            // stopped primary costs a whole connect timeout) is not tried again.
+            guard !tried.contains(primary) else { continue }
+            tried.insert(primary)
             let context: UnsafeMutablePointer<redisContext>
             do {
-                context = try open(host: primary.host, port: primary.port)
+                context = try open(host: primary.host, port: primary.port) { context in
+                    // A sentinel that has not heard of a failover yet names the old primary, which
+                    // may be back as a replica: only a server that says it is the primary will do.
+                    let role = try Self.commandOnContext(context, ["ROLE"])
+                    guard case .array(let parts) = role, parts.first?.string == "master" else {
+                        throw RedisError.from(.notPrimary("not the primary"))
+                    }
+                }
             } catch {
-                reasons.append("primary \(primary) from \(endpoint): \((error as? RedisError)?.message ?? "\(error)")")
-                continue
-            }
-            // A sentinel that has not heard of a failover yet names the old primary, which may be
-            // back as a replica: only a server that says it is the primary will do.
-            let role = try? Self.commandOnContext(context, ["ROLE"])
-            guard case .array(let parts)? = role, parts.first?.string == "master" else {
-                redisFree(context)
-                reasons.append("\(primary) from \(endpoint) is not the primary")
+                reasons.append("\(primary) from \(endpoint): \((error as? RedisError)?.message ?? "\(error)")")
                 continue
             }
             connectedSwitches = switches
@@ -362,8 +366,11 @@ public final class RedisConnection: @unchecked Sendable {
         try commandOnContext(context, arguments.map { Array($0.utf8) })
     }
 
-    /// Connects to one server, sets keepalive and timeouts, and sends `AUTH`.
-    private func open(host: String, port: Int) throws -> UnsafeMutablePointer<redisContext> {
+    /// Connects to one server, sets keepalive and timeouts, sends `AUTH` and runs `check`; the
+    /// handshake has the connect timeout, the commands after it the command timeout.
+    private func open(
+        host: String, port: Int, check: (UnsafeMutablePointer<redisContext>) throws -> Void = { _ in }
+    ) throws -> UnsafeMutablePointer<redisContext> {
         guard let port = Int32(exactly: port), (1...65535).contains(port) else {
             throw RedisError.from(.invalidConfiguration("invalid port \(port)"))
         }
@@ -380,9 +387,10 @@ public final class RedisConnection: @unchecked Sendable {
                 throw RedisError.from(.context(context, errno: errno, connecting: true))
             }
             // Without keepalive a silently dropped peer (NAT, failover) blocks a BLMOVE forever.
-            guard redisEnableKeepAlive(context) == REDIS_OK,
-                redisSetTimeout(context, Self.makeTimeval(configuration.commandTimeout ?? .zero)) == REDIS_OK
-            else {
+            // A server that accepts but does not answer (stopped, partitioned) fails the handshake
+            // within the connect timeout, not a command's.
+            let handshake = configuration.connectTimeout > .zero ? configuration.connectTimeout : (configuration.commandTimeout ?? .zero)
+            guard redisEnableKeepAlive(context) == REDIS_OK, redisSetTimeout(context, Self.makeTimeval(handshake)) == REDIS_OK else {
                 throw RedisError.from(.context(context, errno: errno, connecting: true))
             }
             if let password = configuration.password {
@@ -390,6 +398,10 @@ public final class RedisConnection: @unchecked Sendable {
                 if case .error(let message) = try Self.commandOnContext(context, arguments) {
                     throw RedisError.from(.reply(message, arguments: arguments, connecting: true))
                 }
+            }
+            try check(context)
+            guard redisSetTimeout(context, Self.makeTimeval(configuration.commandTimeout ?? .zero)) == REDIS_OK else {
+                throw RedisError.from(.context(context, errno: errno, connecting: true))
             }
             return context
         } catch {
