@@ -846,10 +846,71 @@ def run(root, quiet=False):
     check_alerts(ops / "prometheus/alerts.yml", catalogue, report)
     check_dashboard(ops / "grafana/receiptq-dashboard.json", catalogue, report)
     check_kubernetes(ops / "k8s", facts, catalogue, report)
+    check_redis_kubernetes(ops / "k8s/redis-sentinel", report)
     check_systemd(ops / "systemd", facts, report)
     check_docker(ops / "docker", facts, report)
     check_redis(ops / "redis/redis.conf", report)
     return report
+
+
+def check_redis_kubernetes(directory, report):
+    """ops/k8s/redis-sentinel: its own kustomization (not part of ops/k8s), strict schemas, and the
+    references between its objects (selectors, the Secret's keys, the ConfigMap's files)."""
+    kustomization_path = directory / "kustomization.yaml"
+    docs = load_yaml_documents(kustomization_path, report)
+    listed = (docs[0] if docs else {}).get("resources") or []
+    files = sorted(p.name for p in directory.glob("*.yaml") if p.name != "kustomization.yaml")
+    for name in sorted(set(listed) ^ set(files)):
+        report.error(kustomization_path, f"{name}: listed and present must agree")
+    versions = sorted({"1.30.0", kubernetes_validate.latest_version()})
+    objects = {}
+    for name in files:
+        path = directory / name
+        for doc in load_yaml_documents(path, report):
+            objects[(doc["kind"], doc["metadata"]["name"])] = (path, doc)
+            for version in versions:
+                for problem in schema_problems(doc, version):
+                    report.error(path, problem)
+    sets = [(path, doc) for (kind, _), (path, doc) in objects.items() if kind == "StatefulSet"]
+    if not sets:
+        report.error(directory, "no StatefulSet")
+        return
+    for path, doc in sets:
+        labels = doc["spec"]["template"]["metadata"].get("labels") or {}
+        selector = doc["spec"]["selector"].get("matchLabels") or {}
+        if not selector or any(labels.get(k) != v for k, v in selector.items()):
+            report.error(path, "the StatefulSet's selector must match its pod labels")
+        if ("Service", doc["spec"].get("serviceName")) not in objects:
+            report.error(path, f"serviceName {doc['spec'].get('serviceName')} is no Service here")
+        pod = doc["spec"]["template"]["spec"]
+        for container in pod.get("initContainers", []) + pod.get("containers", []):
+            context = container.get("securityContext") or {}
+            if context.get("allowPrivilegeEscalation") is not False or not context.get("readOnlyRootFilesystem"):
+                report.error(path, f"container {container['name']}: no privilege escalation, a read-only root file system")
+            for variable in container.get("env") or []:
+                ref = (variable.get("valueFrom") or {}).get("secretKeyRef")
+                if ref:
+                    secret = objects.get(("Secret", ref["name"]))
+                    if not secret or ref["key"] not in (secret[1].get("stringData") or {}):
+                        report.error(path, f"container {container['name']}: Secret {ref['name']} has no key {ref['key']}")
+        for volume in pod.get("volumes") or []:
+            name = (volume.get("configMap") or {}).get("name")
+            if name and ("ConfigMap", name) not in objects:
+                report.error(path, f"volume {volume['name']}: ConfigMap {name} is not here")
+        for kind in ("Service", "PodDisruptionBudget"):
+            for (k, name), (other, obj) in objects.items():
+                if k != kind:
+                    continue
+                chosen = obj["spec"].get("selector") or {}
+                chosen = chosen.get("matchLabels", chosen)
+                if not chosen or any(labels.get(key) != value for key, value in chosen.items()):
+                    report.error(other, f"{kind} {name}: its selector matches no pod of the StatefulSet")
+    for (kind, name), (path, doc) in objects.items():
+        if kind == "Secret":
+            for key, value in (doc.get("stringData") or {}).items():
+                if value != "REPLACE_ME":
+                    report.error(path, f"Secret {name}: {key} must be the placeholder REPLACE_ME (never commit a secret)")
+    report.ok(f"ops/k8s/redis-sentinel: {len(objects)} objects (Kubernetes {', '.join(versions)} schemas, strict), references")
 
 
 def check_rendered(root, rendered):
