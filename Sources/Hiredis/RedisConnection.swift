@@ -23,7 +23,11 @@ import Darwin
 ///
 /// After an I/O error, timeout or protocol error the hiredis context is unusable: it is freed, the
 /// call throws, and the next call reconnects (and re-`AUTH`s) once before sending. A Redis restart
-/// therefore costs one failed call, not a dead connection.
+/// therefore costs one failed call, not a dead connection. A reply saying the server takes no
+/// writes (`READONLY`, `LOADING`, `MASTERDOWN`, `NOREPLICAS`, `UNBLOCKED`) throws
+/// ``RedisError/Code/failover`` and reconnects the same way; with
+/// ``RedisConfiguration/sentinel`` every (re)connect asks the sentinels where the primary is, and a
+/// `+switch-master` they announce reconnects the connection before its next command.
 ///
 /// `@unchecked Sendable` is sound because every access to the hiredis context and the mutable
 /// state below happens on `queue`, a private serial queue; hiredis itself is not thread-safe.

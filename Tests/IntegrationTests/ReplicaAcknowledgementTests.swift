@@ -93,4 +93,28 @@ struct ReplicaAcknowledgementTests {
         #expect(batchStatus == 503)
         #expect(answer?["items"]?.arrayValue?.first?["status"]?.intValue == 503)
     }
+
+    @Test("A replica's READONLY is a failover error, for one command and for a pipeline (after reading every reply); the connection then works again")
+    func readOnlyReplicaIsAFailover() async throws {
+        let primary = try ThrowawayRedis()
+        defer { primary.destroy() }
+        let replica = try ThrowawayRedis(extraArguments: ["--replicaof", "127.0.0.1", String(primary.port)])
+        defer { replica.destroy() }
+        #expect(try await waitForReplication(primary: primary, replica: replica))
+        let connection = try RedisConnection(configuration: RedisConfiguration(host: "127.0.0.1", port: replica.port), label: "it-readonly")
+        defer { connection.close() }
+        let single = #expect(throws: RedisError.self) { try connection.send(["SET", "it-readonly-key", "s3cret-value"]) }
+        #expect(single?.code == .failover)
+        #expect(single.map { !"\($0)".contains("s3cret") } == true)
+        // Reads in the same pipeline ran, but it fails whole: its writes did not.
+        let pipelined = #expect(throws: RedisError.self) {
+            try connection.pipeline([["GET", "it-readonly-key"], ["LPUSH", "it-readonly-list", "x"], ["PING"]])
+        }
+        #expect(pipelined?.code == .failover)
+        // The context was dropped and is made again: the next command is answered.
+        #expect(try connection.send(["PING"]).string == "PONG")
+        // A server error that is no failover stays one.
+        let wrongType = #expect(throws: RedisError.self) { try connection.send(["INCR", "it-no-such-command-x", "extra"]) }
+        #expect(wrongType?.code == .server)
+    }
 }

@@ -42,7 +42,7 @@ COUNTER_FUNCTIONS = {"rate", "irate", "increase", "resets"}
 GAUGE_FUNCTIONS = {"delta", "idelta", "deriv", "predict_linear", "double_exponential_smoothing", "holt_winters"}
 # Grafana's built-in interval variables, replaced before parsing.
 GRAFANA_INTERVALS = ("$__rate_interval", "${__rate_interval}", "$__interval", "${__interval}", "$__range", "${__range}")
-SECRET_VARIABLES = {"REDIS_PASSWORD", "POSTGRES_PASSWORD", "DASHBOARD_PASSWORD", "DASHBOARD_SESSION_SECRET", "SOFTPHONE_NONCE_SECRET"}
+SECRET_VARIABLES = {"REDIS_PASSWORD", "REDIS_SENTINEL_PASSWORD", "POSTGRES_PASSWORD", "DASHBOARD_PASSWORD", "DASHBOARD_SESSION_SECRET", "SOFTPHONE_NONCE_SECRET"}
 # Read outside AppConfiguration: the CLI's `dlq` (RECEIPTQ_ADMIN_URL), the metrics endpoint (to come).
 EXTRA_VARIABLES = {"RECEIPTQ_ADMIN_URL", "METRICS_PORT"}
 ROLES = {"serve", "work", "schedule", "migrate"}
