@@ -310,66 +310,6 @@ public struct AdminPages: Sendable {
         ]
     }
 
-    private func overviewPage(_ user: Operator, _ session: AdminSessions.Session) async throws -> Response {
-        let snapshot = try await overview.snapshot()
-        let at = now()
-        var values = base(user, session, counts: (snapshot.dead, snapshot.retries))
-        values["overviewCurrent"] = true
-        values["asOf"] = Self.utc(at)
-        values["queueValidate"] = snapshot.queued[.validate, default: 0]
-        values["queueRepoll"] = snapshot.queued[.repoll, default: 0]
-        values["queueNotification"] = snapshot.queued[.notification, default: 0]
-        values["queueWebhook"] = snapshot.queued[.webhook, default: 0]
-        values["queueImport"] = snapshot.importQueued
-        let known = snapshot.imports.isEmpty ? [] : ((try? await apps()) ?? [])
-        values.merge(Self.importValues(snapshot.imports, apps: known, now: at)) { _, new in new }
-        // Postgres being down must not take the overview (a Redis page) with it.
-        if let webhooks, let paused = try? await webhooks.endpoints(appID: nil).filter({ $0.pausedAt != nil }), !paused.isEmpty {
-            values["pausedEndpoints"] =
-                paused.count == 1
-                ? "A webhook endpoint (\(paused[0].url)) is paused: its events wait until it is resumed."
-                : "\(paused.count) webhook endpoints are paused: their events wait until they are resumed."
-        }
-        if notifications != nil {
-            values["hasNotificationLog"] = true
-            let counts = await notificationCounts(since: at.addingTimeInterval(-86_400))
-            values["hasNotificationCounts"] = !counts.isEmpty
-            values["notificationCounts"] = counts
-        }
-        values["retries"] = snapshot.retries
-        values["dead"] = snapshot.dead
-        values["deadAlarm"] = snapshot.dead > 0
-        values["workerCount"] = snapshot.workers.count
-        values["processing"] = snapshot.workers.reduce(0) { $0 + $1.processing }
-        values["hasWorkers"] = !snapshot.workers.isEmpty
-        values["workerList"] = snapshot.workers.map { worker -> [String: Any] in
-            [
-                "id": worker.id, "host": worker.host ?? "?", "pid": worker.pid.map(String.init) ?? "?",
-                "busy": worker.busy.map(String.init) ?? "?", "processing": worker.processing,
-                "startedUTC": Self.utc(worker.startedAt), "startedAgo": Self.relative(worker.startedAt, now: at),
-                "beatUTC": Self.utc(worker.lastHeartbeatAt), "beatAgo": Self.relative(worker.lastHeartbeatAt, now: at),
-            ]
-        }
-        let circuit = snapshot.circuit
-        values["circuitState"] = circuit.status.name
-        switch circuit.status {
-        case .closed:
-            values["circuitLabel"] = "closed"
-            values["circuitDetail"] = "Apple is answering"
-        case .open(let until):
-            values["circuitLabel"] = "open"
-            values["circuitDetail"] = "outage mode until \(Self.utc(until)) UTC (\(circuit.failedProbes) failed probes)"
-        case .halfOpen:
-            values["circuitLabel"] = "half open"
-            values["circuitDetail"] = "one probe decides"
-        }
-        values["verifyReceiptBanner"] = Self.verifyReceiptBanner(snapshot.verifyReceipt, now: at)
-        values["chart"] = ActivityChart.svg(snapshot.activity)
-        values["legend"] = ActivityChart.legend(snapshot.activity)
-        values["deferred"] = snapshot.activity.reduce(0) { $0 + $1.tally.outcomes[.deferred, default: 0] }
-        return html(.ok, "overview", values)
-    }
-
     private func listPage(_ kind: JobSetKind, request: Request, user: Operator, session: AdminSessions.Session) async throws -> Response {
         let query = request.uri.queryParameters
         let path = Self.path(kind)
@@ -573,42 +513,6 @@ public struct AdminPages: Sendable {
     public static func refusal(status: HTTPResponse.Status, errors: [FieldError]) -> Response {
         let text = errors.map { "\($0.field): \($0.reason)" }.joined(separator: "\n")
         return plain(status, text.isEmpty ? "request too large" : text)
-    }
-
-    /// The envelope as indented JSON, with the receipt truncated (``JobSetEntry/envelopeForDisplay``).
-    static func prettyEnvelope(_ entry: JobSetEntry) -> String {
-        guard let display = entry.envelopeForDisplay,
-            let value = try? JSONDecoder().decode(JSONValue.self, from: Data(display.encoded()))
-        else { return "(not a job envelope: \(entry.raw.count) bytes that could not be read)" }
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
-        return (try? encoder.encode(value)).map { String(decoding: $0, as: UTF8.self) } ?? ""
-    }
-
-    /// A job id short enough for a list column: the random tail, since a UUIDv7 starts with its
-    /// timestamp and jobs queued together share their first characters.
-    static func shortID(_ id: JobSetEntry.ID) -> String { "…" + id.rawValue.suffix(12) }
-
-    static func utc(_ date: Date?) -> String {
-        guard let date else { return "—" }
-        // "2018-02-26 10:35:47 UTC" without the zone: the pages say UTC once, in the headings.
-        let text = APITimestamp(date).utc
-        return text.hasSuffix(" UTC") ? String(text.dropLast(4)) : text
-    }
-
-    /// "3 min ago", "in 2 h": coarse, for scanning a list.
-    static func relative(_ date: Date?, now: Date) -> String {
-        guard let date else { return "—" }
-        let seconds = Int(now.timeIntervalSince(date).rounded())
-        let magnitude = abs(seconds)
-        let text =
-            switch magnitude {
-            case ..<60: "\(magnitude) s"
-            case ..<3600: "\(magnitude / 60) min"
-            case ..<172_800: "\(magnitude / 3600) h"
-            default: "\(magnitude / 86_400) d"
-            }
-        return seconds >= 0 ? "\(text) ago" : "in \(text)"
     }
 }
 

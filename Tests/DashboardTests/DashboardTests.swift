@@ -194,3 +194,20 @@ struct VerifyReceiptBannerTests {
         #expect(AdminPages.verifyReceiptBanner(VerifyReceiptLifecycle(sunset: now.addingTimeInterval(400 * 86_400)), now: now) == nil)
     }
 }
+
+@Suite("The overview's Redis card")
+struct RedisReplicationCardTests {
+    @Test("No replicas is a single Redis, not an alarm; replicas show their worst lag, an alarm past 5 s")
+    func card() {
+        let single = AdminPages.replicationValues(ReplicationStatus())
+        #expect(single["redisReplicas"] as? String == "none")
+        #expect(single["redisLagAlarm"] as? Bool == false)
+        let following = AdminPages.replicationValues(ReplicationStatus(replicas: 2, lagSeconds: 1, lagBytes: 0))
+        #expect(following["redisReplicas"] as? String == "2")
+        #expect(following["redisReplicasDetail"] as? String == "online, the worst 1 s behind")
+        #expect(following["redisLagAlarm"] as? Bool == false)
+        let lagging = AdminPages.replicationValues(ReplicationStatus(replicas: 1, lagSeconds: 9, lagBytes: 4096))
+        #expect(lagging["redisReplicasDetail"] as? String == "online, the worst 9 s, 4096 bytes behind")
+        #expect(lagging["redisLagAlarm"] as? Bool == true)
+    }
+}
