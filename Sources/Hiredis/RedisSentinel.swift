@@ -114,9 +114,8 @@ final class SentinelTopology: Sendable {
     /// Starts the `+switch-master` listener once per topology; it ends when the topology is freed.
     func watch(_ configuration: RedisSentinelConfiguration, connectTimeout: Duration, logger: Logger) {
         guard !watching.exchange(true, ordering: .acquiringAndReleasing) else { return }
-        // A queue of its own: its blocking loop holds one thread for the process's life, never a
-        // thread of the cooperative pool.
-        // The watcher holds the topology weakly and the configuration without it: it ends once no
+        // A queue of its own: its blocking loop holds one thread, never one of the cooperative pool.
+        // It holds the topology weakly and the configuration without it, so it ends once no
         // connection of this set-up is left.
         let watcher = SentinelWatcher(
             topology: self, sentinels: configuration.sentinels, masterName: configuration.masterName, password: configuration.password,
