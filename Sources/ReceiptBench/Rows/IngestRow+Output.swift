@@ -8,7 +8,7 @@ extension IngestRow {
         peer: (version: String, processes: Int, runs: [[String: Any]])? = nil, stages: [Stage] = [],
         batch: (items: Int, runs: [[String: Any]])? = nil, replicated: (series: ReplicatedSeries, runs: [[String: Any]])? = nil
     ) -> [String: Any] {
-        func values(_ key: String) -> [Double] { runs.map { ($0[key] as? Double) ?? ($0[key] as? Int).map(Double.init) ?? .nan } }
+        func values(_ key: String) -> [Double] { numbers(runs, key) }
         func med(_ key: String, places: Double = 10) -> Double { Format.json(median(values(key)), places: places) }
         let errors = runs.reduce(0) { $0 + (($1["errors"] as? Int) ?? 0) }
         var statuses: [String: Int] = [:]
@@ -176,9 +176,7 @@ extension IngestRow {
     static func peerSummary(
         _ peer: (version: String, processes: Int, runs: [[String: Any]]), receiptq runs: [[String: Any]]
     ) -> (json: [String: Any], ratio: Double, paired: [Double]) {
-        func values(_ runs: [[String: Any]], _ key: String) -> [Double] {
-            runs.map { ($0[key] as? Double) ?? ($0[key] as? Int).map(Double.init) ?? .nan }
-        }
+        let values = numbers
         func med(_ key: String, places: Double = 10) -> Double { Format.json(median(values(peer.runs, key)), places: places) }
         let ours = median(values(runs, "rps"))
         let theirs = median(values(peer.runs, "rps"))
@@ -195,5 +193,10 @@ extension IngestRow {
             "ratio_rps": Format.json(ours / theirs, places: 100), "ratio_rps_per_run": paired.map { Format.json($0, places: 100) },
         ]
         return (json, ours / theirs, paired)
+    }
+
+    /// One number of every run (NaN where a run lacks it), for medians and ratios.
+    static func numbers(_ runs: [[String: Any]], _ key: String) -> [Double] {
+        runs.map { ($0[key] as? Double) ?? ($0[key] as? Int).map(Double.init) ?? .nan }
     }
 }

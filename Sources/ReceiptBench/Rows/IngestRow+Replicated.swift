@@ -83,9 +83,7 @@ extension IngestRow {
 
         /// The series next to the single POSTs' runs: medians and the ratios of the same run.
         func summary(single: [[String: Any]], runs: [[String: Any]]) -> (json: [String: Any], note: String) {
-            func values(_ runs: [[String: Any]], _ key: String) -> [Double] {
-                runs.map { ($0[key] as? Double) ?? ($0[key] as? Int).map(Double.init) ?? .nan }
-            }
+            let values = IngestRow.numbers
             let rps = (single: median(values(single, "rps")), wait: median(values(runs, "rps")))
             let p50 = (single: median(values(single, "p50_ms")), wait: median(values(runs, "p50_ms")))
             let p99 = (single: median(values(single, "p99_ms")), wait: median(values(runs, "p99_ms")))
