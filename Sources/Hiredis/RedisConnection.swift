@@ -169,7 +169,7 @@ public final class RedisConnection: @unchecked Sendable {
             guard let context else { throw RedisError.from(.invalidArgument("not subscribed")) }
             // A subscription on the old primary would hear nothing more: end it, so the caller
             // subscribes again, on the new one.
-            if let sentinel = configuration.sentinel, sentinel.switches != connectedSwitches {
+            if primarySwitched {
                 let error = RedisError.from(.notPrimary("the primary switched"))
                 dropForFailover(error)
                 throw error
@@ -290,7 +290,7 @@ public final class RedisConnection: @unchecked Sendable {
     private func connectedContext() throws -> UnsafeMutablePointer<redisContext> {
         guard !isClosed else { throw RedisError.from(.closed) }
         if let context {
-            guard let sentinel = configuration.sentinel, sentinel.switches != connectedSwitches else { return context }
+            guard primarySwitched else { return context }
             logger.info("Redis primary switched; connecting to the new one")
             dropContext()
         }
@@ -298,6 +298,9 @@ public final class RedisConnection: @unchecked Sendable {
         self.context = context
         return context
     }
+
+    /// Whether the sentinels announced a new primary since this connection connected. On `queue`.
+    private var primarySwitched: Bool { configuration.sentinel.map { $0.switches != connectedSwitches } ?? false }
 
     /// A failover reply (or switch): the next call asks the sentinels (or the one address) again.
     private func dropForFailover(_ error: RedisError) {
