@@ -36,29 +36,17 @@ struct PostgresFailoverTests {
         #expect(system.configuration.postgres.targetSessionAttributes == nil, "read-write by default with two hosts")
 
         let receipts = try (0..<600).map { _ in try system.forgeReceipt().0 }
-        let start = ContinuousClock.now
-        var statuses: [Int: Int] = [:]
-        try await withThrowingTaskGroup(of: (Int, Int)?.self) { group in
-            for (n, receipt) in receipts.enumerated() {
-                try await Task.sleep(until: start + .seconds(Double(n) / 50), clock: .continuous)
-                if n == 200 {
-                    group.addTask {
-                        try await offload {
-                            try primary.stop(mode: "immediate")
-                            try standby.promote()
-                        }
-                        return nil
+        let load = try await SteadyLoad.post(
+            receipts, perSecond: 50, to: system, users: "pf-",
+            events: [
+                200: {
+                    try await offload {
+                        try primary.stop(mode: "immediate")
+                        try standby.promote()
                     }
                 }
-                group.addTask {
-                    (n, (try? await system.post(#"{"receipt":"\#(receipt)","user_identifier":"pf-\#(n)"}"#).0) ?? 0)
-                }
-            }
-            for try await answer in group {
-                if let (n, status) = answer { statuses[n] = status }
-            }
-        }
-        let acknowledged = statuses.filter { (200..<300).contains($0.value) }.map(\.key)
+            ])
+        let acknowledged = load.acknowledged
         // The API stores nothing in Postgres on the way in (a token it has not cached is looked up
         // there: a request during the switch may answer 503, and the client retries): nearly all
         // are acknowledged.

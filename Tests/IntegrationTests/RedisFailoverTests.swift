@@ -17,54 +17,6 @@ import Glibc
 /// (SIGSTOP), and Postgres asked afterwards which of the receipts answered 2xx were validated.
 @Suite("Redis: Sentinel failover loses no acknowledged receipt", .enabled(if: TestEnvironment.integrationEnabled), .serialized)
 struct RedisFailoverTests {
-    /// What the posting saw.
-    struct Load {
-        /// Status per receipt number (0: no answer).
-        var statuses: [Int: Int] = [:]
-        /// When each receipt's request was sent, and when its answer came.
-        var sent: [Int: ContinuousClock.Instant] = [:]
-        var answered: [Int: ContinuousClock.Instant] = [:]
-        var acknowledged: Set<Int> { Set(statuses.filter { (200..<300).contains($0.value) }.keys) }
-
-        /// The receipts sent within `window`.
-        func sent(within window: ClosedRange<ContinuousClock.Instant>) -> Set<Int> {
-            Set(sent.filter { window.contains($0.value) }.keys)
-        }
-    }
-
-    /// Posts `receipts` at `perSecond`, each as user `fo-<n>`, running `events[n]` (in the background)
-    /// when receipt `n` is due.
-    func post(
-        _ receipts: [String], perSecond: Double, to system: TestSystem, events: [Int: @Sendable () async throws -> Void] = [:]
-    ) async throws -> Load {
-        let start = ContinuousClock.now
-        var load = Load()
-        try await withThrowingTaskGroup(of: (Int, Int, ContinuousClock.Instant, ContinuousClock.Instant)?.self) { group in
-            for (n, receipt) in receipts.enumerated() {
-                try await Task.sleep(until: start + .seconds(Double(n) / perSecond), clock: .continuous)
-                if let event = events[n] {
-                    group.addTask {
-                        try await event()
-                        return nil
-                    }
-                }
-                group.addTask {
-                    let sent = ContinuousClock.now
-                    let status = try? await system.post(#"{"receipt":"\#(receipt)","user_identifier":"fo-\#(n)"}"#).0
-                    return (n, status ?? 0, sent, .now)
-                }
-            }
-            for try await answer in group {
-                if let (n, status, sent, answered) = answer {
-                    load.statuses[n] = status
-                    load.sent[n] = sent
-                    load.answered[n] = answered
-                }
-            }
-        }
-        return load
-    }
-
     /// How many receipts of each `fo-<n>` user Postgres holds, valid or not.
     func stored(_ system: TestSystem) async throws -> [Int: (count: Int, valid: Bool)] {
         let pg = try system.postgres()
@@ -101,7 +53,7 @@ struct RedisFailoverTests {
     func killPrimaryBehindLaggingReplicas(
         replicasAck: Int, count: Int = 3_000
     ) async throws -> (
-        load: Load, stored: [Int: (count: Int, valid: Bool)], stall: ClosedRange<ContinuousClock.Instant>, waitTimeouts: Double
+        load: SteadyLoad, stored: [Int: (count: Int, valid: Bool)], stall: ClosedRange<ContinuousClock.Instant>, waitTimeouts: Double
     ) {
         let set = try ThrowawaySentinelSet()
         defer { set.destroy() }
@@ -120,7 +72,7 @@ struct RedisFailoverTests {
         let stallAt = count / 3
         // From the replicas' stop to the kill, as it happened (a loaded machine starts the event late).
         let window = Mutex<(ContinuousClock.Instant, ContinuousClock.Instant)?>(nil)
-        let load = try await post(
+        let load = try await SteadyLoad.post(
             receipts, perSecond: perSecond, to: system,
             events: [
                 stallAt: {
@@ -197,7 +149,7 @@ struct RedisFailoverTests {
         let receipts = try (0..<1_200).map { _ in try system.forgeReceipt().0 }
         let old = set.servers[0]
         let promoted = Mutex<Int?>(nil)
-        let load = try await post(
+        let load = try await SteadyLoad.post(
             receipts, perSecond: 100, to: system,
             events: [
                 300: {
