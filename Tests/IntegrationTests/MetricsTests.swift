@@ -12,7 +12,7 @@ struct MetricsTests {
     @Test("One run's jobs, Apple calls, latencies, HTTP requests and queue gauges, all within the catalogue")
     func runCountedExactly() async throws {
         // Apple slower than the request timeout for one receipt: a transport failure.
-        let system = try await TestSystem.start(environment: ["API_SYNC_WAIT_MS": "0", "APPSTORE_REQUEST_TIMEOUT_MS": "1000"])
+        let system = try await TestSystem.start(environment: ["API_SYNC_WAIT_MS": "0", "APPSTORE_REQUEST_TIMEOUT_MS": "2000"])
         defer { Task { await system.stop() } }
 
         var statuses: [Int: Int] = [:]
@@ -46,16 +46,19 @@ struct MetricsTests {
         #expect(scrape.value("receiptq_jobs_processed_total", ["outcome": "retried"]) ?? 0 >= 2)
         #expect(scrape.value("receiptq_jobs_processed_total", ["outcome": "deferred"]) == 0)
         // Apple: 3 × (production 21007 + sandbox 200), the 21004 (an HTTP 200), then the failures.
+        // A sandbox call can time out too on a starved machine (CI's full run did): its job asks
+        // production again, so each such call adds a production 2xx and a sandbox call.
+        let sandboxTimeouts = scrape.value("receiptq_apple_calls_total", ["endpoint": "sandbox", "status_class": "transport"]) ?? 0
         #expect(scrape.value("receiptq_apple_calls_total", ["endpoint": "sandbox", "status_class": "2xx"]) == 3)
-        #expect(scrape.value("receiptq_apple_calls_total", ["endpoint": "production", "status_class": "2xx"]) == 4)
+        #expect(scrape.value("receiptq_apple_calls_total", ["endpoint": "production", "status_class": "2xx"]) == 4 + sandboxTimeouts)
         #expect(scrape.value("receiptq_apple_calls_total", ["endpoint": "sandbox", "status_class": "5xx"]) == 0)
         let productionCalls = ["2xx", "3xx", "4xx", "5xx", "transport"].compactMap {
             scrape.value("receiptq_apple_calls_total", ["endpoint": "production", "status_class": $0])
         }.reduce(0, +)
         #expect(scrape.value("receiptq_apple_call_duration_seconds_count", ["endpoint": "production"]) == productionCalls)
-        #expect(scrape.value("receiptq_apple_call_duration_seconds_count", ["endpoint": "sandbox"]) == 3)
+        #expect(scrape.value("receiptq_apple_call_duration_seconds_count", ["endpoint": "sandbox"]) == 3 + sandboxTimeouts)
         // The timed-out call took at least the request timeout.
-        #expect(scrape.value("receiptq_apple_call_duration_seconds_sum", ["endpoint": "production"]) ?? 0 >= 1)
+        #expect(scrape.value("receiptq_apple_call_duration_seconds_sum", ["endpoint": "production"]) ?? 0 >= 2)
         // Latency: only the four jobs that are done, none of the re-polls.
         #expect(scrape.value("receiptq_job_latency_seconds_count", ["kind": "validate"]) == 4)
         #expect(scrape.value("receiptq_job_latency_seconds_count", ["kind": "repoll"]) == 0)

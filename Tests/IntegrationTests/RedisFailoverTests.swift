@@ -31,8 +31,9 @@ struct RedisFailoverTests {
             uniqueKeysWithValues: rows.compactMap { row in row.int("n").map { ($0, (row.int("copies") ?? 0, row.bool("valid") ?? false)) } })
     }
 
-    /// Waits until every acknowledged receipt is stored, or nothing new was stored for `quiet`.
-    func settle(_ system: TestSystem, acknowledged: Set<Int>, quiet: Duration = .seconds(15)) async throws -> [Int: (count: Int, valid: Bool)] {
+    /// Waits until every acknowledged receipt is stored, or nothing new was stored for `quiet`
+    /// (long: in a full parallel run the workers can be starved for many seconds).
+    func settle(_ system: TestSystem, acknowledged: Set<Int>, quiet: Duration = .seconds(30)) async throws -> [Int: (count: Int, valid: Bool)] {
         var last = try await stored(system)
         var changed = ContinuousClock.now
         while ContinuousClock.now - changed < quiet {
@@ -50,11 +51,7 @@ struct RedisFailoverTests {
     /// killed and the replicas come back: the sentinels promote one that never got those receipts.
     /// Workers are kept busy (60 ms per validation, 4 at a time, against 100 receipts/s), so the
     /// receipts posted meanwhile are still queued, only in Redis, when the primary dies.
-    func killPrimaryBehindLaggingReplicas(
-        replicasAck: Int, count: Int = 3_000
-    ) async throws -> (
-        load: SteadyLoad, stored: [Int: (count: Int, valid: Bool)], stall: ClosedRange<ContinuousClock.Instant>, waitTimeouts: Double
-    ) {
+    func killPrimaryBehindLaggingReplicas(replicasAck: Int, count: Int = 3_000) async throws -> FailoverRun {
         let set = try ThrowawaySentinelSet()
         defer { set.destroy() }
         try await set.waitUntilReady()
@@ -70,9 +67,9 @@ struct RedisFailoverTests {
         let replicas = Array(set.servers.dropFirst())
         let perSecond = 100.0
         let stallAt = count / 3
-        // From the replicas' stop to the kill, as it happened (a loaded machine starts the event late).
-        let window = Mutex<(ContinuousClock.Instant, ContinuousClock.Instant)?>(nil)
-        let load = try await SteadyLoad.post(
+        // The replicas' stop, the kill and the promotion, as they happened (a loaded machine starts the event late).
+        let moments = Mutex<(stopped: ContinuousClock.Instant, killed: ContinuousClock.Instant, promoted: ContinuousClock.Instant)?>(nil)
+        var load = try await SteadyLoad.post(
             receipts, perSecond: perSecond, to: system,
             events: [
                 stallAt: {
@@ -84,55 +81,96 @@ struct RedisFailoverTests {
                     junk.close()
                     try await Task.sleep(for: .milliseconds(700))
                     try primary.kill()
-                    window.withLock { $0 = (stopped, .now) }
+                    let killed = ContinuousClock.now
                     for replica in replicas { replica.signal(SIGCONT) }
                     _ = try await set.waitForFailover(from: primary.port)
+                    moments.withLock { $0 = (stopped, killed, .now) }
                 }
             ])
         #expect(try set.agreedPrimaryPort() != primary.port, "the sentinels failed over")
+        let takenAfterwards = try await load.postOnceMore(try system.forgeReceipt().0, number: count, to: system)
         let stored = try await settle(system, acknowledged: load.acknowledged)
-        let (stopped, killed) = try #require(window.withLock { $0 })
+        let (stopped, killed, promoted) = try #require(moments.withLock { $0 })
         let metrics = String(decoding: system.metrics.exposition(), as: UTF8.self)
         let timeouts = metrics.split(separator: "\n").first { $0.hasPrefix("receiptq_redis_replication_timeouts_total ") }
-        return (load, stored, stopped...killed, timeouts?.split(separator: " ").last.flatMap { Double($0) } ?? 0)
+        return FailoverRun(
+            load: load, stored: stored, stall: stopped...killed, promoted: promoted, takenAfterwards: takenAfterwards,
+            waitTimeouts: timeouts?.split(separator: " ").last.flatMap { Double($0) } ?? 0)
+    }
+
+    /// What a failover run saw: the answers, what Postgres holds afterwards, and when the fault was.
+    struct FailoverRun {
+        var load: SteadyLoad
+        var stored: [Int: (count: Int, valid: Bool)]
+        /// From the replicas' stop to the primary's kill.
+        var stall: ClosedRange<ContinuousClock.Instant>
+        /// When the sentinels had agreed on a new primary.
+        var promoted: ContinuousClock.Instant
+        /// Whether a receipt posted after the load was acknowledged (by the new primary).
+        var takenAfterwards: Bool
+        var waitTimeouts: Double
+
+        var lost: Set<Int> { load.acknowledged.subtracting(stored.filter(\.value.valid).keys) }
+
+        /// Receipts that may have reached Redis while the replicas lagged: sent before the kill and
+        /// answered after the stop. (Judged by both ends of the request, not by when it was sent:
+        /// in a full parallel run a request can wait seconds in the API before its enqueue.)
+        var ofTheStall: Set<Int> {
+            Set(
+                load.sent.keys.filter { n in
+                    guard let sent = load.sent[n], let answered = load.answered[n] else { return false }
+                    return sent <= stall.upperBound && answered >= stall.lowerBound
+                })
+        }
+
+        /// What the lost receipts went through, for a failure message.
+        func describe(_ receipts: Set<Int>) -> String {
+            receipts.sorted().prefix(20).map { n in
+                let sent = load.sent[n].map { "\($0 - stall.lowerBound)" } ?? "?"
+                let answered = load.answered[n].map { "\($0 - stall.lowerBound)" } ?? "?"
+                return "\(n): \(load.statuses[n] ?? -1), sent \(sent), answered \(answered) after the stop"
+            }.joined(separator: "; ") + " (the kill \(stall.upperBound - stall.lowerBound), the promotion \(promoted - stall.lowerBound) after it)"
+        }
     }
 
     @Test(
         "REDIS_MIN_REPLICAS_ACK=1: 3,000 receipts at 100/s, the primary SIGKILLed behind lagging replicas: every 2xx ends validated exactly once"
     )
     func acknowledgedSurviveFailover() async throws {
-        let (load, stored, stall, waitTimeouts) = try await killPrimaryBehindLaggingReplicas(replicasAck: 1)
-        let acknowledged = load.acknowledged
-        let lost = acknowledged.subtracting(stored.filter(\.value.valid).keys)
-        #expect(lost.isEmpty, "\(lost.count) acknowledged receipts lost: \(lost.sorted().prefix(20))")
-        #expect(stored.filter { $0.value.count != 1 }.isEmpty, "each receipt stored once")
+        let run = try await killPrimaryBehindLaggingReplicas(replicasAck: 1)
+        let (load, stall, acknowledged, lost) = (run.load, run.stall, run.load.acknowledged, run.lost)
+        #expect(lost.isEmpty, "\(lost.count) acknowledged receipts lost: \(run.describe(lost))")
+        #expect(run.stored.filter { $0.value.count != 1 }.isEmpty, "each receipt stored once")
         // Not vacuous: while the replicas lagged, the API refused what they did not hold, and
         // before and after the failover it took most receipts.
         // (By the metric, not by the requests sent meanwhile: a loaded machine may send only a few
         // then, late; but none sent and answered within it may be acknowledged.)
-        #expect(waitTimeouts >= 1, "WAIT timed out while the replicas lagged")
+        #expect(run.waitTimeouts >= 1, "WAIT timed out while the replicas lagged")
         let lagging = load.sent(within: stall).filter { load.answered[$0].map { $0 <= stall.upperBound } ?? false }
         #expect(
             !lagging.contains { (200..<300).contains(load.statuses[$0] ?? 0) },
             "sent and answered while the replicas lagged: \(lagging.sorted().map { "\($0): \(load.statuses[$0] ?? -1)" })")
-        #expect(acknowledged.filter { $0 >= 1_600 }.count > 1_000, "receipts taken on the new primary")
-        print("failover with REDIS_MIN_REPLICAS_ACK=1: \(acknowledged.count) of \(load.statuses.count) answered 2xx, \(lost.count) lost")
+        // After the promotion (and a replica's return, which WAIT needs) receipts are taken again.
+        // (Asked once the load is over: on a starved machine the promotion can come after its end.)
+        #expect(run.takenAfterwards, "a receipt taken on the new primary")
+        print(
+            "failover with REDIS_MIN_REPLICAS_ACK=1: \(acknowledged.count) of \(load.statuses.count) answered 2xx, \(lost.count) lost; "
+                + "promoted \(run.promoted - stall.upperBound) after the kill")
     }
 
     @Test("REDIS_MIN_REPLICAS_ACK=0, the same run: the receipts answered 2xx while the replicas lagged are lost (counted for ops/SCALING.md)")
     func unacknowledgedAreLost() async throws {
-        let (load, stored, stall, _) = try await killPrimaryBehindLaggingReplicas(replicasAck: 0)
-        let acknowledged = load.acknowledged
-        let lost = acknowledged.subtracting(stored.filter(\.value.valid).keys)
-        print("failover with REDIS_MIN_REPLICAS_ACK=0: \(acknowledged.count) of \(load.statuses.count) answered 2xx, \(lost.count) lost")
+        let run = try await killPrimaryBehindLaggingReplicas(replicasAck: 0)
+        let (acknowledged, lost) = (run.load.acknowledged, run.lost)
+        print("failover with REDIS_MIN_REPLICAS_ACK=0: \(acknowledged.count) of \(run.load.statuses.count) answered 2xx, \(lost.count) lost")
         // The hazard the setting exists for is real in this set-up; were it not, the other test
         // would prove nothing. Only receipts of the stall (or the instant of the kill) are lost.
         #expect(!lost.isEmpty)
-        // A second's margin each side: a request sent just before the replicas stopped may reach
-        // Redis after it, one sent just before the kill may be answered after it.
-        let lagging = load.sent(within: (stall.lowerBound - .seconds(1))...(stall.upperBound + .seconds(1)))
-        #expect(lost.isSubset(of: lagging), "\(lost.sorted().prefix(20)) lost, \(lagging.count) sent while the replicas lagged")
-        #expect(stored.filter { $0.value.count != 1 }.isEmpty, "each receipt stored once")
+        let lagging = run.ofTheStall
+        #expect(
+            lost.isSubset(of: lagging),
+            "lost outside the stall: \(run.describe(lost.subtracting(lagging))); \(lagging.count) reached Redis while the replicas lagged")
+        #expect(run.stored.filter { $0.value.count != 1 }.isEmpty, "each receipt stored once")
     }
 
     @Test(
@@ -149,7 +187,7 @@ struct RedisFailoverTests {
         let receipts = try (0..<1_200).map { _ in try system.forgeReceipt().0 }
         let old = set.servers[0]
         let promoted = Mutex<Int?>(nil)
-        let load = try await SteadyLoad.post(
+        var load = try await SteadyLoad.post(
             receipts, perSecond: 100, to: system,
             events: [
                 300: {
@@ -168,12 +206,13 @@ struct RedisFailoverTests {
             return info.contains("role:slave") && info.contains("master_port:\(newPort)")
         }
         #expect(rejoined, "\((try? set.replicationInfo(old.port)) ?? "")")
+        let takenAfterwards = try await load.postOnceMore(try system.forgeReceipt().0, number: 1_200, to: system)
+        #expect(takenAfterwards, "a receipt taken on the new primary")
         let acknowledged = load.acknowledged
         let stored = try await settle(system, acknowledged: acknowledged)
         let lost = acknowledged.subtracting(stored.filter(\.value.valid).keys)
         #expect(lost.isEmpty, "\(lost.count) acknowledged receipts lost: \(lost.sorted().prefix(20))")
         #expect(stored.filter { $0.value.count != 1 }.isEmpty, "each receipt stored once")
-        #expect(acknowledged.filter { $0 >= 900 }.count > 200, "receipts taken on the new primary")
         print("partition with REDIS_MIN_REPLICAS_ACK=1: \(acknowledged.count) of \(load.statuses.count) answered 2xx, \(lost.count) lost")
     }
 

@@ -15,6 +15,18 @@ struct SteadyLoad {
         Set(sent.filter { window.contains($0.value) }.keys)
     }
 
+    /// Posts `receipt` as number `number` until it is acknowledged (a minute at most); whether it was.
+    mutating func postOnceMore(_ receipt: String, number: Int, users: String = "fo-", to system: TestSystem) async throws -> Bool {
+        var status = 0
+        let sent = ContinuousClock.now
+        let taken = try await system.eventually(timeout: .seconds(60)) {
+            status = (try? await system.post(#"{"receipt":"\#(receipt)","user_identifier":"\#(users)\#(number)"}"#).0) ?? 0
+            return (200..<300).contains(status)
+        }
+        (statuses[number], self.sent[number], answered[number]) = (status, sent, .now)
+        return taken
+    }
+
     /// Posts `receipts` at `perSecond`, each as user `<users><n>`, running `events[n]` (in the
     /// background) when receipt `n` is due.
     static func post(
