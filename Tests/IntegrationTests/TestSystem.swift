@@ -80,7 +80,9 @@ final class TestSystem: Sendable {
             "APPSTORE_SERVER_API_PRODUCTION_URL": mock.serverAPIProductionURL, "APPSTORE_SERVER_API_SANDBOX_URL": mock.serverAPISandboxURL,
             "RECEIPTQ_SECRETS_KEY": Data(secretsKey).base64EncodedString(),
             "APPSTORE_REQUEST_TIMEOUT_MS": "5000",
-            "WORKER_CONCURRENCY": "4", "API_SYNC_WAIT_MS": "5000", "RETRY_BASE_MS": "200",
+            // Long: tests that expect 200 mean "validated", and in CI's full parallel run a worker can
+            // be starved past 5 s (tests of the 206 set their own wait).
+            "WORKER_CONCURRENCY": "4", "API_SYNC_WAIT_MS": "20000", "RETRY_BASE_MS": "200",
         ]
         if let password = TestEnvironment.postgresPassword { environment["POSTGRES_PASSWORD"] = password }
         environment["RECEIPTQ_TRUST_ROOTS_DIR"] = try trustDirectory.get().path
