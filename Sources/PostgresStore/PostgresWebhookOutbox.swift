@@ -54,18 +54,56 @@ public final class PostgresWebhookOutbox: WebhookOutbox {
                 ORDER BY m.id
                 """
             ).rows
-            let dispatches = rows.compactMap { row -> WebhookDispatch? in
-                guard let delivery = row.string("delivery_id").flatMap({ Int64($0) }), let endpoint = row.uuid("endpoint_id"),
-                    let event = PostgresEventCatalog.event(row)
-                else { return nil }
-                let target = WebhookTarget(deliveryID: delivery, endpointID: endpoint, eventID: event.id, eventType: event.type.rawValue)
-                return WebhookDispatch(target: target, appID: event.appID, body: event.encoded())
-            }
+            let dispatches = rows.compactMap(Self.dispatch)
             guard !dispatches.isEmpty else { return 0 }
             // Then every claimed delivery is in the queue, or already was (its marker says so).
             try enqueue(dispatches)
             return dispatches.count
         }
+    }
+
+    public func recheckQueued(
+        olderThan: Duration, limit: Int, requeue: ([WebhookDispatch]) throws -> Int
+    ) throws -> (checked: Int, requeued: Int) {
+        guard limit > 0 else { return (0, 0) }
+        let scope = apps.map { PostgresArray.literal($0.map(\.uuidString)) }
+        let seconds = Double(olderThan.components.seconds) + Double(olderThan.components.attoseconds) / 1e18
+        return try connection.transaction { connection in
+            // `queued_at` becomes "last known queued": the next look at this delivery is one
+            // `olderThan` later. Locked, so a worker's settlement waits for this commit (and then
+            // settles it as usual: at worst a lost job's delivery is sent twice, same event id).
+            let rows = try connection.query(
+                """
+                WITH stale AS (
+                    SELECT d.id FROM webhook_deliveries d
+                    WHERE d.status = 'queued' AND d.queued_at < now() - make_interval(secs => \(seconds))
+                      AND (\(scope)::uuid[] IS NULL OR d.app_id = ANY(\(scope)::uuid[]))
+                    ORDER BY d.queued_at
+                    LIMIT \(limit)
+                    FOR UPDATE OF d SKIP LOCKED
+                ), marked AS (
+                    UPDATE webhook_deliveries d SET queued_at = now()
+                    FROM stale s WHERE d.id = s.id
+                    RETURNING d.id, d.endpoint_id, d.event_id
+                )
+                SELECT m.id AS delivery_id, m.endpoint_id, \(unescaped: PostgresEventCatalog.columns)
+                FROM marked m JOIN events e ON e.id = m.event_id
+                ORDER BY m.id
+                """
+            ).rows
+            let dispatches = rows.compactMap(Self.dispatch)
+            guard !dispatches.isEmpty else { return (rows.count, 0) }
+            return (rows.count, try requeue(dispatches))
+        }
+    }
+
+    /// A claimed delivery's row (its id, endpoint and event) as the job that sends it.
+    private static func dispatch(_ row: PostgresRow) -> WebhookDispatch? {
+        guard let delivery = row.string("delivery_id").flatMap({ Int64($0) }), let endpoint = row.uuid("endpoint_id"),
+            let event = PostgresEventCatalog.event(row)
+        else { return nil }
+        let target = WebhookTarget(deliveryID: delivery, endpointID: endpoint, eventID: event.id, eventType: event.type.rawValue)
+        return WebhookDispatch(target: target, appID: event.appID, body: event.encoded())
     }
 
     public func pausedEndpoints() throws -> Int {

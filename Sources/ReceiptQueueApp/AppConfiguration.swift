@@ -67,6 +67,9 @@ public struct AppConfiguration: Sendable, CustomStringConvertible {
     /// How webhooks are delivered (`WEBHOOK_TIMEOUT_SECONDS`, default 10; `WEBHOOK_CA_FILE` to
     /// trust a private CA's receivers).
     public var webhooks: WebhookClient.Configuration
+    /// How long a webhook delivery stays queued before the dispatcher looks for its job in Redis
+    /// and queues it again if Redis lost it (`WEBHOOK_REQUEUE_AFTER_SECONDS`, default 600).
+    public var webhookRequeueAfter: Duration
     public var api: IngestAPI.Configuration
     /// The Cloud Softphone web service (`SOFTPHONE_NONCE_SECRET`, `SOFTPHONE_NONCE_LIFETIME_SECONDS`).
     public var softphone: SoftphoneService.Configuration
@@ -231,6 +234,8 @@ public struct AppConfiguration: Sendable, CustomStringConvertible {
         webhooks = WebhookClient.Configuration(
             timeout: .seconds(try int("WEBHOOK_TIMEOUT_SECONDS", 10, range: 1...120)),
             caInfo: environment["WEBHOOK_CA_FILE"].flatMap { $0.isEmpty ? nil : $0 })
+        // At most a day: the markers the check keeps alive last four.
+        webhookRequeueAfter = .seconds(try int("WEBHOOK_REQUEUE_AFTER_SECONDS", 600, range: 1...86_400))
         api = IngestAPI.Configuration(
             syncWait: .milliseconds(try int("API_SYNC_WAIT_MS", 2000, range: 0...60_000)),
             maxBodyBytes: try int("API_MAX_BODY_BYTES", 1 << 20, range: 1024...(64 << 20)),

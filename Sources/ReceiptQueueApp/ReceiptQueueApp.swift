@@ -256,6 +256,7 @@ public enum ReceiptQueueApp {
         _ configuration: AppConfiguration, onlyApps: [UUID]? = nil, metrics: PrometheusExporter = PrometheusExporter(), logger: Logger
     ) -> WebhookDispatcher {
         WebhookDispatcher(
+            configuration: WebhookDispatcher.Configuration(requeueAfter: configuration.webhookRequeueAfter),
             make: {
                 let outbox = PostgresWebhookOutbox(
                     connection: try PostgresConnection(configuration: configuration.postgres, label: "webhook-dispatcher", logger: logger),

@@ -13,7 +13,10 @@ import Synchronization
 ///
 /// **Nothing is lost.** The claim, the enqueue and the mark are one Postgres transaction around
 /// one Redis script: a crash before the commit leaves the deliveries pending to be claimed again,
-/// and the script's per-delivery marker makes that second enqueue a no-op.
+/// and the script's per-delivery marker makes that second enqueue a no-op. A job Redis loses
+/// after the commit (a failover without `REDIS_MIN_REPLICAS_ACK`, a restart that lost its last
+/// second) takes its marker with it: every `requeueAfter` each delivery still `queued` is looked
+/// at again, queued again if its marker is gone, and its marker kept alive if not.
 ///
 /// Safe to run as several replicas (`FOR UPDATE SKIP LOCKED`). Polls every `interval` while there
 /// is work (at once while batches come back full), backing off to `idleInterval` while idle.
@@ -27,13 +30,25 @@ public final class WebhookDispatcher: Service, Sendable {
         public var idleInterval: Duration
         /// Deliveries per claim.
         public var batch: Int
+        /// How long a delivery stays `queued` before its job is looked for in Redis
+        /// (`WEBHOOK_REQUEUE_AFTER_SECONDS`): how late a delivery Redis lost is sent.
+        public var requeueAfter: Duration
 
-        /// Creates a configuration (defaults: 100 ms after work, up to 1 s idle, 500 per claim).
-        public init(interval: Duration = .milliseconds(100), idleInterval: Duration = .seconds(1), batch: Int = 500) {
+        /// Creates a configuration (defaults: 100 ms after work, up to 1 s idle, 500 per claim,
+        /// deliveries queued for 10 minutes looked for).
+        public init(
+            interval: Duration = .milliseconds(100), idleInterval: Duration = .seconds(1), batch: Int = 500,
+            requeueAfter: Duration = .seconds(600)
+        ) {
             self.interval = interval
             self.idleInterval = max(interval, idleInterval)
             self.batch = max(1, batch)
+            self.requeueAfter = max(.seconds(1), requeueAfter)
         }
+
+        /// How often the queued deliveries are looked at: often enough that none waits much past
+        /// `requeueAfter`, and at least once a minute.
+        var recheckInterval: Duration { min(max(requeueAfter / 4, .milliseconds(250)), .seconds(60)) }
     }
 
     private let configuration: Configuration
@@ -42,6 +57,7 @@ public final class WebhookDispatcher: Service, Sendable {
     private let logger: Logger
     private let stopping = Atomic<Bool>(false)
     private let dispatched: Counter
+    private let requeued: Counter
     private let paused: Gauge
 
     /// Creates a dispatcher.
@@ -58,6 +74,7 @@ public final class WebhookDispatcher: Service, Sendable {
         self.now = now
         self.logger = logger
         dispatched = Counter(label: "receiptq_webhook_deliveries_queued_total", factory: metrics)
+        requeued = Counter(label: "receiptq_webhook_deliveries_requeued_total", factory: metrics)
         paused = Gauge(label: "receiptq_webhook_endpoints_paused", factory: metrics)
     }
 
@@ -82,6 +99,7 @@ public final class WebhookDispatcher: Service, Sendable {
         var sides: (outbox: any WebhookOutbox, queue: any WebhookQueue)?
         var pause = configuration.interval.seconds
         var lastCount = ContinuousClock.now - .seconds(3600)
+        var lastRecheck = ContinuousClock.now
         var pausedBefore = 0
         while !stopping.load(ordering: .relaxed) {
             do {
@@ -97,6 +115,10 @@ public final class WebhookDispatcher: Service, Sendable {
                     }
                     pausedBefore = count
                     lastCount = .now
+                }
+                if ContinuousClock.now - lastRecheck >= configuration.recheckInterval {
+                    try recheckQueued(sides)
+                    lastRecheck = .now
                 }
                 let queued = try dispatchOnce(sides)
                 if queued == configuration.batch { continue }
@@ -118,6 +140,28 @@ public final class WebhookDispatcher: Service, Sendable {
         let queued = try sides.outbox.claimPending(limit: configuration.batch) { try sides.queue.enqueue($0, at: at) }
         if queued > 0 { dispatched.increment(by: queued) }
         return queued
+    }
+
+    /// Looks for the jobs of deliveries queued longer than `requeueAfter` (a batch at a time,
+    /// ten at most in one go); returns how many were queued again.
+    @discardableResult
+    public func recheckQueued(_ sides: (outbox: any WebhookOutbox, queue: any WebhookQueue)) throws -> Int {
+        var total = 0
+        for _ in 0..<10 {
+            let at = now()
+            let (checked, again) = try sides.outbox.recheckQueued(olderThan: configuration.requeueAfter, limit: configuration.batch) {
+                try sides.queue.requeueLost($0, at: at)
+            }
+            total += again
+            if checked < configuration.batch { break }
+        }
+        if total > 0 {
+            requeued.increment(by: total)
+            logger.warning(
+                "Webhook deliveries queued again: Redis had lost their jobs (a failover or restart)",
+                metadata: ["webhook.requeued": "\(total)"])
+        }
+        return total
     }
 
     private func sleep(_ seconds: Double) {

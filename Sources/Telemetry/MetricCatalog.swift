@@ -60,6 +60,7 @@ public enum MetricCatalog {
     public static let webhookAttempts = "receiptq_webhook_attempts_total"
     public static let webhookAttemptDuration = "receiptq_webhook_attempt_duration_seconds"
     public static let webhookDeliveriesQueued = "receiptq_webhook_deliveries_queued_total"
+    public static let webhookDeliveriesRequeued = "receiptq_webhook_deliveries_requeued_total"
     public static let webhookEndpointsPaused = "receiptq_webhook_endpoints_paused"
     public static let httpRequests = "receiptq_http_requests_total"
     public static let httpRequestDuration = "receiptq_http_request_duration_seconds"
@@ -143,6 +144,9 @@ public enum MetricCatalog {
             // A receiver answers in milliseconds to seconds; the delivery timeout is 10 s by default.
             buckets: [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30]),
         Entry(webhookDeliveriesQueued, .counter, "Webhook deliveries the dispatchers queued (each once, when its user's earlier ones settled)."),
+        Entry(
+            webhookDeliveriesRequeued, .counter,
+            "Webhook deliveries queued again because Redis had lost their jobs (a failover or restart after the dispatcher's commit)."),
         Entry(
             webhookEndpointsPaused, .gauge,
             "Webhook endpoints paused (failing for a day, or by an operator): their events wait (schedule, every 15 s)."),

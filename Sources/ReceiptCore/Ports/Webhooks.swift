@@ -150,6 +150,13 @@ public protocol WebhookOutbox: AnyObject {
     func claimPending(limit: Int, enqueue: ([WebhookDispatch]) throws -> Void) throws -> Int
     /// How many endpoints are paused now (failing for a day, or by an operator).
     func pausedEndpoints() throws -> Int
+    /// In one transaction: locks up to `limit` deliveries `queued` for longer than `olderThan`
+    /// (oldest first, skipping those another dispatcher holds), passes them to `requeue` and
+    /// marks them checked now, so each is looked at once per `olderThan`. A delivery whose job
+    /// Redis lost (a failover without replica acknowledgement, a restart that lost its last
+    /// writes) would otherwise stay `queued`, holding back every later event of its user, for good.
+    /// - Returns: how many were checked, and how many `requeue` queued again.
+    func recheckQueued(olderThan: Duration, limit: Int, requeue: ([WebhookDispatch]) throws -> Int) throws -> (checked: Int, requeued: Int)
 }
 
 /// The Redis side of the webhook dispatcher: queues each delivery once.
@@ -157,4 +164,9 @@ public protocol WebhookQueue: AnyObject {
     /// Queues the deliveries' jobs, skipping any already queued (a dispatcher that crashed before
     /// its commit queues them again): when it returns, every one of them is queued.
     func enqueue(_ dispatches: [WebhookDispatch], at date: Date) throws
+    /// Queues again those of the deliveries whose job Redis no longer holds (their marker is
+    /// gone with it), and keeps the others' markers alive: a delivery held back for days by a
+    /// paused endpoint must not outlive its marker.
+    /// - Returns: how many were queued again.
+    func requeueLost(_ dispatches: [WebhookDispatch], at date: Date) throws -> Int
 }
