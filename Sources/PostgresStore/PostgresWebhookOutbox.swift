@@ -47,11 +47,7 @@ public final class PostgresWebhookOutbox: WebhookOutbox {
                 ), marked AS (
                     UPDATE webhook_deliveries d SET status = 'queued', queued_at = now()
                     FROM heads h WHERE d.id = h.id
-                    RETURNING d.id, d.endpoint_id, d.event_id
-                )
-                SELECT m.id AS delivery_id, m.endpoint_id, \(unescaped: PostgresEventCatalog.columns)
-                FROM marked m JOIN events e ON e.id = m.event_id
-                ORDER BY m.id
+                \(unescaped: Self.markedDispatches)
                 """
             ).rows
             let dispatches = rows.compactMap(Self.dispatch)
@@ -84,11 +80,7 @@ public final class PostgresWebhookOutbox: WebhookOutbox {
                 ), marked AS (
                     UPDATE webhook_deliveries d SET queued_at = now()
                     FROM stale s WHERE d.id = s.id
-                    RETURNING d.id, d.endpoint_id, d.event_id
-                )
-                SELECT m.id AS delivery_id, m.endpoint_id, \(unescaped: PostgresEventCatalog.columns)
-                FROM marked m JOIN events e ON e.id = m.event_id
-                ORDER BY m.id
+                \(unescaped: Self.markedDispatches)
                 """
             ).rows
             let dispatches = rows.compactMap(Self.dispatch)
@@ -96,6 +88,15 @@ public final class PostgresWebhookOutbox: WebhookOutbox {
             return (rows.count, try requeue(dispatches))
         }
     }
+
+    /// The end of both claims: the `marked` CTE's rows with their events, as ``dispatch(_:)`` reads them.
+    private static let markedDispatches = """
+            RETURNING d.id, d.endpoint_id, d.event_id
+        )
+        SELECT m.id AS delivery_id, m.endpoint_id, \(PostgresEventCatalog.columns)
+        FROM marked m JOIN events e ON e.id = m.event_id
+        ORDER BY m.id
+        """
 
     /// A claimed delivery's row (its id, endpoint and event) as the job that sends it.
     private static func dispatch(_ row: PostgresRow) -> WebhookDispatch? {

@@ -98,6 +98,21 @@ public final class BulkImporter {
             case lastLine = "last_line"
             case rejectsBytes = "rejects_bytes"
         }
+
+        // By hand for the id's sake: `UUID` encodes upper-case, and every id receiptq prints is
+        // canonical lower-case (RFC 9562). Reading takes either case.
+        func encode(to encoder: any Encoder) throws {
+            var container = encoder.container(keyedBy: CodingKeys.self)
+            try container.encode(version, forKey: .version)
+            try container.encode(importID.canonical, forKey: .importID)
+            try container.encode(input, forKey: .input)
+            try container.encode(inputBytes, forKey: .inputBytes)
+            try container.encode(head, forKey: .head)
+            try container.encode(format, forKey: .format)
+            try container.encode(lastLine, forKey: .lastLine)
+            try container.encode(counts, forKey: .counts)
+            try container.encodeIfPresent(rejectsBytes, forKey: .rejectsBytes)
+        }
     }
 
     public let settings: Settings

@@ -73,6 +73,8 @@ struct ImportCommandTests {
         kill(first.processIdentifier, SIGKILL)
         first.waitUntilExit()
         let killedAt = lastLine()
+        let importID = try JSONValue.parse(Array(Data(contentsOf: checkpoint)))["import_id"]?.stringValue
+        #expect(importID.map { $0 == $0.lowercased() && UUID(uuidString: $0) != nil } == true, "canonical import id: \(importID ?? "none")")
         #expect(killedAt >= lines.count / 3 && killedAt < lines.count, "killed halfway (checkpoint at line \(killedAt) of \(lines.count))")
 
         // Without --resume it refuses to start over on top of the checkpoint.

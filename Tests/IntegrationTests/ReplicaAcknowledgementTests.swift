@@ -14,7 +14,7 @@ import Testing
 struct ReplicaAcknowledgementTests {
     /// Waits until the replica follows `primary` with its link up.
     func waitForReplication(primary: ThrowawayRedis, replica: ThrowawayRedis) async throws -> Bool {
-        let deadline = ContinuousClock.now + .seconds(20)
+        let deadline = ContinuousClock.now + .seconds(60)
         while ContinuousClock.now < deadline {
             let connection = try RedisConnection(
                 configuration: RedisConfiguration(host: "127.0.0.1", port: replica.port), label: "replica-info")
