@@ -395,8 +395,8 @@ public struct QueueSnapshot: Sendable, Equatable {
     }
 }
 
-/// The Redis primary's replicas as it reports them (`INFO replication`): what a failover now would
-/// lose, and whether `REDIS_MIN_REPLICAS_ACK` can be met.
+/// The Redis primary's replicas as it reports them: what a failover now would lose, and whether
+/// `REDIS_MIN_REPLICAS_ACK` can be met.
 public struct ReplicationStatus: Sendable, Equatable {
     /// Replicas connected and online.
     public var replicas: Int
@@ -410,32 +410,6 @@ public struct ReplicationStatus: Sendable, Equatable {
         self.replicas = replicas
         self.lagSeconds = lagSeconds
         self.lagBytes = lagBytes
-    }
-
-    /// Parses the text of `INFO replication` (`slave0:ip=…,state=online,offset=…,lag=…` lines and
-    /// `master_repl_offset`); anything else (a replica's answer, an empty one) is no replicas.
-    public static func parse(info: String) -> ReplicationStatus {
-        var fields: [Substring: Substring] = [:]
-        for line in info.split(whereSeparator: \.isNewline) {
-            guard let colon = line.firstIndex(of: ":") else { continue }
-            fields[line[..<colon]] = line[line.index(after: colon)...]
-        }
-        guard fields["role"] == "master", let primaryOffset = fields["master_repl_offset"].flatMap({ Int($0) }) else {
-            return ReplicationStatus()
-        }
-        var status = ReplicationStatus()
-        for (name, value) in fields where name.hasPrefix("slave") && name.dropFirst(5).allSatisfy(\.isNumber) {
-            var replica: [Substring: Substring] = [:]
-            for pair in value.split(separator: ",") {
-                let parts = pair.split(separator: "=", maxSplits: 1)
-                if parts.count == 2 { replica[parts[0]] = parts[1] }
-            }
-            guard replica["state"] == "online", let offset = replica["offset"].flatMap({ Int($0) }) else { continue }
-            status.replicas += 1
-            status.lagSeconds = max(status.lagSeconds, replica["lag"].flatMap { Int($0) } ?? 0)
-            status.lagBytes = max(status.lagBytes, primaryOffset - offset)
-        }
-        return status
     }
 }
 
