@@ -20,8 +20,8 @@ import Darwin
 /// Every connection made from configurations that share this value asks the sentinels for the
 /// primary's address when it connects, checks that the server there says it is the primary
 /// (`ROLE`), and connects again — asking again — after an I/O error, a `READONLY`, `LOADING`,
-/// `MASTERDOWN` or `UNBLOCKED` reply, or a `+switch-master` announcement for `masterName`, which
-/// one background thread per value listens for. A copy of the value shares that thread and the
+/// `MASTERDOWN`, `NOREPLICAS` or `UNBLOCKED` reply, or a `+switch-master` announcement for
+/// `masterName`, which one background thread per value listens for. A copy of the value shares that thread and the
 /// switch count, so all pools and listeners of a process follow one failover together.
 public struct RedisSentinelConfiguration: Sendable, CustomStringConvertible {
     /// One sentinel's address.

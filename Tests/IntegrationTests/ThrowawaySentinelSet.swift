@@ -89,7 +89,9 @@ final class ThrowawaySentinelSet: @unchecked Sendable {
 
     /// Waits until both replicas follow the primary and every sentinel knows them and the other two
     /// sentinels (a failover needs all of it).
-    func waitUntilReady(timeout: Duration = .seconds(30)) async throws {
+    /// (A minute: a replica's first sync waits out the primary's diskless-sync delay, and CI's
+    /// loaded run once took the replica test past 20 s.)
+    func waitUntilReady(timeout: Duration = .seconds(60)) async throws {
         let deadline = ContinuousClock.now + timeout
         var last: [String: String] = [:]
         while ContinuousClock.now < deadline {
