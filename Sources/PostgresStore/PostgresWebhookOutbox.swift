@@ -63,7 +63,6 @@ public final class PostgresWebhookOutbox: WebhookOutbox {
     ) throws -> (checked: Int, requeued: Int) {
         guard limit > 0 else { return (0, 0) }
         let scope = apps.map { PostgresArray.literal($0.map(\.uuidString)) }
-        let seconds = Double(olderThan.components.seconds) + Double(olderThan.components.attoseconds) / 1e18
         return try connection.transaction { connection in
             // `queued_at` becomes "last known queued": the next look at this delivery is one
             // `olderThan` later. Locked, so a worker's settlement waits for this commit (and then
@@ -72,7 +71,7 @@ public final class PostgresWebhookOutbox: WebhookOutbox {
                 """
                 WITH stale AS (
                     SELECT d.id FROM webhook_deliveries d
-                    WHERE d.status = 'queued' AND d.queued_at < now() - make_interval(secs => \(seconds))
+                    WHERE d.status = 'queued' AND d.queued_at < now() - make_interval(secs => \(olderThan.seconds))
                       AND (\(scope)::uuid[] IS NULL OR d.app_id = ANY(\(scope)::uuid[]))
                     ORDER BY d.queued_at
                     LIMIT \(limit)
