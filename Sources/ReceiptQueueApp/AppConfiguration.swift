@@ -144,37 +144,16 @@ public struct AppConfiguration: Sendable, CustomStringConvertible {
         keys = RedisKeys(prefix: string("REDIS_KEY_PREFIX", "{rq}"))
         redisMinReplicasAck = try int("REDIS_MIN_REPLICAS_ACK", 0, range: 0...16)
         redisReplicaAckTimeout = .milliseconds(try int("REDIS_REPLICA_ACK_TIMEOUT_MS", 1000, range: 1...60_000))
-        // POSTGRES_HOSTNAME may list a primary and its standbys (libpq tries them in order and keeps
-        // to the one that takes writes); POSTGRES_PORT is one port for all or one per host.
-        let postgresHosts = string("POSTGRES_HOSTNAME", "127.0.0.1").split(separator: ",", omittingEmptySubsequences: false).map {
-            String($0.filter { $0 != " " })
-        }
-        let postgresPorts = try (environment["POSTGRES_PORT"].flatMap { $0.isEmpty ? nil : $0 } ?? "15432").split(
-            separator: ",", omittingEmptySubsequences: false
-        ).map { text in
-            guard let port = Int(text.filter { $0 != " " }), (1...65535).contains(port) else {
-                throw ConfigurationError(variable: "POSTGRES_PORT", reason: "must be a port in 1...65535, or one per POSTGRES_HOSTNAME host")
-            }
-            return port
-        }
-        guard !postgresHosts.isEmpty, !postgresHosts.contains(where: \.isEmpty) else {
-            throw ConfigurationError(variable: "POSTGRES_HOSTNAME", reason: "must be a host or a comma-separated list of hosts")
-        }
-        guard postgresPorts.count == 1 || postgresPorts.count == postgresHosts.count else {
-            throw ConfigurationError(variable: "POSTGRES_PORT", reason: "must be one port, or one per POSTGRES_HOSTNAME host")
-        }
-        let hostPorts = postgresHosts.indices.map { (host: postgresHosts[$0], port: postgresPorts.count == 1 ? postgresPorts[0] : postgresPorts[$0]) }
-        let sessionAttributes = string("POSTGRES_TARGET_SESSION_ATTRS", "")
-        guard ["", "any", "read-write", "read-only", "primary", "standby", "prefer-standby"].contains(sessionAttributes) else {
-            throw ConfigurationError(
-                variable: "POSTGRES_TARGET_SESSION_ATTRS", reason: "must be one of any, read-write, read-only, primary, standby, prefer-standby")
-        }
+        let hostPorts = try Self.postgresServers(hosts: string("POSTGRES_HOSTNAME", "127.0.0.1"), ports: string("POSTGRES_PORT", "15432"))
+        let sessionAttributes =
+            (environment["POSTGRES_TARGET_SESSION_ATTRS"] ?? "").isEmpty
+            ? nil : try choice("POSTGRES_TARGET_SESSION_ATTRS", TargetSessionAttributes.readWrite).rawValue
         postgres = PostgresConfiguration(
             host: hostPorts[0].host, port: hostPorts[0].port,
             user: string("POSTGRES_USER", "receiptq"),
             password: environment["POSTGRES_PASSWORD"].flatMap { $0.isEmpty ? nil : $0 },
             database: string("POSTGRES_DB", "receiptq"), otherHosts: Array(hostPorts.dropFirst()),
-            targetSessionAttributes: sessionAttributes.isEmpty ? nil : sessionAttributes)
+            targetSessionAttributes: sessionAttributes)
         mockAppStorePort = try int("MOCK_APPSTORE_PORT", 9090, range: 0...65535)
         appStoreIsDefaultMock = (environment["APPSTORE_PRODUCTION_URL"] ?? "").isEmpty
         let mockBase = "http://127.0.0.1:\(mockAppStorePort)"
@@ -278,6 +257,34 @@ public struct AppConfiguration: Sendable, CustomStringConvertible {
             throw ConfigurationError(
                 variable: "APPSTORE_PRODUCTION_URL", reason: "must be set in production (the default is the local mock)")
         }
+    }
+
+    /// libpq's `target_session_attrs` (`POSTGRES_TARGET_SESSION_ATTRS`).
+    enum TargetSessionAttributes: String, CaseIterable {
+        case any
+        case readWrite = "read-write"
+        case readOnly = "read-only"
+        case primary, standby
+        case preferStandby = "prefer-standby"
+    }
+
+    /// `POSTGRES_HOSTNAME` may list a primary and its standbys (libpq tries them in order and keeps
+    /// to the one that suits `target_session_attrs`); `POSTGRES_PORT` is one port for all or one per host.
+    static func postgresServers(hosts: String, ports: String) throws -> [(host: String, port: Int)] {
+        let names = hosts.split(separator: ",", omittingEmptySubsequences: false).map { String($0.filter { $0 != " " }) }
+        let numbers = try ports.split(separator: ",", omittingEmptySubsequences: false).map { text in
+            guard let port = Int(text.filter { $0 != " " }), (1...65535).contains(port) else {
+                throw ConfigurationError(variable: "POSTGRES_PORT", reason: "must be a port in 1...65535, or one per POSTGRES_HOSTNAME host")
+            }
+            return port
+        }
+        guard !names.contains(where: \.isEmpty) else {
+            throw ConfigurationError(variable: "POSTGRES_HOSTNAME", reason: "must be a host or a comma-separated list of hosts")
+        }
+        guard numbers.count == 1 || numbers.count == names.count else {
+            throw ConfigurationError(variable: "POSTGRES_PORT", reason: "must be one port, or one per POSTGRES_HOSTNAME host")
+        }
+        return names.indices.map { (host: names[$0], port: numbers.count == 1 ? numbers[0] : numbers[$0]) }
     }
 
     public var description: String {
