@@ -31,6 +31,10 @@ public struct PostgresConfiguration: Sendable, CustomStringConvertible {
     /// libpq's `target_session_attrs`: nil sends `read-write` when there are ``otherHosts`` (a
     /// standby, which takes no writes, is skipped) and nothing otherwise.
     public var targetSessionAttributes: String?
+    /// Whether statements with parameters run as named prepared statements, each parsed once per
+    /// session (default). Off for a pooler that hands one session's statements to several server
+    /// sessions (PgBouncer before 1.21 in transaction mode), where a prepared name is not found.
+    public var preparesStatements: Bool
 
     /// Creates a configuration.
     ///
@@ -44,6 +48,7 @@ public struct PostgresConfiguration: Sendable, CustomStringConvertible {
     ///   - applicationName: `application_name`; default `receiptq`.
     ///   - otherHosts: More servers to try, in order (failover); default none.
     ///   - targetSessionAttributes: `target_session_attrs`; default `read-write` with other hosts.
+    ///   - preparesStatements: whether statements with parameters are prepared; default true.
     public init(
         host: String = "127.0.0.1",
         port: Int = 5432,
@@ -53,8 +58,10 @@ public struct PostgresConfiguration: Sendable, CustomStringConvertible {
         connectTimeoutSeconds: Int = 5,
         applicationName: String = "receiptq",
         otherHosts: [(host: String, port: Int)] = [],
-        targetSessionAttributes: String? = nil
+        targetSessionAttributes: String? = nil,
+        preparesStatements: Bool = true
     ) {
+        self.preparesStatements = preparesStatements
         self.otherHosts = otherHosts
         self.targetSessionAttributes = targetSessionAttributes
         self.host = host

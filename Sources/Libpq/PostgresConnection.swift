@@ -47,6 +47,7 @@ public final class PostgresConnection: @unchecked Sendable {
     private var connection: OpaquePointer?
     private var isClosed = false
     private var transactionDepth = 0
+    private var prepared = PreparedStatements()
 
     /// Connects, blocking for at most ``PostgresConfiguration/connectTimeoutSeconds``, and sets the
     /// session time zone to UTC.
@@ -172,15 +173,47 @@ public final class PostgresConnection: @unchecked Sendable {
         guard let count = Int32(exactly: query.binds.count) else { throw PostgresError.from(.invalidQuery("too many parameters")) }
         try Self.checkNoNUL(query.sql)
         let connection = try liveConnection()
+        let name = try preparedName(for: query, count: count, on: connection)
         let executed = try Self.withParameterValues(query.binds) { values in
-            PQexecParams(connection, query.sql, count, nil, values, nil, nil, 0)
+            if let name { return PQexecPrepared(connection, name, count, values, nil, nil, 0) }
+            return PQexecParams(connection, query.sql, count, nil, values, nil, nil, 0)
         }
         guard let result = executed else {
             throw PostgresError.from(.statement(result: nil, connection: connection, binds: query.binds))
         }
         defer { PQclear(result) }
-        try check(result, connection: connection, binds: query.binds)
+        do {
+            try check(result, connection: connection, binds: query.binds)
+        } catch let error as PostgresError where name != nil && Self.isStalePlan(error) {
+            // A migration changed what the statement reads since it was prepared. Outside a
+            // transaction nothing ran, so preparing it again and running it once more is safe.
+            prepared.forget(query.sql)
+            guard transactionDepth == 0 else { throw error }
+            return try queryOnQueue(query)
+        }
         return Self.makeResult(result)
+    }
+
+    /// The name `query` runs under as a prepared statement in this session (preparing it first),
+    /// or nil to run it unprepared: prepared statements are off, it has no parameters, or the
+    /// session holds as many as it keeps.
+    private func preparedName(for query: PostgresQuery, count: Int32, on connection: OpaquePointer) throws -> String? {
+        guard configuration.preparesStatements, count > 0 else { return nil }
+        if let name = prepared.name(for: query.sql) { return name }
+        guard let name = prepared.reserveName(for: query.sql) else { return nil }
+        // Parameter types come from the statement's own casts, as with PQexecParams.
+        guard let result = PQprepare(connection, name, query.sql, count, nil) else {
+            throw PostgresError.from(.statement(result: nil, connection: connection, binds: []))
+        }
+        defer { PQclear(result) }
+        try check(result, connection: connection, binds: [])
+        prepared.record(name, for: query.sql)
+        return name
+    }
+
+    /// "cached plan must not change result type": the statement's tables changed under it.
+    private static func isStalePlan(_ error: PostgresError) -> Bool {
+        error.sqlState == "0A000" && error.message.contains("cached plan")
     }
 
     /// Runs parameterless SQL and returns its command tag (`COMMIT`, `ROLLBACK`, `INSERT 0 1`…).
@@ -241,12 +274,14 @@ public final class PostgresConnection: @unchecked Sendable {
         guard let connection else {
             let connection = try connect()
             self.connection = connection
+            prepared.removeAll()
             logger.debug("Postgres connected", metadata: ["postgres.host": "\(configuration.host)", "postgres.port": "\(configuration.port)"])
             return connection
         }
         if PQstatus(connection) == CONNECTION_OK { return connection }
         logger.info("Postgres connection lost; resetting")
         PQreset(connection)
+        prepared.removeAll()
         guard PQstatus(connection) == CONNECTION_OK else { throw PostgresError.from(.connect(connection)) }
         // PQreset opens a new session: session settings must be applied again.
         try setUpSession(connection)

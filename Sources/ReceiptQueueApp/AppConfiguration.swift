@@ -154,6 +154,10 @@ public struct AppConfiguration: Sendable, CustomStringConvertible {
             password: environment["POSTGRES_PASSWORD"].flatMap { $0.isEmpty ? nil : $0 },
             database: string("POSTGRES_DB", "receiptq"), otherHosts: Array(hostPorts.dropFirst()),
             targetSessionAttributes: sessionAttributes)
+        guard let prepares = Bool(string("POSTGRES_PREPARED_STATEMENTS", "true").lowercased()) else {
+            throw ConfigurationError(variable: "POSTGRES_PREPARED_STATEMENTS", reason: "must be true or false")
+        }
+        postgres.preparesStatements = prepares
         mockAppStorePort = try int("MOCK_APPSTORE_PORT", 9090, range: 0...65535)
         appStoreIsDefaultMock = (environment["APPSTORE_PRODUCTION_URL"] ?? "").isEmpty
         let mockBase = "http://127.0.0.1:\(mockAppStorePort)"

@@ -43,13 +43,15 @@ struct HighAvailabilityConfigurationTests {
         let single = try AppConfiguration(environment: [:]).postgres
         #expect(single.otherHosts.isEmpty)
         #expect(single.portList == "15432")
+        #expect(single.preparesStatements)
+        #expect(try AppConfiguration(environment: ["POSTGRES_PREPARED_STATEMENTS": "FALSE"]).postgres.preparesStatements == false)
     }
 
     @Test(
-        "Postgres host lists that cannot be used are refused, naming the variable",
+        "Postgres settings that cannot be used are refused, naming the variable",
         arguments: [
             ["POSTGRES_HOSTNAME": "a,,b"], ["POSTGRES_HOSTNAME": "a,b,c", "POSTGRES_PORT": "1,2"], ["POSTGRES_PORT": "5432,"],
-            ["POSTGRES_PORT": "0"], ["POSTGRES_TARGET_SESSION_ATTRS": "writable"],
+            ["POSTGRES_PORT": "0"], ["POSTGRES_TARGET_SESSION_ATTRS": "writable"], ["POSTGRES_PREPARED_STATEMENTS": "no"],
         ])
     func badPostgresHosts(_ environment: [String: String]) {
         let error = #expect(throws: ConfigurationError.self) { try AppConfiguration(environment: environment) }
