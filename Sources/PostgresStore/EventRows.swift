@@ -163,7 +163,7 @@ enum EventRows {
                 INSERT INTO events (id, app_id, type, environment, user_identifier, subject, original_transaction_id,
                     transaction_id, receipt_id, sequence, occurred_at, data, dedupe_key)
                 SELECT id, app_id, type, environment, user_identifier, subject, original_transaction_id, transaction_id,
-                    receipt_id, sequence, occurred_at, data::json, dedupe_key
+                    receipt_id, sequence, occurred_at, data, dedupe_key
                 FROM numbered
                 RETURNING id
             )

@@ -15,7 +15,7 @@ public final class PostgresEventCatalog: EventCatalog {
 
     static let columns = """
         e.id, e.app_id, e.type, e.environment, e.user_identifier, e.subject, e.original_transaction_id, e.transaction_id,
-        e.receipt_id, e.sequence, e.occurred_at, e.recorded_at, e.data::text AS data
+        e.receipt_id, e.sequence, e.occurred_at, e.recorded_at, e.data
         """
 
     public func events(appID: UUID, query: EventQuery) async throws -> EventPage? {

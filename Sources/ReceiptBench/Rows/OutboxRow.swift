@@ -55,6 +55,8 @@ enum OutboxRow: BenchRow {
         let committers = try options.positive("--committers", default: 2)
 
         let configuration = try AppConfiguration()
+        // The schema this build writes, not whatever an earlier build left.
+        try ReceiptQueueApp.migrate(configuration)
         let postgres = try PostgresConnection(configuration: configuration.postgres, label: "bench")
         defer { postgres.close() }
         guard let postmaster = PostgresStats.postmasterPID(postgres) else {
