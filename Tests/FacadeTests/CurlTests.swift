@@ -87,17 +87,11 @@ private struct SelfSignedFiles {
         try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
         certificate = dir.appendingPathComponent("cert.pem").path
         key = dir.appendingPathComponent("key.pem").path
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = [
+        let result = try ChildProcess.run([
             "openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", certificate,
             "-days", "2", "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost",
-        ]
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = FileHandle.nullDevice
-        try process.run()
-        process.waitUntilExit()
-        guard process.terminationStatus == 0 else { throw CocoaError(.fileWriteUnknown) }
+        ])
+        guard result.status == 0 else { throw CocoaError(.fileWriteUnknown) }
     }
 }
 

@@ -109,13 +109,8 @@ struct OpenSSLPrimitiveTests {
         let data: [UInt8] = [2] + Array("purchase-info".utf8)
         try Data(data).write(to: dir.appendingPathComponent("data"))
         try pki.leafKey.pemPKCS8().write(to: dir.appendingPathComponent("key.pem"), atomically: true, encoding: .utf8)
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.currentDirectoryURL = dir
-        process.arguments = ["openssl", "dgst", "-sha1", "-sign", "key.pem", "-out", "sig", "data"]
-        try process.run()
-        process.waitUntilExit()
-        try #require(process.terminationStatus == 0)
+        let result = try ChildProcess.run(["openssl", "dgst", "-sha1", "-sign", "key.pem", "-out", "sig", "data"], directory: dir.path)
+        try #require(result.status == 0)
         let signature = try [UInt8](Data(contentsOf: dir.appendingPathComponent("sig")))
         #expect(RSASignature.verifySHA1(signature: signature, data: data, certificate: pki.leaf))
         #expect(!RSASignature.verifySHA1(signature: signature, data: data + [0], certificate: pki.leaf))

@@ -22,7 +22,7 @@ struct CrashRecoveryTests {
     /// Starts a worker, SIGKILLs it once `killAt` jobs are stored (checking it died mid-batch, jobs
     /// in hand), then starts another and plays the janitor and the scheduler (orphans requeued,
     /// due retries promoted) until every job is stored. Returns the surviving worker.
-    func killMidBatchAndRecover(_ fixture: WorkerProcessFixture, killAt: Int) async throws -> SpawnedProcess {
+    func killMidBatchAndRecover(_ fixture: WorkerProcessFixture, killAt: Int) async throws -> ChildProcess {
         let first = try fixture.startWorker()
         let killedAtDeadline = ContinuousClock.now + .seconds(60)
         while try fixture.stored() < killAt, ContinuousClock.now < killedAtDeadline { try await Task.sleep(for: .milliseconds(20)) }
@@ -238,7 +238,7 @@ struct WorkerProcessFixture {
     }
 
     /// Starts `receiptq work` with the fixture's environment (its errors appended to `log`).
-    func startWorker(log: URL? = nil) throws -> SpawnedProcess {
+    func startWorker(log: URL? = nil) throws -> ChildProcess {
         try startProcess(CrashRecoveryTests.binary, ["work"], environment: environment, standardError: log)
     }
 

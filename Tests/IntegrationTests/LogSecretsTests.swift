@@ -263,7 +263,7 @@ final class LoggedRun: @unchecked Sendable {
     var secrets: [String: String] = [:]
     /// Every receipt sent, by name, as base64.
     var receipts: [String: String] = [:]
-    private var roles: [(name: String, process: SpawnedProcess)] = []
+    private var roles: [(name: String, process: ChildProcess)] = []
     private var commands = 0
     /// The stderr files of commands that failed: they end with the command's error, in plain text.
     private var failedCommands: Set<String> = []

@@ -156,20 +156,8 @@ struct MetricsTests {
         let promtool = CrashRecoveryTests.binary.deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
             .appendingPathComponent(".local/promtool/usr/bin/promtool")
         try #require(FileManager.default.isExecutableFile(atPath: promtool.path), "run scripts/validate-ops first: it unpacks promtool")
-        let process = Process()
-        process.executableURL = promtool
-        process.arguments = ["check", "metrics"]
-        let input = Pipe()
-        let output = Pipe()
-        process.standardInput = input
-        process.standardOutput = output
-        process.standardError = output
-        try process.run()
-        input.fileHandleForWriting.write(Data(exposition.utf8))
-        try input.fileHandleForWriting.close()
-        let text = output.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        return (process.terminationStatus, String(decoding: text, as: UTF8.self))
+        let result = try ChildProcess.run([promtool.path, "check", "metrics"], input: Array(exposition.utf8))
+        return (result.status, String(decoding: result.output, as: UTF8.self))
     }
 
     @Test("Redis unreachable: /metrics still answers 200 with the process's own counters")

@@ -264,27 +264,15 @@ enum OpenAPIChecker {
             arguments.append(exchangesURL.path)
         }
 
-        let process = Process()
-        process.executableURL = python
-        process.arguments = arguments
-        let stdout = Pipe()
         // stderr to a file: the validator's complaints can outgrow a pipe while stdout is being read.
         let stderrURL = directory.appendingPathComponent("stderr.txt")
-        _ = FileManager.default.createFile(atPath: stderrURL.path, contents: nil)
-        let stderr = try FileHandle(forWritingTo: stderrURL)
-        defer { try? stderr.close() }
-        process.standardOutput = stdout
-        process.standardError = stderr
-        try process.run()
-        // Read before waiting: a full pipe would block the checker forever.
-        let output = stdout.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
+        let (status, output) = try ChildProcess.run([python.path] + arguments, stderr: .file(stderrURL.path))
         let errors = (try? String(contentsOf: stderrURL, encoding: .utf8)) ?? ""
         // Exit 1 means "responses do not match": the report lists them. Anything else is fatal.
-        guard [0, 1].contains(process.terminationStatus) else {
-            Issue.record("scripts/openapi/check.py exited \(process.terminationStatus): \(errors)")
+        guard [0, 1].contains(status) else {
+            Issue.record("scripts/openapi/check.py exited \(status): \(errors)")
             throw CocoaError(.fileReadCorruptFile)
         }
-        return try JSONDecoder().decode(Report.self, from: output)
+        return try JSONDecoder().decode(Report.self, from: Data(output))
     }
 }

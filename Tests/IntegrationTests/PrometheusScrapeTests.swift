@@ -29,20 +29,14 @@ struct PrometheusScrapeTests {
             """
         try config.write(to: directory.appendingPathComponent("prometheus.yml"), atomically: true, encoding: .utf8)
         let port = try freeLoopbackPort()
-        let prometheus = Process()
-        prometheus.executableURL = binary
-        prometheus.arguments = [
-            "--config.file=\(directory.appendingPathComponent("prometheus.yml").path)",
-            "--storage.tsdb.path=\(directory.appendingPathComponent("data").path)", "--web.listen-address=127.0.0.1:\(port)",
-        ]
         let log = directory.appendingPathComponent("prometheus.log")
-        FileManager.default.createFile(atPath: log.path, contents: nil)
-        let logHandle = try FileHandle(forWritingTo: log)
-        prometheus.standardOutput = logHandle
-        prometheus.standardError = logHandle
-        try prometheus.run()
+        let prometheus = try ChildProcess(
+            [
+                binary.path, "--config.file=\(directory.appendingPathComponent("prometheus.yml").path)",
+                "--storage.tsdb.path=\(directory.appendingPathComponent("data").path)", "--web.listen-address=127.0.0.1:\(port)",
+            ], stdout: .file(log.path), stderr: .output)
         defer {
-            kill(prometheus.processIdentifier, SIGTERM)
+            prometheus.terminate()
             prometheus.waitUntilExit()
         }
         let api = PrometheusAPI(client: system.client, base: "http://127.0.0.1:\(port)")

@@ -248,146 +248,26 @@ final class StandaloneAPI: Sendable {
 
 /// Runs `executable` to its end, stdout and stderr together (read before waiting: a full pipe
 /// would block the child forever), or stdout alone when `standardError` names a file for stderr
-/// (created, or appended to); in `directory` when given.
-///
-/// By `posix_spawn`, not Foundation's `Process`: with every suite running, the test process holds
-/// over a thousand descriptors that other threads open and close meanwhile, and `Process.run()`
-/// crashed reading its descriptor list (a full `scripts/test`, in memmove); posix_spawn closes
-/// them in the child with `closefrom`, as `spawn` does for the throwaway servers.
+/// (created, or appended to); in `directory` when given. A ``ChildProcess``, not Foundation's
+/// `Process`, which crashes now and then reading the descriptor list of a process holding as many
+/// as this one does with every suite running.
 func runProcess(
     _ executable: URL, _ arguments: [String], environment: [String: String], standardError: URL? = nil, directory: URL? = nil
 ) throws -> (status: Int32, output: String) {
-    var pipeEnds: [Int32] = [-1, -1]
-    guard pipe(&pipeEnds) == 0 else { throw RestartTestError("pipe: errno \(errno)") }
-    // Not inherited by other children started meanwhile (theirs close from 3 anyway).
-    for end in pipeEnds { _ = fcntl(end, F_SETFD, FD_CLOEXEC) }
-    var actions = posix_spawn_file_actions_t()
-    posix_spawn_file_actions_init(&actions)
-    defer { posix_spawn_file_actions_destroy(&actions) }
-    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
-    posix_spawn_file_actions_adddup2(&actions, pipeEnds[1], 1)
-    if let standardError {
-        posix_spawn_file_actions_addopen(&actions, 2, standardError.path, O_WRONLY | O_CREAT | O_APPEND, 0o644)
-    } else {
-        posix_spawn_file_actions_adddup2(&actions, pipeEnds[1], 2)
-    }
-    guard let closeFrom, let changeDirectory, closeFrom(&actions, 3) == 0 else {
-        close(pipeEnds[0])
-        close(pipeEnds[1])
-        throw RestartTestError("posix_spawn file actions failed (glibc ≥ 2.34 needed)")
-    }
-    if let directory, changeDirectory(&actions, directory.path) != 0 {
-        close(pipeEnds[0])
-        close(pipeEnds[1])
-        throw RestartTestError("posix_spawn chdir action failed")
-    }
-    let pid: pid_t
-    do {
-        pid = try spawnChild([executable.path] + arguments, environment: environment, actions: &actions)
-        close(pipeEnds[1])
-    } catch {
-        close(pipeEnds[0])
-        close(pipeEnds[1])
-        throw error
-    }
-    let output = FileHandle(fileDescriptor: pipeEnds[0], closeOnDealloc: true).readDataToEndOfFile()
-    return (waitForChild(pid) ?? -1, String(decoding: output, as: UTF8.self))
+    let result = try ChildProcess.run(
+        [executable.path] + arguments, environment: environment, directory: directory?.path,
+        stderr: standardError.map { .file($0.path) } ?? .output)
+    return (result.status, String(decoding: result.output, as: UTF8.self))
 }
 
 /// Starts `executable` in the background, its stdout and stderr appended to these files (nil:
-/// discarded), by `posix_spawn` like ``runProcess(_:_:environment:standardError:directory:)``.
-/// The caller stops it (SIGTERM) and waits for it.
+/// discarded). The caller stops it (SIGTERM) and waits for it.
 func startProcess(
     _ executable: URL, _ arguments: [String], environment: [String: String], standardOutput: URL? = nil, standardError: URL? = nil
-) throws -> SpawnedProcess {
-    var actions = posix_spawn_file_actions_t()
-    posix_spawn_file_actions_init(&actions)
-    defer { posix_spawn_file_actions_destroy(&actions) }
-    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
-    posix_spawn_file_actions_addopen(&actions, 1, standardOutput?.path ?? "/dev/null", O_WRONLY | O_CREAT | O_APPEND, 0o644)
-    posix_spawn_file_actions_addopen(&actions, 2, standardError?.path ?? "/dev/null", O_WRONLY | O_CREAT | O_APPEND, 0o644)
-    guard let closeFrom, closeFrom(&actions, 3) == 0 else { throw RestartTestError("posix_spawn file actions failed (glibc ≥ 2.34 needed)") }
-    return SpawnedProcess(try spawnChild([executable.path] + arguments, environment: environment, actions: &actions))
-}
-
-/// Spawns `arguments` with `actions`, as Foundation's `Process` would: every signal at its
-/// default disposition and none blocked (a child inherits the calling thread's mask, and
-/// libdispatch's threads block signals: a role spawned from one would never see its SIGTERM).
-/// - Parameters:
-///   - arguments: the program (a path, or a name looked up on `PATH` when `environment` is nil) and
-///     its arguments.
-///   - environment: the child's environment; nil: this process's, and a `PATH` look-up.
-func spawnChild(_ arguments: [String], environment: [String: String]?, actions: inout posix_spawn_file_actions_t) throws -> pid_t {
-    var attributes = posix_spawnattr_t()
-    posix_spawnattr_init(&attributes)
-    defer { posix_spawnattr_destroy(&attributes) }
-    var noSignals = sigset_t()
-    sigemptyset(&noSignals)
-    var allSignals = sigset_t()
-    sigfillset(&allSignals)
-    posix_spawnattr_setsigmask(&attributes, &noSignals)
-    posix_spawnattr_setsigdefault(&attributes, &allSignals)
-    posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
-    let argv = arguments.map { strdup($0) } + [nil]
-    defer { for argument in argv { free(argument) } }
-    var pid: pid_t = 0
-    let status: Int32
-    if let environment {
-        let envp = environment.map { strdup("\($0.key)=\($0.value)") } + [nil]
-        defer { for variable in envp { free(variable) } }
-        status = posix_spawn(&pid, arguments[0], &actions, &attributes, argv, envp)
-    } else {
-        status = posix_spawnp(&pid, arguments[0], &actions, &attributes, argv, environ)
-    }
-    guard status == 0 else { throw RestartTestError("cannot start \(arguments[0]): error \(status)") }
-    return pid
-}
-
-/// A child started by ``startProcess(_:_:environment:standardOutput:standardError:)``: the part of
-/// Foundation's `Process` the tests use.
-final class SpawnedProcess: @unchecked Sendable {
-    /// How it ended.
-    enum TerminationReason { case exit, uncaughtSignal }
-
-    let processIdentifier: pid_t
-    private let lock = NSLock()
-    // Guarded by `lock`: the raw wait status once reaped.
-    private var waitStatus: Int32?
-
-    init(_ pid: pid_t) { processIdentifier = pid }
-
-    /// Whether it has not exited yet (reaps it when it has).
-    var isRunning: Bool {
-        lock.withLock {
-            guard waitStatus == nil else { return false }
-            var status: Int32 = 0
-            let result = waitpid(processIdentifier, &status, WNOHANG)
-            if result == processIdentifier { waitStatus = status }
-            return result == 0
-        }
-    }
-
-    /// Blocks until it has exited.
-    func waitUntilExit() {
-        lock.withLock {
-            guard waitStatus == nil else { return }
-            var status: Int32 = 0
-            while waitpid(processIdentifier, &status, 0) == -1, errno == EINTR {}
-            waitStatus = status
-        }
-    }
-
-    /// Its exit code, or the signal that ended it (as `Process` reports them); -1 while it runs.
-    var terminationStatus: Int32 {
-        guard let status = lock.withLock({ waitStatus }) else { return -1 }
-        let signal = status & 0x7f
-        return signal == 0 ? (status >> 8) & 0xff : signal
-    }
-
-    var terminationReason: TerminationReason {
-        guard let status = lock.withLock({ waitStatus }) else { return .exit }
-        return status & 0x7f == 0 ? .exit : .uncaughtSignal
-    }
+) throws -> ChildProcess {
+    try ChildProcess(
+        [executable.path] + arguments, environment: environment, stdout: standardOutput.map { .file($0.path) } ?? .null,
+        stderr: standardError.map { .file($0.path) } ?? .null)
 }
 
 extension AuditAction {

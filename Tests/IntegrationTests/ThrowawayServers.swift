@@ -43,19 +43,12 @@ func spawn(_ arguments: [String], log: String? = nil) throws -> pid_t {
     posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
     posix_spawn_file_actions_addopen(&actions, 1, log ?? "/dev/null", O_WRONLY | O_CREAT | O_APPEND, 0o644)
     posix_spawn_file_actions_adddup2(&actions, 1, 2)
-    guard let closeFrom, let changeDirectory else { throw RestartTestError("glibc ≥ 2.34 needed (posix_spawn closefrom)") }
-    guard closeFrom(&actions, 3) == 0, changeDirectory(&actions, "/") == 0 else {
+    guard let spawnCloseFrom, let spawnChangeDirectory else { throw RestartTestError("glibc ≥ 2.34 needed (posix_spawn closefrom)") }
+    guard spawnCloseFrom(&actions, 3) == 0, spawnChangeDirectory(&actions, "/") == 0 else {
         throw RestartTestError("posix_spawn file actions failed")
     }
     return try spawnChild(arguments, environment: nil, actions: &actions)
 }
-
-// glibc has both (2.34, 2.29), but its headers hide them from Swift's Glibc module.
-typealias SpawnCloseFrom = @convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, Int32) -> Int32
-typealias SpawnChangeDirectory = @convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, UnsafePointer<CChar>) -> Int32
-let closeFrom = dlsym(nil, "posix_spawn_file_actions_addclosefrom_np").map { unsafeBitCast($0, to: SpawnCloseFrom.self) }
-// runuser keeps the cwd, which the server's user may not be allowed to read.
-let changeDirectory = dlsym(nil, "posix_spawn_file_actions_addchdir_np").map { unsafeBitCast($0, to: SpawnChangeDirectory.self) }
 
 /// Waits for a child started by `spawn`; nil when `timeout` passed first (it then still runs).
 /// - Returns: its exit status, or 128 + the signal that ended it.
