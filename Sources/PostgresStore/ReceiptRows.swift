@@ -117,14 +117,21 @@ enum PostgresArray {
         bytes.reserveCapacity(values.reduce(2) { $0 + ($1?.utf8.count ?? 4) + 3 })
         for (index, value) in values.enumerated() {
             if index > 0 { bytes.append(UInt8(ascii: ",")) }
-            guard let value else {
+            guard var value else {
                 bytes.append(contentsOf: "NULL".utf8)
                 continue
             }
             bytes.append(UInt8(ascii: "\""))
-            for byte in value.utf8 {
-                if byte == UInt8(ascii: "\\") || byte == UInt8(ascii: "\"") { bytes.append(UInt8(ascii: "\\")) }
-                bytes.append(byte)
+            value.withUTF8 { utf8 in
+                // Runs between the bytes to escape go in whole (a memcpy each): most values (ids,
+                // dates, base64) have none, and a byte-at-a-time append was 4 % of the worker's CPU.
+                var start = 0
+                for index in utf8.indices where utf8[index] == UInt8(ascii: "\\") || utf8[index] == UInt8(ascii: "\"") {
+                    bytes.append(contentsOf: UnsafeBufferPointer(rebasing: utf8[start..<index]))
+                    bytes.append(UInt8(ascii: "\\"))
+                    start = index
+                }
+                bytes.append(contentsOf: UnsafeBufferPointer(rebasing: utf8[start...]))
             }
             bytes.append(UInt8(ascii: "\""))
         }
