@@ -107,13 +107,17 @@ public final class AppStoreClient: ReceiptVerifier {
     }
 
     /// The JSON body Apple expects. The shared secret goes only here, never into logs or errors.
+    ///
+    /// Written directly: through `JSONEncoder` (a boxed tree, every `/` of the base64 escaped) it
+    /// was 2 % of the worker's CPU at c100.
     static func requestBody(_ request: VerificationRequest) -> [UInt8] {
-        var object: [String: JSONValue] = [
-            "receipt-data": .string(request.receiptData),
-            "exclude-old-transactions": .bool(request.excludeOldTransactions),
-        ]
-        if let secret = request.sharedSecret { object["password"] = .string(secret) }
-        return (try? JSONEncoder().encode(JSONValue.object(object))).map { [UInt8]($0) } ?? []
+        var writer = JSONWriter(capacity: request.receiptData.utf8.count + 128)
+        writer.openObject()
+        writer.member("receipt-data", request.receiptData)
+        writer.member("exclude-old-transactions", request.excludeOldTransactions)
+        writer.member("password", request.sharedSecret)
+        writer.closeObject()
+        return writer.bytes
     }
 }
 
