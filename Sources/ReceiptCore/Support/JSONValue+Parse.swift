@@ -152,6 +152,15 @@ private struct JSONByteParser {
             index += 1
         }
         guard index < bytes.count else { throw fail("string") }
+        if bytes[index] == UInt8(ascii: "\"") {
+            // No escape: validated straight from the input (no intermediate array; a short string
+            // needs no allocation at all). An Apple answer is mostly keys and short values.
+            index += 1
+            guard let text = String(validating: UnsafeBufferPointer(rebasing: bytes[start..<index - 1]), as: UTF8.self) else {
+                throw JSONParseError(code: "string", offset: start)
+            }
+            return text
+        }
         var raw = Array(bytes[start..<index])
         while bytes[index] == UInt8(ascii: "\\") {
             index += 1
