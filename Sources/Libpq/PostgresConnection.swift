@@ -169,7 +169,9 @@ public final class PostgresConnection: @unchecked Sendable {
 
     // MARK: - On-queue implementation
 
-    private func queryOnQueue(_ query: PostgresQuery) throws -> PostgresResult {
+    /// - Parameter mayPrepareAgain: whether a stale prepared statement may be prepared again and
+    ///   run once more (once: a statement prepared a moment ago that fails the same way fails).
+    private func queryOnQueue(_ query: PostgresQuery, mayPrepareAgain: Bool = true) throws -> PostgresResult {
         guard let count = Int32(exactly: query.binds.count) else { throw PostgresError.from(.invalidQuery("too many parameters")) }
         try Self.checkNoNUL(query.sql)
         let connection = try liveConnection()
@@ -188,8 +190,8 @@ public final class PostgresConnection: @unchecked Sendable {
             // A migration changed what the statement reads since it was prepared. Outside a
             // transaction nothing ran, so preparing it again and running it once more is safe.
             prepared.forget(query.sql)
-            guard transactionDepth == 0 else { throw error }
-            return try queryOnQueue(query)
+            guard transactionDepth == 0, mayPrepareAgain else { throw error }
+            return try queryOnQueue(query, mayPrepareAgain: false)
         }
         return Self.makeResult(result)
     }
@@ -200,7 +202,7 @@ public final class PostgresConnection: @unchecked Sendable {
     private func preparedName(for query: PostgresQuery, count: Int32, on connection: OpaquePointer) throws -> String? {
         guard configuration.preparesStatements, count > 0 else { return nil }
         if let name = prepared.name(for: query.sql) { return name }
-        guard let name = prepared.reserveName(for: query.sql) else { return nil }
+        guard let name = prepared.reserveName() else { return nil }
         // Parameter types come from the statement's own casts, as with PQexecParams.
         guard let result = PQprepare(connection, name, query.sql, count, nil) else {
             throw PostgresError.from(.statement(result: nil, connection: connection, binds: []))

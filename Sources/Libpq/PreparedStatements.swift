@@ -1,8 +1,8 @@
 /// The named server-side statements one session has prepared, by SQL text.
 ///
 /// The worker's batched writes are a few large statements run thousands of times a minute with
-/// different arrays bound: parsing and planning them again every time cost Postgres about a tenth
-/// of its CPU per validation (`pg_stat_statements`, bench/README "The outbox's cost"). Prepared
+/// different arrays bound: parsing and planning them again every time cost Postgres about a third
+/// of its CPU per validation (bench/README "The outbox's cost"). Prepared
 /// once per session, they are parsed once; Postgres re-plans a prepared statement by itself when
 /// the statistics of a table it reads change (an `ANALYZE`, autovacuum's included), so a plan made
 /// on an empty table does not outlive it.
@@ -19,8 +19,8 @@ struct PreparedStatements {
     /// The name `sql` was prepared under in this session, if it was.
     func name(for sql: String) -> String? { names[sql] }
 
-    /// A fresh name for `sql`, or nil when the session holds ``capacity`` statements already.
-    mutating func reserveName(for sql: String) -> String? {
+    /// A fresh name, or nil when the session holds ``capacity`` statements already.
+    mutating func reserveName() -> String? {
         guard names.count < Self.capacity else { return nil }
         counter += 1
         return "receiptq_\(counter)"
