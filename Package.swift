@@ -203,6 +203,8 @@ let package = Package(
             name: "ReceiptBench",
             dependencies: [
                 "ReceiptCore", "ReceiptSignature", "OpenSSL",
+                // Children (worker, mock, perf, wrk) are spawned as the tests spawn theirs.
+                "ReceiptTesting",
                 // The pipeline and queue_only rows drive the real adapters and the worker pool.
                 "Hiredis", "Libpq", "Curl", "RedisJobQueue", "PostgresStore", "AppStoreClient", "ReceiptWorker", "ReceiptQueueApp",
                 // The scheduler row drives the real Repoller (claim in Postgres + enqueue in Redis).

@@ -149,7 +149,7 @@ extension IngestRow {
             pids.append(redis)
         }
         let perf = PerfProfile.record(pids: pids, seconds: seconds, directory: directory)
-        load.process.waitUntilExit()
+        load.waitUntilExit()
         _ = try? RedisCleanup.deleteKeys(prefix: context.prefix, context.redis)
         return perf
     }

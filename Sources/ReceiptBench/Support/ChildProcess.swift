@@ -1,9 +1,13 @@
 import Foundation
+import ReceiptTesting
 import Synchronization
 
-/// A process the bench starts (the worker, the mock App Store, perf), its stderr kept in a log file.
+/// A process the bench starts (the worker, the mock App Store, perf), its stdout and stderr kept in
+/// a log file. Spawned by ReceiptTesting's `ChildProcess` (posix_spawn), not Foundation's `Process`,
+/// whose `run()` crashes now and then reading this process's descriptor list
+/// (swift-corelibs-foundation#5472) and leaves every descriptor of the bench open in the child.
 final class ChildProcess {
-    let process = Process()
+    let child: ReceiptTesting.ChildProcess
     let logURL: URL
     let label: String
 
@@ -11,32 +15,29 @@ final class ChildProcess {
         self.label = label
         logURL = logDirectory.appendingPathComponent("\(label).log")
         _ = FileManager.default.createFile(atPath: logURL.path, contents: nil)
-        process.executableURL = executable
-        process.arguments = arguments
-        process.environment = environment
-        process.standardInput = FileHandle.nullDevice
-        process.standardOutput = try FileHandle(forWritingTo: logURL)
-        process.standardError = try FileHandle(forWritingTo: logURL)
-        try process.run()
+        child = try ReceiptTesting.ChildProcess(
+            [executable.path] + arguments, environment: environment, stdout: .file(logURL.path), stderr: .output)
     }
 
-    var pid: Int32 { process.processIdentifier }
-    var isRunning: Bool { process.isRunning }
+    var pid: Int32 { child.processIdentifier }
+    var isRunning: Bool { child.isRunning }
+
+    /// Blocks until it has exited.
+    func waitUntilExit() { child.waitUntilExit() }
 
     /// SIGTERM (graceful), then SIGKILL after `grace`; returns the exit status, or nil if it had to be killed.
     @discardableResult
     func stop(grace: Double = 15) -> Int32? {
-        guard process.isRunning else { return process.terminationStatus }
-        kill(pid, SIGTERM)
+        guard child.isRunning else { return child.terminationStatus }
+        child.terminate()
         let deadline = Date().addingTimeInterval(grace)
-        while process.isRunning, Date() < deadline { usleep(20_000) }
-        guard !process.isRunning else {
+        while child.isRunning, Date() < deadline { usleep(20_000) }
+        guard !child.isRunning else {
             kill(pid, SIGKILL)
-            process.waitUntilExit()
+            child.waitUntilExit()
             return nil
         }
-        process.waitUntilExit()
-        return process.terminationStatus
+        return child.terminationStatus
     }
 
     /// The last lines of its output, for error messages.
@@ -51,22 +52,22 @@ final class ChildProcess {
         return text.split(separator: "\n").filter { $0.contains(needle) }.count
     }
 
-    /// Runs a command to completion and returns its status and output (stdout + stderr).
+    /// Runs a command to completion and returns its status and output (stdout + stderr); killed
+    /// after `timeout` seconds.
     static func run(_ executable: String, _ arguments: [String], timeout: Double = 120) -> (status: Int32, output: String) {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: executable)
-        process.arguments = arguments
-        let pipe = Pipe()
-        process.standardOutput = pipe
-        process.standardError = pipe
-        process.standardInput = FileHandle.nullDevice
-        do { try process.run() } catch { return (-1, "\(error)") }
-        let reader = OutputReader(pipe.fileHandleForReading)
+        let child: ReceiptTesting.ChildProcess
+        do {
+            child = try ReceiptTesting.ChildProcess([executable] + arguments, stdout: .pipe, stderr: .output)
+        } catch {
+            return (-1, "\(error)")
+        }
+        guard let output = child.output else { return (-1, "no output pipe") }
+        let reader = OutputReader(output)
         let deadline = Date().addingTimeInterval(timeout)
-        while process.isRunning, Date() < deadline { usleep(20_000) }
-        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
-        process.waitUntilExit()
-        return (process.terminationStatus, reader.finish())
+        while child.isRunning, Date() < deadline { usleep(20_000) }
+        if child.isRunning { kill(child.processIdentifier, SIGKILL) }
+        child.waitUntilExit()
+        return (child.terminationStatus, reader.finish())
     }
 
     /// Finds `name` on PATH (or next to the swift toolchain), nil when absent.

@@ -1,4 +1,5 @@
 import Foundation
+import ReceiptTesting
 
 /// What a number was measured on: stored with every row, since a 2-core shared machine's numbers
 /// mean little without it.
@@ -56,17 +57,10 @@ enum Machine {
 
     /// Runs git in the current directory (scripts/bench runs from the package root); nil if unavailable.
     private static func git(_ arguments: [String]) -> String? {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["git"] + arguments
-        let output = Pipe()
-        process.standardOutput = output
-        process.standardError = FileHandle.nullDevice
-        do { try process.run() } catch { return nil }
-        let data = output.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        guard process.terminationStatus == 0 else { return nil }
-        return String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+        guard let result = try? ReceiptTesting.ChildProcess.run(["git"] + arguments, stderr: .null), result.status == 0 else {
+            return nil
+        }
+        return String(decoding: result.output, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
     }
 
     /// Peak resident set size of this process so far, in KiB.
