@@ -1,5 +1,6 @@
 import Foundation
 import Hiredis
+import ReceiptTesting
 
 extension IngestRow {
     /// The peer of the row: `bench/peer/ingest_endpoint.py` (aiohttp on uvloop, redis-py with
@@ -39,7 +40,7 @@ extension IngestRow {
             version = versions.output.trimmingCharacters(in: .whitespacesAndNewlines)
             prefix = "{rqpeer-\(String(UInt32.random(in: 0...UInt32.max), radix: 16))}"
             queue = "\(prefix):queue"
-            let port = try Network.freePort()
+            let port = try freeLoopbackPort()
             url = "http://127.0.0.1:\(port)\(IngestRow.path)"
             var environment = ProcessInfo.processInfo.environment
             environment.merge([

@@ -2,6 +2,7 @@ import Foundation
 import Hiredis
 import Libpq
 import ReceiptCore
+import ReceiptTesting
 import RedisJobQueue
 
 extension IngestRow {
@@ -28,7 +29,7 @@ extension IngestRow {
             var started: [ChildProcess] = []
             do {
                 for index in 0..<replicasAck {
-                    let port = try Network.freePort()
+                    let port = try freeLoopbackPort()
                     let data = directory.appendingPathComponent("replica-\(index)")
                     try FileManager.default.createDirectory(at: data, withIntermediateDirectories: true)
                     var arguments = [
@@ -56,7 +57,7 @@ extension IngestRow {
             replicas = started
 
             let prefix = "{rqw-\(String(UInt32.random(in: 0...UInt32.max), radix: 16))}"
-            let port = try Network.freePort()
+            let port = try freeLoopbackPort()
             var environment = environment
             environment.merge([
                 "REDIS_KEY_PREFIX": prefix, "HTTP_PORT": String(port), "REDIS_MIN_REPLICAS_ACK": String(replicasAck),

@@ -7,6 +7,7 @@ import PostgresStore
 import ReceiptCore
 import ReceiptQueueApp
 import ReceiptSignature
+import ReceiptTesting
 import RedisJobQueue
 
 /// `ingest`: `POST /client/itunes_connect/receipts` under load, as a client backend sends receipts.
@@ -178,7 +179,7 @@ enum IngestRow: BenchRow {
         let keys = RedisKeys(prefix: prefix)
         defer { _ = try? RedisCleanup.deleteKeys(prefix: prefix, redis) }
 
-        let port = try Network.freePort()
+        let port = try freeLoopbackPort()
         var environment = ProcessInfo.processInfo.environment
         environment.merge([
             "REDIS_KEY_PREFIX": prefix, "HTTP_HOST": "127.0.0.1", "HTTP_PORT": String(port),

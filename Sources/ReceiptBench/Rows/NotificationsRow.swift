@@ -6,6 +6,7 @@ import PostgresStore
 import ReceiptCore
 import ReceiptQueueApp
 import ReceiptSignature
+import ReceiptTesting
 import RedisJobQueue
 
 /// `notifications`: App Store Server Notifications, at the door and in a worker.
@@ -109,7 +110,7 @@ enum NotificationsRow: BenchRow {
         let prefix = "{rqn-\(String(UInt32.random(in: 0...UInt32.max), radix: 16))}"
         let keys = RedisKeys(prefix: prefix)
         defer { _ = try? RedisCleanup.deleteKeys(prefix: prefix, redis) }
-        let port = try Network.freePort()
+        let port = try freeLoopbackPort()
         var environment = ProcessInfo.processInfo.environment
         environment.merge([
             "REDIS_KEY_PREFIX": prefix, "HTTP_HOST": "127.0.0.1", "HTTP_PORT": String(port), "API_SYNC_WAIT_MS": "0",

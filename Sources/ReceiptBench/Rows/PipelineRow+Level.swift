@@ -5,6 +5,7 @@ import Libpq
 import PostgresStore
 import ReceiptCore
 import ReceiptQueueApp
+import ReceiptTesting
 import RedisJobQueue
 
 // One level of the pipeline row: workers started, a window sampled, the numbers of that window.
@@ -95,7 +96,7 @@ extension PipelineRow {
         var workersStopped = false
         defer { if !workersStopped { for worker in workers { worker.stop(grace: 5) } } }
         // Each worker exports its stage histograms, read before and after the window.
-        let metricsPorts = try (0..<processes).map { _ in try Network.freePort() }
+        let metricsPorts = try (0..<processes).map { _ in try freeLoopbackPort() }
         for index in 0..<processes {
             workers.append(
                 try ChildProcess(

@@ -7,6 +7,7 @@ import OpenSSL
 import PostgresStore
 import ReceiptCore
 import ReceiptQueueApp
+import ReceiptTesting
 import RedisJobQueue
 import ServiceLifecycle
 
@@ -120,7 +121,7 @@ enum WebhooksRow: BenchRow {
             let machineBefore = MachineCPU.sample()
             let benchBefore = ProcessStats.selfCPUMicros()
             let started = BenchClock.wall()
-            let metricsPort = try Network.freePort()
+            let metricsPort = try freeLoopbackPort()
             var workerEnvironment = environment
             workerEnvironment["METRICS_PORT"] = String(metricsPort)
             let worker = try ChildProcess(

@@ -1,5 +1,6 @@
 import Curl
 import Foundation
+import ReceiptTesting
 
 /// `receiptq mock-appstore` as the rows run it: its own process on a free loopback port, told the
 /// bench's shared secret for the bench's bundle (it answers 21004 otherwise, as Apple does).
@@ -11,7 +12,7 @@ struct BenchMock {
     /// Starts the mock and waits for it; a mock that never listens or refuses the secret is
     /// stopped before the error is thrown, so no process outlives the row.
     init(receiptq: URL, latencyMs: Int, extraArguments: [String] = [], bundleID: String, sharedSecret: String, logDirectory: URL) throws {
-        let port = try Network.freePort()
+        let port = try freeLoopbackPort()
         var environment = ProcessInfo.processInfo.environment
         environment["LOG_LEVEL"] = "warning"
         let process = try ChildProcess(

@@ -101,25 +101,6 @@ private final class OutputReader: Sendable {
 }
 
 enum Network {
-    /// A TCP port on 127.0.0.1 that was free a moment ago (the kernel picks it).
-    static func freePort() throws -> Int {
-        let socket = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard socket >= 0 else { throw BenchFailure(description: "socket() failed") }
-        defer { close(socket) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        address.sin_port = 0
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { pointer in
-                bind(socket, pointer, length) == 0 && getsockname(socket, pointer, &length) == 0
-            }
-        }
-        guard bound else { throw BenchFailure(description: "bind() failed") }
-        return Int(UInt16(bigEndian: address.sin_port))
-    }
-
     /// Waits until something accepts connections on 127.0.0.1:`port`.
     static func waitForListener(port: Int, timeout: Double) -> Bool {
         let deadline = Date().addingTimeInterval(timeout)
