@@ -2,6 +2,8 @@ import ArgumentParser
 import Foundation
 import Logging
 import Metrics
+import NIOCore
+import NIOPosix
 import ReceiptQueueApp
 import ServiceLifecycle
 import Telemetry
@@ -18,6 +20,19 @@ struct ReceiptQueueCommand: AsyncParsableCommand {
             Forge.self, ReceiptCommand.self, NotificationsCommand.self, WebhooksCommand.self,
             OperatorsCommand.self, ImportCommand.self,
         ])
+
+    /// Runs the parsed subcommand with NIO's event loops as Swift Concurrency's executor.
+    ///
+    /// A request handler otherwise resumes on the cooperative pool and hops back to an event loop
+    /// to answer: two more thread switches a request on two cores. Measured with `scripts/bench
+    /// ingest` (same build, alternating): context switches per request 2.2 → 1.2, server CPU per
+    /// request −15 %. Safe because no role blocks inside a task: sockets and C calls hop to their
+    /// own dispatch queues (`ConfinedQueue`), the worker and scheduler loops run on their own threads.
+    static func main() async {
+        // Before the first task is enqueued: jobs already on the default pool would stay there.
+        NIOSingletons.unsafeTryInstallSingletonPosixEventLoopGroupAsConcurrencyGlobalExecutor()
+        await main(nil)
+    }
 }
 
 /// The process's metrics registry: every role records into it, `/metrics` renders it.
