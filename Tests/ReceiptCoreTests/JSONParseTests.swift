@@ -11,7 +11,7 @@ struct JSONParseTests {
         arguments: [
             #"{"a":1,"b":[true,false,null],"c":{"d":"e"},"f":-0.5e-3,"g":12345678901234567890,"h":""}"#,
             #" [ 1 , 2.5 , -3 , 4E2 , "x" ] "#, #""tab\tquote\"slash\/back\\ unicode\u00e9 \ud83d\ude00 raw é 😀""#,
-            "0", "-0", "0.0e1", "10e1", "3e-324", "1e-320", "0.0e-999", "true", "null", #"{"":{"":[]}}"#, "[[[[[[]]]]]]",
+            "0", "-0", "0.0e1", "0.00e0", "10e1", "3e-324", "1e-320", "0.0e-999", "true", "null", #"{"":{"":[]}}"#, "[[[[[[]]]]]]",
             #"{"n":1.7976931348623157e308}"#,
         ])
     func agreesWithJSONDecoder(text: String) throws {
@@ -25,6 +25,7 @@ struct JSONParseTests {
             ("", "syntax"), ("{", "syntax"), (#"{"a" 1}"#, "syntax"), ("[1,]", "syntax"), ("{,}", "syntax"), ("tru", "syntax"),
             ("'a'", "syntax"), ("NaN", "syntax"), ("01", "trailing"), ("1.", "number"), ("-", "number"), ("1e", "number"),
             ("1e400", "number"), ("5e-515", "number"), ("-2e-324", "number"), ("0.000001e-320", "number"), ("0e1", "number"), ("-0E1", "number"),
+            ("0.00e3", "number"), ("-0.00e1", "number"), ("0.00e-3", "number"),
             ("[1] x", "trailing"), (#"{"a":1,"a":2}"#, "duplicate_key"),
             ("\"a\u{1}b\"", "string"),
             (#""\ud800""#, "string"), (#""\udc00""#, "string"), (#""\ud800\u0041""#, "string"), (#""\x""#, "string"),
