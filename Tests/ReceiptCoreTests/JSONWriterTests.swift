@@ -91,6 +91,38 @@ struct JSONWriterTests {
         }
     }
 
+    @Test("A quote, backslash or control byte at any offset of a string of any length is escaped (the 8-byte scan and its tail)")
+    func escapesAtEveryOffset() throws {
+        let specials: [Character] = ["\"", "\\", "\n", "\u{00}", "\u{1F}", "\t"]
+        // Near-misses of the scan's byte tests: the characters either side of each special.
+        let fillers: [Character] = ["!", "#", "]", "é", "\u{7F}"]
+        // Two 8-byte words and a tail: every offset of the scan's word and tail paths.
+        for length in 0..<20 {
+            for filler in fillers {
+                let plain = String(repeating: filler, count: length)
+                try #expect(roundTrip(plain) == plain)
+                for offset in 0..<length {
+                    for special in specials {
+                        var characters = Array(plain)
+                        characters[offset] = special
+                        let text = String(characters)
+                        try #expect(roundTrip(text) == text, "length \(length), offset \(offset)")
+                    }
+                }
+            }
+        }
+    }
+
+    /// The string written as a JSON value and read back by the strict one-pass reader (kept cheap:
+    /// the test runs as a debug build beside the in-process systems); a raw quote or control byte
+    /// fails the read.
+    private func roundTrip(_ text: String) throws -> String {
+        var writer = JSONWriter()
+        writer.value(.string(text))
+        #expect(!writer.bytes.contains { $0 < 0x20 })
+        return try #require(try JSONValue.parse(writer.bytes).stringValue)
+    }
+
     @Test("Timestamps: the arithmetic UTC format matches a Gregorian calendar, before 1970 and after 2038 too")
     func timestamps() {
         var calendar = Calendar(identifier: .gregorian)
