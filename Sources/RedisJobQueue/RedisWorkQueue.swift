@@ -173,10 +173,9 @@ public final class RedisWorkQueue: JobQueue {
     /// which no one waits for) are looked at again when the wait ends.
     private func block(_ timeout: Duration) throws -> [ReservedJob] {
         guard timeout > .zero else { return [] }
-        // Seconds with three decimals, without String(format:)'s printf (1 % of a busy worker's CPU).
-        let milliseconds = Swift.max(Int((timeout.seconds * 1000).rounded()), 10)
-        let fraction = String(milliseconds % 1000)
-        let seconds = "\(milliseconds / 1000).\(String(repeating: "0", count: 3 - fraction.count))\(fraction)"
+        // Whole milliseconds as Swift prints a Double ("0.05", "2.0": no exponent at 10 ms and up),
+        // not String(format:)'s printf, which was 1 % of a busy worker's CPU.
+        let seconds = String(Double(Swift.max(Int((timeout.seconds * 1000).rounded()), 10)) / 1000)
         guard case .bulk(let raw) = try connection.send(["BLMOVE", queueKeys[0], processingKey, "RIGHT", "LEFT", seconds]) else {
             return []
         }
