@@ -26,8 +26,10 @@ struct ReceiptQueueCommand: AsyncParsableCommand {
     /// A request handler otherwise resumes on the cooperative pool and hops back to an event loop
     /// to answer: two more thread switches a request on two cores. Measured with `scripts/bench
     /// ingest` (same build, alternating): context switches per request 2.2 → 1.2, server CPU per
-    /// request −15 %. Safe because no role blocks inside a task: sockets and C calls hop to their
-    /// own dispatch queues (`ConfinedQueue`), the worker and scheduler loops run on their own threads.
+    /// request −15 %. Safe because no request handler blocks inside a task: sockets and C calls hop
+    /// to their own dispatch queues (`ConfinedQueue`), the worker and scheduler loops run on their
+    /// own threads; what does block an event loop is brief and outside serving (the intake's wait
+    /// of up to a second for its result channel at start-up, its listener's stop at shutdown).
     static func main() async {
         // Before the first task is enqueued: jobs already on the default pool would stay there.
         NIOSingletons.unsafeTryInstallSingletonPosixEventLoopGroupAsConcurrencyGlobalExecutor()
