@@ -77,12 +77,15 @@ struct ImportCommandTests {
         #expect(importID.map { $0 == $0.lowercased() && UUID(uuidString: $0) != nil } == true, "canonical import id: \(importID ?? "none")")
         #expect(killedAt >= lines.count / 3 && killedAt < lines.count, "killed halfway (checkpoint at line \(killedAt) of \(lines.count))")
 
-        // Without --resume it refuses to start over on top of the checkpoint.
-        let refused = try runProcess(Self.binary, arguments, environment: environment)
+        // Without --resume it refuses to start over on top of the checkpoint. Each run waits on a
+        // thread of its own: the importer posts to this process's API, which answers on the two
+        // cooperative threads a blocking wait here would halve for every test in the run.
+        let refused = try await offload { [arguments, environment] in try runProcess(Self.binary, arguments, environment: environment) }
         #expect(refused.status != 0)
         #expect(refused.output.contains("--resume"))
 
-        let resumed = try runProcess(Self.binary, arguments + ["--resume"], environment: environment)
+        let resumed = try await offload { [arguments, environment] in try runProcess(Self.binary, arguments + ["--resume"], environment: environment)
+        }
         #expect(resumed.status == 0, "\(resumed.output.suffix(2_000))")
         #expect(resumed.output.contains("done"))
         #expect(resumed.output.contains("fraud: 1"))
@@ -131,7 +134,9 @@ struct ImportCommandTests {
         try "receipt,user_identifier,country_code\n\"\(first)\",csv-user,US\n\(second),\"csv, quoted\",\nbroken,\"unclosed\n".write(
             to: csv, atomically: true, encoding: .utf8)
         let base = ["--api", "http://127.0.0.1:\(system.apiPort)", "--token", system.token]
-        let dry = try runProcess(Self.binary, ["import", csv.path, "--dry-run"] + base, environment: ProcessInfo.processInfo.environment)
+        let dry = try await offload { [csv, base] in
+            try runProcess(Self.binary, ["import", csv.path, "--dry-run"] + base, environment: ProcessInfo.processInfo.environment)
+        }
         #expect(dry.status == 0, "\(dry.output)")
         #expect(dry.output.contains("valid: 2"))
         #expect(dry.output.contains("invalid: 1"))
@@ -140,7 +145,9 @@ struct ImportCommandTests {
         #expect(try await pg.query("SELECT count(*) AS n FROM receipts WHERE app_id = \(system.app.id)").rows.first?.int("n") == 0)
         try FileManager.default.removeItem(atPath: csv.path + ".rejects.ndjson")
 
-        let sent = try runProcess(Self.binary, ["import", csv.path] + base, environment: ProcessInfo.processInfo.environment)
+        let sent = try await offload { [csv, base] in
+            try runProcess(Self.binary, ["import", csv.path] + base, environment: ProcessInfo.processInfo.environment)
+        }
         #expect(sent.status == 0, "\(sent.output)")
         #expect(sent.output.contains("accepted: 2"))
         let users = try await system.eventually {
@@ -164,8 +171,8 @@ struct ImportCommandTests {
         ]) { _, new in new }
         if let password = TestEnvironment.postgresPassword { database["POSTGRES_PASSWORD"] = password }
         let tokensBefore = try await pg.query("SELECT count(*) AS n FROM api_tokens WHERE app_id = \(system.app.id)").rows.first?.int("n")
-        let again = try runProcess(
-            Self.binary, ["import", bare.path, "--api", "http://127.0.0.1:\(system.apiPort)", "--app", system.app.name], environment: database)
+        let arguments = ["import", bare.path, "--api", "http://127.0.0.1:\(system.apiPort)", "--app", system.app.name]
+        let again = try await offload { [arguments, database] in try runProcess(Self.binary, arguments, environment: database) }
         #expect(again.status == 0, "\(again.output)")
         #expect(again.output.contains("duplicates: 2"))
         let tokens = try await pg.query(
@@ -195,9 +202,8 @@ struct ImportCommandTests {
         rows.append("sk2-bad,,not-digits,")
         let file = directory.appendingPathComponent("purchases.csv")
         try (rows.joined(separator: "\n") + "\n").write(to: file, atomically: true, encoding: .utf8)
-        let run = try runProcess(
-            Self.binary, ["import", file.path, "--transactions", "--api", "http://127.0.0.1:\(system.apiPort)", "--token", system.token],
-            environment: ProcessInfo.processInfo.environment)
+        let arguments = ["import", file.path, "--transactions", "--api", "http://127.0.0.1:\(system.apiPort)", "--token", system.token]
+        let run = try await offload { [arguments] in try runProcess(Self.binary, arguments, environment: ProcessInfo.processInfo.environment) }
         #expect(run.status == 0, "\(run.output)")
         #expect(run.output.contains("accepted: 4"))
         #expect(run.output.contains("invalid: 1"))

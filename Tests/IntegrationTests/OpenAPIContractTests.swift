@@ -58,14 +58,10 @@ struct OpenAPIContractTests {
             "run", "http://127.0.0.1:\(system.apiPort)/openapi.yaml", "--checks", "all", "--max-examples", Self.maxExamples,
             "--seed", Self.seed, "--workers", "1", "--request-timeout", "30",
         ]
-        // Off the cooperative pool: the system under test answers on it while schemathesis runs.
-        let (status, output) = try await withCheckedThrowingContinuation { continuation in
-            DispatchQueue.global().async {
-                continuation.resume(
-                    with: Result {
-                        try runProcess(URL(fileURLWithPath: "/usr/bin/timeout"), arguments, environment: environment, directory: workspace)
-                    })
-            }
+        // Off the cooperative pool (and libdispatch's global queues, as narrow): the system under
+        // test answers on it while schemathesis runs.
+        let (status, output) = try await offload { [arguments, environment, workspace] in
+            try runProcess(URL(fileURLWithPath: "/usr/bin/timeout"), arguments, environment: environment, directory: workspace)
         }
         // The whole report stays in .local/ for a failed CI run; the message carries the findings.
         let report = OpenAPIChecker.packageRoot.appendingPathComponent(".local/schemathesis.log")
