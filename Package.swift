@@ -166,6 +166,8 @@ let package = Package(
                 "ReceiptCore", "ReceiptSignature", "OpenSSL", "Curl",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "NIOCore", package: "swift-nio"),
+                // ServerThreads: the background servers' own event loops.
+                .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],

@@ -95,7 +95,7 @@ public enum MockAppStore {
             continuation.finish()
         }
         let group = ServiceGroup(services: [app], gracefulShutdownSignals: [], logger: logger)
-        let task = Task { try await group.run() }
+        let task = Task(executorPreference: ServerThreads.shared) { try await group.run() }
         var iterator = ports.makeAsyncIterator()
         guard let bound = await iterator.next(), bound > 0 else {
             task.cancel()

@@ -164,16 +164,16 @@ public final class MockNotificationCenter: Sendable {
         }
         // One after the other, so the order is the order of arrival.
         let items = held
-        Task {
-            for item in items { await post(item.index, copies: item.delivery.copies) }
+        Task(executorPreference: ServerThreads.shared) {
+            for item in items { await self.post(item.index, copies: item.delivery.copies) }
         }
         return items.count
     }
 
     private func deliver(_ index: Int, _ delivery: Delivery) {
-        Task {
+        Task(executorPreference: ServerThreads.shared) {
             if delivery.delay > .zero { try? await Task.sleep(for: delivery.delay) }
-            await post(index, copies: delivery.copies)
+            await self.post(index, copies: delivery.copies)
         }
     }
 

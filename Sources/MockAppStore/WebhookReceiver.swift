@@ -130,7 +130,7 @@ public final class WebhookReceiver: Sendable {
             continuation.finish()
         }
         let group = ServiceGroup(services: [app], gracefulShutdownSignals: [], logger: logger)
-        let task = Task { try await group.run() }
+        let task = Task(executorPreference: ServerThreads.shared) { try await group.run() }
         var iterator = ports.makeAsyncIterator()
         guard let port = await iterator.next(), port > 0 else {
             task.cancel()

@@ -53,7 +53,7 @@ struct DashboardPagesTests {
                 body = Array(
                     form.map { "\($0.0)=\($0.1.addingPercentEncoding(withAllowedCharacters: allowed) ?? "")" }.joined(separator: "&").utf8)
             }
-            let response = try await client.send(
+            let response = try await client.sendNamingFailure(
                 Curl.HTTPRequest(method: method, url: "http://127.0.0.1:\(port)\(path)", headers: headers, body: body))
             for header in response.headers where header.name.lowercased() == "set-cookie" {
                 let pair = header.value.split(separator: ";")[0].split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false).map(

@@ -264,7 +264,7 @@ final class RestartSystem: Sendable {
     func startWorkers() {
         task.withLock { task in
             guard task == nil else { return }
-            task = Task { [group] in try await group.run() }
+            task = Task(executorPreference: ServerThreads.shared) { [group] in try await group.run() }
         }
     }
 

@@ -2,6 +2,7 @@ import Foundation
 import Hiredis
 import Libpq
 import Logging
+import MockAppStore
 import PostgresStore
 import ReceiptCore
 import ReceiptQueueApp
@@ -37,7 +38,7 @@ struct SchedulerRestartTests {
         logger.logLevel = .critical
         let group = ServiceGroup(
             services: [ReceiptQueueApp.makeScheduler(configuration, logger: logger)], gracefulShutdownSignals: [], logger: logger)
-        let task = Task { try await group.run() }
+        let task = Task(executorPreference: ServerThreads.shared) { try await group.run() }
         defer { task.cancel() }
 
         var seeded = 0

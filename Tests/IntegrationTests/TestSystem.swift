@@ -121,7 +121,7 @@ final class TestSystem: Sendable {
             },
         ]
         let group = ServiceGroup(services: services, gracefulShutdownSignals: [], logger: logger)
-        let task = Task { try await group.run() }
+        let task = Task(executorPreference: ServerThreads.shared) { try await group.run() }
         var iterator = ports.makeAsyncIterator()
         let port = try #require(await iterator.next())
         return TestSystem(
@@ -179,7 +179,7 @@ final class TestSystem: Sendable {
         var headers: [(name: String, value: String)] = [(name: "Content-Type", value: contentType)]
         headers.append((name: "Authorization", value: "Bearer \(token ?? self.token)"))
         let url = path.map { "http://127.0.0.1:\(apiPort)\($0)" } ?? receiptsURL
-        let response = try await client.send(Curl.HTTPRequest(method: "POST", url: url, headers: headers, body: Array(body.utf8)))
+        let response = try await client.sendNamingFailure(Curl.HTTPRequest(method: "POST", url: url, headers: headers, body: Array(body.utf8)))
         return (response.status, try? JSONDecoder().decode(JSONValue.self, from: Data(response.body)))
     }
 
@@ -189,7 +189,7 @@ final class TestSystem: Sendable {
 
     /// GET `path` on the API with this system's token (or `token`).
     func get(path: String, token: String? = nil) async throws -> (Int, JSONValue?) {
-        let response = try await client.send(
+        let response = try await client.sendNamingFailure(
             Curl.HTTPRequest(
                 method: "GET", url: "http://127.0.0.1:\(apiPort)\(path)",
                 headers: [(name: "Authorization", value: "Bearer \(token ?? self.token)")], body: []))
@@ -229,7 +229,7 @@ final class StandaloneAPI: Sendable {
             continuation.finish()
         }
         let group = ServiceGroup(services: [api], gracefulShutdownSignals: [], logger: logger)
-        let task = Task { try await group.run() }
+        let task = Task(executorPreference: ServerThreads.shared) { try await group.run() }
         var iterator = ports.makeAsyncIterator()
         guard let port = await iterator.next() else {
             task.cancel()
@@ -273,4 +273,26 @@ func startProcess(
 extension AuditAction {
     /// An action of the tests themselves, for the audit log.
     static func test(_ action: String) -> AuditAction { AuditAction(actor: "tests", role: nil, action: action, source: "cli") }
+}
+
+extension HTTPClient {
+    /// Sends `request`; a failure names the request, so a timeout in a long test says which call
+    /// had no answer (test URLs hold no secret: tokens travel in headers).
+    func sendNamingFailure(_ request: Curl.HTTPRequest) async throws -> Curl.HTTPResponse {
+        let started = ContinuousClock.now
+        do {
+            return try await send(request)
+        } catch {
+            throw TestRequestError(request: "\(request.method) \(request.url)", after: ContinuousClock.now - started, underlying: error)
+        }
+    }
+}
+
+/// A test's request that got no answer: which one, after how long, and why.
+struct TestRequestError: Error, CustomStringConvertible {
+    let request: String
+    let after: Duration
+    let underlying: any Error
+
+    var description: String { "\(request) failed after \(after): \(underlying)" }
 }
