@@ -349,7 +349,8 @@ struct HiredisTests {
         // The only connection blocks in BLPOP; a second caller must wait for it, not fail.
         async let blocked = pool.withConnection { redis in
             _ = try redis.send(["CLIENT", "SETNAME", name])
-            return try redis.send(["BLPOP", queue, "10"])
+            // Long: the test pushes the job later, and in the full run its task can wait many seconds.
+            return try redis.send(["BLPOP", queue, "120"])
         }
         try await waitUntilBlocked(name)
         let finished = Atomic(false)
@@ -380,7 +381,8 @@ struct HiredisTests {
         let name = "blocker-\(UUID().uuidString.prefix(8))"
         async let blocked = pool.withConnection { redis in
             _ = try redis.send(["CLIENT", "SETNAME", name])
-            return try redis.send(["BLPOP", queue, "10"])
+            // Long: the test pushes the job later, and in the full run its task can wait many seconds.
+            return try redis.send(["BLPOP", queue, "120"])
         }
         try await waitUntilBlocked(name)
         let waiter = Task { try await pool.command(["PING"]) }
