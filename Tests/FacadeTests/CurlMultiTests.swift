@@ -123,6 +123,7 @@ private final class Completions: Sendable {
         var results: [Result<HTTPResponse, CurlError>?]
         var finished = 0
         var waiter: CheckedContinuation<Void, Never>? = nil
+        var threads: Set<pthread_t> = []
     }
 
     private let state: Mutex<State>
@@ -139,6 +140,7 @@ private final class Completions: Sendable {
     func record(_ index: Int, _ result: Result<HTTPResponse, CurlError>) {
         let waiter = state.withLock { state -> CheckedContinuation<Void, Never>? in
             state.calls[index] += 1
+            state.threads.insert(pthread_self())
             guard state.results[index] == nil else { return nil }
             state.results[index] = result
             state.finished += 1
@@ -163,6 +165,8 @@ private final class Completions: Sendable {
 
     var calls: [Int] { state.withLock { $0.calls } }
     var results: [Result<HTTPResponse, CurlError>?] { state.withLock { $0.results } }
+    /// The threads the completions ran on.
+    var threads: Set<pthread_t> { state.withLock { $0.threads } }
 }
 
 /// A self-signed certificate for `localhost`, made with the `openssl` CLI.
@@ -234,6 +238,7 @@ struct CurlMultiTests {
         let threadsBefore = try processStatus("Threads")
         var peakThreads = threadsBefore
         var walls: [Duration] = []
+        var completionThreads: Set<pthread_t> = []
         for _ in 0..<2 {
             let completions = Completions(expected: 1000)
             let start = ContinuousClock.now
@@ -244,6 +249,7 @@ struct CurlMultiTests {
             peakThreads = max(peakThreads, try processStatus("Threads"))
             await completions.wait()
             walls.append(ContinuousClock.now - start)
+            completionThreads.formUnion(completions.threads)
             #expect(completions.calls.allSatisfy { $0 == 1 })
             let statuses = completions.results.map { try? $0?.get().status }
             #expect(statuses.allSatisfy { $0 == 200 }, "\(statuses.filter { $0 != 200 }.count) failed")
@@ -255,10 +261,13 @@ struct CurlMultiTests {
         // Serially this is 2 × 200 s; overlapped about 2 × 0.2–1 s. Only "clearly overlapped" is asserted.
         #expect(walls.allSatisfy { $0 < .seconds(10) })
         #expect(serverStats.peak >= 500, "the server never saw many requests at once")
-        // The count is the whole test process's, and other suites start threads in parallel (worker
-        // engines, HTTP servers): far below one thread per request is what is asserted.
-        #expect(peakThreads - threadsBefore < 200)
-        #expect(threadsAfter - threadsBefore < 200)
+        // Every answer of both rounds was handed over on one thread: the engine's.
+        #expect(completionThreads.count == 1, "completions ran on \(completionThreads.count) threads")
+        // The count is the whole test process's, and other suites start threads in parallel (in the
+        // crowded start of the full run, 342 more: every test system's queues, lanes and servers). A
+        // thread per request would add 1,000; that is what the bound is for.
+        #expect(peakThreads - threadsBefore < 900)
+        #expect(threadsAfter - threadsBefore < 900)
         #expect(stats.completed == 2000 && stats.failed == 0 && stats.inFlight == 0 && stats.queued == 0)
         // The second round reused the first round's connections and handles.
         #expect(stats.connectionsOpened <= 1000)

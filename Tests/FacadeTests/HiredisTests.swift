@@ -349,7 +349,6 @@ struct HiredisTests {
         // The only connection blocks in BLPOP; a second caller must wait for it, not fail.
         async let blocked = pool.withConnection { redis in
             _ = try redis.send(["CLIENT", "SETNAME", name])
-            // Long: the test pushes the job later, and in the full run its task can wait many seconds.
             return try redis.send(["BLPOP", queue, "120"])
         }
         try await waitUntilBlocked(name)
@@ -371,7 +370,11 @@ struct HiredisTests {
     }
 
     @Test func poolWaiterCanBeCancelled() async throws {
-        let pool = RedisConnectionPool(configuration: configuration, size: 1)
+        // The BLPOP below waits for a push this test makes when its task next runs: in the crowded
+        // start of the full run that has taken over 10 s, the default read timeout.
+        var patient = configuration
+        patient.commandTimeout = .seconds(130)
+        let pool = RedisConnectionPool(configuration: patient, size: 1)
         let admin = try RedisConnection(configuration: configuration)
         defer {
             pool.close()
@@ -381,7 +384,6 @@ struct HiredisTests {
         let name = "blocker-\(UUID().uuidString.prefix(8))"
         async let blocked = pool.withConnection { redis in
             _ = try redis.send(["CLIENT", "SETNAME", name])
-            // Long: the test pushes the job later, and in the full run its task can wait many seconds.
             return try redis.send(["BLPOP", queue, "120"])
         }
         try await waitUntilBlocked(name)
