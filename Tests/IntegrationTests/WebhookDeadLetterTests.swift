@@ -29,8 +29,15 @@ extension WebhookTests {
         // The dead letter says which endpoint and which event, on the page and in the admin API.
         let browser = DashboardPagesTests.Browser(system)
         #expect(try await browser.logIn().location == "/admin")
-        let list = try await browser.get("/admin/dead?q=\(endpoint.canonical)")
-        #expect(list.status == 200 && list.text.contains(#"<span class="tag">webhook</span>"#) && list.text.contains("subscription.started"))
+        // The delivery row turns dead in the commit, the dead letter appears in the settlement
+        // just after it (Redis): under load that can be seconds later.
+        var list = try await browser.get("/admin/dead?q=\(endpoint.canonical)")
+        #expect(
+            try await system.eventually {
+                list = try await browser.get("/admin/dead?q=\(endpoint.canonical)")
+                return list.status == 200 && list.text.contains(#"<span class="tag">webhook</span>"#)
+            })
+        #expect(list.text.contains("subscription.started"))
         #expect(list.text.contains("webhook_secret_unreadable"))
         let entries = try await AdminAPITests().send(system, "GET", "/admin/api/dead?q=webhook").json?["entries"]?.arrayValue ?? []
         let entry = try #require(entries.first { $0["webhook"]?["endpoint_id"]?.stringValue == endpoint.canonical })
