@@ -341,7 +341,11 @@ struct HiredisTests {
     }
 
     @Test func poolWaitsForABusyConnectionAndCloses() async throws {
-        let pool = RedisConnectionPool(configuration: configuration, size: 1)
+        // The BLPOP below waits for a push this test makes when its task next runs: in the crowded
+        // start of the full run that has taken over 10 s, the default read timeout.
+        var patient = configuration
+        patient.commandTimeout = .seconds(130)
+        let pool = RedisConnectionPool(configuration: patient, size: 1)
         let admin = try RedisConnection(configuration: configuration)
         defer { admin.close() }
         let queue = key("queue")

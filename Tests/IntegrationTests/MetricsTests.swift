@@ -1,5 +1,6 @@
 import Curl
 import Foundation
+import Libpq
 import ReceiptCore
 import ReceiptQueueApp
 import ReceiptTesting
@@ -125,11 +126,21 @@ struct MetricsTests {
         let other = try await client.send(Curl.HTTPRequest(method: "GET", url: "http://127.0.0.1:\(workPort)/admin", headers: [], body: []))
         #expect(other.status == 404)
 
-        // The scheduler: its own counters, and the same deployment-wide gauges.
         let schedulePort = try freeLoopbackPort()
-        let scheduler = try startProcess(
-            CrashRecoveryTests.binary, ["schedule"],
-            environment: fixture.environment.merging(["METRICS_PORT": String(schedulePort)]) { _, new in new })
+        // The scheduler: its own counters, and the same deployment-wide gauges (the same Redis).
+        // Its own database: a scheduler serves every app of its database, and in the shared test
+        // database its webhook dispatcher took other tests' deliveries and queued them under this
+        // fixture's prefix, where this worker (another secrets key) buried them as unreadable.
+        let database = "receiptq_metrics_\(UUID().uuidString.prefix(8).lowercased())"
+        let admin = try PostgresConnection(configuration: try AppConfiguration(environment: fixture.environment).postgres)
+        defer {
+            try? admin.execute("DROP DATABASE IF EXISTS \(database) WITH (FORCE)")
+            admin.close()
+        }
+        try admin.execute("CREATE DATABASE \(database)")
+        let schedulerEnvironment = fixture.environment.merging(["METRICS_PORT": String(schedulePort), "POSTGRES_DB": database]) { _, new in new }
+        try ReceiptQueueApp.migrate(try AppConfiguration(environment: schedulerEnvironment))
+        let scheduler = try startProcess(CrashRecoveryTests.binary, ["schedule"], environment: schedulerEnvironment)
         defer { if scheduler.isRunning { kill(scheduler.processIdentifier, SIGKILL) } }
         var schedulerScrape: Scrape?
         for _ in 0..<150 where schedulerScrape?.value("receiptq_repolls_due") == nil {
