@@ -78,8 +78,8 @@ struct ImportCommandTests {
         #expect(killedAt >= lines.count / 3 && killedAt < lines.count, "killed halfway (checkpoint at line \(killedAt) of \(lines.count))")
 
         // Without --resume it refuses to start over on top of the checkpoint. Each run waits on a
-        // thread of its own: the importer posts to this process's API, which answers on the two
-        // cooperative threads a blocking wait here would halve for every test in the run.
+        // thread of its own: a blocking wait would hold one of the two cooperative threads every
+        // other test of the run needs for as long as the import takes.
         let refused = try await offload { [arguments, environment] in try runProcess(Self.binary, arguments, environment: environment) }
         #expect(refused.status != 0)
         #expect(refused.output.contains("--resume"))

@@ -58,8 +58,8 @@ struct OpenAPIContractTests {
             "run", "http://127.0.0.1:\(system.apiPort)/openapi.yaml", "--checks", "all", "--max-examples", Self.maxExamples,
             "--seed", Self.seed, "--workers", "1", "--request-timeout", "30",
         ]
-        // Off the cooperative pool (and libdispatch's global queues, as narrow): the system under
-        // test answers on it while schemathesis runs.
+        // Off the cooperative pool (and libdispatch's global queues, as narrow): every other test
+        // of the run needs it for the minutes schemathesis runs.
         let (status, output) = try await offload { [arguments, environment, workspace] in
             try runProcess(URL(fileURLWithPath: "/usr/bin/timeout"), arguments, environment: environment, directory: workspace)
         }

@@ -116,8 +116,9 @@ struct RedisFailoverTests {
         /// sentinels agreed on the new primary and answered after the replicas' stop. That is the
         /// lag, and the failover itself: in a full run (2026-11-27) 94 receipts answered 2xx 3.4 s
         /// after the kill, a second before the sentinels agreed, were lost too; how they were
-        /// taken is not known (no server's log survives the test). (Judged by both ends of the request, not by when it was sent: in a full parallel run
-        /// a request can wait seconds in the API.)
+        /// taken is not known (no server's log survives the test). Judged by both ends of the
+        /// request, not by when it was sent: in a full parallel run a request can wait seconds in
+        /// the API.
         var ofTheFault: Set<Int> {
             Set(
                 load.sent.keys.filter { n in
