@@ -11,6 +11,13 @@ import Testing
 @Suite("Hiredis façade", .enabled(if: TestEnvironment.integrationEnabled))
 struct HiredisTests {
     let configuration = RedisConfiguration(host: TestEnvironment.redisHost, port: TestEnvironment.redisPort)
+    /// For a pool whose connection waits in `BLPOP` for a push the test makes when its task next
+    /// runs: in the crowded start of the full run that has taken over 10 s, the default read timeout.
+    var patientConfiguration: RedisConfiguration {
+        var patient = configuration
+        patient.commandTimeout = .seconds(130)
+        return patient
+    }
 
     /// A key unique to this test run, so parallel tests and re-runs never share state.
     func key(_ name: String = "k", function: String = #function) -> String {
@@ -341,11 +348,7 @@ struct HiredisTests {
     }
 
     @Test func poolWaitsForABusyConnectionAndCloses() async throws {
-        // The BLPOP below waits for a push this test makes when its task next runs: in the crowded
-        // start of the full run that has taken over 10 s, the default read timeout.
-        var patient = configuration
-        patient.commandTimeout = .seconds(130)
-        let pool = RedisConnectionPool(configuration: patient, size: 1)
+        let pool = RedisConnectionPool(configuration: patientConfiguration, size: 1)
         let admin = try RedisConnection(configuration: configuration)
         defer { admin.close() }
         let queue = key("queue")
@@ -374,11 +377,7 @@ struct HiredisTests {
     }
 
     @Test func poolWaiterCanBeCancelled() async throws {
-        // The BLPOP below waits for a push this test makes when its task next runs: in the crowded
-        // start of the full run that has taken over 10 s, the default read timeout.
-        var patient = configuration
-        patient.commandTimeout = .seconds(130)
-        let pool = RedisConnectionPool(configuration: patient, size: 1)
+        let pool = RedisConnectionPool(configuration: patientConfiguration, size: 1)
         let admin = try RedisConnection(configuration: configuration)
         defer {
             pool.close()
