@@ -19,20 +19,26 @@ struct CrashRecoveryTests {
         .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
         .appendingPathComponent(".build/debug/receiptq")
 
+    /// SIGKILLs `process` once `reached` holds (or after 60 s) and waits for it to die.
+    ///
+    /// Watched from a thread of its own: a watch polled from the cooperative pool, which the full
+    /// run's crowded start can hold for seconds, once came after the worker had stored all 3,000
+    /// jobs, and no crash was tested.
+    static func killWorker(_ process: ChildProcess, once reached: @escaping @Sendable () throws -> Bool) async throws {
+        try await offload {
+            let deadline = ContinuousClock.now + .seconds(60)
+            while try !reached(), ContinuousClock.now < deadline { usleep(10_000) }
+            kill(process.processIdentifier, SIGKILL)
+            process.waitUntilExit()
+        }
+    }
+
     /// Starts a worker, SIGKILLs it once `killAt` jobs are stored (checking it died mid-batch, jobs
     /// in hand), then starts another and plays the janitor and the scheduler (orphans requeued,
     /// due retries promoted) until every job is stored. Returns the surviving worker.
     func killMidBatchAndRecover(_ fixture: WorkerProcessFixture, killAt: Int) async throws -> ChildProcess {
         let first = try fixture.startWorker()
-        // Watched and killed from a thread of its own: polled from the cooperative pool, which the
-        // full run's crowded start can hold for seconds, the worker once stored all 3,000 jobs
-        // before the kill came.
-        try await offload {
-            let deadline = ContinuousClock.now + .seconds(60)
-            while try fixture.stored() < killAt, ContinuousClock.now < deadline { usleep(20_000) }
-            kill(first.processIdentifier, SIGKILL)
-            first.waitUntilExit()
-        }
+        try await Self.killWorker(first) { try fixture.stored() >= killAt }
         let orphaned = try fixture.inProcessing()
         let storedAtKill = try fixture.stored()
         #expect(storedAtKill >= killAt && storedAtKill < fixture.jobs, "the worker was killed mid-batch (\(storedAtKill) stored)")

@@ -54,18 +54,9 @@ extension CrashRecoveryTests {
         }
 
         let first = try fixture.startWorker()
-        // Watched and killed from a thread of its own: a watch polled from the cooperative pool can
-        // come seconds late in the full run, after the worker has finished (as the crash test's did).
         let (pg, app) = (fixture.pg, fixture.app.id)
-        try await offload {
-            let deadline = ContinuousClock.now + .seconds(60)
-            while try pg.query("SELECT count(*) AS n FROM notifications WHERE app_id = \(app)").rows.first?.int("n") ?? -1 < jobs / 10,
-                ContinuousClock.now < deadline
-            {
-                usleep(10_000)
-            }
-            kill(first.processIdentifier, SIGKILL)
-            first.waitUntilExit()
+        try await Self.killWorker(first) {
+            try pg.query("SELECT count(*) AS n FROM notifications WHERE app_id = \(app)").rows.first?.int("n") ?? -1 >= jobs / 10
         }
         let storedAtKill = try stored()
         #expect(storedAtKill >= jobs / 10 && storedAtKill < jobs, "killed mid-run (\(storedAtKill) stored)")

@@ -56,14 +56,7 @@ extension CrashRecoveryTests {
         func delivered() -> Set<String> { Set(receiver.deliveries.filter { $0.status == 200 }.map(\.eventID)) }
 
         let first = try fixture.startWorker()
-        // Watched and killed from a thread of its own: a watch polled from the cooperative pool can
-        // come seconds late in the full run, after the worker has finished (as the crash test's did).
-        try await offload {
-            let deadline = ContinuousClock.now + .seconds(60)
-            while receiver.deliveries.filter({ $0.status == 200 }).count < jobs / 5, ContinuousClock.now < deadline { usleep(10_000) }
-            kill(first.processIdentifier, SIGKILL)
-            first.waitUntilExit()
-        }
+        try await Self.killWorker(first) { receiver.deliveries.filter { $0.status == 200 }.count >= jobs / 5 }
         let deliveredAtKill = delivered().count
         #expect(deliveredAtKill >= jobs / 5 && deliveredAtKill < jobs, "killed mid-run (\(deliveredAtKill) delivered)")
 
