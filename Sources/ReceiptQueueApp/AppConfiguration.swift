@@ -41,6 +41,10 @@ public struct AppConfiguration: Sendable, CustomStringConvertible {
     public var mockAppStorePort: Int
     public var workerConcurrency: Int
     public var workerShutdownTimeout: Duration
+    /// Committer threads per worker process (`WORKER_COMMITTERS`), each a Postgres transaction at a time.
+    public var workerCommitters: Int
+    /// How long a committer lets a batch gather answers (`WORKER_COMMIT_LINGER_MS`).
+    public var workerCommitLinger: Duration
     /// How long a worker lane's heartbeat lives; the janitor requeues its jobs once it lapses.
     public var workerHeartbeatTTLSeconds: Int
     /// 404/410 answers in a row, across the deployment, before `verifyReceipt` counts as gone.
@@ -184,6 +188,8 @@ public struct AppConfiguration: Sendable, CustomStringConvertible {
         }
         workerConcurrency = try int("WORKER_CONCURRENCY", 16, range: 1...4096)
         workerShutdownTimeout = .seconds(try int("WORKER_SHUTDOWN_TIMEOUT_SECONDS", 25, range: 0...3600))
+        workerCommitters = try int("WORKER_COMMITTERS", 2, range: 1...64)
+        workerCommitLinger = .milliseconds(try int("WORKER_COMMIT_LINGER_MS", 20, range: 0...1000))
         workerHeartbeatTTLSeconds = try int("WORKER_HEARTBEAT_TTL_SECONDS", 30, range: 2...3600)
         verifyReceiptGoneAfter = try int("VERIFY_RECEIPT_GONE_AFTER", 20, range: 1...1_000_000)
         importSharePercent = try int("IMPORT_SHARE_PERCENT", 25, range: 0...100)

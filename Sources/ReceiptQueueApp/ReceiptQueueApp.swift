@@ -153,7 +153,8 @@ public enum ReceiptQueueApp {
         let serverAPI = try makeServerAPIClient(configuration, logger: logger)
         return WorkerEngine(
             configuration: .init(
-                concurrency: configuration.workerConcurrency, shutdownTimeout: configuration.workerShutdownTimeout,
+                concurrency: configuration.workerConcurrency, committers: configuration.workerCommitters,
+                commitLinger: configuration.workerCommitLinger, shutdownTimeout: configuration.workerShutdownTimeout,
                 heartbeatInterval: .seconds(max(1, configuration.workerHeartbeatTTLSeconds / 3)),
                 retryPolicy: configuration.retryPolicy, repollPolicy: configuration.repollPolicy,
                 verifyReceiptGoneAfter: configuration.verifyReceiptGoneAfter, importShare: Double(configuration.importSharePercent) / 100,

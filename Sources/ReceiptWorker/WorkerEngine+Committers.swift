@@ -69,7 +69,9 @@ extension WorkerEngine {
             if abandoned { return nil }
             if !decided.isEmpty {
                 let age = Duration.nanoseconds(DispatchTime.now().uptimeNanoseconds &- decided[0].decidedAt)
-                if decided.count < configuration.commitBatch, age < configuration.commitLinger, !locked({ $0.stopping }) {
+                // Lingering only pays while answers are still coming: a lone job commits at once.
+                let lingers = locked { !$0.stopping && !$0.calling.isEmpty }
+                if decided.count < configuration.commitBatch, age < configuration.commitLinger, lingers {
                     _ = decisions.wait(until: Date().addingTimeInterval((configuration.commitLinger - age).seconds))
                     continue
                 }

@@ -142,6 +142,28 @@ struct WorkerEngineFlowTests {
         #expect(queue.acknowledged.count == 5)
     }
 
+    @Test("With no other call in flight, an answer commits at once instead of lingering")
+    func loneAnswerDoesNotLinger() async throws {
+        let queue = MemoryJobQueue(jobs: jobs(1))
+        let store = MemoryReceiptStore(apps: [app])
+        let verifier = HeldVerifier()
+        // An hour's linger: only the rule, not the clock, can commit this job before shutdown
+        // (which commits whatever is in hand, so `processedCount` alone would not tell).
+        let engine = WorkerEngine(
+            configuration: .init(concurrency: 5, committers: 1, commitLinger: .seconds(3600), reserveTimeout: .milliseconds(20)),
+            makeQueue: { _ in queue }, makeStore: { _ in store }, verifier: verifier, logger: Logger(label: "test"))
+        let committedWhileRunning = Mutex(false)
+        try await runEngine(engine) {
+            if verifier.open == 1 { verifier.releaseOne() }
+            guard engine.processedCount == 1 else { return false }
+            committedWhileRunning.withLock { $0 = true }
+            return true
+        }
+        #expect(committedWhileRunning.withLock { $0 })
+        #expect(store.saved.count == 1)
+        #expect(queue.acknowledged.count == 1)
+    }
+
     // The limit is the upper bound: Apple (the held verifier) never answers before the engine
     // returns, so an engine that did not give up at its deadline would hang here. A wall-clock
     // bound on the return instead measured the test process's cooperative pool, which the whole
