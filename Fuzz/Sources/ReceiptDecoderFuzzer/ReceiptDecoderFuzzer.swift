@@ -37,6 +37,12 @@ public func fuzz(_ start: UnsafeRawPointer, _ count: Int) -> CInt {
             (try? JSONDecoder().decode(JSONValue.self, from: Data(bytes))) == parsed, "JSONValue.parse disagrees with JSONDecoder")
     }
 
+    // Oracle: the workers' direct envelope reader takes nothing JSONDecoder refuses and reads what
+    // it takes to the same envelope.
+    if let direct = JobEnvelope.decodeDirectly(bytes) {
+        precondition((try? JobEnvelope.decodeWithFoundation(bytes)) == direct, "the direct envelope reader disagrees with JSONDecoder")
+    }
+
     // The API's hygiene gate reads every request body before any parser. Its promise, checked as an
     // oracle: a JSON body it passes never decodes to a string (key or value) holding a NUL.
     _ = InputHygiene.formProblem(bytes, where: "form")

@@ -322,20 +322,4 @@ public struct JobEnvelope: Sendable, Equatable, Codable {
         writer.closeObject()
         return writer.bytes
     }
-
-    /// Parses an envelope from Redis.
-    /// - Throws: `DecodingError` when the bytes are not an envelope of a known version.
-    public static func decode(_ bytes: [UInt8]) throws -> JobEnvelope {
-        let envelope = try decoder.decode(JobEnvelope.self, from: Data(bytes))
-        guard envelope.v <= currentVersion else {
-            throw DecodingError.dataCorrupted(.init(codingPath: [], debugDescription: "unknown envelope version"))
-        }
-        return envelope
-    }
-
-    private static var decoder: JSONDecoder {
-        let decoder = JSONDecoder()
-        decoder.dateDecodingStrategy = .millisecondsSince1970
-        return decoder
-    }
 }

@@ -1,0 +1,116 @@
+import Foundation
+import ReceiptCore
+import ReceiptTesting
+import Testing
+
+/// Workers read envelopes with a direct reader and fall back to `JSONDecoder`: both must read the
+/// same envelopes the same way, and the direct reader must take what the writer writes.
+@Suite("Job envelopes: the direct reader and JSONDecoder agree")
+struct JobEnvelopeDecodeTests {
+    @Test("Every envelope the writer writes is read directly, to what JSONDecoder reads")
+    func writtenEnvelopes() throws {
+        var generator = SeededGenerator(seed: 7)
+        for _ in 0..<300 {
+            let written = Self.randomEnvelope(using: &generator).encoded()
+            let direct = try #require(JobEnvelope.decodeDirectly(written))
+            #expect(direct == (try JobEnvelope.decodeWithFoundation(written)))
+            #expect(try JobEnvelope.decode(written) == direct)
+        }
+    }
+
+    @Test("A field removed, null, or of another type: the direct reader declines or agrees, and decode answers as JSONDecoder does")
+    func alteredFields() throws {
+        var generator = SeededGenerator(seed: 8)
+        let replacements: [JSONValue?] = [nil, .null, .number(1), .number(1.5), .number(1e300), .string("x"), .bool(true), .array([]), .object([:])]
+        var declined = 0
+        var agreed = 0
+        for _ in 0..<20 {
+            let written = Self.randomEnvelope(using: &generator).encoded()
+            guard case .object(let fields) = try JSONValue.parse(written) else {
+                Issue.record("not an object")
+                return
+            }
+            // Top-level fields, and those of the nested objects (one level down).
+            var paths: [[String]] = fields.keys.map { [$0] }
+            for (key, value) in fields { if case .object(let inner) = value { paths += inner.keys.map { [key, $0] } } }
+            if case .array(let calls)? = fields["history"], case .object(let call)? = calls.first { paths += call.keys.map { ["history", $0] } }
+            for path in paths {
+                for replacement in replacements {
+                    let bytes = Self.writing(.object(fields), at: path, replacement)
+                    let reference = try? JobEnvelope.decodeWithFoundation(bytes)
+                    if let direct = JobEnvelope.decodeDirectly(bytes) {
+                        #expect(direct == reference, "\(path) → \(String(describing: replacement))")
+                        agreed += 1
+                    } else {
+                        declined += 1
+                    }
+                    #expect((try? JobEnvelope.decode(bytes)) == reference.flatMap { $0.v <= JobEnvelope.currentVersion ? $0 : nil })
+                }
+            }
+        }
+        // Both branches ran: optional fields set to null or removed are read directly.
+        #expect(declined > 100 && agreed > 100)
+    }
+
+    /// `tree` with the value at `path` replaced (nil: removed), as JSON bytes.
+    static func writing(_ tree: JSONValue, at path: [String], _ replacement: JSONValue?) -> [UInt8] {
+        func replaced(_ value: JSONValue, _ path: ArraySlice<String>) -> JSONValue {
+            guard let key = path.first else { return replacement ?? .null }
+            switch value {
+            case .object(var fields):
+                if path.count == 1 {
+                    fields[key] = replacement
+                } else if let inner = fields[key] {
+                    fields[key] = replaced(inner, path.dropFirst())
+                }
+                return .object(fields)
+            case .array(var items) where !items.isEmpty:
+                items[0] = replaced(items[0], path)
+                return .array(items)
+            default: return value
+            }
+        }
+        var writer = JSONWriter()
+        writer.value(replaced(tree, path[...]))
+        return writer.bytes
+    }
+
+    /// An envelope with every kind of field set or not.
+    static func randomEnvelope(using generator: inout SeededGenerator) -> JobEnvelope {
+        let awkward = ["", "x", "quote\"back\\slash", "line\nbreak", "ü✓", "rq-node-1"]
+        func text() -> String? { Bool.random(using: &generator) ? awkward.randomElement(using: &generator) : nil }
+        func date() -> Date { Date(timeIntervalSince1970: Double(Int.random(in: 0...2_000_000_000_000, using: &generator)) / 1000) }
+        var envelope = JobEnvelope(
+            id: UUID(), kind: JobKind.allCases.randomElement(using: &generator)!, appID: UUID(), enqueuedAt: date(),
+            origin: [.api, .softphone, .scheduler, .apple, .outbox].randomElement(using: &generator)!,
+            receipt: String(repeating: "MIIT+/ab=", count: Int.random(in: 0...60, using: &generator)),
+            style: Bool.random(using: &generator) ? .unified : nil, bundleID: text(), environment: text(),
+            submission: Submission(
+                userIdentifier: text(), identifierForVendor: text(), countryCode: text(), ipAddress: text(),
+                metadata: Bool.random(using: &generator) ? .object(["k": .string(awkward.randomElement(using: &generator)!), "n": .number(2)]) : nil),
+            fraudReason: text(), source: Bool.random(using: &generator) ? JobSource.allCases.randomElement(using: &generator) : nil,
+            transactionID: text())
+        envelope.replyTo = text()
+        envelope.notificationID = text()
+        if Bool.random(using: &generator) { envelope.importID = UUID() }
+        if Bool.random(using: &generator) { envelope.importEvents = Bool.random(using: &generator) }
+        if let original = text() {
+            envelope.subscription = RepollTarget(
+                originalTransactionID: original, receiptID: UUID(), pollSequence: Int.random(in: 0...1_000_000, using: &generator))
+        }
+        if Bool.random(using: &generator) {
+            envelope.webhook = WebhookTarget(
+                deliveryID: Int64.random(in: 1...1 << 40, using: &generator), endpointID: UUID(), eventID: UUID(), eventType: "purchase.created")
+        }
+        for _ in 0..<Int.random(in: 0...2, using: &generator) {
+            envelope = envelope.failed(
+                code: "apple_21005", message: awkward.randomElement(using: &generator)!,
+                calls: [
+                    AppleCall(
+                        endpoint: Bool.random(using: &generator) ? .production : .sandbox, httpStatus: Bool.random(using: &generator) ? 200 : nil,
+                        appleStatus: 21_005, isRetryable: Bool.random(using: &generator) ? true : nil, latencyMs: 12, errorCode: text())
+                ], at: date())
+        }
+        return envelope
+    }
+}
