@@ -73,7 +73,7 @@ enum EventRows {
         for record in records {
             let environment = record.environment ?? record.envelope.environment ?? "unknown"
             for planned in record.subscriptions {
-                keys.append([record.envelope.appID.uuidString, environment, planned.state.originalTransactionID])
+                keys.append([record.envelope.appID.canonical, environment, planned.state.originalTransactionID])
             }
         }
         guard !keys.isEmpty else { return [:] }
@@ -127,8 +127,8 @@ enum EventRows {
         var columns = ColumnBatch(columns: 13)
         for event in events {
             columns.append([
-                event.id.uuidString, event.appID.uuidString, event.type.rawValue, event.environment, event.userIdentifier, event.subject,
-                event.originalTransactionID, event.transactionID, event.receiptID?.uuidString, event.occurredAt.postgresText, event.data,
+                event.id.canonical, event.appID.canonical, event.type.rawValue, event.environment, event.userIdentifier, event.subject,
+                event.originalTransactionID, event.transactionID, event.receiptID?.canonical, event.occurredAt.postgresText, event.data,
                 event.dedupeKey, event.orderingKey,
             ])
         }

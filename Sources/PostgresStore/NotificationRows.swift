@@ -31,12 +31,12 @@ enum NotificationRows {
             records[index] = record
             let envelope = record.envelope
             audit.append([
-                envelope.id.uuidString, envelope.appID.uuidString, notification.uuid, notification.version.rawValue, notification.type,
+                envelope.id.canonical, envelope.appID.canonical, notification.uuid, notification.version.rawValue, notification.type,
                 notification.subtype, notification.environment, notification.signedDate.postgresText,
                 record.notificationOriginalTransactionID, envelope.transactionID,
                 notification.transaction?["productId"]?.stringValue ?? record.purchases.first?.productID,
                 // Filed under its own receipts row only when it changes something no stored receipt holds.
-                changes ? (found.receiptID ?? envelope.id).uuidString : nil, outcome.rawValue, notification.display.encodedText,
+                changes ? (found.receiptID ?? envelope.id).canonical : nil, outcome.rawValue, notification.display.encodedText,
                 envelope.origin.rawValue, envelope.enqueuedAt.postgresText,
             ])
         }
@@ -77,7 +77,7 @@ enum NotificationRows {
         var keys = ColumnBatch(columns: 4)
         for record in records {
             keys.append([
-                record.envelope.appID.uuidString, record.environment ?? record.envelope.environment ?? "unknown",
+                record.envelope.appID.canonical, record.environment ?? record.envelope.environment ?? "unknown",
                 record.notificationOriginalTransactionID ?? "", record.envelope.transactionID ?? "",
             ])
         }

@@ -345,7 +345,7 @@ private struct ReceiptColumns {
         let metadata = submission.metadata.flatMap { try? JSONEncoder().encode($0) }.map { String(decoding: $0, as: UTF8.self) }
         let transactionIDs = (try? JSONEncoder().encode(record.purchases.map(\.transactionID))).map { String(decoding: $0, as: UTF8.self) }
         let values: [String?] = [
-            envelope.id.uuidString, envelope.appID.uuidString, envelope.style?.rawValue, envelope.bundleID,
+            envelope.id.canonical, envelope.appID.canonical, envelope.style?.rawValue, envelope.bundleID,
             // Unknown only for a transaction id no environment knows: null, not a made-up name.
             record.environment ?? envelope.environment, record.status.rawValue, record.appleStatus.map(String.init),
             submission.userIdentifier, submission.identifierForVendor, submission.countryCode, submission.ipAddress, metadata,
@@ -397,7 +397,7 @@ private struct PurchaseColumns {
         let environment = record.environment ?? envelope.environment ?? "unknown"
         for purchase in record.purchases {
             let values: [String?] = [
-                envelope.appID.uuidString, record.receiptID.uuidString, environment, purchase.transactionID,
+                envelope.appID.canonical, record.receiptID.canonical, environment, purchase.transactionID,
                 purchase.originalTransactionID, purchase.productID, String(purchase.quantity), purchase.purchaseDate?.postgresText,
                 purchase.originalPurchaseDate?.postgresText, purchase.expiresDate?.postgresText,
                 purchase.cancellationDate?.postgresText, purchase.webOrderLineItemID, purchase.isTrialPeriod.postgresText,
@@ -436,9 +436,9 @@ private struct AttemptColumns {
     mutating func append(_ record: ValidationRecord) {
         for (seq, call) in record.calls.enumerated() {
             let values: [String?] = [
-                record.receiptID.uuidString, String(record.envelope.attempt), String(seq), call.endpoint.rawValue,
+                record.receiptID.canonical, String(record.envelope.attempt), String(seq), call.endpoint.rawValue,
                 call.httpStatus.map(String.init), call.appleStatus.map(String.init), call.isRetryable?.postgresText,
-                String(call.latencyMs), call.errorCode, record.envelope.id.uuidString,
+                String(call.latencyMs), call.errorCode, record.envelope.id.canonical,
             ]
             columns.append(values)
         }

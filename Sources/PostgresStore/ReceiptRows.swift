@@ -21,7 +21,7 @@ enum ReceiptRows {
                    user_identifier, identifier_for_vendor, country_code, ip_address, metadata::text AS metadata,
                    array_to_json(transaction_ids)::text AS transaction_ids, created_at, updated_at, source, transaction_id,
                    validated_by
-            FROM receipts WHERE id = ANY(\(PostgresArray.literal(ids.map(\.uuidString)))::uuid[])
+            FROM receipts WHERE id = ANY(\(PostgresArray.literal(ids.map(\.canonical)))::uuid[])
             """
         ).rows
         var receipts: [(row: PostgresRow, id: UUID, app: UUID, environment: String?, transactionIDs: [String])] = []

@@ -32,19 +32,19 @@ enum SubscriptionRows {
             }
             for planned in record.subscriptions {
                 let state = planned.state
-                let key = [record.envelope.appID.uuidString, environment, state.originalTransactionID]
+                let key = [record.envelope.appID.canonical, environment, state.originalTransactionID]
                 rows.append(
                     (
                         key,
                         [
-                            record.envelope.appID.uuidString, environment, state.originalTransactionID, state.productID,
+                            record.envelope.appID.canonical, environment, state.originalTransactionID, state.productID,
                             state.status.rawValue, state.expiresAt?.postgresText, state.purchasedAt?.postgresText,
                             state.originalPurchaseDate?.postgresText, state.autoRenewStatus?.postgresText, state.autoRenewProductID,
                             state.isInBillingRetry.postgresText, state.gracePeriodExpiresAt?.postgresText,
                             state.expirationIntent.map(String.init), state.isTrial.postgresText, state.isIntro.postgresText,
                             state.ownershipType, state.latestTransactionID, state.revokedAt?.postgresText,
                             state.cancellationReason.map(String.init), record.envelope.submission.userIdentifier,
-                            record.receiptID.uuidString, state.observedAt.postgresText, planned.nextPollAt?.postgresText,
+                            record.receiptID.canonical, state.observedAt.postgresText, planned.nextPollAt?.postgresText,
                         ]
                     ))
             }
@@ -115,7 +115,7 @@ enum SubscriptionRows {
             (error, next) = (record.envelope.errorCode ?? "failed", record.retryPollAt)
         }
         return [
-            record.envelope.appID.uuidString, record.envelope.environment ?? record.environment ?? "unknown",
+            record.envelope.appID.canonical, record.envelope.environment ?? record.environment ?? "unknown",
             target.originalTransactionID, error, setNext.postgresText, next?.postgresText, record.validatedAt.postgresText,
         ]
     }

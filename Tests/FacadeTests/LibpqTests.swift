@@ -107,6 +107,32 @@ struct LibpqTests {
         #expect(empty.bool("f") == false)
     }
 
+    @Test("Ids read back as Foundation reads them: Postgres's lower-case form fast, any other form through UUID(uuidString:)")
+    func readsUUIDsLikeFoundation() throws {
+        for _ in 0..<1_000 {
+            let id = UUID()
+            let text = id.uuidString.lowercased()
+            #expect(PostgresRow.parseUUID(text) == id)
+            // One byte changed at each position: the fast reader takes exactly what Foundation takes.
+            var bytes = Array(text.utf8)
+            let at = Int.random(in: 0..<bytes.count)
+            bytes[at] = [UInt8(ascii: "g"), UInt8(ascii: "-"), UInt8(ascii: "0"), UInt8(ascii: "F"), 0].randomElement()!
+            let mutated = String(decoding: bytes, as: UTF8.self)
+            if let fast = PostgresRow.parseUUID(mutated) { #expect(fast == UUID(uuidString: mutated)) }
+        }
+        #expect(PostgresRow.parseUUID(String(UUID().uuidString.lowercased().dropLast())) == nil)
+        #expect(PostgresRow.parseUUID(UUID().uuidString.lowercased() + "0") == nil)
+
+        let db = try PostgresConnection(configuration: configuration)
+        defer { db.close() }
+        let id = UUID()
+        let row = try #require(
+            try db.query("SELECT \(id)::uuid AS u, \(id.uuidString)::text AS upper, \("not-a-uuid")::text AS bad").rows.first)
+        #expect(row.uuid("u") == id)
+        #expect(row.uuid("upper") == id)
+        #expect(row.uuid("bad") == nil)
+    }
+
     @Test func parsesServerTimestampFormats() throws {
         let db = try PostgresConnection(configuration: configuration)
         defer { db.close() }
