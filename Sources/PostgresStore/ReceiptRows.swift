@@ -27,8 +27,10 @@ enum ReceiptRows {
         var receipts: [(row: PostgresRow, id: UUID, app: UUID, environment: String?, transactionIDs: [String])] = []
         for row in rows {
             guard let id = row.uuid("id"), let app = row.uuid("app_id") else { continue }
-            let transactionIDs =
-                row.string("transaction_ids").flatMap { try? JSONDecoder().decode([String].self, from: Data($0.utf8)) } ?? []
+            // The one-pass parser, as for every other JSON the worker reads: not a JSONDecoder per row.
+            let transactionIDs: [String] =
+                row.string("transaction_ids").flatMap { JSONValue.parseLeniently($0.utf8)?.arrayValue }?
+                .compactMap { element -> String? in if case .string(let id) = element { id } else { nil } } ?? []
             receipts.append((row, id, app, row.string("environment"), transactionIDs))
         }
         let keys = receipts.flatMap { receipt in receipt.transactionIDs.map { PurchaseKey(environment: receipt.environment ?? "", transactionID: $0) }
@@ -41,7 +43,7 @@ enum ReceiptRows {
             let submission = Submission(
                 userIdentifier: row.string("user_identifier"), identifierForVendor: row.string("identifier_for_vendor"),
                 countryCode: row.string("country_code"), ipAddress: row.string("ip_address"),
-                metadata: row.string("metadata").flatMap { try? JSONDecoder().decode(JSONValue.self, from: Data($0.utf8)) })
+                metadata: row.string("metadata").flatMap { JSONValue.parseLeniently($0.utf8) })
             let owned = receipt.transactionIDs.compactMap { purchases[PurchaseKey(environment: receipt.environment ?? "", transactionID: $0)] }
                 .sorted { lhs, rhs in
                     switch (lhs.purchase.purchaseDate, rhs.purchase.purchaseDate) {
