@@ -60,7 +60,7 @@ public enum AppleDateFormat {
     /// Formats a date as Apple does (UTC, `Etc/GMT`).
     public static func format(_ date: Date) -> String {
         // Day arithmetic, not a Calendar per call: the mock App Store writes three or four per
-        // purchase in every answer, and building the Calendar was 6 % of its CPU.
+        // purchase in every answer, and formatting through a Calendar was 6 % of its CPU.
         let c = ReceiptDate.utcFields(Int(ReceiptDate.clampedInterval(date).rounded(.down)))
         func pad(_ value: Int, _ width: Int = 2) -> String {
             let text = String(value)
