@@ -604,9 +604,9 @@ struct CurlMultiTests {
         let stats = multi.statistics
         // Leaking the request or the response body would add 320 MB over 10,000 requests.
         #expect(rssAfter - rssBefore < 120_000)
-        // A thread per request would add hundreds; the other suites running alongside start and stop
-        // whole systems meanwhile (a dozen threads each), which a tighter bound mistook for a leak.
-        #expect(try processStatus("Threads") - threadsBefore < 64)
+        // A thread leaked per request would add 10,000. The other suites running alongside start and
+        // stop whole systems meanwhile, and once added 342 threads during the thousand-request test.
+        #expect(try processStatus("Threads") - threadsBefore < 1_000)
         #expect(stats.completed == 12_000 && stats.failed == 0)
         #expect(stats.handlesCreated <= 100)
         #expect(stats.connectionsOpened <= 100)
