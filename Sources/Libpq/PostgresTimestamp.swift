@@ -16,8 +16,31 @@ enum PostgresTimestamp {
         let minute = dayMilliseconds / 60_000 % 60
         let second = dayMilliseconds / 1000 % 60
         let millisecond = dayMilliseconds % 1000
-        return "\(pad(year, 4))-\(pad(month, 2))-\(pad(day, 2))T\(pad(hour, 2)):\(pad(minute, 2)):\(pad(second, 2))"
-            + ".\(pad(millisecond, 3))Z"
+        guard (0...9999).contains(year) else {
+            return "\(pad(year, 4))-\(pad(month, 2))-\(pad(day, 2))T\(pad(hour, 2)):\(pad(minute, 2)):\(pad(second, 2))"
+                + ".\(pad(millisecond, 3))Z"
+        }
+        // Digit by digit into 24 bytes: a worker prints every date of every row it stores, and the
+        // interpolated form (a String per field) was 2 % of its CPU.
+        return String(unsafeUninitializedCapacity: 24) { text in
+            func put(_ value: Int64, width: Int, at start: Int) {
+                var rest = value
+                for index in stride(from: start + width - 1, through: start, by: -1) {
+                    text[index] = UInt8(ascii: "0") + UInt8(rest % 10)
+                    rest /= 10
+                }
+            }
+            put(year, width: 4, at: 0)
+            put(month, width: 2, at: 5)
+            put(day, width: 2, at: 8)
+            put(hour, width: 2, at: 11)
+            put(minute, width: 2, at: 14)
+            put(second, width: 2, at: 17)
+            put(millisecond, width: 3, at: 20)
+            (text[4], text[7], text[10]) = (UInt8(ascii: "-"), UInt8(ascii: "-"), UInt8(ascii: "T"))
+            (text[13], text[16], text[19], text[23]) = (UInt8(ascii: ":"), UInt8(ascii: ":"), UInt8(ascii: "."), UInt8(ascii: "Z"))
+            return 24
+        }
     }
 
     /// Parses PostgreSQL's ISO output: `2026-11-21 10:41:14.123+00`, with optional fraction,

@@ -107,6 +107,26 @@ struct LibpqTests {
         #expect(empty.bool("f") == false)
     }
 
+    @Test("Dates are printed as a UTC Gregorian calendar reads them, to the nearest millisecond")
+    func printsDatesLikeTheCalendar() {
+        var calendar = Calendar(identifier: .gregorian)
+        calendar.timeZone = TimeZone(identifier: "UTC")!
+        // 1900 to 2100 with fractions, year 4001, and a millisecond that rounds into the next
+        // second. (Not before 1582: Foundation's Gregorian calendar is Julian there, Postgres's is not.)
+        let dates =
+            (0..<2_000).map { _ in Date(timeIntervalSince1970: Double.random(in: -2_208_988_800...4_102_444_800)) }
+            + [.distantFuture, Date(timeIntervalSince1970: -0.0004), Date(timeIntervalSince1970: 59.9996)]
+        for date in dates {
+            let milliseconds = Int64((date.timeIntervalSince1970 * 1000).rounded())
+            let whole = Date(timeIntervalSince1970: Double(milliseconds - ((milliseconds % 1000) + 1000) % 1000) / 1000)
+            let c = calendar.dateComponents([.year, .month, .day, .hour, .minute, .second], from: whole)
+            let expected = String(
+                format: "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", c.year!, c.month!, c.day!, c.hour!, c.minute!, c.second!,
+                Int(((milliseconds % 1000) + 1000) % 1000))
+            #expect(PostgresTimestamp.format(date) == expected, "\(date.timeIntervalSince1970)")
+        }
+    }
+
     @Test("Ids read back as Foundation reads them: Postgres's lower-case form fast, any other form through UUID(uuidString:)")
     func readsUUIDsLikeFoundation() throws {
         for _ in 0..<1_000 {
