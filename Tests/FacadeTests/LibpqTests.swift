@@ -127,6 +127,23 @@ struct LibpqTests {
         }
     }
 
+    @Test("A date beyond Postgres's years 1–9999, or not a number, is stored as ±infinity instead of trapping")
+    func storesNonsenseDatesAsInfinity() throws {
+        let db = try PostgresConnection(configuration: configuration)
+        defer { db.close() }
+        let cases: [(Date, Date)] = [
+            (Date(timeIntervalSince1970: 1e297), .distantFuture), (Date(timeIntervalSince1970: .infinity), .distantFuture),
+            (Date(timeIntervalSince1970: 253_402_300_799.9996), .distantFuture), (Date(timeIntervalSince1970: -1e297), .distantPast),
+            (Date(timeIntervalSince1970: -.infinity), .distantPast), (Date(timeIntervalSince1970: .nan), .distantPast),
+        ]
+        for (date, expected) in cases {
+            let row = try #require(try db.query("SELECT \(date)::timestamptz AS t").rows.first)
+            #expect(row.date("t") == expected, "\(date.timeIntervalSince1970)")
+        }
+        // The last millisecond of the year 9999 is still a date.
+        #expect(PostgresTimestamp.format(Date(timeIntervalSince1970: 253_402_300_799.999)) == "9999-12-31T23:59:59.999Z")
+    }
+
     @Test("Ids read back as Foundation reads them: Postgres's lower-case form fast, any other form through UUID(uuidString:)")
     func readsUUIDsLikeFoundation() throws {
         for _ in 0..<1_000 {
