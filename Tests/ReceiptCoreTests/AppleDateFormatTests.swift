@@ -23,4 +23,30 @@ struct AppleDateFormatTests {
             #expect(AppleDateFormat.parse(text) == Date(timeIntervalSince1970: date.timeIntervalSince1970.rounded(.down)))
         }
     }
+
+    @Test("A field's date: milliseconds first, then the text as milliseconds or Apple's date; a number that is not finite is none")
+    func readsAFieldsDate() {
+        let at = Date(timeIntervalSince1970: 1_519_641_347.834)
+        let object: (String?, String?) -> JSONValue = { ms, text in
+            var fields: [String: JSONValue] = [:]
+            fields["expires_date_ms"] = ms.map(JSONValue.string)
+            fields["expires_date"] = text.map(JSONValue.string)
+            return .object(fields)
+        }
+        #expect(AppleDateFormat.date(object("1519641347834", "garbage"), "expires_date") == at)
+        #expect(AppleDateFormat.date(object(nil, "1519641347834"), "expires_date") == at)
+        #expect(AppleDateFormat.date(object(nil, "2018-02-26 10:35:47 Etc/GMT"), "expires_date") == Date(timeIntervalSince1970: 1_519_641_347))
+        for number in ["nan", "inf", "-infinity"] {
+            #expect(AppleDateFormat.date(object(number, nil), "expires_date") == nil, "\(number)")
+            #expect(AppleDateFormat.date(object(nil, number), "expires_date") == nil, "\(number)")
+            #expect(AppleDateFormat.date(object(number, "1519641347834"), "expires_date") == at, "\(number)")
+        }
+        let purchase = InAppPurchase(
+            appleJSON: .object([
+                "transaction_id": .string("1"), "product_id": .string("p"), "purchase_date_ms": .string("nan"),
+                "expires_date_ms": .string("inf"),
+            ]))
+        #expect(purchase?.purchaseDate == nil)
+        #expect(purchase?.expiresDate == nil)
+    }
 }

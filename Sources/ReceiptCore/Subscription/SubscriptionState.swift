@@ -134,7 +134,7 @@ extension SubscriptionState {
 
     private static func state(latest: (purchase: InAppPurchase, json: JSONValue), renewal: JSONValue?, at date: Date) -> SubscriptionState {
         let purchase = latest.purchase
-        let grace = renewal.flatMap { millisecondsDate($0, "grace_period_expires_date") }
+        let grace = renewal.flatMap { AppleDateFormat.date($0, "grace_period_expires_date") }
         let billingRetry = renewal?["is_in_billing_retry_period"]?.boolValue ?? false
         let isUpgraded = latest.json["is_upgraded"]?.boolValue ?? false
         let status: SubscriptionStatus
@@ -172,13 +172,5 @@ extension SubscriptionState {
         if left != right { return left < right }
         if lhs.transactionID.count != rhs.transactionID.count { return lhs.transactionID.count < rhs.transactionID.count }
         return lhs.transactionID < rhs.transactionID
-    }
-
-    /// `<key>_ms`, or `<key>` as milliseconds or Apple's date text.
-    private static func millisecondsDate(_ json: JSONValue, _ key: String) -> Date? {
-        if let ms = json["\(key)_ms"]?.stringValue.flatMap(Double.init) { return Date(timeIntervalSince1970: ms / 1000) }
-        guard let text = json[key]?.stringValue, !text.isEmpty else { return nil }
-        if let ms = Double(text) { return Date(timeIntervalSince1970: ms / 1000) }
-        return AppleDateFormat.parse(text)
     }
 }

@@ -9,12 +9,7 @@ extension InAppPurchase {
         guard let transactionID = json["transaction_id"]?.stringValue,
             let productID = json["product_id"]?.stringValue
         else { return nil }
-        func date(_ key: String) -> Date? {
-            if let ms = json["\(key)_ms"]?.stringValue.flatMap(Double.init) { return Date(timeIntervalSince1970: ms / 1000) }
-            guard let text = json[key]?.stringValue, !text.isEmpty else { return nil }
-            if let ms = Double(text) { return Date(timeIntervalSince1970: ms / 1000) }
-            return AppleDateFormat.parse(text)
-        }
+        func date(_ key: String) -> Date? { AppleDateFormat.date(json, key) }
         self.init(
             quantity: json["quantity"]?.intValue ?? 1,
             productID: productID,
@@ -67,6 +62,19 @@ public enum AppleDateFormat {
             return String(repeating: "0", count: max(0, width - text.count)) + text
         }
         return "\(pad(c.year, 4))-\(pad(c.month))-\(pad(c.day)) \(pad(c.hour)):\(pad(c.minute)):\(pad(c.second)) Etc/GMT"
+    }
+
+    /// The date `key` names in a `verifyReceipt` object: `<key>_ms`, else `<key>` as milliseconds or
+    /// as Apple's date text. A number that is not finite (`"nan"`, `"inf"`: `Double` reads both) is
+    /// no date, as unreadable text is none.
+    public static func date(_ json: JSONValue, _ key: String) -> Date? {
+        func milliseconds(_ text: String?) -> Date? {
+            guard let ms = text.flatMap(Double.init), ms.isFinite else { return nil }
+            return Date(timeIntervalSince1970: ms / 1000)
+        }
+        if let date = milliseconds(json["\(key)_ms"]?.stringValue) { return date }
+        guard let text = json[key]?.stringValue, !text.isEmpty else { return nil }
+        return milliseconds(text) ?? parse(text)
     }
 
     /// Parses `"yyyy-MM-dd HH:mm:ss Etc/GMT"` (the zone is always GMT for these fields).
