@@ -176,16 +176,17 @@ public final class PostgresConnection: @unchecked Sendable {
         try Self.checkNoNUL(query.sql)
         let connection = try liveConnection()
         let name = try preparedName(for: query, count: count, on: connection)
-        let executed = try Self.withParameterValues(query.binds) { values in
-            if let name { return PQexecPrepared(connection, name, count, values, nil, nil, 0) }
-            return PQexecParams(connection, query.sql, count, nil, values, nil, nil, 0)
+        let executed = try Self.withParameterValues(query.binds) { values, lengths, formats in
+            if let name { return PQexecPrepared(connection, name, count, values, lengths, formats, 0) }
+            return PQexecParams(connection, query.sql, count, nil, values, lengths, formats, 0)
         }
+        let textBinds = query.binds.map { $0?.text }
         guard let result = executed else {
-            throw PostgresError.from(.statement(result: nil, connection: connection, binds: query.binds))
+            throw PostgresError.from(.statement(result: nil, connection: connection, binds: textBinds))
         }
         defer { PQclear(result) }
         do {
-            try check(result, connection: connection, binds: query.binds)
+            try check(result, connection: connection, binds: textBinds)
         } catch let error as PostgresError where name != nil && Self.isStalePlan(error) {
             // A migration changed what the statement reads since it was prepared. Outside a
             // transaction nothing ran, so preparing it again and running it once more is safe.
@@ -297,8 +298,8 @@ public final class PostgresConnection: @unchecked Sendable {
         }
         // Keyword/value arrays, never a conninfo string: values need no quoting and cannot
         // inject options. expand_dbname = 0 keeps a dbname like "host=evil" a plain name.
-        let connected = try Self.withParameterValues(parameters.map(\.keyword) + [nil]) { keywords in
-            try Self.withParameterValues(parameters.map(\.value) + [nil]) { values in
+        let connected = try Self.withParameterValues(parameters.map { .text($0.keyword) } + [nil]) { keywords, _, _ in
+            try Self.withParameterValues(parameters.map { .text($0.value) } + [nil]) { values, _, _ in
                 PQconnectdbParams(keywords, values, 0)
             }
         }
@@ -355,25 +356,48 @@ public final class PostgresConnection: @unchecked Sendable {
 
     // MARK: - Conversions
 
-    /// Copies `strings` into C strings that live exactly as long as `body` (strdup + free in
-    /// defer), so no pointer escapes a `withCString` scope. `nil` stays NULL (SQL `NULL`).
-    private static func withParameterValues<R>(_ strings: [String?], _ body: ([UnsafePointer<CChar>?]) throws -> R) throws -> R {
+    /// Copies `binds` into C memory that lives exactly as long as `body` (freed in defer), so no
+    /// pointer escapes a `withCString` scope, with each value's length and format (0 text, 1 binary)
+    /// as `PQexecParams` takes them. `nil` stays NULL (SQL `NULL`).
+    private static func withParameterValues<R>(
+        _ binds: [PostgresBind?], _ body: ([UnsafePointer<CChar>?], [Int32], [Int32]) throws -> R
+    ) throws -> R {
         var copies: [UnsafeMutablePointer<CChar>?] = []
-        copies.reserveCapacity(strings.count)
+        var lengths: [Int32] = []
+        var formats: [Int32] = []
+        copies.reserveCapacity(binds.count)
+        lengths.reserveCapacity(binds.count)
+        formats.reserveCapacity(binds.count)
         defer { for copy in copies { free(copy) } }
-        for string in strings {
-            guard let string else {
+        for bind in binds {
+            switch bind {
+            case nil:
                 copies.append(nil)
-                continue
+                lengths.append(0)
+                formats.append(0)
+            case .text(let string):
+                guard let copy = strdup(string) else { throw PostgresError.from(.allocation) }
+                copies.append(copy)
+                lengths.append(0)
+                formats.append(0)
+                // A C string silently ends at a NUL (the server rejects 0x00 in text anyway): a copy
+                // shorter than the value held one. libc's strlen, not a Swift scan of the bytes: the
+                // batched columns run to hundreds of kilobytes, and the scan was 3 % of the worker's CPU.
+                guard strlen(copy) == string.utf8.count else { throw PostgresError.from(.nulInBind) }
+            case .array(let array):
+                if array.containsNUL { throw PostgresError.from(.nulInBind) }
+                if array.containsOutOfRange { throw PostgresError.from(.outOfRangeInBind) }
+                let bytes = array.encoded
+                guard let length = Int32(exactly: bytes.count), let copy = malloc(max(bytes.count, 1)) else {
+                    throw PostgresError.from(.allocation)
+                }
+                bytes.withUnsafeBytes { copy.copyMemory(from: $0.baseAddress!, byteCount: $0.count) }
+                copies.append(copy.assumingMemoryBound(to: CChar.self))
+                lengths.append(length)
+                formats.append(1)
             }
-            guard let copy = strdup(string) else { throw PostgresError.from(.allocation) }
-            copies.append(copy)
-            // A C string silently ends at a NUL (the server rejects 0x00 in text anyway): a copy
-            // shorter than the value held one. libc's strlen, not a Swift scan of the bytes: the
-            // batched columns run to hundreds of kilobytes, and the scan was 3 % of the worker's CPU.
-            guard strlen(copy) == string.utf8.count else { throw PostgresError.from(.nulInBind) }
         }
-        return try body(copies.map { $0.map { UnsafePointer($0) } })
+        return try body(copies.map { $0.map { UnsafePointer($0) } }, lengths, formats)
     }
 
     /// libpq takes SQL as a C string, which would silently end at a NUL.

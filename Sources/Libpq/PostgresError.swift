@@ -133,6 +133,8 @@ extension PostgresError {
         case invalidConfiguration(String)
         /// A bound value contains a NUL byte, which text-format parameters cannot carry.
         case nulInBind
+        /// A bound number does not fit the type its binary format names.
+        case outOfRangeInBind
         /// The owner closed the connection or pool.
         case closed
         /// libpq or strdup returned NULL.
@@ -179,6 +181,9 @@ extension PostgresError {
         case .nulInBind:
             // Same SQLSTATE the server uses for a 0x00 byte in text.
             return PostgresError(code: .query, sqlState: "22021", message: "a bound value contains a NUL byte")
+        case .outOfRangeInBind:
+            // What the server answers for `'3000000000'::int4`.
+            return PostgresError(code: .query, sqlState: "22003", message: "a bound number is out of range for its type")
         case .closed:
             return PostgresError(code: .closed, message: "connection is closed")
         case .allocation:

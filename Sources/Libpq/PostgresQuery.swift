@@ -7,7 +7,8 @@ import Foundation
 /// A SQL statement whose interpolated values become `$n` parameters.
 ///
 /// Interpolation never splices a value into the SQL text, so it cannot inject SQL (the idea of
-/// postgres-nio's `PostgresQuery`). Values are sent in text format; `nil` becomes SQL `NULL`.
+/// postgres-nio's `PostgresQuery`). Values are sent in text format, a ``PostgresBinaryArray`` in
+/// binary; `nil` becomes SQL `NULL`.
 ///
 /// ```swift
 /// let query: PostgresQuery = "SELECT * FROM receipts WHERE id = \(id) AND status = \(status)"
@@ -18,15 +19,15 @@ import Foundation
 public struct PostgresQuery: ExpressibleByStringInterpolation, Sendable {
     /// The SQL text with `$1`, `$2`, … placeholders.
     public var sql: String
-    /// The parameter values in placeholder order, in PostgreSQL text format; `nil` is `NULL`.
-    public var binds: [String?]
+    /// The parameter values in placeholder order; `nil` is `NULL`.
+    public var binds: [PostgresBind?]
 
     /// Creates a query from SQL you wrote with explicit `$n` placeholders.
     ///
     /// - Parameters:
     ///   - unsafeSQL: SQL text; nothing in it is escaped, so never build it from input.
-    ///   - binds: Text-format values for `$1`, `$2`, …; `nil` is `NULL`.
-    public init(unsafeSQL: String, binds: [String?] = []) {
+    ///   - binds: Values for `$1`, `$2`, …; `nil` is `NULL`.
+    public init(unsafeSQL: String, binds: [PostgresBind?] = []) {
         self.sql = unsafeSQL
         self.binds = binds
     }
@@ -48,7 +49,7 @@ public struct PostgresQuery: ExpressibleByStringInterpolation, Sendable {
     /// Collects literal SQL and turns each interpolated value into the next `$n` parameter.
     public struct StringInterpolation: StringInterpolationProtocol, Sendable {
         var sql = ""
-        var binds: [String?] = []
+        var binds: [PostgresBind?] = []
 
         /// Reserves space for the literal text.
         ///
@@ -81,6 +82,14 @@ public struct PostgresQuery: ExpressibleByStringInterpolation, Sendable {
             bind(value?.postgresText)
         }
 
+        /// Binds an array as the next `$n` parameter, in binary format.
+        ///
+        /// - Parameter array: The array; the statement must cast the parameter to its type.
+        public mutating func appendInterpolation(_ array: PostgresBinaryArray) {
+            binds.append(.array(array))
+            sql += "$\(binds.count)"
+        }
+
         /// Appends SQL text verbatim, e.g. a table name chosen by the program.
         ///
         /// - Parameter unescaped: SQL text; it is not escaped, so never pass input here.
@@ -89,9 +98,27 @@ public struct PostgresQuery: ExpressibleByStringInterpolation, Sendable {
         }
 
         private mutating func bind(_ text: String?) {
-            binds.append(text)
+            binds.append(text.map(PostgresBind.text))
             sql += "$\(binds.count)"
         }
+    }
+}
+
+/// One parameter's value.
+public enum PostgresBind: Sendable, Equatable, ExpressibleByStringLiteral {
+    /// PostgreSQL's text input format for the parameter's type.
+    case text(String)
+    /// An array in binary format.
+    case array(PostgresBinaryArray)
+
+    /// A text value from a string literal.
+    ///
+    /// - Parameter value: The text.
+    public init(stringLiteral value: String) { self = .text(value) }
+
+    /// The value if it is sent as text.
+    public var text: String? {
+        if case .text(let text) = self { text } else { nil }
     }
 }
 

@@ -10,12 +10,12 @@ enum PostgresTimestamp {
     /// `yyyy-MM-ddTHH:mm:ss.SSSZ` in UTC, rounded to the nearest millisecond; `infinity` beyond the
     /// year 9999 and `-infinity` before the year 1 or for a date that is not a number.
     static func format(_ date: Date) -> String {
-        // A nonsense date (`1e300` where an answer has milliseconds) would trap the integer
-        // conversion and with it the worker, every time the job is retried: Postgres gets ±infinity,
-        // which reads back as `Date.distantFuture`/`distantPast`.
-        let rounded = (date.timeIntervalSince1970 * 1000).rounded()
-        guard rounded >= -62_135_596_800_000, rounded < 253_402_300_800_000 else { return rounded > 0 ? "infinity" : "-infinity" }
-        let totalMilliseconds = Int64(rounded)
+        let totalMilliseconds: Int64
+        switch stored(date) {
+        case .infinity: return "infinity"
+        case .minusInfinity: return "-infinity"
+        case .milliseconds(let value): totalMilliseconds = value
+        }
         let (days, dayMilliseconds) = floorDivide(totalMilliseconds, 86_400_000)
         let (year, month, day) = civil(fromDays: days)
         let hour = dayMilliseconds / 3_600_000
@@ -42,6 +42,37 @@ enum PostgresTimestamp {
             (text[4], text[7], text[10]) = (UInt8(ascii: "-"), UInt8(ascii: "-"), UInt8(ascii: "T"))
             (text[13], text[16], text[19], text[23]) = (UInt8(ascii: ":"), UInt8(ascii: ":"), UInt8(ascii: "."), UInt8(ascii: "Z"))
             return 24
+        }
+    }
+
+    /// What a date is stored as: the millisecond nearest to it, or an infinity.
+    enum Stored: Equatable {
+        /// Milliseconds since 1970-01-01T00:00:00Z.
+        case milliseconds(Int64)
+        case infinity
+        case minusInfinity
+    }
+
+    /// The date rounded to the nearest millisecond; `infinity` beyond the year 9999, `-infinity`
+    /// before the year 1 or for a date that is not a number.
+    ///
+    /// A nonsense date (`1e300` where an answer has milliseconds) would trap the integer
+    /// conversion and with it the worker, every time the job is retried: Postgres gets ±infinity,
+    /// which reads back as `Date.distantFuture`/`distantPast`.
+    static func stored(_ date: Date) -> Stored {
+        let rounded = (date.timeIntervalSince1970 * 1000).rounded()
+        guard rounded >= -62_135_596_800_000, rounded < 253_402_300_800_000 else { return rounded > 0 ? .infinity : .minusInfinity }
+        return .milliseconds(Int64(rounded))
+    }
+
+    /// `timestamptz` in binary format: microseconds since 2000-01-01T00:00:00Z, the same instant
+    /// ``format(_:)`` prints (so either format stores the same value); the infinities are
+    /// Postgres's `DT_NOEND` and `DT_NOBEGIN`.
+    static func binary(_ date: Date) -> Int64 {
+        switch stored(date) {
+        case .infinity: Int64.max
+        case .minusInfinity: Int64.min
+        case .milliseconds(let value): (value - 946_684_800_000) * 1000
         }
     }
 

@@ -62,18 +62,18 @@ enum EventRows {
         _ = try connection.query(
             """
             SELECT pg_advisory_xact_lock(h) FROM (
-                SELECT DISTINCT hashtextextended(k, 0) AS h FROM unnest(\(PostgresArray.literal(keys.sorted()))::text[]) AS k
+                SELECT DISTINCT hashtextextended(k, 0) AS h FROM unnest(\(PostgresBinaryArray(texts: keys.sorted()))::text[]) AS k
                 ORDER BY 1) AS ordered
             """)
     }
 
     /// The stored states of the subscriptions `records` are about to write (read under ``lock(_:on:)``).
     static func subscriptionsBefore(_ records: [ValidationRecord], on connection: PostgresConnection) throws -> [String: SubscriptionState] {
-        var keys = ColumnBatch(columns: 3)
+        var keys = ColumnBatch([.uuid, .text, .text])
         for record in records {
             let environment = record.environment ?? record.envelope.environment ?? "unknown"
             for planned in record.subscriptions {
-                keys.append([record.envelope.appID.canonical, environment, planned.state.originalTransactionID])
+                keys.append([.uuid(record.envelope.appID), .text(environment), .text(planned.state.originalTransactionID)])
             }
         }
         guard !keys.isEmpty else { return [:] }
@@ -124,12 +124,12 @@ enum EventRows {
     /// endpoint of the app whose filter takes the event: one statement.
     static func insert(_ events: [NewEvent], on connection: PostgresConnection) throws {
         guard !events.isEmpty else { return }
-        var columns = ColumnBatch(columns: 13)
+        var columns = ColumnBatch([.uuid, .uuid, .text, .text, .text, .text, .text, .text, .uuid, .timestamptz, .text, .text, .text])
         for event in events {
             columns.append([
-                event.id.canonical, event.appID.canonical, event.type.rawValue, event.environment, event.userIdentifier, event.subject,
-                event.originalTransactionID, event.transactionID, event.receiptID?.canonical, event.occurredAt.postgresText, event.data,
-                event.dedupeKey, event.orderingKey,
+                .uuid(event.id), .uuid(event.appID), .text(event.type.rawValue), .text(event.environment), .text(event.userIdentifier),
+                .text(event.subject), .text(event.originalTransactionID), .text(event.transactionID), .uuid(event.receiptID),
+                .date(event.occurredAt), .text(event.data), .text(event.dedupeKey), .text(event.orderingKey),
             ])
         }
         _ = try connection.query(

@@ -16,7 +16,9 @@ enum NotificationRows {
         guard !indices.isEmpty else { return records }
         var records = records
         let known = try lookUp(indices.map { records[$0] }, on: connection)
-        var audit = ColumnBatch(columns: 16)
+        var audit = ColumnBatch([
+            .uuid, .uuid, .text, .text, .text, .text, .text, .timestamptz, .text, .text, .text, .uuid, .text, .text, .text, .timestamptz,
+        ])
         for (index, found) in zip(indices, known) {
             guard let notification = records[index].notification else { continue }
             var record = records[index]
@@ -31,13 +33,13 @@ enum NotificationRows {
             records[index] = record
             let envelope = record.envelope
             audit.append([
-                envelope.id.canonical, envelope.appID.canonical, notification.uuid, notification.version.rawValue, notification.type,
-                notification.subtype, notification.environment, notification.signedDate.postgresText,
-                record.notificationOriginalTransactionID, envelope.transactionID,
-                notification.transaction?["productId"]?.stringValue ?? record.purchases.first?.productID,
+                .uuid(envelope.id), .uuid(envelope.appID), .text(notification.uuid), .text(notification.version.rawValue),
+                .text(notification.type), .text(notification.subtype), .text(notification.environment), .date(notification.signedDate),
+                .text(record.notificationOriginalTransactionID), .text(envelope.transactionID),
+                .text(notification.transaction?["productId"]?.stringValue ?? record.purchases.first?.productID),
                 // Filed under its own receipts row only when it changes something no stored receipt holds.
-                changes ? (found.receiptID ?? envelope.id).canonical : nil, outcome.rawValue, notification.display.encodedText,
-                envelope.origin.rawValue, envelope.enqueuedAt.postgresText,
+                .uuid(changes ? (found.receiptID ?? envelope.id) : nil), .text(outcome.rawValue),
+                .text(notification.display.encodedText), .text(envelope.origin.rawValue), .date(envelope.enqueuedAt),
             ])
         }
         // The receipts rows the audit rows point at are written after them: the reference is
@@ -74,11 +76,11 @@ enum NotificationRows {
     /// One statement for the whole group: the subscription row, the oldest ledger row of the same
     /// original transaction (preferring one with a user), and the transaction's own ledger row.
     private static func lookUp(_ records: [ValidationRecord], on connection: PostgresConnection) throws -> [Known] {
-        var keys = ColumnBatch(columns: 4)
+        var keys = ColumnBatch([.uuid, .text, .text, .text])
         for record in records {
             keys.append([
-                record.envelope.appID.canonical, record.environment ?? record.envelope.environment ?? "unknown",
-                record.notificationOriginalTransactionID ?? "", record.envelope.transactionID ?? "",
+                .uuid(record.envelope.appID), .text(record.environment ?? record.envelope.environment ?? "unknown"),
+                .text(record.notificationOriginalTransactionID ?? ""), .text(record.envelope.transactionID ?? ""),
             ])
         }
         // Index look-ups, whatever the statistics say: a burst of notifications about purchases no

@@ -336,7 +336,10 @@ public final class PostgresReceiptStore: ReceiptStore {
 
 /// The columns of a batch of `receipts` rows, one array literal each.
 private struct ReceiptColumns {
-    private var columns = ColumnBatch(columns: 23)
+    private var columns = ColumnBatch([
+        .uuid, .uuid, .text, .text, .text, .text, .int4, .text, .text, .text, .text, .text, .text, .text, .text, .text,
+        .timestamptz, .timestamptz, .bool, .text, .text, .text, .text,
+    ])
     var isEmpty: Bool { columns.isEmpty }
 
     mutating func append(_ record: ValidationRecord) {
@@ -344,116 +347,118 @@ private struct ReceiptColumns {
         let submission = envelope.submission
         let metadata = submission.metadata.flatMap { try? JSONEncoder().encode($0) }.map { String(decoding: $0, as: UTF8.self) }
         let transactionIDs = (try? JSONEncoder().encode(record.purchases.map(\.transactionID))).map { String(decoding: $0, as: UTF8.self) }
-        let values: [String?] = [
-            envelope.id.canonical, envelope.appID.canonical, envelope.style?.rawValue, envelope.bundleID,
+        let values: [ColumnValue] = [
+            .uuid(envelope.id), .uuid(envelope.appID), .text(envelope.style?.rawValue), .text(envelope.bundleID),
             // Unknown only for a transaction id no environment knows: null, not a made-up name.
-            record.environment ?? envelope.environment, record.status.rawValue, record.appleStatus.map(String.init),
-            submission.userIdentifier, submission.identifierForVendor, submission.countryCode, submission.ipAddress, metadata,
-            envelope.receipt,
+            .text(record.environment ?? envelope.environment), .text(record.status.rawValue), .int(record.appleStatus),
+            .text(submission.userIdentifier), .text(submission.identifierForVendor), .text(submission.countryCode),
+            .text(submission.ipAddress), .text(metadata), .text(envelope.receipt),
             // Apple echoes the receipt it was sent as latest_receipt: keep a copy only when it differs.
-            record.latestReceipt == envelope.receipt ? nil : record.latestReceipt,
-            transactionIDs ?? "[]", record.storedErrorCode, envelope.enqueuedAt.postgresText, record.validatedAt.postgresText,
-            record.status == .fraud ? "true" : "false", record.status == .fraud ? envelope.fraudReason : nil,
-            (envelope.source ?? .receipt).rawValue,
+            .text(record.latestReceipt == envelope.receipt ? nil : record.latestReceipt),
+            .text(transactionIDs ?? "[]"), .text(record.storedErrorCode), .date(envelope.enqueuedAt), .date(record.validatedAt),
+            .bool(record.status == .fraud), .text(record.status == .fraud ? envelope.fraudReason : nil),
+            .text((envelope.source ?? .receipt).rawValue),
             // The id a StoreKit 2 submission names; a receipt's is its own business (in its purchases).
-            (envelope.source ?? .receipt) == .receipt ? nil : envelope.transactionID, record.validatedBy?.rawValue,
+            .text((envelope.source ?? .receipt) == .receipt ? nil : envelope.transactionID), .text(record.validatedBy?.rawValue),
         ]
         columns.append(values)
     }
 
-    private func column(_ index: Int) -> String { columns[index] }
-    var id: String { column(0) }
-    var appID: String { column(1) }
-    var style: String { column(2) }
-    var bundleID: String { column(3) }
-    var environment: String { column(4) }
-    var status: String { column(5) }
-    var appleStatus: String { column(6) }
-    var userIdentifier: String { column(7) }
-    var identifierForVendor: String { column(8) }
-    var countryCode: String { column(9) }
-    var ipAddress: String { column(10) }
-    var metadata: String { column(11) }
-    var receiptData: String { column(12) }
-    var latestReceipt: String { column(13) }
-    var transactionIDs: String { column(14) }
-    var errorCode: String { column(15) }
-    var createdAt: String { column(16) }
-    var validatedAt: String { column(17) }
-    var isFraud: String { column(18) }
-    var fraudReason: String { column(19) }
-    var source: String { column(20) }
-    var transactionID: String { column(21) }
-    var validatedBy: String { column(22) }
+    private func column(_ index: Int) -> PostgresBinaryArray { columns[index] }
+    var id: PostgresBinaryArray { column(0) }
+    var appID: PostgresBinaryArray { column(1) }
+    var style: PostgresBinaryArray { column(2) }
+    var bundleID: PostgresBinaryArray { column(3) }
+    var environment: PostgresBinaryArray { column(4) }
+    var status: PostgresBinaryArray { column(5) }
+    var appleStatus: PostgresBinaryArray { column(6) }
+    var userIdentifier: PostgresBinaryArray { column(7) }
+    var identifierForVendor: PostgresBinaryArray { column(8) }
+    var countryCode: PostgresBinaryArray { column(9) }
+    var ipAddress: PostgresBinaryArray { column(10) }
+    var metadata: PostgresBinaryArray { column(11) }
+    var receiptData: PostgresBinaryArray { column(12) }
+    var latestReceipt: PostgresBinaryArray { column(13) }
+    var transactionIDs: PostgresBinaryArray { column(14) }
+    var errorCode: PostgresBinaryArray { column(15) }
+    var createdAt: PostgresBinaryArray { column(16) }
+    var validatedAt: PostgresBinaryArray { column(17) }
+    var isFraud: PostgresBinaryArray { column(18) }
+    var fraudReason: PostgresBinaryArray { column(19) }
+    var source: PostgresBinaryArray { column(20) }
+    var transactionID: PostgresBinaryArray { column(21) }
+    var validatedBy: PostgresBinaryArray { column(22) }
 }
 
 /// The columns of a batch of `in_app_purchases` rows.
 private struct PurchaseColumns {
-    private var columns = ColumnBatch(columns: 17)
+    private var columns = ColumnBatch([
+        .uuid, .uuid, .text, .text, .text, .text, .int4, .timestamptz, .timestamptz, .timestamptz, .timestamptz, .text, .bool,
+        .bool, .text, .int4, .timestamptz,
+    ])
 
     mutating func append(_ record: ValidationRecord) {
         let envelope = record.envelope
-        let signedAt = record.notification?.signedDate.postgresText
+        let signedAt = record.notification?.signedDate
         let environment = record.environment ?? envelope.environment ?? "unknown"
         for purchase in record.purchases {
-            let values: [String?] = [
-                envelope.appID.canonical, record.receiptID.canonical, environment, purchase.transactionID,
-                purchase.originalTransactionID, purchase.productID, String(purchase.quantity), purchase.purchaseDate?.postgresText,
-                purchase.originalPurchaseDate?.postgresText, purchase.expiresDate?.postgresText,
-                purchase.cancellationDate?.postgresText, purchase.webOrderLineItemID, purchase.isTrialPeriod.postgresText,
-                purchase.isInIntroOfferPeriod.postgresText, envelope.submission.userIdentifier,
-                purchase.cancellationReason.map(String.init), signedAt,
+            let values: [ColumnValue] = [
+                .uuid(envelope.appID), .uuid(record.receiptID), .text(environment), .text(purchase.transactionID),
+                .text(purchase.originalTransactionID), .text(purchase.productID), .int(purchase.quantity), .date(purchase.purchaseDate),
+                .date(purchase.originalPurchaseDate), .date(purchase.expiresDate), .date(purchase.cancellationDate),
+                .text(purchase.webOrderLineItemID), .bool(purchase.isTrialPeriod), .bool(purchase.isInIntroOfferPeriod),
+                .text(envelope.submission.userIdentifier), .int(purchase.cancellationReason), .date(signedAt),
             ]
             columns.append(values)
         }
     }
 
-    private func column(_ index: Int) -> String { columns[index] }
-    var appID: String { column(0) }
-    var receiptID: String { column(1) }
-    var environment: String { column(2) }
+    private func column(_ index: Int) -> PostgresBinaryArray { columns[index] }
+    var appID: PostgresBinaryArray { column(0) }
+    var receiptID: PostgresBinaryArray { column(1) }
+    var environment: PostgresBinaryArray { column(2) }
     var isEmpty: Bool { columns.isEmpty }
-    var transactionID: String { column(3) }
-    var originalTransactionID: String { column(4) }
-    var productID: String { column(5) }
-    var quantity: String { column(6) }
-    var purchaseDate: String { column(7) }
-    var originalPurchaseDate: String { column(8) }
-    var expiresDate: String { column(9) }
-    var cancellationDate: String { column(10) }
-    var webOrderLineItemID: String { column(11) }
-    var isTrialPeriod: String { column(12) }
-    var isInIntroOfferPeriod: String { column(13) }
-    var userIdentifier: String { column(14) }
-    var cancellationReason: String { column(15) }
-    var signedAt: String { column(16) }
+    var transactionID: PostgresBinaryArray { column(3) }
+    var originalTransactionID: PostgresBinaryArray { column(4) }
+    var productID: PostgresBinaryArray { column(5) }
+    var quantity: PostgresBinaryArray { column(6) }
+    var purchaseDate: PostgresBinaryArray { column(7) }
+    var originalPurchaseDate: PostgresBinaryArray { column(8) }
+    var expiresDate: PostgresBinaryArray { column(9) }
+    var cancellationDate: PostgresBinaryArray { column(10) }
+    var webOrderLineItemID: PostgresBinaryArray { column(11) }
+    var isTrialPeriod: PostgresBinaryArray { column(12) }
+    var isInIntroOfferPeriod: PostgresBinaryArray { column(13) }
+    var userIdentifier: PostgresBinaryArray { column(14) }
+    var cancellationReason: PostgresBinaryArray { column(15) }
+    var signedAt: PostgresBinaryArray { column(16) }
 }
 
 /// The columns of a batch of `validation_attempts` rows: one per call to Apple.
 private struct AttemptColumns {
-    private var columns = ColumnBatch(columns: 10)
+    private var columns = ColumnBatch([.uuid, .int4, .int4, .text, .int4, .int4, .bool, .int4, .text, .uuid])
 
     mutating func append(_ record: ValidationRecord) {
         for (seq, call) in record.calls.enumerated() {
-            let values: [String?] = [
-                record.receiptID.canonical, String(record.envelope.attempt), String(seq), call.endpoint.rawValue,
-                call.httpStatus.map(String.init), call.appleStatus.map(String.init), call.isRetryable?.postgresText,
-                String(call.latencyMs), call.errorCode, record.envelope.id.canonical,
+            let values: [ColumnValue] = [
+                .uuid(record.receiptID), .int(record.envelope.attempt), .int(seq), .text(call.endpoint.rawValue),
+                .int(call.httpStatus), .int(call.appleStatus), .bool(call.isRetryable), .int(call.latencyMs), .text(call.errorCode),
+                .uuid(record.envelope.id),
             ]
             columns.append(values)
         }
     }
 
-    private func column(_ index: Int) -> String { columns[index] }
+    private func column(_ index: Int) -> PostgresBinaryArray { columns[index] }
     var isEmpty: Bool { columns.isEmpty }
-    var receiptID: String { column(0) }
-    var attempt: String { column(1) }
-    var seq: String { column(2) }
-    var endpoint: String { column(3) }
-    var httpStatus: String { column(4) }
-    var appleStatus: String { column(5) }
-    var isRetryable: String { column(6) }
-    var latencyMs: String { column(7) }
-    var errorCode: String { column(8) }
-    var jobID: String { column(9) }
+    var receiptID: PostgresBinaryArray { column(0) }
+    var attempt: PostgresBinaryArray { column(1) }
+    var seq: PostgresBinaryArray { column(2) }
+    var endpoint: PostgresBinaryArray { column(3) }
+    var httpStatus: PostgresBinaryArray { column(4) }
+    var appleStatus: PostgresBinaryArray { column(5) }
+    var isRetryable: PostgresBinaryArray { column(6) }
+    var latencyMs: PostgresBinaryArray { column(7) }
+    var errorCode: PostgresBinaryArray { column(8) }
+    var jobID: PostgresBinaryArray { column(9) }
 }

@@ -23,8 +23,8 @@ enum SubscriptionRows {
     ) throws -> [(
         appID: UUID?, resource: SubscriptionResource
     )] {
-        var outcomes = ColumnBatch(columns: 7)
-        var rows: [(key: [String], values: [String?])] = []
+        var outcomes = ColumnBatch([.uuid, .text, .text, .text, .bool, .timestamptz, .timestamptz])
+        var rows: [(key: [String], values: [ColumnValue])] = []
         for record in records {
             let environment = record.environment ?? record.envelope.environment ?? "unknown"
             if let target = record.envelope.subscription {
@@ -37,21 +37,23 @@ enum SubscriptionRows {
                     (
                         key,
                         [
-                            record.envelope.appID.canonical, environment, state.originalTransactionID, state.productID,
-                            state.status.rawValue, state.expiresAt?.postgresText, state.purchasedAt?.postgresText,
-                            state.originalPurchaseDate?.postgresText, state.autoRenewStatus?.postgresText, state.autoRenewProductID,
-                            state.isInBillingRetry.postgresText, state.gracePeriodExpiresAt?.postgresText,
-                            state.expirationIntent.map(String.init), state.isTrial.postgresText, state.isIntro.postgresText,
-                            state.ownershipType, state.latestTransactionID, state.revokedAt?.postgresText,
-                            state.cancellationReason.map(String.init), record.envelope.submission.userIdentifier,
-                            record.receiptID.canonical, state.observedAt.postgresText, planned.nextPollAt?.postgresText,
+                            .uuid(record.envelope.appID), .text(environment), .text(state.originalTransactionID),
+                            .text(state.productID), .text(state.status.rawValue), .date(state.expiresAt), .date(state.purchasedAt),
+                            .date(state.originalPurchaseDate), .bool(state.autoRenewStatus), .text(state.autoRenewProductID),
+                            .bool(state.isInBillingRetry), .date(state.gracePeriodExpiresAt), .int(state.expirationIntent),
+                            .bool(state.isTrial), .bool(state.isIntro), .text(state.ownershipType), .text(state.latestTransactionID),
+                            .date(state.revokedAt), .int(state.cancellationReason), .text(record.envelope.submission.userIdentifier),
+                            .uuid(record.receiptID), .date(state.observedAt), .date(planned.nextPollAt),
                         ]
                     ))
             }
         }
         // In key order: concurrent batches then lock the rows they share in the same order, and wait
         // for each other instead of deadlocking.
-        var states = ColumnBatch(columns: 23)
+        var states = ColumnBatch([
+            .uuid, .text, .text, .text, .text, .timestamptz, .timestamptz, .timestamptz, .bool, .text, .bool, .timestamptz,
+            .int4, .bool, .bool, .text, .text, .timestamptz, .int4, .text, .uuid, .timestamptz, .timestamptz,
+        ])
         for row in rows.sorted(by: { $0.key.lexicographicallyPrecedes($1.key) }) { states.append(row.values) }
         if !outcomes.isEmpty {
             _ = try connection.query(
@@ -99,7 +101,7 @@ enum SubscriptionRows {
 
     /// What a re-poll leaves on its subscription: when it ran, the error if any, and (unless the
     /// upsert that follows plans it) when to poll next.
-    private static func outcome(of record: ValidationRecord, target: RepollTarget) -> [String?] {
+    private static func outcome(of record: ValidationRecord, target: RepollTarget) -> [ColumnValue] {
         let error: String?
         let next: Date?
         var setNext = true
@@ -115,8 +117,8 @@ enum SubscriptionRows {
             (error, next) = (record.envelope.errorCode ?? "failed", record.retryPollAt)
         }
         return [
-            record.envelope.appID.canonical, record.envelope.environment ?? record.environment ?? "unknown",
-            target.originalTransactionID, error, setNext.postgresText, next?.postgresText, record.validatedAt.postgresText,
+            .uuid(record.envelope.appID), .text(record.envelope.environment ?? record.environment ?? "unknown"),
+            .text(target.originalTransactionID), .text(error), .bool(setNext), .date(next), .date(record.validatedAt),
         ]
     }
 }

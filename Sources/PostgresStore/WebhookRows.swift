@@ -14,11 +14,11 @@ enum WebhookRows {
     /// waiting), and each endpoint's run of failures, which pauses it after ``pauseAfter``.
     static func record(_ outcomes: [DeliveryOutcome], on connection: PostgresConnection) throws {
         guard !outcomes.isEmpty else { return }
-        var columns = ColumnBatch(columns: 7)
+        var columns = ColumnBatch([.int8, .uuid, .text, .int4, .int4, .text, .timestamptz])
         for outcome in outcomes {
             columns.append([
-                String(outcome.target.deliveryID), outcome.target.endpointID.uuidString, outcome.status.rawValue, String(outcome.attempts),
-                outcome.httpStatus.map(String.init), outcome.errorCode, outcome.at.postgresText,
+                .int(Int(outcome.target.deliveryID)), .uuid(outcome.target.endpointID), .text(outcome.status.rawValue),
+                .int(outcome.attempts), .int(outcome.httpStatus), .text(outcome.errorCode), .date(outcome.at),
             ])
         }
         _ = try connection.query(

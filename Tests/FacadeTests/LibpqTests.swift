@@ -215,7 +215,7 @@ struct LibpqTests {
         let attack = "'); DROP TABLE \(table); --"
         let query: PostgresQuery = "INSERT INTO \(unescaped: table) (name) VALUES (\(attack))"
         #expect(query.sql == "INSERT INTO \(table) (name) VALUES ($1)")
-        #expect(query.binds == [attack])
+        #expect(query.binds == [.text(attack)])
         try db.query(query)
         let rows = try db.query("SELECT name FROM \(unescaped: table)").rows
         #expect(rows.map { $0["name"] } == [attack])
