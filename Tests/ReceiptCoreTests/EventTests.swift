@@ -86,6 +86,14 @@ struct EventTests {
         #expect(Set(made).count == made.count)
         #expect(made.allSatisfy { $0.canonical.dropFirst(14).first == "7" })
         #expect(made[0].canonical == made[0].uuidString.lowercased())
+        // RFC 9562's layout: the millisecond in the first 48 bits, the variant bits 10.
+        let ms = String(UInt64(at.timeIntervalSince1970 * 1000), radix: 16)
+        let hex = made[0].canonical.replacingOccurrences(of: "-", with: "")
+        #expect(hex.prefix(12) == String(repeating: "0", count: 12 - ms.count) + ms)
+        #expect(made.allSatisfy { "89ab".contains($0.canonical.dropFirst(19).first!) })
+        // A later millisecond starts afresh, after every id before it.
+        let later = ids.next(at: at.addingTimeInterval(0.002))
+        #expect(later.canonical > made.last!.canonical)
     }
 
     @Test("The canonical text is Foundation's, lower-cased, for any id, and reads back as the same id")

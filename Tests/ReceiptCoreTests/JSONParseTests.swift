@@ -49,4 +49,34 @@ struct JSONParseTests {
         let fine = String(repeating: "[", count: 100) + String(repeating: "]", count: 100)
         #expect((try? JSONValue.parse(Array(fine.utf8))) != nil)
     }
+
+    @Test("A string's bytes are taken exactly when they are well-formed UTF-8, as String(validating:) judges them")
+    func stringsAreValidatedLikeTheStandardLibrary() throws {
+        // Ill-formed on purpose: a lone continuation byte, an overlong form, an encoded surrogate,
+        // a code point past U+10FFFF, and a truncated 4-byte form followed by ASCII (repaired to
+        // U+FFFD, which has the same length: the case a length check alone would miss).
+        var cases: [[UInt8]] = [
+            [], Array("plain".utf8), Array("é😀€".utf8), [0x80], [0xC0, 0xAF], [0xED, 0xA0, 0x80], [0xF4, 0x90, 0x80, 0x80],
+            [0xF0, 0x9F, 0x98, 0x41], [0xEF, 0xBF, 0xBD], Array(String(repeating: "base64+/", count: 700).utf8) + [0xFF],
+        ]
+        var generator = SystemRandomNumberGenerator()
+        for _ in 0..<2_000 {
+            let length = Int.random(in: 0...24, using: &generator)
+            // Mostly ASCII letters with a few high bytes: some well-formed, most not.
+            cases.append(
+                (0..<length).map { _ in
+                    Bool.random(using: &generator)
+                        ? UInt8.random(in: 0x61...0x7A, using: &generator) : UInt8.random(in: 0x80...0xF5, using: &generator)
+                })
+        }
+        for bytes in cases {
+            let json = [UInt8(ascii: "\"")] + bytes + [UInt8(ascii: "\"")]
+            let expected = String(validating: bytes, as: UTF8.self)
+            let parsed = try? JSONValue.parse(json)
+            #expect(parsed == expected.map(JSONValue.string), "\(bytes)")
+            // The same bytes after an escape take the other path through the reader.
+            let escaped = [UInt8(ascii: "\""), UInt8(ascii: "\\"), UInt8(ascii: "n")] + bytes + [UInt8(ascii: "\"")]
+            #expect((try? JSONValue.parse(escaped)) == expected.map { JSONValue.string("\n" + $0) }, "\(bytes)")
+        }
+    }
 }

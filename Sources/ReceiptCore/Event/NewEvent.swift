@@ -117,10 +117,11 @@ public struct MonotonicEventIDs {
     /// The next id for `date`: after every id made before (at the same or an earlier millisecond).
     public mutating func next(at date: Date) -> UUID {
         var ms = UInt64(max(0, date.timeIntervalSince1970 * 1000))
-        var high = UInt16.random(in: 0...0x0FFF, using: &generator)
-        var low = UInt64.random(in: 0...(UInt64.max >> 2), using: &generator)
+        var high: UInt16
+        var low: UInt64
         if let last, ms <= last.ms {
-            // Same (or a clock-stepped-back) millisecond: one past the previous id.
+            // Same (or a clock-stepped-back) millisecond: one past the previous id. No random bits
+            // are drawn for it: each draw is a `getrandom` call, and a batch's events share a time.
             ms = last.ms
             high = last.high
             low = last.low &+ 1
@@ -128,18 +129,17 @@ public struct MonotonicEventIDs {
                 low = 0
                 high = (high + 1) & 0x0FFF
             }
+        } else {
+            high = UInt16.random(in: 0...0x0FFF, using: &generator)
+            low = UInt64.random(in: 0...(UInt64.max >> 2), using: &generator)
         }
         last = (ms, low, high)
-        var bytes = [UInt8](repeating: 0, count: 16)
-        for i in 0..<6 { bytes[i] = UInt8(truncatingIfNeeded: ms >> (8 * (5 - i))) }
-        bytes[6] = 0x70 | UInt8(high >> 8)
-        bytes[7] = UInt8(truncatingIfNeeded: high)
-        bytes[8] = 0x80 | UInt8(truncatingIfNeeded: low >> 56)
-        for i in 9..<16 { bytes[i] = UInt8(truncatingIfNeeded: low >> (8 * (15 - i))) }
+        func byte(_ value: UInt64, _ shift: UInt64) -> UInt8 { UInt8(truncatingIfNeeded: value >> shift) }
         return UUID(
             uuid: (
-                bytes[0], bytes[1], bytes[2], bytes[3], bytes[4], bytes[5], bytes[6], bytes[7],
-                bytes[8], bytes[9], bytes[10], bytes[11], bytes[12], bytes[13], bytes[14], bytes[15]
+                byte(ms, 40), byte(ms, 32), byte(ms, 24), byte(ms, 16), byte(ms, 8), byte(ms, 0),
+                0x70 | UInt8(high >> 8), UInt8(truncatingIfNeeded: high),
+                0x80 | byte(low, 56), byte(low, 48), byte(low, 40), byte(low, 32), byte(low, 24), byte(low, 16), byte(low, 8), byte(low, 0)
             ))
     }
 }

@@ -429,7 +429,7 @@ public enum ReceiptDecoder {
         guard !value.isEmpty else { return nil }
         if let (identifier, contents) = primitiveElement(value) {
             // Universal class (top bits 00) and one of the four string tags.
-            guard [12, 19, 22, 26].contains(identifier), let text = String(validating: contents, as: UTF8.self) else {
+            guard [12, 19, 22, 26].contains(identifier), let text = String(wellFormedUTF8: contents) else {
                 throw .malformedPayload
             }
             return text
@@ -437,7 +437,7 @@ public enum ReceiptDecoder {
         let node = try element(value)
         guard node.identifier.tagClass == .universal, [12, 19, 22, 26].contains(node.identifier.tagNumber),
             case .primitive(let bytes) = node.content,
-            let text = String(validating: bytes, as: UTF8.self)
+            let text = String(wellFormedUTF8: bytes[...])
         else { throw .malformedPayload }
         return text
     }

@@ -156,7 +156,7 @@ private struct JSONByteParser {
             // No escape: validated straight from the input (no intermediate array; a short string
             // needs no allocation at all). An Apple answer is mostly keys and short values.
             index += 1
-            guard let text = String(validating: UnsafeBufferPointer(rebasing: bytes[start..<index - 1]), as: UTF8.self) else {
+            guard let text = String(wellFormedUTF8: UnsafeBufferPointer(rebasing: bytes[start..<index - 1])) else {
                 throw JSONParseError(code: "string", offset: start)
             }
             return text
@@ -198,7 +198,7 @@ private struct JSONByteParser {
             guard index < bytes.count else { throw fail("string") }
         }
         index += 1
-        guard let text = String(validating: raw, as: UTF8.self) else { throw JSONParseError(code: "string", offset: start) }
+        guard let text = String(wellFormedUTF8: raw[...]) else { throw JSONParseError(code: "string", offset: start) }
         return text
     }
 
