@@ -133,12 +133,13 @@ public struct JobPlanner: Sendable {
         switch report.verdict {
         case .valid, .invalid:
             let at = now()
-            let subscriptions = report.response.map { SubscriptionState.states(from: $0, at: at) } ?? []
+            let purchases = report.response?.purchases ?? []
+            let subscriptions = report.response.map { SubscriptionState.states(from: $0, purchases: purchases, at: at) } ?? []
             return .store(
                 ValidationRecord(
                     envelope: envelope, status: report.verdict == .valid ? .valid : .invalid,
                     environment: report.response?.environment?.lowercased(), appleStatus: report.response?.status,
-                    purchases: report.response?.transactions.compactMap(InAppPurchase.init(appleJSON:)) ?? [],
+                    purchases: purchases.map(\.purchase),
                     latestReceipt: report.response?.latestReceipt, calls: report.calls, validatedAt: at,
                     subscriptions: subscriptions.map {
                         PlannedSubscription(state: $0, nextPollAt: repollPolicy.nextPoll(for: $0, at: at, using: &generator))

@@ -82,8 +82,9 @@ extension AppleNotification {
     private var v1Effect: NotificationEffect {
         guard let unifiedReceipt, !NotificationTypes.informational.contains(type) else { return NotificationEffect() }
         let response = VerifyReceiptResponse(json: unifiedReceipt)
-        let purchases = response.transactions.compactMap(InAppPurchase.init(appleJSON:))
-        let subscriptions = SubscriptionState.states(from: response, at: signedDate)
+        let read = response.purchases
+        let purchases = read.map(\.purchase)
+        let subscriptions = SubscriptionState.states(from: response, purchases: read, at: signedDate)
         let latest = purchases.max { ($0.purchaseDate ?? .distantPast) < ($1.purchaseDate ?? .distantPast) }
         return NotificationEffect(
             purchases: purchases, subscriptions: subscriptions, originalTransactionID: latest?.originalTransactionID,

@@ -108,10 +108,16 @@ extension SubscriptionState {
     /// `original_transaction_id`; iOS 6 answers carry its fields at the top level.
     /// - Returns: the states, ordered by original transaction id; empty unless the status is 0 or 21006.
     public static func states(from response: VerifyReceiptResponse, at date: Date) -> [SubscriptionState] {
+        states(from: response, purchases: response.purchases, at: date)
+    }
+
+    /// ``states(from:at:)`` with the answer's ``VerifyReceiptResponse/purchases`` already read.
+    public static func states(
+        from response: VerifyReceiptResponse, purchases: [(purchase: InAppPurchase, json: JSONValue)], at date: Date
+    ) -> [SubscriptionState] {
         guard response.status == 0 || response.status == 21006 else { return [] }
         var groups: [String: [(purchase: InAppPurchase, json: JSONValue)]] = [:]
-        for json in response.transactions {
-            guard let purchase = InAppPurchase(appleJSON: json), purchase.expiresDate != nil else { continue }
+        for (purchase, json) in purchases where purchase.expiresDate != nil {
             groups[purchase.originalTransactionID, default: []].append((purchase, json))
         }
         let pending = response.json["pending_renewal_info"]?.arrayValue ?? []

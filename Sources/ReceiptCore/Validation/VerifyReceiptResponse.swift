@@ -59,4 +59,11 @@ public struct VerifyReceiptResponse: Sendable, Equatable {
         }
         return result
     }
+
+    /// ``transactions`` read as purchases, each with its JSON; a transaction that is not a
+    /// purchase (no transaction or product id) is left out. What ``SubscriptionState/states(from:purchases:at:)``
+    /// takes, so that a caller who also stores the purchases reads each one once.
+    public var purchases: [(purchase: InAppPurchase, json: JSONValue)] {
+        transactions.compactMap { json in InAppPurchase(appleJSON: json).map { ($0, json) } }
+    }
 }
