@@ -62,6 +62,35 @@ struct ReceiptBase64Tests {
         }
     }
 
+    @Test("Any mix of blanks, URL-safe letters and stripped padding decodes to the bytes, and only the untouched text is kept")
+    func mangledAnywhere() throws {
+        var generator = SeededGenerator(seed: 4648)
+        for _ in 0..<2_000 {
+            let bytes = (0..<Int.random(in: 1...300, using: &generator)).map { _ in UInt8.random(in: 0...255, using: &generator) }
+            let text = Data(bytes).base64EncodedString()
+            var mangled = Array(text.utf8)
+            // Blanks anywhere before the padding, in the middle of a group of four or between them.
+            for _ in 0..<Int.random(in: 0...4, using: &generator) {
+                let end = mangled.firstIndex(of: UInt8(ascii: "=")) ?? mangled.count
+                mangled.insert(
+                    [UInt8(ascii: "\n"), UInt8(ascii: "\r"), UInt8(ascii: "\t")].randomElement(using: &generator)!,
+                    at: Int.random(in: 0...end, using: &generator))
+            }
+            if Bool.random(using: &generator) {
+                mangled = mangled.map { $0 == UInt8(ascii: "+") ? UInt8(ascii: "-") : $0 == UInt8(ascii: "/") ? UInt8(ascii: "_") : $0 }
+            }
+            if Bool.random(using: &generator) { mangled.removeAll { $0 == UInt8(ascii: "=") } }
+            let sent = String(decoding: mangled, as: UTF8.self)
+            #expect(try ReceiptDecoder.base64Bytes(sent) == bytes, "\(sent)")
+            #expect(ReceiptDecoder.normalizedBase64(sent, bytes: bytes) == text)
+            #expect((ReceiptDecoder.normalizedBase64(sent, bytes: bytes) == sent) == (sent == text))
+            // A byte outside the alphabet anywhere makes it invalid.
+            var broken = mangled
+            broken.insert(UInt8(ascii: "*"), at: Int.random(in: 0...broken.count, using: &generator))
+            #expect(throws: ReceiptDecodingError.self) { try ReceiptDecoder.base64Bytes(String(decoding: broken, as: UTF8.self)) }
+        }
+    }
+
     @Test("invalid text is rejected", arguments: ["*not base64*", "QUJD=QUJD", "A", "QUJDR", "QQ===", "%2B%2F"])
     func invalid(_ text: String) {
         #expect(throws: ReceiptDecodingError.invalidBase64) { try ReceiptDecoder.base64Bytes(text) }
