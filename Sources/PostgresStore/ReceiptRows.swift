@@ -21,7 +21,7 @@ enum ReceiptRows {
                    user_identifier, identifier_for_vendor, country_code, ip_address, metadata::text AS metadata,
                    array_to_json(transaction_ids)::text AS transaction_ids, created_at, updated_at, source, transaction_id,
                    validated_by
-            FROM receipts WHERE id = ANY(\(PostgresArray.literal(ids.map(\.canonical)))::uuid[])
+            FROM receipts WHERE id = ANY(\(PostgresBinaryArray(uuids: ids))::uuid[])
             """
         ).rows
         var receipts: [(row: PostgresRow, id: UUID, app: UUID, environment: String?, transactionIDs: [String])] = []
@@ -86,8 +86,8 @@ enum ReceiptRows {
                    p.original_purchase_date, p.expires_date, p.cancellation_date, p.web_order_line_item_id,
                    p.is_trial_period, p.is_in_intro_offer_period, p.user_identifier
             FROM in_app_purchases p
-            JOIN unnest(\(PostgresArray.literal(keys.map(\.environment)))::text[],
-                        \(PostgresArray.literal(keys.map(\.transactionID)))::text[]) AS k(environment, transaction_id)
+            JOIN unnest(\(PostgresBinaryArray(texts: keys.map(\.environment)))::text[],
+                        \(PostgresBinaryArray(texts: keys.map(\.transactionID)))::text[]) AS k(environment, transaction_id)
               ON p.environment = k.environment AND p.transaction_id = k.transaction_id
             """
         ).rows
