@@ -269,12 +269,15 @@ public final class WorkerEngine: Service, Sendable {
 
     func decide(_ token: Int, _ job: ReservedJob, _ plan: JobPlan) {
         // The call is over: its slot may start another while this job waits for its commit.
-        let started = locked(notify: true) { $0.calling.removeValue(forKey: token) }
+        let (started, lastCall) = locked(notify: true) { ($0.calling.removeValue(forKey: token), $0.calling.isEmpty) }
         let answeredAt = DispatchTime.now().uptimeNanoseconds
         decisions.lock()
         decided.append(
             Decided(token: token, job: job, plan: plan, decidedAt: answeredAt, callNanoseconds: started.map { answeredAt &- $0 }))
-        decisions.signal()
+        // A committer needs waking for the first answer of a batch, a full batch, or the last call
+        // answered (a lingering batch commits at once then). Not for every answer: a committer
+        // lingering on a batch woke for each one only to wait again, a context switch per job.
+        if decided.count == 1 || decided.count >= configuration.commitBatch || lastCall { decisions.signal() }
         decisions.unlock()
     }
 
