@@ -275,7 +275,9 @@ enum PipelineRow: BenchRow {
             for run in 1...runs {
                 for level in levels {
                     FileHandle.standardError.write(Data("\(defaults.row): \(level.key), run \(run) of \(runs)…\n".utf8))
-                    let profiling = run == 1 && level.concurrency == profileAt && level.processes == processCounts[0]
+                    // The receipts' level only: the Server API level at the same concurrency would
+                    // record its own profile over it, under the receipts' title.
+                    let profiling = run == 1 && level.concurrency == profileAt && level.processes == processCounts[0] && !level.serverAPI
                     var outcome = try runLevel(level, context: context, profile: profiling)
                     outcome["run"] = run
                     if profiling, let perf = outcome.removeValue(forKey: "perf") {
