@@ -4,7 +4,7 @@ import FoundationEssentials
 import Foundation
 #endif
 
-/// Text conversions for `timestamptz`, done by hand: the civil-date arithmetic below is exact,
+/// Text (and binary) conversions for `timestamptz`, done by hand: the civil-date arithmetic below is exact,
 /// and needs neither a formatter nor the process's time zone.
 enum PostgresTimestamp {
     /// `yyyy-MM-ddTHH:mm:ss.SSSZ` in UTC, rounded to the nearest millisecond; `infinity` beyond the

@@ -334,7 +334,7 @@ public final class PostgresReceiptStore: ReceiptStore {
     }
 }
 
-/// The columns of a batch of `receipts` rows, one array literal each.
+/// The columns of a batch of `receipts` rows, one binary array each.
 private struct ReceiptColumns {
     private var columns = ColumnBatch([
         .uuid, .uuid, .text, .text, .text, .text, .int4, .text, .text, .text, .text, .text, .text, .text, .text, .text,

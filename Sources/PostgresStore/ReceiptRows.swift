@@ -108,12 +108,13 @@ enum ReceiptRows {
     }
 }
 
-/// Postgres array literals for `unnest` and `ANY`: one parameter carries a whole column of a batch.
+/// Postgres array literals for `unnest` and `ANY` in the statements that still bind arrays as text
+/// (short lists: an app's users, a page's ids); a batch's columns go as ``PostgresBinaryArray``.
 enum PostgresArray {
     /// `{"a","b",NULL}`: every element quoted and escaped, so any string round-trips; nil is SQL NULL.
     ///
-    /// Built as bytes: a batch column holds whole receipts (kilobytes each), and appending them to
-    /// a `String` one scalar at a time cost more CPU than the rest of the worker's commit.
+    /// Built as bytes: when batch columns went this way they held whole receipts (kilobytes each),
+    /// and appending them to a `String` one scalar at a time cost more than the rest of a commit.
     static func literal(_ values: [String?]) -> String {
         var bytes: [UInt8] = [UInt8(ascii: "{")]
         bytes.reserveCapacity(values.reduce(2) { $0 + ($1?.utf8.count ?? 4) + 3 })
