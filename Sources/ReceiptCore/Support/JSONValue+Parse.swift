@@ -158,11 +158,8 @@ private struct JSONByteParser {
         index += 1
         let start = index
         // The common case, no escape: one validated copy.
-        while index < bytes.count, bytes[index] != UInt8(ascii: "\""), bytes[index] != UInt8(ascii: "\\") {
-            guard bytes[index] >= 0x20 else { throw fail("string") }
-            index += 1
-        }
-        guard index < bytes.count else { throw fail("string") }
+        index = JSONPlainRun.end(of: bytes, from: index)
+        guard index < bytes.count, bytes[index] >= 0x20 else { throw fail("string") }
         if bytes[index] == UInt8(ascii: "\"") {
             // No escape: validated straight from the input (no intermediate array; a short string
             // needs no allocation at all). An Apple answer is mostly keys and short values.
@@ -201,12 +198,10 @@ private struct JSONByteParser {
                 raw.append(contentsOf: UTF8.encode(unicode)!)
             default: throw fail("string")
             }
-            while index < bytes.count, bytes[index] != UInt8(ascii: "\""), bytes[index] != UInt8(ascii: "\\") {
-                guard bytes[index] >= 0x20 else { throw fail("string") }
-                raw.append(bytes[index])
-                index += 1
-            }
-            guard index < bytes.count else { throw fail("string") }
+            let runStart = index
+            index = JSONPlainRun.end(of: bytes, from: index)
+            raw.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[runStart..<index]))
+            guard index < bytes.count, bytes[index] >= 0x20 else { throw fail("string") }
         }
         index += 1
         guard let text = String(wellFormedUTF8: raw[...]) else { throw JSONParseError(code: "string", offset: start) }
