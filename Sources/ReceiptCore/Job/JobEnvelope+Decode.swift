@@ -164,10 +164,7 @@ private enum EnvelopeReader {
         return Int(number)
     }
 
-    static func date(_ value: JSONValue?) -> Date? {
-        guard case .number(let milliseconds)? = value else { return nil }
-        return Date(timeIntervalSince1970: milliseconds / 1000)
-    }
+    static func date(_ value: JSONValue?) -> Date? { value?.millisecondsDate }
 
     static func uuid(_ value: JSONValue?) -> UUID? {
         guard case .string(let text)? = value else { return nil }

@@ -25,10 +25,7 @@ enum JWSFields {
         }
     }
 
-    static func date(_ value: JSONValue?) -> Date? {
-        guard case .number(let ms)? = value else { return nil }
-        return Date(timeIntervalSince1970: ms / 1000)
-    }
+    static func date(_ value: JSONValue?) -> Date? { value?.millisecondsDate }
 
     static func int(_ value: JSONValue?) -> Int64? {
         guard case .number(let number)? = value else { return nil }

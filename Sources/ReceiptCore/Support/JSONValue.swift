@@ -92,4 +92,11 @@ public enum JSONValue: Sendable, Equatable, Codable {
         if case .object(let value) = self { return value }
         return nil
     }
+
+    /// A JSON number of milliseconds since 1970 as a date; nil for anything else, text included
+    /// (the strict reading of signed payloads and job envelopes, not Apple's lenient receipts).
+    var millisecondsDate: Date? {
+        guard case .number(let milliseconds) = self else { return nil }
+        return Date(timeIntervalSince1970: milliseconds / 1000)
+    }
 }
