@@ -46,7 +46,7 @@ public struct PostgresBinaryArray: Sendable, Equatable {
     private(set) var containsNUL = false
     /// A number did not fit `int4`: the statement fails as Postgres would fail it, not the process.
     private(set) var containsOutOfRange = false
-    /// The header's 20 bytes (patched by ``encoded``), then each element's length and bytes.
+    /// The header's 20 bytes (patched by ``writeEncoded(to:)``), then each element's length and bytes.
     private var buffer: [UInt8]
 
     /// An empty array of `element`s.
@@ -153,22 +153,23 @@ public struct PostgresBinaryArray: Sendable, Equatable {
         put(PostgresTimestamp.binary(value))
     }
 
-    /// The array as `array_recv` reads it: dimensions, `NULL` flag and element type, then the
-    /// elements. An empty array has no dimension.
-    public var encoded: [UInt8] {
-        var bytes = buffer
+    /// The length of the array as ``writeEncoded(to:)`` writes it.
+    var encodedCount: Int { count == 0 ? 12 : buffer.count }
+
+    /// Writes the array as `array_recv` reads it (dimensions, `NULL` flag and element type, then the
+    /// elements; an empty array has no dimension), ``encodedCount`` bytes, to `destination`: the
+    /// connection copies a batch's column once, straight into the memory libpq sends from.
+    func writeEncoded(to destination: UnsafeMutableRawPointer) {
+        buffer.withUnsafeBytes { destination.copyMemory(from: $0.baseAddress!, byteCount: encodedCount) }
         func patch(_ value: Int32, at offset: Int) {
-            withUnsafeBytes(of: value.bigEndian) { raw in
-                for index in 0..<4 { bytes[offset + index] = raw[index] }
-            }
+            destination.storeBytes(of: value.bigEndian, toByteOffset: offset, as: Int32.self)
         }
         patch(count == 0 ? 0 : 1, at: 0)
         patch(hasNull ? 1 : 0, at: 4)
         patch(element.rawValue, at: 8)
-        guard count > 0 else { return Array(bytes[0..<12]) }
+        guard count > 0 else { return }
         patch(Int32(count), at: 12)
         patch(1, at: 16)  // the lower bound: Postgres arrays count from 1
-        return bytes
     }
 
     private mutating func put(_ value: Int32) {

@@ -387,11 +387,10 @@ public final class PostgresConnection: @unchecked Sendable {
             case .array(let array):
                 if array.containsNUL { throw PostgresError.from(.nulInBind) }
                 if array.containsOutOfRange { throw PostgresError.from(.outOfRangeInBind) }
-                let bytes = array.encoded
-                guard let length = Int32(exactly: bytes.count), let copy = malloc(max(bytes.count, 1)) else {
+                guard let length = Int32(exactly: array.encodedCount), let copy = malloc(array.encodedCount) else {
                     throw PostgresError.from(.allocation)
                 }
-                bytes.withUnsafeBytes { copy.copyMemory(from: $0.baseAddress!, byteCount: $0.count) }
+                array.writeEncoded(to: copy)
                 copies.append(copy.assumingMemoryBound(to: CChar.self))
                 lengths.append(length)
                 formats.append(1)
