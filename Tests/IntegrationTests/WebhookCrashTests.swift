@@ -72,8 +72,11 @@ extension CrashRecoveryTests {
         #expect(expected.count >= jobs, "an event per validation (\(expected.count))")
         #expect(delivered() == expected, "every event delivered: \(delivered().count) of \(expected.count)")
         #expect(receiver.deliveries.allSatisfy { $0.signatureValid })
+        // A repeat is a delivery the receiver answered before the kill whose outcome was not yet
+        // settled: calling (at most the concurrency, 64) or answered and waiting for its batch's
+        // commit (at most another 64, the engine's in-hand bound). 67 were seen in CI.
         let repeats = receiver.deliveries.filter { $0.status == 200 }.count - delivered().count
-        #expect(repeats <= 64, "repeats are the deliveries in flight at the kill (\(repeats))")
+        #expect(repeats <= 2 * 64, "repeats are the deliveries in hand at the kill (\(repeats))")
         // The receiver's 2xx comes before the worker commits the outcome (its batch lingers a few
         // milliseconds): wait, bounded, for the last rows.
         func rows() async throws -> PostgresRow? {
