@@ -224,7 +224,7 @@ let package = Package(
         ),
         .target(
             name: "ReceiptTesting",
-            dependencies: ["ReceiptCore"],
+            dependencies: ["ReceiptCore", "Hiredis"],
             swiftSettings: swiftSettings
         ),
 

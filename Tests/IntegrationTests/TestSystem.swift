@@ -10,6 +10,7 @@ import ReceiptCore
 import ReceiptQueueApp
 import ReceiptSignature
 import ReceiptTesting
+import RedisJobQueue
 import ServiceLifecycle
 import Telemetry
 import Testing
@@ -152,6 +153,16 @@ final class TestSystem: Sendable {
         await group.triggerGracefulShutdown()
         _ = try? await task.value
         await mock.stop()
+        // The shared test Redis outlives the run: without this, every run left thousands of
+        // idempotency and pending keys (a day's and eight days' TTL). A test on a Redis of its
+        // own (a replica set, a tunnel, sentinels) has already stopped that Redis.
+        let redis = configuration.redis
+        if redis.sentinel == nil, redis.host == TestEnvironment.redisHost, redis.port == TestEnvironment.redisPort,
+            let connection = try? RedisConnection(configuration: redis, label: "it-cleanup")
+        {
+            _ = try? RedisCleanup.deleteKeys(prefix: configuration.keys.prefix, connection)
+            connection.close()
+        }
     }
 
     var receiptsURL: String { "http://127.0.0.1:\(apiPort)/client/itunes_connect/receipts" }

@@ -3,6 +3,7 @@ import Hiredis
 import Libpq
 import ReceiptCore
 import ReceiptQueueApp
+import ReceiptTesting
 import RedisJobQueue
 
 /// `import_live`: what a running bulk import costs live purchases. One `receiptq work` (release)

@@ -7,6 +7,7 @@ import PostgresStore
 import ReceiptCore
 import ReceiptQueueApp
 import ReceiptSignature
+import ReceiptTesting
 import RedisJobQueue
 
 extension IngestRow {

@@ -3,6 +3,7 @@ import Hiredis
 import Logging
 import ReceiptCore
 import ReceiptQueueApp
+import ReceiptTesting
 import ReceiptWorker
 import RedisJobQueue
 

@@ -6,6 +6,7 @@ import PostgresStore
 import ReceiptCore
 import ReceiptQueueApp
 import ReceiptScheduler
+import ReceiptTesting
 import RedisJobQueue
 import Synchronization
 
