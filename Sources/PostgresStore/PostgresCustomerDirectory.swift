@@ -20,10 +20,20 @@ public final class PostgresCustomerDirectory: CustomerDirectory {
             var users: [String] = query.userIdentifier.map { [$0] } ?? []
             var purchases: [CustomerRecord.Purchase] = []
             if let transaction = query.transactionID {
+                // Both indexes that find a transaction lead with its environment: the ledger's few
+                // environments are read first (an index probe each), so that the search probes
+                // them and does not read every purchase of the app (4.7 s over 30 M purchases).
                 purchases = try connection.query(
                     """
+                    WITH RECURSIVE environments AS (
+                        SELECT min(environment) AS environment FROM in_app_purchases
+                        UNION ALL
+                        SELECT (SELECT min(q.environment) FROM in_app_purchases q WHERE q.environment > e.environment)
+                        FROM environments e WHERE e.environment IS NOT NULL
+                    )
                     SELECT \(unescaped: Self.purchaseColumns) FROM in_app_purchases p
                     WHERE p.app_id = ANY(\(appList)::uuid[])
+                      AND p.environment = ANY(ARRAY(SELECT environment FROM environments WHERE environment IS NOT NULL))
                       AND (p.transaction_id = \(transaction) OR p.original_transaction_id = \(transaction))
                     ORDER BY p.purchase_date DESC NULLS LAST LIMIT \(Self.limit)
                     """
@@ -59,14 +69,25 @@ public final class PostgresCustomerDirectory: CustomerDirectory {
                 }
             }
             let originals = Array(Set(purchases.map(\.originalTransactionID)))
+            // With the purchases' environments, the key's middle column, a subscription is an index
+            // probe (without them, every subscription of the app was read: 2.5 s over 5 M); rows
+            // of another environment that share an original id are dropped below.
+            let pairs = Set(purchases.map { "\($0.environment)\u{0}\($0.originalTransactionID)" })
+            let environments = Array(Set(purchases.map(\.environment)))
             let subscriptions = try connection.query(
                 """
                 SELECT \(unescaped: SubscriptionRows.columns) FROM subscriptions s
                 WHERE s.app_id = ANY(\(appList)::uuid[])
-                  AND (s.user_identifier = ANY(\(userList)::text[]) OR s.original_transaction_id = ANY(\(PostgresArray.literal(originals.map { Optional($0) }))::text[]))
+                  AND (s.user_identifier = ANY(\(userList)::text[])
+                       OR (s.environment = ANY(\(PostgresArray.literal(environments.map { Optional($0) }))::text[])
+                           AND s.original_transaction_id = ANY(\(PostgresArray.literal(originals.map { Optional($0) }))::text[])))
                 ORDER BY s.expires_at DESC NULLS LAST LIMIT \(Self.limit)
                 """
             ).rows.compactMap { row in row.uuid("app_id").flatMap { app in SubscriptionRows.resource(row).map { (app, $0) } } }
+                .filter { _, subscription in
+                    subscription.userIdentifier.map(users.contains) == true
+                        || pairs.contains("\(subscription.environment)\u{0}\(subscription.state.originalTransactionID)")
+                }
             let subjects = originals.map { Optional("subscription:\($0)") } + purchases.map { Optional("purchase:\($0.transactionID)") }
             let events = try connection.query(
                 """

@@ -56,4 +56,46 @@ struct CustomerDirectoryTests {
         let condition = plan.split(separator: "\n").first { $0.contains("Index Cond") || $0.contains("Recheck Cond") }
         #expect(condition?.contains("user_identifier") == true, "\(plan)")
     }
+
+    @Test("By transaction id: the StoreKit 2 submission that named it, its purchase and its subscription; receipts are found by index")
+    func byTransaction() async throws {
+        let configuration = try TestSystem.migratedDatabase()
+        let connection = try PostgresConnection(configuration: configuration.postgres)
+        defer { connection.close() }
+        let (app, _) = try AppAdmin(connection: connection).addApp(
+            name: "customers-\(UUID().uuidString)", bundleID: "com.example.customers", sharedSecret: "s")
+        let transaction = String(UInt64.random(in: 100_000_000_000...999_999_999_999))
+        let envelope = JobEnvelope(
+            id: JobID.make(), kind: .validate, appID: app.id, enqueuedAt: Date(), origin: .api, receipt: "", bundleID: app.bundleID,
+            submission: Submission(userIdentifier: "customer-\(UUID().uuidString)"), source: .transactionID, transactionID: transaction)
+        let purchase = InAppPurchase(
+            quantity: 1, productID: "monthly", transactionID: transaction, originalTransactionID: transaction,
+            purchaseDate: Date(timeIntervalSince1970: 1_700_000_000), originalPurchaseDate: nil,
+            expiresDate: Date().addingTimeInterval(30 * 86_400), cancellationDate: nil, webOrderLineItemID: nil, isTrialPeriod: false,
+            isInIntroOfferPeriod: false)
+        let state = SubscriptionState(
+            originalTransactionID: transaction, productID: "monthly", status: .active, expiresAt: purchase.expiresDate,
+            latestTransactionID: transaction, observedAt: Date())
+        let record = ValidationRecord(
+            envelope: envelope, status: .valid, environment: "sandbox", appleStatus: 0, purchases: [purchase], latestReceipt: nil,
+            calls: [], validatedAt: Date(), subscriptions: [PlannedSubscription(state: state, nextPollAt: nil)])
+        let saved = try PostgresReceiptStore(connection: connection).save([record])
+        guard case .success = saved.first else { throw StoreFailure(code: "test", message: "not stored: \(saved)") }
+
+        let pool = PostgresConnectionPool(configuration: configuration.postgres, size: 1)
+        defer { pool.close() }
+        let found = try await PostgresCustomerDirectory(pool: pool).customer(CustomerQuery(transactionID: transaction))
+        #expect(found.receipts.map(\.id) == [envelope.id])
+        #expect(found.purchases.map(\.transactionID) == [transaction])
+        #expect(found.subscriptions.map(\.resource.state.originalTransactionID) == [transaction])
+
+        let plan = try connection.transaction { connection -> String in
+            try connection.execute("SET LOCAL enable_seqscan = off")
+            return try connection.query(
+                "EXPLAIN SELECT id FROM receipts WHERE app_id = ANY(ARRAY[\(app.id)]::uuid[]) AND transaction_id = \(transaction)"
+            ).rows.compactMap { $0.string("QUERY PLAN") }.joined(separator: "\n")
+        }
+        let condition = plan.split(separator: "\n").first { $0.contains("Index Cond") || $0.contains("Recheck Cond") }
+        #expect(condition?.contains("transaction_id") == true, "\(plan)")
+    }
 }
