@@ -10,13 +10,38 @@ import Testing
 /// from an index, so that support staff's search does not read the whole ledger of the app.
 @Suite("Postgres customer directory", .enabled(if: TestEnvironment.integrationEnabled), .serialized)
 struct CustomerDirectoryTests {
+    let configuration: AppConfiguration
+    let connection: PostgresConnection
+    let app: AppRecord
+
+    init() throws {
+        configuration = try TestSystem.migratedDatabase()
+        connection = try PostgresConnection(configuration: configuration.postgres)
+        (app, _) = try AppAdmin(connection: connection).addApp(
+            name: "customers-\(UUID().uuidString)", bundleID: "com.example.customers", sharedSecret: "s")
+    }
+
+    /// Stores `record` as the worker does, and looks `query` up as the customer view does.
+    func lookUp(_ query: CustomerQuery, after record: ValidationRecord) async throws -> CustomerRecord {
+        let saved = try PostgresReceiptStore(connection: connection).save([record])
+        guard case .success = saved.first else { throw StoreFailure(code: "test", message: "not stored: \(saved)") }
+        let pool = PostgresConnectionPool(configuration: configuration.postgres, size: 1)
+        defer { pool.close() }
+        return try await PostgresCustomerDirectory(pool: pool).customer(query)
+    }
+
+    /// The plan of `sql` when Postgres may not scan tables: the condition an index answers.
+    func indexCondition(_ sql: PostgresQuery) throws -> (condition: String?, plan: String) {
+        let plan = try connection.transaction { connection -> String in
+            try connection.execute("SET LOCAL enable_seqscan = off")
+            return try connection.query(sql).rows.compactMap { $0.string("QUERY PLAN") }.joined(separator: "\n")
+        }
+        let condition = plan.split(separator: "\n").first { $0.contains("Index Cond") || $0.contains("Recheck Cond") }
+        return (condition.map(String.init), plan)
+    }
+
     @Test("A user's renewals and one-off purchases are found, and (app, user) is answered from an index for renewals too")
     func purchasesByUser() async throws {
-        let configuration = try TestSystem.migratedDatabase()
-        let connection = try PostgresConnection(configuration: configuration.postgres)
-        defer { connection.close() }
-        let (app, _) = try AppAdmin(connection: connection).addApp(
-            name: "customers-\(UUID().uuidString)", bundleID: "com.example.customers", sharedSecret: "s")
         let user = "customer-\(UUID().uuidString)"
         let renewal = "renewal-\(UUID().uuidString)"
         let lifetime = "lifetime-\(UUID().uuidString)"
@@ -33,37 +58,22 @@ struct CustomerDirectoryTests {
             envelope: envelope, status: .valid, environment: "sandbox", appleStatus: 0,
             purchases: [purchase(renewal, expires: Date(timeIntervalSince1970: 1_702_592_000)), purchase(lifetime, expires: nil)],
             latestReceipt: nil, calls: [], validatedAt: Date())
-        let saved = try PostgresReceiptStore(connection: connection).save([record])
-        guard case .success = saved.first else { throw StoreFailure(code: "test", message: "not stored: \(saved)") }
-
-        let pool = PostgresConnectionPool(configuration: configuration.postgres, size: 1)
-        defer { pool.close() }
-        let found = try await PostgresCustomerDirectory(pool: pool).customer(CustomerQuery(userIdentifier: user))
+        let found = try await lookUp(CustomerQuery(userIdentifier: user), after: record)
         #expect(Set(found.purchases.map(\.transactionID)) == [renewal, lifetime])
 
-        // The plan of the directory's (app, user) condition when Postgres may not scan the table: an
-        // index answers it with the user in the index condition. With only the partial index of
-        // 0005 (purchases without an expiry) the user was a filter over every purchase of the app.
-        let plan = try connection.transaction { connection -> String in
-            try connection.execute("SET LOCAL enable_seqscan = off")
-            return try connection.query(
-                """
-                EXPLAIN SELECT transaction_id FROM in_app_purchases p
-                WHERE p.app_id = ANY(ARRAY[\(app.id)]::uuid[]) AND p.user_identifier = ANY(ARRAY[\(user)]::text[])
-                """
-            ).rows.compactMap { $0.string("QUERY PLAN") }.joined(separator: "\n")
-        }
-        let condition = plan.split(separator: "\n").first { $0.contains("Index Cond") || $0.contains("Recheck Cond") }
+        // The directory's (app, user) condition is answered by an index with the user in it. With
+        // only the partial index of 0005 (purchases without an expiry) the user was a filter over
+        // every purchase of the app.
+        let (condition, plan) = try indexCondition(
+            """
+            EXPLAIN SELECT transaction_id FROM in_app_purchases p
+            WHERE p.app_id = ANY(ARRAY[\(app.id)]::uuid[]) AND p.user_identifier = ANY(ARRAY[\(user)]::text[])
+            """)
         #expect(condition?.contains("user_identifier") == true, "\(plan)")
     }
 
     @Test("By transaction id: the StoreKit 2 submission that named it, its purchase and its subscription; receipts are found by index")
     func byTransaction() async throws {
-        let configuration = try TestSystem.migratedDatabase()
-        let connection = try PostgresConnection(configuration: configuration.postgres)
-        defer { connection.close() }
-        let (app, _) = try AppAdmin(connection: connection).addApp(
-            name: "customers-\(UUID().uuidString)", bundleID: "com.example.customers", sharedSecret: "s")
         let transaction = String(UInt64.random(in: 100_000_000_000...999_999_999_999))
         let envelope = JobEnvelope(
             id: JobID.make(), kind: .validate, appID: app.id, enqueuedAt: Date(), origin: .api, receipt: "", bundleID: app.bundleID,
@@ -79,23 +89,13 @@ struct CustomerDirectoryTests {
         let record = ValidationRecord(
             envelope: envelope, status: .valid, environment: "sandbox", appleStatus: 0, purchases: [purchase], latestReceipt: nil,
             calls: [], validatedAt: Date(), subscriptions: [PlannedSubscription(state: state, nextPollAt: nil)])
-        let saved = try PostgresReceiptStore(connection: connection).save([record])
-        guard case .success = saved.first else { throw StoreFailure(code: "test", message: "not stored: \(saved)") }
-
-        let pool = PostgresConnectionPool(configuration: configuration.postgres, size: 1)
-        defer { pool.close() }
-        let found = try await PostgresCustomerDirectory(pool: pool).customer(CustomerQuery(transactionID: transaction))
+        let found = try await lookUp(CustomerQuery(transactionID: transaction), after: record)
         #expect(found.receipts.map(\.id) == [envelope.id])
         #expect(found.purchases.map(\.transactionID) == [transaction])
         #expect(found.subscriptions.map(\.resource.state.originalTransactionID) == [transaction])
 
-        let plan = try connection.transaction { connection -> String in
-            try connection.execute("SET LOCAL enable_seqscan = off")
-            return try connection.query(
-                "EXPLAIN SELECT id FROM receipts WHERE app_id = ANY(ARRAY[\(app.id)]::uuid[]) AND transaction_id = \(transaction)"
-            ).rows.compactMap { $0.string("QUERY PLAN") }.joined(separator: "\n")
-        }
-        let condition = plan.split(separator: "\n").first { $0.contains("Index Cond") || $0.contains("Recheck Cond") }
+        let (condition, plan) = try indexCondition(
+            "EXPLAIN SELECT id FROM receipts WHERE app_id = ANY(ARRAY[\(app.id)]::uuid[]) AND transaction_id = \(transaction)")
         #expect(condition?.contains("transaction_id") == true, "\(plan)")
     }
 }
