@@ -15,10 +15,7 @@ struct CustomerDirectoryTests {
     let app: AppRecord
 
     init() throws {
-        configuration = try TestSystem.migratedDatabase()
-        connection = try PostgresConnection(configuration: configuration.postgres)
-        (app, _) = try AppAdmin(connection: connection).addApp(
-            name: "customers-\(UUID().uuidString)", bundleID: "com.example.customers", sharedSecret: "s")
+        (configuration, connection, app) = try TestSystem.newApp(named: "customers", bundleID: "com.example.customers")
     }
 
     /// Stores `record` as the worker does, and looks `query` up as the customer view does.

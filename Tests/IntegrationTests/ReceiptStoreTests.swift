@@ -15,10 +15,7 @@ struct ReceiptStoreTests {
     let app: AppRecord
 
     init() throws {
-        configuration = try TestSystem.migratedDatabase()
-        connection = try PostgresConnection(configuration: configuration.postgres)
-        (app, _) = try AppAdmin(connection: connection).addApp(
-            name: "store-\(UUID().uuidString)", bundleID: "com.example.store", sharedSecret: "s")
+        (configuration, connection, app) = try TestSystem.newApp(named: "store", bundleID: "com.example.store")
     }
 
     func record(

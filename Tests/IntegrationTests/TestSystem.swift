@@ -48,6 +48,15 @@ final class TestSystem: Sendable {
         return directory
     }
 
+    /// The migrated test database, a connection to it and a new app (`<name>-<uuid>`): the set-up
+    /// of the suites that test a store against Postgres.
+    static func newApp(named name: String, bundleID: String) throws -> (AppConfiguration, PostgresConnection, AppRecord) {
+        let configuration = try migratedDatabase()
+        let connection = try PostgresConnection(configuration: configuration.postgres)
+        let (app, _) = try AppAdmin(connection: connection).addApp(name: "\(name)-\(UUID().uuidString)", bundleID: bundleID, sharedSecret: "s")
+        return (configuration, connection, app)
+    }
+
     /// A configuration for the test database alone, migrated: for suites that need Postgres but no
     /// running system.
     static func migratedDatabase() throws -> AppConfiguration {
