@@ -49,7 +49,7 @@ enum EventRows {
     static func lock(_ records: [ValidationRecord], on connection: PostgresConnection) throws {
         var keys = Set<String>()
         for record in records {
-            let environment = record.environment ?? record.envelope.environment ?? "unknown"
+            let environment = record.ledgerEnvironment
             // `|`, not NUL: the keys travel as Postgres text (and a collision only serializes more).
             for planned in record.subscriptions {
                 keys.insert("\(record.envelope.appID)|\(environment)|\(planned.state.originalTransactionID)")
@@ -71,7 +71,7 @@ enum EventRows {
     static func subscriptionsBefore(_ records: [ValidationRecord], on connection: PostgresConnection) throws -> [String: SubscriptionState] {
         var keys = ColumnBatch([.uuid, .text, .text])
         for record in records {
-            let environment = record.environment ?? record.envelope.environment ?? "unknown"
+            let environment = record.ledgerEnvironment
             for planned in record.subscriptions {
                 keys.append([.uuid(record.envelope.appID), .text(environment), .text(planned.state.originalTransactionID)])
             }

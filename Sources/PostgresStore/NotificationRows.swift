@@ -79,7 +79,7 @@ enum NotificationRows {
         var keys = ColumnBatch([.uuid, .text, .text, .text])
         for record in records {
             keys.append([
-                .uuid(record.envelope.appID), .text(record.environment ?? record.envelope.environment ?? "unknown"),
+                .uuid(record.envelope.appID), .text(record.ledgerEnvironment),
                 .text(record.notificationOriginalTransactionID ?? ""), .text(record.envelope.transactionID ?? ""),
             ])
         }

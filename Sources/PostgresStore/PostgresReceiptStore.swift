@@ -97,7 +97,7 @@ public final class PostgresReceiptStore: ReceiptStore {
     static func conflictFreeGroups(_ records: [ValidationRecord]) -> [[ValidationRecord]] {
         var groups: [(records: [ValidationRecord], keys: Set<String>)] = []
         for record in records {
-            let environment = environment(of: record)
+            let environment = record.ledgerEnvironment
             let keys =
                 ["r:\(record.envelope.id)"] + record.purchases.map { "p:\(environment)\u{0}\($0.transactionID)" }
                 + SubscriptionRows.keys(of: record).map { "s:\($0)" }
@@ -112,10 +112,6 @@ public final class PostgresReceiptStore: ReceiptStore {
             }
         }
         return groups.map(\.records)
-    }
-
-    private static func environment(of record: ValidationRecord) -> String {
-        record.environment ?? record.envelope.environment ?? "unknown"
     }
 
     private static func isConnectionFailure(_ error: PostgresError) -> Bool {
@@ -400,7 +396,7 @@ private struct PurchaseColumns {
     mutating func append(_ record: ValidationRecord) {
         let envelope = record.envelope
         let signedAt = record.notification?.signedDate
-        let environment = record.environment ?? envelope.environment ?? "unknown"
+        let environment = record.ledgerEnvironment
         for purchase in record.purchases {
             let values: [ColumnValue] = [
                 .uuid(envelope.appID), .uuid(record.receiptID), .text(environment), .text(purchase.transactionID),

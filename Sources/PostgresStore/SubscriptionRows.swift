@@ -6,7 +6,7 @@ import ReceiptCore
 enum SubscriptionRows {
     /// The subscription rows a record touches (for splitting a batch into conflict-free groups).
     static func keys(of record: ValidationRecord) -> [String] {
-        let environment = record.environment ?? record.envelope.environment ?? "unknown"
+        let environment = record.ledgerEnvironment
         var keys = record.subscriptions.map { "\(record.envelope.appID)\u{0}\(environment)\u{0}\($0.state.originalTransactionID)" }
         if let target = record.envelope.subscription {
             keys.append("\(record.envelope.appID)\u{0}\(record.envelope.environment ?? environment)\u{0}\(target.originalTransactionID)")
@@ -26,7 +26,7 @@ enum SubscriptionRows {
         var outcomes = ColumnBatch([.uuid, .text, .text, .text, .bool, .timestamptz, .timestamptz])
         var rows: [(key: [String], values: [ColumnValue])] = []
         for record in records {
-            let environment = record.environment ?? record.envelope.environment ?? "unknown"
+            let environment = record.ledgerEnvironment
             if let target = record.envelope.subscription {
                 outcomes.append(outcome(of: record, target: target))
             }
