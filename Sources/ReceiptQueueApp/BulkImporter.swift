@@ -11,8 +11,8 @@ import Synchronization
 /// The promises it keeps:
 /// - **Nothing twice.** The checkpoint records the last line whose batch the API answered; a
 ///   resumed import starts after it. A batch sent but not answered (a crash in between) is sent
-///   again, and the API's idempotency answers its items as duplicates: nothing is queued or
-///   stored twice.
+///   again, and the API's idempotency answers its items as duplicates (a forgery stays fraud):
+///   nothing is queued or stored twice.
 /// - **Nothing missing.** Every line ends accepted, a duplicate, fraud (402) or rejected with its
 ///   line number in the rejects file; an item the API could not queue (503) is sent again with
 ///   its batch until it is, or the import stops with the checkpoint before it.
@@ -245,7 +245,10 @@ public final class BulkImporter {
                         case 503:
                             unanswered.append(sent)
                         case 402:
-                            if item["duplicate"] == .bool(true) { counts.duplicates += 1 } else { counts.fraud += 1 }
+                            // Fraud even when the API has seen it before (a batch sent again after a
+                            // crash): the rejects file lists the line as a 402 either way, and the
+                            // summary must agree with it.
+                            counts.fraud += 1
                             try write(
                                 reject: sent.line, status: 402, field: "receipt", reason: item["fraud_reason"]?.stringValue ?? "fraud", to: rejects)
                         case 422:

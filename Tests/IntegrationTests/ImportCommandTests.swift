@@ -121,6 +121,37 @@ struct ImportCommandTests {
         #expect(row.int("valid") == receipts)
     }
 
+    @Test("A forgery imported again is counted as fraud, not as a duplicate: the summary agrees with the rejects file")
+    func forgeryImportedAgain() async throws {
+        // What a resumed import meets when the kill fell between a batch's answer and its
+        // checkpoint: the batch is sent again, and the API answers its forgery as a repeated 402.
+        let system = try await TestSystem.start()
+        defer { Task { await system.stop() } }
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("rq-import-\(UUID().uuidString.prefix(8))")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let (genuine, _) = try system.forgeReceipt()
+        let stranger = try TestCertificateAuthority.generate(name: "Not Apple Root CA")
+        let forged = Data(try ReceiptForger.unified(ReceiptForger.demoReceipt(bundleID: system.app.bundleID), authority: stranger))
+            .base64EncodedString()
+        let file = directory.appendingPathComponent("history.txt")
+        try "\(genuine)\n\(forged)\n".write(to: file, atomically: true, encoding: .utf8)
+        let arguments = ["import", file.path, "--api", "http://127.0.0.1:\(system.apiPort)", "--token", system.token]
+        var outputs: [String] = []
+        for _ in 0..<2 {
+            let run = try await offload { [arguments] in try runProcess(Self.binary, arguments, environment: ProcessInfo.processInfo.environment) }
+            #expect(run.status == 0, "\(run.output)")
+            outputs.append(run.output)
+            let rejects = try String(contentsOfFile: file.path + ".rejects.ndjson", encoding: .utf8).split(separator: "\n")
+            #expect(rejects.count == 1 && rejects.first?.contains(#""status":402"#) == true, "\(rejects)")
+            // A finished import's files stay; a new import of the same file starts without them.
+            try FileManager.default.removeItem(atPath: file.path + ".import.json")
+            try FileManager.default.removeItem(atPath: file.path + ".rejects.ndjson")
+        }
+        #expect(outputs[0].contains("accepted: 1") && outputs[0].contains("fraud: 1"), "\(outputs[0])")
+        #expect(outputs[1].contains("duplicates: 1") && outputs[1].contains("fraud: 1"), "\(outputs[1])")
+    }
+
     @Test("CSV and bare lines are read as the API's bodies; a dry run sends nothing and reports bad lines")
     func formats() async throws {
         let system = try await TestSystem.start()
