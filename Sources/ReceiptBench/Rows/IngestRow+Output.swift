@@ -26,6 +26,7 @@ extension IngestRow {
             "rps": rps, "p50_ms": med("p50_ms", places: 1_000), "p99_ms": p99, "p999_ms": med("p999_ms", places: 1_000),
             "errors": errors, "statuses": statuses, "all_2xx_queued": runs.allSatisfy { $0["all_2xx_queued"] as? Bool == true },
             "server_cpu_pct": med("server_cpu_pct"), "server_cpu_us_per_req": med("server_cpu_us_per_req"),
+            "server_sys_us_per_req": med("server_sys_us_per_req"), "wrk_cpu_us_per_req": med("wrk_cpu_us_per_req"),
             "server_peak_rss_mb": values("server_peak_rss_mb").max() ?? -1, "redis_cpu_pct": med("redis_cpu_pct"),
             "redis_cpu_us_per_req": med("redis_cpu_us_per_req"), "postgres_cpu_pct": med("postgres_cpu_pct"),
             "wrk_cpu_pct": med("wrk_cpu_pct"), "machine_busy_pct": med("machine_busy_pct"),
@@ -76,6 +77,14 @@ extension IngestRow {
         if let replicatedReport { result["replicas_ack"] = replicatedReport.json }
         let stageReport = stages.isEmpty ? nil : stageReport(stages, serverMicros: med("server_cpu_us_per_req"))
         if let stageReport { result["stages_us_per_req"] = stageReport.json }
+        let bound = stageReport.flatMap { stageReport in
+            peerReport.map {
+                rateBound(
+                    receiptq: result, peer: $0.json, stepsMicros: (stageReport.json["steps_sum"] as? Double) ?? .nan,
+                    cores: ProcessInfo.processInfo.activeProcessorCount)
+            }
+        }
+        if let bound { result["rate_bound_at_1.2x_peer"] = bound.json }
 
         var table = TextTable(
             title:
@@ -165,6 +174,7 @@ extension IngestRow {
             table.notes.append(replicatedReport.note)
         }
         table.notes += stageReport?.lines ?? []
+        table.notes += bound?.lines ?? []
         print(table.render())
         if let profile {
             for note in PerfProfile.notes(profile, title: "receiptq serve and Redis under load") { print(note) }
@@ -187,6 +197,7 @@ extension IngestRow {
             "errors": peer.runs.reduce(0) { $0 + (($1["errors"] as? Int) ?? 0) },
             "all_2xx_queued": peer.runs.allSatisfy { $0["all_2xx_queued"] as? Bool == true },
             "server_cpu_pct": med("server_cpu_pct"), "server_cpu_us_per_req": med("server_cpu_us_per_req"),
+            "server_sys_us_per_req": med("server_sys_us_per_req"), "wrk_cpu_us_per_req": med("wrk_cpu_us_per_req"),
             "server_peak_rss_mb": values(peer.runs, "server_peak_rss_mb").max() ?? -1, "redis_cpu_pct": med("redis_cpu_pct"),
             "redis_cpu_us_per_req": med("redis_cpu_us_per_req"), "postgres_cpu_pct": med("postgres_cpu_pct"),
             "wrk_cpu_pct": med("wrk_cpu_pct"), "machine_busy_pct": med("machine_busy_pct"),

@@ -48,6 +48,7 @@ extension IngestRow {
     struct Snapshot {
         var wall = BenchClock.wall()
         var server: Double?
+        var serverSystem: Double?
         var serverSwitches: (voluntary: Int, involuntary: Int)?
         var redis: RedisStats
         var postgres: [Int32: Double]
@@ -57,6 +58,8 @@ extension IngestRow {
         init(_ context: RunContext) throws {
             let cpu = context.servers.map { ProcessStats.cpuMicros(pid: $0) }
             server = cpu.contains { $0 == nil } ? nil : cpu.reduce(0) { $0 + ($1 ?? 0) }
+            let system = context.servers.map { ProcessStats.systemMicros(pid: $0) }
+            serverSystem = system.contains { $0 == nil } ? nil : system.reduce(0) { $0 + ($1 ?? 0) }
             let switches = context.servers.compactMap { ProcessStats.contextSwitches(pid: $0) }
             serverSwitches = switches.count < context.servers.count ? nil : switches.reduce((0, 0)) { ($0.0 + $1.0, $0.1 + $1.1) }
             redis = try RedisStats.sample(context.redis)
@@ -86,6 +89,7 @@ extension IngestRow {
         func pct(_ micros: Double) -> Double { Format.json(100 * micros * 1_000 / wall) }
         let requests = Double(max(report.requests, 1))
         let serverCPU = after.server.flatMap { a in before.server.map { a - $0 } } ?? .nan
+        let serverSystemCPU = after.serverSystem.flatMap { a in before.serverSystem.map { a - $0 } } ?? .nan
         let redisCPU = (after.redis.cpuSeconds - before.redis.cpuSeconds) * 1_000_000
         let postgresCPU = context.postmaster == nil ? Double.nan : ProcessStats.familyDelta(before.postgres, after.postgres)
         let wrkCPU = after.children - before.children
@@ -124,6 +128,7 @@ extension IngestRow {
             "items_per_s": Format.json(report.rps * Double(context.itemsPerRequest)),
             "server_cpu_pct": pct(serverCPU),
             "server_cpu_us_per_req": Format.json(serverCPU / requests),
+            "server_sys_us_per_req": Format.json(serverSystemCPU / requests),
             "server_rss_mb": Format.json(Double(memory?.rssKiB ?? 0) / 1_024),
             "server_peak_rss_mb": Format.json(Double(memory?.hwmKiB ?? 0) / 1_024),
             "server_threads": memory?.threads ?? -1,
@@ -134,6 +139,7 @@ extension IngestRow {
             "redis_net_in_bytes_per_req": Format.json((after.redis.netInputBytes - before.redis.netInputBytes) / requests),
             "postgres_cpu_pct": pct(postgresCPU),
             "wrk_cpu_pct": pct(wrkCPU),
+            "wrk_cpu_us_per_req": Format.json(wrkCPU / requests),
             "machine_busy_pct": Format.json(machine.busy),
             "load_average_after": Machine.loadAverage(),
         ]

@@ -17,6 +17,13 @@ enum ProcessStats {
         return (user + system) / ticksPerSecond * 1_000_000
     }
 
+    /// stime of `pid` in microseconds (all its threads): the kernel's share of `cpuMicros`, its
+    /// sockets and wake-ups on the server's behalf. Nil when it is gone.
+    static func systemMicros(pid: Int32) -> Double? {
+        guard let fields = statFields(pid: pid), fields.count > 14, let system = Double(fields[14]) else { return nil }
+        return system / ticksPerSecond * 1_000_000
+    }
+
     /// The parent of `pid`, or nil when it is gone.
     static func parent(of pid: Int32) -> Int32? {
         guard let fields = statFields(pid: pid), fields.count > 3 else { return nil }
