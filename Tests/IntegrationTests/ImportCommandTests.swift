@@ -12,6 +12,20 @@ import Testing
 struct ImportCommandTests {
     static let binary = CrashRecoveryTests.binary
 
+    /// A fresh directory for one test's files (the caller removes it).
+    static func scratchDirectory() throws -> URL {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("rq-import-\(UUID().uuidString.prefix(8))")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        return directory
+    }
+
+    /// A receipt of the system's app signed by a chain that is not Apple's: the API answers it 402.
+    static func forgery(of system: TestSystem) throws -> String {
+        let stranger = try TestCertificateAuthority.generate(name: "Not Apple Root CA")
+        return Data(try ReceiptForger.unified(ReceiptForger.demoReceipt(bundleID: system.app.bundleID), authority: stranger))
+            .base64EncodedString()
+    }
+
     /// Receipts in the killed-and-resumed history: 1,200 in CI (forged, posted and validated by a
     /// debug build on two shared cores, ~30 s); `RECEIPTQ_IMPORT_TEST_RECEIPTS=50000` runs the
     /// issue's full size (see bench/README.md for its last run).
@@ -25,14 +39,11 @@ struct ImportCommandTests {
             environment: ["WORKER_CONCURRENCY": "32", "IMPORT_SHARE_PERCENT": "100", "IMPORT_RATE_PER_SECOND": "0"])
         let patience = Duration.seconds(120 + receipts / 50)
         defer { Task { await system.stop() } }
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("rq-import-\(UUID().uuidString.prefix(8))")
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        let directory = try Self.scratchDirectory()
         defer { try? FileManager.default.removeItem(at: directory) }
 
         // The file: receipts with a user each; a blank line, two broken lines and a forgery at known places.
-        let stranger = try TestCertificateAuthority.generate(name: "Not Apple Root CA")
-        let forged = Data(try ReceiptForger.unified(ReceiptForger.demoReceipt(bundleID: system.app.bundleID), authority: stranger))
-            .base64EncodedString()
+        let forged = try Self.forgery(of: system)
         var lines: [String] = []
         var expectedRejects: [Int: Int] = [:]  // line → status
         for index in 0..<receipts {
@@ -127,13 +138,10 @@ struct ImportCommandTests {
         // checkpoint: the batch is sent again, and the API answers its forgery as a repeated 402.
         let system = try await TestSystem.start()
         defer { Task { await system.stop() } }
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("rq-import-\(UUID().uuidString.prefix(8))")
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        let directory = try Self.scratchDirectory()
         defer { try? FileManager.default.removeItem(at: directory) }
         let (genuine, _) = try system.forgeReceipt()
-        let stranger = try TestCertificateAuthority.generate(name: "Not Apple Root CA")
-        let forged = Data(try ReceiptForger.unified(ReceiptForger.demoReceipt(bundleID: system.app.bundleID), authority: stranger))
-            .base64EncodedString()
+        let forged = try Self.forgery(of: system)
         let file = directory.appendingPathComponent("history.txt")
         try "\(genuine)\n\(forged)\n".write(to: file, atomically: true, encoding: .utf8)
         let arguments = ["import", file.path, "--api", "http://127.0.0.1:\(system.apiPort)", "--token", system.token]
@@ -156,8 +164,7 @@ struct ImportCommandTests {
     func formats() async throws {
         let system = try await TestSystem.start()
         defer { Task { await system.stop() } }
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("rq-import-\(UUID().uuidString.prefix(8))")
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        let directory = try Self.scratchDirectory()
         defer { try? FileManager.default.removeItem(at: directory) }
         let (first, _) = try system.forgeReceipt()
         let (second, _) = try system.forgeReceipt()
@@ -218,8 +225,7 @@ struct ImportCommandTests {
     func transactions() async throws {
         let system = try await TestSystem.start()
         defer { Task { await system.stop() } }
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("rq-import-\(UUID().uuidString.prefix(8))")
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        let directory = try Self.scratchDirectory()
         defer { try? FileManager.default.removeItem(at: directory) }
         var ids: [String] = []
         var rows = ["user_identifier,signed_transaction,transaction_id,environment"]
