@@ -11,13 +11,18 @@ extension IngestRow {
     static func rateBound(
         receiptq: [String: Any], peer: [String: Any], stepsMicros: Double, cores: Int
     ) -> (json: [String: Any], lines: [String]) {
-        func value(_ json: [String: Any], _ key: String) -> Double { (json[key] as? Double) ?? (json[key] as? Int).map(Double.init) ?? .nan }
+        // A number the run could not measure is -1 in the JSON: missing, not the lowest.
+        func value(_ json: [String: Any], _ key: String) -> Double {
+            let number = (json[key] as? Double) ?? (json[key] as? Int).map(Double.init) ?? .nan
+            return number >= 0 ? number : .nan
+        }
+        func lower(_ a: Double, _ b: Double) -> Double { a.isNaN ? b : b.isNaN ? a : Swift.min(a, b) }
         let peerRate = value(peer, "rps")
         let target = 1.2 * peerRate
         let budget = Double(cores) * 1_000_000 / target
-        let wrk = min(value(receiptq, "wrk_cpu_us_per_req"), value(peer, "wrk_cpu_us_per_req"))
+        let wrk = lower(value(receiptq, "wrk_cpu_us_per_req"), value(peer, "wrk_cpu_us_per_req"))
         let redis = value(receiptq, "redis_cpu_us_per_req")
-        let kernel = min(value(receiptq, "server_sys_us_per_req"), value(peer, "server_sys_us_per_req"))
+        let kernel = lower(value(receiptq, "server_sys_us_per_req"), value(peer, "server_sys_us_per_req"))
         let left = budget - wrk - redis - kernel - stepsMicros
         let serverUser = value(receiptq, "server_cpu_us_per_req") - value(receiptq, "server_sys_us_per_req")
         let httpNow = serverUser - stepsMicros
