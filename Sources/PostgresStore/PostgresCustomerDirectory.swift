@@ -89,10 +89,28 @@ public final class PostgresCustomerDirectory: CustomerDirectory {
                         || pairs.contains("\(subscription.environment)\u{0}\(subscription.state.originalTransactionID)")
                 }
             let subjects = originals.map { Optional("subscription:\($0)") } + purchases.map { Optional("purchase:\($0.transactionID)") }
+            // An event is filed under the app of the record that made it. Without an app filter,
+            // only the apps where this customer has a receipt, purchase or subscription are
+            // searched: every app's index probed for every subject made the planner read the whole
+            // events table instead (8.4 s over 9.6 M events and 9,300 apps).
+            var eventApps = Set(apps)
+            if query.appID == nil {
+                eventApps = Set(receipts.map(\.appID)).union(purchases.map(\.appID)).union(subscriptions.map(\.0))
+                if !users.isEmpty {
+                    // The receipts above are the newest 200: an older app of the user's counts too.
+                    let older = try connection.query(
+                        """
+                        SELECT DISTINCT app_id FROM receipts
+                        WHERE app_id = ANY(\(appList)::uuid[]) AND user_identifier = ANY(\(userList)::text[])
+                        """
+                    ).rows.compactMap { $0.uuid("app_id") }
+                    eventApps.formUnion(older)
+                }
+            }
             let events = try connection.query(
                 """
                 SELECT \(unescaped: PostgresEventCatalog.columns) FROM events e
-                WHERE e.app_id = ANY(\(appList)::uuid[])
+                WHERE e.app_id = ANY(\(PostgresArray.literal(eventApps.map(\.uuidString)))::uuid[])
                   AND (e.user_identifier = ANY(\(userList)::text[]) OR e.subject = ANY(\(PostgresArray.literal(subjects))::text[]))
                 ORDER BY e.txid DESC, e.id DESC LIMIT \(Self.limit)
                 """
