@@ -96,8 +96,8 @@ public final class PostgresCustomerDirectory: CustomerDirectory {
             var eventApps = Set(apps)
             if query.appID == nil {
                 eventApps = Set(receipts.map(\.appID)).union(purchases.map(\.appID)).union(subscriptions.map(\.0))
-                if !users.isEmpty {
-                    // The receipts above are the newest 200: an older app of the user's counts too.
+                if !users.isEmpty, receipts.count == Self.limit {
+                    // The receipts above were cut at the limit: an older receipt's app counts too.
                     let older = try connection.query(
                         """
                         SELECT DISTINCT app_id FROM receipts

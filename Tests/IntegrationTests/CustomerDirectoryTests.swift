@@ -69,6 +69,34 @@ struct CustomerDirectoryTests {
         #expect(condition?.contains("user_identifier") == true, "\(plan)")
     }
 
+    @Test("Without an app filter, a user's events are found in an app whose receipts are older than the newest 200 of another")
+    func eventsOfAnOlderApp() async throws {
+        let user = "customer-\(UUID().uuidString)"
+        let (other, _) = try AppAdmin(connection: connection).addApp(
+            name: "customers-other-\(UUID().uuidString)", bundleID: "com.example.customers.other", sharedSecret: "s")
+        func record(_ app: AppRecord, at date: Date) -> ValidationRecord {
+            let id = "lifetime-\(UUID().uuidString)"
+            let envelope = JobEnvelope(
+                id: JobID.make(), kind: .validate, appID: app.id, enqueuedAt: date, origin: .api, receipt: "MIIreceipt", style: .unified,
+                bundleID: app.bundleID, submission: Submission(userIdentifier: user))
+            let purchase = InAppPurchase(
+                quantity: 1, productID: "lifetime", transactionID: id, originalTransactionID: id, purchaseDate: date,
+                originalPurchaseDate: nil, expiresDate: nil, cancellationDate: nil, webOrderLineItemID: nil, isTrialPeriod: false,
+                isInIntroOfferPeriod: false)
+            return ValidationRecord(
+                envelope: envelope, status: .valid, environment: "sandbox", appleStatus: 0, purchases: [purchase], latestReceipt: nil,
+                calls: [], validatedAt: Date())
+        }
+        // The other app's 200 receipts (the page's limit) are newer than this app's one, so the
+        // page's receipts and purchases are all the other app's.
+        let newer = (0..<200).map { record(other, at: Date(timeIntervalSince1970: 1_700_000_000 + Double($0))) }
+        let saved = try PostgresReceiptStore(connection: connection).save(newer)
+        #expect(saved.allSatisfy { if case .success = $0 { true } else { false } })
+        let found = try await lookUp(CustomerQuery(userIdentifier: user), after: record(app, at: Date(timeIntervalSince1970: 1_600_000_000)))
+        #expect(found.receipts.count == 200 && found.receipts.allSatisfy { $0.appID == other.id })
+        #expect(found.events.contains { $0.appID == app.id && $0.userIdentifier == user }, "\(found.events.map(\.appID))")
+    }
+
     @Test("By transaction id: the StoreKit 2 submission that named it, its purchase and its subscription; receipts are found by index")
     func byTransaction() async throws {
         let transaction = String(UInt64.random(in: 100_000_000_000...999_999_999_999))
