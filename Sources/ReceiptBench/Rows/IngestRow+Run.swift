@@ -56,10 +56,11 @@ extension IngestRow {
         var machine = MachineCPU.sample()
 
         init(_ context: RunContext) throws {
-            let cpu = context.servers.map { ProcessStats.cpuMicros(pid: $0) }
-            server = cpu.contains { $0 == nil } ? nil : cpu.reduce(0) { $0 + ($1 ?? 0) }
-            let system = context.servers.map { ProcessStats.systemMicros(pid: $0) }
-            serverSystem = system.contains { $0 == nil } ? nil : system.reduce(0) { $0 + ($1 ?? 0) }
+            let times = context.servers.compactMap { ProcessStats.cpuTimes(pid: $0) }
+            if times.count == context.servers.count {
+                server = times.reduce(0) { $0 + $1.user + $1.system }
+                serverSystem = times.reduce(0) { $0 + $1.system }
+            }
             let switches = context.servers.compactMap { ProcessStats.contextSwitches(pid: $0) }
             serverSwitches = switches.count < context.servers.count ? nil : switches.reduce((0, 0)) { ($0.0 + $1.0, $0.1 + $1.1) }
             redis = try RedisStats.sample(context.redis)

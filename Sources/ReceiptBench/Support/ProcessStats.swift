@@ -12,16 +12,15 @@ enum ProcessStats {
 
     /// utime + stime of `pid` in microseconds (all its threads), or nil when it is gone.
     static func cpuMicros(pid: Int32) -> Double? {
-        guard let fields = statFields(pid: pid), fields.count > 14, let user = Double(fields[13]), let system = Double(fields[14])
-        else { return nil }
-        return (user + system) / ticksPerSecond * 1_000_000
+        cpuTimes(pid: pid).map { $0.user + $0.system }
     }
 
-    /// stime of `pid` in microseconds (all its threads): the kernel's share of `cpuMicros`, its
-    /// sockets and wake-ups on the server's behalf. Nil when it is gone.
-    static func systemMicros(pid: Int32) -> Double? {
-        guard let fields = statFields(pid: pid), fields.count > 14, let system = Double(fields[14]) else { return nil }
-        return system / ticksPerSecond * 1_000_000
+    /// utime and stime of `pid` in microseconds (all its threads), from one read: stime is the
+    /// kernel's share, its sockets and wake-ups on the process's behalf. Nil when it is gone.
+    static func cpuTimes(pid: Int32) -> (user: Double, system: Double)? {
+        guard let fields = statFields(pid: pid), fields.count > 14, let user = Double(fields[13]), let system = Double(fields[14])
+        else { return nil }
+        return (user / ticksPerSecond * 1_000_000, system / ticksPerSecond * 1_000_000)
     }
 
     /// The parent of `pid`, or nil when it is gone.
