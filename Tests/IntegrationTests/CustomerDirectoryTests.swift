@@ -60,7 +60,21 @@ struct CustomerDirectoryTests {
 
         // The directory's (app, user) condition is answered by an index with the user in it. With
         // only the partial index of 0005 (purchases without an expiry) the user was a filter over
-        // every purchase of the app.
+        // every purchase of the app. The plan asked about is that of an app with a ledger of other
+        // users, with statistics: over an app's two rows the planner costs the user as an index
+        // condition and as a filter alike, and a fresh CI database got the filter.
+        let ledger = (0..<40).map { n in
+            let other = JobEnvelope(
+                id: JobID.make(), kind: .validate, appID: app.id, enqueuedAt: Date(), origin: .api, receipt: "MIIreceipt",
+                style: .unified, bundleID: app.bundleID, submission: Submission(userIdentifier: "other-\(n)-\(UUID().uuidString)"))
+            return ValidationRecord(
+                envelope: other, status: .valid, environment: "sandbox", appleStatus: 0,
+                purchases: (0..<50).map { _ in purchase("ledger-\(UUID().uuidString)", expires: nil) }, latestReceipt: nil, calls: [],
+                validatedAt: Date())
+        }
+        let stored = try PostgresReceiptStore(connection: connection).save(ledger)
+        #expect(stored.allSatisfy { if case .success = $0 { true } else { false } })
+        try connection.execute("ANALYZE in_app_purchases")
         let (condition, plan) = try indexCondition(
             """
             EXPLAIN SELECT transaction_id FROM in_app_purchases p
