@@ -7,41 +7,44 @@ import Testing
 /// the operator runs them: the built binary, its output and its exit status.
 @Suite("The inspect and forge commands on JWS", .enabled(if: FileManager.default.isExecutableFile(atPath: CrashRecoveryTests.binary.path)))
 struct InspectCommandTests {
-    func run(_ arguments: [String], stdinFile: URL? = nil) throws -> (status: Int32, json: JSONValue?, output: String) {
+    func run(_ arguments: [String]) async throws -> (status: Int32, json: JSONValue?, output: String) {
         var environment = ProcessInfo.processInfo.environment
         environment["RECEIPTQ_TRUST_ROOTS_DIR"] = nil
         let errors = FileManager.default.temporaryDirectory.appendingPathComponent("inspect-\(UUID().uuidString).err")
         defer { try? FileManager.default.removeItem(at: errors) }
-        let (status, output) = try runProcess(CrashRecoveryTests.binary, arguments, environment: environment, standardError: errors)
+        // Off the cooperative pool, which the test process's other suites need meanwhile.
+        let (status, output) = try await offload { [environment] in
+            try runProcess(CrashRecoveryTests.binary, arguments, environment: environment, standardError: errors)
+        }
         return (status, try? JSONDecoder().decode(JSONValue.self, from: Data(output.utf8)), output)
     }
 
     @Test(
         "A notification body from Apple: exit 0, its signature valid under Apple Root CA - G3, the nested transaction decoded",
         .enabled(if: TestEnvironment.appStoreTestData != nil))
-    func appleNotification() throws {
+    func appleNotification() async throws {
         let root = try #require(TestEnvironment.appStoreTestData)
         let file = root.appendingPathComponent("notifications/gopay-v2-consumption_request-production.json").path
-        let trusted = try run(["receipt", "inspect", file, "--trust-roots", root.appendingPathComponent("certs").path])
+        let trusted = try await run(["receipt", "inspect", file, "--trust-roots", root.appendingPathComponent("certs").path])
         #expect(trusted.status == 0)
         #expect(trusted.json?["kind"] == .string("notification"))
         #expect(trusted.json?["signature"]?["valid"] == .bool(true))
         #expect(trusted.json?["payload"]?["data"]?["signedTransactionInfo"]?["payload"]?["transactionId"] == .string("510001261072921"))
         // Judged now, Apple's 2023 leaf has expired: still exit 0 (it decoded), with the reason.
-        let now = try run(["receipt", "inspect", file, "--trust-roots", root.appendingPathComponent("certs").path, "--now"])
+        let now = try await run(["receipt", "inspect", file, "--trust-roots", root.appendingPathComponent("certs").path, "--now"])
         #expect(now.status == 0)
         #expect(now.json?["signature"]?["reason"] == .string("untrusted_chain"))
-        let unrooted = try run(["receipt", "inspect", file])
+        let unrooted = try await run(["receipt", "inspect", file])
         #expect(unrooted.status == 0)
         #expect(unrooted.json?["signature"]?["reason"] == .string("no_trust_roots"))
     }
 
     @Test("forge --signed-transaction writes a JWS that inspect verifies against the forge's chain; garbage exits 2")
-    func forgeThenInspect() throws {
+    func forgeThenInspect() async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("forge-\(UUID().uuidString)")
         defer { try? FileManager.default.removeItem(at: directory) }
         let ca = directory.appendingPathComponent("ca").path
-        let forged = try run([
+        let forged = try await run([
             "forge", "--bundle-id", "com.example.forge", "--product", "pro.monthly:30", "--signed-transaction", "--jws-ca-directory", ca,
         ])
         #expect(forged.status == 0)
@@ -49,7 +52,7 @@ struct InspectCommandTests {
         #expect(jws.split(separator: ".").count == 3)
         let file = directory.appendingPathComponent("transaction.jws")
         try Data(jws.utf8).write(to: file)
-        let inspected = try run(["receipt", "inspect", file.path, "--trust-roots", ca])
+        let inspected = try await run(["receipt", "inspect", file.path, "--trust-roots", ca])
         #expect(inspected.status == 0)
         #expect(inspected.json?["kind"] == .string("transaction"))
         #expect(inspected.json?["signature"]?["valid"] == .bool(true))
@@ -60,7 +63,7 @@ struct InspectCommandTests {
         let garbage = directory.appendingPathComponent("garbage")
         for text in ["eyJ.eyJ.x", "not a receipt at all"] {
             try Data(text.utf8).write(to: garbage)
-            let refused = try run(["receipt", "inspect", garbage.path])
+            let refused = try await run(["receipt", "inspect", garbage.path])
             #expect(refused.status == 2)
             #expect(refused.json == nil)
         }
