@@ -5,9 +5,19 @@ enum PerfProfile {
     static func record(pids: [Int32], seconds: Int, directory: URL) -> [String: Any] {
         guard let perf = ChildProcess.which("perf") else { return ["error": "perf not installed"] }
         let data = directory.appendingPathComponent("perf-\(pids.first ?? 0).data").path
-        let recorded = ChildProcess.run(
-            perf, ["record", "-F", "999", "-p", pids.map(String.init).joined(separator: ","), "-o", data, "--", "sleep", String(seconds)])
-        guard recorded.status == 0 else { return ["error": "perf record failed: \(recorded.output.suffix(300))"] }
+        func attempt(_ pids: [Int32]) -> (status: Int32, output: String) {
+            ChildProcess.run(
+                perf, ["record", "-F", "999", "-p", pids.map(String.init).joined(separator: ","), "-o", data, "--", "sleep", String(seconds)])
+        }
+        var recorded = attempt(pids)
+        if recorded.status != 0 {
+            // A Postgres backend or autovacuum worker in the list may have ended since it was read
+            // (perf refuses a gone pid): once more with the processes still there.
+            recorded = attempt(pids.filter { kill($0, 0) == 0 })
+        }
+        guard recorded.status == 0 else {
+            return ["error": "perf record failed (status \(recorded.status)): \(recorded.output.suffix(300))"]
+        }
         defer { try? FileManager.default.removeItem(atPath: data) }
         var result: [String: Any] = ["seconds": seconds, "frequency_hz": 999]
         // With several processes, split by process too: "comm / dso".
