@@ -12,8 +12,8 @@ enum PerfProfile {
         var recorded = attempt(pids)
         if recorded.status != 0 {
             // A Postgres backend or autovacuum worker in the list may have ended since it was read
-            // (perf refuses a gone pid): once more with the processes still there.
-            recorded = attempt(pids.filter { kill($0, 0) == 0 })
+            // (perf refuses a gone pid): once more with the processes still there (EPERM: there, not ours).
+            recorded = attempt(pids.filter { kill($0, 0) == 0 || errno == EPERM })
         }
         guard recorded.status == 0 else {
             return ["error": "perf record failed (status \(recorded.status)): \(recorded.output.suffix(300))"]
