@@ -71,6 +71,9 @@ struct RestartTests {
             try await offload { try server.rewriteAppendOnlyFile() }
         }
         let started = ContinuousClock.now
+        // After a third of the jobs, ~100 answers a second: the rest take over 12 s, so the outage
+        // below comes before the last of them unless this test is held up for longer than that.
+        system.pace(fast: Self.jobs / 3, thenDelayMs: 150)
         system.startWorkers()
 
         // Mid-run: a good part stored, most still to do, jobs in the lanes' hands.
@@ -79,6 +82,7 @@ struct RestartTests {
         let storedAtRestart = try system.validIDs().count
         #expect(storedAtRestart < Self.jobs, "Redis went down mid-run")
         if crash { try await offload { try server.kill() } } else { try await offload { try server.shutdown() } }
+        system.unpace()
         try await Task.sleep(for: .seconds(1))
         try await offload { try server.start() }
 
@@ -153,12 +157,16 @@ struct RestartTests {
         let envelopes = system.makeEnvelopes(Self.jobs)
         try system.enqueue(envelopes)
         let started = ContinuousClock.now
+        system.pace(fast: Self.jobs / 3, thenDelayMs: 150)  // as in the Redis scenario
         system.startWorkers()
 
         try await system.waitUntilStored(atLeast: Self.jobs / 6, timeout: .seconds(90))
         let storedAtRestart = try system.validIDs().count
         #expect(storedAtRestart < Self.jobs, "Postgres went down mid-run")
         try await offload { try server.stop(mode: mode) }
+        // Fast again, so that the lanes meet the outage (each answer's store fails) and the run's
+        // tail is the outage, not the pace.
+        system.unpace()
         // While Postgres is down the lanes keep taking jobs: each fails to store and goes to the
         // retry set as store_unavailable, to come back through the scheduler's promotion.
         try await Task.sleep(for: .seconds(1))
@@ -260,6 +268,18 @@ final class RestartSystem: Sendable {
         self.receipts = receipts
         self.group = group
     }
+
+    /// Paces the mock so that a scenario's outage falls mid-run by construction, not by timing: the
+    /// first `fast` answers come at the mock's own pace, every later one `delayMs` after it, until
+    /// ``unpace()``. Unpaced, 16 lanes did 2,000 jobs in ~1.5 s, and in a full local run the test reached
+    /// the stop only after all of them were stored.
+    func pace(fast: Int, thenDelayMs delayMs: Int) {
+        mock.state.addRule(MockRule(times: fast))
+        mock.state.addRule(MockRule(delayMs: delayMs))
+    }
+
+    /// Every answer at the mock's own pace again.
+    func unpace() { mock.state.clearRules() }
 
     func startWorkers() {
         task.withLock { task in
