@@ -12,6 +12,13 @@ import Testing
 struct ImportCommandTests {
     static let binary = CrashRecoveryTests.binary
 
+    /// Runs `receiptq` off the cooperative pool: the in-process API it posts to needs that pool.
+    static func receiptq(
+        _ arguments: [String], environment: [String: String] = ProcessInfo.processInfo.environment
+    ) async throws -> (status: Int32, output: String) {
+        try await offload { try runProcess(binary, arguments, environment: environment) }
+    }
+
     /// A fresh directory for one test's files (the caller removes it).
     static func scratchDirectory() throws -> URL {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("rq-import-\(UUID().uuidString.prefix(8))")
@@ -91,12 +98,11 @@ struct ImportCommandTests {
         // Without --resume it refuses to start over on top of the checkpoint. Each run waits on a
         // thread of its own: a blocking wait would hold one of the two cooperative threads every
         // other test of the run needs for as long as the import takes.
-        let refused = try await offload { [arguments, environment] in try runProcess(Self.binary, arguments, environment: environment) }
+        let refused = try await Self.receiptq(arguments, environment: environment)
         #expect(refused.status != 0)
         #expect(refused.output.contains("--resume"))
 
-        let resumed = try await offload { [arguments, environment] in try runProcess(Self.binary, arguments + ["--resume"], environment: environment)
-        }
+        let resumed = try await Self.receiptq(arguments + ["--resume"], environment: environment)
         #expect(resumed.status == 0, "\(resumed.output.suffix(2_000))")
         #expect(resumed.output.contains("done"))
         #expect(resumed.output.contains("fraud: 1"))
@@ -147,7 +153,7 @@ struct ImportCommandTests {
         let arguments = ["import", file.path, "--api", "http://127.0.0.1:\(system.apiPort)", "--token", system.token]
         var outputs: [String] = []
         for _ in 0..<2 {
-            let run = try await offload { [arguments] in try runProcess(Self.binary, arguments, environment: ProcessInfo.processInfo.environment) }
+            let run = try await Self.receiptq(arguments)
             #expect(run.status == 0, "\(run.output)")
             outputs.append(run.output)
             let rejects = try String(contentsOfFile: file.path + ".rejects.ndjson", encoding: .utf8).split(separator: "\n")
@@ -172,9 +178,7 @@ struct ImportCommandTests {
         try "receipt,user_identifier,country_code\n\"\(first)\",csv-user,US\n\(second),\"csv, quoted\",\nbroken,\"unclosed\n".write(
             to: csv, atomically: true, encoding: .utf8)
         let base = ["--api", "http://127.0.0.1:\(system.apiPort)", "--token", system.token]
-        let dry = try await offload { [csv, base] in
-            try runProcess(Self.binary, ["import", csv.path, "--dry-run"] + base, environment: ProcessInfo.processInfo.environment)
-        }
+        let dry = try await Self.receiptq(["import", csv.path, "--dry-run"] + base)
         #expect(dry.status == 0, "\(dry.output)")
         #expect(dry.output.contains("valid: 2"))
         #expect(dry.output.contains("invalid: 1"))
@@ -183,9 +187,7 @@ struct ImportCommandTests {
         #expect(try await pg.query("SELECT count(*) AS n FROM receipts WHERE app_id = \(system.app.id)").rows.first?.int("n") == 0)
         try FileManager.default.removeItem(atPath: csv.path + ".rejects.ndjson")
 
-        let sent = try await offload { [csv, base] in
-            try runProcess(Self.binary, ["import", csv.path] + base, environment: ProcessInfo.processInfo.environment)
-        }
+        let sent = try await Self.receiptq(["import", csv.path] + base)
         #expect(sent.status == 0, "\(sent.output)")
         #expect(sent.output.contains("accepted: 2"))
         let users = try await system.eventually {
@@ -210,7 +212,7 @@ struct ImportCommandTests {
         if let password = TestEnvironment.postgresPassword { database["POSTGRES_PASSWORD"] = password }
         let tokensBefore = try await pg.query("SELECT count(*) AS n FROM api_tokens WHERE app_id = \(system.app.id)").rows.first?.int("n")
         let arguments = ["import", bare.path, "--api", "http://127.0.0.1:\(system.apiPort)", "--app", system.app.name]
-        let again = try await offload { [arguments, database] in try runProcess(Self.binary, arguments, environment: database) }
+        let again = try await Self.receiptq(arguments, environment: database)
         #expect(again.status == 0, "\(again.output)")
         #expect(again.output.contains("duplicates: 2"))
         let tokens = try await pg.query(
@@ -240,7 +242,7 @@ struct ImportCommandTests {
         let file = directory.appendingPathComponent("purchases.csv")
         try (rows.joined(separator: "\n") + "\n").write(to: file, atomically: true, encoding: .utf8)
         let arguments = ["import", file.path, "--transactions", "--api", "http://127.0.0.1:\(system.apiPort)", "--token", system.token]
-        let run = try await offload { [arguments] in try runProcess(Self.binary, arguments, environment: ProcessInfo.processInfo.environment) }
+        let run = try await Self.receiptq(arguments)
         #expect(run.status == 0, "\(run.output)")
         #expect(run.output.contains("accepted: 4"))
         #expect(run.output.contains("invalid: 1"))
