@@ -30,13 +30,12 @@ import RedisJobQueue
 /// queued jobs than 2xx answers, or one longer than receipts × apps requests, flags the run.
 ///
 /// Around each run: the CPU (utime+stime, and stime alone: the kernel's socket work) and peak RSS
-/// of the server, Redis's CPU (`INFO cpu`) and
-/// commands, Postgres's CPU (its processes in `/proc`), wrk's own CPU (it shares the 2 cores), the
-/// machine's busy share, and the jobs in the Redis queue. The run's keys are deleted after each run
-/// (so pairs are new again), the apps at the end. With perf installed, one more run is profiled
-/// (`perf record` of the server and Redis) unless `--profile-seconds 0`. With the peer and the
-/// stage lines, the row also prints what 1.2× the peer's rate would leave the server's HTTP path
-/// (`IngestRow.rateBound`).
+/// of the server, Redis's CPU (`INFO cpu`) and commands, Postgres's CPU (its processes in `/proc`),
+/// wrk's own CPU (it shares the 2 cores), the machine's busy share, and the jobs in the Redis
+/// queue. The run's keys are deleted after each run (so pairs are new again), the apps at the end.
+/// With perf installed, one more run is profiled (`perf record` of the server and Redis) unless
+/// `--profile-seconds 0`. With the peer and the stage lines, the row also prints what 1.2× the
+/// peer's rate would leave the server's HTTP path (`IngestRow.rateBound`).
 enum IngestRow: BenchRow {
     static let name = "ingest"
     static let summary =

@@ -11,8 +11,9 @@ enum PerfProfile {
         }
         var recorded = attempt(pids)
         if recorded.status != 0 {
-            // A Postgres backend or autovacuum worker in the list may have ended since it was read
-            // (perf refuses a gone pid): once more with the processes still there (EPERM: there, not ours).
+            // Once more, with the processes still running (EPERM: running, not ours). A Postgres
+            // backend in the list may have ended since it was read, and perf refuses a gone pid;
+            // one failure left no message at all, so the second try is not only for that.
             recorded = attempt(pids.filter { kill($0, 0) == 0 || errno == EPERM })
         }
         guard recorded.status == 0 else {
