@@ -29,7 +29,7 @@ enum AdminJSON {
             "origin": optional(entry.origin?.rawValue),
             "user_identifier": optional(entry.userIdentifier),
             "is_poison": .bool(entry.isPoison),
-            "webhook": entry.envelope?.webhook.map { webhook in
+            "webhook": (entry.envelope?.payload.delivery?.target).map { webhook in
                 .object([
                     "endpoint_id": .string(webhook.endpointID.canonical), "event_id": .string(webhook.eventID.canonical),
                     "event_type": .string(webhook.eventType), "delivery_id": .number(Double(webhook.deliveryID)),

@@ -405,7 +405,7 @@ public struct AdminPages: Sendable {
         values["user"] = entry.userIdentifier.flatMap { $0.isEmpty ? nil : $0 }
         values["errorCode"] = entry.errorCode
         values["kind"] = entry.kind?.rawValue
-        if let webhook = entry.envelope?.webhook {
+        if let webhook = entry.envelope?.payload.delivery?.target {
             values["webhook"] = [
                 "eventType": webhook.eventType, "eventID": webhook.eventID.canonical, "endpointID": webhook.endpointID.canonical,
             ]

@@ -106,8 +106,9 @@ extension IngestAPI {
                 continue
             }
             firstWithKey[job.idempotencyKey] = position
-            job.envelope.importID = importID
-            job.envelope.importEvents = events ? true : nil
+            if let purchase = job.envelope.payload.purchase {
+                job.envelope.payload = .importItem(ImportItem(importID: importID, emitsEvents: events, purchase: purchase))
+            }
             queued.append((position, job))
         }
         let jobs = queued.map(\.job)

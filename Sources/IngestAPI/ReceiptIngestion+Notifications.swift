@@ -30,7 +30,7 @@ extension ReceiptIngestion {
         notification body: JSONValue, app: AppRecord, origin: JobOrigin = .apple, logger: Logger
     ) async -> NotificationOutcome {
         let at = now()
-        var envelope: JobEnvelope
+        let job: NotificationJob
         if body["signedPayload"] != nil {
             guard let jws = body["signedPayload"]?.stringValue, !jws.isEmpty else {
                 return .invalid(FieldError(field: "signedPayload", reason: "must be a compact JWS"))
@@ -43,10 +43,9 @@ extension ReceiptIngestion {
             case .success(let checked): notification = checked
             case .failure(let failure): return .forged(reason: failure.reason)
             }
-            envelope = JobEnvelope(
-                id: JobID.make(at: at), kind: .notification, appID: app.id, enqueuedAt: at, origin: origin, receipt: jws,
-                bundleID: notification.bundleID, environment: notification.environment?.lowercased())
-            envelope.notificationID = notification.notificationUUID
+            job = NotificationJob(
+                notificationID: notification.notificationUUID, body: jws, bundleID: notification.bundleID,
+                environment: notification.environment?.lowercased())
         } else if body["notification_type"] != nil {
             guard let type = body["notification_type"]?.stringValue, !type.isEmpty else {
                 return .invalid(FieldError(field: "notification_type", reason: "must be a string"))
@@ -58,16 +57,16 @@ extension ReceiptIngestion {
             fields["password"] = nil
             let text = JSONValue.object(fields).encodedText
             if let bundleID = fields["bid"]?.stringValue, !app.owns(bundleID: bundleID) { return .forged(reason: "bundle_id_mismatch") }
-            envelope = JobEnvelope(
-                id: JobID.make(at: at), kind: .notification, appID: app.id, enqueuedAt: at, origin: origin, receipt: text,
+            job = NotificationJob(
+                // V1 has no UUID: Apple's retries repeat the body, so its digest names it.
+                notificationID: "v1-" + Digest.hex(Digest.sha256(Array("\(type)\u{0}\(text)".utf8))), body: text,
                 bundleID: fields["bid"]?.stringValue,
                 environment: (fields["environment"]?.stringValue).map { $0.lowercased().hasPrefix("prod") ? "production" : "sandbox" })
-            // V1 has no UUID: Apple's retries repeat the body, so its digest names it.
-            envelope.notificationID = "v1-" + Digest.hex(Digest.sha256(Array("\(type)\u{0}\(text)".utf8)))
         } else {
             return .invalid(FieldError(field: "signedPayload", reason: "is required (or notification_type for a V1 notification)"))
         }
-        let uuid = envelope.notificationID ?? ""
+        let envelope = JobEnvelope(id: JobID.make(at: at), appID: app.id, enqueuedAt: at, origin: origin, payload: .notification(job))
+        let uuid = job.notificationID
         do {
             let result = try await intake.enqueue(
                 envelope, pending: nil, idempotencyKey: Digest.hex(Digest.sha256(Array("notification\u{0}\(uuid)".utf8))), wait: .zero)

@@ -48,17 +48,22 @@ extension ReceiptIngestion {
                 fraudReason = failure.reason
             }
             envelope = JobEnvelope(
-                id: JobID.make(at: at), kind: .validate, appID: app.id, enqueuedAt: at, origin: origin, receipt: jws,
-                bundleID: payload["bundleId"]?.stringValue, environment: payload["environment"]?.stringValue?.lowercased(),
-                submission: submission, fraudReason: fraudReason, source: .signedTransaction,
-                // A forged JWS names no transaction: its ids are the attacker's.
-                transactionID: fraudReason == nil ? payload["transactionId"]?.stringValue : nil)
+                id: JobID.make(at: at), appID: app.id, enqueuedAt: at, origin: origin,
+                payload: .transaction(
+                    TransactionJob(
+                        signedTransaction: jws,
+                        // A forged JWS names no transaction: its ids are the attacker's.
+                        transactionID: fraudReason == nil ? payload["transactionId"]?.stringValue : nil,
+                        bundleID: payload["bundleId"]?.stringValue, environment: payload["environment"]?.stringValue?.lowercased(),
+                        submission: submission, fraudReason: fraudReason)))
         case .transactionID(let id, let environment):
             idempotencyKey = Digest.hex(Digest.sha256(Array("transaction_id\u{0}\(environment?.rawValue ?? "")\u{0}\(id)".utf8)))
             envelope = JobEnvelope(
-                id: JobID.make(at: at), kind: .validate, appID: app.id, enqueuedAt: at, origin: origin, receipt: "",
-                bundleID: app.bundleID, environment: environment?.rawValue, submission: submission, source: .transactionID,
-                transactionID: id)
+                id: JobID.make(at: at), appID: app.id, enqueuedAt: at, origin: origin,
+                payload: .transaction(
+                    TransactionJob(
+                        signedTransaction: nil, transactionID: id, bundleID: app.bundleID, environment: environment?.rawValue,
+                        submission: submission)))
         }
         return .success(PlannedJob(envelope, purchases: purchases, idempotencyKey: idempotencyKey))
     }

@@ -89,12 +89,14 @@ public struct ReceiptIngestion: Sendable {
             ?? (app.owns(bundleID: receipt.bundleID) ? nil : "bundle_id_not_registered")
             ?? (deviceMismatch ? "device_mismatch" : nil)
         let envelope = JobEnvelope(
-            id: JobID.make(at: at), kind: .validate, appID: app.id, enqueuedAt: at, origin: origin, receipt: decoded.base64,
-            style: receipt.style, bundleID: receipt.bundleID, environment: receipt.environment.apiName, submission: submission,
-            fraudReason: fraudReason,
-            // Only a receipt whose signature just checked may name the transaction the Server API
-            // is asked about (an attacker chooses the ids of an unchecked one); none: empty.
-            transactionID: fraudReason == nil ? (receipt.inApp.first?.transactionID ?? "") : nil)
+            id: JobID.make(at: at), appID: app.id, enqueuedAt: at, origin: origin,
+            payload: .receipt(
+                ReceiptJob(
+                    receipt: decoded.base64, style: receipt.style, bundleID: receipt.bundleID, environment: receipt.environment.apiName,
+                    submission: submission, fraudReason: fraudReason,
+                    // Only a receipt whose signature just checked may name the transaction the Server
+                    // API is asked about (an attacker chooses the ids of an unchecked one); none: empty.
+                    transactionID: fraudReason == nil ? (receipt.inApp.first?.transactionID ?? "") : nil)))
         // The same bytes from the same app: one receipt, one id, one job. A replay from another
         // device is its own (fraud) record, not an echo of the device's accepted one.
         let idempotencyBytes =
@@ -119,7 +121,8 @@ public struct ReceiptIngestion: Sendable {
         let result: IntakeResult
         do {
             result = try await intake.enqueue(
-                envelope, pending: pending, idempotencyKey: job.idempotencyKey, wait: waits && envelope.fraudReason == nil ? syncWait : .zero)
+                envelope, pending: pending, idempotencyKey: job.idempotencyKey,
+                wait: waits && envelope.payload.purchase?.fraudReason == nil ? syncWait : .zero)
         } catch {
             logger.error("Receipt not queued: Redis unavailable", error: error)
             return .unavailable
@@ -167,8 +170,9 @@ public struct PlannedJob: Sendable {
     public init(_ envelope: JobEnvelope, purchases: [InAppPurchase], idempotencyKey: String) {
         self.envelope = envelope
         self.idempotencyKey = idempotencyKey
-        pending = ReceiptResource.pending(envelope, purchases: envelope.fraudReason == nil ? purchases : [])
-        if let fraudReason = envelope.fraudReason {
+        let fraudReason = envelope.payload.purchase?.fraudReason
+        pending = ReceiptResource.pending(envelope, purchases: fraudReason == nil ? purchases : [])
+        if let fraudReason {
             pending.isFraud = true
             pending.fraudReason = fraudReason
             pending.validationStatus = .fraud

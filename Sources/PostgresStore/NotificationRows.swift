@@ -29,13 +29,13 @@ enum NotificationRows {
                     || (found.transactionSignedAt.map { $0 > notification.signedDate } ?? false))
             let outcome: NotificationOutcome = !changes ? .recorded : stale ? .stale : .applied
             record.filedUnder = found.receiptID
-            if record.envelope.submission.userIdentifier == nil { record.envelope.submission.userIdentifier = found.userIdentifier }
+            if record.userIdentifier == nil { record.userIdentifier = found.userIdentifier }
             records[index] = record
             let envelope = record.envelope
             audit.append([
                 .uuid(envelope.id), .uuid(envelope.appID), .text(notification.uuid), .text(notification.version.rawValue),
                 .text(notification.type), .text(notification.subtype), .text(notification.environment), .date(notification.signedDate),
-                .text(record.notificationOriginalTransactionID), .text(envelope.transactionID),
+                .text(record.notificationOriginalTransactionID), .text(record.notificationTransactionID),
                 .text(notification.transaction?["productId"]?.stringValue ?? record.purchases.first?.productID),
                 // Filed under its own receipts row only when it changes something no stored receipt holds.
                 .uuid(changes ? (found.receiptID ?? envelope.id) : nil), .text(outcome.rawValue),
@@ -80,7 +80,7 @@ enum NotificationRows {
         for record in records {
             keys.append([
                 .uuid(record.envelope.appID), .text(record.ledgerEnvironment),
-                .text(record.notificationOriginalTransactionID ?? ""), .text(record.envelope.transactionID ?? ""),
+                .text(record.notificationOriginalTransactionID ?? ""), .text(record.notificationTransactionID ?? ""),
             ])
         }
         // Index look-ups, whatever the statistics say: a burst of notifications about purchases no

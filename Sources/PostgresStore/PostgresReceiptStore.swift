@@ -271,7 +271,7 @@ public final class PostgresReceiptStore: ReceiptStore {
 
     /// A re-poll's answer carries Apple's newest receipt: the next re-poll sends that one.
     private func writeLatestReceipts(of repolls: [ValidationRecord], on connection: PostgresConnection) throws {
-        let updates = repolls.filter { $0.latestReceipt != nil && $0.latestReceipt != $0.envelope.receipt }
+        let updates = repolls.filter { $0.latestReceipt != nil && $0.latestReceipt != $0.receiptRowData }
         guard !updates.isEmpty else { return }
         _ = try connection.query(
             """
@@ -340,22 +340,25 @@ private struct ReceiptColumns {
 
     mutating func append(_ record: ValidationRecord) {
         let envelope = record.envelope
-        let submission = envelope.submission
+        let purchase = envelope.payload.purchase
+        var submission = purchase?.submission ?? Submission()
+        submission.userIdentifier = record.userIdentifier
+        let source = purchase?.source ?? .receipt
+        let receipt = record.receiptRowData
         let metadata = submission.metadata.flatMap { try? JSONEncoder().encode($0) }.map { String(decoding: $0, as: UTF8.self) }
         let transactionIDs = (try? JSONEncoder().encode(record.purchases.map(\.transactionID))).map { String(decoding: $0, as: UTF8.self) }
         let values: [ColumnValue] = [
-            .uuid(envelope.id), .uuid(envelope.appID), .text(envelope.style?.rawValue), .text(envelope.bundleID),
+            .uuid(envelope.id), .uuid(envelope.appID), .text(purchase?.style?.rawValue), .text(envelope.payload.bundleID),
             // Unknown only for a transaction id no environment knows: null, not a made-up name.
-            .text(record.environment ?? envelope.environment), .text(record.status.rawValue), .int(record.appleStatus),
+            .text(record.environment ?? envelope.payload.environment), .text(record.status.rawValue), .int(record.appleStatus),
             .text(submission.userIdentifier), .text(submission.identifierForVendor), .text(submission.countryCode),
-            .text(submission.ipAddress), .text(metadata), .text(envelope.receipt),
+            .text(submission.ipAddress), .text(metadata), .text(receipt),
             // Apple echoes the receipt it was sent as latest_receipt: keep a copy only when it differs.
-            .text(record.latestReceipt == envelope.receipt ? nil : record.latestReceipt),
+            .text(record.latestReceipt == receipt ? nil : record.latestReceipt),
             .text(transactionIDs ?? "[]"), .text(record.storedErrorCode), .date(envelope.enqueuedAt), .date(record.validatedAt),
-            .bool(record.status == .fraud), .text(record.status == .fraud ? envelope.fraudReason : nil),
-            .text((envelope.source ?? .receipt).rawValue),
+            .bool(record.status == .fraud), .text(record.status == .fraud ? purchase?.fraudReason : nil), .text(source.rawValue),
             // The id a StoreKit 2 submission names; a receipt's is its own business (in its purchases).
-            .text((envelope.source ?? .receipt) == .receipt ? nil : envelope.transactionID), .text(record.validatedBy?.rawValue),
+            .text(source == .receipt ? nil : purchase?.transactionID), .text(record.validatedBy?.rawValue),
         ]
         columns.append(values)
     }
@@ -403,7 +406,7 @@ private struct PurchaseColumns {
                 .text(purchase.originalTransactionID), .text(purchase.productID), .int(purchase.quantity), .date(purchase.purchaseDate),
                 .date(purchase.originalPurchaseDate), .date(purchase.expiresDate), .date(purchase.cancellationDate),
                 .text(purchase.webOrderLineItemID), .bool(purchase.isTrialPeriod), .bool(purchase.isInIntroOfferPeriod),
-                .text(envelope.submission.userIdentifier), .int(purchase.cancellationReason), .date(signedAt),
+                .text(record.userIdentifier), .int(purchase.cancellationReason), .date(signedAt),
             ]
             columns.append(values)
         }

@@ -8,8 +8,8 @@ enum SubscriptionRows {
     static func keys(of record: ValidationRecord) -> [String] {
         let environment = record.ledgerEnvironment
         var keys = record.subscriptions.map { "\(record.envelope.appID)\u{0}\(environment)\u{0}\($0.state.originalTransactionID)" }
-        if let target = record.envelope.subscription {
-            keys.append("\(record.envelope.appID)\u{0}\(record.envelope.environment ?? environment)\u{0}\(target.originalTransactionID)")
+        if let target = record.repollTarget {
+            keys.append("\(record.envelope.appID)\u{0}\(record.envelope.payload.environment ?? environment)\u{0}\(target.originalTransactionID)")
         }
         return keys
     }
@@ -27,7 +27,7 @@ enum SubscriptionRows {
         var rows: [(key: [String], values: [ColumnValue])] = []
         for record in records {
             let environment = record.ledgerEnvironment
-            if let target = record.envelope.subscription {
+            if let target = record.repollTarget {
                 outcomes.append(outcome(of: record, target: target))
             }
             for planned in record.subscriptions {
@@ -42,7 +42,7 @@ enum SubscriptionRows {
                             .date(state.originalPurchaseDate), .bool(state.autoRenewStatus), .text(state.autoRenewProductID),
                             .bool(state.isInBillingRetry), .date(state.gracePeriodExpiresAt), .int(state.expirationIntent),
                             .bool(state.isTrial), .bool(state.isIntro), .text(state.ownershipType), .text(state.latestTransactionID),
-                            .date(state.revokedAt), .int(state.cancellationReason), .text(record.envelope.submission.userIdentifier),
+                            .date(state.revokedAt), .int(state.cancellationReason), .text(record.userIdentifier),
                             .uuid(record.receiptID), .date(state.observedAt), .date(planned.nextPollAt),
                         ]
                     ))
@@ -117,7 +117,7 @@ enum SubscriptionRows {
             (error, next) = (record.envelope.errorCode ?? "failed", record.retryPollAt)
         }
         return [
-            .uuid(record.envelope.appID), .text(record.envelope.environment ?? record.environment ?? "unknown"),
+            .uuid(record.envelope.appID), .text(record.envelope.payload.environment ?? record.environment ?? "unknown"),
             .text(target.originalTransactionID), .text(error), .bool(setNext), .date(next), .date(record.validatedAt),
         ]
     }

@@ -113,8 +113,9 @@ public final class MemoryReceiptStore: ReceiptStore, @unchecked Sendable {
             return records.map { record in
                 .success(
                     ReceiptResource(
-                        id: record.envelope.id, style: record.envelope.style, appFamilyID: record.envelope.appID,
-                        bundleID: record.envelope.bundleID, environment: record.environment, submission: record.envelope.submission,
+                        id: record.envelope.id, style: record.envelope.payload.style, appFamilyID: record.envelope.appID,
+                        bundleID: record.envelope.payload.bundleID, environment: record.environment,
+                        submission: record.envelope.payload.purchase?.submission ?? Submission(),
                         validationStatus: record.status, appleStatus: record.appleStatus,
                         inAppPurchases: record.purchases.map { InAppPurchaseResource($0) }, createdAt: record.envelope.enqueuedAt,
                         updatedAt: record.validatedAt))

@@ -8,32 +8,33 @@ extension JobPlanner {
     /// whether it is the newest word on its subscription; the subscriptions it states are polled
     /// again on the usual schedule, so a missed notification is still caught by a re-poll.
     ///
-    /// `receipt` holds the V2 `signedPayload` (a compact JWS) or the V1 body as JSON text (which
-    /// is how the two are told apart: a JWS never starts with `{`).
-    public func notification(_ envelope: JobEnvelope, using generator: inout some RandomNumberGenerator) -> JobPlan {
+    /// The job's body holds the V2 `signedPayload` (a compact JWS) or the V1 body as JSON text
+    /// (which is how the two are told apart: a JWS never starts with `{`).
+    public func notification(
+        _ envelope: JobEnvelope, _ job: NotificationJob, using generator: inout some RandomNumberGenerator
+    ) -> JobPlan {
         let notification: AppleNotification
-        if envelope.receipt.hasPrefix("{") {
-            guard let body = try? JSONValue.parse(Array(envelope.receipt.utf8)),
-                let decoded = AppleNotification.v1(body: body, uuid: envelope.notificationID ?? "", receivedAt: envelope.enqueuedAt),
+        if job.body.hasPrefix("{") {
+            guard let body = try? JSONValue.parse(Array(job.body.utf8)),
+                let decoded = AppleNotification.v1(body: body, uuid: job.notificationID, receivedAt: envelope.enqueuedAt),
                 !decoded.uuid.isEmpty
             else { return malformed(envelope) }
             notification = decoded
         } else {
-            guard let decoded = try? AppleNotification.v2(signedPayload: envelope.receipt) else { return malformed(envelope) }
+            guard let decoded = try? AppleNotification.v2(signedPayload: job.body) else { return malformed(envelope) }
             notification = decoded
         }
         let effect = notification.effect
-        var stored = envelope
-        stored.transactionID = effect.transactionID
-        stored.environment = notification.environment ?? envelope.environment
         let at = now()
         var record = ValidationRecord(
-            envelope: stored, status: .valid, environment: stored.environment, appleStatus: nil, purchases: effect.purchases,
+            envelope: envelope, status: .valid, environment: notification.environment ?? job.environment, appleStatus: nil,
+            purchases: effect.purchases,
             latestReceipt: notification.unifiedReceipt?["latest_receipt"]?.stringValue, calls: [], validatedAt: at,
             subscriptions: effect.subscriptions.map {
                 PlannedSubscription(state: $0, nextPollAt: repollPolicy.nextPoll(for: $0, at: at, using: &generator))
             })
         record.notification = notification
+        record.notificationTransactionID = effect.transactionID
         return .store(record)
     }
 

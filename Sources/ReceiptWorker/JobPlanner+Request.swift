@@ -1,6 +1,56 @@
 import Foundation
 import ReceiptCore
 
+/// What a job asks Apple about: a purchase (a receipt or a transaction, posted or imported), or a
+/// subscription to poll again.
+public enum ValidationJob: Sendable, Equatable {
+    case purchase(PurchaseJob)
+    case repoll(RepollJob)
+
+    /// What `payload` asks Apple about; nil for a notification or a webhook delivery, which ask
+    /// Apple nothing.
+    public init?(_ payload: JobPayload) {
+        switch payload {
+        case .receipt(let job): self = .purchase(.receipt(job))
+        case .transaction(let job): self = .purchase(.transaction(job))
+        case .importItem(let item): self = .purchase(item.purchase)
+        case .repoll(let job): self = .repoll(job)
+        case .notification, .delivery: return nil
+        }
+    }
+
+    /// What Apple is sent or asked by: a receipt (a re-poll's is its latest receipt), a signed
+    /// transaction, or a bare id.
+    var source: JobSource {
+        switch self {
+        case .purchase(let job): job.source
+        case .repoll: .receipt
+        }
+    }
+
+    /// The receipt `verifyReceipt` is sent (or the signed transaction, which only the Server API reads).
+    var receiptData: String {
+        switch self {
+        case .purchase(let job): job.receiptData
+        case .repoll(let job): job.latestReceipt
+        }
+    }
+
+    var bundleID: String? {
+        switch self {
+        case .purchase(let job): job.bundleID
+        case .repoll(let job): job.bundleID
+        }
+    }
+
+    var environment: String? {
+        switch self {
+        case .purchase(let job): job.environment
+        case .repoll(let job): job.environment
+        }
+    }
+}
+
 /// How a job starts: a call to Apple, or a plan that settles it without one.
 public enum JobStart: Sendable, Equatable {
     case call(VerificationRequest)
@@ -19,18 +69,20 @@ extension JobPlanner {
     /// - Everything else goes to `verifyReceipt`, as before.
     /// - Parameter verifyReceipt: the deployment's view of `verifyReceipt`: once it is retired (gone,
     ///   or past its sunset), `auto` apps with a key move to the Server API.
-    public func start(_ envelope: JobEnvelope, app: AppRecord, verifyReceipt: VerifyReceiptLifecycle = VerifyReceiptLifecycle()) -> JobStart {
-        markingSwitch(route(envelope, app: app, verifyReceipt: verifyReceipt), app: app, verifyReceipt: verifyReceipt)
+    public func start(
+        _ envelope: JobEnvelope, _ validation: ValidationJob, app: AppRecord, verifyReceipt: VerifyReceiptLifecycle = VerifyReceiptLifecycle()
+    ) -> JobStart {
+        markingSwitch(route(envelope, validation, app: app, verifyReceipt: verifyReceipt), app: app, verifyReceipt: verifyReceipt)
     }
 
-    private func route(_ envelope: JobEnvelope, app: AppRecord, verifyReceipt: VerifyReceiptLifecycle) -> JobStart {
-        let source = envelope.source ?? .receipt
+    private func route(_ envelope: JobEnvelope, _ validation: ValidationJob, app: AppRecord, verifyReceipt: VerifyReceiptLifecycle) -> JobStart {
+        let source = validation.source
         let switches = app.backend == .auto && app.switchedToServerAPIAt == nil && app.serverAPIKey != nil && verifyReceipt.isRetired(at: now())
         let wantsServerAPI = source != .receipt || app.effectiveBackend == .serverAPI || switches
         guard wantsServerAPI else {
             return .call(
                 VerificationRequest(
-                    receiptData: envelope.receipt, sharedSecret: app.sharedSecret, excludeOldTransactions: app.excludeOldTransactions))
+                    receiptData: validation.receiptData, sharedSecret: app.sharedSecret, excludeOldTransactions: app.excludeOldTransactions))
         }
         guard let key = app.serverAPIKey else {
             let code = app.serverAPIKeyID == nil ? "server_api_key_missing" : "server_api_key_unreadable"
@@ -40,24 +92,29 @@ extension JobPlanner {
                 : "the app's In-App Purchase key cannot be opened: check RECEIPTQ_SECRETS_KEY, then retry"
             return .settle(.bury(envelope.failed(code: code, message: message, calls: [], at: now())))
         }
-        let environment = envelope.environment.flatMap { AppStoreEnvironment(rawValue: $0.lowercased()) }
-        if let target = envelope.subscription {
+        let bundleID = validation.bundleID ?? app.bundleID
+        let environment = validation.environment.flatMap { AppStoreEnvironment(rawValue: $0.lowercased()) }
+        let purchase: PurchaseJob
+        switch validation {
+        case .repoll(let job):
             return .call(
                 serverAPIRequest(
-                    envelope,
+                    validation,
                     ServerAPIQuery(
-                        operation: .statuses, transactionID: target.originalTransactionID, bundleID: envelope.bundleID ?? app.bundleID,
-                        key: key, environment: environment)))
+                        operation: .statuses, transactionID: job.target.originalTransactionID, bundleID: bundleID, key: key,
+                        environment: environment)))
+        case .purchase(let job):
+            purchase = job
         }
-        guard let transactionID = envelope.transactionID, !transactionID.isEmpty else {
+        guard let transactionID = purchase.transactionID, !transactionID.isEmpty else {
             // The door sets an empty id for a signature-checked receipt with no purchase at all.
-            if source == .receipt && envelope.transactionID == "" {
+            if source == .receipt && purchase.transactionID == "" {
                 // A signature-checked receipt without a single purchase: nothing for the Server API
                 // to look up, and nothing to entitle. Valid as the receipt is, with no purchases.
                 return .settle(
                     .store(
                         ValidationRecord(
-                            envelope: envelope, status: .valid, environment: envelope.environment?.lowercased(), appleStatus: nil,
+                            envelope: envelope, status: .valid, environment: purchase.environment?.lowercased(), appleStatus: nil,
                             purchases: [], latestReceipt: nil, calls: [], validatedAt: now(), validatedBy: .serverAPI)))
             }
             return .settle(
@@ -69,14 +126,14 @@ extension JobPlanner {
         }
         return .call(
             serverAPIRequest(
-                envelope,
+                validation,
                 ServerAPIQuery(
-                    operation: .history, transactionID: transactionID, bundleID: envelope.bundleID ?? app.bundleID, key: key,
+                    operation: .history, transactionID: transactionID, bundleID: bundleID, key: key,
                     environment: source == .receipt ? nil : environment)))
     }
 
-    private func serverAPIRequest(_ envelope: JobEnvelope, _ query: ServerAPIQuery) -> VerificationRequest {
-        VerificationRequest(receiptData: envelope.receipt, sharedSecret: nil, excludeOldTransactions: false, serverAPI: query)
+    private func serverAPIRequest(_ validation: ValidationJob, _ query: ServerAPIQuery) -> VerificationRequest {
+        VerificationRequest(receiptData: validation.receiptData, sharedSecret: nil, excludeOldTransactions: false, serverAPI: query)
     }
 
     /// Marks a request (and so its result) as one that records its app's switch.

@@ -11,10 +11,8 @@ extension JobPlanner {
     /// What a delivery job does with its endpoint as the store has it now: send the event, wait
     /// (a paused endpoint: the job keeps its attempts and asks again in a minute), or stop (the
     /// endpoint was removed: its deliveries went with it).
-    public func webhookStart(_ envelope: JobEnvelope, endpoint: WebhookEndpointRecord?) -> WebhookStart {
-        guard let target = envelope.webhook else {
-            return .settle(.bury(envelope.failed(code: "malformed_webhook_job", message: "no delivery", calls: [], at: now())))
-        }
+    public func webhookStart(_ envelope: JobEnvelope, _ delivery: WebhookDelivery, endpoint: WebhookEndpointRecord?) -> WebhookStart {
+        let target = delivery.target
         guard let endpoint else {
             return .settle(.store(deliveryRecord(envelope, status: .delivered, httpStatus: nil, errorCode: "endpoint_removed")))
         }
@@ -30,7 +28,7 @@ extension JobPlanner {
         }
         return .send(
             WebhookRequest(
-                url: endpoint.url, body: Array(envelope.receipt.utf8), eventID: target.eventID, eventType: target.eventType,
+                url: endpoint.url, body: Array(delivery.body.utf8), eventID: target.eventID, eventType: target.eventType,
                 secrets: endpoint.secrets, timestamp: Int64(now().timeIntervalSince1970), allowPrivate: endpoint.allowPrivate))
     }
 
@@ -57,7 +55,7 @@ extension JobPlanner {
         var record = ValidationRecord(
             envelope: envelope, status: status == .delivered ? .valid : .failed, environment: nil, appleStatus: nil, purchases: [],
             latestReceipt: nil, calls: [], validatedAt: now())
-        if let target = envelope.webhook {
+        if let target = envelope.payload.delivery?.target {
             record.delivery = DeliveryOutcome(
                 target: target, status: status, attempts: envelope.attempt, httpStatus: httpStatus, errorCode: errorCode, at: now())
         }

@@ -79,7 +79,7 @@ public struct JobPlanner: Sendable {
     public func fraud(_ envelope: JobEnvelope) -> JobPlan {
         .store(
             ValidationRecord(
-                envelope: envelope, status: .fraud, environment: envelope.environment, appleStatus: nil, purchases: [],
+                envelope: envelope, status: .fraud, environment: envelope.payload.environment, appleStatus: nil, purchases: [],
                 latestReceipt: nil, calls: [], validatedAt: now()))
     }
 
@@ -150,7 +150,7 @@ public struct JobPlanner: Sendable {
                     code: report.response?.status == 21004 ? "shared_secret_mismatch" : code,
                     message: "Apple rejected the request: fix the app's configuration, then retry", calls: report.calls, at: now()))
         case .transient
-        where report.response?.status == 21002 && envelope.style != nil
+        where report.response?.status == 21002 && envelope.payload.style != nil
             && envelope.attempt + 1 >= retryPolicy.malformedAttempts:
             // The bytes decoded as a receipt here, yet Apple keeps calling them malformed: after a
             // bounded number of tries that is Apple's answer, stored, not retried for 72 hours.
@@ -173,14 +173,19 @@ public struct JobPlanner: Sendable {
     /// A buried re-poll leaves its subscription to be polled again after `troubleInterval` (a day
     /// by default): a dead letter must not end a subscription's polling for good.
     public func failedRecord(_ failed: JobEnvelope) -> ValidationRecord {
-        if failed.kind == .webhook {
-            return deliveryRecord(failed, status: .dead, httpStatus: Self.httpStatus(failed.errorCode), errorCode: failed.errorCode)
-        }
         let at = now()
+        var retryPollAt: Date?
+        switch failed.payload {
+        case .delivery:
+            return deliveryRecord(failed, status: .dead, httpStatus: Self.httpStatus(failed.errorCode), errorCode: failed.errorCode)
+        case .repoll:
+            retryPollAt = at.addingTimeInterval(repollPolicy.troubleInterval.seconds)
+        case .receipt, .transaction, .importItem, .notification:
+            retryPollAt = nil
+        }
         return ValidationRecord(
             envelope: failed, status: .failed, environment: nil, appleStatus: failed.history.last?.appleStatus, purchases: [],
-            latestReceipt: nil, calls: [], validatedAt: at,
-            retryPollAt: failed.kind == .repoll ? at.addingTimeInterval(repollPolicy.troubleInterval.seconds) : nil)
+            latestReceipt: nil, calls: [], validatedAt: at, retryPollAt: retryPollAt)
     }
 
     private func retryOrBury(

@@ -188,14 +188,27 @@ extension WorkerEngine {
             logger.warning("Undecodable job buried")
             return decide(token, job, .bury(nil))
         }
-        // A receipt the ingestion node found forged is recorded, never sent to Apple: no circuit,
+        let validation: ValidationJob
+        switch envelope.payload {
+        case .notification(let notification):
+            // Apple's own statement, checked at the door: nothing to ask Apple, so neither the
+            // circuit nor the app's backend applies.
+            return decide(token, job, planner.notification(envelope, notification, using: &generator))
+        case .delivery(let delivery):
+            // A call to the customer's backend, not Apple: Apple's circuit does not apply.
+            return startDelivery(token, job, envelope, delivery, store: store, using: &generator)
+        case .repoll(let repoll):
+            validation = .repoll(repoll)
+        case .receipt(let receipt):
+            validation = .purchase(.receipt(receipt))
+        case .transaction(let transaction):
+            validation = .purchase(.transaction(transaction))
+        case .importItem(let item):
+            validation = .purchase(item.purchase)
+        }
+        // A purchase the ingestion node found forged is recorded, never sent to Apple: no circuit,
         // no secret, no app lookup beyond the one the store's foreign key makes.
-        if envelope.fraudReason != nil { return decide(token, job, planner.fraud(envelope)) }
-        // A notification is Apple's own statement, checked at the door: nothing to ask Apple, so
-        // neither the circuit nor the app's backend applies.
-        if envelope.kind == .notification { return decide(token, job, planner.notification(envelope, using: &generator)) }
-        // A webhook delivery calls the customer's backend, not Apple: Apple's circuit does not apply.
-        if envelope.kind == .webhook { return startDelivery(token, job, envelope, store: store, using: &generator) }
+        if case .purchase(let purchase) = validation, purchase.fraudReason != nil { return decide(token, job, planner.fraud(envelope)) }
         let permission = gate.permission(now: now())
         if case .deny(let until) = permission {
             return decide(token, job, planner.deferred(envelope, until: until, using: &generator))
@@ -210,7 +223,7 @@ extension WorkerEngine {
         guard let app else { return decide(token, job, planner.unknownApp(envelope)) }
         let isProbe = permission == .probe
         let request: VerificationRequest
-        switch planner.start(envelope, app: app, verifyReceipt: lifecycle.lifecycle) {
+        switch planner.start(envelope, validation, app: app, verifyReceipt: lifecycle.lifecycle) {
         case .call(let call): request = call
         case .settle(let plan):
             if case .bury(let failed?) = plan, let code = failed.errorCode, ConfigurationAlarm.raiseOnce(appID: app.id) {
@@ -284,16 +297,17 @@ extension WorkerEngine {
     }
 
     private func startDelivery(
-        _ token: Int, _ job: ReservedJob, _ envelope: JobEnvelope, store: (any ReceiptStore)?, using generator: inout SystemRandomNumberGenerator
+        _ token: Int, _ job: ReservedJob, _ envelope: JobEnvelope, _ delivery: WebhookDelivery, store: (any ReceiptStore)?,
+        using generator: inout SystemRandomNumberGenerator
     ) {
         let endpoint: WebhookEndpointRecord?
         do {
-            guard let store, let target = envelope.webhook else { throw StoreFailure(code: "store_unavailable", message: "no connection") }
-            endpoint = try store.webhookEndpoint(id: target.endpointID)
+            guard let store else { throw StoreFailure(code: "store_unavailable", message: "no connection") }
+            endpoint = try store.webhookEndpoint(id: delivery.target.endpointID)
         } catch {
             return decide(token, job, planner.storeUnavailable(envelope, calls: [], using: &generator))
         }
-        switch planner.webhookStart(envelope, endpoint: endpoint) {
+        switch planner.webhookStart(envelope, delivery, endpoint: endpoint) {
         case .settle(let plan): return decide(token, job, plan)
         case .send(let request):
             guard let webhooks else {

@@ -76,12 +76,15 @@ public final class RedisRepollQueue: RepollQueue {
     }
 
     public func enqueue(_ jobs: [JobEnvelope]) throws -> Int {
-        let targeted = jobs.compactMap { job in job.subscription.map { (job, $0) } }
+        let targeted = jobs.compactMap { job -> (JobEnvelope, RepollJob)? in
+            guard case .repoll(let repoll) = job.payload else { return nil }
+            return (job, repoll)
+        }
         guard !targeted.isEmpty else { return 0 }
-        let markers = targeted.map { job, target in
+        let markers = targeted.map { job, repoll in
             keys.repollMarker(
-                app: job.appID.uuidString.lowercased(), environment: job.environment ?? "", originalTransactionID: target.originalTransactionID,
-                pollSequence: target.pollSequence)
+                app: job.appID.uuidString.lowercased(), environment: repoll.environment ?? "",
+                originalTransactionID: repoll.target.originalTransactionID, pollSequence: repoll.target.pollSequence)
         }
         let arguments: [[UInt8]] =
             ([keys.queue(JobKind.repoll.rawValue)] + markers).map(bytes) + [bytes(String(Int(markerTTL.seconds)))]

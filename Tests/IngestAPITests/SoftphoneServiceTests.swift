@@ -137,7 +137,7 @@ struct SoftphoneServiceTests {
             }
         }
         #expect(intake.enqueued.withLock { $0.map(\.origin) } == [.softphone, .softphone])
-        #expect(intake.enqueued.withLock { $0.first?.submission.userIdentifier } == "johndow")
+        #expect(intake.enqueued.withLock { $0.first?.payload.userIdentifier } == "johndow")
     }
 
     @Test("Refusals before any receipt is queued: 415, 413, 422, and 401 before 422")

@@ -54,8 +54,8 @@ struct ActivityOverviewRedisTests {
 
     func envelope() -> JobEnvelope {
         JobEnvelope(
-            id: JobID.make(), kind: .validate, appID: UUID(), enqueuedAt: Date(), origin: .api, receipt: "MIIActivity",
-            bundleID: "com.example.activity")
+            id: JobID.make(), appID: UUID(), enqueuedAt: Date(), origin: .api,
+            payload: .receipt(ReceiptJob(receipt: "MIIActivity", bundleID: "com.example.activity")))
     }
 
     /// Queues `count` jobs and takes them as a worker does, into its processing list.

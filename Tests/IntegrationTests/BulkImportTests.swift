@@ -167,8 +167,10 @@ struct BulkImportTests {
             redis.close()
         }
         func job(importing: Bool) -> [UInt8] {
-            var envelope = JobEnvelope(id: JobID.make(), kind: .validate, appID: UUID(), enqueuedAt: Date(), origin: .api, receipt: "x")
-            if importing { envelope.importID = UUID() }
+            let receipt = PurchaseJob.receipt(ReceiptJob(receipt: "x"))
+            let envelope = JobEnvelope(
+                id: JobID.make(), appID: UUID(), enqueuedAt: Date(), origin: .api,
+                payload: importing ? .importItem(ImportItem(importID: UUID(), emitsEvents: false, purchase: receipt)) : receipt.payload)
             return envelope.encoded()
         }
         for _ in 0..<5 { _ = try redis.send(bytes: [Array("LPUSH".utf8), Array(keys.queue("validate").utf8), job(importing: false)]) }

@@ -234,9 +234,10 @@ struct WorkerProcessFixture {
                     let envelope =
                         serverAPI
                         ? JobEnvelope(
-                            id: JobID.make(), kind: .validate, appID: app.id, enqueuedAt: Date(), origin: .api, receipt: "",
-                            bundleID: app.bundleID, source: .transactionID, transactionID: String(7_000_000_000 + index))
-                        : JobEnvelope(id: JobID.make(), kind: .validate, appID: app.id, enqueuedAt: Date(), origin: .api, receipt: data)
+                            id: JobID.make(), appID: app.id, enqueuedAt: Date(), origin: .api,
+                            payload: .transaction(
+                                TransactionJob(signedTransaction: nil, transactionID: String(7_000_000_000 + index), bundleID: app.bundleID)))
+                        : JobEnvelope(id: JobID.make(), appID: app.id, enqueuedAt: Date(), origin: .api, payload: .receipt(ReceiptJob(receipt: data)))
                     return [Array("LPUSH".utf8), Array(keys.queue("validate").utf8), envelope.encoded()]
                 })
         }

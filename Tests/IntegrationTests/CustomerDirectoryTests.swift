@@ -49,8 +49,9 @@ struct CustomerDirectoryTests {
                 cancellationDate: nil, webOrderLineItemID: nil, isTrialPeriod: false, isInIntroOfferPeriod: false)
         }
         let envelope = JobEnvelope(
-            id: JobID.make(), kind: .validate, appID: app.id, enqueuedAt: Date(), origin: .api, receipt: "MIIreceipt", style: .unified,
-            bundleID: app.bundleID, submission: Submission(userIdentifier: user))
+            id: JobID.make(), appID: app.id, enqueuedAt: Date(), origin: .api,
+            payload: .receipt(
+                ReceiptJob(receipt: "MIIreceipt", style: .unified, bundleID: app.bundleID, submission: Submission(userIdentifier: user))))
         let record = ValidationRecord(
             envelope: envelope, status: .valid, environment: "sandbox", appleStatus: 0,
             purchases: [purchase(renewal, expires: Date(timeIntervalSince1970: 1_702_592_000)), purchase(lifetime, expires: nil)],
@@ -65,8 +66,11 @@ struct CustomerDirectoryTests {
         // condition and as a filter alike, and a fresh CI database got the filter.
         let ledger = (0..<40).map { n in
             let other = JobEnvelope(
-                id: JobID.make(), kind: .validate, appID: app.id, enqueuedAt: Date(), origin: .api, receipt: "MIIreceipt",
-                style: .unified, bundleID: app.bundleID, submission: Submission(userIdentifier: "other-\(n)-\(UUID().uuidString)"))
+                id: JobID.make(), appID: app.id, enqueuedAt: Date(), origin: .api,
+                payload: .receipt(
+                    ReceiptJob(
+                        receipt: "MIIreceipt", style: .unified, bundleID: app.bundleID,
+                        submission: Submission(userIdentifier: "other-\(n)-\(UUID().uuidString)"))))
             return ValidationRecord(
                 envelope: other, status: .valid, environment: "sandbox", appleStatus: 0,
                 purchases: (0..<50).map { _ in purchase("ledger-\(UUID().uuidString)", expires: nil) }, latestReceipt: nil, calls: [],
@@ -91,8 +95,9 @@ struct CustomerDirectoryTests {
         func record(_ app: AppRecord, at date: Date) -> ValidationRecord {
             let id = "lifetime-\(UUID().uuidString)"
             let envelope = JobEnvelope(
-                id: JobID.make(), kind: .validate, appID: app.id, enqueuedAt: date, origin: .api, receipt: "MIIreceipt", style: .unified,
-                bundleID: app.bundleID, submission: Submission(userIdentifier: user))
+                id: JobID.make(), appID: app.id, enqueuedAt: date, origin: .api,
+                payload: .receipt(
+                    ReceiptJob(receipt: "MIIreceipt", style: .unified, bundleID: app.bundleID, submission: Submission(userIdentifier: user))))
             let purchase = InAppPurchase(
                 quantity: 1, productID: "lifetime", transactionID: id, originalTransactionID: id, purchaseDate: date,
                 originalPurchaseDate: nil, expiresDate: nil, cancellationDate: nil, webOrderLineItemID: nil, isTrialPeriod: false,
@@ -115,8 +120,11 @@ struct CustomerDirectoryTests {
     func byTransaction() async throws {
         let transaction = String(UInt64.random(in: 100_000_000_000...999_999_999_999))
         let envelope = JobEnvelope(
-            id: JobID.make(), kind: .validate, appID: app.id, enqueuedAt: Date(), origin: .api, receipt: "", bundleID: app.bundleID,
-            submission: Submission(userIdentifier: "customer-\(UUID().uuidString)"), source: .transactionID, transactionID: transaction)
+            id: JobID.make(), appID: app.id, enqueuedAt: Date(), origin: .api,
+            payload: .transaction(
+                TransactionJob(
+                    signedTransaction: nil, transactionID: transaction, bundleID: app.bundleID,
+                    submission: Submission(userIdentifier: "customer-\(UUID().uuidString)"))))
         let purchase = InAppPurchase(
             quantity: 1, productID: "monthly", transactionID: transaction, originalTransactionID: transaction,
             purchaseDate: Date(timeIntervalSince1970: 1_700_000_000), originalPurchaseDate: nil,

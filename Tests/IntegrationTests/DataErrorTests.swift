@@ -21,9 +21,11 @@ struct DataErrorTests {
         let (receipt, _) = try system.forgeReceipt()
         let decoded = try DecodedReceipt.decode(receipt).get()
         let envelope = JobEnvelope(
-            id: JobID.make(), kind: .validate, appID: system.app.id, enqueuedAt: Date(), origin: .api, receipt: decoded.base64,
-            style: decoded.receipt.style, bundleID: decoded.receipt.bundleID, environment: decoded.receipt.environment.apiName,
-            submission: submission)
+            id: JobID.make(), appID: system.app.id, enqueuedAt: Date(), origin: .api,
+            payload: .receipt(
+                ReceiptJob(
+                    receipt: decoded.base64, style: decoded.receipt.style, bundleID: decoded.receipt.bundleID,
+                    environment: decoded.receipt.environment.apiName, submission: submission)))
         let redis = try system.redis()
         defer { redis.close() }
         _ = try redis.send(["LPUSH", system.configuration.keys.queue("validate"), String(decoding: envelope.encoded(), as: UTF8.self)])
@@ -76,8 +78,8 @@ struct DataErrorTests {
         func record(_ submission: Submission) -> ValidationRecord {
             ValidationRecord(
                 envelope: JobEnvelope(
-                    id: JobID.make(), kind: .validate, appID: app.id, enqueuedAt: Date(), origin: .api, receipt: "MII", environment: "sandbox",
-                    submission: submission),
+                    id: JobID.make(), appID: app.id, enqueuedAt: Date(), origin: .api,
+                    payload: .receipt(ReceiptJob(receipt: "MII", environment: "sandbox", submission: submission))),
                 status: .invalid, environment: "sandbox", appleStatus: 21003, purchases: [], latestReceipt: nil, calls: [], validatedAt: Date())
         }
         // One bad record in a batch fails alone, permanently; the good one is stored.

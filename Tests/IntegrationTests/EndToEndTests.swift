@@ -175,8 +175,8 @@ struct EndToEndTests {
         let before = try snapshot()
         // Re-run the same job, as the janitor would after a crash between commit and acknowledge.
         let envelope = JobEnvelope(
-            id: UUID(uuidString: id)!, kind: .validate, appID: system.app.id, enqueuedAt: Date(), origin: .api, receipt: receipt,
-            submission: Submission(userIdentifier: "u"))
+            id: UUID(uuidString: id)!, appID: system.app.id, enqueuedAt: Date(), origin: .api,
+            payload: .receipt(ReceiptJob(receipt: receipt, submission: Submission(userIdentifier: "u"))))
         let redis = try system.redis()
         defer { redis.close() }
         _ = try redis.send(bytes: [Array("LPUSH".utf8), Array(system.configuration.keys.queue("validate").utf8), envelope.encoded()])

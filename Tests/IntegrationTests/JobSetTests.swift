@@ -28,15 +28,15 @@ struct JobSetTests {
             let entry = try #require(first.entries.first)
             let newest = envelopes[4]
             #expect(entry.id == JobSetEntry.ID(job: newest.id))
-            #expect(entry.appID == newest.appID && entry.bundleID == newest.bundleID)
+            #expect(entry.appID == newest.appID && entry.bundleID == newest.payload.bundleID)
             #expect(entry.errorCode == "timeout" && entry.attempts == 3)
             #expect(entry.firstFailedAt == newest.firstFailedAt && entry.lastFailedAt == newest.lastFailedAt)
             #expect(entry.enqueuedAt == newest.enqueuedAt)
             #expect(entry.score == Self.time(4))
             #expect(entry.age(at: Self.time(4)) > .zero)
             // What a detail page may render never carries the receipt.
-            #expect(entry.envelopeForDisplay?.receipt.contains(newest.receipt) == false)
-            #expect(!entry.description.contains(newest.receipt))
+            #expect(entry.envelopeForDisplay?.payload.carriedText.contains(newest.payload.carriedText) == false)
+            #expect(!entry.description.contains(newest.payload.carriedText))
         }
     }
 
@@ -81,7 +81,7 @@ struct JobSetTests {
         try await JobSetFixture.with { fixture in
             let target = Self.envelope(failedAt: Self.time(0))
             var mentioning = Self.envelope(failedAt: Self.time(1))
-            mentioning.submission.metadata = .object(["previous_job": .string(target.id.uuidString.lowercased())])
+            mentioning.payload.receiptJob?.submission.metadata = .object(["previous_job": .string(target.id.uuidString.lowercased())])
             try await fixture.add(target, to: fixture.keys.dead, at: Self.time(0))
             try await fixture.add(mentioning, to: fixture.keys.dead, at: Self.time(1))
 
@@ -124,7 +124,7 @@ struct JobSetTests {
             #expect(requeued.attempt == 0 && requeued.history == job.history)
             #expect(requeued.firstFailedAt == nil && requeued.lastFailedAt == nil)
             #expect(requeued.errorCode == nil && requeued.errorMessage == nil)
-            #expect(requeued.receipt == job.receipt && requeued.enqueuedAt == job.enqueuedAt && requeued.appID == job.appID)
+            #expect(requeued.payload == job.payload && requeued.enqueuedAt == job.enqueuedAt && requeued.appID == job.appID)
             #expect(try await fixture.queue(.repoll).map(\.id) == [repoll.id])
         }
     }
@@ -327,8 +327,8 @@ struct JobSetTests {
         user: String? = nil, receipt: String = "MIITSecretPayloadBase64==", failedAt: Date
     ) -> JobEnvelope {
         var envelope = JobEnvelope(
-            id: JobID.make(at: failedAt), kind: kind, appID: app, enqueuedAt: failedAt.addingTimeInterval(-3_600), origin: .api,
-            receipt: receipt, bundleID: bundleID, submission: Submission(userIdentifier: user))
+            id: JobID.make(at: failedAt), appID: app, enqueuedAt: failedAt.addingTimeInterval(-3_600), origin: .api,
+            payload: .sample(kind, receipt: receipt, bundleID: bundleID, userIdentifier: user))
         for attempt in 0..<3 {
             let call = AppleCall(endpoint: .production, httpStatus: nil, appleStatus: nil, isRetryable: nil, latencyMs: 5_000, errorCode: code)
             envelope = envelope.failed(

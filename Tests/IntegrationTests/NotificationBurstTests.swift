@@ -93,10 +93,10 @@ extension CrashRecoveryTests {
         for batch in stride(from: 0, to: jobs.count, by: 500) {
             _ = try redis.pipeline(
                 bytes: jobs[batch..<min(batch + 500, jobs.count)].map { job in
-                    var envelope = JobEnvelope(
-                        id: JobID.make(), kind: .notification, appID: system.app.id, enqueuedAt: Date(), origin: .apple, receipt: job.jws,
-                        bundleID: system.app.bundleID, environment: "sandbox")
-                    envelope.notificationID = job.uuid
+                    let envelope = JobEnvelope(
+                        id: JobID.make(), appID: system.app.id, enqueuedAt: Date(), origin: .apple,
+                        payload: .notification(
+                            NotificationJob(notificationID: job.uuid, body: job.jws, bundleID: system.app.bundleID, environment: "sandbox")))
                     return [Array("LPUSH".utf8), Array(system.configuration.keys.queue("notification").utf8), envelope.encoded()]
                 })
         }

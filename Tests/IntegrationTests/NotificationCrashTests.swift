@@ -36,15 +36,17 @@ extension CrashRecoveryTests {
                         "type": .string("Non-Consumable"), "environment": .string("Production"), "revocationDate": .number(now),
                         "revocationReason": .number(1),
                     ]))
-                var envelope = JobEnvelope(
-                    id: JobID.make(), kind: .notification, appID: fixture.app.id, enqueuedAt: Date(), origin: .apple,
-                    receipt: try authority.sign(
-                        .object([
-                            "notificationType": .string("REFUND"), "notificationUUID": .string(UUID().uuidString.lowercased()),
-                            "signedDate": .number(now),
-                            "data": .object(["signedTransactionInfo": .string(transaction), "environment": .string("Production")]),
-                        ])), bundleID: fixture.app.bundleID, environment: "production")
-                envelope.notificationID = "crash-\(index)"
+                let envelope = JobEnvelope(
+                    id: JobID.make(), appID: fixture.app.id, enqueuedAt: Date(), origin: .apple,
+                    payload: .notification(
+                        NotificationJob(
+                            notificationID: "crash-\(index)",
+                            body: try authority.sign(
+                                .object([
+                                    "notificationType": .string("REFUND"), "notificationUUID": .string(UUID().uuidString.lowercased()),
+                                    "signedDate": .number(now),
+                                    "data": .object(["signedTransactionInfo": .string(transaction), "environment": .string("Production")]),
+                                ])), bundleID: fixture.app.bundleID, environment: "production")))
                 return [Array("LPUSH".utf8), Array(fixture.keys.queue("notification").utf8), envelope.encoded()]
             }
             _ = try fixture.redis.pipeline(bytes: commands)

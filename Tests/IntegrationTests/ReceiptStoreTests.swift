@@ -23,9 +23,11 @@ struct ReceiptStoreTests {
         id: UUID = JobID.make()
     ) -> ValidationRecord {
         let envelope = JobEnvelope(
-            id: id, kind: .validate, appID: appID ?? app.id, enqueuedAt: Date(timeIntervalSince1970: 1_800_000_000), origin: .api,
-            receipt: "MIIreceipt", style: .unified, bundleID: "com.example.store",
-            submission: Submission(userIdentifier: user, countryCode: "FR", metadata: metadata))
+            id: id, appID: appID ?? app.id, enqueuedAt: Date(timeIntervalSince1970: 1_800_000_000), origin: .api,
+            payload: .receipt(
+                ReceiptJob(
+                    receipt: "MIIreceipt", style: .unified, bundleID: "com.example.store",
+                    submission: Submission(userIdentifier: user, countryCode: "FR", metadata: metadata))))
         let purchases = transactions.map { id in
             InAppPurchase(
                 quantity: 1, productID: "p", transactionID: id, originalTransactionID: id,

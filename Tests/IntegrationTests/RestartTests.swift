@@ -299,7 +299,8 @@ final class RestartSystem: Sendable {
     func makeEnvelopes(_ count: Int) -> [JobEnvelope] {
         (0..<count).map { index in
             JobEnvelope(
-                id: JobID.make(), kind: .validate, appID: app.id, enqueuedAt: Date(), origin: .api, receipt: receipts[index % receipts.count])
+                id: JobID.make(), appID: app.id, enqueuedAt: Date(), origin: .api,
+                payload: .receipt(ReceiptJob(receipt: receipts[index % receipts.count])))
         }
     }
 

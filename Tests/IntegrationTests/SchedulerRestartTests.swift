@@ -97,7 +97,7 @@ struct SchedulerRestartTests {
 
         let jobs = try queued()
         #expect(jobs.count == 100)
-        #expect(Set(jobs.compactMap { $0.subscription?.originalTransactionID }).count == 100)
+        #expect(Set(jobs.compactMap { $0.payload.repollJob?.target.originalTransactionID }).count == 100)
         let connection = try PostgresConnection(configuration: configuration.postgres)
         defer { connection.close() }
         let rows = try await connection.query("SELECT poll_seq FROM subscriptions WHERE app_id = \(app.id)").rows

@@ -41,9 +41,17 @@ struct SubscriptionTests {
         status: ValidationStatus = .valid, at: Date = base
     ) -> ValidationRecord {
         let envelope = JobEnvelope(
-            id: id, kind: target == nil ? .validate : .repoll, appID: app.id, enqueuedAt: at, origin: target == nil ? .api : .scheduler,
-            receipt: "MIIreceipt-\(id)", style: .unified, bundleID: "com.example.subs", environment: "sandbox",
-            submission: Submission(userIdentifier: user), subscription: target)
+            id: id, appID: app.id, enqueuedAt: at, origin: target == nil ? .api : .scheduler,
+            payload: target.map {
+                .repoll(
+                    RepollJob(
+                        target: $0, latestReceipt: "MIIreceipt-\(id)", style: .unified, bundleID: "com.example.subs", environment: "sandbox",
+                        userIdentifier: user))
+            }
+                ?? .receipt(
+                    ReceiptJob(
+                        receipt: "MIIreceipt-\(id)", style: .unified, bundleID: "com.example.subs", environment: "sandbox",
+                        submission: Submission(userIdentifier: user))))
         return ValidationRecord(
             envelope: envelope, status: status, environment: "sandbox", appleStatus: status == .valid ? 0 : 21010, purchases: [],
             latestReceipt: target == nil ? nil : "MIIlatest-\(id)",
@@ -186,11 +194,11 @@ struct SubscriptionTests {
         for task in tasks { task.cancel() }
         for task in tasks { _ = try? await task.value }
 
-        let jobs = try queued().filter { $0.subscription?.originalTransactionID.hasPrefix(tag) ?? false }
+        let jobs = try queued().filter { $0.payload.repollJob?.target.originalTransactionID.hasPrefix(tag) ?? false }
         #expect(jobs.count == count)
-        #expect(Set(jobs.compactMap { $0.subscription?.originalTransactionID }).count == count)
-        #expect(jobs.allSatisfy { $0.kind == .repoll && $0.origin == .scheduler && $0.environment == "sandbox" })
-        #expect(jobs.allSatisfy { $0.submission.userIdentifier == "alice" && $0.receipt.hasPrefix("MIIreceipt-") })
+        #expect(Set(jobs.compactMap { $0.payload.repollJob?.target.originalTransactionID }).count == count)
+        #expect(jobs.allSatisfy { $0.kind == .repoll && $0.origin == .scheduler && $0.payload.environment == "sandbox" })
+        #expect(jobs.allSatisfy { $0.payload.repollJob?.userIdentifier == "alice" && $0.payload.carriedText.hasPrefix("MIIreceipt-") })
         let rows = try await connection.query(
             """
             SELECT poll_seq, next_poll_at FROM subscriptions
@@ -251,7 +259,7 @@ struct SubscriptionTests {
         defer { redis.close() }
         func push(_ kind: JobKind, _ count: Int) throws {
             for _ in 0..<count {
-                let job = JobEnvelope(id: JobID.make(), kind: kind, appID: app.id, enqueuedAt: Self.base, origin: .api, receipt: "r")
+                let job = JobEnvelope(id: JobID.make(), appID: app.id, enqueuedAt: Self.base, origin: .api, payload: .sample(kind, receipt: "r"))
                 _ = try redis.send(bytes: [Array("LPUSH".utf8), Array(keys.queue(kind.rawValue).utf8), job.encoded()])
             }
         }

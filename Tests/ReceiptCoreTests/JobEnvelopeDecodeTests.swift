@@ -44,7 +44,7 @@ struct JobEnvelopeDecodeTests {
                     } else {
                         declined += 1
                     }
-                    #expect((try? JobEnvelope.decode(bytes)) == reference.flatMap { $0.v <= JobEnvelope.currentVersion ? $0 : nil })
+                    #expect((try? JobEnvelope.decode(bytes)) == reference.flatMap { $0.header.version <= JobEnvelope.currentVersion ? $0 : nil })
                 }
             }
         }
@@ -75,36 +75,59 @@ struct JobEnvelopeDecodeTests {
         return writer.bytes
     }
 
-    /// An envelope with every kind of field set or not.
+    /// An envelope of any payload case, with every optional field set or not.
     static func randomEnvelope(using generator: inout SeededGenerator) -> JobEnvelope {
-        let awkward = ["", "x", "quote\"back\\slash", "line\nbreak", "ü✓", "rq-node-1"]
+        let awkward = ["", "x", "quote\"back\\slash", "line\nbreak", "\u{07}", "ü✓", "rq-node-1"]
         func text() -> String? { Bool.random(using: &generator) ? awkward.randomElement(using: &generator) : nil }
+        func some() -> String { awkward.randomElement(using: &generator)! }
         func date() -> Date { Date(timeIntervalSince1970: Double(Int.random(in: 0...2_000_000_000_000, using: &generator)) / 1000) }
-        var envelope = JobEnvelope(
-            id: UUID(), kind: JobKind.allCases.randomElement(using: &generator)!, appID: UUID(), enqueuedAt: date(),
-            origin: [.api, .softphone, .scheduler, .apple, .outbox].randomElement(using: &generator)!,
-            receipt: String(repeating: "MIIT+/ab=", count: Int.random(in: 0...60, using: &generator)),
-            style: Bool.random(using: &generator) ? .unified : nil, bundleID: text(), environment: text(),
-            submission: Submission(
+        func submission() -> Submission {
+            Submission(
                 userIdentifier: text(), identifierForVendor: text(), countryCode: text(), ipAddress: text(),
-                metadata: Bool.random(using: &generator) ? .object(["k": .string(awkward.randomElement(using: &generator)!), "n": .number(2)]) : nil),
-            fraudReason: text(), source: Bool.random(using: &generator) ? JobSource.allCases.randomElement(using: &generator) : nil,
-            transactionID: text())
+                metadata: Bool.random(using: &generator) ? .object(["k": .string(some()), "n": .number(2)]) : nil)
+        }
+        func purchase() -> PurchaseJob {
+            if Bool.random(using: &generator) {
+                return .receipt(
+                    ReceiptJob(
+                        receipt: some(), style: Bool.random(using: &generator) ? .unified : nil, bundleID: text(), environment: text(),
+                        submission: submission(), fraudReason: text(), transactionID: text()))
+            }
+            return .transaction(
+                TransactionJob(
+                    signedTransaction: text(), transactionID: text(), bundleID: text(), environment: text(), submission: submission(),
+                    fraudReason: text()))
+        }
+        let payload: JobPayload
+        switch Int.random(in: 0..<6, using: &generator) {
+        case 0: payload = purchase().payload
+        case 1: payload = purchase().payload
+        case 2:
+            payload = .importItem(ImportItem(importID: UUID(), emitsEvents: Bool.random(using: &generator), purchase: purchase()))
+        case 3:
+            payload = .repoll(
+                RepollJob(
+                    target: RepollTarget(
+                        originalTransactionID: some(), receiptID: UUID(), pollSequence: Int.random(in: 0...1_000_000, using: &generator)),
+                    latestReceipt: some(), style: Bool.random(using: &generator) ? .unified : nil, bundleID: text(), environment: text(),
+                    userIdentifier: text()))
+        case 4:
+            payload = .notification(NotificationJob(notificationID: some(), body: some(), bundleID: text(), environment: text()))
+        default:
+            payload = .delivery(
+                WebhookDelivery(
+                    target: WebhookTarget(
+                        deliveryID: Int64.random(in: 1...1 << 40, using: &generator), endpointID: UUID(), eventID: UUID(),
+                        eventType: "purchase.created"),
+                    body: some()))
+        }
+        let origins: [JobOrigin] = [.api, .softphone, .scheduler, .apple, .outbox, .history, .dashboard, .cli]
+        var envelope = JobEnvelope(
+            id: UUID(), appID: UUID(), enqueuedAt: date(), origin: origins.randomElement(using: &generator)!, payload: payload)
         envelope.replyTo = text()
-        envelope.notificationID = text()
-        if Bool.random(using: &generator) { envelope.importID = UUID() }
-        if Bool.random(using: &generator) { envelope.importEvents = Bool.random(using: &generator) }
-        if let original = text() {
-            envelope.subscription = RepollTarget(
-                originalTransactionID: original, receiptID: UUID(), pollSequence: Int.random(in: 0...1_000_000, using: &generator))
-        }
-        if Bool.random(using: &generator) {
-            envelope.webhook = WebhookTarget(
-                deliveryID: Int64.random(in: 1...1 << 40, using: &generator), endpointID: UUID(), eventID: UUID(), eventType: "purchase.created")
-        }
         for _ in 0..<Int.random(in: 0...2, using: &generator) {
             envelope = envelope.failed(
-                code: "apple_21005", message: awkward.randomElement(using: &generator)!,
+                code: "apple_21005", message: some(),
                 calls: [
                     AppleCall(
                         endpoint: Bool.random(using: &generator) ? .production : .sandbox, httpStatus: Bool.random(using: &generator) ? 200 : nil,

@@ -18,9 +18,11 @@ struct JobTests {
     @Test("An envelope round-trips through its JSON, and a failure records history")
     func envelope() throws {
         let envelope = JobEnvelope(
-            id: JobID.make(), kind: .validate, appID: UUID(), enqueuedAt: Date(timeIntervalSince1970: 1_700_000_000.5),
-            origin: .api, receipt: "MIIabc", style: .unified, bundleID: "com.example",
-            submission: Submission(userIdentifier: "u1", metadata: .object(["k": .number(1)])))
+            id: JobID.make(), appID: UUID(), enqueuedAt: Date(timeIntervalSince1970: 1_700_000_000.5), origin: .api,
+            payload: .receipt(
+                ReceiptJob(
+                    receipt: "MIIabc", style: .unified, bundleID: "com.example",
+                    submission: Submission(userIdentifier: "u1", metadata: .object(["k": .number(1)])))))
         #expect(try JobEnvelope.decode(envelope.encoded()) == envelope)
         let call = AppleCall(endpoint: .production, httpStatus: 503, appleStatus: nil, isRetryable: nil, latencyMs: 3, errorCode: "http_503")
         let failed = envelope.failed(
@@ -35,7 +37,7 @@ struct JobTests {
     @Test("An operator's retry gives a dead letter a fresh retry budget and keeps its history")
     func requeuedBudget() {
         let start = Date(timeIntervalSince1970: 1_700_000_000)
-        var dead = JobEnvelope(id: JobID.make(), kind: .validate, appID: UUID(), enqueuedAt: start, origin: .api, receipt: "MIIabc")
+        var dead = JobEnvelope(id: JobID.make(), appID: UUID(), enqueuedAt: start, origin: .api, payload: .receipt(ReceiptJob(receipt: "MIIabc")))
         let call = AppleCall(endpoint: .production, httpStatus: 503, appleStatus: nil, isRetryable: nil, latencyMs: 3, errorCode: "http_503")
         for step in 0..<20 { dead = dead.failed(code: "http_503", message: "down", calls: [call], at: start + Double(step * 4 * 3600)) }
         let policy = RetryPolicy()

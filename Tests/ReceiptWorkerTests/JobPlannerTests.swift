@@ -12,8 +12,8 @@ struct JobPlannerTests {
 
     func envelope(kind: JobKind = .validate, target: RepollTarget? = nil) -> JobEnvelope {
         JobEnvelope(
-            id: JobID.make(), kind: kind, appID: UUID(), enqueuedAt: clock.now, origin: kind == .repoll ? .scheduler : .api,
-            receipt: "MII", environment: "sandbox", subscription: target)
+            id: JobID.make(), appID: UUID(), enqueuedAt: clock.now, origin: kind == .repoll ? .scheduler : .api,
+            payload: .sample(kind, environment: "sandbox", target: target))
     }
 
     func subscription(expiresIn seconds: TimeInterval) -> JSONValue {
@@ -60,7 +60,7 @@ struct JobPlannerTests {
         let planner = JobPlanner(retryPolicy: RetryPolicy(malformedAttempts: 3), now: clock.closure)
         let report = StubVerifier.report(status: 21002, verdict: .transient, transactions: [])
         var job = envelope()
-        job.style = .unified
+        job.payload.receiptJob?.style = .unified
         for attempt in 1...2 {
             guard case .retry(let updated, _, _) = planner.plan(job, report: report, using: &rng) else {
                 Issue.record("attempt \(attempt) is retried")
@@ -79,7 +79,7 @@ struct JobPlannerTests {
         #expect(record.appleStatus == 21002)
         // A receipt that never decoded here has no local voucher: 21002 stays an ordinary retry.
         var undecoded = job
-        undecoded.style = nil
+        undecoded.payload.receiptJob?.style = nil
         guard case .retry = planner.plan(undecoded, report: report, using: &rng) else {
             Issue.record("an undecoded receipt keeps retrying")
             return
@@ -119,7 +119,7 @@ struct JobPlannerTests {
         let target = RepollTarget(originalTransactionID: "1000000123", receiptID: UUID(), pollSequence: 7)
         let original = envelope(kind: .repoll, target: target)
         let decoded = try JobEnvelope.decode(original.encoded())
-        #expect(decoded.subscription == target)
+        #expect(decoded.payload.repollJob?.target == target)
         #expect(decoded.kind == .repoll)
     }
 }
@@ -128,7 +128,7 @@ struct JobPlannerTests {
 struct JobPlannerStoreFailureTests {
     let clock = MockClock()
     var planner: JobPlanner { JobPlanner(retryPolicy: RetryPolicy(), now: clock.closure) }
-    let envelope = JobEnvelope(id: JobID.make(), kind: .validate, appID: UUID(), enqueuedAt: Date(), origin: .api, receipt: "MII")
+    let envelope = JobEnvelope(id: JobID.make(), appID: UUID(), enqueuedAt: Date(), origin: .api, payload: .receipt(ReceiptJob(receipt: "MII")))
 
     @Test("A refused value is buried on the first failure with the SQLSTATE; an unreachable database is retried")
     func refusedIsBuried() {

@@ -18,10 +18,20 @@ struct ServerAPIPlanTests {
     }
 
     func job(source: JobSource? = nil, transactionID: String? = nil, environment: String? = nil, target: RepollTarget? = nil) -> JobEnvelope {
-        JobEnvelope(
-            id: JobID.make(), kind: target == nil ? .validate : .repoll, appID: UUID(), enqueuedAt: clock.now, origin: .api, receipt: "MII",
-            style: source == nil || source == .receipt ? .unified : nil, bundleID: "com.example.a", environment: environment,
-            subscription: target, source: source, transactionID: transactionID)
+        let payload: JobPayload
+        if let target {
+            payload = .repoll(
+                RepollJob(target: target, latestReceipt: "MII", style: .unified, bundleID: "com.example.a", environment: environment))
+        } else if let source, source != .receipt {
+            payload = .transaction(
+                TransactionJob(
+                    signedTransaction: source == .signedTransaction ? "MII" : nil, transactionID: transactionID, bundleID: "com.example.a",
+                    environment: environment))
+        } else {
+            payload = .receipt(
+                ReceiptJob(receipt: "MII", style: .unified, bundleID: "com.example.a", environment: environment, transactionID: transactionID))
+        }
+        return JobEnvelope(id: JobID.make(), appID: UUID(), enqueuedAt: clock.now, origin: .api, payload: payload)
     }
 
     @Test("Receipts go to verifyReceipt until the app is on the Server API, then by the checked receipt's transaction id")
@@ -144,5 +154,13 @@ struct ServerAPIPlanTests {
         #expect(updated.history.count == 1)
         #expect(runAt >= until && runAt <= until.addingTimeInterval(1))
         #expect(outcome == .deferred)
+    }
+}
+
+extension JobPlanner {
+    /// How the worker starts a job that asks Apple (every job these tests make does).
+    fileprivate func start(_ envelope: JobEnvelope, app: AppRecord, verifyReceipt: VerifyReceiptLifecycle = VerifyReceiptLifecycle()) -> JobStart {
+        guard let validation = ValidationJob(envelope.payload) else { return .settle(.bury(envelope)) }
+        return start(envelope, validation, app: app, verifyReceipt: verifyReceipt)
     }
 }

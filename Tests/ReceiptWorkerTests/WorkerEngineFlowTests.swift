@@ -13,7 +13,7 @@ struct WorkerEngineFlowTests {
 
     func jobs(_ count: Int) -> [JobEnvelope] {
         (0..<count).map { _ in
-            JobEnvelope(id: JobID.make(), kind: .validate, appID: app.id, enqueuedAt: Date(), origin: .api, receipt: "x")
+            JobEnvelope(id: JobID.make(), appID: app.id, enqueuedAt: Date(), origin: .api, payload: .receipt(ReceiptJob(receipt: "x")))
         }
     }
 

@@ -65,8 +65,8 @@ struct WorkerEngineVerdictTests {
 
     func envelope(firstFailedAt: Date? = nil) -> JobEnvelope {
         var envelope = JobEnvelope(
-            id: JobID.make(), kind: .validate, appID: app.id, enqueuedAt: now, origin: .api, receipt: "MIIx", style: .unified,
-            bundleID: "com.example")
+            id: JobID.make(), appID: app.id, enqueuedAt: now, origin: .api,
+            payload: .receipt(ReceiptJob(receipt: "MIIx", style: .unified, bundleID: "com.example")))
         envelope.firstFailedAt = firstFailedAt
         return envelope
     }
@@ -125,7 +125,7 @@ struct WorkerEngineVerdictTests {
     @Test("A receipt the API found forged is stored as fraud, without calling Apple")
     func fraud() async throws {
         var forged = envelope()
-        forged.fraudReason = "untrusted_chain"
+        forged.payload.receiptJob?.fraudReason = "untrusted_chain"
         let verifier = StubVerifier([StubVerifier.report(status: 0, verdict: .valid)])
         let (outcomes, queue, store) = try await run(forged, verifier: verifier)
         #expect(outcomes == [.invalid: 1])

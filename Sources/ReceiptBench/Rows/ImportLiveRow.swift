@@ -125,7 +125,9 @@ enum ImportLiveRow: BenchRow {
                 var command: [[UInt8]] = [Array("LPUSH".utf8), Array(importQueue.utf8)]
                 for _ in 0..<min(1_000, importJobs - pushed) {
                     var envelope = try JobEnvelope.decode(imported.makeJob(serial: importSerial, now: Date()).bytes)
-                    envelope.importID = importID
+                    if let purchase = envelope.payload.purchase {
+                        envelope.payload = .importItem(ImportItem(importID: importID, emitsEvents: false, purchase: purchase))
+                    }
                     envelope.replyTo = nil
                     command.append(envelope.encoded())
                     importSerial += 1

@@ -162,10 +162,12 @@ enum NotificationsRow: BenchRow {
         for batch in stride(from: 0, to: payloads.count, by: 500) {
             _ = try redis.pipeline(
                 bytes: (batch..<min(batch + 500, payloads.count)).map { index in
-                    var envelope = JobEnvelope(
-                        id: JobID.make(), kind: .notification, appID: app.id, enqueuedAt: Date(), origin: .apple, receipt: payloads[index],
-                        bundleID: bundleID, environment: "production")
-                    envelope.notificationID = "bench-\(index)-\(app.id)"
+                    let envelope = JobEnvelope(
+                        id: JobID.make(), appID: app.id, enqueuedAt: Date(), origin: .apple,
+                        payload: .notification(
+                            NotificationJob(
+                                notificationID: "bench-\(index)-\(app.id)", body: payloads[index], bundleID: bundleID, environment: "production")
+                        ))
                     return [Array("LPUSH".utf8), Array(keys.queue("notification").utf8), envelope.encoded()]
                 })
         }

@@ -212,8 +212,9 @@ enum OutboxRow: BenchRow {
             var generator = SystemRandomNumberGenerator()
             return try (first..<first + count).map { serial in
                 let envelope = try JobEnvelope.decode(factory.makeJob(serial: serial).bytes)
-                let receipt = try ReceiptDecoder.decode(base64: envelope.receipt)
-                let answer = MockAppStore.answer(for: receipt, receiptData: envelope.receipt, environmentName: "Production", excludeOld: false)
+                let receiptData = envelope.payload.purchase?.receiptData ?? ""
+                let receipt = try ReceiptDecoder.decode(base64: receiptData)
+                let answer = MockAppStore.answer(for: receipt, receiptData: receiptData, environmentName: "Production", excludeOld: false)
                 let report = VerificationReport(
                     verdict: .valid, response: VerifyReceiptResponse(json: .object(answer)),
                     calls: [AppleCall(endpoint: .production, httpStatus: 200, appleStatus: 0, isRetryable: nil, latencyMs: 50, errorCode: nil)],

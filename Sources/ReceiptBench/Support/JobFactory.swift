@@ -77,7 +77,9 @@ struct JobFactory: Sendable {
             let probe = makeJob(serial: serial, now: Date(timeIntervalSince1970: 1_763_700_000.5))
             let decoded = try JobEnvelope.decode(probe.bytes)
             let spliced =
-                transactionIDs ? decoded.transactionID : try ReceiptDecoder.decode(base64: decoded.receipt).inApp.first?.transactionID
+                transactionIDs
+                ? decoded.payload.purchase?.transactionID
+                : try ReceiptDecoder.decode(base64: decoded.payload.purchase?.receiptData ?? "").inApp.first?.transactionID
             guard decoded.id == probe.id, decoded.appID == appIDs[serial % appIDs.count],
                 Self.milliseconds(decoded.enqueuedAt) == 1_763_700_000_500,
                 spliced == "\(receipt.tag)\(Self.serial(serial))" + (transactionIDs ? "" : "01")
@@ -91,16 +93,18 @@ struct JobFactory: Sendable {
         let templateEnvelope =
             transactionIDs
             ? JobEnvelope(
-                // No bundle id: each app's own, as the door leaves it for a bare transaction id.
-                id: Self.placeholderID, kind: .validate, appID: appID, enqueuedAt: Self.placeholderDate, origin: .api, receipt: "",
-                environment: "production",
-                submission: Submission(userIdentifier: "bench-user", countryCode: "US"), source: .transactionID,
-                transactionID: Self.placeholderReceipt)
+                id: Self.placeholderID, appID: appID, enqueuedAt: Self.placeholderDate, origin: .api,
+                payload: .transaction(
+                    TransactionJob(
+                        // No bundle id: each app's own, as the door leaves it for a bare transaction id.
+                        signedTransaction: nil, transactionID: Self.placeholderReceipt, environment: "production",
+                        submission: Submission(userIdentifier: "bench-user", countryCode: "US"))))
             : JobEnvelope(
-                id: Self.placeholderID, kind: .validate, appID: appID, enqueuedAt: Self.placeholderDate, origin: .api,
-                receipt: Self.placeholderReceipt, style: .unified, bundleID: receipt.bundleID, environment: "production",
-                submission: Submission(userIdentifier: "bench-user", countryCode: "US")
-            )
+                id: Self.placeholderID, appID: appID, enqueuedAt: Self.placeholderDate, origin: .api,
+                payload: .receipt(
+                    ReceiptJob(
+                        receipt: Self.placeholderReceipt, style: .unified, bundleID: receipt.bundleID, environment: "production",
+                        submission: Submission(userIdentifier: "bench-user", countryCode: "US"))))
         // Every job names the bench's result channel, as a job of a waiting API request does.
         var envelope = templateEnvelope
         envelope.replyTo = Self.resultNode

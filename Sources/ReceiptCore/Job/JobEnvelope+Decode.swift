@@ -17,7 +17,7 @@ extension JobEnvelope {
         } else {
             envelope = try decodeWithFoundation(bytes)
         }
-        guard envelope.v <= currentVersion else {
+        guard envelope.header.version <= currentVersion else {
             throw DecodingError.dataCorrupted(.init(codingPath: [], debugDescription: "unknown envelope version"))
         }
         return envelope
@@ -26,12 +26,17 @@ extension JobEnvelope {
     /// The direct reader alone: nil where ``decode(_:)`` hands the bytes to `JSONDecoder` (the
     /// tests and the fuzz target hold it to ``decodeWithFoundation(_:)``).
     public static func decodeDirectly(_ bytes: [UInt8]) -> JobEnvelope? {
-        (try? JSONValue.parse(bytes)).flatMap(EnvelopeReader.envelope)
+        (try? JSONValue.parse(bytes)).flatMap(EnvelopeReader.envelope).flatMap { try? JobEnvelope(wire: $0) }
     }
 
     /// `JSONDecoder`'s reading of the same bytes (the reference the direct reader is held to).
     public static func decodeWithFoundation(_ bytes: [UInt8]) throws -> JobEnvelope {
-        try JSONDecoder.envelopes.decode(JobEnvelope.self, from: Data(bytes))
+        let wire = try JSONDecoder.envelopes.decode(JobWire.self, from: Data(bytes))
+        do {
+            return try JobEnvelope(wire: wire)
+        } catch let mismatch as WireMismatch {
+            throw DecodingError.dataCorrupted(.init(codingPath: [], debugDescription: mismatch.description))
+        }
     }
 }
 
@@ -50,7 +55,7 @@ private enum EnvelopeReader {
     /// A field's value: absent (or `null`) is `.some(nil)`, a wrong type is nil.
     typealias Field<T> = T??
 
-    static func envelope(_ tree: JSONValue) -> JobEnvelope? {
+    static func envelope(_ tree: JSONValue) -> JobWire? {
         guard case .object(let fields) = tree else { return nil }
         guard let v = int(fields["v"]), let id = uuid(fields["id"]), let kind = raw(JobKind.self, fields["kind"]),
             let appID = uuid(fields["app_id"]), let attempt = int(fields["attempt"]), let enqueuedAt = date(fields["enqueued_at"]),
@@ -79,23 +84,12 @@ private enum EnvelopeReader {
             guard let read = appleCall(call) else { return nil }
             history.append(read)
         }
-        var envelope = JobEnvelope(
-            id: id, kind: kind, appID: appID, enqueuedAt: enqueuedAt, origin: origin, receipt: receipt, style: style, bundleID: bundleID,
-            environment: environment, submission: submission, fraudReason: fraudReason, subscription: subscription, source: source,
-            transactionID: transactionID)
-        envelope.v = v
-        envelope.attempt = attempt
-        envelope.firstFailedAt = firstFailedAt
-        envelope.lastFailedAt = lastFailedAt
-        envelope.errorCode = errorCode
-        envelope.errorMessage = errorMessage
-        envelope.history = history
-        envelope.replyTo = replyTo
-        envelope.notificationID = notificationID
-        envelope.webhook = webhook
-        envelope.importID = importID
-        envelope.importEvents = importEvents
-        return envelope
+        return JobWire(
+            v: v, id: id, kind: kind, appID: appID, attempt: attempt, enqueuedAt: enqueuedAt, firstFailedAt: firstFailedAt,
+            lastFailedAt: lastFailedAt, errorCode: errorCode, errorMessage: errorMessage, origin: origin, receipt: receipt, style: style,
+            bundleID: bundleID, environment: environment, submission: submission, history: history, fraudReason: fraudReason,
+            replyTo: replyTo, subscription: subscription, source: source, transactionID: transactionID, notificationID: notificationID,
+            webhook: webhook, importID: importID, importEvents: importEvents)
     }
 
     static func submission(_ value: JSONValue?) -> Submission? {

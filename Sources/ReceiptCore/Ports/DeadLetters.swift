@@ -21,7 +21,7 @@ public enum JobSetKind: String, Sendable, Equatable, CaseIterable {
 /// A member whose bytes are not a job envelope (a poison job) is still an entry: its `envelope`
 /// is nil, its id is derived from a hash of its bytes, and it can be deleted like any other.
 ///
-/// `raw` and `envelope.receipt` hold the receipt itself: show ``envelopeForDisplay`` instead.
+/// `raw` and `envelope.payload` hold the receipt itself: show ``envelopeForDisplay`` instead.
 /// `description` never includes either.
 public struct JobSetEntry: Sendable, Equatable, Identifiable, CustomStringConvertible {
     /// An entry's identifier: the job id, or `poison-<hash>` for a member that is not an envelope.
@@ -113,7 +113,7 @@ public struct JobSetEntry: Sendable, Equatable, Identifiable, CustomStringConver
     /// The registered app the receipt belongs to.
     public var appID: UUID? { envelope?.appID }
     /// The bundle id decoded from the receipt at ingestion.
-    public var bundleID: String? { envelope?.bundleID }
+    public var bundleID: String? { envelope?.payload.bundleID }
     /// The bounded code of the last failure.
     public var errorCode: String? { envelope?.errorCode }
     /// The redacted description of the last failure.
@@ -127,7 +127,7 @@ public struct JobSetEntry: Sendable, Equatable, Identifiable, CustomStringConver
     /// When the receipt was queued at ingestion.
     public var enqueuedAt: Date? { envelope?.enqueuedAt }
     /// The end user's identifier the client sent along.
-    public var userIdentifier: String? { envelope?.submission.userIdentifier }
+    public var userIdentifier: String? { envelope?.payload.userIdentifier }
     /// Who put the job on the queue last.
     public var origin: JobOrigin? { envelope?.origin }
 
@@ -144,7 +144,7 @@ public struct JobSetEntry: Sendable, Equatable, Identifiable, CustomStringConver
         guard var copy = envelope else { return nil }
         // The first twelve characters are the PKCS#7 header every receipt starts with: enough to
         // see it is one, nothing about whose it is.
-        copy.receipt = "<receipt: \(copy.receipt.prefix(12))… \(copy.receipt.utf8.count) base64 characters, the rest not shown>"
+        copy.payload = copy.payload.redacting { "<receipt: \($0.prefix(12))… \($0.utf8.count) base64 characters, the rest not shown>" }
         return copy
     }
 
@@ -200,7 +200,7 @@ public struct JobSetFilter: Sendable, Equatable {
         guard let needle = Self.nonBlank(search)?.lowercased() else { return true }
         // Deliberately not the receipt, the raw bytes, the device or network fields. A webhook
         // delivery is found by its endpoint, its event or its event type.
-        let webhook = entry.envelope?.webhook
+        let webhook = entry.envelope?.payload.delivery?.target
         let haystacks = [
             entry.id.rawValue, entry.bundleID, entry.errorCode, entry.errorMessage, entry.userIdentifier, entry.kind?.rawValue,
             webhook?.endpointID.canonical, webhook?.eventID.canonical, webhook?.eventType,

@@ -176,6 +176,11 @@ public struct ValidationRecord: Sendable, Equatable {
     public var filedUnder: UUID?
     /// For a `webhook` job: how its delivery went (nothing else of the record is stored).
     public var delivery: DeliveryOutcome?
+    /// The user the ledger rows are filed for: the job's, or for a notification the user of the
+    /// stored receipt that holds its subscription (set by the store).
+    public var userIdentifier: String?
+    /// For a `notification` job: the transaction it states.
+    public var notificationTransactionID: String?
 
     /// Creates a record.
     public init(
@@ -196,6 +201,7 @@ public struct ValidationRecord: Sendable, Equatable {
         self.validatedAt = validatedAt
         self.subscriptions = subscriptions
         self.retryPollAt = retryPollAt
+        self.userIdentifier = envelope.payload.userIdentifier
     }
 }
 
@@ -349,20 +355,26 @@ extension ValidationRecord {
     public var storedErrorCode: String? {
         switch status {
         case .valid: nil
-        case .fraud: envelope.fraudReason
+        case .fraud: envelope.payload.purchase?.fraudReason
         default: errorCode ?? envelope.errorCode
         }
     }
 
+    /// The subscription this record re-polled, if it is a re-poll.
+    public var repollTarget: RepollTarget? {
+        guard case .repoll(let job) = envelope.payload else { return nil }
+        return job.target
+    }
+
     /// Whether this is a re-poll of a subscription (no receipt row of its own).
-    public var isRepoll: Bool { envelope.subscription != nil }
+    public var isRepoll: Bool { repollTarget != nil }
 
     /// Whether this applies an App Store Server Notification (nobody waits for its resource).
     public var isNotification: Bool { notification != nil }
 
     /// The stored receipt this record's purchases and calls are filed under: its own, for a re-poll
     /// the receipt it re-sent, for a notification the receipt that already holds its subscription.
-    public var receiptID: UUID { filedUnder ?? envelope.subscription?.receiptID ?? envelope.id }
+    public var receiptID: UUID { filedUnder ?? repollTarget?.receiptID ?? envelope.id }
 }
 
 /// A subscription whose re-poll is due, as the scheduler claims it: what a `repoll` job needs.
@@ -404,9 +416,11 @@ public struct DueSubscription: Sendable, Equatable, CustomStringConvertible {
     /// The `repoll` job for this poll.
     public func job(id: UUID, at date: Date) -> JobEnvelope {
         JobEnvelope(
-            id: id, kind: .repoll, appID: appID, enqueuedAt: date, origin: .scheduler, receipt: receipt, style: style,
-            bundleID: bundleID, environment: environment, submission: Submission(userIdentifier: userIdentifier),
-            subscription: RepollTarget(originalTransactionID: originalTransactionID, receiptID: receiptID, pollSequence: pollSequence))
+            id: id, appID: appID, enqueuedAt: date, origin: .scheduler,
+            payload: .repoll(
+                RepollJob(
+                    target: RepollTarget(originalTransactionID: originalTransactionID, receiptID: receiptID, pollSequence: pollSequence),
+                    latestReceipt: receipt, style: style, bundleID: bundleID, environment: environment, userIdentifier: userIdentifier)))
     }
 }
 

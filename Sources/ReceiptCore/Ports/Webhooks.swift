@@ -133,10 +133,9 @@ public struct WebhookDispatch: Sendable, Equatable {
 
     /// The `webhook` job for it.
     public func job(id: UUID, at date: Date) -> JobEnvelope {
-        var envelope = JobEnvelope(
-            id: id, kind: .webhook, appID: appID, enqueuedAt: date, origin: .outbox, receipt: String(decoding: body, as: UTF8.self))
-        envelope.webhook = target
-        return envelope
+        JobEnvelope(
+            id: id, appID: appID, enqueuedAt: date, origin: .outbox,
+            payload: .delivery(WebhookDelivery(target: target, body: String(decoding: body, as: UTF8.self))))
     }
 }
 

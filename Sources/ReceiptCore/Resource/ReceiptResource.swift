@@ -226,12 +226,13 @@ public struct ReceiptResource: Sendable, Equatable, Codable {
 
     /// The resource as the API shows it before Apple answered, from the job and the local decode.
     public static func pending(_ envelope: JobEnvelope, purchases: [InAppPurchase]) -> ReceiptResource {
-        ReceiptResource(
-            id: envelope.id, style: envelope.style, appFamilyID: envelope.appID, bundleID: envelope.bundleID,
-            environment: envelope.environment, submission: envelope.submission, validationStatus: .pending,
+        let purchase = envelope.payload.purchase
+        let source = purchase?.source ?? .receipt
+        return ReceiptResource(
+            id: envelope.id, style: purchase?.style, appFamilyID: envelope.appID, bundleID: purchase?.bundleID,
+            environment: purchase?.environment, submission: purchase?.submission ?? Submission(), validationStatus: .pending,
             inAppPurchases: purchases.map { InAppPurchaseResource($0) }, createdAt: envelope.enqueuedAt,
-            updatedAt: envelope.enqueuedAt, source: envelope.source ?? .receipt,
-            transactionID: envelope.source == nil || envelope.source == .receipt ? nil : envelope.transactionID)
+            updatedAt: envelope.enqueuedAt, source: source, transactionID: source == .receipt ? nil : purchase?.transactionID)
     }
 
     /// JSON bytes (sorted keys, so equal resources are equal bytes; absent values omitted).
