@@ -33,7 +33,9 @@ extension WebhookTests {
         /// The webhook jobs waiting in the retry set: the member, and the delivery it sends.
         func retrying() throws -> [(member: [UInt8], delivery: Int64)] {
             try (redis.send(["ZRANGE", keys.retry, "0", "-1"]).array ?? []).compactMap { value in
-                guard case .bulk(let bytes) = value, let job = try? JobEnvelope.decode(bytes), let target = job.payload.delivery?.target else { return nil }
+                guard case .bulk(let bytes) = value, let job = try? JobEnvelope.decode(bytes), let target = job.payload.delivery?.target else {
+                    return nil
+                }
                 return (bytes, target.deliveryID)
             }
         }
