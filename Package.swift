@@ -14,9 +14,21 @@ let package = Package(
     platforms: [.macOS(.v15)],
     products: [
         .executable(name: "receiptq", targets: ["ReceiptQueueCLI"]),
-        // The pure domain as a library, for the fuzzing package in Fuzz/.
+        // Libraries only for the packages beside this one: bench/ (receiptq-bench) and Fuzz/ (ReceiptCore).
         .library(name: "ReceiptCore", targets: ["ReceiptCore"]),
-        .executable(name: "receiptq-bench", targets: ["ReceiptBench"]),
+        .library(name: "ReceiptSignature", targets: ["ReceiptSignature"]),
+        .library(name: "OpenSSL", targets: ["OpenSSL"]),
+        .library(name: "Curl", targets: ["Curl"]),
+        .library(name: "Hiredis", targets: ["Hiredis"]),
+        .library(name: "Libpq", targets: ["Libpq"]),
+        .library(name: "RedisJobQueue", targets: ["RedisJobQueue"]),
+        .library(name: "PostgresStore", targets: ["PostgresStore"]),
+        .library(name: "ReceiptWorker", targets: ["ReceiptWorker"]),
+        .library(name: "ReceiptScheduler", targets: ["ReceiptScheduler"]),
+        .library(name: "IngestAPI", targets: ["IngestAPI"]),
+        .library(name: "MockAppStore", targets: ["MockAppStore"]),
+        .library(name: "ReceiptQueueApp", targets: ["ReceiptQueueApp"]),
+        .library(name: "ReceiptTesting", targets: ["ReceiptTesting"]),
     ],
     dependencies: [
         .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.28.1"),
@@ -199,25 +211,6 @@ let package = Package(
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
-                .product(name: "Logging", package: "swift-log"),
-            ],
-            swiftSettings: swiftSettings
-        ),
-        .executableTarget(
-            name: "ReceiptBench",
-            dependencies: [
-                "ReceiptCore", "ReceiptSignature", "OpenSSL",
-                // Children (worker, mock, perf, wrk) are spawned as the tests spawn theirs.
-                "ReceiptTesting",
-                // The pipeline and queue_only rows drive the real adapters and the worker pool.
-                "Hiredis", "Libpq", "Curl", "RedisJobQueue", "PostgresStore", "AppStoreClient", "ReceiptWorker", "ReceiptQueueApp",
-                // The scheduler row drives the real Repoller (claim in Postgres + enqueue in Redis).
-                "ReceiptScheduler",
-                // The webhooks row's receiver checks signatures as a backend would.
-                "MockAppStore",
-                // The ingest row times the server's own steps of a POST.
-                "IngestAPI", .product(name: "NIOCore", package: "swift-nio"),
-                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: swiftSettings

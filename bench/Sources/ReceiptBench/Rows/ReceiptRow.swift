@@ -250,13 +250,13 @@ enum ReceiptRow: BenchRow {
     }
 
     /// The shared corpus: `--testdata`, else `RECEIPTQ_TESTDATA`, else `../shared/testdata/appstore`
-    /// seen from the current directory (scripts/bench runs from the package root) or from this file.
+    /// seen from the current directory (scripts/bench runs from the repository root) or from this file.
     static func corpusDirectory(_ options: BenchOptions) -> URL? {
         if let explicit = options.extra["--testdata"] ?? ProcessInfo.processInfo.environment["RECEIPTQ_TESTDATA"] {
             return URL(fileURLWithPath: explicit)
         }
         var fromSource = URL(fileURLWithPath: #filePath)
-        for _ in 0..<4 { fromSource.deleteLastPathComponent() }  // Sources/ReceiptBench/Rows/<file> → package root
+        for _ in 0..<5 { fromSource.deleteLastPathComponent() }  // bench/Sources/ReceiptBench/Rows/<file> → repository root
         let candidates = [
             URL(fileURLWithPath: FileManager.default.currentDirectoryPath).deletingLastPathComponent(),
             fromSource.deletingLastPathComponent(),

@@ -12,7 +12,7 @@ protocol BenchRow {
     static var summary: String { get }
     /// Servers the row needs from `scripts/services`: `redis`, `postgres`; empty for none.
     static var services: [String] { get }
-    /// Other products of the package the row runs (e.g. `receiptq`); scripts/bench builds them in release.
+    /// Other products of the main package the row runs (e.g. `receiptq`); scripts/bench builds them in release, next to receiptq-bench.
     static var products: [String] { get }
     /// Debian packages of the tools the row runs (e.g. `wrk`); scripts/bench installs them with scripts/setup.
     static var packages: [String] { get }

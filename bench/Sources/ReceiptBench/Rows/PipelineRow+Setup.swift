@@ -45,7 +45,8 @@ extension PipelineRow {
             url = me.deletingLastPathComponent().appendingPathComponent("receiptq")
         }
         guard FileManager.default.isExecutableFile(atPath: url.path) else {
-            throw BenchFailure(description: "\(url.path) not found: swift build -c release --product receiptq (scripts/bench does it)")
+            throw BenchFailure(
+                description: "\(url.path) not found: swift build -c release --package-path bench --product receiptq (scripts/bench does it)")
         }
         return url
     }

@@ -55,7 +55,7 @@ enum Machine {
         return withUnsafeBytes(of: &name.release) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
     }
 
-    /// Runs git in the current directory (scripts/bench runs from the package root); nil if unavailable.
+    /// Runs git in the current directory (scripts/bench runs from the repository root); nil if unavailable.
     private static func git(_ arguments: [String]) -> String? {
         guard let result = try? ReceiptTesting.ChildProcess.run(["git"] + arguments, stderr: .null), result.status == 0 else {
             return nil
