@@ -90,18 +90,18 @@ public final class AppStoreClient: ReceiptVerifier {
     static func interpret(
         _ result: Result<Curl.HTTPResponse, CurlError>, from environment: AppStoreEnvironment, latencyMs: Int
     ) -> (AppleCall, VerifyReceiptResponse?) {
-        func call(_ http: Int?, _ status: Int? = nil, _ retryable: Bool? = nil, error: String?) -> AppleCall {
+        func call(_ http: Int?, _ status: Int? = nil, _ retryable: Bool? = nil, error: FailureCode?) -> AppleCall {
             AppleCall(
                 endpoint: environment, httpStatus: http, appleStatus: status, isRetryable: retryable, latencyMs: latencyMs,
                 errorCode: error)
         }
         switch result {
         case .failure(let error):
-            return (call(nil, error: "transport_\(error.code)"), nil)
+            return (call(nil, error: .transport(TransportFailure(error))), nil)
         case .success(let response) where response.status != 200:
-            return (call(response.status, error: "http_\(response.status)"), nil)
+            return (call(response.status, error: .http(response.status)), nil)
         case .success(let response):
-            guard let parsed = VerifyReceiptResponse(body: response.body) else { return (call(200, error: "non_json_body"), nil) }
+            guard let parsed = VerifyReceiptResponse(body: response.body) else { return (call(200, error: .nonJSONBody), nil) }
             return (call(200, parsed.status, parsed.isRetryable, error: nil), parsed)
         }
     }
@@ -153,7 +153,7 @@ struct VerificationSession: Sendable {
             // 404/410: the endpoint is retired, which is not an outage (the circuit must not stop
             // the Server API's jobs for it) and not the receipt's fault.
             return .finish(
-                VerificationReport(verdict: .transient, response: nil, calls: calls, errorCode: "verify_receipt_gone"))
+                VerificationReport(verdict: .transient, response: nil, calls: calls, errorCode: .verifyReceiptGone))
         }
         guard let response else {
             // The classifier decides, so "what a failed call means" lives in one place.
@@ -165,15 +165,22 @@ struct VerificationSession: Sendable {
         let verdict = AppleStatus.verdict(status: response.status, isRetryable: response.isRetryable, from: call.endpoint)
         if case .switchEnvironment(let target) = verdict {
             guard flipped.insert(target).inserted else {
-                return .finish(VerificationReport(verdict: .transient, response: response, calls: calls, errorCode: "environment_loop"))
+                return .finish(VerificationReport(verdict: .transient, response: response, calls: calls, errorCode: .environmentLoop))
             }
             return .send(target)
         }
-        let code: String? =
+        let code: FailureCode? =
             switch verdict {
             case .valid, .invalid: nil
-            default: "apple_\(response.status)"
+            default: .apple(response.status)
             }
         return .finish(VerificationReport(verdict: verdict, response: response, calls: calls, errorCode: code))
+    }
+}
+
+extension TransportFailure {
+    /// The domain's name for a libcurl failure, whose classification it shares name for name.
+    init(_ error: CurlError) {
+        self = TransportFailure(rawValue: error.code.description) ?? .other
     }
 }

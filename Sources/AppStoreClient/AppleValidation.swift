@@ -21,7 +21,7 @@ public final class AppleValidation: ReceiptVerifier {
         guard let serverAPI else {
             return completion(
                 VerificationReport(
-                    verdict: .configurationError, response: nil, calls: [], errorCode: "server_api_not_configured", backend: .serverAPI))
+                    verdict: .configurationError, response: nil, calls: [], errorCode: .serverAPINotConfigured, backend: .serverAPI))
         }
         serverAPI.verify(query, completion: completion)
     }

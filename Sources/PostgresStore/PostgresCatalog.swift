@@ -85,7 +85,9 @@ public final class PostgresCatalog: ReceiptCatalog {
         do {
             return try await pool.withConnection(body)
         } catch let error as PostgresError where error.isDataError {
-            throw StoreFailure(code: error.sqlState ?? "\(error.code)", message: "Postgres refused the lookup: \(error.message)", isPermanent: true)
+            throw StoreFailure(
+                code: error.sqlState.map { .sqlState($0) } ?? .driver("\(error.code)"), message: "Postgres refused the lookup: \(error.message)",
+                isPermanent: true)
         }
     }
 

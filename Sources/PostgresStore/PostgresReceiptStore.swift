@@ -78,7 +78,7 @@ public final class PostgresReceiptStore: ReceiptStore {
                 // A re-poll or a notification has no receipt of its own to show: nobody waits for it.
                 if record.isRepoll || record.isNotification { return .success(nil) }
                 return resources[record.envelope.id].map { .success($0) }
-                    ?? .failure(StoreFailure(code: "missing_after_write", message: "receipt row not readable after commit"))
+                    ?? .failure(StoreFailure(code: .missingAfterWrite, message: "receipt row not readable after commit"))
             }
             // Deliveries first in the batch order they came in: the caller zips results with records.
             var others = saved.makeIterator()
@@ -123,7 +123,7 @@ public final class PostgresReceiptStore: ReceiptStore {
         // lock: a retry takes the lock and numbers after the winner, so it is not the record's fault.
         let sequenceRace = error.constraint == "events_subject_sequence_key"
         return StoreFailure(
-            code: error.sqlState ?? "\(error.code)", message: "Postgres refused the record: \(error.message)",
+            code: error.sqlState.map { .sqlState($0) } ?? .driver("\(error.code)"), message: "Postgres refused the record: \(error.message)",
             isPermanent: error.isDataError && !sequenceRace)
     }
 
@@ -441,7 +441,7 @@ private struct AttemptColumns {
         for (seq, call) in record.calls.enumerated() {
             let values: [ColumnValue] = [
                 .uuid(record.receiptID), .int(record.envelope.attempt), .int(seq), .text(call.endpoint.rawValue),
-                .int(call.httpStatus), .int(call.appleStatus), .bool(call.isRetryable), .int(call.latencyMs), .text(call.errorCode),
+                .int(call.httpStatus), .int(call.appleStatus), .bool(call.isRetryable), .int(call.latencyMs), .text(call.errorCode?.rawValue),
                 .uuid(record.envelope.id),
             ]
             columns.append(values)

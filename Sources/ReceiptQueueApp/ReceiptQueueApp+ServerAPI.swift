@@ -23,7 +23,7 @@ extension ReceiptQueueApp {
             configuration: serverAPI,
             tokens: { query in try tokens.token(for: query.key, bundleID: query.bundleID) },
             verifyPayload: { jws in
-                verifier.verify(jws).map(\.payload).mapError { ServerAPIClient.JWSRejection(reason: $0.reason) }
+                verifier.verify(jws).map(\.payload)
             },
             throttle: ServerAPIThrottle {
                 RedisServerAPIRateLimiter(

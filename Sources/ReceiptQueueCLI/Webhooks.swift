@@ -138,7 +138,7 @@ struct WebhooksCommand: AsyncParsableCommand {
             if report.isDelivered {
                 print("Delivered: HTTP \(report.httpStatus ?? 0) in \(report.latencyMs) ms.")
             } else {
-                print("Not delivered: \(report.errorCode ?? "unknown") after \(report.latencyMs) ms.")
+                print("Not delivered: \(report.errorCode?.rawValue ?? "unknown") after \(report.latencyMs) ms.")
                 throw ExitCode(1)
             }
         }

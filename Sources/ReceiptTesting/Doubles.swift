@@ -153,7 +153,7 @@ public final class StubVerifier: ReceiptVerifier, @unchecked Sendable {
             verdict: verdict, response: response,
             calls: [
                 AppleCall(endpoint: .production, httpStatus: 200, appleStatus: status, isRetryable: nil, latencyMs: 5, errorCode: nil)
-            ], errorCode: verdict == .valid || verdict == .invalid ? nil : "apple_\(status)")
+            ], errorCode: verdict == .valid || verdict == .invalid ? nil : .apple(status))
     }
 }
 

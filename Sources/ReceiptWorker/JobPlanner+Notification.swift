@@ -40,6 +40,6 @@ extension JobPlanner {
 
     /// The door checked it, so this is a bug or a changed envelope: kept for an operator, never retried.
     private func malformed(_ envelope: JobEnvelope) -> JobPlan {
-        .bury(envelope.failed(code: "malformed_notification", message: "the notification could not be decoded", calls: [], at: now()))
+        .bury(envelope.failed(code: .malformedNotification, message: "the notification could not be decoded", calls: [], at: now()))
     }
 }

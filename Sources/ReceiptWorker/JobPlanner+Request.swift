@@ -85,7 +85,7 @@ extension JobPlanner {
                     receiptData: validation.receiptData, sharedSecret: app.sharedSecret, excludeOldTransactions: app.excludeOldTransactions))
         }
         guard let key = app.serverAPIKey else {
-            let code = app.serverAPIKeyID == nil ? "server_api_key_missing" : "server_api_key_unreadable"
+            let code: FailureCode = app.serverAPIKeyID == nil ? .serverAPIKeyMissing : .serverAPIKeyUnreadable
             let message =
                 app.serverAPIKeyID == nil
                 ? "the app has no In-App Purchase key: add one with `receiptq apps server-api-key`, then retry"
@@ -120,7 +120,7 @@ extension JobPlanner {
             return .settle(
                 .bury(
                     envelope.failed(
-                        code: "receipt_not_verified_locally",
+                        code: .receiptNotVerifiedLocally,
                         message: "the Server API needs a transaction id from a receipt whose signature was checked: configure trust roots",
                         calls: [], at: now())))
         }

@@ -14,7 +14,7 @@ extension JobPlanner {
     public func webhookStart(_ envelope: JobEnvelope, _ delivery: WebhookDelivery, endpoint: WebhookEndpointRecord?) -> WebhookStart {
         let target = delivery.target
         guard let endpoint else {
-            return .settle(.store(deliveryRecord(envelope, status: .delivered, httpStatus: nil, errorCode: "endpoint_removed")))
+            return .settle(.store(deliveryRecord(envelope, status: .delivered, httpStatus: nil, errorCode: .endpointRemoved)))
         }
         if endpoint.pausedAt != nil {
             return .settle(.retry(envelope, runAt: now().addingTimeInterval(60), outcome: .deferred))
@@ -23,7 +23,7 @@ extension JobPlanner {
             return .settle(
                 .bury(
                     envelope.failed(
-                        code: "webhook_secret_unreadable", message: "the endpoint's secret cannot be opened: check RECEIPTQ_SECRETS_KEY, then retry",
+                        code: .webhookSecretUnreadable, message: "the endpoint's secret cannot be opened: check RECEIPTQ_SECRETS_KEY, then retry",
                         calls: [], at: now())))
         }
         return .send(
@@ -41,7 +41,7 @@ extension JobPlanner {
             delivered.attempt += 1
             return .store(deliveryRecord(delivered, status: .delivered, httpStatus: report.httpStatus, errorCode: nil))
         }
-        let code = report.errorCode ?? report.httpStatus.map { "http_\($0)" } ?? "unknown"
+        let code = report.errorCode ?? report.httpStatus.map { .http($0) } ?? .unknown
         let message = report.httpStatus.map { "the endpoint answered \($0)" } ?? "the endpoint could not be reached (\(code))"
         let failed = envelope.failed(code: code, message: message, calls: [], at: now())
         guard
@@ -51,7 +51,7 @@ extension JobPlanner {
     }
 
     /// The record a delivery job leaves in Postgres (its row, and its endpoint's run of failures).
-    func deliveryRecord(_ envelope: JobEnvelope, status: DeliveryOutcome.Status, httpStatus: Int?, errorCode: String?) -> ValidationRecord {
+    func deliveryRecord(_ envelope: JobEnvelope, status: DeliveryOutcome.Status, httpStatus: Int?, errorCode: FailureCode?) -> ValidationRecord {
         var record = ValidationRecord(
             envelope: envelope, status: status == .delivered ? .valid : .failed, environment: nil, appleStatus: nil, purchases: [],
             latestReceipt: nil, calls: [], validatedAt: now())
@@ -65,11 +65,6 @@ extension JobPlanner {
     /// The record of a failed delivery attempt that will be tried again (best effort, like a
     /// buried job's `failed` row): the dashboard and the pause rule see the failure now.
     public func deliveryAttemptRecord(_ retried: JobEnvelope) -> ValidationRecord {
-        deliveryRecord(retried, status: .retrying, httpStatus: Self.httpStatus(retried.errorCode), errorCode: retried.errorCode)
-    }
-
-    static func httpStatus(_ code: String?) -> Int? {
-        guard let code, code.hasPrefix("http_") else { return nil }
-        return Int(code.dropFirst(5))
+        deliveryRecord(retried, status: .retrying, httpStatus: retried.errorCode?.httpStatus, errorCode: retried.errorCode)
     }
 }

@@ -71,7 +71,7 @@ public struct JobPlanner: Sendable {
 
     /// The job names an app that is not registered (deleted since it was queued).
     public func unknownApp(_ envelope: JobEnvelope) -> JobPlan {
-        .bury(envelope.failed(code: "unknown_app", message: "app not registered", calls: [], at: now()))
+        .bury(envelope.failed(code: .unknownApp, message: "app not registered", calls: [], at: now()))
     }
 
     /// The ingestion node found the receipt forged or another app's (`envelope.fraudReason`): it is
@@ -86,7 +86,7 @@ public struct JobPlanner: Sendable {
     /// Postgres could not be read or written: run the job again later (Apple's answer is not lost
     /// for good, it is asked again).
     public func storeUnavailable(
-        _ envelope: JobEnvelope, calls: [AppleCall], code: String = "store_unavailable", using generator: inout some RandomNumberGenerator
+        _ envelope: JobEnvelope, calls: [AppleCall], code: FailureCode = .storeUnavailable, using generator: inout some RandomNumberGenerator
     ) -> JobPlan {
         retryOrBury(envelope, code: code, message: "the result could not be stored", calls: calls, using: &generator)
     }
@@ -95,7 +95,7 @@ public struct JobPlanner: Sendable {
     /// get the same answer refused the same way, so the job goes to the dead letters at once, with
     /// the SQLSTATE and the database's (scrubbed) reason for the operator.
     public func storeRefused(_ envelope: JobEnvelope, calls: [AppleCall], failure: StoreFailure) -> JobPlan {
-        .bury(envelope.failed(code: "store_refused", message: "\(failure.message) (SQLSTATE \(failure.code))", calls: calls, at: now()))
+        .bury(envelope.failed(code: .storeRefused, message: "\(failure.message) (SQLSTATE \(failure.code))", calls: calls, at: now()))
     }
 
     /// What Apple's answer (or the transport failure) means for the job.
@@ -104,7 +104,7 @@ public struct JobPlanner: Sendable {
         _ envelope: JobEnvelope, report: VerificationReport, sandboxPolicy: SandboxPolicy = .accept,
         using generator: inout some RandomNumberGenerator
     ) -> JobPlan {
-        let code = report.errorCode ?? report.response.map { "apple_\($0.status)" } ?? "unknown"
+        let code = report.errorCode ?? report.response.map { .apple($0.status) } ?? .unknown
         if let until = report.rateLimitedUntil {
             // Apple's rate limit: wait it out; the calls still go to the audit trail via `history`.
             var waiting = envelope
@@ -114,11 +114,11 @@ public struct JobPlanner: Sendable {
         var report = report
         if sandboxPolicy == .reject, report.verdict == .valid, environment(of: report) == "sandbox" {
             report.verdict = .invalid
-            report.errorCode = "sandbox_rejected"
+            report.errorCode = .sandboxRejected
             return .store(
                 ValidationRecord(
                     envelope: envelope, status: .invalid, environment: "sandbox", appleStatus: report.response?.status, purchases: [],
-                    latestReceipt: nil, calls: report.calls, validatedAt: now(), errorCode: "sandbox_rejected", validatedBy: report.backend))
+                    latestReceipt: nil, calls: report.calls, validatedAt: now(), errorCode: .sandboxRejected, validatedBy: report.backend))
         }
         if let ledger = report.ledger, report.verdict == .valid {
             let at = now()
@@ -147,7 +147,7 @@ public struct JobPlanner: Sendable {
         case .configurationError:
             return .bury(
                 envelope.failed(
-                    code: report.response?.status == 21004 ? "shared_secret_mismatch" : code,
+                    code: report.response?.status == 21004 ? .sharedSecretMismatch : code,
                     message: "Apple rejected the request: fix the app's configuration, then retry", calls: report.calls, at: now()))
         case .transient
         where report.response?.status == 21002 && envelope.payload.style != nil
@@ -177,7 +177,7 @@ public struct JobPlanner: Sendable {
         var retryPollAt: Date?
         switch failed.payload {
         case .delivery:
-            return deliveryRecord(failed, status: .dead, httpStatus: Self.httpStatus(failed.errorCode), errorCode: failed.errorCode)
+            return deliveryRecord(failed, status: .dead, httpStatus: failed.errorCode?.httpStatus, errorCode: failed.errorCode)
         case .repoll:
             retryPollAt = at.addingTimeInterval(repollPolicy.troubleInterval.seconds)
         case .receipt, .transaction, .importItem, .notification:
@@ -189,7 +189,7 @@ public struct JobPlanner: Sendable {
     }
 
     private func retryOrBury(
-        _ envelope: JobEnvelope, code: String, message: String, calls: [AppleCall], using generator: inout some RandomNumberGenerator
+        _ envelope: JobEnvelope, code: FailureCode, message: String, calls: [AppleCall], using generator: inout some RandomNumberGenerator
     ) -> JobPlan {
         let failed = envelope.failed(code: code, message: message, calls: calls, at: now())
         guard

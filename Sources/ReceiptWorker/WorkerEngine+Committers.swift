@@ -22,7 +22,7 @@ extension WorkerEngine {
             for (settlement, outcome) in commit(batch, store: store, using: &rng) {
                 settlements.append(settlement)
                 outcomes.append(outcome)
-                activity.add(outcome.activity, errorCode: settlement.failureCode)
+                activity.add(outcome.activity, failure: settlement.failureCode)
             }
             let committedAt = DispatchTime.now().uptimeNanoseconds
             var pause = 0.1
@@ -137,7 +137,7 @@ extension WorkerEngine {
                 case .failure(let failure)?:
                     logger.warning(
                         "Postgres could not store a result", error: failure, metadata: ["job.id": "\(record.envelope.id.uuidString.lowercased())"])
-                    plan = planner.storeUnavailable(record.envelope, calls: record.calls, code: "store_refused", using: &generator)
+                    plan = planner.storeUnavailable(record.envelope, calls: record.calls, code: .storeRefused, using: &generator)
                 case nil:
                     plan = planner.storeUnavailable(record.envelope, calls: record.calls, using: &generator)
                 }
@@ -150,13 +150,15 @@ extension WorkerEngine {
                     "Job scheduled for a retry",
                     metadata: [
                         "job.id": "\(updated.id.uuidString.lowercased())", "job.attempt": "\(updated.attempt)",
-                        "error.code": "\(updated.errorCode ?? "")",
+                        "error.code": "\(updated.errorCode?.rawValue ?? "")",
                     ])
                 return (.retry(item.job, updated: updated, runAt: runAt), plan.outcome)
             case .bury(let updated):
                 logger.info(
                     "Job moved to the dead letters",
-                    metadata: ["job.id": "\(updated?.id.uuidString.lowercased() ?? "unreadable")", "error.code": "\(updated?.errorCode ?? "")"])
+                    metadata: [
+                        "job.id": "\(updated?.id.uuidString.lowercased() ?? "unreadable")", "error.code": "\(updated?.errorCode?.rawValue ?? "")",
+                    ])
                 return (.bury(item.job, updated: updated, at: at), plan.outcome)
             case .store:
                 preconditionFailure("a result that could not be stored is retried or buried, never stored")
@@ -168,7 +170,7 @@ extension WorkerEngine {
 extension Settlement {
     /// The failure a retry or a burial records (the updated envelope's code); nil for an
     /// acknowledgement, and for a burial of bytes that were never an envelope.
-    fileprivate var failureCode: String? {
+    fileprivate var failureCode: FailureCode? {
         switch self {
         case .acknowledge: nil
         case .retry(_, let updated, _): updated.errorCode

@@ -215,7 +215,7 @@ extension WorkerEngine {
         }
         let app: AppRecord?
         do {
-            guard let store else { throw StoreFailure(code: "store_unavailable", message: "no connection") }
+            guard let store else { throw StoreFailure(code: .unavailable, message: "no connection") }
             app = try store.app(id: envelope.appID)
         } catch {
             return decide(token, job, planner.storeUnavailable(envelope, calls: [], using: &generator))
@@ -228,7 +228,7 @@ extension WorkerEngine {
         case .settle(let plan):
             if case .bury(let failed?) = plan, let code = failed.errorCode, ConfigurationAlarm.raiseOnce(appID: app.id) {
                 logger.error(
-                    "The app cannot use the App Store Server API: \(failed.errorMessage ?? code)",
+                    "The app cannot use the App Store Server API: \(failed.errorMessage ?? code.rawValue)",
                     metadata: ["app.id": "\(app.id.uuidString.lowercased())", "error.code": "\(code)"])
             }
             return decide(token, job, plan)
@@ -285,7 +285,7 @@ extension WorkerEngine {
                 record.switchesApp = true
                 plan = .store(record)
             }
-            if case .bury(let failed?) = plan, failed.errorCode == "shared_secret_mismatch", ConfigurationAlarm.raiseOnce(appID: app.id) {
+            if case .bury(let failed?) = plan, failed.errorCode == .sharedSecretMismatch, ConfigurationAlarm.raiseOnce(appID: app.id) {
                 // Every receipt of this app will fail the same way until someone fixes the secret:
                 // say it once, loudly, not once per job.
                 self.logger.error(
@@ -302,7 +302,7 @@ extension WorkerEngine {
     ) {
         let endpoint: WebhookEndpointRecord?
         do {
-            guard let store else { throw StoreFailure(code: "store_unavailable", message: "no connection") }
+            guard let store else { throw StoreFailure(code: .unavailable, message: "no connection") }
             endpoint = try store.webhookEndpoint(id: delivery.target.endpointID)
         } catch {
             return decide(token, job, planner.storeUnavailable(envelope, calls: [], using: &generator))
@@ -313,7 +313,7 @@ extension WorkerEngine {
             guard let webhooks else {
                 return decide(
                     token, job,
-                    .bury(envelope.failed(code: "webhooks_not_configured", message: "this worker cannot send webhooks", calls: [], at: now())))
+                    .bury(envelope.failed(code: .webhooksNotConfigured, message: "this worker cannot send webhooks", calls: [], at: now())))
             }
             webhooks.deliver(request) { report in
                 var rng = SystemRandomNumberGenerator()

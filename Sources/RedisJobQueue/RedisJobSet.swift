@@ -7,9 +7,9 @@ import ReceiptCore
 ///
 /// ```swift
 /// let dead = RedisJobSet.dead(pool: pool, keys: RedisKeys())
-/// let page = try await dead.list(filter: JobSetFilter(errorCode: "shared_secret_mismatch"), offset: 0, limit: 50)
+/// let page = try await dead.list(filter: JobSetFilter(errorCode: .sharedSecretMismatch), offset: 0, limit: 50)
 /// // After fixing the app's shared secret:
-/// let moved = try await dead.retryAll(matching: JobSetFilter(errorCode: "shared_secret_mismatch"))
+/// let moved = try await dead.retryAll(matching: JobSetFilter(errorCode: .sharedSecretMismatch))
 /// ```
 ///
 /// Every change is made on the member's exact stored bytes, so it never touches a member that

@@ -128,7 +128,7 @@ public final class RedisMaintenance: QueueMaintenance {
         if counting, recoveries >= maxRecoveries {
             buried =
                 envelope?.failed(
-                    code: "poison_job", message: "the job was running when \(recoveries + 1) workers died", calls: [],
+                    code: .poisonJob, message: "the job was running when \(recoveries + 1) workers died", calls: [],
                     at: Date()
                 ).encoded() ?? raw
         }

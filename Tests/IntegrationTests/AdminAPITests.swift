@@ -70,7 +70,9 @@ struct AdminAPITests {
         let entries = try #require(page.json?["entries"]?.arrayValue)
         #expect(Set(entries.compactMap { $0["id"]?.stringValue }) == Set(ids))
         #expect(
-            entries.allSatisfy { $0["error_code"]?.stringValue == "shared_secret_mismatch" && $0["bundle_id"]?.stringValue == system.app.bundleID })
+            entries.allSatisfy {
+                $0["error_code"]?.stringValue == FailureCode.sharedSecretMismatch.rawValue && $0["bundle_id"]?.stringValue == system.app.bundleID
+            })
         // Filters: by error code, by a substring of the user, by another app.
         #expect(
             try await send(system, "GET", "/admin/api/dead?app_id=\(system.app.id)&error_code=shared_secret_mismatch").json?["total_matching"]?

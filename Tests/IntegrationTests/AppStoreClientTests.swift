@@ -81,14 +81,14 @@ struct AppStoreClientTests {
             let report = await verify(client, request(try receipt(.productionSandbox)))
             #expect(report.verdict == .transient)
             #expect(report.calls.count == 2)
-            #expect(report.errorCode == "apple_21007")
+            #expect(report.errorCode == .apple(21007))
         }
     }
 
     @Test("Outages: HTTP 503, an HTML page with 200, and garbage are outages with bounded codes")
     func outages() async throws {
         try await withMock { client, _ in
-            for (directives, code) in [("http_status=503", "http_503"), ("body=html", "non_json_body"), ("body=garbage", "non_json_body")] {
+            for (directives, code) in [("http_status=503", FailureCode.http(503)), ("body=html", .nonJSONBody), ("body=garbage", .nonJSONBody)] {
                 let report = await verify(client, request(try receipt(.production, mock: directives)))
                 #expect(report.verdict == .outage, "\(directives)")
                 #expect(report.calls.last?.errorCode == code, "\(directives)")
@@ -102,7 +102,7 @@ struct AppStoreClientTests {
         try await withMock(timeout: .seconds(1)) { client, _ in
             let report = await verify(client, request(try receipt(.production, mock: "delay_ms=5000")))
             #expect(report.verdict == .outage)
-            #expect(report.calls.last?.errorCode == "transport_timeout")
+            #expect(report.calls.last?.errorCode == .transport(.timeout))
             // Well before the 5 s answer: the client gave up at its own timeout. (The call's own
             // latency, timed on the engine's thread: the test's task can resume seconds late in
             // the crowded start of the full run, and did, at 5.5 s.)
@@ -140,7 +140,7 @@ struct AppStoreClientTests {
             configuration: .init(productionURL: "http://127.0.0.1:1/verifyReceipt", sandboxURL: "http://127.0.0.1:1/sandbox"))
         let report = await verify(client, request("MIIx"))
         #expect(report.verdict == .outage)
-        #expect(report.calls.first?.errorCode == "transport_could_not_connect")
+        #expect(report.calls.first?.errorCode == .transport(.couldNotConnect))
     }
 
     @Test("Per-request headers script the mock too")

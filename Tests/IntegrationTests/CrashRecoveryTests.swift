@@ -259,7 +259,7 @@ struct WorkerProcessFixture {
     func whereabouts() throws -> String {
         let retrying = try redis.send(["ZRANGE", keys.retry, "0", "-1"]).array ?? []
         var codes: [String: Int] = [:]
-        for case .bulk(let raw) in retrying { codes[ReservedJob(raw: raw).envelope?.errorCode ?? "?", default: 0] += 1 }
+        for case .bulk(let raw) in retrying { codes[ReservedJob(raw: raw).envelope?.errorCode?.rawValue ?? "?", default: 0] += 1 }
         let dead = try redis.send(["ZCARD", keys.dead]).int ?? -1
         let lists = try redis.send(["KEYS", keys.processing("*")]).array ?? []
         let held = try lists.compactMap(\.string).map { "\($0): \(try redis.send(["LLEN", $0]).int ?? -1)" }

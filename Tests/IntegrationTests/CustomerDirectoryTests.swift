@@ -21,7 +21,7 @@ struct CustomerDirectoryTests {
     /// Stores `record` as the worker does, and looks `query` up as the customer view does.
     func lookUp(_ query: CustomerQuery, after record: ValidationRecord) async throws -> CustomerRecord {
         let saved = try PostgresReceiptStore(connection: connection).save([record])
-        guard case .success = saved.first else { throw StoreFailure(code: "test", message: "not stored: \(saved)") }
+        guard case .success = saved.first else { throw StoreFailure(code: .driver("test"), message: "not stored: \(saved)") }
         let pool = PostgresConnectionPool(configuration: configuration.postgres, size: 1)
         defer { pool.close() }
         return try await PostgresCustomerDirectory(pool: pool).customer(query)

@@ -54,7 +54,7 @@ struct DataErrorTests {
         let dead = try #require(try deadLetters(system).first)
         #expect(dead.id == envelope.id)
         #expect(dead.attempt == 1, "buried on its first failure, not retried")
-        #expect(dead.errorCode == "store_refused")
+        #expect(dead.errorCode == .storeRefused)
         #expect(dead.errorMessage?.contains("SQLSTATE 22") == true, "\(dead.errorMessage ?? "")")
         #expect(dead.errorMessage?.contains("nul") == false && dead.errorMessage?.contains("campaign") == false, "no value echoed")
         // A retry would have run after 50 ms: give it time to prove it does not happen.
@@ -90,7 +90,7 @@ struct DataErrorTests {
             return
         }
         #expect(failure.isPermanent)
-        #expect(failure.code == "22P05")
+        #expect(failure.code == .sqlState("22P05"))
 
         // A connection-level failure is not permanent.
         let pid = try #require(try connection.query("SELECT pg_backend_pid() AS pid").rows.first?.int("pid"))
@@ -116,7 +116,7 @@ struct DataErrorTests {
             _ = try await catalog.entitlements(appID: UUID(), userIdentifier: "a\u{0}b")
             Issue.record("a NUL user identifier was looked up")
         } catch let failure as StoreFailure {
-            #expect(failure.isPermanent && failure.code == "22021")
+            #expect(failure.isPermanent && failure.code == .sqlState("22021"))
         }
         do {
             _ = try await catalog.subscription(appID: UUID(), originalTransactionID: "1\u{0}", environment: nil)

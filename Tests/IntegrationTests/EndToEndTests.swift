@@ -142,7 +142,7 @@ struct EndToEndTests {
         #expect(buried)
         let dead = try redis.send(["ZRANGE", system.configuration.keys.dead, "0", "-1"])
         let envelope = try JobEnvelope.decode(try #require(dead.array?.first.flatMap { if case .bulk(let b) = $0 { b } else { nil } }))
-        #expect(envelope.errorCode == "shared_secret_mismatch")
+        #expect(envelope.errorCode == .sharedSecretMismatch)
         #expect(envelope.history.last?.appleStatus == 21004)
         // The dead letter keeps the receipt for a retry, but never the shared secret.
         #expect(!String(decoding: envelope.encoded(), as: UTF8.self).contains("integration-secret"))

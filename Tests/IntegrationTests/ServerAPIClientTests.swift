@@ -85,7 +85,7 @@ struct ServerAPIClientTests {
         #expect(state.latestTransactionID == "3000000002")
         let unknown = await verify(f, query(f, "3999999999"))
         #expect(unknown.verdict == .invalid)
-        #expect(unknown.errorCode == "apple_4040010")
+        #expect(unknown.errorCode == .apple(4_040_010))
         #expect(unknown.calls.count == 2)
     }
 
@@ -103,7 +103,7 @@ struct ServerAPIClientTests {
         stranger.mock.state.serverAPI.add(transactions: transactions(1), environment: .production)
         let refused = await verify(stranger, query(stranger, "3000000000"))
         #expect(refused.verdict == .configurationError)
-        #expect(refused.errorCode == "server_api_unauthorized")
+        #expect(refused.errorCode == .serverAPIUnauthorized)
         #expect(refused.calls.map(\.httpStatus) == [401, 401])
     }
 
@@ -115,12 +115,12 @@ struct ServerAPIClientTests {
         f.mock.state.serverAPI.addRule(.init(httpStatus: 500, errorCode: 5_000_001))
         let retryable = await verify(f, query(f, "3000000000"))
         #expect(retryable.verdict == .transient)
-        #expect(retryable.errorCode == "apple_5000001")
+        #expect(retryable.errorCode == .apple(5_000_001))
         #expect(retryable.calls.first?.isRetryable == true)
         let until = Int64((Date().timeIntervalSince1970 + 42) * 1000)
         f.mock.state.serverAPI.addRule(.init(httpStatus: 429, errorCode: 4_290_000, retryAfterMs: until))
         let limited = await verify(f, query(f, "3000000000"))
-        #expect(limited.errorCode == "rate_limited")
+        #expect(limited.errorCode == .rateLimited)
         #expect(limited.rateLimitedUntil == Date(timeIntervalSince1970: Double(until) / 1000))
         f.mock.state.serverAPI.addRule(.init(httpStatus: 503))
         let outage = await verify(f, query(f, "3000000000"))
@@ -135,7 +135,7 @@ struct ServerAPIClientTests {
         f.mock.state.serverAPI.add(transactions: transactions(2), environment: .production)
         let report = await verify(f, query(f, "3000000000"))
         #expect(report.verdict == .configurationError)
-        #expect(report.errorCode == "response_untrusted_chain")
+        #expect(report.errorCode == .responseRejected(.untrustedChain))
         #expect(report.ledger == nil)
     }
 

@@ -235,7 +235,7 @@ struct WebhookTests {
         }
         let refused = await send(url, allowPrivate: false)
         #expect(refused.httpStatus == nil)
-        #expect(refused.errorCode == "address_not_allowed")
+        #expect(refused.errorCode == .addressNotAllowed)
         let localhost = await send(url.replacingOccurrences(of: "127.0.0.1", with: "localhost"), allowPrivate: false)
         #expect(localhost.httpStatus == nil)
         #expect(receiver.deliveries.isEmpty)

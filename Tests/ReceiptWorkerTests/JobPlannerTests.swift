@@ -74,8 +74,8 @@ struct JobPlannerTests {
             return
         }
         #expect(record.status == .invalid)
-        #expect(record.errorCode == "apple_21002")
-        #expect(record.storedErrorCode == "apple_21002")
+        #expect(record.errorCode == .apple(21002))
+        #expect(record.storedErrorCode == FailureCode.apple(21002).rawValue)
         #expect(record.appleStatus == 21002)
         // A receipt that never decoded here has no local voucher: 21002 stays an ordinary retry.
         var undecoded = job
@@ -89,7 +89,7 @@ struct JobPlannerTests {
     @Test("A valid answer after failed attempts stores no error code; an invalid one stores its own")
     func errorCodeOfTheResult() throws {
         var rng = SeededGenerator(seed: 4)
-        let earlier = envelope().failed(code: "apple_21008", message: "x", calls: [], at: clock.now)
+        let earlier = envelope().failed(code: .apple(21008), message: "x", calls: [], at: clock.now)
         guard case .store(let valid) = planner.plan(earlier, report: StubVerifier.report(status: 0, verdict: .valid, transactions: []), using: &rng),
             case .store(let invalid) = planner.plan(
                 earlier, report: StubVerifier.report(status: 21010, verdict: .invalid, transactions: []), using: &rng)
@@ -98,14 +98,14 @@ struct JobPlannerTests {
             return
         }
         #expect(valid.storedErrorCode == nil)
-        #expect(invalid.storedErrorCode == "apple_21010")
+        #expect(invalid.storedErrorCode == FailureCode.apple(21010).rawValue)
     }
 
     @Test("A buried re-poll asks for its subscription to be polled again a day later; a buried validation does not")
     func buriedRepoll() {
         let target = RepollTarget(originalTransactionID: "10", receiptID: UUID(), pollSequence: 3)
         let repoll = planner.failedRecord(
-            envelope(kind: .repoll, target: target).failed(code: "shared_secret_mismatch", message: "x", calls: [], at: clock.now))
+            envelope(kind: .repoll, target: target).failed(code: .sharedSecretMismatch, message: "x", calls: [], at: clock.now))
         #expect(repoll.retryPollAt == clock.now.addingTimeInterval(86_400))
         #expect(repoll.isRepoll)
         #expect(repoll.receiptID == target.receiptID)
@@ -133,20 +133,20 @@ struct JobPlannerStoreFailureTests {
     @Test("A refused value is buried on the first failure with the SQLSTATE; an unreachable database is retried")
     func refusedIsBuried() {
         let refused = planner.storeRefused(
-            envelope, calls: [], failure: StoreFailure(code: "22021", message: "Postgres refused the record: NUL", isPermanent: true))
+            envelope, calls: [], failure: StoreFailure(code: .sqlState("22021"), message: "Postgres refused the record: NUL", isPermanent: true))
         guard case .bury(let buried?) = refused else {
             Issue.record("a refused record is buried, not \(refused)")
             return
         }
         #expect(buried.attempt == 1)
-        #expect(buried.errorCode == "store_refused")
+        #expect(buried.errorCode == .storeRefused)
         #expect(buried.errorMessage == "Postgres refused the record: NUL (SQLSTATE 22021)")
         var rng = SeededGenerator(seed: 7)
         guard case .retry(let retried, _, .retried) = planner.storeUnavailable(envelope, calls: [], using: &rng) else {
             Issue.record("an unreachable database is retried")
             return
         }
-        #expect(retried.errorCode == "store_unavailable")
+        #expect(retried.errorCode == .storeUnavailable)
     }
 }
 

@@ -63,7 +63,7 @@ struct ServerAPIPlanTests {
             Issue.record("an unchecked receipt is buried")
             return
         }
-        #expect(buried.errorCode == "receipt_not_verified_locally")
+        #expect(buried.errorCode == .receiptNotVerifiedLocally)
         guard case .settle(.store(let record)) = planner.start(job(transactionID: ""), app: app(backend: .serverAPI, key: key)) else {
             Issue.record("an empty checked receipt is stored")
             return
@@ -88,12 +88,12 @@ struct ServerAPIPlanTests {
             Issue.record("no key: buried")
             return
         }
-        #expect(missing.errorCode == "server_api_key_missing")
+        #expect(missing.errorCode == .serverAPIKeyMissing)
         #expect(missing.attempt == 1)
         var unreadable = app()
         unreadable.serverAPIKeyID = "KEY123"
         guard case .settle(.bury(let sealed?)) = planner.start(job(source: .transactionID, transactionID: "42"), app: unreadable) else { return }
-        #expect(sealed.errorCode == "server_api_key_unreadable")
+        #expect(sealed.errorCode == .serverAPIKeyUnreadable)
         #expect(!(sealed.errorMessage ?? "").contains("secret\n"))
     }
 
@@ -135,16 +135,16 @@ struct ServerAPIPlanTests {
                 job(source: .transactionID, transactionID: "2"), report: report, sandboxPolicy: .reject, using: &rng)
         else { return }
         #expect(rejected.status == .invalid)
-        #expect(rejected.storedErrorCode == "sandbox_rejected")
+        #expect(rejected.storedErrorCode == FailureCode.sandboxRejected.rawValue)
         #expect(rejected.subscriptions.isEmpty)
 
         let until = clock.now.addingTimeInterval(90)
         let limited = VerificationReport(
             verdict: .transient, response: nil,
             calls: [
-                AppleCall(endpoint: .production, httpStatus: 429, appleStatus: 4_290_000, isRetryable: false, latencyMs: 3, errorCode: "rate_limited")
+                AppleCall(endpoint: .production, httpStatus: 429, appleStatus: 4_290_000, isRetryable: false, latencyMs: 3, errorCode: .rateLimited)
             ],
-            errorCode: "rate_limited", rateLimitedUntil: until, backend: .serverAPI)
+            errorCode: .rateLimited, rateLimitedUntil: until, backend: .serverAPI)
         let waiting = job(source: .transactionID, transactionID: "2")
         guard case .retry(let updated, let runAt, let outcome) = planner.plan(waiting, report: limited, using: &rng) else {
             Issue.record("a 429 is a wait")

@@ -144,7 +144,7 @@ struct WorkerEngineVerdictTests {
         #expect(store.saved.isEmpty)
         let retry = try #require(queue.retries.first)
         #expect(retry.envelope.attempt == 1)
-        #expect(retry.envelope.errorCode == "apple_21005")
+        #expect(retry.envelope.errorCode == .apple(21005))
         #expect(retry.envelope.history.count == 1)
         let delay = retry.runAt.timeIntervalSince(now)
         #expect(delay >= 0.2 && delay <= 2)
@@ -156,7 +156,7 @@ struct WorkerEngineVerdictTests {
         let (outcomes, queue, store) = try await run(
             envelope(), verifier: StubVerifier([StubVerifier.report(status: 21004, verdict: .configurationError)]))
         #expect(outcomes == [.dead: 1])
-        #expect(queue.dead.first??.errorCode == "shared_secret_mismatch")
+        #expect(queue.dead.first??.errorCode == .sharedSecretMismatch)
         #expect(store.saved.first?.status == .failed)
         #expect(queue.totalActivity == ActivityTally(outcomes: [.dead: 1], failures: [.configuration: 1]))
     }
@@ -167,14 +167,14 @@ struct WorkerEngineVerdictTests {
             verdict: .outage, response: nil,
             calls: [
                 AppleCall(
-                    endpoint: .production, httpStatus: nil, appleStatus: nil, isRetryable: nil, latencyMs: 15_000, errorCode: "transport_timeout")
-            ], errorCode: "transport_timeout")
+                    endpoint: .production, httpStatus: nil, appleStatus: nil, isRetryable: nil, latencyMs: 15_000, errorCode: .transport(.timeout))
+            ], errorCode: .transport(.timeout))
         let verifier = StubVerifier([StubVerifier.report(status: 0, verdict: .valid), transportError])
         let queue = MemoryJobQueue(jobs: [envelope(), envelope()])
         let engine = engine(queue: queue, store: MemoryReceiptStore(apps: [app]), verifier: verifier)
         try await runEngine(engine) { engine.processedCount == 2 }
         #expect(engine.outcomes == [.validated: 1, .retried: 1])
-        #expect(queue.retries.first?.envelope.errorCode == "transport_timeout")
+        #expect(queue.retries.first?.envelope.errorCode == .transport(.timeout))
         // However the two jobs were batched, the settles add up to what happened, and nothing is
         // reported for a settle that counted nothing.
         #expect(queue.totalActivity == ActivityTally(outcomes: [.validated: 1, .retried: 1], failures: [.network: 1]))
@@ -198,7 +198,7 @@ struct WorkerEngineVerdictTests {
         }
         #expect(engine.outcomes == [.retried: 1])
         #expect(queue.acknowledged.isEmpty)
-        #expect(queue.retries.first?.envelope.errorCode == "store_unavailable")
+        #expect(queue.retries.first?.envelope.errorCode == .storeUnavailable)
         #expect(queue.inProcessing == 0)
     }
 
@@ -211,7 +211,7 @@ struct WorkerEngineVerdictTests {
         let (outcomes, queue, _) = try await run(envelope(), verifier: verifier, store: store)
         #expect(outcomes == [.retried: 1])
         #expect(verifier.requests.isEmpty)
-        #expect(queue.retries.first?.envelope.errorCode == "store_unavailable")
+        #expect(queue.retries.first?.envelope.errorCode == .storeUnavailable)
     }
 
     @Test("While the outage circuit is open, jobs are deferred past it without using an attempt; outages open it")
@@ -220,9 +220,9 @@ struct WorkerEngineVerdictTests {
         let outage = VerificationReport(
             verdict: .outage, response: nil,
             calls: [
-                AppleCall(endpoint: .production, httpStatus: 503, appleStatus: nil, isRetryable: nil, latencyMs: 1, errorCode: "http_503")
+                AppleCall(endpoint: .production, httpStatus: 503, appleStatus: nil, isRetryable: nil, latencyMs: 1, errorCode: .http(503))
             ],
-            errorCode: "http_503")
+            errorCode: .http(503))
         let queue = MemoryJobQueue(jobs: [envelope(), envelope()])
         let store = MemoryReceiptStore(apps: [app])
         let verifier = StubVerifier([outage, outage, StubVerifier.report(status: 0, verdict: .valid)])
@@ -271,6 +271,6 @@ struct WorkerEngineVerdictTests {
         let (outcomes, other, _) = try await run(
             envelope(), verifier: StubVerifier([StubVerifier.report(status: 0, verdict: .valid)]), store: MemoryReceiptStore())
         #expect(outcomes == [.dead: 1])
-        #expect(other.dead.first??.errorCode == "unknown_app")
+        #expect(other.dead.first??.errorCode == .unknownApp)
     }
 }

@@ -12,9 +12,9 @@ public enum JobSetKind: String, Sendable, Equatable, CaseIterable {
 /// show it.
 ///
 /// ```swift
-/// let page = try await deadLetters.list(filter: JobSetFilter(errorCode: "timeout"), offset: 0, limit: 50)
+/// let page = try await deadLetters.list(filter: JobSetFilter(errorCode: .transport(.timeout)), offset: 0, limit: 50)
 /// for entry in page.entries {
-///     print(entry.id, entry.bundleID ?? "-", entry.errorCode ?? "-", entry.attempts)
+///     print(entry.id, entry.bundleID ?? "-", entry.errorCode?.rawValue ?? "-", entry.attempts)
 /// }
 /// ```
 ///
@@ -115,7 +115,7 @@ public struct JobSetEntry: Sendable, Equatable, Identifiable, CustomStringConver
     /// The bundle id decoded from the receipt at ingestion.
     public var bundleID: String? { envelope?.payload.bundleID }
     /// The bounded code of the last failure.
-    public var errorCode: String? { envelope?.errorCode }
+    public var errorCode: FailureCode? { envelope?.errorCode }
     /// The redacted description of the last failure.
     public var errorMessage: String? { envelope?.errorMessage }
     /// How many attempts have failed so far (0 for a poison member).
@@ -150,7 +150,7 @@ public struct JobSetEntry: Sendable, Equatable, Identifiable, CustomStringConver
 
     /// A log-safe summary: no receipt, no user data.
     public var description: String {
-        "JobSetEntry(id: \(id), errorCode: \(errorCode ?? "none"), attempts: \(attempts), score: \(score), "
+        "JobSetEntry(id: \(id), errorCode: \(errorCode?.rawValue ?? "none"), attempts: \(attempts), score: \(score), "
             + "poison: \(isPoison))"
     }
 }
@@ -158,7 +158,7 @@ public struct JobSetEntry: Sendable, Equatable, Identifiable, CustomStringConver
 /// Which entries of a job set to list, retry or delete; every condition given must hold.
 ///
 /// ```swift
-/// let filter = JobSetFilter(errorCode: "shared_secret_mismatch", appID: app.id)
+/// let filter = JobSetFilter(errorCode: .sharedSecretMismatch, appID: app.id)
 /// let moved = try await deadLetters.retryAll(matching: filter)
 /// ```
 ///
@@ -167,7 +167,7 @@ public struct JobSetEntry: Sendable, Equatable, Identifiable, CustomStringConver
 /// contents. A poison member matches only an empty filter or a search for its `poison-…` id.
 public struct JobSetFilter: Sendable, Equatable {
     /// The last failure's error code, matched exactly.
-    public var errorCode: String?
+    public var errorCode: FailureCode?
     /// The app the job belongs to.
     public var appID: UUID?
     /// A case-insensitive substring of the id, bundle id, error code or message, user identifier or
@@ -179,30 +179,30 @@ public struct JobSetFilter: Sendable, Equatable {
 
     /// Creates a filter; empty or blank strings count as "any".
     /// - Parameters:
-    ///   - errorCode: the exact error code, e.g. `shared_secret_mismatch`.
+    ///   - errorCode: the exact failure, e.g. `.sharedSecretMismatch` (an operator's text: ``FailureCode/init(text:)``).
     ///   - appID: the app.
     ///   - search: a substring to look for.
-    public init(errorCode: String? = nil, appID: UUID? = nil, search: String? = nil) {
-        self.errorCode = Self.nonBlank(errorCode)
+    public init(errorCode: FailureCode? = nil, appID: UUID? = nil, search: String? = nil) {
+        self.errorCode = errorCode
         self.appID = appID
         self.search = Self.nonBlank(search)
     }
 
     /// Whether the filter selects every entry.
-    public var isEmpty: Bool { Self.nonBlank(errorCode) == nil && appID == nil && Self.nonBlank(search) == nil }
+    public var isEmpty: Bool { errorCode == nil && appID == nil && Self.nonBlank(search) == nil }
 
     /// Whether `entry` is selected.
     /// - Parameter entry: a member of a job set.
     /// - Returns: true when every condition given holds.
     public func matches(_ entry: JobSetEntry) -> Bool {
-        if let code = Self.nonBlank(errorCode), entry.errorCode != code { return false }
+        if let errorCode, entry.errorCode != errorCode { return false }
         if let appID, entry.appID != appID { return false }
         guard let needle = Self.nonBlank(search)?.lowercased() else { return true }
         // Deliberately not the receipt, the raw bytes, the device or network fields. A webhook
         // delivery is found by its endpoint, its event or its event type.
         let webhook = entry.envelope?.payload.delivery?.target
         let haystacks = [
-            entry.id.rawValue, entry.bundleID, entry.errorCode, entry.errorMessage, entry.userIdentifier, entry.kind?.rawValue,
+            entry.id.rawValue, entry.bundleID, entry.errorCode?.rawValue, entry.errorMessage, entry.userIdentifier, entry.kind?.rawValue,
             webhook?.endpointID.canonical, webhook?.eventID.canonical, webhook?.eventType,
         ]
         return haystacks.contains { $0?.lowercased().contains(needle) ?? false }

@@ -168,7 +168,7 @@ public struct ValidationRecord: Sendable, Equatable {
     /// Why the result is not valid (`apple_21002`, …): nil for a valid result, whatever earlier
     /// attempts failed with (the attempts table keeps that history). Nil for other statuses means
     /// the envelope's last error code.
-    public var errorCode: String?
+    public var errorCode: FailureCode?
     /// For a `notification` job: the notification (its effect is in `purchases` and `subscriptions`).
     public var notification: AppleNotification?
     /// The stored receipt a notification's changes are filed under, when the store found one that
@@ -186,7 +186,7 @@ public struct ValidationRecord: Sendable, Equatable {
     public init(
         envelope: JobEnvelope, status: ValidationStatus, environment: String?, appleStatus: Int?,
         purchases: [InAppPurchase], latestReceipt: String?, calls: [AppleCall], validatedAt: Date,
-        subscriptions: [PlannedSubscription] = [], retryPollAt: Date? = nil, errorCode: String? = nil,
+        subscriptions: [PlannedSubscription] = [], retryPollAt: Date? = nil, errorCode: FailureCode? = nil,
         validatedBy: ValidationBackend? = nil
     ) {
         self.validatedBy = validatedBy
@@ -245,15 +245,36 @@ extension ReceiptStore {
 /// forever, so a worker buries the job at once instead of asking Apple again, and a read answers
 /// 422 or 404 instead of "retry later". Anything else (the connection) may pass.
 public struct StoreFailure: Error, Sendable, Equatable, CustomStringConvertible {
-    /// A bounded code, e.g. a Postgres SQLSTATE.
-    public var code: String
+    /// What failed, in a closed set; a database's own verdict keeps its standard code.
+    public enum Code: Sendable, Equatable, CustomStringConvertible {
+        /// No connection to the database.
+        case unavailable
+        /// The write committed but its row could not be read back.
+        case missingAfterWrite
+        /// The database refused the statement: its SQLSTATE (`23503`, `22021`, …).
+        case sqlState(String)
+        /// The driver failed before the database gave a SQLSTATE (its failure's name).
+        case driver(String)
+
+        public var description: String {
+            switch self {
+            case .unavailable: "store_unavailable"
+            case .missingAfterWrite: "missing_after_write"
+            case .sqlState(let state): state
+            case .driver(let name): name
+            }
+        }
+    }
+
+    /// What failed.
+    public var code: Code
     /// A short description without receipt data or secrets.
     public var message: String
     /// True when retrying the same work cannot succeed.
     public var isPermanent: Bool
 
     /// Creates a failure.
-    public init(code: String, message: String, isPermanent: Bool = false) {
+    public init(code: Code, message: String, isPermanent: Bool = false) {
         self.code = code
         self.message = message
         self.isPermanent = isPermanent
@@ -356,7 +377,7 @@ extension ValidationRecord {
         switch status {
         case .valid: nil
         case .fraud: envelope.payload.purchase?.fraudReason
-        default: errorCode ?? envelope.errorCode
+        default: (errorCode ?? envelope.errorCode)?.rawValue
         }
     }
 

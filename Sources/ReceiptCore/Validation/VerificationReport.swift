@@ -13,8 +13,8 @@ public struct AppleCall: Sendable, Equatable, Codable {
     public var isRetryable: Bool?
     /// Wall time of the call in milliseconds.
     public var latencyMs: Int
-    /// A bounded error code (`timeout`, `http_503`, `non_json_body`, …) or nil on success.
-    public var errorCode: String?
+    /// Why the call failed (`transport_timeout`, `http_503`, `non_json_body`, …), or nil on success.
+    public var errorCode: FailureCode?
 
     enum CodingKeys: String, CodingKey {
         case endpoint
@@ -28,7 +28,7 @@ public struct AppleCall: Sendable, Equatable, Codable {
     /// Creates a record of one call.
     public init(
         endpoint: AppStoreEnvironment, httpStatus: Int?, appleStatus: Int?, isRetryable: Bool?, latencyMs: Int,
-        errorCode: String?
+        errorCode: FailureCode?
     ) {
         self.endpoint = endpoint
         self.httpStatus = httpStatus
@@ -47,8 +47,9 @@ public struct VerificationReport: Sendable, Equatable {
     public var response: VerifyReceiptResponse?
     /// Every call, in order (production, then maybe sandbox, then maybe production).
     public var calls: [AppleCall]
-    /// A bounded code for the dead letters and metrics when the verdict is not `.valid`/`.invalid`.
-    public var errorCode: String?
+    /// Why, for the dead letters and metrics, when the verdict is not `.valid`; nil when Apple's
+    /// own status says it (``VerifyReceiptResponse/status``).
+    public var errorCode: FailureCode?
     /// The Server API's answer, reduced to purchases and subscription states (nil on the
     /// `verifyReceipt` path, where `response` holds Apple's answer).
     public var ledger: ServerAPILedger?
@@ -62,7 +63,7 @@ public struct VerificationReport: Sendable, Equatable {
 
     /// Creates a report.
     public init(
-        verdict: AppleVerdict, response: VerifyReceiptResponse?, calls: [AppleCall], errorCode: String?, ledger: ServerAPILedger? = nil,
+        verdict: AppleVerdict, response: VerifyReceiptResponse?, calls: [AppleCall], errorCode: FailureCode?, ledger: ServerAPILedger? = nil,
         rateLimitedUntil: Date? = nil, backend: ValidationBackend = .verifyReceipt
     ) {
         self.backend = backend
