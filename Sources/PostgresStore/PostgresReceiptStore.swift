@@ -8,12 +8,12 @@ import ReceiptCore
 ///
 /// Not thread-safe: a worker thread owns it and calls it from that thread.
 public final class PostgresReceiptStore: ReceiptStore {
-    private let connection: PostgresConnection
-    private let secrets: SecretBox?
+    let connection: PostgresConnection
+    let secrets: SecretBox?
     private var apps: [UUID: (record: AppRecord, loadedAt: Date)] = [:]
     private let appCacheTTL: TimeInterval = 30
-    private var endpoints: [UUID: (record: WebhookEndpointRecord?, loadedAt: Date)] = [:]
-    private let endpointCacheTTL: TimeInterval = 5
+    var endpoints: [UUID: (record: WebhookEndpointRecord?, loadedAt: Date)] = [:]
+    let endpointCacheTTL: TimeInterval = 5
     private let writesEvents: Bool
 
     /// Creates a store on `connection`.
@@ -40,25 +40,10 @@ public final class PostgresReceiptStore: ReceiptStore {
         return record
     }
 
-    public func webhookEndpoint(id: UUID) throws -> WebhookEndpointRecord? {
-        // Briefly cached: a pause or a rotation reaches every worker within seconds.
-        if let cached = endpoints[id], Date().timeIntervalSince(cached.loadedAt) < endpointCacheTTL { return cached.record }
-        let record = try WebhookRows.endpoint(id: id, secrets: secrets, on: connection)
-        // Not an endpoint whose secret cannot be opened: its deliveries are buried, and the
-        // operator's fix (a rotation) must hold for the retry that follows at once.
-        if record?.secrets.isEmpty != true { endpoints[id] = (record, Date()) }
-        return record
-    }
-
     public func save(_ records: [ValidationRecord]) throws -> [Result<ReceiptResource?, StoreFailure>] {
         guard !records.isEmpty else { return [] }
-        let original = records
-        let deliveries = records.compactMap(\.delivery)
-        let records = records.filter { $0.delivery == nil }
         do {
             let resources = try connection.transaction { connection -> [UUID: ReceiptResource] in
-                try WebhookRows.record(deliveries, on: connection)
-                guard !records.isEmpty else { return [:] }
                 if writesEvents { try EventRows.lock(records, on: connection) }
                 var changes = EventRows.Changes()
                 for group in Self.conflictFreeGroups(records) {
@@ -74,20 +59,17 @@ public final class PostgresReceiptStore: ReceiptStore {
                 }
                 return resources
             }
-            let saved = records.map { record -> Result<ReceiptResource?, StoreFailure> in
+            return records.map { record -> Result<ReceiptResource?, StoreFailure> in
                 // A re-poll or a notification has no receipt of its own to show: nobody waits for it.
                 if record.isRepoll || record.isNotification { return .success(nil) }
                 return resources[record.envelope.id].map { .success($0) }
                     ?? .failure(StoreFailure(code: .missingAfterWrite, message: "receipt row not readable after commit"))
             }
-            // Deliveries first in the batch order they came in: the caller zips results with records.
-            var others = saved.makeIterator()
-            return original.map { $0.delivery != nil ? .success(nil) : others.next()! }
         } catch let error as PostgresError where !Self.isConnectionFailure(error) {
             // The database refused something in the batch (a constraint, a value): find which record
             // by storing each alone, so one bad record does not hold back the others.
-            guard original.count > 1 else { return [.failure(Self.failure(error))] }
-            return try original.map { record in try save([record])[0] }
+            guard records.count > 1 else { return [.failure(Self.failure(error))] }
+            return try records.map { record in try save([record])[0] }
         }
     }
 

@@ -86,11 +86,15 @@ public final class MemoryJobQueue: JobQueue, @unchecked Sendable {
     }
 }
 
-/// An in-memory `ReceiptStore`: saves records and can be told to fail (a Postgres outage).
-public final class MemoryReceiptStore: ReceiptStore, @unchecked Sendable {
+/// An in-memory `ReceiptStore` and `DeliveryLog`: saves records and delivery outcomes, and can be
+/// told to fail (a Postgres outage).
+public final class MemoryReceiptStore: ReceiptStore, DeliveryLog, @unchecked Sendable {
     private let lock = NSLock()
     public var apps: [UUID: AppRecord]
     public private(set) var saved: [ValidationRecord] = []
+    /// The webhook endpoints deliveries send to, by id.
+    public var endpoints: [UUID: WebhookEndpointRecord] = [:]
+    public private(set) var deliveries: [DeliveryOutcome] = []
     /// When set, every call throws it.
     public var failure: (any Error)?
 
@@ -120,6 +124,20 @@ public final class MemoryReceiptStore: ReceiptStore, @unchecked Sendable {
                         inAppPurchases: record.purchases.map { InAppPurchaseResource($0) }, createdAt: record.envelope.enqueuedAt,
                         updatedAt: record.validatedAt))
             }
+        }
+    }
+
+    public func webhookEndpoint(id: UUID) throws -> WebhookEndpointRecord? {
+        try lock.withLock {
+            if let failure { throw failure }
+            return endpoints[id]
+        }
+    }
+
+    public func record(_ outcomes: [DeliveryOutcome]) throws {
+        try lock.withLock {
+            if let failure { throw failure }
+            deliveries.append(contentsOf: outcomes)
         }
     }
 }

@@ -14,7 +14,10 @@ extension JobPlanner {
     public func webhookStart(_ envelope: JobEnvelope, _ delivery: WebhookDelivery, endpoint: WebhookEndpointRecord?) -> WebhookStart {
         let target = delivery.target
         guard let endpoint else {
-            return .settle(.store(deliveryRecord(envelope, status: .delivered, httpStatus: nil, errorCode: .endpointRemoved)))
+            return .settle(
+                .deliver(
+                    envelope,
+                    deliveryOutcome(delivery, attempts: envelope.attempt, status: .delivered, httpStatus: nil, errorCode: .endpointRemoved)))
         }
         if endpoint.pausedAt != nil {
             return .settle(.retry(envelope, runAt: now().addingTimeInterval(60), outcome: .deferred))
@@ -35,11 +38,15 @@ extension JobPlanner {
     /// What an attempt's report means: delivered (stored, acknowledged), or tried again with
     /// backoff until the retry budget (3 days by default) is spent, then a dead letter an operator
     /// can redeliver.
-    public func webhook(_ envelope: JobEnvelope, report: WebhookReport, using generator: inout some RandomNumberGenerator) -> JobPlan {
+    public func webhook(
+        _ envelope: JobEnvelope, _ delivery: WebhookDelivery, report: WebhookReport, using generator: inout some RandomNumberGenerator
+    ) -> JobPlan {
         if report.isDelivered {
             var delivered = envelope
             delivered.attempt += 1
-            return .store(deliveryRecord(delivered, status: .delivered, httpStatus: report.httpStatus, errorCode: nil))
+            return .deliver(
+                delivered,
+                deliveryOutcome(delivery, attempts: delivered.attempt, status: .delivered, httpStatus: report.httpStatus, errorCode: nil))
         }
         let code = report.errorCode ?? report.httpStatus.map { .http($0) } ?? .unknown
         let message = report.httpStatus.map { "the endpoint answered \($0)" } ?? "the endpoint could not be reached (\(code))"
@@ -50,21 +57,19 @@ extension JobPlanner {
         return .retry(failed, runAt: runAt, outcome: .retried)
     }
 
-    /// The record a delivery job leaves in Postgres (its row, and its endpoint's run of failures).
-    func deliveryRecord(_ envelope: JobEnvelope, status: DeliveryOutcome.Status, httpStatus: Int?, errorCode: FailureCode?) -> ValidationRecord {
-        var record = ValidationRecord(
-            envelope: envelope, status: status == .delivered ? .valid : .failed, environment: nil, appleStatus: nil, purchases: [],
-            latestReceipt: nil, calls: [], validatedAt: now())
-        if let target = envelope.payload.delivery?.target {
-            record.delivery = DeliveryOutcome(
-                target: target, status: status, attempts: envelope.attempt, httpStatus: httpStatus, errorCode: errorCode, at: now())
-        }
-        return record
+    /// What a delivery attempt leaves in Postgres: its row, and its endpoint's run of failures.
+    func deliveryOutcome(
+        _ delivery: WebhookDelivery, attempts: Int, status: DeliveryOutcome.Status, httpStatus: Int?, errorCode: FailureCode?
+    ) -> DeliveryOutcome {
+        DeliveryOutcome(target: delivery.target, status: status, attempts: attempts, httpStatus: httpStatus, errorCode: errorCode, at: now())
     }
 
-    /// The record of a failed delivery attempt that will be tried again (best effort, like a
-    /// buried job's `failed` row): the dashboard and the pause rule see the failure now.
-    public func deliveryAttemptRecord(_ retried: JobEnvelope) -> ValidationRecord {
-        deliveryRecord(retried, status: .retrying, httpStatus: retried.errorCode?.httpStatus, errorCode: retried.errorCode)
+    /// The outcome of a failed delivery attempt that will be tried again (best effort, like a
+    /// buried job's trace): the dashboard and the pause rule see the failure now. Nil for a job
+    /// that is no delivery.
+    public func deliveryAttemptOutcome(_ retried: JobEnvelope) -> DeliveryOutcome? {
+        guard case .delivery(let delivery) = retried.payload else { return nil }
+        return deliveryOutcome(
+            delivery, attempts: retried.attempt, status: .retrying, httpStatus: retried.errorCode?.httpStatus, errorCode: retried.errorCode)
     }
 }

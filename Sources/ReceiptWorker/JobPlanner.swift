@@ -17,6 +17,8 @@ public enum JobOutcome: String, Sendable, Equatable, CaseIterable {
 public enum JobPlan: Sendable, Equatable {
     /// Store Apple's verdict, then acknowledge with the stored resource for a waiting API request.
     case store(ValidationRecord)
+    /// Record a webhook delivery's outcome (delivered, or its endpoint gone), then acknowledge.
+    case deliver(JobEnvelope, DeliveryOutcome)
     /// Back to the retry set, to run again at `runAt`; `outcome` is `.retried` or `.deferred`.
     case retry(JobEnvelope, runAt: Date, outcome: JobOutcome)
     /// To the dead letters with its history (nil: the job's bytes were not an envelope); marked
@@ -27,10 +29,19 @@ public enum JobPlan: Sendable, Equatable {
     public var outcome: JobOutcome {
         switch self {
         case .store(let record): record.status == .valid ? .validated : .invalid
+        case .deliver: .validated
         case .retry(_, _, let outcome): outcome
         case .bury: .dead
         }
     }
+}
+
+/// What a buried job leaves in Postgres besides its dead letter.
+public enum BuriedTrace: Sendable, Equatable {
+    /// A validation's `failed` receipts row (or a re-poll's next poll).
+    case record(ValidationRecord)
+    /// A delivery's dead outcome (its row and its endpoint's run of failures).
+    case delivery(DeliveryOutcome)
 }
 
 /// Apple's rules for one job, as pure decisions: valid/invalid are stored; transient answers,
@@ -169,23 +180,29 @@ public struct JobPlanner: Sendable {
         report.ledger?.environment ?? report.response?.environment?.lowercased()
     }
 
-    /// The `failed` row a buried job leaves in Postgres (best effort; the dead letter is what counts).
-    /// A buried re-poll leaves its subscription to be polled again after `troubleInterval` (a day
-    /// by default): a dead letter must not end a subscription's polling for good.
-    public func failedRecord(_ failed: JobEnvelope) -> ValidationRecord {
+    /// What a buried job leaves in Postgres (best effort; the dead letter is what counts): a
+    /// validation its `failed` row, a delivery its dead outcome, a notification nothing (its dead
+    /// letter is the record). A buried re-poll leaves its subscription to be polled again after
+    /// `troubleInterval` (a day by default): a dead letter must not end a subscription's polling for good.
+    public func buriedTrace(_ failed: JobEnvelope) -> BuriedTrace? {
         let at = now()
         var retryPollAt: Date?
         switch failed.payload {
-        case .delivery:
-            return deliveryRecord(failed, status: .dead, httpStatus: failed.errorCode?.httpStatus, errorCode: failed.errorCode)
+        case .notification:
+            return nil
+        case .delivery(let delivery):
+            return .delivery(
+                deliveryOutcome(
+                    delivery, attempts: failed.attempt, status: .dead, httpStatus: failed.errorCode?.httpStatus, errorCode: failed.errorCode))
         case .repoll:
             retryPollAt = at.addingTimeInterval(repollPolicy.troubleInterval.seconds)
-        case .receipt, .transaction, .importItem, .notification:
+        case .receipt, .transaction, .importItem:
             retryPollAt = nil
         }
-        return ValidationRecord(
-            envelope: failed, status: .failed, environment: nil, appleStatus: failed.history.last?.appleStatus, purchases: [],
-            latestReceipt: nil, calls: [], validatedAt: at, retryPollAt: retryPollAt)
+        return .record(
+            ValidationRecord(
+                envelope: failed, status: .failed, environment: nil, appleStatus: failed.history.last?.appleStatus, purchases: [],
+                latestReceipt: nil, calls: [], validatedAt: at, retryPollAt: retryPollAt))
     }
 
     private func retryOrBury(

@@ -24,7 +24,7 @@ extension WorkerEngine {
 
     func runFetcher() {
         var queue: (any JobQueue)?
-        var store: (any ReceiptStore)?
+        var store: (any WorkerStore)?
         var gate: CircuitGate?
         var lifecycle: VerifyReceiptGate?
         let budget = ImportBudgetGate(rate: configuration.importRatePerSecond, make: makeImportBudget)
@@ -178,7 +178,7 @@ extension WorkerEngine {
     }
 
     private func start(
-        _ token: Int, _ job: ReservedJob, store: (any ReceiptStore)?, gate: CircuitGate, lifecycle: VerifyReceiptGate,
+        _ token: Int, _ job: ReservedJob, store: (any WorkerStore)?, gate: CircuitGate, lifecycle: VerifyReceiptGate,
         budget: ImportBudgetGate, using generator: inout SystemRandomNumberGenerator
     ) {
         locked { shared in
@@ -297,7 +297,7 @@ extension WorkerEngine {
     }
 
     private func startDelivery(
-        _ token: Int, _ job: ReservedJob, _ envelope: JobEnvelope, _ delivery: WebhookDelivery, store: (any ReceiptStore)?,
+        _ token: Int, _ job: ReservedJob, _ envelope: JobEnvelope, _ delivery: WebhookDelivery, store: (any WorkerStore)?,
         using generator: inout SystemRandomNumberGenerator
     ) {
         let endpoint: WebhookEndpointRecord?
@@ -318,7 +318,7 @@ extension WorkerEngine {
             webhooks.deliver(request) { report in
                 var rng = SystemRandomNumberGenerator()
                 self.metrics.delivered(report)
-                self.decide(token, job, self.planner.webhook(envelope, report: report, using: &rng))
+                self.decide(token, job, self.planner.webhook(envelope, delivery, report: report, using: &rng))
             }
         }
     }

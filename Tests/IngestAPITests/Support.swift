@@ -68,6 +68,9 @@ final class StubIntake: ReceiptIntake {
 
     func pendingResource(id: UUID) async throws -> ReceiptResource? { nil }
     func ping() async -> Bool { true }
+
+    /// Imports' progress is Redis's business; these tests read the enqueued jobs instead.
+    func recordImport(_ id: UUID, appID: UUID, tally: ImportBatchTally, at: Date) async {}
 }
 
 /// Postgres stand-in: one app with one token and one softphone username.
@@ -87,6 +90,9 @@ struct StubCatalog: ReceiptCatalog {
         if failing { throw Down() }
         return username == Fixtures.username ? Fixtures.credentials : nil
     }
+
+    /// No app of these tests has a notification URL.
+    func notificationApp(name: String, token: String) async throws -> AppRecord? { nil }
 }
 
 /// The signature check, answered as told.

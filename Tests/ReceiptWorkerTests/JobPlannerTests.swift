@@ -104,14 +104,31 @@ struct JobPlannerTests {
     @Test("A buried re-poll asks for its subscription to be polled again a day later; a buried validation does not")
     func buriedRepoll() {
         let target = RepollTarget(originalTransactionID: "10", receiptID: UUID(), pollSequence: 3)
-        let repoll = planner.failedRecord(
+        let repollTrace = planner.buriedTrace(
             envelope(kind: .repoll, target: target).failed(code: .sharedSecretMismatch, message: "x", calls: [], at: clock.now))
+        guard case .record(let repoll) = repollTrace, case .record(let validation) = planner.buriedTrace(envelope()) else {
+            Issue.record("a buried re-poll and a buried validation each leave a record")
+            return
+        }
         #expect(repoll.retryPollAt == clock.now.addingTimeInterval(86_400))
         #expect(repoll.isRepoll)
         #expect(repoll.receiptID == target.receiptID)
-        let validation = planner.failedRecord(envelope())
         #expect(validation.retryPollAt == nil)
         #expect(!validation.isRepoll)
+    }
+
+    @Test("A buried delivery leaves its dead outcome for the delivery log, a buried notification nothing but its dead letter")
+    func buriedDeliveryAndNotification() {
+        let delivery = envelope(kind: .webhook).failed(code: .http(503), message: "x", calls: [], at: clock.now)
+        guard case .delivery(let outcome) = planner.buriedTrace(delivery), case .delivery(let job) = delivery.payload else {
+            Issue.record("a buried delivery leaves a delivery outcome")
+            return
+        }
+        #expect(outcome.target == job.target && outcome.status == .dead && outcome.attempts == 1)
+        #expect(outcome.httpStatus == 503 && outcome.errorCode == .http(503))
+        #expect(planner.buriedTrace(envelope(kind: .notification)) == nil)
+        #expect(planner.deliveryAttemptOutcome(delivery)?.status == .retrying)
+        #expect(planner.deliveryAttemptOutcome(envelope()) == nil)
     }
 
     @Test("A re-poll job's envelope round-trips with its target")

@@ -196,7 +196,7 @@ enum QueueOnlyRow: BenchRow {
 }
 
 /// A store with no database: the app is known, saving builds the resource from the record.
-final class InstantStore: ReceiptStore {
+final class InstantStore: ReceiptStore, DeliveryLog {
     private let known: AppRecord
 
     init(app: AppRecord) { known = app }
@@ -210,6 +210,10 @@ final class InstantStore: ReceiptStore {
             return .success(resource)
         }
     }
+
+    /// The queue row queues validations only: no delivery reaches this store.
+    func webhookEndpoint(id: UUID) throws -> WebhookEndpointRecord? { nil }
+    func record(_ outcomes: [DeliveryOutcome]) throws {}
 }
 
 /// Apple answering `status 0` at once, with no purchases to parse.
