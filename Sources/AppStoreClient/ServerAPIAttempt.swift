@@ -17,10 +17,10 @@ final class ServerAPIAttempt: Sendable {
 
     private let client: ServerAPIClient
     private let query: ServerAPIQuery
-    private let completion: @Sendable (VerificationReport) -> Void
+    private let completion: @Sendable (ValidationOutcome) -> Void
     private let state: Mutex<State>
 
-    init(client: ServerAPIClient, query: ServerAPIQuery, completion: @escaping @Sendable (VerificationReport) -> Void) {
+    init(client: ServerAPIClient, query: ServerAPIQuery, completion: @escaping @Sendable (ValidationOutcome) -> Void) {
         self.client = client
         self.query = query
         self.completion = completion
@@ -204,13 +204,12 @@ final class ServerAPIAttempt: Sendable {
         let (environment, calls) = state.withLock { ($0.environment, $0.calls) }
         let ledger = ServerAPILedger.build(
             environment: environment.rawValue, transactions: transactions, statuses: statuses, at: client.now())
-        completion(VerificationReport(verdict: .valid, response: nil, calls: calls, errorCode: nil, ledger: ledger, backend: .serverAPI))
+        completion(ValidationOutcome(ledger: ledger, calls: calls))
     }
 
     private func finish(_ verdict: AppleVerdict, code: FailureCode, rateLimitedUntil: Date? = nil) {
         let calls = state.withLock { $0.calls }
         completion(
-            VerificationReport(
-                verdict: verdict, response: nil, calls: calls, errorCode: code, rateLimitedUntil: rateLimitedUntil, backend: .serverAPI))
+            ValidationOutcome(verdict: verdict, calls: calls, failure: code, rateLimitedUntil: rateLimitedUntil, backend: .serverAPI))
     }
 }

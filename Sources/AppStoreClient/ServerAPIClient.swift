@@ -98,7 +98,7 @@ public final class ServerAPIClient: Sendable {
     }
 
     /// Runs `query` and calls `completion` exactly once, on any thread.
-    public func verify(_ query: ServerAPIQuery, completion: @escaping @Sendable (VerificationReport) -> Void) {
+    public func verify(_ query: ServerAPIQuery, completion: @escaping @Sendable (ValidationOutcome) -> Void) {
         ServerAPIAttempt(client: self, query: query, completion: completion).start()
     }
 

@@ -145,13 +145,13 @@ public final class MemoryReceiptStore: ReceiptStore, DeliveryLog, @unchecked Sen
 /// A `ReceiptVerifier` that answers from a script, for worker tests without HTTP.
 public final class StubVerifier: ReceiptVerifier, @unchecked Sendable {
     private let lock = NSLock()
-    private var reports: [VerificationReport]
-    public private(set) var requests: [VerificationRequest] = []
+    private var reports: [ValidationOutcome]
+    public private(set) var requests: [ValidationRequest] = []
 
     /// Answers with `reports` in order, repeating the last one.
-    public init(_ reports: [VerificationReport]) { self.reports = reports }
+    public init(_ reports: [ValidationOutcome]) { self.reports = reports }
 
-    public func verify(_ request: VerificationRequest, completion: @escaping @Sendable (VerificationReport) -> Void) {
+    public func verify(_ request: ValidationRequest, completion: @escaping @Sendable (ValidationOutcome) -> Void) {
         let report = lock.withLock {
             requests.append(request)
             return reports.count > 1 ? reports.removeFirst() : reports[0]
@@ -160,18 +160,21 @@ public final class StubVerifier: ReceiptVerifier, @unchecked Sendable {
         DispatchQueue.global().async { completion(report) }
     }
 
-    /// A report of one call answered with `status` and `body`.
-    public static func report(status: Int, verdict: AppleVerdict, transactions: [JSONValue] = []) -> VerificationReport {
+    /// The outcome of one `verifyReceipt` call answered with `status` and `transactions` (in the
+    /// sandbox), its subscriptions computed at `at`.
+    public static func report(
+        status: Int, verdict: AppleVerdict, transactions: [JSONValue] = [], at: Date = Date()
+    ) -> ValidationOutcome {
         let response = VerifyReceiptResponse(
             json: .object([
                 "status": .number(Double(status)), "environment": .string("Sandbox"),
                 "receipt": .object(["in_app": .array(transactions)]),
             ]))
-        return VerificationReport(
+        return ValidationOutcome(
             verdict: verdict, response: response,
             calls: [
                 AppleCall(endpoint: .production, httpStatus: 200, appleStatus: status, isRetryable: nil, latencyMs: 5, errorCode: nil)
-            ], errorCode: verdict == .valid || verdict == .invalid ? nil : .apple(status))
+            ], failure: verdict == .valid || verdict == .invalid ? nil : .apple(status), at: at)
     }
 }
 

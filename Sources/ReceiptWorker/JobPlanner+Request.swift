@@ -53,7 +53,9 @@ public enum ValidationJob: Sendable, Equatable {
 
 /// How a job starts: a call to Apple, or a plan that settles it without one.
 public enum JobStart: Sendable, Equatable {
-    case call(VerificationRequest)
+    /// Ask Apple. `switchesApp`: this is the first Server API call of an `auto` app whose
+    /// `verifyReceipt` is retired, so storing its result also records the app's switch.
+    case call(ValidationRequest, switchesApp: Bool)
     case settle(JobPlan)
 }
 
@@ -81,8 +83,9 @@ extension JobPlanner {
         let wantsServerAPI = source != .receipt || app.effectiveBackend == .serverAPI || switches
         guard wantsServerAPI else {
             return .call(
-                VerificationRequest(
-                    receiptData: validation.receiptData, sharedSecret: app.sharedSecret, excludeOldTransactions: app.excludeOldTransactions))
+                .verifyReceipt(
+                    receiptData: validation.receiptData, sharedSecret: app.sharedSecret, excludeOldTransactions: app.excludeOldTransactions),
+                switchesApp: false)
         }
         guard let key = app.serverAPIKey else {
             let code: FailureCode = app.serverAPIKeyID == nil ? .serverAPIKeyMissing : .serverAPIKeyUnreadable
@@ -98,11 +101,11 @@ extension JobPlanner {
         switch validation {
         case .repoll(let job):
             return .call(
-                serverAPIRequest(
-                    validation,
+                .serverAPI(
                     ServerAPIQuery(
                         operation: .statuses, transactionID: job.target.originalTransactionID, bundleID: bundleID, key: key,
-                        environment: environment)))
+                        environment: environment)),
+                switchesApp: false)
         case .purchase(let job):
             purchase = job
         }
@@ -125,23 +128,18 @@ extension JobPlanner {
                         calls: [], at: now())))
         }
         return .call(
-            serverAPIRequest(
-                validation,
+            .serverAPI(
                 ServerAPIQuery(
                     operation: .history, transactionID: transactionID, bundleID: bundleID, key: key,
-                    environment: source == .receipt ? nil : environment)))
-    }
-
-    private func serverAPIRequest(_ validation: ValidationJob, _ query: ServerAPIQuery) -> VerificationRequest {
-        VerificationRequest(receiptData: validation.receiptData, sharedSecret: nil, excludeOldTransactions: false, serverAPI: query)
+                    environment: source == .receipt ? nil : environment)),
+            switchesApp: false)
     }
 
     /// Marks a request (and so its result) as one that records its app's switch.
     private func markingSwitch(_ start: JobStart, app: AppRecord, verifyReceipt: VerifyReceiptLifecycle) -> JobStart {
-        guard case .call(var request) = start, request.serverAPI != nil, app.backend == .auto, app.switchedToServerAPIAt == nil,
+        guard case .call(let request, _) = start, request.serverAPI != nil, app.backend == .auto, app.switchedToServerAPIAt == nil,
             verifyReceipt.isRetired(at: now())
         else { return start }
-        request.switchesApp = true
-        return .call(request)
+        return .call(request, switchesApp: true)
     }
 }

@@ -109,75 +109,55 @@ public struct JobPlanner: Sendable {
         .bury(envelope.failed(code: .storeRefused, message: "\(failure.message) (SQLSTATE \(failure.code))", calls: calls, at: now()))
     }
 
-    /// What Apple's answer (or the transport failure) means for the job.
+    /// What Apple's answer (or the transport failure) means for the job: one path, whichever API
+    /// answered.
     /// - Parameter sandboxPolicy: the app's; `reject` stores a sandbox result as invalid.
     public func plan(
-        _ envelope: JobEnvelope, report: VerificationReport, sandboxPolicy: SandboxPolicy = .accept,
+        _ envelope: JobEnvelope, outcome: ValidationOutcome, sandboxPolicy: SandboxPolicy = .accept,
         using generator: inout some RandomNumberGenerator
     ) -> JobPlan {
-        let code = report.errorCode ?? report.response.map { .apple($0.status) } ?? .unknown
-        if let until = report.rateLimitedUntil {
-            // Apple's rate limit: wait it out; the calls still go to the audit trail via `history`.
+        let code = outcome.failure ?? outcome.appleStatus.map { .apple($0) } ?? .unknown
+        if let until = outcome.rateLimitedUntil {
+            // A rate limit: wait it out; the calls still go to the audit trail via `history`.
             var waiting = envelope
-            waiting.history = (waiting.history + report.calls).suffix(50)
+            waiting.history = (waiting.history + outcome.calls).suffix(50)
             return rateLimited(waiting, until: until, using: &generator)
         }
-        var report = report
-        if sandboxPolicy == .reject, report.verdict == .valid, environment(of: report) == "sandbox" {
-            report.verdict = .invalid
-            report.errorCode = .sandboxRejected
+        if sandboxPolicy == .reject, outcome.verdict == .valid, outcome.environment == "sandbox" {
             return .store(
                 ValidationRecord(
-                    envelope: envelope, status: .invalid, environment: "sandbox", appleStatus: report.response?.status, purchases: [],
-                    latestReceipt: nil, calls: report.calls, validatedAt: now(), errorCode: .sandboxRejected, validatedBy: report.backend))
+                    envelope: envelope, status: .invalid, environment: "sandbox", appleStatus: outcome.appleStatus, purchases: [],
+                    latestReceipt: nil, calls: outcome.calls, validatedAt: now(), errorCode: .sandboxRejected, validatedBy: outcome.backend))
         }
-        if let ledger = report.ledger, report.verdict == .valid {
-            let at = now()
-            return .store(
-                ValidationRecord(
-                    envelope: envelope, status: .valid, environment: ledger.environment, appleStatus: nil, purchases: ledger.purchases,
-                    latestReceipt: nil, calls: report.calls, validatedAt: at,
-                    subscriptions: ledger.subscriptions.map {
-                        PlannedSubscription(state: $0, nextPollAt: repollPolicy.nextPoll(for: $0, at: at, using: &generator))
-                    }, validatedBy: .serverAPI))
-        }
-        switch report.verdict {
+        switch outcome.verdict {
         case .valid, .invalid:
             let at = now()
-            let purchases = report.response?.purchases ?? []
-            let subscriptions = report.response.map { SubscriptionState.states(from: $0, purchases: purchases, at: at) } ?? []
             return .store(
                 ValidationRecord(
-                    envelope: envelope, status: report.verdict == .valid ? .valid : .invalid,
-                    environment: report.response?.environment?.lowercased(), appleStatus: report.response?.status,
-                    purchases: purchases.map(\.purchase),
-                    latestReceipt: report.response?.latestReceipt, calls: report.calls, validatedAt: at,
-                    subscriptions: subscriptions.map {
+                    envelope: envelope, status: outcome.verdict == .valid ? .valid : .invalid, environment: outcome.environment,
+                    appleStatus: outcome.appleStatus, purchases: outcome.purchases, latestReceipt: outcome.latestReceipt, calls: outcome.calls,
+                    validatedAt: at,
+                    subscriptions: outcome.subscriptions.map {
                         PlannedSubscription(state: $0, nextPollAt: repollPolicy.nextPoll(for: $0, at: at, using: &generator))
-                    }, errorCode: report.verdict == .invalid ? code : nil, validatedBy: report.backend))
+                    }, errorCode: outcome.verdict == .invalid ? code : nil, validatedBy: outcome.backend))
         case .configurationError:
             return .bury(
                 envelope.failed(
-                    code: report.response?.status == 21004 ? .sharedSecretMismatch : code,
-                    message: "Apple rejected the request: fix the app's configuration, then retry", calls: report.calls, at: now()))
+                    code: outcome.appleStatus == 21004 ? .sharedSecretMismatch : code,
+                    message: "Apple rejected the request: fix the app's configuration, then retry", calls: outcome.calls, at: now()))
         case .transient
-        where report.response?.status == 21002 && envelope.payload.style != nil
+        where outcome.appleStatus == 21002 && envelope.payload.style != nil
             && envelope.attempt + 1 >= retryPolicy.malformedAttempts:
             // The bytes decoded as a receipt here, yet Apple keeps calling them malformed: after a
             // bounded number of tries that is Apple's answer, stored, not retried for 72 hours.
-            let failed = envelope.failed(code: code, message: "Apple keeps answering 21002 (malformed)", calls: report.calls, at: now())
+            let failed = envelope.failed(code: code, message: "Apple keeps answering 21002 (malformed)", calls: outcome.calls, at: now())
             return .store(
                 ValidationRecord(
-                    envelope: failed, status: .invalid, environment: report.response?.environment?.lowercased(), appleStatus: 21002,
-                    purchases: [], latestReceipt: nil, calls: report.calls, validatedAt: now(), errorCode: code))
+                    envelope: failed, status: .invalid, environment: outcome.environment, appleStatus: 21002, purchases: [],
+                    latestReceipt: nil, calls: outcome.calls, validatedAt: now(), errorCode: code))
         case .transient, .outage, .switchEnvironment:
-            return retryOrBury(envelope, code: code, message: "Apple did not validate the receipt yet", calls: report.calls, using: &generator)
+            return retryOrBury(envelope, code: code, message: "Apple did not validate the receipt yet", calls: outcome.calls, using: &generator)
         }
-    }
-
-    /// The environment a report's result belongs to (`production`/`sandbox`).
-    private func environment(of report: VerificationReport) -> String? {
-        report.ledger?.environment ?? report.response?.environment?.lowercased()
     }
 
     /// What a buried job leaves in Postgres (best effort; the dead letter is what counts): a

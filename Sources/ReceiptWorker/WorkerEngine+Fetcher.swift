@@ -222,9 +222,10 @@ extension WorkerEngine {
         }
         guard let app else { return decide(token, job, planner.unknownApp(envelope)) }
         let isProbe = permission == .probe
-        let request: VerificationRequest
+        let request: ValidationRequest
+        let switchesApp: Bool
         switch planner.start(envelope, validation, app: app, verifyReceipt: lifecycle.lifecycle) {
-        case .call(let call): request = call
+        case .call(let call, let switches): (request, switchesApp) = (call, switches)
         case .settle(let plan):
             if case .bury(let failed?) = plan, let code = failed.errorCode, ConfigurationAlarm.raiseOnce(appID: app.id) {
                 logger.error(
@@ -233,7 +234,7 @@ extension WorkerEngine {
             }
             return decide(token, job, plan)
         }
-        if request.switchesApp, SwitchAlarm.raiseOnce(appID: app.id) {
+        if switchesApp, SwitchAlarm.raiseOnce(appID: app.id) {
             metrics.backendSwitched()
             logger.critical(
                 "verifyReceipt is retired: this app now validates with the App Store Server API",
@@ -241,7 +242,9 @@ extension WorkerEngine {
         }
         let canMove = app.backend == .auto && app.serverAPIKey != nil
         let call: @Sendable () -> Void = {
-            self.call(token, job, envelope, request, app: app, canMove: canMove, gate: gate, lifecycle: lifecycle, isProbe: isProbe)
+            self.call(
+                token, job, envelope, request, switchesApp: switchesApp, app: app, canMove: canMove, gate: gate, lifecycle: lifecycle,
+                isProbe: isProbe)
         }
         // A bulk import's call spends its app's import budget, apart from live traffic's; except the
         // circuit's probe, whose verdict every worker waits for (one call, whatever the budget).
@@ -262,26 +265,26 @@ extension WorkerEngine {
 
     /// The call to Apple of a started job, and the plan its answer makes.
     private func call(
-        _ token: Int, _ job: ReservedJob, _ envelope: JobEnvelope, _ request: VerificationRequest, app: AppRecord, canMove: Bool,
-        gate: CircuitGate, lifecycle: VerifyReceiptGate, isProbe: Bool
+        _ token: Int, _ job: ReservedJob, _ envelope: JobEnvelope, _ request: ValidationRequest, switchesApp: Bool, app: AppRecord,
+        canMove: Bool, gate: CircuitGate, lifecycle: VerifyReceiptGate, isProbe: Bool
     ) {
         let sandboxPolicy = app.sandboxPolicy
-        verifier.verify(request) { report in
+        verifier.verify(request) { outcome in
             // On the HTTP engine's thread: count, decide, hand over; nothing here blocks.
             // One circuit for both APIs: an outage of either defers the jobs, a 429 is not an outage.
-            gate.record(outage: report.verdict == .outage, probe: isProbe)
-            self.metrics.record(report.calls)
+            gate.record(outage: outcome.verdict == .outage, probe: isProbe)
+            self.metrics.record(outcome.calls)
             var rng = SystemRandomNumberGenerator()
-            lifecycle.record(report)
+            lifecycle.record(outcome)
             var plan: JobPlan
-            if report.notice?.gone == true, canMove {
+            if outcome.notice?.gone == true, canMove {
                 // verifyReceipt answers "gone" and this app can move: wait (without an attempt) for
                 // the deployment to agree, then it goes to the Server API.
                 plan = self.planner.deferred(envelope, until: self.now().addingTimeInterval(2), using: &rng)
             } else {
-                plan = self.planner.plan(envelope, report: report, sandboxPolicy: sandboxPolicy, using: &rng)
+                plan = self.planner.plan(envelope, outcome: outcome, sandboxPolicy: sandboxPolicy, using: &rng)
             }
-            if request.switchesApp, case .store(var record) = plan {
+            if switchesApp, case .store(var record) = plan {
                 record.switchesApp = true
                 plan = .store(record)
             }

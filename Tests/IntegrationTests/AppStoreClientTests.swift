@@ -44,12 +44,12 @@ struct AppStoreClientTests {
     }
 
     /// One verification through the client's asynchronous engine; the calling task never blocks a thread.
-    func verify(_ client: AppStoreClient, _ request: VerificationRequest) async -> VerificationReport {
+    func verify(_ client: AppStoreClient, _ request: ValidationRequest) async -> ValidationOutcome {
         await client.verify(request)
     }
 
-    func request(_ receipt: String, secret: String? = nil) -> VerificationRequest {
-        VerificationRequest(receiptData: receipt, sharedSecret: secret, excludeOldTransactions: false)
+    func request(_ receipt: String, secret: String? = nil) -> ValidationRequest {
+        .verifyReceipt(receiptData: receipt, sharedSecret: secret, excludeOldTransactions: false)
     }
 
     @Test("A production receipt is valid at production in one call")
@@ -58,8 +58,8 @@ struct AppStoreClientTests {
             let report = await verify(client, request(try receipt(.production)))
             #expect(report.verdict == .valid)
             #expect(report.calls.map(\.endpoint) == [.production])
-            #expect(report.response?.environment == "Production")
-            #expect(report.response?.transactions.count == 2)
+            #expect(report.environment == "production" && report.appleStatus == 0)
+            #expect(report.purchases.count == 2)
         }
     }
 
@@ -81,7 +81,7 @@ struct AppStoreClientTests {
             let report = await verify(client, request(try receipt(.productionSandbox)))
             #expect(report.verdict == .transient)
             #expect(report.calls.count == 2)
-            #expect(report.errorCode == .apple(21007))
+            #expect(report.failure == .apple(21007))
         }
     }
 
@@ -118,7 +118,7 @@ struct AppStoreClientTests {
         try await withMock { client, _ in
             let report = await verify(client, request(try receipt(.production, mock: "status=\(status)")))
             #expect(report.verdict == verdict)
-            #expect(report.response?.status == status)
+            #expect(report.appleStatus == status)
         }
     }
 

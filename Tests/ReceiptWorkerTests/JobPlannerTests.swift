@@ -28,8 +28,8 @@ struct JobPlannerTests {
     @Test("A valid answer carries each subscription's state, observed now, with its next poll planned before expiry")
     func validAnswerPlansPolls() throws {
         var rng = SeededGenerator(seed: 1)
-        let report = StubVerifier.report(status: 0, verdict: .valid, transactions: [subscription(expiresIn: 10 * 86_400)])
-        guard case .store(let record) = planner.plan(envelope(), report: report, using: &rng) else {
+        let report = StubVerifier.report(status: 0, verdict: .valid, transactions: [subscription(expiresIn: 10 * 86_400)], at: clock.now)
+        guard case .store(let record) = planner.plan(envelope(), outcome: report, using: &rng) else {
             Issue.record("a valid answer is stored")
             return
         }
@@ -45,8 +45,8 @@ struct JobPlannerTests {
     @Test("Invalid answers and configuration errors carry no subscription state")
     func noStateWithoutAValidAnswer() {
         var rng = SeededGenerator(seed: 2)
-        let invalid = StubVerifier.report(status: 21010, verdict: .invalid, transactions: [subscription(expiresIn: 86_400)])
-        if case .store(let record) = planner.plan(envelope(), report: invalid, using: &rng) {
+        let invalid = StubVerifier.report(status: 21010, verdict: .invalid, transactions: [subscription(expiresIn: 86_400)], at: clock.now)
+        if case .store(let record) = planner.plan(envelope(), outcome: invalid, using: &rng) {
             #expect(record.subscriptions.isEmpty)
             #expect(record.status == .invalid)
         } else {
@@ -62,14 +62,14 @@ struct JobPlannerTests {
         var job = envelope()
         job.payload.receiptJob?.style = .unified
         for attempt in 1...2 {
-            guard case .retry(let updated, _, _) = planner.plan(job, report: report, using: &rng) else {
+            guard case .retry(let updated, _, _) = planner.plan(job, outcome: report, using: &rng) else {
                 Issue.record("attempt \(attempt) is retried")
                 return
             }
             #expect(updated.attempt == attempt)
             job = updated
         }
-        guard case .store(let record) = planner.plan(job, report: report, using: &rng) else {
+        guard case .store(let record) = planner.plan(job, outcome: report, using: &rng) else {
             Issue.record("the third 21002 is stored")
             return
         }
@@ -80,7 +80,7 @@ struct JobPlannerTests {
         // A receipt that never decoded here has no local voucher: 21002 stays an ordinary retry.
         var undecoded = job
         undecoded.payload.receiptJob?.style = nil
-        guard case .retry = planner.plan(undecoded, report: report, using: &rng) else {
+        guard case .retry = planner.plan(undecoded, outcome: report, using: &rng) else {
             Issue.record("an undecoded receipt keeps retrying")
             return
         }
@@ -90,9 +90,9 @@ struct JobPlannerTests {
     func errorCodeOfTheResult() throws {
         var rng = SeededGenerator(seed: 4)
         let earlier = envelope().failed(code: .apple(21008), message: "x", calls: [], at: clock.now)
-        guard case .store(let valid) = planner.plan(earlier, report: StubVerifier.report(status: 0, verdict: .valid, transactions: []), using: &rng),
+        guard case .store(let valid) = planner.plan(earlier, outcome: StubVerifier.report(status: 0, verdict: .valid, transactions: []), using: &rng),
             case .store(let invalid) = planner.plan(
-                earlier, report: StubVerifier.report(status: 21010, verdict: .invalid, transactions: []), using: &rng)
+                earlier, outcome: StubVerifier.report(status: 21010, verdict: .invalid, transactions: []), using: &rng)
         else {
             Issue.record("both answers are stored")
             return

@@ -30,14 +30,14 @@ func runEngine(_ engine: WorkerEngine, until done: @escaping @Sendable () -> Boo
 /// A verifier that keeps every call open until the test releases it: Apple taking its time.
 final class HeldVerifier: ReceiptVerifier, @unchecked Sendable {
     private let lock = NSLock()
-    private var held: [@Sendable (VerificationReport) -> Void] = []
-    private let report: VerificationReport
+    private var held: [@Sendable (ValidationOutcome) -> Void] = []
+    private let report: ValidationOutcome
 
-    init(_ report: VerificationReport = StubVerifier.report(status: 0, verdict: .valid)) { self.report = report }
+    init(_ report: ValidationOutcome = StubVerifier.report(status: 0, verdict: .valid)) { self.report = report }
 
     var open: Int { lock.withLock { held.count } }
 
-    func verify(_ request: VerificationRequest, completion: @escaping @Sendable (VerificationReport) -> Void) {
+    func verify(_ request: ValidationRequest, completion: @escaping @Sendable (ValidationOutcome) -> Void) {
         lock.withLock { held.append(completion) }
     }
 
@@ -163,12 +163,12 @@ struct WorkerEngineVerdictTests {
 
     @Test("The settle carries the batch's activity: outcomes, and the failure class of each retry")
     func activity() async throws {
-        let transportError = VerificationReport(
-            verdict: .outage, response: nil,
+        let transportError = ValidationOutcome(
+            verdict: .outage,
             calls: [
                 AppleCall(
                     endpoint: .production, httpStatus: nil, appleStatus: nil, isRetryable: nil, latencyMs: 15_000, errorCode: .transport(.timeout))
-            ], errorCode: .transport(.timeout))
+            ], failure: .transport(.timeout))
         let verifier = StubVerifier([StubVerifier.report(status: 0, verdict: .valid), transportError])
         let queue = MemoryJobQueue(jobs: [envelope(), envelope()])
         let engine = engine(queue: queue, store: MemoryReceiptStore(apps: [app]), verifier: verifier)
@@ -217,12 +217,12 @@ struct WorkerEngineVerdictTests {
     @Test("While the outage circuit is open, jobs are deferred past it without using an attempt; outages open it")
     func circuit() async throws {
         let circuit = MemoryOutageCircuit(policy: CircuitPolicy(minimumFailures: 2, failureRatio: 0.5))
-        let outage = VerificationReport(
-            verdict: .outage, response: nil,
+        let outage = ValidationOutcome(
+            verdict: .outage,
             calls: [
                 AppleCall(endpoint: .production, httpStatus: 503, appleStatus: nil, isRetryable: nil, latencyMs: 1, errorCode: .http(503))
             ],
-            errorCode: .http(503))
+            failure: .http(503))
         let queue = MemoryJobQueue(jobs: [envelope(), envelope()])
         let store = MemoryReceiptStore(apps: [app])
         let verifier = StubVerifier([outage, outage, StubVerifier.report(status: 0, verdict: .valid)])

@@ -6,12 +6,12 @@ import Foundation
 public protocol ReceiptVerifier: Sendable {
     /// Validates one receipt and calls `completion` exactly once, on any thread. `completion` must
     /// return quickly (it may run on the HTTP engine's only thread).
-    func verify(_ request: VerificationRequest, completion: @escaping @Sendable (VerificationReport) -> Void)
+    func verify(_ request: ValidationRequest, completion: @escaping @Sendable (ValidationOutcome) -> Void)
 }
 
 extension ReceiptVerifier {
     /// Validates one receipt, suspending until the report arrives.
-    public func verify(_ request: VerificationRequest) async -> VerificationReport {
+    public func verify(_ request: ValidationRequest) async -> ValidationOutcome {
         await withCheckedContinuation { continuation in
             verify(request) { continuation.resume(returning: $0) }
         }

@@ -218,10 +218,9 @@ final class InstantStore: ReceiptStore, DeliveryLog {
 
 /// Apple answering `status 0` at once, with no purchases to parse.
 final class InstantVerifier: ReceiptVerifier, Sendable {
-    private static let report = VerificationReport(
-        verdict: .valid, response: VerifyReceiptResponse(json: .object(["status": .number(0), "environment": .string("Production")])),
-        calls: [AppleCall(endpoint: .production, httpStatus: 200, appleStatus: 0, isRetryable: nil, latencyMs: 0, errorCode: nil)],
-        errorCode: nil)
+    private static let outcome = ValidationOutcome(
+        verdict: .valid, environment: "production", appleStatus: 0,
+        calls: [AppleCall(endpoint: .production, httpStatus: 200, appleStatus: 0, isRetryable: nil, latencyMs: 0, errorCode: nil)])
 
-    func verify(_ request: VerificationRequest, completion: @escaping @Sendable (VerificationReport) -> Void) { completion(Self.report) }
+    func verify(_ request: ValidationRequest, completion: @escaping @Sendable (ValidationOutcome) -> Void) { completion(Self.outcome) }
 }
