@@ -122,7 +122,7 @@ public final class RedisMaintenance: QueueMaintenance {
     private func rescue(_ raw: [UInt8], from processing: String, counting: Bool) throws -> Int {
         let envelope = try? JobEnvelope.decode(raw)
         let id = envelope?.id.uuidString.lowercased() ?? "raw-\(fnv1a(raw))"
-        let counter = "\(keys.prefix):recoveries:\(id)"
+        let counter = keys.recoveries(id)
         let recoveries = try connection.send(["GET", counter]).int ?? 0
         var buried: [UInt8] = []
         if counting, recoveries >= maxRecoveries {

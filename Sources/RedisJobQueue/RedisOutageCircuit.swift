@@ -2,15 +2,6 @@ import Foundation
 import Hiredis
 import ReceiptCore
 
-extension RedisKeys {
-    /// The outage circuit's state hash: `open_until` (ms; absent while closed) and `failed_probes`.
-    public var circuitState: String { "\(prefix):circuit:state" }
-    /// The outage circuit's probe lease: `"<lane token> <lease end, ms>"`, held by the one prober.
-    public var circuitProbe: String { "\(prefix):circuit:probe" }
-    /// Calls (`c`) and outages (`f`) of one window bucket (the Unix second by default), with a TTL.
-    public func circuitCalls(bucket: Int64) -> String { "\(prefix):circuit:calls:\(bucket)" }
-}
-
 /// The outage circuit shared by every lane of every worker process through Redis.
 ///
 /// Each decision is one `EVALSHA` of a versioned Lua script that runs ``CircuitState``'s rules

@@ -2,15 +2,6 @@ import Foundation
 import Hiredis
 import ReceiptCore
 
-extension RedisKeys {
-    /// One app's token bucket for one endpoint and environment: `t` tokens, `ts` last refill (ms).
-    public func serverAPIBucket(app: String, environment: String, endpoint: String) -> String {
-        "\(prefix):serverapi:bucket:\(app):\(environment):\(endpoint)"
-    }
-    /// Set after a `429`: the app's calls wait until this time (ms).
-    public func serverAPIPause(app: String, environment: String) -> String { "\(prefix):serverapi:pause:\(app):\(environment)" }
-}
-
 /// ``ServerAPIRateLimiter`` in Redis: each decision is one script, so every worker process draws
 /// from the same bucket. Time is the caller's `now`, as in ``RedisOutageCircuit``.
 ///

@@ -2,12 +2,6 @@ import Foundation
 import Hiredis
 import ReceiptCore
 
-extension RedisKeys {
-    /// `verifyReceipt`'s lifecycle across the deployment: `run` (404/410s in a row), `gone_since`,
-    /// `deprecation`, `sunset` (ms).
-    public var verifyReceiptLifecycle: String { "\(prefix):verifyreceipt:lifecycle" }
-}
-
 /// ``VerifyReceiptWatch`` in Redis: one script per batch, so the run of 404/410 answers is
 /// counted across every worker process and declared gone once.
 ///
