@@ -353,10 +353,3 @@ public struct RedisJobSet: JobSetStore {
         }
     }
 }
-
-extension RedisQueueError {
-    /// Redis answered with a reply of an unexpected shape.
-    static func unexpectedReply(_ command: String) -> RedisQueueError {
-        RedisQueueError(code: "unexpected_reply", message: "unexpected reply to \(command)")
-    }
-}

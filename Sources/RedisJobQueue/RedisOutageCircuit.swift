@@ -148,7 +148,7 @@ public final class RedisOutageCircuit: OutageCircuit {
             // Not cached: the probe in flight may close the circuit at any moment.
             return .deny(until: Self.date(reply[1]))
         default:
-            throw RedisCircuitError.unexpectedReply
+            throw RedisQueueError.unexpectedReply("outage circuit")
         }
     }
 
@@ -189,13 +189,13 @@ public final class RedisOutageCircuit: OutageCircuit {
             knownOpenUntil = nil
             return .closed
         default:
-            throw RedisCircuitError.unexpectedReply
+            throw RedisQueueError.unexpectedReply("outage circuit")
         }
     }
 
     public func state(now: Date) throws -> CircuitStatus {
         let reply = try evaluate("state", now: now, successes: 0, outages: 0, buckets: [])
-        guard reply.count >= 2 else { throw RedisCircuitError.unexpectedReply }
+        guard reply.count >= 2 else { throw RedisQueueError.unexpectedReply("outage circuit") }
         if reply[0] == 0 { return .closed }
         return Self.milliseconds(now) < reply[1] ? .open(until: Self.date(reply[1])) : .halfOpen
     }
@@ -222,16 +222,16 @@ public final class RedisOutageCircuit: OutageCircuit {
             scriptSHA = nil
             reply = try connection.send(["EVALSHA", try loadedScript()] + command)
         }
-        guard let values = reply.array, !values.isEmpty else { throw RedisCircuitError.unexpectedReply }
+        guard let values = reply.array, !values.isEmpty else { throw RedisQueueError.unexpectedReply("outage circuit") }
         let numbers = values.compactMap { $0.int.map(Int64.init) }
-        guard numbers.count == values.count else { throw RedisCircuitError.unexpectedReply }
+        guard numbers.count == values.count else { throw RedisQueueError.unexpectedReply("outage circuit") }
         return numbers
     }
 
     private func loadedScript() throws -> String {
         if let scriptSHA { return scriptSHA }
         guard let sha = try connection.send(["SCRIPT", "LOAD", Self.script]).string else {
-            throw RedisCircuitError.unexpectedReply
+            throw RedisQueueError.unexpectedReply("outage circuit")
         }
         scriptSHA = sha
         return sha
@@ -246,26 +246,4 @@ public final class RedisOutageCircuit: OutageCircuit {
     }
 
     private static func date(_ milliseconds: Int64) -> Date { Date(timeIntervalSince1970: Double(milliseconds) / 1000) }
-}
-
-/// Errors of the Redis outage circuit (connection failures surface as `RedisError`).
-///
-/// Equality is on the code only; the description is the bounded code, safe to log.
-public struct RedisCircuitError: Error, Sendable, Equatable, CustomStringConvertible {
-    private enum Code: String, Sendable {
-        case unexpectedReply = "unexpected_reply"
-    }
-
-    private let code: Code
-
-    private init(_ code: Code) { self.code = code }
-
-    /// The script answered something it never returns: another program wrote the circuit's keys,
-    /// or an older script version runs under this name.
-    public static let unexpectedReply = RedisCircuitError(.unexpectedReply)
-
-    /// Bounded machine-readable code, for metric labels.
-    public var reason: String { code.rawValue }
-
-    public var description: String { "RedisCircuitError(\(code.rawValue))" }
 }
