@@ -6,8 +6,9 @@ import ReceiptCore
 ///
 /// Each decision is one run of the circuit's Lua script (`RedisScripts.outageCircuit`), where its
 /// rules live, so two lanes can never both become the prober, and a probe's verdict and the
-/// window's counts change together. Time is the caller's `now`, never the Redis server's clock:
-/// the decisions then match the pure machine exactly, and tests drive them.
+/// window's counts change together. Time is the caller's `now`, never the Redis server's clock, so
+/// tests drive it; times are whole milliseconds rounded as ``CircuitTime`` rounds them, like every
+/// implementation's.
 ///
 /// Not thread-safe: a lane owns one (on its own connection, or one shared with its queue) and
 /// calls it from its own thread, like ``RedisWorkQueue``.
@@ -48,9 +49,9 @@ public final class RedisOutageCircuit: OutageCircuit {
     }
 
     public func permission(now: Date) throws -> CircuitPermission {
-        let nowMs = Self.milliseconds(now)
+        let nowMs = CircuitTime.milliseconds(now)
         if !holdsProbe, let knownOpenUntil, nowMs < knownOpenUntil {
-            return .deny(until: Self.date(knownOpenUntil))
+            return .deny(until: CircuitTime.date(knownOpenUntil))
         }
         knownOpenUntil = nil
         let reply = try evaluate("permission", now: now, successes: 0, outages: 0, buckets: [])
@@ -62,10 +63,10 @@ public final class RedisOutageCircuit: OutageCircuit {
             return .probe
         case 2 where reply.count >= 2:
             knownOpenUntil = reply[1]
-            return .deny(until: Self.date(reply[1]))
+            return .deny(until: CircuitTime.date(reply[1]))
         case 3 where reply.count >= 2:
             // Not cached: the probe in flight may close the circuit at any moment.
-            return .deny(until: Self.date(reply[1]))
+            return .deny(until: CircuitTime.date(reply[1]))
         default:
             throw RedisQueueError.unexpectedReply("outage circuit")
         }
@@ -85,7 +86,7 @@ public final class RedisOutageCircuit: OutageCircuit {
 
     /// One `record` (a single outcome, perhaps this lane's probe verdict) or `batch` step.
     private func record(_ operation: String, successes: Int, outages: Int, now: Date) throws -> CircuitTransition? {
-        let nowMs = Self.milliseconds(now)
+        let nowMs = CircuitTime.milliseconds(now)
         let isVerdict = operation == "record" && holdsProbe
         // While open, the script ignores every outcome but the prober's verdict: skip the round trip.
         if !isVerdict, let knownOpenUntil, nowMs < knownOpenUntil { return nil }
@@ -100,10 +101,10 @@ public final class RedisOutageCircuit: OutageCircuit {
             return nil
         case 1 where reply.count >= 2:
             knownOpenUntil = reply[1]
-            return .opened(until: Self.date(reply[1]))
+            return .opened(until: CircuitTime.date(reply[1]))
         case 2 where reply.count >= 3:
             knownOpenUntil = reply[1]
-            return .reopened(until: Self.date(reply[1]), failedProbes: Int(reply[2]))
+            return .reopened(until: CircuitTime.date(reply[1]), failedProbes: Int(reply[2]))
         case 3:
             knownOpenUntil = nil
             return .closed
@@ -116,20 +117,20 @@ public final class RedisOutageCircuit: OutageCircuit {
         let reply = try evaluate("state", now: now, successes: 0, outages: 0, buckets: [])
         guard reply.count >= 2 else { throw RedisQueueError.unexpectedReply("outage circuit") }
         if reply[0] == 0 { return .closed }
-        return Self.milliseconds(now) < reply[1] ? .open(until: Self.date(reply[1])) : .halfOpen
+        return CircuitTime.milliseconds(now) < reply[1] ? .open(until: CircuitTime.date(reply[1])) : .halfOpen
     }
 
     /// Runs the script once and returns its integer array.
     private func evaluate(_ operation: String, now: Date, successes: Int, outages: Int, buckets: [String]) throws -> [Int64] {
         let keyArgs = [keys.circuitState, keys.circuitProbe] + buckets
         let args = [
-            operation, String(Self.milliseconds(now)), lane, String(successes),
+            operation, String(CircuitTime.milliseconds(now)), lane, String(successes),
             String(policy.minimumFailures), String(policy.failureRatio),
-            String(Self.milliseconds(policy.openDuration)), String(Self.milliseconds(policy.maximumOpenDuration)),
-            String(Self.milliseconds(policy.probeLease)),
+            String(CircuitTime.milliseconds(policy.openDuration)), String(CircuitTime.milliseconds(policy.maximumOpenDuration)),
+            String(CircuitTime.milliseconds(policy.probeLease)),
             // Only garbage collection: the window is chosen by key name from the caller's time, so
             // the server's clock never decides; twice the window leaves room for clock skew.
-            String(2 * Self.milliseconds(policy.window) + Self.milliseconds(policy.bucketWidth)),
+            String(2 * CircuitTime.milliseconds(policy.window) + CircuitTime.milliseconds(policy.bucketWidth)),
             String(outages),
         ]
         let reply = try RedisScriptRunner.run(RedisScripts.outageCircuit, keys: keyArgs, arguments: args.map(bytes), on: connection)
@@ -138,14 +139,4 @@ public final class RedisOutageCircuit: OutageCircuit {
         guard numbers.count == values.count else { throw RedisQueueError.unexpectedReply("outage circuit") }
         return numbers
     }
-
-    /// Rounded to the nearest millisecond, as ``CircuitState`` does, so both decide alike.
-    private static func milliseconds(_ date: Date) -> Int64 { Int64((date.timeIntervalSince1970 * 1000).rounded()) }
-
-    private static func milliseconds(_ duration: Duration) -> Int64 {
-        let (seconds, attoseconds) = duration.components
-        return seconds * 1000 + attoseconds / 1_000_000_000_000_000
-    }
-
-    private static func date(_ milliseconds: Int64) -> Date { Date(timeIntervalSince1970: Double(milliseconds) / 1000) }
 }
