@@ -25,15 +25,6 @@ public struct RedisQueueError: Error, CustomStringConvertible, Equatable {
     /// What Redis said (no job contents).
     public var message: String
 
-    /// Creates an error.
-    /// - Parameters:
-    ///   - code: what went wrong.
-    ///   - message: what Redis said, without job contents.
-    init(code: Code, message: String) {
-        self.code = code
-        self.message = message
-    }
-
     public var description: String { "RedisQueueError.\(code.rawValue): \(message)" }
 
     static func transactionFailed(_ message: String) -> RedisQueueError {
