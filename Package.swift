@@ -82,7 +82,8 @@ let package = Package(
         // Adapters: the domain's protocols implemented on the façades.
         .target(
             name: "RedisJobQueue",
-            dependencies: ["ReceiptCore", "Hiredis", .product(name: "Logging", package: "swift-log")],
+            // OpenSSL: the SHA-1 each Lua script is named by in EVALSHA, computed once per process.
+            dependencies: ["ReceiptCore", "Hiredis", "OpenSSL", .product(name: "Logging", package: "swift-log")],
             swiftSettings: swiftSettings
         ),
         .target(
