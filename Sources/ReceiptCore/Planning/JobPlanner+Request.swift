@@ -1,5 +1,4 @@
 import Foundation
-import ReceiptCore
 
 /// What a job asks Apple about: a purchase (a receipt or a transaction, posted or imported), or a
 /// subscription to poll again.

@@ -1,5 +1,4 @@
 import Foundation
-import ReceiptCore
 
 extension JobPlanner {
     /// What an App Store Server Notification job stores: its effect on the ledger and the

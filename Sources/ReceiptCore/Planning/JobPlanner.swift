@@ -1,6 +1,4 @@
 import Foundation
-import ReceiptCore
-import Synchronization
 
 /// What became of one job.
 public enum JobOutcome: String, Sendable, Equatable, CaseIterable {
@@ -194,25 +192,5 @@ public struct JobPlanner: Sendable {
                 attempt: failed.attempt, firstFailedAt: failed.firstFailedAt ?? now(), now: now(), using: &generator)
         else { return .bury(failed) }
         return .retry(failed, runAt: runAt, outcome: .retried)
-    }
-}
-
-/// Remembers, per process, which apps' configuration errors were already reported.
-enum ConfigurationAlarm {
-    private static let raised = Mutex<Set<UUID>>([])
-
-    /// True the first time it is called for `appID`.
-    static func raiseOnce(appID: UUID) -> Bool {
-        raised.withLock { $0.insert(appID).inserted }
-    }
-}
-
-/// Remembers, per process, which apps' moves to the Server API were already announced.
-enum SwitchAlarm {
-    private static let raised = Mutex<Set<UUID>>([])
-
-    /// True the first time it is called for `appID`.
-    static func raiseOnce(appID: UUID) -> Bool {
-        raised.withLock { $0.insert(appID).inserted }
     }
 }

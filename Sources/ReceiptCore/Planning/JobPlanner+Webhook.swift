@@ -1,5 +1,4 @@
 import Foundation
-import ReceiptCore
 
 /// How a webhook job starts: a delivery to send, or a plan that settles it without one.
 public enum WebhookStart: Sendable, Equatable {
