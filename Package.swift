@@ -222,15 +222,23 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
 
+        // The test house: what tests of I/O share (the trait that keeps blocking work off the
+        // cooperative pool). Only test targets link it.
+        .target(
+            name: "SystemTesting",
+            swiftSettings: swiftSettings
+        ),
+
         // test targets
         .testTarget(
             name: "ReceiptCoreTests",
-            dependencies: ["ReceiptCore", "ReceiptTesting"],
+            dependencies: ["SystemTesting", "ReceiptCore", "ReceiptTesting"],
             swiftSettings: swiftSettings
         ),
         .testTarget(
             name: "ReceiptWorkerTests",
             dependencies: [
+                "SystemTesting",
                 "ReceiptWorker", "ReceiptTesting", "AppStoreClient",
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
@@ -238,17 +246,18 @@ let package = Package(
         ),
         .testTarget(
             name: "ReceiptSignatureTests",
-            dependencies: ["ReceiptSignature", "ReceiptCore", "OpenSSL", "ReceiptTesting", "AppStoreClient"],
+            dependencies: ["SystemTesting", "ReceiptSignature", "ReceiptCore", "OpenSSL", "ReceiptTesting", "AppStoreClient"],
             swiftSettings: swiftSettings
         ),
         .testTarget(
             name: "FacadeTests",
-            dependencies: ["Hiredis", "Libpq", "Curl", "OpenSSL", "ReceiptTesting", "MockAppStore", "WebhookClient"],
+            dependencies: ["SystemTesting", "Hiredis", "Libpq", "Curl", "OpenSSL", "ReceiptTesting", "MockAppStore", "WebhookClient"],
             swiftSettings: swiftSettings
         ),
         .testTarget(
             name: "IntegrationTests",
             dependencies: [
+                "SystemTesting",
                 "ReceiptQueueApp", "ReceiptTesting", "MockAppStore", "Curl", "AppStoreClient", "WebhookClient", "Hiredis", "Libpq", "PostgresStore",
                 "RedisJobQueue",
                 "ReceiptSignature", "ReceiptCore", "IngestAPI", "OpenSSL", "Telemetry",
@@ -263,6 +272,7 @@ let package = Package(
         .testTarget(
             name: "TelemetryTests",
             dependencies: [
+                "SystemTesting",
                 "Telemetry",
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "Hummingbird", package: "hummingbird"),
@@ -275,13 +285,14 @@ let package = Package(
         // The dashboard's pure parts: sessions, CSRF tokens, forms, the chart.
         .testTarget(
             name: "DashboardTests",
-            dependencies: ["Dashboard", "ReceiptCore", "OpenSSL"],
+            dependencies: ["SystemTesting", "Dashboard", "ReceiptCore", "OpenSSL"],
             swiftSettings: swiftSettings
         ),
         // The ingestion API's pure parts and its handlers on in-memory doubles: no server needed.
         .testTarget(
             name: "IngestAPITests",
             dependencies: [
+                "SystemTesting",
                 "IngestAPI", "ReceiptCore", "ReceiptSignature", "OpenSSL", "ReceiptTesting",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdTesting", package: "hummingbird"),

@@ -2,6 +2,7 @@ import Curl
 import Foundation
 import ReceiptTesting
 import Synchronization
+import SystemTesting
 import Testing
 
 /// A self-signed certificate for `localhost`, made with the `openssl` CLI.
@@ -64,7 +65,7 @@ private func seconds(_ duration: Duration) -> String {
 }
 
 // Serialized: the thread, RSS and timing measurements must not overlap each other.
-@Suite("CurlMulti engine", .serialized, .timeLimit(.minutes(3)))
+@Suite("CurlMulti engine", .blockingWork, .serialized, .timeLimit(.minutes(3)))
 struct CurlMultiTests {
     @Test func thousandSlowRequestsOverlapOnOneEngineThread() async throws {
         raiseDescriptorLimit()

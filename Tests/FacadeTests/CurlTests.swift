@@ -1,6 +1,7 @@
 import Curl
 import Foundation
 import ReceiptTesting
+import SystemTesting
 import Testing
 
 /// A loopback HTTP(S) server in a `python3` child process, so the tests need no network and no
@@ -107,7 +108,7 @@ private func options(timeout: Duration = .seconds(10), maxBytes: Int = 4 << 20) 
     return options
 }
 
-@Suite("Curl façade")
+@Suite("Curl façade", .blockingWork)
 struct CurlTests {
     @Test func versionMentionsLibcurl() {
         CurlGlobal.initialize()

@@ -3,11 +3,12 @@ import Hiredis
 import ReceiptCore
 import ReceiptTesting
 import RedisJobQueue
+import SystemTesting
 import Testing
 
 /// The per-minute activity the workers count when they settle, and the overview that reads it back
 /// with the outage circuit, against a real Redis under a `{rqt-…}` prefix unique to each test.
-@Suite("Activity counters and the circuit in the queue overview", .enabled(if: TestEnvironment.integrationEnabled))
+@Suite("Activity counters and the circuit in the queue overview", .blockingWork, .enabled(if: TestEnvironment.integrationEnabled))
 struct ActivityOverviewRedisTests {
     /// A connection, a pool and a prefix for one test; `close()` deletes every key under the prefix.
     final class Fixture {

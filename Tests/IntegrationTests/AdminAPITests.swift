@@ -4,11 +4,12 @@ import MockAppStore
 import ReceiptCore
 import ReceiptQueueApp
 import ReceiptTesting
+import SystemTesting
 import Testing
 
 /// The admin API against a running system: dead letters made by a mock App Store answering 21004,
 /// listed, filtered, inspected (never the receipt), and retried once the secret is fixed.
-@Suite("Admin API: dead letters, retries, overview", .enabled(if: TestEnvironment.integrationEnabled), .serialized)
+@Suite("Admin API: dead letters, retries, overview", .blockingWork, .enabled(if: TestEnvironment.integrationEnabled), .serialized)
 struct AdminAPITests {
     static let basic = "Basic " + Data("admin:receiptq-dev".utf8).base64EncodedString()
 

@@ -4,12 +4,13 @@ import Foundation
 import MockAppStore
 import ReceiptCore
 import ReceiptSignature
+import SystemTesting
 import Testing
 
 /// The verifyReceipt client against the in-process mock App Store: Apple's rules over real HTTP.
 // Serialized: each test blocks a Dispatch thread on curl while the mock answers on the same
 // two cores; run side by side, their timeouts would measure the scheduler, not the client.
-@Suite("AppStoreClient against the mock App Store", .serialized)
+@Suite("AppStoreClient against the mock App Store", .blockingWork, .serialized)
 struct AppStoreClientTests {
     static let authority = Result { try TestCertificateAuthority.generate() }
 

@@ -2,12 +2,13 @@ import Dashboard
 import Logging
 import ReceiptCore
 import ReceiptQueueApp
+import SystemTesting
 import Telemetry
 import Testing
 
 /// Reading `AppConfiguration` from environment variables. No server is needed: this target is
 /// simply the one that already depends on `ReceiptQueueApp`.
-@Suite("Configuration from the environment")
+@Suite("Configuration from the environment", .blockingWork)
 struct ConfigurationTests {
     @Test("The outage circuit's defaults when no CIRCUIT_* variable is set")
     func circuitDefaults() throws {
@@ -89,7 +90,7 @@ struct ConfigurationTests {
     }
 }
 
-@Suite("Dashboard credentials")
+@Suite("Dashboard credentials", .blockingWork)
 struct DashboardCredentialsTests {
     @Test("Production refuses to start without a dashboard password (or with a short one); development has a local default")
     func noDefaultPasswordInProduction() throws {

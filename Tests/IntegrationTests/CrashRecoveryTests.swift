@@ -9,11 +9,12 @@ import ReceiptQueueApp
 import ReceiptSignature
 import ReceiptTesting
 import RedisJobQueue
+import SystemTesting
 import Testing
 
 /// Real worker processes (`receiptq work`), killed with SIGKILL or stopped with SIGTERM in the
 /// middle of a batch.
-@Suite("Crash recovery: kill -9 and SIGTERM of a worker process", .enabled(if: TestEnvironment.integrationEnabled), .serialized)
+@Suite("Crash recovery: kill -9 and SIGTERM of a worker process", .blockingWork, .enabled(if: TestEnvironment.integrationEnabled), .serialized)
 struct CrashRecoveryTests {
     static let binary = URL(fileURLWithPath: #filePath)
         .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()

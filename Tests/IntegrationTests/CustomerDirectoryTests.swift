@@ -4,11 +4,12 @@ import PostgresStore
 import ReceiptCore
 import ReceiptQueueApp
 import ReceiptTesting
+import SystemTesting
 import Testing
 
 /// The customer view's look-up against real Postgres: a user's purchases, renewals included, and
 /// from an index, so that support staff's search does not read the whole ledger of the app.
-@Suite("Postgres customer directory", .enabled(if: TestEnvironment.integrationEnabled), .serialized)
+@Suite("Postgres customer directory", .blockingWork, .enabled(if: TestEnvironment.integrationEnabled), .serialized)
 struct CustomerDirectoryTests {
     let configuration: AppConfiguration
     let connection: PostgresConnection

@@ -8,13 +8,15 @@ import ReceiptCore
 import ReceiptQueueApp
 import ReceiptTesting
 import RedisJobQueue
+import SystemTesting
 import Testing
 
 /// A value Postgres refuses is refused for good: a worker buries the job after one attempt (one
 /// Apple call, not five in 28 s), and a read answers 422 or 404 (or 401 for a credential), never
 /// "temporarily unavailable". Real Redis, Postgres, workers and mock App Store; the jobs are pushed
 /// past the API's gate, as an older ingestion node or a job written by hand would.
-@Suite("Data errors are permanent: a dead letter after one attempt, a 422/404 on reads", .enabled(if: TestEnvironment.integrationEnabled))
+@Suite(
+    "Data errors are permanent: a dead letter after one attempt, a 422/404 on reads", .blockingWork, .enabled(if: TestEnvironment.integrationEnabled))
 struct DataErrorTests {
     /// A job of `system`'s app that the API would have refused: `submission` holds what Postgres cannot store.
     func push(_ system: TestSystem, submission: Submission) throws -> JobEnvelope {

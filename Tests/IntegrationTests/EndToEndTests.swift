@@ -7,10 +7,11 @@ import ReceiptCore
 import ReceiptQueueApp
 import ReceiptTesting
 import RedisJobQueue
+import SystemTesting
 import Testing
 
 /// The slice, through real Redis, Postgres, HTTP and the mock App Store.
-@Suite("End to end: API → Redis → worker → mock App Store → Postgres", .enabled(if: TestEnvironment.integrationEnabled), .serialized)
+@Suite("End to end: API → Redis → worker → mock App Store → Postgres", .blockingWork, .enabled(if: TestEnvironment.integrationEnabled), .serialized)
 struct EndToEndTests {
     @Test("A sandbox receipt posted to the API is validated (production, then 21007 → sandbox) and stored")
     func slice() async throws {

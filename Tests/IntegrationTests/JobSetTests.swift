@@ -3,9 +3,10 @@ import Hiredis
 import ReceiptCore
 import ReceiptTesting
 import RedisJobQueue
+import SystemTesting
 import Testing
 
-@Suite("Job sets: dead letters and retries in Redis", .enabled(if: TestEnvironment.integrationEnabled))
+@Suite("Job sets: dead letters and retries in Redis", .blockingWork, .enabled(if: TestEnvironment.integrationEnabled))
 struct JobSetTests {
     @Test("The dead letters list newest first, page by offset, and show the envelope's fields")
     func listNewestFirst() async throws {

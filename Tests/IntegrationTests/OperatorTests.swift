@@ -7,11 +7,12 @@ import ReceiptCore
 import ReceiptQueueApp
 import ReceiptTesting
 import RedisJobQueue
+import SystemTesting
 import Testing
 
 /// Named operator accounts (`receiptq operators`), their roles on the dashboard and the admin API,
 /// and the audit log, against a running system, the built binary and real Postgres and Redis.
-@Suite("Operators: named accounts, roles, the audit log", .enabled(if: TestEnvironment.integrationEnabled), .serialized)
+@Suite("Operators: named accounts, roles, the audit log", .blockingWork, .enabled(if: TestEnvironment.integrationEnabled), .serialized)
 struct OperatorTests {
     typealias Browser = DashboardPagesTests.Browser
     static let password = "a long enough password"

@@ -4,12 +4,13 @@ import ReceiptCore
 import ReceiptTesting
 import RedisJobQueue
 import Synchronization
+import SystemTesting
 import Testing
 
 /// The outage circuit's contract, run over every implementation (``CircuitImplementation``): the
 /// memory double the worker's tests use and production's Redis circuit must decide alike, with
 /// several lanes sharing one circuit as the lanes of several worker processes do.
-@Suite("Outage circuit: the contract of every implementation")
+@Suite("Outage circuit: the contract of every implementation", .blockingWork)
 struct OutageCircuitContractTests {
     let start = Date(timeIntervalSince1970: 1_700_000_000)
 

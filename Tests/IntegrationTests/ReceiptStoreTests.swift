@@ -4,11 +4,12 @@ import PostgresStore
 import ReceiptCore
 import ReceiptQueueApp
 import ReceiptTesting
+import SystemTesting
 import Testing
 
 /// The worker's batched store against real Postgres: one transaction per batch, set-based
 /// statements, idempotent, and a record the database refuses fails alone.
-@Suite("Postgres receipt store: group commit", .enabled(if: TestEnvironment.integrationEnabled), .serialized)
+@Suite("Postgres receipt store: group commit", .blockingWork, .enabled(if: TestEnvironment.integrationEnabled), .serialized)
 struct ReceiptStoreTests {
     let configuration: AppConfiguration
     let connection: PostgresConnection

@@ -1,13 +1,14 @@
 import Foundation
 import Hiredis
 import ReceiptTesting
+import SystemTesting
 import Testing
 
 @testable import RedisJobQueue
 
 /// The script catalog and its runner against a real Redis: every script is the one Redis names by
 /// the catalog's SHA, and a script Redis does not have runs once, by source, then by SHA.
-@Suite("Redis scripts: one catalog, one runner", .enabled(if: TestEnvironment.integrationEnabled))
+@Suite("Redis scripts: one catalog, one runner", .blockingWork, .enabled(if: TestEnvironment.integrationEnabled))
 struct RedisScriptsTests {
     /// A connection, and a prefix of its own whose keys `close()` deletes.
     final class Fixture {
@@ -96,7 +97,7 @@ struct RedisScriptsTests {
     }
 }
 
-@Suite("Redis queue errors")
+@Suite("Redis queue errors", .blockingWork)
 struct RedisQueueErrorTests {
     @Test("The codes are a closed set whose strings stay what logs and metrics saw")
     func codes() {

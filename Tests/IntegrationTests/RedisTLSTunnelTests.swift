@@ -4,6 +4,7 @@ import ReceiptCore
 import ReceiptQueueApp
 import ReceiptTesting
 import RedisJobQueue
+import SystemTesting
 import Testing
 
 #if canImport(Glibc)
@@ -13,7 +14,7 @@ import Glibc
 /// Redis over TLS through a local stunnel client, as ops/README.md "Redis over TLS" deploys it
 /// (Debian's hiredis 0.14 speaks no TLS): receiptq talks plain Redis to 127.0.0.1, stunnel
 /// verifies the server's certificate and carries it over TLS to Redis's `tls-port`.
-@Suite("Redis over TLS through stunnel", .enabled(if: TestEnvironment.integrationEnabled), .serialized)
+@Suite("Redis over TLS through stunnel", .blockingWork, .enabled(if: TestEnvironment.integrationEnabled), .serialized)
 struct RedisTLSTunnelTests {
     /// A CA, and a certificate for `localhost` / 127.0.0.1 it signed, made with the openssl CLI.
     struct Certificates {

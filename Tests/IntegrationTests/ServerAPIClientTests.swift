@@ -5,11 +5,12 @@ import OpenSSL
 import ReceiptCore
 import ReceiptSignature
 import ReceiptTesting
+import SystemTesting
 import Testing
 
 /// The Server API client against the mock's Server API over real HTTP: JWTs, pages, environments,
 /// Apple's error codes, 429, and JWS checked on every answer.
-@Suite("App Store Server API client against the mock", .serialized)
+@Suite("App Store Server API client against the mock", .blockingWork, .serialized)
 struct ServerAPIClientTests {
     let bundleID = "com.example.serverapi"
 

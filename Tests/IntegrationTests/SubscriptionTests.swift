@@ -9,10 +9,11 @@ import ReceiptQueueApp
 import ReceiptScheduler
 import ReceiptTesting
 import RedisJobQueue
+import SystemTesting
 import Testing
 
 /// Subscriptions against real Postgres and Redis: the worker's upserts, and the scheduler's claims.
-@Suite("Subscriptions: storage and re-poll scheduling", .enabled(if: TestEnvironment.integrationEnabled), .serialized)
+@Suite("Subscriptions: storage and re-poll scheduling", .blockingWork, .enabled(if: TestEnvironment.integrationEnabled), .serialized)
 struct SubscriptionTests {
     let configuration: AppConfiguration
     let connection: PostgresConnection

@@ -8,13 +8,14 @@ import ReceiptCore
 import ReceiptQueueApp
 import ReceiptSignature
 import ReceiptTesting
+import SystemTesting
 import Testing
 import WebhookClient
 
 /// Events and webhooks through the whole system: a change commits with its event (the outbox),
 /// the dispatcher queues each delivery once its user's earlier ones are settled, a worker signs
 /// and posts it to a real receiving server that checks the signature the way a backend does.
-@Suite("Events and signed webhooks, end to end", .enabled(if: TestEnvironment.integrationEnabled), .serialized)
+@Suite("Events and signed webhooks, end to end", .blockingWork, .enabled(if: TestEnvironment.integrationEnabled), .serialized)
 struct WebhookTests {
     /// Cancelling a receiver at the end of a test logs its shutdown as errors: not this suite's news.
     static let quiet: Logger = {
