@@ -49,14 +49,9 @@ private func multiOptions(timeout: Duration = .seconds(20), maxBytes: Int = 4 <<
     return options
 }
 
-/// Polls `condition` every 10 ms for up to `limit`; true once it holds.
+/// SystemTesting's `eventually`, polling every 10 ms.
 private func eventually(within limit: Duration = .seconds(10), _ condition: () -> Bool) async throws -> Bool {
-    let deadline = ContinuousClock.now + limit
-    while ContinuousClock.now < deadline {
-        if condition() { return true }
-        try await Task.sleep(for: .milliseconds(10))
-    }
-    return condition()
+    try await SystemTesting.eventually(timeout: limit, interval: .milliseconds(10)) { condition() }
 }
 
 private func seconds(_ duration: Duration) -> String {
