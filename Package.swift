@@ -27,6 +27,7 @@ let package = Package(
         .library(name: "ReceiptScheduler", targets: ["ReceiptScheduler"]),
         .library(name: "IngestAPI", targets: ["IngestAPI"]),
         .library(name: "MockAppStore", targets: ["MockAppStore"]),
+        .library(name: "DevTools", targets: ["DevTools"]),
         .library(name: "ReceiptQueueApp", targets: ["ReceiptQueueApp"]),
         .library(name: "ReceiptTesting", targets: ["ReceiptTesting"]),
     ],
@@ -172,19 +173,6 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
-        .target(
-            name: "MockAppStore",
-            dependencies: [
-                "ReceiptCore", "ReceiptSignature", "OpenSSL", "Curl",
-                .product(name: "Hummingbird", package: "hummingbird"),
-                .product(name: "NIOCore", package: "swift-nio"),
-                // ServerThreads: the background servers' own event loops.
-                .product(name: "NIOPosix", package: "swift-nio"),
-                .product(name: "HTTPTypes", package: "swift-http-types"),
-                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
-            ],
-            swiftSettings: swiftSettings
-        ),
 
         // Composition root: what the CLI and the end-to-end tests both call.
         .target(
@@ -192,7 +180,7 @@ let package = Package(
             dependencies: [
                 "ReceiptCore", "Hiredis", "Libpq", "Curl", "OpenSSL",
                 "RedisJobQueue", "PostgresStore", "AppStoreClient", "ReceiptSignature", "WebhookClient",
-                "ReceiptWorker", "ReceiptScheduler", "IngestAPI", "Dashboard", "MockAppStore", "Telemetry",
+                "ReceiptWorker", "ReceiptScheduler", "IngestAPI", "Dashboard", "MockAppStore", "DevTools", "Telemetry",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "Logging", package: "swift-log"),
@@ -204,7 +192,8 @@ let package = Package(
         .executableTarget(
             name: "ReceiptQueueCLI",
             dependencies: [
-                "ReceiptQueueApp", "ReceiptCore", "Libpq", "PostgresStore", "MockAppStore", "ReceiptSignature", "OpenSSL", "Curl", "Telemetry",
+                "ReceiptQueueApp", "ReceiptCore", "Libpq", "PostgresStore", "MockAppStore", "DevTools", "ReceiptSignature", "OpenSSL", "Curl",
+                "Telemetry",
                 "AppStoreClient", "WebhookClient", "Dashboard",
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -212,6 +201,39 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        // Tools: no production library target links these; the receiptq executable links them only
+        // for its dev subcommands (forge, mock-appstore, the demo of `all --demo`), tests and bench/
+        // for their stand-ins.
+        //
+        // The receipt forger, the mock Apple JWS chain and the customer-backend stand-in (a webhook
+        // receiver): what makes test input, never what judges it.
+        .target(
+            name: "DevTools",
+            dependencies: [
+                "ReceiptCore", "ReceiptSignature", "OpenSSL",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                // ServerThreads: the background servers' own event loops.
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "HTTPTypes", package: "swift-http-types"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        // The Apple stand-in: verifyReceipt, the Server API and its notifications, signed with
+        // DevTools' mock chain.
+        .target(
+            name: "MockAppStore",
+            dependencies: [
+                "ReceiptCore", "DevTools", "OpenSSL", "Curl",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "HTTPTypes", package: "swift-http-types"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
             swiftSettings: swiftSettings
         ),
@@ -237,18 +259,19 @@ let package = Package(
         ),
         .testTarget(
             name: "ReceiptSignatureTests",
-            dependencies: ["ReceiptSignature", "ReceiptCore", "OpenSSL", "ReceiptTesting", "AppStoreClient"],
+            dependencies: ["ReceiptSignature", "ReceiptCore", "OpenSSL", "ReceiptTesting", "AppStoreClient", "DevTools"],
             swiftSettings: swiftSettings
         ),
         .testTarget(
             name: "FacadeTests",
-            dependencies: ["Hiredis", "Libpq", "Curl", "OpenSSL", "ReceiptTesting", "MockAppStore", "WebhookClient"],
+            dependencies: ["Hiredis", "Libpq", "Curl", "OpenSSL", "ReceiptTesting", "MockAppStore", "DevTools", "WebhookClient"],
             swiftSettings: swiftSettings
         ),
         .testTarget(
             name: "IntegrationTests",
             dependencies: [
-                "ReceiptQueueApp", "ReceiptTesting", "MockAppStore", "Curl", "AppStoreClient", "WebhookClient", "Hiredis", "Libpq", "PostgresStore",
+                "ReceiptQueueApp", "ReceiptTesting", "MockAppStore", "DevTools", "Curl", "AppStoreClient", "WebhookClient", "Hiredis", "Libpq",
+                "PostgresStore",
                 "RedisJobQueue",
                 "ReceiptSignature", "ReceiptCore", "IngestAPI", "OpenSSL", "Telemetry",
                 // Router.routes, for the OpenAPI test's route-by-route comparison.
@@ -281,7 +304,7 @@ let package = Package(
         .testTarget(
             name: "IngestAPITests",
             dependencies: [
-                "IngestAPI", "ReceiptCore", "ReceiptSignature", "OpenSSL", "ReceiptTesting",
+                "IngestAPI", "ReceiptCore", "ReceiptSignature", "DevTools", "OpenSSL", "ReceiptTesting",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
                 .product(name: "Logging", package: "swift-log"),

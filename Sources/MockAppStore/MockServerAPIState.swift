@@ -1,7 +1,7 @@
+import DevTools
 import Foundation
 import OpenSSL
 import ReceiptCore
-import ReceiptSignature
 import Synchronization
 
 /// The mock App Store Server API's world: a ledger of StoreKit 2 transactions per environment,

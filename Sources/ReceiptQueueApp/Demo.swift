@@ -1,10 +1,10 @@
+import DevTools
 import Foundation
 import Libpq
 import MockAppStore
 import OpenSSL
 import PostgresStore
 import ReceiptCore
-import ReceiptSignature
 
 /// What `receiptq all --demo` prepared: a registered app, a fresh token and a forged receipt.
 public struct DemoSetup: Sendable {

@@ -1,4 +1,5 @@
 import ArgumentParser
+import DevTools
 import Foundation
 import Libpq
 import Logging
@@ -7,7 +8,6 @@ import OpenSSL
 import PostgresStore
 import ReceiptCore
 import ReceiptQueueApp
-import ReceiptSignature
 import ServiceLifecycle
 
 struct All: AsyncParsableCommand {

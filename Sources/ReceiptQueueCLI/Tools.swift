@@ -1,5 +1,6 @@
 import ArgumentParser
 import Curl
+import DevTools
 import Foundation
 import Logging
 import MockAppStore

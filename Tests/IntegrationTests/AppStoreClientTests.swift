@@ -1,9 +1,9 @@
 import AppStoreClient
 import Curl
+import DevTools
 import Foundation
 import MockAppStore
 import ReceiptCore
-import ReceiptSignature
 import Testing
 
 /// The verifyReceipt client against the in-process mock App Store: Apple's rules over real HTTP.
