@@ -157,6 +157,13 @@ let package = Package(
             resources: [.copy("Templates"), .copy("Assets")],
             swiftSettings: swiftSettings
         ),
+        // `receiptq import`: streams a file of receipts or transactions to the API's batch endpoints,
+        // with a checkpoint to resume from; an HTTP client of the API, so Curl and nothing else.
+        .target(
+            name: "Importer",
+            dependencies: ["ReceiptCore", "Curl"],
+            swiftSettings: swiftSettings
+        ),
         // Observability: the Prometheus registry and exposition, the HTTP metrics middleware, the
         // metrics listener of work and schedule, and the JSON log handler.
         .target(
@@ -193,6 +200,7 @@ let package = Package(
             name: "ReceiptQueueCLI",
             dependencies: [
                 "ReceiptQueueApp", "ReceiptCore", "Libpq", "PostgresStore", "MockAppStore", "DevTools", "ReceiptSignature", "OpenSSL", "Curl",
+                "Importer",
                 "Telemetry",
                 "AppStoreClient", "WebhookClient", "Dashboard",
                 .product(name: "Metrics", package: "swift-metrics"),

@@ -18,13 +18,13 @@ extension IngestAPI {
     public static let maxBatchBytes = 10 << 20
     /// The path of bulk imports of receipts (POST), whose body the input check leaves to the
     /// handler (item by item).
-    public static let batchPath = "/client/itunes_connect/receipts/batch"
+    public static let batchPath = BulkEndpoint.receiptsPath
     /// The path of bulk imports of StoreKit 2 transactions (POST), checked item by item too.
-    public static let transactionsBatchPath = "/client/transactions/batch"
+    public static let transactionsBatchPath = BulkEndpoint.transactionsPath
     /// The header naming the import a batch belongs to (`receiptq import` sends one per file).
-    static let importIDHeader = HTTPField.Name("Receiptq-Import-Id")!
+    static let importIDHeader = HTTPField.Name(BulkEndpoint.importIDHeader)!
     /// `true`: the import's changes become events and webhooks like live ones (default: not).
-    static let importEventsHeader = HTTPField.Name("Receiptq-Import-Events")!
+    static let importEventsHeader = HTTPField.Name(BulkEndpoint.importEventsHeader)!
     /// Items checked or enqueued at once: the Redis writer pipelines whatever is submitted together.
     static let batchParallelism = 64
 

@@ -1,7 +1,9 @@
 import ArgumentParser
 import Dispatch
 import Foundation
+import Importer
 import Libpq
+import OpenSSL
 import PostgresStore
 import ReceiptCore
 import ReceiptQueueApp
@@ -66,7 +68,7 @@ struct ImportCommand: AsyncParsableCommand {
             settings: BulkImporter.Settings(
                 input: input, format: format, endpoint: base + (transactions ? ImportKind.transactions : .receipts).path, token: apiToken ?? "",
                 batchSize: batchSize, checkpointPath: checkpoint, rejectsPath: rejects, resume: resume, dryRun: dryRun, events: events,
-                kind: transactions ? .transactions : .receipts))
+                kind: transactions ? .transactions : .receipts), sha256Hex: { Digest.hex(Digest.sha256($0)) })
         // Ctrl-C (or SIGTERM): the batch in flight is answered and checkpointed, then the import stops.
         signal(SIGINT, SIG_IGN)
         signal(SIGTERM, SIG_IGN)
