@@ -1,4 +1,5 @@
 import AppStoreClient
+import Curl
 import Dashboard
 import Foundation
 import Hiredis
@@ -28,9 +29,7 @@ public enum ReceiptQueueApp {
     /// - Returns: the names of the migrations applied.
     @discardableResult
     public static func migrate(_ configuration: AppConfiguration, logger: Logger = Logger.current) throws -> [String] {
-        let connection = try PostgresConnection(configuration: configuration.postgres, label: "migrate", logger: logger)
-        defer { connection.close() }
-        return try Migrator.migrate(connection)
+        try Migrator.migrate(configuration.postgres, label: "migrate", logger: logger)
     }
 
     /// The ingestion API as a Hummingbird application.
@@ -92,13 +91,16 @@ public enum ReceiptQueueApp {
         MetricsEndpoint(exporter: metrics, gauges: queueGauges(configuration, metrics: metrics, logger: logger)).addRoutes(to: router)
         let operators = PostgresOperators(pool: postgresPool)
         let authenticator = OperatorAuthenticator(builtIn: configuration.admin, directory: operators)
-        let webhooks = PooledWebhookAdministration(
-            pool: postgresPool, secrets: try configuration.secretsKey.map { try SecretBox(key: $0) }, client: configuration.webhooks)
+        let webhookClient = configuration.webhooks
+        let webhooks = PostgresWebhookAdministration(
+            pool: postgresPool, secrets: try configuration.secretsKey.map { try SecretBox(key: $0) },
+            resolvesOnlyPrivately: PublicAddressPolicy.resolvesOnlyPrivately,
+            sendTest: { try await WebhookClient.sendTest(to: $0, origin: "the receiptq dashboard", configuration: webhookClient) })
         AdminAPI(dead: dead, retries: retries, overview: overview, authenticator: authenticator, audit: operators, webhooks: webhooks)
             .addRoutes(to: router)
         try AdminPages(
             dead: dead, retries: retries, overview: overview, authenticator: authenticator, sessions: configuration.adminSessions,
-            audit: operators, webhooks: webhooks, apps: { try await postgresPool.withConnection { try AppAdmin(connection: $0).listApps() } },
+            audit: operators, webhooks: webhooks, apps: { try await catalog.apps() },
             notifications: PostgresNotificationLog(pool: postgresPool), customers: PostgresCustomerDirectory(pool: postgresPool)
         ).addRoutes(to: router)
         // Last, with the finished route table: it joins only the not-found chain (see its doc).

@@ -55,13 +55,9 @@ struct NotificationsCommand: AsyncParsableCommand {
                         status.signedPayload.flatMap { try? CompactJWS($0) }.flatMap { try? JSONValue.parse($0.payload) }?[
                             "notificationUUID"]?.stringValue
                 }
-                if let uuid,
-                    let row = try await connection.query(
-                        "SELECT created_at, outcome FROM notifications WHERE app_id = \(record.id) AND notification_uuid = \(uuid)"
-                    ).rows.first, let stored = row.date("created_at")
-                {
-                    let seconds = String(format: "%.1f", stored.timeIntervalSince(started))
-                    print("Arrived: notification \(uuid) stored \(seconds) s after the request (\(row.string("outcome") ?? "recorded")).")
+                if let uuid, let arrival = try await PostgresNotificationLog.arrival(appID: record.id, notificationUUID: uuid, on: connection) {
+                    let seconds = String(format: "%.1f", arrival.storedAt.timeIntervalSince(started))
+                    print("Arrived: notification \(uuid) stored \(seconds) s after the request (\(arrival.outcome ?? "recorded")).")
                     return
                 }
                 try await Task.sleep(for: .milliseconds(500))
