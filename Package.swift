@@ -187,10 +187,13 @@ let package = Package(
             dependencies: [
                 "ReceiptCore", "Hiredis", "Libpq", "Curl", "OpenSSL",
                 "RedisJobQueue", "PostgresStore", "AppStoreClient", "ReceiptSignature", "WebhookClient",
-                "ReceiptWorker", "ReceiptScheduler", "IngestAPI", "Dashboard", "MockAppStore", "DevTools", "Telemetry",
+                "ReceiptWorker", "ReceiptScheduler", "IngestAPI", "Dashboard", "Importer", "Telemetry",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "Logging", package: "swift-log"),
+                // Runtime.installExecutor: NIO's event loops as the executable's executor.
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
             ],
@@ -199,16 +202,10 @@ let package = Package(
         .executableTarget(
             name: "ReceiptQueueCLI",
             dependencies: [
-                "ReceiptQueueApp", "ReceiptCore", "Libpq", "PostgresStore", "MockAppStore", "DevTools", "ReceiptSignature", "OpenSSL", "Curl",
-                "Importer",
-                "Telemetry",
-                "AppStoreClient", "WebhookClient", "Dashboard",
-                .product(name: "Metrics", package: "swift-metrics"),
-                .product(name: "NIOCore", package: "swift-nio"),
-                .product(name: "NIOPosix", package: "swift-nio"),
-                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                "ReceiptQueueApp", "ReceiptCore",
+                // Only DevCommands.swift imports these: forge, mock-appstore, and all's mock App Store and demo.
+                "DevTools", "MockAppStore",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
-                .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: swiftSettings
         ),
@@ -221,7 +218,7 @@ let package = Package(
         .target(
             name: "DevTools",
             dependencies: [
-                "ReceiptCore", "ReceiptSignature", "OpenSSL",
+                "ReceiptCore", "ReceiptSignature", "OpenSSL", "Curl",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 // ServerThreads: the background servers' own event loops.

@@ -269,6 +269,12 @@ public final class MockServerAPIState: Sendable {
         storage.withLock { $0.keys[keyID] = Key(issuerID: issuerID, bundleID: bundleID, publicKey: publicKey) }
     }
 
+    /// Accepts JWTs signed with `key` (an app's In-App Purchase key) for `bundleID`, as App Store
+    /// Connect does once it issued the key.
+    public func addKey(_ key: ServerAPIKey, bundleID: String) throws {
+        addKey(issuerID: key.issuerID, keyID: key.keyID, bundleID: bundleID, publicKey: try PrivateKey(pem: key.privateKeyPEM).publicKey)
+    }
+
     func key(_ keyID: String) -> Key? { storage.withLock { $0.keys[keyID] } }
 
     /// Whether production answers 401 for `bundleID` (an app with no live release, as Apple does).

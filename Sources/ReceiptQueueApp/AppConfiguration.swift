@@ -312,3 +312,11 @@ public struct ConfigurationError: Error, CustomStringConvertible, Equatable {
 
     public var description: String { "\(variable) \(reason)" }
 }
+
+extension AppConfiguration {
+    /// `psql`'s connection arguments for the configured database (`-h … -p … -U … DB`), as the
+    /// demo prints them.
+    public var psqlArguments: String {
+        "-h \(postgres.hostList) -p \(postgres.portList) -U \(postgres.user) \(postgres.database)"
+    }
+}

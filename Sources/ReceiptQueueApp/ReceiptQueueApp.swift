@@ -8,7 +8,6 @@ import IngestAPI
 import Libpq
 import Logging
 import Metrics
-import MockAppStore
 import OpenSSL
 import PostgresStore
 import ReceiptCore
