@@ -13,7 +13,7 @@ extension ReceiptQueueApp.Admin {
     public func testNotification(
         app: AppRecord, environment: AppStoreEnvironment, timeout: Int, say: (String) -> Void
     ) async throws -> Bool {
-        let client = try ServerNotificationsClient(configuration: configuration.serverAPI)
+        let client = try ServerNotificationsClient(configuration: configuration.apple.serverAPI)
         let started = Date()
         let token: String
         do {

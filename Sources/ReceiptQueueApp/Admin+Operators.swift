@@ -7,11 +7,11 @@ import ReceiptCore
 extension ReceiptQueueApp.Admin {
     /// Whether `username` is the built-in admin's (`DASHBOARD_USERNAME`), which no account may take.
     public func isBuiltInAdmin(_ username: String) -> Bool {
-        username.lowercased() == configuration.admin.username.lowercased()
+        username.lowercased() == configuration.dashboard.admin.username.lowercased()
     }
 
     /// The built-in admin's username (`DASHBOARD_USERNAME`).
-    public var builtInAdminUsername: String { configuration.admin.username }
+    public var builtInAdminUsername: String { configuration.dashboard.admin.username }
 
     /// The stored form of a new operator password: its scrypt hash.
     /// - Throws: ``OperatorAdminError/weakPassword`` below the minimum length.

@@ -47,6 +47,6 @@ extension ReceiptQueueApp.Admin {
 
     /// Sends one signed `webhook.test` delivery to `endpoint` now; nothing is stored.
     public func sendTestWebhook(to endpoint: WebhookEndpointRecord) async throws -> WebhookReport {
-        try await WebhookClient.sendTest(to: endpoint, origin: "`receiptq webhooks test`", configuration: configuration.webhooks)
+        try await WebhookClient.sendTest(to: endpoint, origin: "`receiptq webhooks test`", configuration: configuration.webhooks.client)
     }
 }

@@ -25,7 +25,7 @@ public struct AdminAPIClient {
         let environment = ProcessInfo.processInfo.environment
         if let url = url ?? environment["RECEIPTQ_ADMIN_URL"], !url.isEmpty { return url.hasSuffix("/") ? String(url.dropLast()) : url }
         let configuration = try AppConfiguration()
-        return "http://\(configuration.httpHost):\(configuration.httpPort)"
+        return "http://\(configuration.api.host):\(configuration.api.port)"
     }
 
     /// GETs `path`; returns the answer parsed and as it came.

@@ -69,8 +69,8 @@ extension ReceiptQueueApp {
         // Logging is set up once per process, by the token's admin connection when one is issued here.
         let configuration = try AppConfiguration()
         let format = try importFormat(options)
-        let host = configuration.httpHost == "0.0.0.0" || configuration.httpHost == "::" ? "127.0.0.1" : configuration.httpHost
-        let base = (options.api ?? "http://\(host):\(configuration.httpPort)").trimmingCharacters(in: CharacterSet(charactersIn: "/"))
+        let host = configuration.api.host == "0.0.0.0" || configuration.api.host == "::" ? "127.0.0.1" : configuration.api.host
+        let base = (options.api ?? "http://\(host):\(configuration.api.port)").trimmingCharacters(in: CharacterSet(charactersIn: "/"))
         // The token: given, or issued for this import under --app and revoked when it ends.
         var apiToken = options.token ?? ProcessInfo.processInfo.environment["RECEIPTQ_API_TOKEN"]
         var issued: (admin: Admin, app: UUID, token: String)?

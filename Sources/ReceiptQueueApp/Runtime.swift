@@ -30,10 +30,10 @@ extension ReceiptQueueApp {
             // that resets a socket must cost one failed call, not the process.
             signal(SIGPIPE, SIG_IGN)
             let configuration = try AppConfiguration()
-            let level = configuration.logLevel
+            let level = configuration.telemetry.logLevel
             LoggingSystem.bootstrap { label in
                 var handler: any LogHandler =
-                    switch configuration.logFormat {
+                    switch configuration.telemetry.logFormat {
                     case .text: StreamLogHandler.standardError(label: label)
                     case .json: JSONLogHandler.standardError(label: label)
                     }
@@ -69,7 +69,7 @@ extension ReceiptQueueApp {
         /// - Parameter concurrency: validations in flight (nil: `WORKER_CONCURRENCY`).
         public func work(concurrency: Int?) async throws {
             var configuration = configuration
-            if let concurrency { configuration.workerConcurrency = concurrency }
+            if let concurrency { configuration.worker.concurrency = concurrency }
             let worker = try makeWorker(configuration, metrics: Self.metrics, logger: logger)
             try await run([worker])
         }

@@ -86,7 +86,7 @@ extension All {
         var runtime = runtime
         let directory = URL(fileURLWithPath: demoDirectory).standardizedFileURL
         var mock: MockAppStoreState?
-        if runtime.configuration.appStoreIsDefaultMock {
+        if runtime.configuration.apple.isDefaultMock {
             // The demo's mock signs with the chain `forge --signed-transaction` uses, so both agree.
             let authority = demo ? try MockAppleJWSAuthority.loadOrCreate(directory: Demo.jwsDirectory(directory)) : nil
             let state = MockAppStoreState(authority: authority)
@@ -94,7 +94,7 @@ extension All {
             mock = state
         }
         let mockApplication = mock.map {
-            MockAppStore.application(host: "127.0.0.1", port: runtime.configuration.mockAppStorePort, state: $0, logger: runtime.logger)
+            MockAppStore.application(host: "127.0.0.1", port: runtime.configuration.apple.mockPort, state: $0, logger: runtime.logger)
         }
         if demo, runtime.configuration.secretsKey == nil {
             // The demo app's In-App Purchase key is sealed like any other; with a demo secrets key.
@@ -118,12 +118,12 @@ extension All {
             onAPIRunning: { [mock] port in
                 guard let setup else { return }
                 // The mock App Store sends the demo app's notifications to this API, as Apple would to its URL.
-                mock?.notifications.setTarget(.init(url: "http://\(running.httpHost):\(port)\(setup.notificationPath)"), bundleID: setup.app.bundleID)
+                mock?.notifications.setTarget(.init(url: "http://\(running.api.host):\(port)\(setup.notificationPath)"), bundleID: setup.app.bundleID)
                 // Unbuffered: the instructions must appear at once even when stdout is a pipe.
                 FileHandle.standardOutput.write(
                     Data(
                         Demo.instructions(
-                            setup, host: running.httpHost, port: port, workers: running.workerConcurrency, mockPort: running.mockAppStorePort,
+                            setup, host: running.api.host, port: port, workers: running.worker.concurrency, mockPort: running.apple.mockPort,
                             psqlArguments: running.psqlArguments
                         ).utf8))
             })

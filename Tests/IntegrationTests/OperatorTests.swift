@@ -162,7 +162,7 @@ struct OperatorTests {
         defer { Task { await system.stop() } }
         _ = try await deadLetters(system, user: "unaudited")
         var configuration = system.configuration
-        configuration.httpPort = 0
+        configuration.api.port = 0
         configuration.postgres.port = try freeLoopbackPort()
         let api = try await StandaloneAPI(configuration)
         defer { Task { await api.stop() } }
