@@ -15,6 +15,7 @@ let package = Package(
     products: [
         .executable(name: "receiptq", targets: ["ReceiptQueueCLI"]),
         // Libraries only for the packages beside this one: bench/ (receiptq-bench) and Fuzz/ (ReceiptCore).
+        // DevTools and MockAppStore are bench/'s stand-ins, never a production dependency.
         .library(name: "ReceiptCore", targets: ["ReceiptCore"]),
         .library(name: "ReceiptSignature", targets: ["ReceiptSignature"]),
         .library(name: "OpenSSL", targets: ["OpenSSL"]),
@@ -181,7 +182,9 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
 
-        // Composition root: what the CLI and the end-to-end tests both call.
+        // Composition root: what the CLI and the end-to-end tests both call. It builds each role from
+        // AppConfiguration (read per component), runs them for the executable (Runtime) and holds the
+        // administration its commands do (Admin). It links no tool: DevTools and MockAppStore stay out.
         .target(
             name: "ReceiptQueueApp",
             dependencies: [
@@ -210,11 +213,11 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
         // Tools: no production library target links these; the receiptq executable links them only
-        // for its dev subcommands (forge, mock-appstore, the demo of `all --demo`), tests and bench/
-        // for their stand-ins.
+        // for its dev subcommands (forge, mock-appstore, `all`'s mock App Store and demo), tests and
+        // bench/ for their stand-ins.
         //
-        // The receipt forger, the mock Apple JWS chain and the customer-backend stand-in (a webhook
-        // receiver): what makes test input, never what judges it.
+        // The receipt forger, the mock Apple JWS chain, the customer-backend stand-in (a webhook
+        // receiver) and the demo's data: what makes test input, never what judges it.
         .target(
             name: "DevTools",
             dependencies: [
