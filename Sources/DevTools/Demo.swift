@@ -6,6 +6,7 @@ import ReceiptCore
 
 /// What `receiptq all --demo` prepared: a registered app, a fresh token and forged requests.
 public struct DemoSetup: Sendable {
+    /// The demo app, registered once and reused by later runs.
     public var app: AppRecord
     /// The app's API token (only its hash is stored; this is the one chance to see it).
     public var token: String

@@ -9,6 +9,7 @@ import ReceiptCore
 public enum Forgery {
     /// An option `receiptq forge` cannot use; `message` names the option.
     public struct OptionError: Error, CustomStringConvertible {
+        /// What is wrong, naming the option (never a key or a receipt).
         public var message: String
         public var description: String { message }
     }

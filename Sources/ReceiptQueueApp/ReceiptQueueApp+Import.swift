@@ -17,10 +17,15 @@ extension ReceiptQueueApp {
         public var token: String?
         /// The API's base URL (default: `http://HTTP_HOST:HTTP_PORT`).
         public var api: String?
+        /// Receipts per batch (1–1000).
         public var batchSize: Int
+        /// The checkpoint file (nil: `<input>.import.json`).
         public var checkpoint: String?
+        /// Where refused lines are listed (nil: `<input>.rejects.ndjson`).
         public var rejects: String?
+        /// Go on from the checkpoint of an interrupted import.
         public var resume: Bool
+        /// Read and check the input only; send nothing.
         public var dryRun: Bool
         /// StoreKit 2 transactions instead of receipts.
         public var transactions: Bool
@@ -49,12 +54,17 @@ extension ReceiptQueueApp {
 
     /// What an import did, the whole import counted (a resumed one adds to its checkpoint's).
     public struct ImportSummary: Sendable {
+        /// The import's id (the API files its batches under it).
         public var importID: UUID
         /// False when it was interrupted (Ctrl-C) before the end of its input.
         public var finished: Bool
+        /// Lines queued (a dry run: lines that would be).
         public var accepted: Int
+        /// Lines the API had seen before (answered with the earlier receipt).
         public var duplicates: Int
+        /// Lines refused as forged (402).
         public var fraud: Int
+        /// Lines refused as malformed (422), before sending or by the API.
         public var invalid: Int
         /// Where refused lines are listed.
         public var rejectsPath: String

@@ -7,6 +7,7 @@ extension ReceiptQueueApp {
     /// Why `receiptq receipt inspect` could not inspect its input; the message names what, never
     /// the input.
     public struct InspectionFailure: Error, CustomStringConvertible {
+        /// What could not be inspected (`not a JWS (…)`, `cannot load trusted certificates from …`).
         public var description: String
     }
 
