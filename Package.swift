@@ -15,6 +15,7 @@ let package = Package(
     products: [
         .executable(name: "receiptq", targets: ["ReceiptQueueCLI"]),
         // Libraries only for the packages beside this one: bench/ (receiptq-bench) and Fuzz/ (ReceiptCore).
+        // DevTools and MockAppStore are bench/'s stand-ins, never a production dependency.
         .library(name: "ReceiptCore", targets: ["ReceiptCore"]),
         .library(name: "ReceiptSignature", targets: ["ReceiptSignature"]),
         .library(name: "OpenSSL", targets: ["OpenSSL"]),
@@ -27,6 +28,7 @@ let package = Package(
         .library(name: "ReceiptScheduler", targets: ["ReceiptScheduler"]),
         .library(name: "IngestAPI", targets: ["IngestAPI"]),
         .library(name: "MockAppStore", targets: ["MockAppStore"]),
+        .library(name: "DevTools", targets: ["DevTools"]),
         .library(name: "ReceiptQueueApp", targets: ["ReceiptQueueApp"]),
         .library(name: "ReceiptTesting", targets: ["ReceiptTesting"]),
     ],
@@ -157,6 +159,13 @@ let package = Package(
             resources: [.copy("Templates"), .copy("Assets")],
             swiftSettings: swiftSettings
         ),
+        // `receiptq import`: streams a file of receipts or transactions to the API's batch endpoints,
+        // with a checkpoint to resume from; an HTTP client of the API, so Curl and nothing else.
+        .target(
+            name: "Importer",
+            dependencies: ["ReceiptCore", "Curl"],
+            swiftSettings: swiftSettings
+        ),
         // Observability: the Prometheus registry and exposition, the HTTP metrics middleware, the
         // metrics listener of work and schedule, and the JSON log handler.
         .target(
@@ -173,30 +182,22 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
-        .target(
-            name: "MockAppStore",
-            dependencies: [
-                "ReceiptCore", "ReceiptSignature", "OpenSSL", "Curl",
-                .product(name: "Hummingbird", package: "hummingbird"),
-                .product(name: "NIOCore", package: "swift-nio"),
-                // ServerThreads: the background servers' own event loops.
-                .product(name: "NIOPosix", package: "swift-nio"),
-                .product(name: "HTTPTypes", package: "swift-http-types"),
-                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
-            ],
-            swiftSettings: swiftSettings
-        ),
 
-        // Composition root: what the CLI and the end-to-end tests both call.
+        // Composition root: what the CLI and the end-to-end tests both call. It builds each role from
+        // AppConfiguration (read per component), runs them for the executable (Runtime) and holds the
+        // administration its commands do (Admin). It links no tool: DevTools and MockAppStore stay out.
         .target(
             name: "ReceiptQueueApp",
             dependencies: [
                 "ReceiptCore", "Hiredis", "Libpq", "Curl", "OpenSSL",
                 "RedisJobQueue", "PostgresStore", "AppStoreClient", "ReceiptSignature", "WebhookClient",
-                "ReceiptWorker", "ReceiptScheduler", "IngestAPI", "Dashboard", "MockAppStore", "Telemetry",
+                "ReceiptWorker", "ReceiptScheduler", "IngestAPI", "Dashboard", "Importer", "Telemetry",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "Logging", package: "swift-log"),
+                // Runtime.installExecutor: NIO's event loops as the executable's executor.
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
             ],
@@ -205,14 +206,43 @@ let package = Package(
         .executableTarget(
             name: "ReceiptQueueCLI",
             dependencies: [
-                "ReceiptQueueApp", "ReceiptCore", "Libpq", "PostgresStore", "MockAppStore", "ReceiptSignature", "OpenSSL", "Curl", "Telemetry",
-                "AppStoreClient", "WebhookClient", "Dashboard",
-                .product(name: "Metrics", package: "swift-metrics"),
-                .product(name: "NIOCore", package: "swift-nio"),
-                .product(name: "NIOPosix", package: "swift-nio"),
-                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                "ReceiptQueueApp", "ReceiptCore",
+                // Only DevCommands.swift imports these: forge, mock-appstore, and all's mock App Store and demo.
+                "DevTools", "MockAppStore",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        // Tools: no production library target links these; the receiptq executable links them only
+        // for its dev subcommands (forge, mock-appstore, `all`'s mock App Store and demo), tests and
+        // bench/ for their stand-ins.
+        //
+        // The receipt forger, the mock Apple JWS chain, the customer-backend stand-in (a webhook
+        // receiver) and the demo's data: what makes test input, never what judges it.
+        .target(
+            name: "DevTools",
+            dependencies: [
+                "ReceiptCore", "ReceiptSignature", "OpenSSL", "Curl",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                // ServerThreads: the background servers' own event loops.
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        // The Apple stand-in: verifyReceipt, the Server API and its notifications, signed with
+        // DevTools' mock chain.
+        .target(
+            name: "MockAppStore",
+            dependencies: [
+                "ReceiptCore", "DevTools", "OpenSSL", "Curl",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "HTTPTypes", package: "swift-http-types"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
             swiftSettings: swiftSettings
         ),
@@ -246,19 +276,20 @@ let package = Package(
         ),
         .testTarget(
             name: "ReceiptSignatureTests",
-            dependencies: ["SystemTesting", "ReceiptSignature", "ReceiptCore", "OpenSSL", "ReceiptTesting", "AppStoreClient"],
+            dependencies: ["SystemTesting", "ReceiptSignature", "ReceiptCore", "OpenSSL", "ReceiptTesting", "AppStoreClient", "DevTools"],
             swiftSettings: swiftSettings
         ),
         .testTarget(
             name: "FacadeTests",
-            dependencies: ["SystemTesting", "Hiredis", "Libpq", "Curl", "OpenSSL", "ReceiptTesting", "MockAppStore", "WebhookClient"],
+            dependencies: ["SystemTesting", "Hiredis", "Libpq", "Curl", "OpenSSL", "ReceiptTesting", "MockAppStore", "DevTools", "WebhookClient"],
             swiftSettings: swiftSettings
         ),
         .testTarget(
             name: "IntegrationTests",
             dependencies: [
-                "SystemTesting",
-                "ReceiptQueueApp", "ReceiptTesting", "MockAppStore", "Curl", "AppStoreClient", "WebhookClient", "Hiredis", "Libpq", "PostgresStore",
+                "SystemTesting", "ReceiptQueueApp", "ReceiptTesting", "MockAppStore", "DevTools", "Curl", "AppStoreClient", "WebhookClient",
+                "Hiredis", "Libpq",
+                "PostgresStore",
                 "RedisJobQueue",
                 "ReceiptSignature", "ReceiptCore", "IngestAPI", "OpenSSL", "Telemetry",
                 // Router.routes, for the OpenAPI test's route-by-route comparison.
@@ -292,8 +323,7 @@ let package = Package(
         .testTarget(
             name: "IngestAPITests",
             dependencies: [
-                "SystemTesting",
-                "IngestAPI", "ReceiptCore", "ReceiptSignature", "OpenSSL", "ReceiptTesting",
+                "SystemTesting", "IngestAPI", "ReceiptCore", "ReceiptSignature", "DevTools", "OpenSSL", "ReceiptTesting",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
                 .product(name: "Logging", package: "swift-log"),

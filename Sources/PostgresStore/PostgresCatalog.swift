@@ -91,6 +91,11 @@ public final class PostgresCatalog: ReceiptCatalog {
         }
     }
 
+    /// Every registered app (the dashboard's app filter).
+    public func apps() async throws -> [AppRecord] {
+        try await pool.withConnection { try AppAdmin(connection: $0).listApps() }
+    }
+
     public func notificationApp(name: String, token: String) async throws -> AppRecord? {
         guard token.utf8.count >= 16, token.utf8.count <= 128, name.utf8.count <= 200 else { return nil }
         let hash = Digest.sha256(Array(token.utf8))

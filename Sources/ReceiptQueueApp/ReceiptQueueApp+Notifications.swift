@@ -35,8 +35,8 @@ extension ReceiptQueueApp {
             signedPayloads: JWSVerifier(trustStore: roots), syncWait: .zero, now: now)
         let throttle = HistoryThrottle(configuration: configuration, logger: logger)
         let sweep = NotificationHistorySweep(
-            configuration: .init(interval: configuration.notificationHistoryInterval),
-            source: try ServerNotificationsClient(configuration: configuration.serverAPI),
+            configuration: .init(interval: configuration.scheduler.notificationHistoryInterval),
+            source: try ServerNotificationsClient(configuration: configuration.apple.serverAPI),
             cursors: PostgresNotificationHistoryCursors(pool: postgresPool, secrets: try SecretBox(key: secretsKey), onlyApps: onlyApps),
             accept: { payload, app in
                 switch await ingestion.ingest(notification: .object(["signedPayload": .string(payload)]), app: app, origin: .history, logger: logger)

@@ -17,8 +17,8 @@ extension ReceiptQueueApp {
         }
         let verifier = JWSVerifier(trustStore: roots)
         let tokens = ServerAPITokenIssuer()
-        var serverAPI = configuration.serverAPI
-        serverAPI.maxConcurrent = configuration.workerConcurrency
+        var serverAPI = configuration.apple.serverAPI
+        serverAPI.maxConcurrent = configuration.worker.concurrency
         return try ServerAPIClient(
             configuration: serverAPI,
             tokens: { query in try tokens.token(for: query.key, bundleID: query.bundleID) },

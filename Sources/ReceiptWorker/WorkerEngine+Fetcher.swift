@@ -222,6 +222,24 @@ extension WorkerEngine {
         }
         guard let app else { return decide(token, job, planner.unknownApp(envelope)) }
         let isProbe = permission == .probe
+        guard let (request, switchesApp) = request(token, job, envelope, validation, app: app, lifecycle: lifecycle) else { return }
+        let canMove = app.backend == .auto && app.serverAPIKey != nil
+        let call: @Sendable () -> Void = {
+            self.call(
+                token, job, envelope, request, switchesApp: switchesApp, app: app, canMove: canMove, gate: gate, lifecycle: lifecycle,
+                isProbe: isProbe)
+        }
+        // A bulk import's call spends its app's import budget, apart from live traffic's; except the
+        // circuit's probe, whose verdict every worker waits for (one call, whatever the budget).
+        guard envelope.importID != nil, !isProbe else { return call() }
+        spendImportBudget(token, job, envelope, app: app, budget: budget, call: call, using: &generator)
+    }
+
+    /// The call the planner makes of a started job (and whether it records the app's switch),
+    /// raising the app's alarms once; nil when the planner settled the job instead (decided here).
+    private func request(
+        _ token: Int, _ job: ReservedJob, _ envelope: JobEnvelope, _ validation: ValidationJob, app: AppRecord, lifecycle: VerifyReceiptGate
+    ) -> (ValidationRequest, switchesApp: Bool)? {
         let request: ValidationRequest
         let switchesApp: Bool
         switch planner.start(envelope, validation, app: app, verifyReceipt: lifecycle.lifecycle) {
@@ -232,7 +250,8 @@ extension WorkerEngine {
                     "The app cannot use the App Store Server API: \(failed.errorMessage ?? code.rawValue)",
                     metadata: ["app.id": "\(app.id.uuidString.lowercased())", "error.code": "\(code)"])
             }
-            return decide(token, job, plan)
+            decide(token, job, plan)
+            return nil
         }
         if switchesApp, SwitchAlarm.raiseOnce(appID: app.id) {
             metrics.backendSwitched()
@@ -240,15 +259,15 @@ extension WorkerEngine {
                 "verifyReceipt is retired: this app now validates with the App Store Server API",
                 metadata: ["app.id": "\(app.id.uuidString.lowercased())", "app.bundle_id": "\(app.bundleID)"])
         }
-        let canMove = app.backend == .auto && app.serverAPIKey != nil
-        let call: @Sendable () -> Void = {
-            self.call(
-                token, job, envelope, request, switchesApp: switchesApp, app: app, canMove: canMove, gate: gate, lifecycle: lifecycle,
-                isProbe: isProbe)
-        }
-        // A bulk import's call spends its app's import budget, apart from live traffic's; except the
-        // circuit's probe, whose verdict every worker waits for (one call, whatever the budget).
-        guard envelope.importID != nil, !isProbe else { return call() }
+        return (request, switchesApp)
+    }
+
+    /// Runs a bulk import's `call` within its app's import budget: now, in the slot booked for it,
+    /// or (budget spent) not at all, the job deferred to the retry set.
+    private func spendImportBudget(
+        _ token: Int, _ job: ReservedJob, _ envelope: JobEnvelope, app: AppRecord, budget: ImportBudgetGate,
+        call: @escaping @Sendable () -> Void, using generator: inout SystemRandomNumberGenerator
+    ) {
         switch budget.slot(app: app.bundleID, now: now()) {
         case .now:
             call()

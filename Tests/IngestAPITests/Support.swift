@@ -1,8 +1,8 @@
+import DevTools
 import Foundation
 import IngestAPI
 import OpenSSL
 import ReceiptCore
-import ReceiptSignature
 import Synchronization
 
 /// Forged receipts shared by the suites (one test CA per process: RSA key generation is slow).

@@ -1,9 +1,9 @@
 import AppStoreClient
 import Curl
+import DevTools
 import Foundation
 import MockAppStore
 import ReceiptCore
-import ReceiptSignature
 import SystemTesting
 import Testing
 

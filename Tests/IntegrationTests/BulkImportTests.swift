@@ -1,10 +1,10 @@
 import Curl
+import DevTools
 import Foundation
 import Hiredis
 import Libpq
 import ReceiptCore
 import ReceiptQueueApp
-import ReceiptSignature
 import ReceiptTesting
 import RedisJobQueue
 import SystemTesting

@@ -1,3 +1,4 @@
+import DevTools
 import Foundation
 import Hiredis
 import Libpq
@@ -6,7 +7,6 @@ import OpenSSL
 import PostgresStore
 import ReceiptCore
 import ReceiptQueueApp
-import ReceiptSignature
 import ReceiptTesting
 import RedisJobQueue
 import SystemTesting

@@ -1,3 +1,4 @@
+import DevTools
 import Foundation
 import Libpq
 import MockAppStore
@@ -5,7 +6,6 @@ import OpenSSL
 import PostgresStore
 import ReceiptCore
 import ReceiptQueueApp
-import ReceiptSignature
 import ReceiptTesting
 import SystemTesting
 import Testing

@@ -1,7 +1,7 @@
+import DevTools
 import Foundation
 import Libpq
 import ReceiptCore
-import ReceiptSignature
 import ReceiptTesting
 import SystemTesting
 import Testing

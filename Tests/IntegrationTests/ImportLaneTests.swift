@@ -1,11 +1,11 @@
 import Curl
+import DevTools
 import Foundation
 import Hiredis
 import Libpq
 import MockAppStore
 import ReceiptCore
 import ReceiptQueueApp
-import ReceiptSignature
 import ReceiptTesting
 import RedisJobQueue
 import SystemTesting

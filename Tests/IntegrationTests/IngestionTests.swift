@@ -1,11 +1,11 @@
 import Curl
+import DevTools
 import Foundation
 import Hiredis
 import Libpq
 import MockAppStore
 import PostgresStore
 import ReceiptCore
-import ReceiptSignature
 import ReceiptTesting
 import SystemTesting
 import Testing

@@ -1,11 +1,11 @@
 import Curl
+import DevTools
 import Foundation
 import IngestAPI
 import Libpq
 import MockAppStore
 import OpenSSL
 import ReceiptCore
-import ReceiptSignature
 import ReceiptTesting
 import SystemTesting
 import Testing

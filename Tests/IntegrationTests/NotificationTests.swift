@@ -1,4 +1,5 @@
 import Curl
+import DevTools
 import Foundation
 import Libpq
 import Logging
@@ -7,7 +8,6 @@ import PostgresStore
 import ReceiptCore
 import ReceiptQueueApp
 import ReceiptScheduler
-import ReceiptSignature
 import ReceiptTesting
 import SystemTesting
 import Testing

@@ -1,4 +1,5 @@
 import Curl
+import DevTools
 import Foundation
 import Hummingbird
 import IngestAPI
@@ -6,7 +7,6 @@ import Logging
 import MockAppStore
 import ReceiptCore
 import ReceiptQueueApp
-import ReceiptSignature
 import ReceiptTesting
 import RedisJobQueue
 import SystemTesting

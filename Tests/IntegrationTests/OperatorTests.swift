@@ -1,4 +1,5 @@
 import Curl
+import DevTools
 import Foundation
 import Hiredis
 import Libpq
@@ -162,7 +163,7 @@ struct OperatorTests {
         defer { Task { await system.stop() } }
         _ = try await deadLetters(system, user: "unaudited")
         var configuration = system.configuration
-        configuration.httpPort = 0
+        configuration.api.port = 0
         configuration.postgres.port = try freeLoopbackPort()
         let api = try await StandaloneAPI(configuration)
         defer { Task { await api.stop() } }

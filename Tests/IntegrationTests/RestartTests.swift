@@ -1,3 +1,4 @@
+import DevTools
 import Dispatch
 import Foundation
 import Hiredis
@@ -7,7 +8,6 @@ import MockAppStore
 import PostgresStore
 import ReceiptCore
 import ReceiptQueueApp
-import ReceiptSignature
 import ReceiptTesting
 import RedisJobQueue
 import ServiceLifecycle

@@ -1,4 +1,5 @@
 import AppStoreClient
+import DevTools
 import Foundation
 import MockAppStore
 import OpenSSL

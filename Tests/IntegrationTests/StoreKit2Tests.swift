@@ -1,8 +1,8 @@
+import DevTools
 import Foundation
 import Libpq
 import MockAppStore
 import ReceiptCore
-import ReceiptSignature
 import ReceiptTesting
 import SystemTesting
 import Telemetry

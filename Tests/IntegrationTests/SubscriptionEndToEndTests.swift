@@ -1,3 +1,4 @@
+import DevTools
 import Foundation
 import Hiredis
 import Libpq
@@ -5,7 +6,6 @@ import MockAppStore
 import PostgresStore
 import ReceiptCore
 import ReceiptQueueApp
-import ReceiptSignature
 import ReceiptTesting
 import RedisJobQueue
 import SystemTesting

@@ -1,4 +1,5 @@
 import Curl
+import DevTools
 import Foundation
 import Hiredis
 import Libpq
@@ -8,7 +9,6 @@ import OpenSSL
 import PostgresStore
 import ReceiptCore
 import ReceiptQueueApp
-import ReceiptSignature
 import ReceiptTesting
 import RedisJobQueue
 import ServiceLifecycle

@@ -1,4 +1,5 @@
 import Curl
+import DevTools
 import Foundation
 import Hiredis
 import Libpq

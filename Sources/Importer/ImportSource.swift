@@ -1,5 +1,4 @@
 import Foundation
-import IngestAPI
 import ReceiptCore
 
 /// What `receiptq import` reads: one receipt per line of a file or of standard input, in one of
@@ -20,7 +19,7 @@ public enum ImportKind: String, Sendable, CaseIterable {
     case receipts, transactions
 
     /// The batch endpoint's path.
-    public var path: String { self == .receipts ? IngestAPI.batchPath : IngestAPI.transactionsBatchPath }
+    public var path: String { self == .receipts ? BulkEndpoint.receiptsPath : BulkEndpoint.transactionsPath }
 }
 
 /// One line of the input: its number (1-based, as an editor shows it) and either the item to send

@@ -134,8 +134,14 @@ public final class WebhookReceiver: Sendable {
         var iterator = ports.makeAsyncIterator()
         guard let port = await iterator.next(), port > 0 else {
             task.cancel()
-            throw MockAppStoreError(message: "webhook receiver did not start")
+            throw WebhookReceiverError(message: "webhook receiver did not start")
         }
         return ("http://\(host):\(port)\(path)", task)
     }
+}
+
+/// The receiver could not be started.
+public struct WebhookReceiverError: Error, CustomStringConvertible {
+    public var message: String
+    public var description: String { "WebhookReceiverError: \(message)" }
 }

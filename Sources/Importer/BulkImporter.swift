@@ -1,6 +1,5 @@
 import Curl
 import Foundation
-import OpenSSL
 import ReceiptCore
 import Synchronization
 
@@ -118,11 +117,16 @@ public final class BulkImporter {
     public let settings: Settings
     let client: HTTPClient
     let progress: ImportProgress
+    /// SHA-256 of some bytes, lower-case hex: the checkpoint's fingerprint of the input.
+    let sha256Hex: @Sendable ([UInt8]) -> String
     private let interrupted = Atomic<Bool>(false)
 
     /// Creates the importer (nothing is read or sent yet).
-    public init(settings: Settings, output: FileHandle = .standardError) throws {
+    /// - Parameter sha256Hex: SHA-256 in lower-case hex. A port rather than a crypto import: the
+    ///   importer is a service on ReceiptCore and Curl only; the app passes OpenSSL's digest.
+    public init(settings: Settings, sha256Hex: @escaping @Sendable ([UInt8]) -> String, output: FileHandle = .standardError) throws {
         self.settings = settings
+        self.sha256Hex = sha256Hex
         client = try HTTPClient(options: CurlOptions(), lanes: 2)
         progress = ImportProgress(output: output, plainInterval: settings.plainInterval)
     }
@@ -233,8 +237,8 @@ public final class BulkImporter {
                         method: "POST", url: settings.endpoint,
                         headers: [
                             (name: "Content-Type", value: "application/x-ndjson"), (name: "Authorization", value: "Bearer \(settings.token)"),
-                            (name: "Receiptq-Import-Id", value: importID.canonical),
-                            (name: "Receiptq-Import-Events", value: settings.events ? "true" : "false"),
+                            (name: BulkEndpoint.importIDHeader, value: importID.canonical),
+                            (name: BulkEndpoint.importEventsHeader, value: settings.events ? "true" : "false"),
                         ], body: body))
                 switch response.status {
                 case 200:
@@ -316,6 +320,6 @@ public final class BulkImporter {
         guard let handle = FileHandle(forReadingAtPath: settings.input) else { throw Failure(description: "cannot read \(settings.input)") }
         defer { try? handle.close() }
         let head = handle.readData(ofLength: 64 << 10)
-        return (size, Digest.hex(Digest.sha256(Array(head))))
+        return (size, sha256Hex(Array(head)))
     }
 }

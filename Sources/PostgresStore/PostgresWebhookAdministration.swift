@@ -1,40 +1,52 @@
-import Curl
 import Dispatch
 import Foundation
 import Libpq
 import OpenSSL
-import PostgresStore
 import ReceiptCore
-import WebhookClient
 
-/// The dashboard's and the admin API's webhook administration: `WebhookAdmin` on the API's
+/// The dashboard's and the admin API's webhook administration: ``WebhookAdmin`` on the API's
 /// Postgres pool, the same early address check as `receiptq webhooks add`, and test deliveries.
-final class PooledWebhookAdministration: WebhookAdministration {
+///
+/// The address check and the test delivery are not Postgres's: the composition root passes them
+/// in (libcurl's resolver policy, the webhook client), so this adapter links neither.
+public final class PostgresWebhookAdministration: WebhookAdministration {
     private let pool: PostgresConnectionPool
     private let secrets: SecretBox?
-    private let client: WebhookClient.Configuration
+    private let resolvesOnlyPrivately: @Sendable (String) -> Bool
+    private let sendTest: @Sendable (WebhookEndpointRecord) async throws -> WebhookReport
 
     /// The resolver's blocking look-ups run here, off the request's executor.
     private static let resolver = DispatchQueue(label: "receiptq.webhooks.resolve")
 
-    init(pool: PostgresConnectionPool, secrets: SecretBox?, client: WebhookClient.Configuration) {
+    /// Creates the administration on `pool`.
+    /// - Parameters:
+    ///   - secrets: seals and opens the endpoints' signing secrets (nil: none can be added or tested).
+    ///   - resolvesOnlyPrivately: whether a host resolves to loopback, private or link-local
+    ///     addresses only (blocking: it runs on a queue of its own).
+    ///   - sendTest: sends one signed `webhook.test` delivery to an endpoint whose secrets are open.
+    public init(
+        pool: PostgresConnectionPool, secrets: SecretBox?, resolvesOnlyPrivately: @escaping @Sendable (String) -> Bool,
+        sendTest: @escaping @Sendable (WebhookEndpointRecord) async throws -> WebhookReport
+    ) {
         self.pool = pool
         self.secrets = secrets
-        self.client = client
+        self.resolvesOnlyPrivately = resolvesOnlyPrivately
+        self.sendTest = sendTest
     }
 
-    func endpoints(appID: UUID?) async throws -> [WebhookEndpointSummary] {
+    public func endpoints(appID: UUID?) async throws -> [WebhookEndpointSummary] {
         let secrets = secrets
         return try await pool.withConnection { try WebhookAdmin(connection: $0, secrets: secrets).list(appID: appID) }
     }
 
-    func add(
+    public func add(
         appID: UUID, url: String, eventTypes: [String], allowPrivate: Bool, description: String?, audit: AuditAction
     ) async throws -> (id: UUID, secret: String) {
         let components = try WebhookAdmin.validate(url: url, allowPrivate: allowPrivate)
         if !allowPrivate, let host = components.host {
+            let resolvesOnlyPrivately = resolvesOnlyPrivately
             let onlyPrivate = await withCheckedContinuation { continuation in
-                Self.resolver.async { continuation.resume(returning: PublicAddressPolicy.resolvesOnlyPrivately(host)) }
+                Self.resolver.async { continuation.resume(returning: resolvesOnlyPrivately(host)) }
             }
             if onlyPrivate { throw WebhookAdminError.privateAddress }
         }
@@ -45,28 +57,28 @@ final class PooledWebhookAdministration: WebhookAdministration {
         }
     }
 
-    func remove(id: UUID, audit: AuditAction) async throws {
+    public func remove(id: UUID, audit: AuditAction) async throws {
         try await pool.withConnection { try WebhookAdmin(connection: $0, secrets: nil).remove(id: id, audit: audit) }
     }
 
-    func rotateSecret(id: UUID, overlap: TimeInterval, audit: AuditAction) async throws -> String {
+    public func rotateSecret(id: UUID, overlap: TimeInterval, audit: AuditAction) async throws -> String {
         let secrets = secrets
         return try await pool.withConnection {
             try WebhookAdmin(connection: $0, secrets: secrets).rotateSecret(id: id, overlap: overlap, audit: audit)
         }
     }
 
-    func setPaused(id: UUID, _ paused: Bool, audit: AuditAction) async throws {
+    public func setPaused(id: UUID, _ paused: Bool, audit: AuditAction) async throws {
         try await pool.withConnection { try WebhookAdmin(connection: $0, secrets: nil).setPaused(id: id, paused, audit: audit) }
     }
 
-    func test(id: UUID) async throws -> WebhookReport {
+    public func test(id: UUID) async throws -> WebhookReport {
         guard secrets != nil else { throw WebhookAdminError.noSecretsKey }
         let secrets = secrets
         guard let endpoint = try await pool.withConnection({ try WebhookAdmin(connection: $0, secrets: secrets).endpoint(id: id) }) else {
             throw WebhookAdminError.notFound
         }
         guard !endpoint.secrets.isEmpty else { throw WebhookAdminError.noSecretsKey }
-        return try await WebhookClient.sendTest(to: endpoint, origin: "the receiptq dashboard", configuration: client)
+        return try await sendTest(endpoint)
     }
 }
