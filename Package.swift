@@ -49,6 +49,10 @@ let package = Package(
         .systemLibrary(name: "CCurl", pkgConfig: "libcurl", providers: [.apt(["libcurl4-openssl-dev"])]),
         .systemLibrary(name: "COpenSSL", pkgConfig: "openssl", providers: [.apt(["libssl-dev"])]),
 
+        // Below every layer, importing nothing: the few pure helpers a façade and the domain both
+        // need (the civil-date arithmetic), which neither may take from the other.
+        .target(name: "BaseSupport", swiftSettings: swiftSettings),
+
         // Thin façades: one owner per C handle, confined to a serial DispatchQueue.
         .target(name: "FacadeSupport", swiftSettings: swiftSettings),
         .target(
@@ -58,7 +62,7 @@ let package = Package(
         ),
         .target(
             name: "Libpq",
-            dependencies: ["CLibpq", "FacadeSupport", .product(name: "Logging", package: "swift-log")],
+            dependencies: ["CLibpq", "BaseSupport", "FacadeSupport", .product(name: "Logging", package: "swift-log")],
             swiftSettings: swiftSettings
         ),
         .target(
@@ -72,10 +76,10 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
 
-        // The pure domain: no I/O, no C.
+        // The pure domain: no I/O, no C; of the project it imports BaseSupport only.
         .target(
             name: "ReceiptCore",
-            dependencies: [.product(name: "SwiftASN1", package: "swift-asn1")],
+            dependencies: ["BaseSupport", .product(name: "SwiftASN1", package: "swift-asn1")],
             swiftSettings: swiftSettings
         ),
 
@@ -224,7 +228,7 @@ let package = Package(
         // test targets
         .testTarget(
             name: "ReceiptCoreTests",
-            dependencies: ["ReceiptCore", "ReceiptTesting"],
+            dependencies: ["ReceiptCore", "ReceiptTesting", "BaseSupport"],
             swiftSettings: swiftSettings
         ),
         .testTarget(
