@@ -179,7 +179,9 @@ let package = Package(
         .target(
             name: "MockAppStore",
             dependencies: [
-                "ReceiptCore", "ReceiptSignature", "OpenSSL", "Curl",
+                "ReceiptCore", "ReceiptSignature", "OpenSSL", "Curl", "BaseSupport",
+                // Signing/: the tests' and the mock's one certificate maker writes its DER itself.
+                .product(name: "SwiftASN1", package: "swift-asn1"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 // ServerThreads: the background servers' own event loops.
@@ -241,7 +243,7 @@ let package = Package(
         ),
         .testTarget(
             name: "ReceiptSignatureTests",
-            dependencies: ["ReceiptSignature", "ReceiptCore", "OpenSSL", "ReceiptTesting", "AppStoreClient"],
+            dependencies: ["ReceiptSignature", "ReceiptCore", "OpenSSL", "ReceiptTesting", "AppStoreClient", "MockAppStore"],
             swiftSettings: swiftSettings
         ),
         .testTarget(
@@ -285,7 +287,7 @@ let package = Package(
         .testTarget(
             name: "IngestAPITests",
             dependencies: [
-                "IngestAPI", "ReceiptCore", "ReceiptSignature", "OpenSSL", "ReceiptTesting",
+                "IngestAPI", "ReceiptCore", "ReceiptSignature", "OpenSSL", "ReceiptTesting", "MockAppStore",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
                 .product(name: "Logging", package: "swift-log"),

@@ -1,26 +1,9 @@
 import Curl
 import Foundation
+import MockAppStore
 import ReceiptTesting
 import Synchronization
 import Testing
-
-/// A self-signed certificate for `localhost`, made with the `openssl` CLI.
-private struct TestCertificate {
-    let certificate: String
-    let key: String
-
-    init() throws {
-        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("receiptq-tls-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
-        certificate = dir.appendingPathComponent("cert.pem").path
-        key = dir.appendingPathComponent("key.pem").path
-        let result = try ChildProcess.run([
-            "openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", certificate,
-            "-days", "2", "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost",
-        ])
-        guard result.status == 0 else { throw CocoaError(.fileWriteUnknown) }
-    }
-}
 
 /// A numeric field of /proc/self/status, e.g. `Threads` or `VmRSS` (in kB).
 private func processStatus(_ field: String) throws -> Int {
@@ -232,7 +215,7 @@ struct CurlMultiTests {
     }
 
     @Test func httpsVerifiesThePeerAndFallsBackToHTTP1() async throws {
-        let files = try TestCertificate()
+        let files = try LocalhostTLS(in: FileManager.default.temporaryDirectory.appendingPathComponent("receiptq-tls-\(UUID().uuidString)"))
         let server = try AsyncLoopbackServer(certificate: files.certificate, key: files.key)
 
         let untrusted = try CurlMulti(options: multiOptions())
@@ -240,7 +223,7 @@ struct CurlMultiTests {
         #expect(untrustedError?.code == .tls)
 
         var trustedOptions = multiOptions()
-        trustedOptions.caInfo = files.certificate
+        trustedOptions.caInfo = files.ca
         // HTTP/2 is offered over ALPN; this server only speaks 1.1, and transfers waiting for a
         // multiplexable connection (CURLOPT_PIPEWAIT) must then open their own instead of queueing.
         trustedOptions.httpVersion = .http2TLS

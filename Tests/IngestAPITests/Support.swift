@@ -1,5 +1,6 @@
 import Foundation
 import IngestAPI
+import MockAppStore
 import OpenSSL
 import ReceiptCore
 import ReceiptSignature

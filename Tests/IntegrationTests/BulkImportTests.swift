@@ -2,6 +2,7 @@ import Curl
 import Foundation
 import Hiredis
 import Libpq
+import MockAppStore
 import ReceiptCore
 import ReceiptQueueApp
 import ReceiptSignature

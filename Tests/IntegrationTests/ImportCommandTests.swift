@@ -1,5 +1,6 @@
 import Foundation
 import Libpq
+import MockAppStore
 import ReceiptCore
 import ReceiptSignature
 import ReceiptTesting

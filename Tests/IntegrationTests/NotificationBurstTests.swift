@@ -1,6 +1,7 @@
 import Foundation
 import Hiredis
 import Libpq
+import MockAppStore
 import ReceiptCore
 import ReceiptQueueApp
 import ReceiptSignature

@@ -1,4 +1,5 @@
 import Foundation
+import MockAppStore
 import OpenSSL
 import ReceiptCore
 import ReceiptSignature

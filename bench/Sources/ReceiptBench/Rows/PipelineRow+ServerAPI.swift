@@ -1,6 +1,7 @@
 import Curl
 import Foundation
 import Libpq
+import MockAppStore
 import OpenSSL
 import PostgresStore
 import ReceiptCore

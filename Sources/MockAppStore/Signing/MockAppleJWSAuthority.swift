@@ -1,6 +1,7 @@
 import Foundation
 import OpenSSL
 import ReceiptCore
+import ReceiptSignature
 
 /// A signing chain shaped like Apple's for App Store JWS (root → WWDR-like intermediate with
 /// marker `1.2.840.113635.100.6.2.1` → leaf with marker `1.2.840.113635.100.6.11.1`, all P-256),
