@@ -49,8 +49,9 @@ let package = Package(
         .systemLibrary(name: "CCurl", pkgConfig: "libcurl", providers: [.apt(["libcurl4-openssl-dev"])]),
         .systemLibrary(name: "COpenSSL", pkgConfig: "openssl", providers: [.apt(["libssl-dev"])]),
 
-        // Below every layer, importing nothing: the few pure helpers a façade and the domain both
-        // need (the civil-date arithmetic), which neither may take from the other.
+        // Below every layer, importing nothing of the project: the few helpers façades, the domain
+        // and the services all need (the civil-date arithmetic, named threads), which none may take
+        // from another layer.
         .target(name: "BaseSupport", swiftSettings: swiftSettings),
 
         // Thin façades: one owner per C handle, confined to a serial DispatchQueue.
@@ -115,7 +116,7 @@ let package = Package(
         .target(
             name: "ReceiptWorker",
             dependencies: [
-                "ReceiptCore",
+                "ReceiptCore", "BaseSupport",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -125,7 +126,7 @@ let package = Package(
         .target(
             name: "ReceiptScheduler",
             dependencies: [
-                "ReceiptCore",
+                "ReceiptCore", "BaseSupport",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
