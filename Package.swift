@@ -68,7 +68,11 @@ let package = Package(
         ),
         .target(
             name: "Curl",
-            dependencies: ["CCurl"],
+            dependencies: [
+                "CCurl", "BaseSupport",
+                // CurlMulti and HTTPClient are Services: the engine thread starts in run().
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
             swiftSettings: swiftSettings
         ),
         .target(
@@ -87,7 +91,11 @@ let package = Package(
         // Adapters: the domain's protocols implemented on the façades.
         .target(
             name: "RedisJobQueue",
-            dependencies: ["ReceiptCore", "Hiredis", .product(name: "Logging", package: "swift-log")],
+            dependencies: [
+                "ReceiptCore", "Hiredis", "BaseSupport", .product(name: "Logging", package: "swift-log"),
+                // RedisIntake is a Service: its result listener starts in run().
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
             swiftSettings: swiftSettings
         ),
         .target(
@@ -98,12 +106,16 @@ let package = Package(
         ),
         .target(
             name: "AppStoreClient",
-            dependencies: ["ReceiptCore", "Curl", "OpenSSL"],
+            dependencies: [
+                "ReceiptCore", "Curl", "OpenSSL", .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
             swiftSettings: swiftSettings
         ),
         .target(
             name: "WebhookClient",
-            dependencies: ["ReceiptCore", "Curl", "OpenSSL"],
+            dependencies: [
+                "ReceiptCore", "Curl", "OpenSSL", .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
             swiftSettings: swiftSettings
         ),
         .target(
@@ -224,7 +236,12 @@ let package = Package(
         ),
         .target(
             name: "ReceiptTesting",
-            dependencies: ["ReceiptCore", "Hiredis"],
+            dependencies: [
+                "ReceiptCore", "Hiredis",
+                // withServices: the tests run clients as the app's service groups do.
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
             swiftSettings: swiftSettings
         ),
 

@@ -1,6 +1,7 @@
 import Curl
 import Foundation
 import ReceiptCore
+import ServiceLifecycle
 
 /// `ReceiptVerifier` on libcurl's multi interface: Apple's `verifyReceipt`, production first.
 ///
@@ -9,8 +10,9 @@ import ReceiptCore
 /// errors and non-JSON bodies are reported as an outage, never as an invalid receipt.
 ///
 /// Thread-safe: one client per process; its ``CurlMulti`` engine runs every call on one thread,
-/// thousands at once, over kept-alive connections.
-public final class AppStoreClient: ReceiptVerifier {
+/// thousands at once, over kept-alive connections. A `Service`: the thread starts in ``run()``, which
+/// a service group lists before the worker that calls it.
+public final class AppStoreClient: ReceiptVerifier, Service {
     /// Endpoints, timeouts and concurrency.
     public struct Configuration: Sendable {
         public var productionURL: String
@@ -45,18 +47,23 @@ public final class AppStoreClient: ReceiptVerifier {
     private let configuration: Configuration
     private let engine: CurlMulti
 
-    /// Creates a client and starts its HTTP engine thread.
-    /// - Throws: `CurlError` when libcurl cannot create the multi handle.
-    public init(configuration: Configuration) throws {
+    /// Creates a client; its HTTP engine starts with ``run()``.
+    public init(configuration: Configuration) {
         self.configuration = configuration
         var options = CurlOptions()
         options.connectTimeout = configuration.connectTimeout
         options.requestTimeout = configuration.requestTimeout
         options.caInfo = configuration.caInfo
         // HTTP/1.1 carries one call per connection: allow as many connections to Apple as calls.
-        self.engine = try CurlMulti(
-            options: options, maxConcurrent: configuration.maxConcurrent, maxHostConnections: configuration.maxConcurrent)
+        self.engine = CurlMulti(
+            options: options, maxConcurrent: configuration.maxConcurrent, maxHostConnections: configuration.maxConcurrent,
+            name: "receiptq.verify")
     }
+
+    /// Runs the HTTP engine's thread until graceful shutdown or cancellation, then closes its
+    /// connections (see `CurlMulti.run()`).
+    /// - Throws: `CurlError` when libcurl cannot create the multi handle.
+    public func run() async throws { try await engine.run() }
 
     public func verify(_ request: VerificationRequest, completion: @escaping @Sendable (VerificationReport) -> Void) {
         let body = Self.requestBody(request)

@@ -51,7 +51,9 @@ struct All: AsyncParsableCommand {
         services.append(try ReceiptQueueApp.makeWorker(configuration, metrics: metrics, logger: logger))
         services.append(ReceiptQueueApp.makeScheduler(configuration, metrics: metrics, logger: logger))
         services.append(ReceiptQueueApp.makeWebhookDispatcher(configuration, metrics: metrics, logger: logger))
-        if let history = try ReceiptQueueApp.makeNotificationSweep(configuration, metrics: metrics, logger: logger) { services.append(history.sweep) }
+        if let history = try ReceiptQueueApp.makeNotificationSweep(configuration, metrics: metrics, logger: logger) {
+            services.append(history.service)
+        }
         if let setup {
             // The demo's backend: receives every event of the demo app, checks its signature, logs it.
             services.append(try demoBackend(setup, configuration: configuration, logger: logger))

@@ -106,7 +106,7 @@ struct Schedule: AsyncParsableCommand {
             ReceiptQueueApp.makeWebhookDispatcher(configuration, metrics: metrics, logger: logger),
         ]
         if let history = try ReceiptQueueApp.makeNotificationSweep(configuration, metrics: metrics, logger: logger) {
-            services.append(history.sweep)
+            services.append(history.service)
         } else {
             logger.info("Notification history is not swept: it needs RECEIPTQ_TRUST_ROOTS_DIR and RECEIPTQ_SECRETS_KEY")
         }
