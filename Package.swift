@@ -15,6 +15,7 @@ let package = Package(
     products: [
         .executable(name: "receiptq", targets: ["ReceiptQueueCLI"]),
         // Libraries only for the packages beside this one: bench/ (receiptq-bench) and Fuzz/ (ReceiptCore).
+        // DevTools and MockAppStore are bench/'s stand-ins, never a production dependency.
         .library(name: "ReceiptCore", targets: ["ReceiptCore"]),
         .library(name: "ReceiptSignature", targets: ["ReceiptSignature"]),
         .library(name: "OpenSSL", targets: ["OpenSSL"]),
@@ -27,6 +28,7 @@ let package = Package(
         .library(name: "ReceiptScheduler", targets: ["ReceiptScheduler"]),
         .library(name: "IngestAPI", targets: ["IngestAPI"]),
         .library(name: "MockAppStore", targets: ["MockAppStore"]),
+        .library(name: "DevTools", targets: ["DevTools"]),
         .library(name: "ReceiptQueueApp", targets: ["ReceiptQueueApp"]),
         .library(name: "ReceiptTesting", targets: ["ReceiptTesting"]),
     ],
@@ -91,8 +93,9 @@ let package = Package(
         // Adapters: the domain's protocols implemented on the façades.
         .target(
             name: "RedisJobQueue",
+            // OpenSSL: the SHA-1 each Lua script is named by in EVALSHA, computed once per process.
             dependencies: [
-                "ReceiptCore", "Hiredis", "BaseSupport", .product(name: "Logging", package: "swift-log"),
+                "ReceiptCore", "Hiredis", "OpenSSL", "BaseSupport", .product(name: "Logging", package: "swift-log"),
                 // RedisIntake is a Service: its result listener starts in run().
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
@@ -173,6 +176,13 @@ let package = Package(
             resources: [.copy("Templates"), .copy("Assets")],
             swiftSettings: swiftSettings
         ),
+        // `receiptq import`: streams a file of receipts or transactions to the API's batch endpoints,
+        // with a checkpoint to resume from; an HTTP client of the API, so Curl and nothing else.
+        .target(
+            name: "Importer",
+            dependencies: ["ReceiptCore", "Curl"],
+            swiftSettings: swiftSettings
+        ),
         // Observability: the Prometheus registry and exposition, the HTTP metrics middleware, the
         // metrics listener of work and schedule, and the JSON log handler.
         .target(
@@ -189,32 +199,22 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
-        .target(
-            name: "MockAppStore",
-            dependencies: [
-                "ReceiptCore", "ReceiptSignature", "OpenSSL", "Curl", "BaseSupport",
-                // Signing/: the tests' and the mock's one certificate maker writes its DER itself.
-                .product(name: "SwiftASN1", package: "swift-asn1"),
-                .product(name: "Hummingbird", package: "hummingbird"),
-                .product(name: "NIOCore", package: "swift-nio"),
-                // ServerThreads: the background servers' own event loops.
-                .product(name: "NIOPosix", package: "swift-nio"),
-                .product(name: "HTTPTypes", package: "swift-http-types"),
-                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
-            ],
-            swiftSettings: swiftSettings
-        ),
 
-        // Composition root: what the CLI and the end-to-end tests both call.
+        // Composition root: what the CLI and the end-to-end tests both call. It builds each role from
+        // AppConfiguration (read per component), runs them for the executable (Runtime) and holds the
+        // administration its commands do (Admin). It links no tool: DevTools and MockAppStore stay out.
         .target(
             name: "ReceiptQueueApp",
             dependencies: [
                 "ReceiptCore", "Hiredis", "Libpq", "Curl", "OpenSSL",
                 "RedisJobQueue", "PostgresStore", "AppStoreClient", "ReceiptSignature", "WebhookClient",
-                "ReceiptWorker", "ReceiptScheduler", "IngestAPI", "Dashboard", "MockAppStore", "Telemetry",
+                "ReceiptWorker", "ReceiptScheduler", "IngestAPI", "Dashboard", "Importer", "Telemetry",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "Logging", package: "swift-log"),
+                // Runtime.installExecutor: NIO's event loops as the executable's executor.
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
             ],
@@ -223,14 +223,47 @@ let package = Package(
         .executableTarget(
             name: "ReceiptQueueCLI",
             dependencies: [
-                "ReceiptQueueApp", "ReceiptCore", "Libpq", "PostgresStore", "MockAppStore", "ReceiptSignature", "OpenSSL", "Curl", "Telemetry",
-                "AppStoreClient", "WebhookClient", "Dashboard",
-                .product(name: "Metrics", package: "swift-metrics"),
-                .product(name: "NIOCore", package: "swift-nio"),
-                .product(name: "NIOPosix", package: "swift-nio"),
-                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                "ReceiptQueueApp", "ReceiptCore",
+                // Only DevCommands.swift imports these: forge, mock-appstore, and all's mock App Store and demo.
+                "DevTools", "MockAppStore",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        // Tools: no production library target links these; the receiptq executable links them only
+        // for its dev subcommands (forge, mock-appstore, `all`'s mock App Store and demo), tests and
+        // bench/ for their stand-ins.
+        //
+        // The receipt forger, the mock Apple JWS chain, the one certificate maker (CertificateFactory,
+        // LocalhostTLS), the customer-backend stand-in (a webhook receiver) and the demo's data: what
+        // makes test input, never what judges it.
+        .target(
+            name: "DevTools",
+            dependencies: [
+                "ReceiptCore", "ReceiptSignature", "OpenSSL", "Curl", "BaseSupport",
+                // Certificates/: the one certificate maker (the forger's, the mock chain's and the
+                // tests' TLS files) writes its DER itself.
+                .product(name: "SwiftASN1", package: "swift-asn1"),
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                // ServerThreads: the background servers' own event loops.
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        // The Apple stand-in: verifyReceipt, the Server API and its notifications, signed with
+        // DevTools' mock chain.
+        .target(
+            name: "MockAppStore",
+            dependencies: [
+                "ReceiptCore", "DevTools", "OpenSSL", "Curl",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "HTTPTypes", package: "swift-http-types"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
             swiftSettings: swiftSettings
         ),
@@ -245,15 +278,23 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
 
+        // The test house: what tests of I/O share (the trait that keeps blocking work off the
+        // cooperative pool). Only test targets link it.
+        .target(
+            name: "SystemTesting",
+            swiftSettings: swiftSettings
+        ),
+
         // test targets
         .testTarget(
             name: "ReceiptCoreTests",
-            dependencies: ["ReceiptCore", "ReceiptTesting", "BaseSupport"],
+            dependencies: ["SystemTesting", "ReceiptCore", "ReceiptTesting", "BaseSupport"],
             swiftSettings: swiftSettings
         ),
         .testTarget(
             name: "ReceiptWorkerTests",
             dependencies: [
+                "SystemTesting",
                 "ReceiptWorker", "ReceiptTesting", "AppStoreClient",
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
@@ -261,18 +302,20 @@ let package = Package(
         ),
         .testTarget(
             name: "ReceiptSignatureTests",
-            dependencies: ["ReceiptSignature", "ReceiptCore", "OpenSSL", "ReceiptTesting", "AppStoreClient", "MockAppStore"],
+            dependencies: ["SystemTesting", "ReceiptSignature", "ReceiptCore", "OpenSSL", "ReceiptTesting", "AppStoreClient", "DevTools"],
             swiftSettings: swiftSettings
         ),
         .testTarget(
             name: "FacadeTests",
-            dependencies: ["Hiredis", "Libpq", "Curl", "OpenSSL", "ReceiptTesting", "MockAppStore", "WebhookClient"],
+            dependencies: ["SystemTesting", "Hiredis", "Libpq", "Curl", "OpenSSL", "ReceiptTesting", "MockAppStore", "DevTools", "WebhookClient"],
             swiftSettings: swiftSettings
         ),
         .testTarget(
             name: "IntegrationTests",
             dependencies: [
-                "ReceiptQueueApp", "ReceiptTesting", "MockAppStore", "Curl", "AppStoreClient", "WebhookClient", "Hiredis", "Libpq", "PostgresStore",
+                "SystemTesting", "ReceiptQueueApp", "ReceiptTesting", "MockAppStore", "DevTools", "Curl", "AppStoreClient", "WebhookClient",
+                "Hiredis", "Libpq",
+                "PostgresStore",
                 "RedisJobQueue",
                 "ReceiptSignature", "ReceiptCore", "IngestAPI", "OpenSSL", "Telemetry",
                 // Router.routes, for the OpenAPI test's route-by-route comparison.
@@ -286,6 +329,7 @@ let package = Package(
         .testTarget(
             name: "TelemetryTests",
             dependencies: [
+                "SystemTesting",
                 "Telemetry",
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "Hummingbird", package: "hummingbird"),
@@ -298,14 +342,14 @@ let package = Package(
         // The dashboard's pure parts: sessions, CSRF tokens, forms, the chart.
         .testTarget(
             name: "DashboardTests",
-            dependencies: ["Dashboard", "ReceiptCore", "OpenSSL"],
+            dependencies: ["SystemTesting", "Dashboard", "ReceiptCore", "OpenSSL"],
             swiftSettings: swiftSettings
         ),
         // The ingestion API's pure parts and its handlers on in-memory doubles: no server needed.
         .testTarget(
             name: "IngestAPITests",
             dependencies: [
-                "IngestAPI", "ReceiptCore", "ReceiptSignature", "OpenSSL", "ReceiptTesting", "MockAppStore",
+                "SystemTesting", "IngestAPI", "ReceiptCore", "ReceiptSignature", "DevTools", "OpenSSL", "ReceiptTesting",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
                 .product(name: "Logging", package: "swift-log"),

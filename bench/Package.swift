@@ -47,6 +47,8 @@ let package = Package(
                 .product(name: "ReceiptScheduler", package: "receiptq"),
                 // The webhooks row's receiver checks signatures as a backend would.
                 .product(name: "MockAppStore", package: "receiptq"),
+                // The forged receipts and signed transactions every row sends, the webhook receiver.
+                .product(name: "DevTools", package: "receiptq"),
                 // The ingest row times the server's own steps of a POST.
                 .product(name: "IngestAPI", package: "receiptq"),
                 .product(name: "NIOCore", package: "swift-nio"),

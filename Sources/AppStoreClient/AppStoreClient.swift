@@ -46,10 +46,14 @@ public final class AppStoreClient: ReceiptVerifier, Service {
 
     private let configuration: Configuration
     private let engine: CurlMulti
+    /// When an answer arrived: its subscriptions' states are computed at that time.
+    private let now: @Sendable () -> Date
 
     /// Creates a client; its HTTP engine starts with ``run()``.
-    public init(configuration: Configuration) {
+    /// - Parameter now: the injected clock.
+    public init(configuration: Configuration, now: @escaping @Sendable () -> Date = { Date() }) {
         self.configuration = configuration
+        self.now = now
         var options = CurlOptions()
         options.connectTimeout = configuration.connectTimeout
         options.requestTimeout = configuration.requestTimeout
@@ -65,9 +69,18 @@ public final class AppStoreClient: ReceiptVerifier, Service {
     /// - Throws: `CurlError` when libcurl cannot create the multi handle.
     public func run() async throws { try await engine.run() }
 
-    public func verify(_ request: VerificationRequest, completion: @escaping @Sendable (VerificationReport) -> Void) {
-        let body = Self.requestBody(request)
-        step(VerificationSession(), .production, body: body, completion: completion)
+    /// Asks `verifyReceipt`; a Server API request is not this client's (``AppleValidation`` routes it).
+    public func verify(_ request: ValidationRequest, completion: @escaping @Sendable (ValidationOutcome) -> Void) {
+        guard case .verifyReceipt(let receiptData, let sharedSecret, let excludeOld) = request else {
+            return completion(ValidationOutcome(verdict: .configurationError, calls: [], failure: .serverAPINotConfigured))
+        }
+        let body = Self.requestBody(receiptData: receiptData, sharedSecret: sharedSecret, excludeOldTransactions: excludeOld)
+        step(VerificationSession(), .production, body: body) { report in
+            completion(
+                ValidationOutcome(
+                    verdict: report.verdict, response: report.response, calls: report.calls, failure: report.failure, at: self.now(),
+                    notice: report.notice))
+        }
     }
 
     /// Stops the engine: calls still in flight after `gracePeriod` end as transport errors.
@@ -75,7 +88,7 @@ public final class AppStoreClient: ReceiptVerifier, Service {
 
     private func step(
         _ session: VerificationSession, _ environment: AppStoreEnvironment, body: [UInt8],
-        completion: @escaping @Sendable (VerificationReport) -> Void
+        completion: @escaping @Sendable (VerifyReceiptReport) -> Void
     ) {
         let url = environment == .production ? configuration.productionURL : configuration.sandboxURL
         let started = ContinuousClock.now
@@ -97,18 +110,18 @@ public final class AppStoreClient: ReceiptVerifier, Service {
     static func interpret(
         _ result: Result<Curl.HTTPResponse, CurlError>, from environment: AppStoreEnvironment, latencyMs: Int
     ) -> (AppleCall, VerifyReceiptResponse?) {
-        func call(_ http: Int?, _ status: Int? = nil, _ retryable: Bool? = nil, error: String?) -> AppleCall {
+        func call(_ http: Int?, _ status: Int? = nil, _ retryable: Bool? = nil, error: FailureCode?) -> AppleCall {
             AppleCall(
                 endpoint: environment, httpStatus: http, appleStatus: status, isRetryable: retryable, latencyMs: latencyMs,
                 errorCode: error)
         }
         switch result {
         case .failure(let error):
-            return (call(nil, error: "transport_\(error.code)"), nil)
+            return (call(nil, error: .transport(TransportFailure(error))), nil)
         case .success(let response) where response.status != 200:
-            return (call(response.status, error: "http_\(response.status)"), nil)
+            return (call(response.status, error: .http(response.status)), nil)
         case .success(let response):
-            guard let parsed = VerifyReceiptResponse(body: response.body) else { return (call(200, error: "non_json_body"), nil) }
+            guard let parsed = VerifyReceiptResponse(body: response.body) else { return (call(200, error: .nonJSONBody), nil) }
             return (call(200, parsed.status, parsed.isRetryable, error: nil), parsed)
         }
     }
@@ -117,15 +130,25 @@ public final class AppStoreClient: ReceiptVerifier, Service {
     ///
     /// Written directly: through `JSONEncoder` (a boxed tree, every `/` of the base64 escaped) it
     /// was 2 % of the worker's CPU at c100.
-    static func requestBody(_ request: VerificationRequest) -> [UInt8] {
-        var writer = JSONWriter(capacity: request.receiptData.utf8.count + 128)
+    static func requestBody(receiptData: String, sharedSecret: String?, excludeOldTransactions: Bool) -> [UInt8] {
+        var writer = JSONWriter(capacity: receiptData.utf8.count + 128)
         writer.openObject()
-        writer.member("receipt-data", request.receiptData)
-        writer.member("exclude-old-transactions", request.excludeOldTransactions)
-        writer.member("password", request.sharedSecret)
+        writer.member("receipt-data", receiptData)
+        writer.member("exclude-old-transactions", excludeOldTransactions)
+        writer.member("password", sharedSecret)
         writer.closeObject()
         return writer.bytes
     }
+}
+
+/// What one `verifyReceipt` attempt ended with, Apple's JSON included: the session's result, made
+/// into the port's ``ValidationOutcome`` when it is handed over.
+struct VerifyReceiptReport: Sendable, Equatable {
+    var verdict: AppleVerdict
+    var response: VerifyReceiptResponse?
+    var calls: [AppleCall]
+    var failure: FailureCode?
+    var notice: VerifyReceiptNotice?
 }
 
 /// Apple's environment rules for one attempt, as a pure state machine: which endpoint to call
@@ -134,7 +157,7 @@ struct VerificationSession: Sendable {
     /// What to do after a call.
     enum Step: Sendable {
         case send(AppStoreEnvironment)
-        case finish(VerificationReport)
+        case finish(VerifyReceiptReport)
     }
 
     private var flipped: Set<AppStoreEnvironment> = []
@@ -160,27 +183,34 @@ struct VerificationSession: Sendable {
             // 404/410: the endpoint is retired, which is not an outage (the circuit must not stop
             // the Server API's jobs for it) and not the receipt's fault.
             return .finish(
-                VerificationReport(verdict: .transient, response: nil, calls: calls, errorCode: "verify_receipt_gone"))
+                VerifyReceiptReport(verdict: .transient, response: nil, calls: calls, failure: .verifyReceiptGone))
         }
         guard let response else {
             // The classifier decides, so "what a failed call means" lives in one place.
             return .finish(
-                VerificationReport(
+                VerifyReceiptReport(
                     verdict: AppleStatus.verdictForFailedCall(httpStatus: call.httpStatus), response: nil, calls: calls,
-                    errorCode: call.errorCode))
+                    failure: call.errorCode))
         }
         let verdict = AppleStatus.verdict(status: response.status, isRetryable: response.isRetryable, from: call.endpoint)
         if case .switchEnvironment(let target) = verdict {
             guard flipped.insert(target).inserted else {
-                return .finish(VerificationReport(verdict: .transient, response: response, calls: calls, errorCode: "environment_loop"))
+                return .finish(VerifyReceiptReport(verdict: .transient, response: response, calls: calls, failure: .environmentLoop))
             }
             return .send(target)
         }
-        let code: String? =
+        let code: FailureCode? =
             switch verdict {
             case .valid, .invalid: nil
-            default: "apple_\(response.status)"
+            default: .apple(response.status)
             }
-        return .finish(VerificationReport(verdict: verdict, response: response, calls: calls, errorCode: code))
+        return .finish(VerifyReceiptReport(verdict: verdict, response: response, calls: calls, failure: code))
+    }
+}
+
+extension TransportFailure {
+    /// The domain's name for a libcurl failure, whose classification it shares name for name.
+    init(_ error: CurlError) {
+        self = TransportFailure(rawValue: error.code.description) ?? .other
     }
 }

@@ -16,13 +16,16 @@ public final class AppleValidation: ReceiptVerifier {
         self.serverAPI = serverAPI
     }
 
-    public func verify(_ request: VerificationRequest, completion: @escaping @Sendable (VerificationReport) -> Void) {
-        guard let query = request.serverAPI else { return verifyReceipt.verify(request, completion: completion) }
-        guard let serverAPI else {
-            return completion(
-                VerificationReport(
-                    verdict: .configurationError, response: nil, calls: [], errorCode: "server_api_not_configured", backend: .serverAPI))
+    public func verify(_ request: ValidationRequest, completion: @escaping @Sendable (ValidationOutcome) -> Void) {
+        switch request {
+        case .verifyReceipt:
+            verifyReceipt.verify(request, completion: completion)
+        case .serverAPI(let query):
+            guard let serverAPI else {
+                return completion(
+                    ValidationOutcome(verdict: .configurationError, calls: [], failure: .serverAPINotConfigured, backend: .serverAPI))
+            }
+            serverAPI.verify(query, completion: completion)
         }
-        serverAPI.verify(query, completion: completion)
     }
 }

@@ -17,10 +17,10 @@ final class ServerAPIAttempt: Sendable {
 
     private let client: ServerAPIClient
     private let query: ServerAPIQuery
-    private let completion: @Sendable (VerificationReport) -> Void
+    private let completion: @Sendable (ValidationOutcome) -> Void
     private let state: Mutex<State>
 
-    init(client: ServerAPIClient, query: ServerAPIQuery, completion: @escaping @Sendable (VerificationReport) -> Void) {
+    init(client: ServerAPIClient, query: ServerAPIQuery, completion: @escaping @Sendable (ValidationOutcome) -> Void) {
         self.client = client
         self.query = query
         self.completion = completion
@@ -30,7 +30,7 @@ final class ServerAPIAttempt: Sendable {
     func start() {
         // Apple's ids are decimal; anything else would be spliced into a URL path.
         guard !query.transactionID.isEmpty, query.transactionID.count <= 64, query.transactionID.utf8.allSatisfy({ (48...57).contains($0) })
-        else { return finish(.invalid, code: "invalid_transaction_id") }
+        else { return finish(.invalid, code: .invalidTransactionID) }
         switch query.operation {
         case .history: historyPage(revision: nil)
         case .statuses: statuses(transactions: [])
@@ -53,7 +53,7 @@ final class ServerAPIAttempt: Sendable {
             }
             if json["hasMore"]?.boolValue == true, let next = json["revision"]?.stringValue, !next.isEmpty {
                 guard pages < self.client.configuration.maxHistoryPages else {
-                    return self.finish(.transient, code: "history_too_long")
+                    return self.finish(.transient, code: .historyTooLong)
                 }
                 return self.historyPage(revision: next)
             }
@@ -123,7 +123,7 @@ final class ServerAPIAttempt: Sendable {
                     self.send(path, environment: environment, then: then)
                 }
             case .later(let until):
-                self.finish(.transient, code: "rate_limited", rateLimitedUntil: until)
+                self.finish(.transient, code: .rateLimited, rateLimitedUntil: until)
             }
         }
     }
@@ -135,19 +135,19 @@ final class ServerAPIAttempt: Sendable {
             case .answered(let json):
                 then(json)
             case .notInThisEnvironment:
-                guard self.switchEnvironment(from: environment) else { return self.finish(.invalid, code: "apple_4040010") }
+                guard self.switchEnvironment(from: environment) else { return self.finish(.invalid, code: .apple(4_040_010)) }
                 self.start()
             case .unauthorized:
                 // Production refuses the key of an app that has no live release yet: the sandbox
                 // accepts it. Refused in both, the key is wrong.
                 guard environment == .production, self.switchEnvironment(from: environment) else {
-                    return self.finish(.configurationError, code: "server_api_unauthorized")
+                    return self.finish(.configurationError, code: .serverAPIUnauthorized)
                 }
                 self.start()
             case .rateLimited(let until):
                 // Apple's limit is the app's, not this job's: every worker of the app waits.
                 self.client.throttle?.pause(app: self.query.bundleID, environment: environment, until: until, now: self.client.now())
-                self.finish(.transient, code: "rate_limited", rateLimitedUntil: until)
+                self.finish(.transient, code: .rateLimited, rateLimitedUntil: until)
             case .failed(let verdict, let code):
                 self.finish(verdict, code: code)
             }
@@ -182,18 +182,18 @@ final class ServerAPIAttempt: Sendable {
             do throws(JWSFailure) {
                 if kind == .renewalInfo { _ = try JWSRenewalInfoPayload(json: payload) } else { _ = try JWSTransactionPayload(json: payload) }
             } catch {
-                finish(.configurationError, code: "response_\(error.reason)")
+                finish(.configurationError, code: .responseRejected(error))
                 return nil
             }
             if let bundleID = payload["bundleId"]?.stringValue, bundleID != query.bundleID {
-                finish(.configurationError, code: "response_bundle_id_mismatch")
+                finish(.configurationError, code: .responseRejected(.bundleIDMismatch))
                 return nil
             }
             return payload
         case .failure(let rejection):
             // Apple's answer came over verified TLS: a signature that does not check means the trust
             // roots are misconfigured (or worse). Either way an operator must look, not a retry.
-            finish(.configurationError, code: "response_\(rejection.reason)")
+            finish(.configurationError, code: .responseRejected(rejection))
             return nil
         }
     }
@@ -204,13 +204,12 @@ final class ServerAPIAttempt: Sendable {
         let (environment, calls) = state.withLock { ($0.environment, $0.calls) }
         let ledger = ServerAPILedger.build(
             environment: environment.rawValue, transactions: transactions, statuses: statuses, at: client.now())
-        completion(VerificationReport(verdict: .valid, response: nil, calls: calls, errorCode: nil, ledger: ledger, backend: .serverAPI))
+        completion(ValidationOutcome(ledger: ledger, calls: calls))
     }
 
-    private func finish(_ verdict: AppleVerdict, code: String, rateLimitedUntil: Date? = nil) {
+    private func finish(_ verdict: AppleVerdict, code: FailureCode, rateLimitedUntil: Date? = nil) {
         let calls = state.withLock { $0.calls }
         completion(
-            VerificationReport(
-                verdict: verdict, response: nil, calls: calls, errorCode: code, rateLimitedUntil: rateLimitedUntil, backend: .serverAPI))
+            ValidationOutcome(verdict: verdict, calls: calls, failure: code, rateLimitedUntil: rateLimitedUntil, backend: .serverAPI))
     }
 }

@@ -71,14 +71,7 @@ public final class ServerAPIClient: Service, Sendable {
     /// Makes the bearer token (an ES256 JWT from the app's key) for one query.
     public typealias TokenSource = @Sendable (ServerAPIQuery) throws -> String
     /// Verifies one JWS from Apple's answer: its decoded payload, or a bounded failure reason.
-    public typealias PayloadVerifier = @Sendable (String) -> Result<JSONValue, JWSRejection>
-
-    /// Why a JWS in Apple's answer was not accepted (a bounded reason such as `untrusted_chain`).
-    public struct JWSRejection: Error, Sendable, Equatable {
-        public var reason: String
-        /// Creates a rejection.
-        public init(reason: String) { self.reason = reason }
-    }
+    public typealias PayloadVerifier = @Sendable (String) -> Result<JSONValue, JWSFailure>
 
     let configuration: Configuration
     private let engine: CurlMulti
@@ -112,7 +105,7 @@ public final class ServerAPIClient: Service, Sendable {
     public func run() async throws { try await engine.run() }
 
     /// Runs `query` and calls `completion` exactly once, on any thread.
-    public func verify(_ query: ServerAPIQuery, completion: @escaping @Sendable (VerificationReport) -> Void) {
+    public func verify(_ query: ServerAPIQuery, completion: @escaping @Sendable (ValidationOutcome) -> Void) {
         ServerAPIAttempt(client: self, query: query, completion: completion).start()
     }
 
@@ -130,8 +123,8 @@ public final class ServerAPIClient: Service, Sendable {
         } catch {
             // The key cannot sign (not a P-256 PKCS#8 key): nothing Apple can fix.
             let call = AppleCall(
-                endpoint: environment, httpStatus: nil, appleStatus: nil, isRetryable: nil, latencyMs: 0, errorCode: "server_api_key_unusable")
-            return completion(.failed(.configurationError, code: "server_api_key_unusable"), call)
+                endpoint: environment, httpStatus: nil, appleStatus: nil, isRetryable: nil, latencyMs: 0, errorCode: .serverAPIKeyUnusable)
+            return completion(.failed(.configurationError, code: .serverAPIKeyUnusable), call)
         }
         let base = environment == .production ? configuration.productionURL : configuration.sandboxURL
         let request = Curl.HTTPRequest(
@@ -145,13 +138,13 @@ public final class ServerAPIClient: Service, Sendable {
             let outcome = ServerAPIOutcome.classify(
                 status: response?.status, body: response?.body ?? [], retryAfter: response?.header("Retry-After"), now: now())
             let appleCode: Int? = response.flatMap { try? JSONDecoder().decode(JSONValue.self, from: Data($0.body)) }?["errorCode"]?.intValue
-            let errorCode: String? =
+            let errorCode: FailureCode? =
                 switch (outcome, result) {
                 case (.answered, _): nil
-                case (_, .failure(let error)): "transport_\(error.code)"
-                case (.notInThisEnvironment, _): "apple_4040010"
-                case (.unauthorized, _): "http_401"
-                case (.rateLimited, _): "rate_limited"
+                case (_, .failure(let error)): .transport(TransportFailure(error))
+                case (.notInThisEnvironment, _): .apple(4_040_010)
+                case (.unauthorized, _): .http(401)
+                case (.rateLimited, _): .rateLimited
                 case (.failed(_, let code), _): code
                 }
             let call = AppleCall(

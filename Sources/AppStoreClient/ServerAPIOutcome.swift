@@ -13,7 +13,7 @@ enum ServerAPIOutcome: Equatable, Sendable {
     /// HTTP 429: run again at `until` (Apple's `Retry-After`, a UNIX time in milliseconds).
     case rateLimited(until: Date)
     /// Anything else, with its verdict and bounded error code.
-    case failed(AppleVerdict, code: String)
+    case failed(AppleVerdict, code: FailureCode)
 
     /// Apple's retryable error codes: temporary on Apple's side, retried with backoff.
     static let retryableCodes: Set<Int> = [4_040_002, 4_040_004, 4_040_006, 5_000_001]
@@ -25,12 +25,12 @@ enum ServerAPIOutcome: Equatable, Sendable {
     ///   - retryAfter: the `Retry-After` header.
     ///   - now: the injected clock, for a 429 without a usable `Retry-After`.
     static func classify(status: Int?, body: [UInt8], retryAfter: String?, now: Date) -> ServerAPIOutcome {
-        guard let status else { return .failed(.outage, code: "transport") }
+        guard let status else { return .failed(.outage, code: .transport(.other)) }
         let json = JSONValue.parseAnswer(body)
         let errorCode = json?["errorCode"]?.intValue
         switch status {
         case 200:
-            guard let json, json.objectValue != nil else { return .failed(.outage, code: "non_json_body") }
+            guard let json, json.objectValue != nil else { return .failed(.outage, code: .nonJSONBody) }
             return .answered(json)
         case 401:
             return .unauthorized
@@ -42,16 +42,16 @@ enum ServerAPIOutcome: Equatable, Sendable {
         if let errorCode {
             switch errorCode {
             case 4_040_010: return .notInThisEnvironment
-            case let code where retryableCodes.contains(code): return .failed(.transient, code: "apple_\(code)")
+            case let code where retryableCodes.contains(code): return .failed(.transient, code: .apple(code))
             // 4040005 original transaction id not found, 4000xxx invalid request values, 4040001
             // account not found: Apple will not know this transaction later either.
-            case 4_000_000..<4_010_000, 4_040_000..<4_050_000: return .failed(.invalid, code: "apple_\(errorCode)")
-            case 5_000_000..<6_000_000: return .failed(.outage, code: "apple_\(errorCode)")
-            default: return .failed(.transient, code: "apple_\(errorCode)")
+            case 4_000_000..<4_010_000, 4_040_000..<4_050_000: return .failed(.invalid, code: .apple(errorCode))
+            case 5_000_000..<6_000_000: return .failed(.outage, code: .apple(errorCode))
+            default: return .failed(.transient, code: .apple(errorCode))
             }
         }
         // No Apple error body: an outage page, a proxy, a 5xx.
-        return .failed(status >= 500 ? .outage : .configurationError, code: "http_\(status)")
+        return .failed(status >= 500 ? .outage : .configurationError, code: .http(status))
     }
 
     /// Apple's `Retry-After` is a UNIX time in milliseconds (not seconds, not delta-seconds as in

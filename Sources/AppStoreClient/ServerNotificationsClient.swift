@@ -16,8 +16,8 @@ import ServiceLifecycle
 public final class ServerNotificationsClient: NotificationHistorySource, Service, Sendable {
     /// Why a call did not give an answer (bounded code; no body, no key).
     public struct Failure: Error, Sendable, Equatable, CustomStringConvertible {
-        /// `http_401`, `apple_4040008`, `transport`, `malformed_answer`, `no_key`, …
-        public var code: String
+        /// `http_401`, `apple_4040008`, `transport_timeout`, `malformed_answer`, `server_api_key_missing`, …
+        public var code: FailureCode
         public var description: String { "ServerNotificationsClient.Failure(\(code))" }
     }
 
@@ -54,7 +54,7 @@ public final class ServerNotificationsClient: NotificationHistorySource, Service
         let body = JSONValue.object(["startDate": .number(Self.ms(start)), "endDate": .number(Self.ms(end))])
         let query = paginationToken.map { "?paginationToken=\($0.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? "")" } ?? ""
         let answer = try await call("POST", "/inApps/v1/notifications/history\(query)", app: app, environment: environment, body: body)
-        guard let items = answer["notificationHistory"]?.arrayValue else { throw Failure(code: "malformed_answer") }
+        guard let items = answer["notificationHistory"]?.arrayValue else { throw Failure(code: .malformedAnswer) }
         return NotificationHistoryPage(
             signedPayloads: items.compactMap { $0["signedPayload"]?.stringValue }, paginationToken: answer["paginationToken"]?.stringValue,
             hasMore: answer["hasMore"]?.boolValue ?? false)
@@ -64,7 +64,7 @@ public final class ServerNotificationsClient: NotificationHistorySource, Service
     /// - Returns: the `testNotificationToken` to ask about it.
     public func requestTest(app: AppRecord, environment: AppStoreEnvironment) async throws -> String {
         let answer = try await call("POST", "/inApps/v1/notifications/test", app: app, environment: environment, body: .object([:]))
-        guard let token = answer["testNotificationToken"]?.stringValue else { throw Failure(code: "malformed_answer") }
+        guard let token = answer["testNotificationToken"]?.stringValue else { throw Failure(code: .malformedAnswer) }
         return token
     }
 
@@ -84,12 +84,12 @@ public final class ServerNotificationsClient: NotificationHistorySource, Service
     private func call(
         _ method: String, _ path: String, app: AppRecord, environment: AppStoreEnvironment, body: JSONValue?
     ) async throws -> JSONValue {
-        guard let key = app.serverAPIKey else { throw Failure(code: "no_key") }
+        guard let key = app.serverAPIKey else { throw Failure(code: .serverAPIKeyMissing) }
         let token: String
         do {
             token = try tokens.token(for: key, bundleID: app.bundleID)
         } catch {
-            throw Failure(code: "server_api_key_unusable")
+            throw Failure(code: .serverAPIKeyUnusable)
         }
         let base = environment == .production ? configuration.productionURL : configuration.sandboxURL
         var headers: [(name: String, value: String)] = [("Authorization", "Bearer \(token)"), ("Accept", "application/json")]
@@ -99,13 +99,13 @@ public final class ServerNotificationsClient: NotificationHistorySource, Service
             response = try await client.send(
                 Curl.HTTPRequest(method: method, url: base + path, headers: headers, body: body.map { Array($0.encodedText.utf8) } ?? []))
         } catch {
-            throw Failure(code: "transport")
+            throw Failure(code: .transport((error as? CurlError).map(TransportFailure.init) ?? .other))
         }
         let json = try? JSONValue.parse(response.body)
         guard (200..<300).contains(response.status) else {
-            throw Failure(code: json?["errorCode"]?.intValue.map { "apple_\($0)" } ?? "http_\(response.status)")
+            throw Failure(code: json?["errorCode"]?.intValue.map { .apple($0) } ?? .http(response.status))
         }
-        guard let json, json.objectValue != nil else { throw Failure(code: "malformed_answer") }
+        guard let json, json.objectValue != nil else { throw Failure(code: .malformedAnswer) }
         return json
     }
 

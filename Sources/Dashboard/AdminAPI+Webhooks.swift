@@ -96,11 +96,11 @@ extension AdminAPI {
             return try await body()
         } catch let error as WebhookAdminError {
             switch error.code {
-            case "not_found": return notFound()
-            case "no_secrets_key": return json(.serviceUnavailable, .object(["error": .string(error.description)]))
-            case "invalid_event_type": throw Refusal.unprocessable(field: "events", reason: error.description)
-            case "unknown_app": throw Refusal.unprocessable(field: "app_id", reason: error.description)
-            default: throw Refusal.unprocessable(field: "url", reason: error.description)
+            case .notFound: return notFound()
+            case .noSecretsKey: return json(.serviceUnavailable, .object(["error": .string(error.description)]))
+            case .invalidEventType: throw Refusal.unprocessable(field: "events", reason: error.description)
+            case .unknownApp: throw Refusal.unprocessable(field: "app_id", reason: error.description)
+            case .invalidURL, .privateAddress: throw Refusal.unprocessable(field: "url", reason: error.description)
             }
         }
     }
@@ -197,7 +197,7 @@ extension AdminJSON {
     static func testReport(_ report: WebhookReport) -> JSONValue {
         .object([
             "delivered": .bool(report.isDelivered), "http_status": report.httpStatus.map { .number(Double($0)) } ?? .null,
-            "error_code": optional(report.errorCode), "latency_ms": .number(Double(report.latencyMs)),
+            "error_code": optional(report.errorCode?.rawValue), "latency_ms": .number(Double(report.latencyMs)),
         ])
     }
 }

@@ -169,7 +169,7 @@ public struct AdminAPI: Sendable {
         let offset = integer("offset", 0, 0...10_000_000)
         let limit = integer("limit", 50, 1...maxPageSize)
         if let first = errors.first { return .failure(FieldProblem(field: first.0, reason: first.1)) }
-        let filter = JobSetFilter(errorCode: query.get("error_code"), appID: appID, search: query.get("q"))
+        let filter = JobSetFilter(errorCode: FailureCode(text: query.get("error_code")), appID: appID, search: query.get("q"))
         return .success((filter, offset, limit))
     }
 
@@ -269,7 +269,8 @@ enum Selection: Equatable {
         guard body["all"]?.boolValue == true else {
             return .failure(.unprocessable(field: "ids", reason: "give ids, or all: true with an optional filter"))
         }
-        return .success(.all(JobSetFilter(errorCode: body["error_code"]?.stringValue, appID: appID, search: body["q"]?.stringValue)))
+        return .success(
+            .all(JobSetFilter(errorCode: FailureCode(text: body["error_code"]?.stringValue), appID: appID, search: body["q"]?.stringValue)))
     }
 }
 

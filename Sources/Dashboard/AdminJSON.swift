@@ -18,7 +18,7 @@ enum AdminJSON {
             "kind": optional(entry.kind?.rawValue),
             "app_id": optional(entry.appID?.uuidString.lowercased()),
             "bundle_id": optional(entry.bundleID),
-            "error_code": optional(entry.errorCode),
+            "error_code": optional(entry.errorCode?.rawValue),
             "error_message": optional(entry.errorMessage),
             "attempts": .number(Double(entry.attempts)),
             "first_failed_at": timestamp(entry.firstFailedAt),
@@ -51,7 +51,7 @@ enum AdminJSON {
                     "apple_status": call.appleStatus.map { .number(Double($0)) } ?? .null,
                     "is_retryable": call.isRetryable.map(JSONValue.bool) ?? .null,
                     "latency_ms": .number(Double(call.latencyMs)),
-                    "error_code": optional(call.errorCode),
+                    "error_code": optional(call.errorCode?.rawValue),
                 ])
             })
         return .object(object)

@@ -15,25 +15,9 @@ extension AdminPages {
     private func customerPage(_ request: Request, user: Operator, session: AdminSessions.Session) async throws -> Response {
         var values = base(user, session)
         values["customersCurrent"] = true
-        let parameters = request.uri.queryParameters
         let known = (try? await apps()) ?? []
         let names = Dictionary(known.map { ($0.id, $0.name) }) { first, _ in first }
-        var query = CustomerQuery()
-        var problem: String?
-        if let text = parameters["app_id"].map(String.init), !text.isEmpty {
-            if let id = UUID(uuidString: text) { query.appID = id } else { problem = "app_id is not an app id." }
-        }
-        let term = parameters["q"].map(String.init)?.trimmingCharacters(in: .whitespaces) ?? ""
-        let by = parameters["by"].map(String.init) ?? "user"
-        if !term.isEmpty {
-            if term.unicodeScalars.count > 255 || term.unicodeScalars.contains(where: { $0.value == 0 }) {
-                problem = "The search is at most 255 characters, without NUL."
-            } else if by == "transaction" {
-                query.transactionID = term
-            } else {
-                query.userIdentifier = term
-            }
-        }
+        let (query, term, by, problem) = Self.customerQuery(request)
         values["q"] = term
         values["byTransaction"] = by == "transaction"
         values["hasApps"] = !known.isEmpty
@@ -52,16 +36,54 @@ extension AdminPages {
         let found = try await actions.run(lookup) { try await customers.customer(query) }
         let audit = try await auditEntries(for: found.userIdentifiers)
         let at = now()
-        func app(_ id: UUID) -> String { names[id] ?? id.canonical }
         values["searched"] = true
         values["found"] = !found.isEmpty
         values["users"] = found.userIdentifiers.joined(separator: ", ")
+        values.merge(Self.customerRows(found, appNames: names, now: at)) { $1 }
+        values["audit"] = audit.map { auditValues($0, now: at) }
+        for (key, list) in [
+            ("Audit", audit.count),
+            ("Receipts", found.receipts.count), ("Purchases", found.purchases.count), ("Subscriptions", found.subscriptions.count),
+            ("Events", found.events.count), ("Deliveries", found.deliveries.count), ("Calls", found.calls.count),
+        ] {
+            values["has\(key)"] = list > 0
+        }
+        return html(.ok, "customer", values)
+    }
+
+    /// The look-up a customer page's query parameters ask for (`app_id`, `q`, `by`), the term and how
+    /// it is searched, and what is wrong with them, if anything.
+    private static func customerQuery(_ request: Request) -> (query: CustomerQuery, term: String, by: String, problem: String?) {
+        let parameters = request.uri.queryParameters
+        var query = CustomerQuery()
+        var problem: String?
+        if let text = parameters["app_id"].map(String.init), !text.isEmpty {
+            if let id = UUID(uuidString: text) { query.appID = id } else { problem = "app_id is not an app id." }
+        }
+        let term = parameters["q"].map(String.init)?.trimmingCharacters(in: .whitespaces) ?? ""
+        let by = parameters["by"].map(String.init) ?? "user"
+        if !term.isEmpty {
+            if term.unicodeScalars.count > 255 || term.unicodeScalars.contains(where: { $0.value == 0 }) {
+                problem = "The search is at most 255 characters, without NUL."
+            } else if by == "transaction" {
+                query.transactionID = term
+            } else {
+                query.userIdentifier = term
+            }
+        }
+        return (query, term, by, problem)
+    }
+
+    /// The found records as the page's rows (apps by name, times relative to `now`).
+    private static func customerRows(_ found: CustomerRecord, appNames: [UUID: String], now: Date) -> [String: Any] {
+        func app(_ id: UUID) -> String { appNames[id] ?? id.canonical }
+        var values: [String: Any] = [:]
         values["receipts"] = found.receipts.map { receipt -> [String: Any] in
             [
                 "id": receipt.id.canonical, "app": app(receipt.appID), "status": receipt.status, "environment": receipt.environment ?? "—",
                 "source": receipt.source ?? "receipt", "validatedBy": receipt.validatedBy ?? "—",
                 "problem": receipt.fraudReason ?? receipt.errorCode ?? "", "createdUTC": Self.utc(receipt.createdAt),
-                "createdAgo": Self.relative(receipt.createdAt, now: at), "user": receipt.userIdentifier ?? "—",
+                "createdAgo": Self.relative(receipt.createdAt, now: now), "user": receipt.userIdentifier ?? "—",
             ]
         }
         values["purchases"] = found.purchases.map { purchase -> [String: Any] in
@@ -76,41 +98,33 @@ extension AdminPages {
             let state = entry.resource.state
             return [
                 "app": app(entry.appID), "original": state.originalTransactionID, "product": state.productID, "status": state.status.rawValue,
-                "entitled": state.isEntitled(at: at), "environment": entry.resource.environment,
+                "entitled": state.isEntitled(at: now), "environment": entry.resource.environment,
                 "expires": Self.utc(state.expiresAt), "autoRenew": state.autoRenewStatus.map { $0 ? "on" : "off" } ?? "—",
-                "nextPoll": entry.resource.nextPollAt.map { Self.relative($0, now: at) } ?? "—",
+                "nextPoll": entry.resource.nextPollAt.map { Self.relative($0, now: now) } ?? "—",
                 "pollError": entry.resource.lastPollError ?? "",
             ]
         }
         values["events"] = found.events.map { event -> [String: Any] in
             [
                 "id": event.id.canonical, "type": event.type.rawValue, "app": app(event.appID), "subject": event.subject,
-                "sequence": event.sequence, "occurredUTC": Self.utc(event.occurredAt), "recordedAgo": Self.relative(event.recordedAt, now: at),
+                "sequence": event.sequence, "occurredUTC": Self.utc(event.occurredAt), "recordedAgo": Self.relative(event.recordedAt, now: now),
             ]
         }
         values["deliveries"] = found.deliveries.map { delivery -> [String: Any] in
             [
                 "event": delivery.eventID.canonical, "type": delivery.eventType, "url": delivery.endpointURL, "status": delivery.status,
                 "attempts": delivery.attempts, "answer": delivery.lastHTTPStatus.map { "HTTP \($0)" } ?? delivery.lastError ?? "—",
-                "at": delivery.lastAttemptAt.map { Self.relative($0, now: at) } ?? "—",
+                "at": delivery.lastAttemptAt.map { Self.relative($0, now: now) } ?? "—",
             ]
         }
         values["calls"] = found.calls.map { call -> [String: Any] in
             [
                 "receipt": call.receiptID.canonical, "endpoint": call.endpoint, "http": call.httpStatus.map(String.init) ?? "—",
                 "apple": call.appleStatus.map(String.init) ?? "—", "latency": call.latencyMs.map { "\($0) ms" } ?? "—",
-                "error": call.errorCode ?? "", "atUTC": Self.utc(call.at), "ago": Self.relative(call.at, now: at),
+                "error": call.errorCode ?? "", "atUTC": Self.utc(call.at), "ago": Self.relative(call.at, now: now),
             ]
         }
-        values["audit"] = audit.map { auditValues($0, now: at) }
-        for (key, list) in [
-            ("Audit", audit.count),
-            ("Receipts", found.receipts.count), ("Purchases", found.purchases.count), ("Subscriptions", found.subscriptions.count),
-            ("Events", found.events.count), ("Deliveries", found.deliveries.count), ("Calls", found.calls.count),
-        ] {
-            values["has\(key)"] = list > 0
-        }
-        return html(.ok, "customer", values)
+        return values
     }
 
     /// The audit lines that touched these customers (their jobs retried or deleted, their records

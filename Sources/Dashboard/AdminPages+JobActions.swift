@@ -16,7 +16,7 @@ extension AdminPages {
                 appID = id
             }
             if !retry && form["confirm"] != "1" { return redirect(Self.returnURL(kind, form: form, done: "unconfirmed")) }
-            selection = .all(JobSetFilter(errorCode: form["error_code"], appID: appID, search: form["q"]))
+            selection = .all(JobSetFilter(errorCode: FailureCode(text: form["error_code"]), appID: appID, search: form["q"]))
         } else {
             let ids = form.all("id").compactMap(JobSetEntry.ID.init)
             guard !ids.isEmpty else { return redirect(Self.returnURL(kind, form: form, done: "none")) }
@@ -55,7 +55,8 @@ extension AdminPages {
     }
 
     static func filterFields(_ filter: JobSetFilter) -> [[String: String]] {
-        [("error_code", filter.errorCode), ("app_id", filter.appID?.uuidString.lowercased()), ("q", filter.search)].compactMap { name, value in
+        [("error_code", filter.errorCode?.rawValue), ("app_id", filter.appID?.uuidString.lowercased()), ("q", filter.search)].compactMap {
+            name, value in
             value.map { ["name": name, "value": $0] }
         }
     }

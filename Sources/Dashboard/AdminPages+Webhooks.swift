@@ -109,12 +109,12 @@ extension AdminPages {
                 let text =
                     report.isDelivered
                     ? "Test delivery to \(id.canonical): HTTP \(report.httpStatus ?? 0) in \(report.latencyMs) ms."
-                    : "Test delivery to \(id.canonical) failed: \(report.errorCode ?? "unknown") after \(report.latencyMs) ms."
+                    : "Test delivery to \(id.canonical) failed: \(report.errorCode?.rawValue ?? "unknown") after \(report.latencyMs) ms."
                 return try await webhooksPage(user: user, session: session, notice: (text, !report.isDelivered))
             }
         } catch let error as WebhookAdminError {
             return try await webhooksPage(
-                user: user, session: session, status: error.code == "not_found" ? .notFound : .unprocessableContent,
+                user: user, session: session, status: error.code == .notFound ? .notFound : .unprocessableContent,
                 notice: (error.description, true))
         }
     }

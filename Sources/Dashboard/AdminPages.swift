@@ -335,7 +335,7 @@ public struct AdminPages: Sendable {
         values["order"] = kind == .dead ? "newest first" : "soonest first"
         values["total"] = kind == .dead ? counts.0 : counts.1
         values["filtered"] = !filter.isEmpty
-        values["filterErrorCode"] = filter.errorCode ?? ""
+        values["filterErrorCode"] = filter.errorCode?.rawValue ?? ""
         values["filterAppID"] = filter.appID?.uuidString.lowercased() ?? ""
         values["filterSearch"] = filter.search ?? ""
         values["filterFields"] = Self.filterFields(filter)
@@ -343,7 +343,7 @@ public struct AdminPages: Sendable {
         values["apps"] = known.map { app -> [String: Any] in
             ["id": app.id.uuidString.lowercased(), "name": app.name, "bundleID": app.bundleID, "selected": app.id == filter.appID]
         }
-        values["knownCodes"] = Array(Set(page.entries.compactMap(\.errorCode) + ["shared_secret_mismatch"])).sorted()
+        values["knownCodes"] = Array(Set(page.entries.compactMap(\.errorCode) + [.sharedSecretMismatch]).map(\.rawValue)).sorted()
         values["matchingLabel"] = page.totalIsExact ? "\(page.totalMatching)" : "at least \(page.totalMatching)"
         values["hasEntries"] = !page.entries.isEmpty
         values["from"] = page.offset + 1
@@ -383,7 +383,7 @@ public struct AdminPages: Sendable {
             [
                 "number": index + 1, "endpoint": call.endpoint.rawValue, "httpStatus": call.httpStatus.map(String.init) ?? "—",
                 "appleStatus": call.appleStatus.map(String.init) ?? "—", "retryable": call.isRetryable.map { $0 ? "yes" : "no" } ?? "—",
-                "latency": call.latencyMs, "error": call.errorCode ?? "",
+                "latency": call.latencyMs, "error": call.errorCode?.rawValue ?? "",
             ]
         }
         values["envelope"] = Self.prettyEnvelope(entry)
@@ -403,7 +403,7 @@ public struct AdminPages: Sendable {
         ]
         values["appID"] = entry.appID?.uuidString.lowercased()
         values["user"] = entry.userIdentifier.flatMap { $0.isEmpty ? nil : $0 }
-        values["errorCode"] = entry.errorCode
+        values["errorCode"] = entry.errorCode?.rawValue
         values["kind"] = entry.kind?.rawValue
         if let webhook = entry.envelope?.payload.delivery?.target {
             values["webhook"] = [

@@ -18,13 +18,13 @@ extension IngestAPI {
     public static let maxBatchBytes = 10 << 20
     /// The path of bulk imports of receipts (POST), whose body the input check leaves to the
     /// handler (item by item).
-    public static let batchPath = "/client/itunes_connect/receipts/batch"
+    public static let batchPath = BulkEndpoint.receiptsPath
     /// The path of bulk imports of StoreKit 2 transactions (POST), checked item by item too.
-    public static let transactionsBatchPath = "/client/transactions/batch"
+    public static let transactionsBatchPath = BulkEndpoint.transactionsPath
     /// The header naming the import a batch belongs to (`receiptq import` sends one per file).
-    static let importIDHeader = HTTPField.Name("Receiptq-Import-Id")!
+    static let importIDHeader = HTTPField.Name(BulkEndpoint.importIDHeader)!
     /// `true`: the import's changes become events and webhooks like live ones (default: not).
-    static let importEventsHeader = HTTPField.Name("Receiptq-Import-Events")!
+    static let importEventsHeader = HTTPField.Name(BulkEndpoint.importEventsHeader)!
     /// Items checked or enqueued at once: the Redis writer pipelines whatever is submitted together.
     static let batchParallelism = 64
 
@@ -46,15 +46,43 @@ extension IngestAPI {
         case .success(let found): app = found
         case .failure(let refusal): return refusal.response
         }
+        let batch: BatchInput
+        switch try await readBatch(request, kind: kind) {
+        case .success(let read): batch = read
+        case .failure(let refusal): return refusal.response
+        }
+        let at = now()
+        let results = await settleBatch(
+            batch, kind: kind, app: app, address: clientAddress(request, context: context), logger: context.logger, at: at)
+        return await answerBatch(batch, results: results, kind: kind, app: app, logger: context.logger, at: at)
+    }
+
+    /// A batch request, read and checked: its import, its body and where each item is in it.
+    struct BatchInput {
+        var importID: UUID
+        /// `application/json` (an array) or `application/x-ndjson` (one item a line).
+        var mediaType: String
+        var body: [UInt8]
+        /// Each item with the number a client finds it by: its index in the array, its line in NDJSON.
+        var items: [(number: Int, range: Range<Int>)]
+        /// Whether the import's changes become events and webhooks.
+        var events: Bool
+    }
+
+    /// Reads the batch's headers and body; a refusal is the answer to a batch that cannot be read.
+    func readBatch(_ request: Request, kind: BatchKind) async throws -> Result<BatchInput, Refusal> {
         let noun = kind == .receipts ? "receipts" : "transactions"
         let mediaType = request.headers[.contentType].flatMap(BodyKind.mediaType)
-        guard mediaType == "application/json" || mediaType == "application/x-ndjson" else {
-            return json(.unsupportedMediaType, ["error": .string("Content-Type must be application/json (an array) or application/x-ndjson")])
+        guard let mediaType, mediaType == "application/json" || mediaType == "application/x-ndjson" else {
+            return .failure(
+                Refusal(
+                    response: json(
+                        .unsupportedMediaType, ["error": .string("Content-Type must be application/json (an array) or application/x-ndjson")])))
         }
         let importID: UUID
         if let header = request.headers[Self.importIDHeader] {
             guard let given = UUID(uuidString: header) else {
-                return unprocessable([FieldError(field: "Receiptq-Import-Id", reason: "must be a UUID")])
+                return .failure(Refusal(response: unprocessable([FieldError(field: "Receiptq-Import-Id", reason: "must be a UUID")])))
             }
             importID = given
         } else {
@@ -64,37 +92,43 @@ extension IngestAPI {
         do {
             body = Array(try await request.body.collect(upTo: Self.maxBatchBytes).readableBytesView)
         } catch is NIOTooManyBytesError {
-            return json(.contentTooLarge, ["error": .string("body larger than \(Self.maxBatchBytes) bytes")])
+            return .failure(Refusal(response: json(.contentTooLarge, ["error": .string("body larger than \(Self.maxBatchBytes) bytes")])))
         }
-        // Each item with the number a client finds it by: its index in the array, its line in NDJSON.
         let items: [(number: Int, range: Range<Int>)]
         if mediaType == "application/json" {
             guard let elements = BulkItems.arrayElements(body) else {
-                return unprocessable([FieldError(field: "body", reason: "must be a JSON array of \(noun)")])
+                return .failure(Refusal(response: unprocessable([FieldError(field: "body", reason: "must be a JSON array of \(noun)")])))
             }
             items = elements.enumerated().map { ($0.offset, $0.element) }
         } else {
             items = BulkItems.lines(body)
         }
-        guard !items.isEmpty else { return unprocessable([FieldError(field: "body", reason: "must hold at least one item")]) }
+        guard !items.isEmpty else {
+            return .failure(Refusal(response: unprocessable([FieldError(field: "body", reason: "must hold at least one item")])))
+        }
         guard items.count <= Self.maxBatchItems else {
-            return json(.contentTooLarge, ["error": .string("more than \(Self.maxBatchItems) items in one batch")])
+            return .failure(Refusal(response: json(.contentTooLarge, ["error": .string("more than \(Self.maxBatchItems) items in one batch")])))
         }
         let events: Bool
         switch request.headers[Self.importEventsHeader]?.lowercased() {
         case nil, "false"?: events = false
         case "true"?: events = true
-        default: return unprocessable([FieldError(field: "Receiptq-Import-Events", reason: "must be true or false")])
+        default: return .failure(Refusal(response: unprocessable([FieldError(field: "Receiptq-Import-Events", reason: "must be true or false")])))
         }
-        let address = clientAddress(request, context: context)
-        let logger = context.logger
+        return .success(BatchInput(importID: importID, mediaType: mediaType, body: body, items: items, events: events))
+    }
+
+    /// Checks every item (the signature checks in parallel), then queues the ones that passed;
+    /// returns each item's outcome, in input order.
+    ///
+    /// Checked first, queued second: an item that repeats an earlier one of the batch is then
+    /// always the later one's duplicate, whatever order Redis would have taken them in.
+    func settleBatch(
+        _ batch: BatchInput, kind: BatchKind, app: AppRecord, address: String?, logger: Logger, at: Date
+    ) async -> [BatchItemResult] {
         let api = self
-        let at = now()
-        // Checked first (the signature checks in parallel), queued second: an item that repeats an
-        // earlier one of the batch is then always the later one's duplicate, whatever order Redis
-        // would have taken them in.
-        let planned = await Self.concurrentMap(items.count) { position in
-            api.planBatchItem(Array(body[items[position].range]), kind: kind, app: app, address: address, at: at)
+        let planned = await Self.concurrentMap(batch.items.count) { position in
+            api.planBatchItem(Array(batch.body[batch.items[position].range]), kind: kind, app: app, address: address, at: at)
         }
         var firstWithKey: [String: Int] = [:]
         var earlier: [Int: Int] = [:]
@@ -107,7 +141,7 @@ extension IngestAPI {
             }
             firstWithKey[job.idempotencyKey] = position
             if let purchase = job.envelope.payload.purchase {
-                job.envelope.payload = .importItem(ImportItem(importID: importID, emitsEvents: events, purchase: purchase))
+                job.envelope.payload = .importItem(ImportItem(importID: batch.importID, emitsEvents: batch.events, purchase: purchase))
             }
             queued.append((position, job))
         }
@@ -125,8 +159,16 @@ extension IngestAPI {
             if repeated.status != 503 { repeated.duplicate = true }
             results[position] = repeated
         }
-        let key = mediaType == "application/json" ? "index" : "line"
-        let answers: [JSONValue] = zip(items, results).map { item, result in
+        return results
+    }
+
+    /// Counts the outcomes (metrics, the import's progress, a log line) and answers the batch:
+    /// 200 with every item's outcome, 503 with `Retry-After` when Redis took none of them.
+    func answerBatch(
+        _ batch: BatchInput, results: [BatchItemResult], kind: BatchKind, app: AppRecord, logger: Logger, at: Date
+    ) async -> Response {
+        let key = batch.mediaType == "application/json" ? "index" : "line"
+        let answers: [JSONValue] = zip(batch.items, results).map { item, result in
             var object = result.json
             object[key] = .number(Double(item.number))
             return .object(object)
@@ -136,20 +178,21 @@ extension IngestAPI {
         metrics.importItems(counts)
         let unavailable = counts["unavailable", default: 0]
         await ingestion.intake.recordImport(
-            importID, appID: app.id,
+            batch.importID, appID: app.id,
             tally: ImportBatchTally(
                 queued: counts["accepted", default: 0] + counts["fraud", default: 0], duplicates: counts["duplicate", default: 0],
                 invalid: counts["invalid", default: 0]), at: at)
-        context.logger.info(
+        logger.info(
             "Batch submitted",
             metadata: [
-                "app.id": "\(app.id.canonical)", "import.id": "\(importID.canonical)", "batch.kind": "\(noun)",
-                "batch.items": "\(items.count)", "batch.unavailable": "\(unavailable)",
+                "app.id": "\(app.id.canonical)", "import.id": "\(batch.importID.canonical)",
+                "batch.kind": "\(kind == .receipts ? "receipts" : "transactions")", "batch.items": "\(batch.items.count)",
+                "batch.unavailable": "\(unavailable)",
             ])
         var response = json(
             unavailable == results.count ? .serviceUnavailable : .ok,
             [
-                "import_id": .string(importID.canonical), "items": .array(answers),
+                "import_id": .string(batch.importID.canonical), "items": .array(answers),
                 "counts": .object(counts.mapValues { .number(Double($0)) }),
             ])
         if unavailable > 0 { response.headers[.retryAfter] = "5" }

@@ -1,7 +1,7 @@
 import Curl
+import DevTools
 import Foundation
 import ReceiptCore
-import ReceiptSignature
 import Synchronization
 
 /// The mock's App Store Server Notifications: where each bundle id's notifications go (V2 signed

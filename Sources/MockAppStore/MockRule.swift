@@ -1,6 +1,6 @@
+import DevTools
 import Foundation
 import ReceiptCore
-import ReceiptSignature
 import Synchronization
 
 /// One scripted behaviour of the mock App Store.

@@ -1,10 +1,10 @@
+import DevTools
 import Foundation
 import HTTPTypes
 import Hummingbird
 import NIOCore
 import OpenSSL
 import ReceiptCore
-import ReceiptSignature
 
 /// The mock's App Store Server API, under `/storekit/production` and `/storekit/sandbox`:
 /// Get Transaction Info, Get Transaction History (v2, pages of 20 with a revision token), Get All

@@ -1,7 +1,7 @@
+import DevTools
 import Foundation
 import OpenSSL
 import ReceiptCore
-import ReceiptSignature
 import Synchronization
 
 /// The mock App Store Server API's world: a ledger of StoreKit 2 transactions per environment,
@@ -267,6 +267,12 @@ public final class MockServerAPIState: Sendable {
     /// Accepts JWTs signed by `publicKey` under `keyID` for `bundleID`.
     public func addKey(issuerID: String, keyID: String, bundleID: String, publicKey: PublicKey) {
         storage.withLock { $0.keys[keyID] = Key(issuerID: issuerID, bundleID: bundleID, publicKey: publicKey) }
+    }
+
+    /// Accepts JWTs signed with `key` (an app's In-App Purchase key) for `bundleID`, as App Store
+    /// Connect does once it issued the key.
+    public func addKey(_ key: ServerAPIKey, bundleID: String) throws {
+        addKey(issuerID: key.issuerID, keyID: key.keyID, bundleID: bundleID, publicKey: try PrivateKey(pem: key.privateKeyPEM).publicKey)
     }
 
     func key(_ keyID: String) -> Key? { storage.withLock { $0.keys[keyID] } }

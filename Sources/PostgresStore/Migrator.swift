@@ -1,5 +1,6 @@
 import Foundation
 import Libpq
+import Logging
 
 /// Applies the numbered SQL files of `Migrations/` in order, each in its own transaction, and
 /// records them in `schema_migrations`. Idempotent, and safe when several processes start at
@@ -21,6 +22,16 @@ public enum Migrator {
             let sql = try String(contentsOf: base.appendingPathComponent(file), encoding: .utf8)
             return Migration(version: version, name: String(file.dropLast(4)), sql: sql)
         }.sorted { $0.version < $1.version }
+    }
+
+    /// Applies every pending migration on a connection of its own, closed when done.
+    /// - Parameter label: the connection's name in Postgres's `application_name`.
+    /// - Returns: the names of the migrations applied now.
+    @discardableResult
+    public static func migrate(_ configuration: PostgresConfiguration, label: String, logger: Logger) throws -> [String] {
+        let connection = try PostgresConnection(configuration: configuration, label: label, logger: logger)
+        defer { connection.close() }
+        return try migrate(connection)
     }
 
     /// Applies every pending migration.

@@ -85,8 +85,15 @@ public final class PostgresCatalog: ReceiptCatalog {
         do {
             return try await pool.withConnection(body)
         } catch let error as PostgresError where error.isDataError {
-            throw StoreFailure(code: error.sqlState ?? "\(error.code)", message: "Postgres refused the lookup: \(error.message)", isPermanent: true)
+            throw StoreFailure(
+                code: error.sqlState.map { .sqlState($0) } ?? .driver("\(error.code)"), message: "Postgres refused the lookup: \(error.message)",
+                isPermanent: true)
         }
+    }
+
+    /// Every registered app (the dashboard's app filter).
+    public func apps() async throws -> [AppRecord] {
+        try await pool.withConnection { try AppAdmin(connection: $0).listApps() }
     }
 
     public func notificationApp(name: String, token: String) async throws -> AppRecord? {

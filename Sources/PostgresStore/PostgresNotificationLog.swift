@@ -9,6 +9,21 @@ public final class PostgresNotificationLog: NotificationLog {
     /// Creates the log on `pool`.
     public init(pool: PostgresConnectionPool) { self.pool = pool }
 
+    /// When the notification `notificationUUID` of the app was stored, and its outcome
+    /// (`receiptq notifications test` waits for Apple's test notification with it).
+    public static func arrival(
+        appID: UUID, notificationUUID: String, on connection: PostgresConnection
+    ) async throws -> (
+        storedAt: Date, outcome: String?
+    )? {
+        guard
+            let row = try await connection.query(
+                "SELECT created_at, outcome FROM notifications WHERE app_id = \(appID) AND notification_uuid = \(notificationUUID)"
+            ).rows.first, let stored = row.date("created_at")
+        else { return nil }
+        return (stored, row.string("outcome"))
+    }
+
     private static let columns = """
         id, app_id, notification_uuid, version, notification_type, subtype, environment, signed_at, received_at, outcome,
         original_transaction_id, transaction_id, product_id

@@ -83,21 +83,6 @@ enum AuditRows {
     }
 }
 
-/// Why an operator account could not be changed (bounded; never a password).
-public struct OperatorAdminError: Error, Equatable, CustomStringConvertible {
-    /// A bounded code: `invalid_username`, `weak_password`, `exists`, `not_found`, `reserved`.
-    public let code: String
-    public let description: String
-
-    public static let invalidUsername = Self(
-        code: "invalid_username", description: "a username is 1 to 64 characters: letters, digits, '.', '_', '-' or '@'")
-    public static let weakPassword = Self(code: "weak_password", description: "a password has at least 12 characters")
-    public static let exists = Self(code: "exists", description: "an operator of that name exists")
-    public static let notFound = Self(code: "not_found", description: "no such operator")
-    public static let reserved = Self(
-        code: "reserved", description: "that name is the built-in admin's (DASHBOARD_USERNAME): choose another")
-}
-
 /// `receiptq operators`: named accounts for the dashboard and the admin API, each change written
 /// to the audit log in the same transaction.
 public struct OperatorAdmin {

@@ -8,12 +8,12 @@ import ReceiptCore
 ///
 /// Not thread-safe: a worker thread owns it and calls it from that thread.
 public final class PostgresReceiptStore: ReceiptStore {
-    private let connection: PostgresConnection
-    private let secrets: SecretBox?
+    let connection: PostgresConnection
+    let secrets: SecretBox?
     private var apps: [UUID: (record: AppRecord, loadedAt: Date)] = [:]
     private let appCacheTTL: TimeInterval = 30
-    private var endpoints: [UUID: (record: WebhookEndpointRecord?, loadedAt: Date)] = [:]
-    private let endpointCacheTTL: TimeInterval = 5
+    var endpoints: [UUID: (record: WebhookEndpointRecord?, loadedAt: Date)] = [:]
+    let endpointCacheTTL: TimeInterval = 5
     private let writesEvents: Bool
 
     /// Creates a store on `connection`.
@@ -40,25 +40,10 @@ public final class PostgresReceiptStore: ReceiptStore {
         return record
     }
 
-    public func webhookEndpoint(id: UUID) throws -> WebhookEndpointRecord? {
-        // Briefly cached: a pause or a rotation reaches every worker within seconds.
-        if let cached = endpoints[id], Date().timeIntervalSince(cached.loadedAt) < endpointCacheTTL { return cached.record }
-        let record = try WebhookRows.endpoint(id: id, secrets: secrets, on: connection)
-        // Not an endpoint whose secret cannot be opened: its deliveries are buried, and the
-        // operator's fix (a rotation) must hold for the retry that follows at once.
-        if record?.secrets.isEmpty != true { endpoints[id] = (record, Date()) }
-        return record
-    }
-
     public func save(_ records: [ValidationRecord]) throws -> [Result<ReceiptResource?, StoreFailure>] {
         guard !records.isEmpty else { return [] }
-        let original = records
-        let deliveries = records.compactMap(\.delivery)
-        let records = records.filter { $0.delivery == nil }
         do {
             let resources = try connection.transaction { connection -> [UUID: ReceiptResource] in
-                try WebhookRows.record(deliveries, on: connection)
-                guard !records.isEmpty else { return [:] }
                 if writesEvents { try EventRows.lock(records, on: connection) }
                 var changes = EventRows.Changes()
                 for group in Self.conflictFreeGroups(records) {
@@ -74,20 +59,17 @@ public final class PostgresReceiptStore: ReceiptStore {
                 }
                 return resources
             }
-            let saved = records.map { record -> Result<ReceiptResource?, StoreFailure> in
+            return records.map { record -> Result<ReceiptResource?, StoreFailure> in
                 // A re-poll or a notification has no receipt of its own to show: nobody waits for it.
                 if record.isRepoll || record.isNotification { return .success(nil) }
                 return resources[record.envelope.id].map { .success($0) }
-                    ?? .failure(StoreFailure(code: "missing_after_write", message: "receipt row not readable after commit"))
+                    ?? .failure(StoreFailure(code: .missingAfterWrite, message: "receipt row not readable after commit"))
             }
-            // Deliveries first in the batch order they came in: the caller zips results with records.
-            var others = saved.makeIterator()
-            return original.map { $0.delivery != nil ? .success(nil) : others.next()! }
         } catch let error as PostgresError where !Self.isConnectionFailure(error) {
             // The database refused something in the batch (a constraint, a value): find which record
             // by storing each alone, so one bad record does not hold back the others.
-            guard original.count > 1 else { return [.failure(Self.failure(error))] }
-            return try original.map { record in try save([record])[0] }
+            guard records.count > 1 else { return [.failure(Self.failure(error))] }
+            return try records.map { record in try save([record])[0] }
         }
     }
 
@@ -123,7 +105,7 @@ public final class PostgresReceiptStore: ReceiptStore {
         // lock: a retry takes the lock and numbers after the winner, so it is not the record's fault.
         let sequenceRace = error.constraint == "events_subject_sequence_key"
         return StoreFailure(
-            code: error.sqlState ?? "\(error.code)", message: "Postgres refused the record: \(error.message)",
+            code: error.sqlState.map { .sqlState($0) } ?? .driver("\(error.code)"), message: "Postgres refused the record: \(error.message)",
             isPermanent: error.isDataError && !sequenceRace)
     }
 
@@ -148,97 +130,108 @@ public final class PostgresReceiptStore: ReceiptStore {
             }
         }
         try writeLatestReceipts(of: records.filter(\.isRepoll), on: connection)
-        let switching = Set(records.filter(\.switchesApp).map(\.envelope.appID.uuidString))
-        if !switching.isEmpty {
-            // With the result that first came from the Server API: the switch and its evidence
-            // commit together. An operator's choice since then (not `auto` any more) stands.
-            _ = try connection.query(
-                """
-                UPDATE apps SET switched_to_server_api_at = now(), updated_at = now()
-                WHERE id = ANY(\(PostgresArray.literal(switching.sorted()))::uuid[])
-                  AND validation_backend = 'auto' AND switched_to_server_api_at IS NULL
-                """)
-            // The app cache would keep routing the app's other jobs the old way for a while.
-            for id in switching { UUID(uuidString: id).map { apps[$0] = nil } }
-        }
-        if !purchases.isEmpty {
-            // The old refund and conflict flags come along, so that only a new refund or a new
-            // conflict becomes an event (a replay rewrites nothing and returns nothing).
-            let rows = try connection.query(
-                """
-                WITH input AS (
-                    SELECT * FROM unnest(\(purchases.appID)::uuid[], \(purchases.receiptID)::uuid[], \(purchases.environment)::text[],
-                        \(purchases.transactionID)::text[], \(purchases.originalTransactionID)::text[], \(purchases.productID)::text[],
-                        \(purchases.quantity)::int[], \(purchases.purchaseDate)::timestamptz[],
-                        \(purchases.originalPurchaseDate)::timestamptz[], \(purchases.expiresDate)::timestamptz[],
-                        \(purchases.cancellationDate)::timestamptz[], \(purchases.webOrderLineItemID)::text[],
-                        \(purchases.isTrialPeriod)::boolean[], \(purchases.isInIntroOfferPeriod)::boolean[],
-                        \(purchases.userIdentifier)::text[], \(purchases.cancellationReason)::int[], \(purchases.signedAt)::timestamptz[])
-                      AS u(app_id, receipt_id, environment, transaction_id, original_transaction_id, product_id, quantity,
-                           purchase_date, original_purchase_date, expires_date, cancellation_date, web_order_line_item_id,
-                           is_trial_period, is_in_intro_offer_period, user_identifier, cancellation_reason, signed_at)
-                ), old AS (
-                    SELECT p.environment, p.transaction_id, p.cancellation_date, p.is_conflict, p.conflict_user_identifier
-                    FROM in_app_purchases p JOIN input i ON p.environment = i.environment AND p.transaction_id = i.transaction_id
-                ), written AS (
-                INSERT INTO in_app_purchases AS in_app_purchases (app_id, receipt_id, environment, transaction_id, original_transaction_id,
-                    product_id, quantity, purchase_date, original_purchase_date, expires_date, cancellation_date,
-                    web_order_line_item_id, is_trial_period, is_in_intro_offer_period, user_identifier, cancellation_reason, signed_at)
-                SELECT * FROM input
-                ON CONFLICT (environment, transaction_id) DO UPDATE SET
-                    expires_date = EXCLUDED.expires_date,
-                    cancellation_date = EXCLUDED.cancellation_date,
-                    cancellation_reason = EXCLUDED.cancellation_reason,
-                    signed_at = COALESCE(EXCLUDED.signed_at, in_app_purchases.signed_at),
-                    user_identifier = COALESCE(in_app_purchases.user_identifier, EXCLUDED.user_identifier),
-                    is_conflict = in_app_purchases.is_conflict OR COALESCE(
-                        in_app_purchases.user_identifier <> EXCLUDED.user_identifier, false),
-                    conflict_user_identifier = CASE
-                        WHEN COALESCE(in_app_purchases.user_identifier <> EXCLUDED.user_identifier, false)
-                        THEN EXCLUDED.user_identifier ELSE in_app_purchases.conflict_user_identifier END,
-                    updated_at = now()
-                -- A notification signed before the one that last wrote the row changes nothing: a late
-                -- retry of an old notification must not undo a refund (a validation always writes).
-                WHERE (EXCLUDED.signed_at IS NULL OR in_app_purchases.signed_at IS NULL
-                       OR in_app_purchases.signed_at <= EXCLUDED.signed_at)
-                  AND ((in_app_purchases.expires_date, in_app_purchases.cancellation_date, in_app_purchases.cancellation_reason)
-                          IS DISTINCT FROM (EXCLUDED.expires_date, EXCLUDED.cancellation_date, EXCLUDED.cancellation_reason)
-                   OR in_app_purchases.signed_at IS DISTINCT FROM COALESCE(EXCLUDED.signed_at, in_app_purchases.signed_at)
-                   OR (in_app_purchases.user_identifier IS NULL AND EXCLUDED.user_identifier IS NOT NULL)
-                   OR COALESCE(in_app_purchases.user_identifier <> EXCLUDED.user_identifier, false)
-                      AND in_app_purchases.conflict_user_identifier IS DISTINCT FROM EXCLUDED.user_identifier)
-                RETURNING in_app_purchases.*
-                )
-                SELECT w.app_id, w.receipt_id, w.environment, w.transaction_id, w.original_transaction_id, w.product_id, w.quantity,
-                       w.purchase_date, w.original_purchase_date, w.expires_date, w.cancellation_date, w.web_order_line_item_id,
-                       w.is_trial_period, w.is_in_intro_offer_period, w.user_identifier, w.cancellation_reason,
-                       w.conflict_user_identifier, w.signed_at,
-                       (w.cancellation_date IS NOT NULL AND o.cancellation_date IS NULL AND w.expires_date IS NULL) AS refunded,
-                       (w.is_conflict AND w.conflict_user_identifier IS DISTINCT FROM o.conflict_user_identifier) AS conflicted
-                FROM written w LEFT JOIN old o ON o.environment = w.environment AND o.transaction_id = w.transaction_id
-                WHERE (w.cancellation_date IS NOT NULL AND o.cancellation_date IS NULL AND w.expires_date IS NULL)
-                   OR (w.is_conflict AND w.conflict_user_identifier IS DISTINCT FROM o.conflict_user_identifier)
-                """
-            ).rows
-            changes.purchases = rows.flatMap(Self.purchaseChanges)
-        }
-        if !attempts.isEmpty {
-            _ = try connection.query(
-                """
-                INSERT INTO validation_attempts (receipt_id, job_id, attempt, seq, endpoint, http_status, apple_status,
-                    is_retryable, latency_ms, error_code)
-                SELECT * FROM unnest(\(attempts.receiptID)::uuid[], \(attempts.jobID)::uuid[], \(attempts.attempt)::int[], \(attempts.seq)::int[],
-                    \(attempts.endpoint)::text[], \(attempts.httpStatus)::int[], \(attempts.appleStatus)::int[],
-                    \(attempts.isRetryable)::boolean[], \(attempts.latencyMs)::int[], \(attempts.errorCode)::text[])
-                ON CONFLICT (job_id, attempt, seq) DO NOTHING
-                """)
-        }
+        try switchToServerAPI(records, on: connection)
+        if !purchases.isEmpty { changes.purchases = try writePurchases(purchases, on: connection) }
+        if !attempts.isEmpty { try writeAttempts(attempts, on: connection) }
         for after in try SubscriptionRows.write(records, on: connection) {
             guard let app = after.appID else { continue }
             let key = EventRows.key(app, after.resource.environment, after.resource.state.originalTransactionID)
             changes.subscriptions.append((app, before[key], after.resource))
         }
         return changes
+    }
+
+    /// Marks the apps whose `auto` backend this batch's results moved to the App Store Server API.
+    private func switchToServerAPI(_ records: [ValidationRecord], on connection: PostgresConnection) throws {
+        let switching = Set(records.filter(\.switchesApp).map(\.envelope.appID.uuidString))
+        guard !switching.isEmpty else { return }
+        // With the result that first came from the Server API: the switch and its evidence
+        // commit together. An operator's choice since then (not `auto` any more) stands.
+        _ = try connection.query(
+            """
+            UPDATE apps SET switched_to_server_api_at = now(), updated_at = now()
+            WHERE id = ANY(\(PostgresArray.literal(switching.sorted()))::uuid[])
+              AND validation_backend = 'auto' AND switched_to_server_api_at IS NULL
+            """)
+        // The app cache would keep routing the app's other jobs the old way for a while.
+        for id in switching { UUID(uuidString: id).map { apps[$0] = nil } }
+    }
+
+    /// The ledger's rows for the batch, upserted in one statement; returns the new refunds and
+    /// conflicts among them, for the events.
+    private func writePurchases(_ purchases: PurchaseColumns, on connection: PostgresConnection) throws -> [EventRows.PurchaseChange] {
+        // The old refund and conflict flags come along, so that only a new refund or a new
+        // conflict becomes an event (a replay rewrites nothing and returns nothing).
+        let rows = try connection.query(
+            """
+            WITH input AS (
+                SELECT * FROM unnest(\(purchases.appID)::uuid[], \(purchases.receiptID)::uuid[], \(purchases.environment)::text[],
+                    \(purchases.transactionID)::text[], \(purchases.originalTransactionID)::text[], \(purchases.productID)::text[],
+                    \(purchases.quantity)::int[], \(purchases.purchaseDate)::timestamptz[],
+                    \(purchases.originalPurchaseDate)::timestamptz[], \(purchases.expiresDate)::timestamptz[],
+                    \(purchases.cancellationDate)::timestamptz[], \(purchases.webOrderLineItemID)::text[],
+                    \(purchases.isTrialPeriod)::boolean[], \(purchases.isInIntroOfferPeriod)::boolean[],
+                    \(purchases.userIdentifier)::text[], \(purchases.cancellationReason)::int[], \(purchases.signedAt)::timestamptz[])
+                  AS u(app_id, receipt_id, environment, transaction_id, original_transaction_id, product_id, quantity,
+                       purchase_date, original_purchase_date, expires_date, cancellation_date, web_order_line_item_id,
+                       is_trial_period, is_in_intro_offer_period, user_identifier, cancellation_reason, signed_at)
+            ), old AS (
+                SELECT p.environment, p.transaction_id, p.cancellation_date, p.is_conflict, p.conflict_user_identifier
+                FROM in_app_purchases p JOIN input i ON p.environment = i.environment AND p.transaction_id = i.transaction_id
+            ), written AS (
+            INSERT INTO in_app_purchases AS in_app_purchases (app_id, receipt_id, environment, transaction_id, original_transaction_id,
+                product_id, quantity, purchase_date, original_purchase_date, expires_date, cancellation_date,
+                web_order_line_item_id, is_trial_period, is_in_intro_offer_period, user_identifier, cancellation_reason, signed_at)
+            SELECT * FROM input
+            ON CONFLICT (environment, transaction_id) DO UPDATE SET
+                expires_date = EXCLUDED.expires_date,
+                cancellation_date = EXCLUDED.cancellation_date,
+                cancellation_reason = EXCLUDED.cancellation_reason,
+                signed_at = COALESCE(EXCLUDED.signed_at, in_app_purchases.signed_at),
+                user_identifier = COALESCE(in_app_purchases.user_identifier, EXCLUDED.user_identifier),
+                is_conflict = in_app_purchases.is_conflict OR COALESCE(
+                    in_app_purchases.user_identifier <> EXCLUDED.user_identifier, false),
+                conflict_user_identifier = CASE
+                    WHEN COALESCE(in_app_purchases.user_identifier <> EXCLUDED.user_identifier, false)
+                    THEN EXCLUDED.user_identifier ELSE in_app_purchases.conflict_user_identifier END,
+                updated_at = now()
+            -- A notification signed before the one that last wrote the row changes nothing: a late
+            -- retry of an old notification must not undo a refund (a validation always writes).
+            WHERE (EXCLUDED.signed_at IS NULL OR in_app_purchases.signed_at IS NULL
+                   OR in_app_purchases.signed_at <= EXCLUDED.signed_at)
+              AND ((in_app_purchases.expires_date, in_app_purchases.cancellation_date, in_app_purchases.cancellation_reason)
+                      IS DISTINCT FROM (EXCLUDED.expires_date, EXCLUDED.cancellation_date, EXCLUDED.cancellation_reason)
+               OR in_app_purchases.signed_at IS DISTINCT FROM COALESCE(EXCLUDED.signed_at, in_app_purchases.signed_at)
+               OR (in_app_purchases.user_identifier IS NULL AND EXCLUDED.user_identifier IS NOT NULL)
+               OR COALESCE(in_app_purchases.user_identifier <> EXCLUDED.user_identifier, false)
+                  AND in_app_purchases.conflict_user_identifier IS DISTINCT FROM EXCLUDED.user_identifier)
+            RETURNING in_app_purchases.*
+            )
+            SELECT w.app_id, w.receipt_id, w.environment, w.transaction_id, w.original_transaction_id, w.product_id, w.quantity,
+                   w.purchase_date, w.original_purchase_date, w.expires_date, w.cancellation_date, w.web_order_line_item_id,
+                   w.is_trial_period, w.is_in_intro_offer_period, w.user_identifier, w.cancellation_reason,
+                   w.conflict_user_identifier, w.signed_at,
+                   (w.cancellation_date IS NOT NULL AND o.cancellation_date IS NULL AND w.expires_date IS NULL) AS refunded,
+                   (w.is_conflict AND w.conflict_user_identifier IS DISTINCT FROM o.conflict_user_identifier) AS conflicted
+            FROM written w LEFT JOIN old o ON o.environment = w.environment AND o.transaction_id = w.transaction_id
+            WHERE (w.cancellation_date IS NOT NULL AND o.cancellation_date IS NULL AND w.expires_date IS NULL)
+               OR (w.is_conflict AND w.conflict_user_identifier IS DISTINCT FROM o.conflict_user_identifier)
+            """
+        ).rows
+        return rows.flatMap(Self.purchaseChanges)
+    }
+
+    /// The batch's calls to Apple, for the audit trail (a replayed call is not written twice).
+    private func writeAttempts(_ attempts: AttemptColumns, on connection: PostgresConnection) throws {
+        _ = try connection.query(
+            """
+            INSERT INTO validation_attempts (receipt_id, job_id, attempt, seq, endpoint, http_status, apple_status,
+                is_retryable, latency_ms, error_code)
+            SELECT * FROM unnest(\(attempts.receiptID)::uuid[], \(attempts.jobID)::uuid[], \(attempts.attempt)::int[], \(attempts.seq)::int[],
+                \(attempts.endpoint)::text[], \(attempts.httpStatus)::int[], \(attempts.appleStatus)::int[],
+                \(attempts.isRetryable)::boolean[], \(attempts.latencyMs)::int[], \(attempts.errorCode)::text[])
+            ON CONFLICT (job_id, attempt, seq) DO NOTHING
+            """)
     }
 
     /// The events a returned purchase row states: a new refund, a new conflict, or both.
@@ -441,7 +434,7 @@ private struct AttemptColumns {
         for (seq, call) in record.calls.enumerated() {
             let values: [ColumnValue] = [
                 .uuid(record.receiptID), .int(record.envelope.attempt), .int(seq), .text(call.endpoint.rawValue),
-                .int(call.httpStatus), .int(call.appleStatus), .bool(call.isRetryable), .int(call.latencyMs), .text(call.errorCode),
+                .int(call.httpStatus), .int(call.appleStatus), .bool(call.isRetryable), .int(call.latencyMs), .text(call.errorCode?.rawValue),
                 .uuid(record.envelope.id),
             ]
             columns.append(values)

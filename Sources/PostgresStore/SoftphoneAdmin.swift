@@ -13,43 +13,19 @@ public struct SoftphoneAdmin {
     /// Creates the admin on `connection`.
     public init(connection: PostgresConnection) { self.connection = connection }
 
-    /// Why a softphone credential could not be set (the username is checked before anything is stored).
-    public struct Failure: Error, Equatable, CustomStringConvertible {
-        private enum Code: String {
-            case invalidUsername = "invalid_username"
-            case usernameTaken = "username_taken"
-            case emptyPassword = "empty_password"
-        }
-        private let code: Code
-        /// A sentence for the operator; never the password.
-        public let message: String
-
-        /// The username is not acceptable (see ``SoftphoneCredentials/problem(username:)``).
-        public static func invalidUsername(_ reason: String) -> Failure { Failure(code: .invalidUsername, message: "username \(reason)") }
-        /// Another app already uses the username.
-        public static let usernameTaken = Failure(code: .usernameTaken, message: "another app already uses this username")
-        /// The password is empty.
-        public static let emptyPassword = Failure(code: .emptyPassword, message: "the password must not be empty")
-
-        /// A bounded code, e.g. `username_taken`.
-        public var codeName: String { code.rawValue }
-        public var description: String { message }
-        public static func == (lhs: Failure, rhs: Failure) -> Bool { lhs.code == rhs.code }
-    }
-
     /// Sets (or replaces) the softphone credentials of an app. Only the HA1 values are stored.
-    /// - Throws: ``Failure`` for a bad username or password, or one taken by another app; a
+    /// - Throws: ``SoftphoneCredentialsError`` for a bad username or password, or one taken by another app; a
     ///   database error otherwise.
     public func setCredentials(appID: UUID, username: String, password: String) throws {
-        if let problem = SoftphoneCredentials.problem(username: username) { throw Failure.invalidUsername(problem) }
-        guard !password.isEmpty else { throw Failure.emptyPassword }
+        if let problem = SoftphoneCredentials.problem(username: username) { throw SoftphoneCredentialsError.invalidUsername(problem) }
+        guard !password.isEmpty else { throw SoftphoneCredentialsError.emptyPassword }
         let input = SoftphoneCredentials.ha1Input(username: username, password: password)
         let md5 = Digest.md5(input)
         let sha256 = Digest.sha256(input)
         try connection.transaction { connection in
             let owner = try connection.query("SELECT app_id FROM softphone_credentials WHERE username = \(username)").rows.first?
                 .uuid("app_id")
-            if let owner, owner != appID { throw Failure.usernameTaken }
+            if let owner, owner != appID { throw SoftphoneCredentialsError.usernameTaken }
             _ = try connection.query(
                 """
                 INSERT INTO softphone_credentials (app_id, username, realm, ha1_md5, ha1_sha256)

@@ -102,7 +102,7 @@ enum SubscriptionRows {
     /// What a re-poll leaves on its subscription: when it ran, the error if any, and (unless the
     /// upsert that follows plans it) when to poll next.
     private static func outcome(of record: ValidationRecord, target: RepollTarget) -> [ColumnValue] {
-        let error: String?
+        let error: FailureCode?
         let next: Date?
         var setNext = true
         switch record.status {
@@ -110,15 +110,15 @@ enum SubscriptionRows {
             (error, next, setNext) = (nil, nil, false)
         case .valid:
             // Apple's answer no longer lists it: nothing to poll for.
-            (error, next) = ("subscription_not_in_answer", nil)
+            (error, next) = (.subscriptionNotInAnswer, nil)
         case .invalid:
-            (error, next) = ("apple_\(record.appleStatus ?? -1)", nil)
+            (error, next) = (record.appleStatus.map { .apple($0) } ?? .unknown, nil)
         case .failed, .pending, .fraud:
-            (error, next) = (record.envelope.errorCode ?? "failed", record.retryPollAt)
+            (error, next) = (record.envelope.errorCode ?? .unknown, record.retryPollAt)
         }
         return [
             .uuid(record.envelope.appID), .text(record.envelope.payload.environment ?? record.environment ?? "unknown"),
-            .text(target.originalTransactionID), .text(error), .bool(setNext), .date(next), .date(record.validatedAt),
+            .text(target.originalTransactionID), .text(error?.rawValue), .bool(setNext), .date(next), .date(record.validatedAt),
         ]
     }
 }

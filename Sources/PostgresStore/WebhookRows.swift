@@ -18,7 +18,7 @@ enum WebhookRows {
         for outcome in outcomes {
             columns.append([
                 .int(Int(outcome.target.deliveryID)), .uuid(outcome.target.endpointID), .text(outcome.status.rawValue),
-                .int(outcome.attempts), .int(outcome.httpStatus), .text(outcome.errorCode), .date(outcome.at),
+                .int(outcome.attempts), .int(outcome.httpStatus), .text(outcome.errorCode?.rawValue), .date(outcome.at),
             ])
         }
         _ = try connection.query(

@@ -45,9 +45,9 @@ extension ReceiptQueueApp {
             intake: intake, catalog: PostgresCatalog(pool: postgresPool), authenticity: ReceiptSignatureVerifier(trustStore: roots),
             signedPayloads: JWSVerifier(trustStore: roots), syncWait: .zero, now: now)
         let throttle = HistoryThrottle(configuration: configuration, logger: logger)
-        let client = try ServerNotificationsClient(configuration: configuration.serverAPI)
+        let client = try ServerNotificationsClient(configuration: configuration.apple.serverAPI)
         let sweep = NotificationHistorySweep(
-            configuration: .init(interval: configuration.notificationHistoryInterval),
+            configuration: .init(interval: configuration.scheduler.notificationHistoryInterval),
             source: client,
             cursors: PostgresNotificationHistoryCursors(pool: postgresPool, secrets: try SecretBox(key: secretsKey), onlyApps: onlyApps),
             accept: { payload, app in

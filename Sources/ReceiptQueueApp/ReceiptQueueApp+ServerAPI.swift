@@ -17,13 +17,13 @@ extension ReceiptQueueApp {
         }
         let verifier = JWSVerifier(trustStore: roots)
         let tokens = ServerAPITokenIssuer()
-        var serverAPI = configuration.serverAPI
-        serverAPI.maxConcurrent = configuration.workerConcurrency
+        var serverAPI = configuration.apple.serverAPI
+        serverAPI.maxConcurrent = configuration.worker.concurrency
         return ServerAPIClient(
             configuration: serverAPI,
             tokens: { query in try tokens.token(for: query.key, bundleID: query.bundleID) },
             verifyPayload: { jws in
-                verifier.verify(jws).map(\.payload).mapError { ServerAPIClient.JWSRejection(reason: $0.reason) }
+                verifier.verify(jws).map(\.payload)
             },
             throttle: ServerAPIThrottle {
                 RedisServerAPIRateLimiter(

@@ -1,4 +1,5 @@
 import AppStoreClient
+import Curl
 import Dashboard
 import Foundation
 import Hiredis
@@ -7,7 +8,6 @@ import IngestAPI
 import Libpq
 import Logging
 import Metrics
-import MockAppStore
 import OpenSSL
 import PostgresStore
 import ReceiptCore
@@ -28,9 +28,7 @@ public enum ReceiptQueueApp {
     /// - Returns: the names of the migrations applied.
     @discardableResult
     public static func migrate(_ configuration: AppConfiguration, logger: Logger = Logger.current) throws -> [String] {
-        let connection = try PostgresConnection(configuration: configuration.postgres, label: "migrate", logger: logger)
-        defer { connection.close() }
-        return try Migrator.migrate(connection)
+        try Migrator.migrate(configuration.postgres, label: "migrate", logger: logger)
     }
 
     /// The ingestion API as a Hummingbird application.
@@ -49,7 +47,7 @@ public enum ReceiptQueueApp {
         // stops after the server has stopped taking requests.
         var application = Application(
             router: router,
-            configuration: .init(address: .hostname(configuration.httpHost, port: configuration.httpPort), serverName: "receiptq"),
+            configuration: .init(address: .hostname(configuration.api.host, port: configuration.api.port), serverName: "receiptq"),
             services: [intake],
             onServerRunning: { channel in await onRunning(channel.localAddress?.port ?? 0) }, logger: logger)
         // The first requests should be able to wait for their answers too.
@@ -70,19 +68,19 @@ public enum ReceiptQueueApp {
         let postgresPool = PostgresConnectionPool(configuration: configuration.postgres, size: 8, logger: logger)
         let intake = RedisIntake(
             configuration: configuration.redis, pool: redisPool, keys: configuration.keys,
-            idempotencyWindow: configuration.idempotencyWindow, replication: replicaAcknowledgement(configuration, metrics: metrics),
+            idempotencyWindow: configuration.api.idempotencyWindow, replication: replicaAcknowledgement(configuration, metrics: metrics),
             logger: logger)
         let catalog = PostgresCatalog(pool: postgresPool)
         let api = IngestAPI(
             intake: intake, catalog: catalog, authenticity: verifier, signedPayloads: JWSVerifier(trustStore: roots), subscriptions: catalog,
-            events: PostgresEventCatalog(pool: postgresPool), configuration: configuration.api, metrics: metrics)
+            events: PostgresEventCatalog(pool: postgresPool), configuration: configuration.api.ingest, metrics: metrics)
         let router = Router(context: IngestRequestContext.self)
         // First, so that it also times the requests the other middleware refuses.
         router.add(middleware: HTTPMetricsMiddleware(factory: metrics))
         // Before every route: nothing reaches a handler that Postgres could not store.
         router.add(
             middleware: InputHygieneMiddleware(
-                maxBodyBytes: max(configuration.api.maxBodyBytes, AdminPages.maxFormBytes),
+                maxBodyBytes: max(configuration.api.ingest.maxBodyBytes, AdminPages.maxFormBytes),
                 queryParameters: IngestAPI.queryParameters.merging(AdminAPI.queryParameters) { $1 }.merging(["GET /metrics": []]) { $1 }
             ) { request, status, errors in
                 if request.uri.path == SoftphoneService.path { return SoftphoneService.refusal(request, status: status, errors: errors) }
@@ -90,20 +88,23 @@ public enum ReceiptQueueApp {
                 return IngestAPI.refusal(request, status: status, errors: errors)
             })
         api.addRoutes(to: router)
-        SoftphoneService(api: api, configuration: configuration.softphone).addRoutes(to: router)
+        SoftphoneService(api: api, configuration: configuration.api.softphone).addRoutes(to: router)
         let dead = RedisJobSet.dead(pool: redisPool, keys: configuration.keys)
         let retries = RedisJobSet.retries(pool: redisPool, keys: configuration.keys)
         let overview = RedisQueueOverview(pool: redisPool, keys: configuration.keys)
         MetricsEndpoint(exporter: metrics, gauges: queueGauges(configuration, metrics: metrics, logger: logger)).addRoutes(to: router)
         let operators = PostgresOperators(pool: postgresPool)
-        let authenticator = OperatorAuthenticator(builtIn: configuration.admin, directory: operators)
-        let webhooks = PooledWebhookAdministration(
-            pool: postgresPool, secrets: try configuration.secretsKey.map { try SecretBox(key: $0) }, client: configuration.webhooks)
+        let authenticator = OperatorAuthenticator(builtIn: configuration.dashboard.admin, directory: operators)
+        let webhookClient = configuration.webhooks.client
+        let webhooks = PostgresWebhookAdministration(
+            pool: postgresPool, secrets: try configuration.secretsKey.map { try SecretBox(key: $0) },
+            resolvesOnlyPrivately: PublicAddressPolicy.resolvesOnlyPrivately,
+            sendTest: { try await WebhookClient.sendTest(to: $0, origin: "the receiptq dashboard", configuration: webhookClient) })
         AdminAPI(dead: dead, retries: retries, overview: overview, authenticator: authenticator, audit: operators, webhooks: webhooks)
             .addRoutes(to: router)
         try AdminPages(
-            dead: dead, retries: retries, overview: overview, authenticator: authenticator, sessions: configuration.adminSessions,
-            audit: operators, webhooks: webhooks, apps: { try await postgresPool.withConnection { try AppAdmin(connection: $0).listApps() } },
+            dead: dead, retries: retries, overview: overview, authenticator: authenticator, sessions: configuration.dashboard.sessions,
+            audit: operators, webhooks: webhooks, apps: { try await catalog.apps() },
             notifications: PostgresNotificationLog(pool: postgresPool), customers: PostgresCustomerDirectory(pool: postgresPool)
         ).addRoutes(to: router)
         // Last, with the finished route table: it joins only the not-found chain (see its doc).
@@ -136,7 +137,7 @@ public enum ReceiptQueueApp {
     static func replicaAcknowledgement(_ configuration: AppConfiguration, metrics: any MetricsFactory) -> ReplicaAcknowledgement {
         let timeouts = Counter(label: "receiptq_redis_replication_timeouts_total", factory: metrics)
         return ReplicaAcknowledgement(
-            replicas: configuration.redisMinReplicasAck, timeout: configuration.redisReplicaAckTimeout, onTimeout: { timeouts.increment() })
+            replicas: configuration.replicas.minimum, timeout: configuration.replicas.timeout, onTimeout: { timeouts.increment() })
     }
 
     /// The worker role: `WORKER_CONCURRENCY` validations in flight on a few threads (a fetcher, two
@@ -155,30 +156,32 @@ public enum ReceiptQueueApp {
         let pid = ProcessInfo.processInfo.processIdentifier
         let instance = String(UInt32.random(in: 0...UInt32.max), radix: 36)
         let workerID = "\(host)-\(pid)-\(instance)"
-        var appStore = configuration.appStore
-        appStore.maxConcurrent = configuration.workerConcurrency
+        var appStore = configuration.apple.verifyReceipt
+        appStore.maxConcurrent = configuration.worker.concurrency
         // Every call in flight holds a socket; many systems start processes with a soft limit of 1,024.
-        raiseOpenFileLimit(to: configuration.workerConcurrency + 256, logger: logger)
+        raiseOpenFileLimit(to: configuration.worker.concurrency + 256, logger: logger)
         let secrets = try configuration.secretsKey.map { try SecretBox(key: $0) }
         let serverAPI = makeServerAPIClient(configuration, logger: logger)
         let verifyReceipt = AppStoreClient(configuration: appStore)
         let webhooks = WebhookClient(
             configuration: .init(
-                timeout: configuration.webhooks.timeout, maxConcurrent: configuration.workerConcurrency, caInfo: configuration.webhooks.caInfo))
+                timeout: configuration.webhooks.client.timeout, maxConcurrent: configuration.worker.concurrency,
+                caInfo: configuration.webhooks.client.caInfo))
         let worker = WorkerEngine(
             configuration: .init(
-                concurrency: configuration.workerConcurrency, committers: configuration.workerCommitters,
-                commitLinger: configuration.workerCommitLinger, shutdownTimeout: configuration.workerShutdownTimeout,
-                heartbeatInterval: .seconds(max(1, configuration.workerHeartbeatTTLSeconds / 3)),
-                retryPolicy: configuration.retryPolicy, repollPolicy: configuration.repollPolicy,
-                verifyReceiptGoneAfter: configuration.verifyReceiptGoneAfter, importShare: Double(configuration.importSharePercent) / 100,
-                importRatePerSecond: configuration.importRatePerSecond),
+                concurrency: configuration.worker.concurrency, committers: configuration.worker.committers,
+                commitLinger: configuration.worker.commitLinger, shutdownTimeout: configuration.worker.shutdownTimeout,
+                heartbeatInterval: .seconds(max(1, configuration.worker.heartbeatTTLSeconds / 3)),
+                retryPolicy: configuration.worker.retryPolicy, repollPolicy: configuration.scheduler.repollPolicy,
+                verifyReceiptGoneAfter: configuration.worker.verifyReceiptGoneAfter,
+                importShare: Double(configuration.worker.importSharePercent) / 100,
+                importRatePerSecond: configuration.worker.importRatePerSecond),
             makeQueue: { role in
                 let queue = RedisWorkQueue(
                     connection: try RedisConnection(configuration: configuration.redis, label: "worker-\(role)", logger: logger),
                     keys: configuration.keys,
                     workerID: workerID)
-                queue.heartbeatTTLSeconds = configuration.workerHeartbeatTTLSeconds
+                queue.heartbeatTTLSeconds = configuration.worker.heartbeatTTLSeconds
                 return queue
             },
             makeStore: { role in
@@ -190,7 +193,7 @@ public enum ReceiptQueueApp {
                 RedisOutageCircuit(
                     connection: try RedisConnection(configuration: configuration.redis, label: "worker-circuit", logger: logger),
                     keys: configuration.keys,
-                    policy: configuration.circuitPolicy)
+                    policy: configuration.worker.circuitPolicy)
             },
             makeWatch: {
                 RedisVerifyReceiptWatch(
@@ -243,10 +246,10 @@ public enum ReceiptQueueApp {
     ) -> Scheduler {
         Scheduler(
             configuration: .init(
-                janitorInterval: .seconds(max(1, configuration.workerHeartbeatTTLSeconds / 2)),
-                repollBatch: configuration.repollBatchSize,
+                janitorInterval: .seconds(max(1, configuration.worker.heartbeatTTLSeconds / 2)),
+                repollBatch: configuration.scheduler.repollBatchSize,
                 // Past the retry budget: a re-poll still retrying is not queued a second time.
-                repollLease: configuration.retryPolicy.maxAge + .seconds(3600)),
+                repollLease: configuration.worker.retryPolicy.maxAge + .seconds(3600)),
             makeMaintenance: {
                 RedisMaintenance(
                     connection: try RedisConnection(configuration: configuration.redis, label: "scheduler", logger: logger),
@@ -257,7 +260,7 @@ public enum ReceiptQueueApp {
                     connection: try PostgresConnection(configuration: configuration.postgres, label: "scheduler", logger: logger), apps: onlyApps)
                 let queue = RedisRepollQueue(
                     connection: try RedisConnection(configuration: configuration.redis, label: "scheduler-repoll", logger: logger),
-                    keys: configuration.keys, ratePerSecond: configuration.repollRatePerSecond,
+                    keys: configuration.keys, ratePerSecond: configuration.scheduler.repollRatePerSecond,
                     replication: replicaAcknowledgement(configuration, metrics: metrics))
                 return (schedule, queue)
             }, now: now, metrics: metrics, logger: logger)
@@ -270,7 +273,7 @@ public enum ReceiptQueueApp {
         _ configuration: AppConfiguration, onlyApps: [UUID]? = nil, metrics: PrometheusExporter = PrometheusExporter(), logger: Logger
     ) -> WebhookDispatcher {
         WebhookDispatcher(
-            configuration: WebhookDispatcher.Configuration(requeueAfter: configuration.webhookRequeueAfter),
+            configuration: WebhookDispatcher.Configuration(requeueAfter: configuration.webhooks.requeueAfter),
             make: {
                 let outbox = PostgresWebhookOutbox(
                     connection: try PostgresConnection(configuration: configuration.postgres, label: "webhook-dispatcher", logger: logger),
@@ -290,9 +293,9 @@ public enum ReceiptQueueApp {
         _ configuration: AppConfiguration, metrics: PrometheusExporter, logger: Logger,
         onRunning: @escaping @Sendable (Int) async -> Void = { _ in }
     ) -> (any Service)? {
-        guard let port = configuration.metricsPort else { return nil }
+        guard let port = configuration.telemetry.metricsPort else { return nil }
         return MetricsEndpoint(exporter: metrics, gauges: queueGauges(configuration, metrics: metrics, logger: logger)).server(
-            host: configuration.httpHost, port: port, logger: logger, onRunning: onRunning)
+            host: configuration.api.host, port: port, logger: logger, onRunning: onRunning)
     }
 
     /// The queue gauges a scrape reads from Redis, on a connection of their own with short

@@ -1,8 +1,5 @@
 import ArgumentParser
 import Foundation
-import Libpq
-import OpenSSL
-import PostgresStore
 import ReceiptCore
 import ReceiptQueueApp
 
@@ -30,11 +27,9 @@ extension Apps {
         }
 
         func run() async throws {
-            let connection = try appsConnection()
-            defer { connection.close() }
-            // appsConnection bootstrapped logging with the same configuration; only its key is needed here.
-            let secrets = try AppConfiguration().secretsKey.map { try SecretBox(key: $0) }
-            let admin = AppAdmin(connection: connection, secrets: secrets)
+            // The admin seals the key with the configuration's RECEIPTQ_SECRETS_KEY.
+            let admin = try appsAdmin()
+            defer { admin.close() }
             let app = try admin.requiredApp(named: name)
             guard let issuerId, let keyId, let keyFile, !remove else {
                 print(try admin.removeServerAPIKey(appID: app.id) ? "removed" : "no In-App Purchase key to remove")
@@ -89,9 +84,8 @@ extension Apps {
                 default: throw ValidationError("--device-check must be on or off")
                 }
             }
-            let connection = try appsConnection()
-            defer { connection.close() }
-            let admin = AppAdmin(connection: connection)
+            let admin = try appsAdmin()
+            defer { admin.close() }
             let app = try admin.requiredApp(named: name)
             try admin.setValidation(appID: app.id, backend: backend, sandboxPolicy: policy, checksDevice: device, appAppleID: appAppleId)
             guard let updated = try admin.app(named: name) else { return }

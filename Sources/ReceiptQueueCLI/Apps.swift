@@ -1,7 +1,5 @@
 import ArgumentParser
 import Foundation
-import Libpq
-import PostgresStore
 import ReceiptCore
 import ReceiptQueueApp
 
@@ -26,10 +24,10 @@ struct Apps: AsyncParsableCommand {
         @Flag(help: "Send exclude-old-transactions to Apple.") var excludeOldTransactions = false
 
         func run() async throws {
-            let connection = try appsConnection()
-            defer { connection.close() }
+            let admin = try appsAdmin()
+            defer { admin.close() }
             let secret = sharedSecret ?? ProcessInfo.processInfo.environment["RECEIPTQ_SHARED_SECRET"]
-            let (app, token) = try AppAdmin(connection: connection).addApp(
+            let (app, token) = try admin.addApp(
                 name: name, bundleID: bundleId, otherBundleIDs: alsoBundleIds, sharedSecret: secret,
                 excludeOldTransactions: excludeOldTransactions)
             print("app_id: \(app.id.uuidString.lowercased())\nname: \(app.name)\ntoken: \(token)")
@@ -41,9 +39,8 @@ struct Apps: AsyncParsableCommand {
             abstract: "Lists registered apps and their tokens (secrets and tokens are not shown, only token prefixes).")
 
         func run() async throws {
-            let connection = try appsConnection()
-            defer { connection.close() }
-            let admin = AppAdmin(connection: connection)
+            let admin = try appsAdmin()
+            defer { admin.close() }
             let tokens = try admin.tokens()
             for app in try admin.listApps() {
                 let appTokens = tokens[app.id] ?? []
@@ -73,9 +70,8 @@ struct Apps: AsyncParsableCommand {
         @Flag(help: "Replace an existing notification URL.") var rotate = false
 
         func run() async throws {
-            let connection = try appsConnection()
-            defer { connection.close() }
-            let admin = AppAdmin(connection: connection)
+            let admin = try appsAdmin()
+            defer { admin.close() }
             let app = try admin.requiredApp(named: name)
             if try admin.hasNotificationURL(appID: app.id), !rotate {
                 throw ValidationError("the app already has a notification URL; pass --rotate to replace it (Apple's stops working)")
@@ -99,9 +95,8 @@ struct Apps: AsyncParsableCommand {
         @Flag(help: "Keep the app's older tokens working.") var keepOld = false
 
         func run() async throws {
-            let connection = try appsConnection()
-            defer { connection.close() }
-            let admin = AppAdmin(connection: connection)
+            let admin = try appsAdmin()
+            defer { admin.close() }
             let app = try admin.requiredApp(named: name)
             print("token: \(try admin.rotateToken(appID: app.id, revokingOthers: !keepOld))")
         }
@@ -117,9 +112,8 @@ struct Apps: AsyncParsableCommand {
         var prefix: String
 
         func run() async throws {
-            let connection = try appsConnection()
-            defer { connection.close() }
-            let admin = AppAdmin(connection: connection)
+            let admin = try appsAdmin()
+            defer { admin.close() }
             let app = try admin.requiredApp(named: name)
             do {
                 let token = try admin.revokeToken(appID: app.id, prefix: prefix)
@@ -150,12 +144,11 @@ extension Apps {
         }
 
         func run() async throws {
-            let connection = try appsConnection()
-            defer { connection.close() }
-            let app = try AppAdmin(connection: connection).requiredApp(named: name)
-            let admin = SoftphoneAdmin(connection: connection)
+            let admin = try appsAdmin()
+            defer { admin.close() }
+            let app = try admin.requiredApp(named: name)
             guard let username, !remove else {
-                print(try admin.removeCredentials(appID: app.id) ? "removed" : "no softphone credentials to remove")
+                print(try admin.removeSoftphoneCredentials(appID: app.id) ? "removed" : "no softphone credentials to remove")
                 return
             }
             if let problem = SoftphoneCredentials.problem(username: username) {
@@ -163,8 +156,8 @@ extension Apps {
             }
             let password = try readPassword(variable: "RECEIPTQ_SOFTPHONE_PASSWORD", label: "Softphone password")
             do {
-                try admin.setCredentials(appID: app.id, username: username, password: password)
-            } catch let failure as SoftphoneAdmin.Failure {
+                try admin.setSoftphoneCredentials(appID: app.id, username: username, password: password)
+            } catch let failure as SoftphoneCredentialsError {
                 throw ValidationError(failure.message)
             }
             print("softphone credentials set: username \(username), realm \(SoftphoneCredentials.realm)")
@@ -172,13 +165,12 @@ extension Apps {
     }
 }
 
-/// The Postgres connection of an `apps` command; the caller closes it.
-func appsConnection() throws -> PostgresConnection {
-    let (configuration, logger) = try bootstrap(label: "apps")
-    return try PostgresConnection(configuration: configuration.postgres, label: "apps", logger: logger)
+/// The administration of an `apps` command; the caller closes it.
+func appsAdmin() throws -> ReceiptQueueApp.Admin {
+    try ReceiptQueueApp.Runtime.bootstrap(label: "apps").admin(label: "apps")
 }
 
-extension AppAdmin {
+extension ReceiptQueueApp.Admin {
     /// The app called `name`, or the usage error every `apps` command gives for an unknown name.
     func requiredApp(named name: String) throws -> AppRecord {
         guard let app = try app(named: name) else { throw ValidationError("no app named \(name)") }

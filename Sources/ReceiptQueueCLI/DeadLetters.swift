@@ -1,8 +1,5 @@
 import ArgumentParser
-import Curl
 import Foundation
-import Libpq
-import PostgresStore
 import ReceiptCore
 import ReceiptQueueApp
 
@@ -22,12 +19,7 @@ struct DeadLetterCommand: AsyncParsableCommand {
 
         var set: String { retries ? "retries" : "dead" }
 
-        func base() throws -> String {
-            let environment = ProcessInfo.processInfo.environment
-            if let url = url ?? environment["RECEIPTQ_ADMIN_URL"], !url.isEmpty { return url.hasSuffix("/") ? String(url.dropLast()) : url }
-            let configuration = try AppConfiguration()
-            return "http://\(configuration.httpHost):\(configuration.httpPort)"
-        }
+        func base() throws -> String { try AdminAPIClient.base(url) }
     }
 
     /// Which entries: an error code, an app (name or id), a substring.
@@ -39,11 +31,9 @@ struct DeadLetterCommand: AsyncParsableCommand {
         func appID() throws -> UUID? {
             guard let app else { return nil }
             if let id = UUID(uuidString: app) { return id }
-            let configuration = try AppConfiguration()
-            let connection = try PostgresConnection(configuration: configuration.postgres, label: "dlq")
-            defer { connection.close() }
-            guard let found = try AppAdmin(connection: connection).app(named: app) else { throw ValidationError("no app named \(app)") }
-            return found.id
+            let admin = try ReceiptQueueApp.Admin(try AppConfiguration(), label: "dlq")
+            defer { admin.close() }
+            return try admin.requiredApp(named: app).id
         }
     }
 
@@ -60,7 +50,9 @@ struct DeadLetterCommand: AsyncParsableCommand {
             if let code = filter.errorCode { query.append("error_code=\(escape(code))") }
             if let app = try filter.appID() { query.append("app_id=\(app.uuidString.lowercased())") }
             if let search = filter.search { query.append("q=\(escape(search))") }
-            let page = try await AdminClient(base: try target.base()).get("/admin/api/\(target.set)?\(query.joined(separator: "&"))")
+            let page = try await usage {
+                try await AdminAPIClient(base: try target.base()).get("/admin/api/\(target.set)?\(query.joined(separator: "&"))")
+            }
             if json { return print(String(decoding: page.bytes, as: UTF8.self)) }
             let entries = page.value["entries"]?.arrayValue ?? []
             let when = target.retries ? "runs_at" : "died_at"
@@ -88,7 +80,7 @@ struct DeadLetterCommand: AsyncParsableCommand {
 
         func run() async throws {
             guard let id = JobSetEntry.ID(id) else { throw ValidationError("not a job id: \(id)") }
-            let entry = try await AdminClient(base: try target.base()).get("/admin/api/\(target.set)/\(id.rawValue)")
+            let entry = try await usage { try await AdminAPIClient(base: try target.base()).get("/admin/api/\(target.set)/\(id.rawValue)") }
             let encoder = JSONEncoder()
             encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
             print(String(decoding: try encoder.encode(entry.value), as: UTF8.self))
@@ -121,8 +113,9 @@ struct DeadLetterCommand: AsyncParsableCommand {
 private func act(
     _ action: String, reporting key: String, target: DeadLetterCommand.Target, filter: DeadLetterCommand.Filter, all: Bool, ids: [String]
 ) async throws {
-    let answer = try await AdminClient(base: try target.base()).post(
-        "/admin/api/\(target.set)/\(action)", try selection(ids: ids, all: all, filter: filter))
+    let client = try AdminAPIClient(base: try target.base())
+    let body = try selection(ids: ids, all: all, filter: filter)
+    let answer = try await usage { try await client.post("/admin/api/\(target.set)/\(action)", body) }
     print("\(key.prefix(1).uppercased())\(key.dropFirst()) \(answer.value[key]?.intValue ?? 0).")
 }
 
@@ -141,45 +134,3 @@ private func selection(ids: [String], all: Bool, filter: DeadLetterCommand.Filte
 }
 
 private func escape(_ text: String) -> String { text.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? "" }
-
-/// The admin API over HTTP, with the dashboard's credentials from the environment.
-private struct AdminClient {
-    let base: String
-    let client: HTTPClient
-    let authorization: String
-
-    init(base: String) throws {
-        self.base = base
-        client = try HTTPClient(options: CurlOptions(), lanes: 1)
-        let environment = ProcessInfo.processInfo.environment
-        let user = environment["DASHBOARD_USERNAME"].flatMap { $0.isEmpty ? nil : $0 } ?? "admin"
-        // The development default, as the server has it; production sets its own.
-        let password = environment["DASHBOARD_PASSWORD"].flatMap { $0.isEmpty ? nil : $0 } ?? "receiptq-dev"
-        authorization = "Basic " + Data("\(user):\(password)".utf8).base64EncodedString()
-    }
-
-    func get(_ path: String) async throws -> (value: JSONValue, bytes: [UInt8]) {
-        try await send(HTTPRequest(method: "GET", url: base + path, headers: [(name: "Authorization", value: authorization)], body: []))
-    }
-
-    func post(_ path: String, _ body: JSONValue) async throws -> (value: JSONValue, bytes: [UInt8]) {
-        try await send(
-            HTTPRequest(
-                method: "POST", url: base + path,
-                headers: [(name: "Authorization", value: authorization), (name: "Content-Type", value: "application/json")],
-                body: Array(try JSONEncoder().encode(body))))
-    }
-
-    private func send(_ request: HTTPRequest) async throws -> (value: JSONValue, bytes: [UInt8]) {
-        let response = try await client.send(request)
-        let value = (try? JSONDecoder().decode(JSONValue.self, from: Data(response.body))) ?? .null
-        switch response.status {
-        case 200: return (value, response.body)
-        case 401: throw ValidationError("the admin API refused the credentials (DASHBOARD_USERNAME, DASHBOARD_PASSWORD)")
-        case 404: throw ValidationError("not found")
-        default:
-            let reason = value["errors"]?.arrayValue?.first.map { "\($0["field"]?.stringValue ?? ""): \($0["reason"]?.stringValue ?? "")" }
-            throw ValidationError("the admin API answered \(response.status)\(reason.map { " (\($0))" } ?? "")")
-        }
-    }
-}

@@ -1,8 +1,5 @@
 import ArgumentParser
-import Dispatch
 import Foundation
-import Libpq
-import PostgresStore
 import ReceiptCore
 import ReceiptQueueApp
 
@@ -35,86 +32,25 @@ struct ImportCommand: AsyncParsableCommand {
     @Flag(help: "Emit events and webhooks for the imported receipts' changes, as for live ones (default: none).") var events = false
 
     func run() async throws {
-        // Logging is set up once per process, by appsConnection() when the token is issued here.
-        let configuration = try AppConfiguration()
-        let format = try resolvedFormat()
-        let host = configuration.httpHost == "0.0.0.0" || configuration.httpHost == "::" ? "127.0.0.1" : configuration.httpHost
-        let base = (api ?? "http://\(host):\(configuration.httpPort)").trimmingCharacters(in: CharacterSet(charactersIn: "/"))
-        // The token: given, or issued for this import under --app and revoked when it ends.
-        var apiToken = token ?? ProcessInfo.processInfo.environment["RECEIPTQ_API_TOKEN"]
-        var issued: (connection: PostgresConnection, app: UUID, token: String)?
-        if apiToken == nil, !dryRun {
-            guard let app else { throw ValidationError("name the app (--app NAME) or give its API token (--token, RECEIPTQ_API_TOKEN)") }
-            let connection = try appsConnection()
-            do {
-                let record = try AppAdmin(connection: connection).requiredApp(named: app)
-                let minted = try AppAdmin(connection: connection).rotateToken(appID: record.id, revokingOthers: false)
-                issued = (connection, record.id, minted)
-                apiToken = minted
-            } catch {
-                connection.close()
-                throw error
-            }
+        let summary = try await usage {
+            try await ReceiptQueueApp.runImport(
+                ReceiptQueueApp.ImportOptions(
+                    input: input, format: format, app: app, token: token, api: api, batchSize: batchSize, checkpoint: checkpoint,
+                    rejects: rejects, resume: resume, dryRun: dryRun, transactions: transactions, events: events))
         }
-        defer {
-            if let issued {
-                _ = try? AppAdmin(connection: issued.connection).revokeToken(appID: issued.app, prefix: issued.token)
-                issued.connection.close()
-            }
-        }
-        let importer = try BulkImporter(
-            settings: BulkImporter.Settings(
-                input: input, format: format, endpoint: base + (transactions ? ImportKind.transactions : .receipts).path, token: apiToken ?? "",
-                batchSize: batchSize, checkpointPath: checkpoint, rejectsPath: rejects, resume: resume, dryRun: dryRun, events: events,
-                kind: transactions ? .transactions : .receipts))
-        // Ctrl-C (or SIGTERM): the batch in flight is answered and checkpointed, then the import stops.
-        signal(SIGINT, SIG_IGN)
-        signal(SIGTERM, SIG_IGN)
-        let sources = [SIGINT, SIGTERM].map { number in
-            let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
-            source.setEventHandler {
-                FileHandle.standardError.write(Data("\nimport: stopping after the batch in flight (again to quit at once)\n".utf8))
-                importer.interrupt()
-                signal(number, SIG_DFL)
-            }
-            source.resume()
-            return source
-        }
-        defer { for source in sources { source.cancel() } }
-
-        let outcome: (counts: BulkImporter.Counts, finished: Bool, importID: UUID)
-        do {
-            outcome = try await importer.run()
-        } catch let failure as BulkImporter.Failure {
-            throw ValidationError(failure.description)
-        }
-        let counts = outcome.counts
         print(
             """
-            import \(outcome.importID.canonical)\(dryRun ? " (dry run: nothing sent)" : ""): \(outcome.finished ? "done" : "interrupted")
-              \(dryRun ? "valid" : "accepted"): \(counts.accepted)
-              duplicates: \(counts.duplicates)
-              fraud: \(counts.fraud)
-              invalid: \(counts.invalid)\(counts.invalid + counts.fraud > 0 ? " (line numbers in \(importer.settings.rejectsPath))" : "")
+            import \(summary.importID.canonical)\(dryRun ? " (dry run: nothing sent)" : ""): \(summary.finished ? "done" : "interrupted")
+              \(dryRun ? "valid" : "accepted"): \(summary.accepted)
+              duplicates: \(summary.duplicates)
+              fraud: \(summary.fraud)
+              invalid: \(summary.invalid)\(summary.invalid + summary.fraud > 0 ? " (line numbers in \(summary.rejectsPath))" : "")
             """)
-        if !outcome.finished {
+        if !summary.finished {
             print(
-                "resume with: receiptq import \(input) --resume\(format == .ndjson ? "" : " --format \(format.rawValue)")\(app.map { " --app \($0)" } ?? "")"
+                "resume with: receiptq import \(input) --resume\(summary.format == "ndjson" ? "" : " --format \(summary.format)")\(app.map { " --app \($0)" } ?? "")"
             )
             throw ExitCode(130)
         }
-    }
-
-    private func resolvedFormat() throws -> ImportFormat {
-        if let format {
-            guard let known = ImportFormat(rawValue: format.lowercased()) else {
-                throw ValidationError("--format must be one of \(ImportFormat.allCases.map(\.rawValue).joined(separator: ", "))")
-            }
-            return known
-        }
-        let lowered = input.lowercased()
-        if lowered.hasSuffix(".csv") { return .csv }
-        if lowered.hasSuffix(".txt") || lowered.hasSuffix(".b64") { return .lines }
-        return .ndjson
     }
 }

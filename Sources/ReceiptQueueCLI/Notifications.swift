@@ -1,9 +1,5 @@
-import AppStoreClient
 import ArgumentParser
 import Foundation
-import Libpq
-import OpenSSL
-import PostgresStore
 import ReceiptCore
 import ReceiptQueueApp
 
@@ -27,54 +23,16 @@ struct NotificationsCommand: AsyncParsableCommand {
             guard let environment = AppStoreEnvironment(rawValue: environment) else {
                 throw ValidationError("--environment is production or sandbox")
             }
-            let (configuration, logger) = try bootstrap(label: "notifications")
-            let connection = try PostgresConnection(configuration: configuration.postgres, label: "notifications", logger: logger)
-            defer { connection.close() }
-            let admin = AppAdmin(connection: connection, secrets: try configuration.secretsKey.map { try SecretBox(key: $0) })
+            let admin = try ReceiptQueueApp.Runtime.bootstrap(label: "notifications").admin(label: "notifications")
+            defer { admin.close() }
             let record = try admin.requiredApp(named: app)
             guard record.serverAPIKey != nil else {
                 throw ValidationError(
                     "the app has no usable In-App Purchase key (add one with `receiptq apps server-api-key`, and set RECEIPTQ_SECRETS_KEY)")
             }
-            let client = try ServerNotificationsClient(configuration: configuration.serverAPI)
-            let started = Date()
-            let token: String
-            do {
-                token = try await client.requestTest(app: record, environment: environment)
-            } catch {
-                print("Apple refused the request: \(error)")
+            guard try await admin.testNotification(app: record, environment: environment, timeout: timeout, say: { print($0) }) else {
                 throw ExitCode(1)
             }
-            print("Asked Apple (\(environment.rawValue)) for a TEST notification.")
-            var attempts: [ServerNotificationsClient.TestStatus.Attempt] = []
-            var uuid: String?
-            while Date().timeIntervalSince(started) < Double(timeout) {
-                if uuid == nil, let status = try? await client.testStatus(app: record, environment: environment, token: token) {
-                    attempts = status.attempts
-                    uuid =
-                        status.signedPayload.flatMap { try? CompactJWS($0) }.flatMap { try? JSONValue.parse($0.payload) }?[
-                            "notificationUUID"]?.stringValue
-                }
-                if let uuid,
-                    let row = try await connection.query(
-                        "SELECT created_at, outcome FROM notifications WHERE app_id = \(record.id) AND notification_uuid = \(uuid)"
-                    ).rows.first, let stored = row.date("created_at")
-                {
-                    let seconds = String(format: "%.1f", stored.timeIntervalSince(started))
-                    print("Arrived: notification \(uuid) stored \(seconds) s after the request (\(row.string("outcome") ?? "recorded")).")
-                    return
-                }
-                try await Task.sleep(for: .milliseconds(500))
-            }
-            if let status = try? await client.testStatus(app: record, environment: environment, token: token) { attempts = status.attempts }
-            print("Not stored within \(timeout) s.")
-            if attempts.isEmpty {
-                print("Apple has not tried to send it yet.")
-            } else {
-                for attempt in attempts { print("Apple's attempt at \(attempt.date): \(attempt.result)") }
-                print("Check the URL Apple has (`receiptq apps notification-url`), that serve is reachable from the internet, and its logs.")
-            }
-            throw ExitCode(1)
         }
     }
 }

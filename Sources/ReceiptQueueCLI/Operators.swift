@@ -1,9 +1,5 @@
 import ArgumentParser
-import Dashboard
 import Foundation
-import Libpq
-import OpenSSL
-import PostgresStore
 import ReceiptCore
 import ReceiptQueueApp
 
@@ -25,12 +21,12 @@ struct OperatorsCommand: AsyncParsableCommand {
 
         func run() async throws {
             let role = try parseRole(role)
-            try withOperators { admin, configuration in
-                guard username.lowercased() != configuration.admin.username.lowercased() else {
+            try withOperators { admin in
+                guard !admin.isBuiltInAdmin(username) else {
                     throw ValidationError(OperatorAdminError.reserved.description)
                 }
-                let hash = try newPasswordHash()
-                try admin.add(username: username, role: role, passwordHash: hash, audit: cliAudit("operator.add"))
+                let hash = try newPasswordHash(admin)
+                try admin.addOperator(username: username, role: role, passwordHash: hash, audit: cliAudit("operator.add"))
                 print("Added \(username.lowercased()) (\(role.rawValue)).")
             }
         }
@@ -40,9 +36,9 @@ struct OperatorsCommand: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Lists the accounts and their roles.")
 
         func run() async throws {
-            try withOperators { admin, configuration in
-                print("\(configuration.admin.username)  admin  (built in: DASHBOARD_USERNAME)")
-                for account in try admin.list() {
+            try withOperators { admin in
+                print("\(admin.builtInAdminUsername)  admin  (built in: DASHBOARD_USERNAME)")
+                for account in try admin.listOperators() {
                     print("\(account.username)  \(account.role.rawValue)  since \(APITimestamp(account.createdAt).utc)")
                 }
             }
@@ -54,8 +50,8 @@ struct OperatorsCommand: AsyncParsableCommand {
         @Argument(help: "The username.") var username: String
 
         func run() async throws {
-            try withOperators { admin, _ in
-                try admin.remove(username: username, audit: cliAudit("operator.remove"))
+            try withOperators { admin in
+                try admin.removeOperator(username: username, audit: cliAudit("operator.remove"))
                 print("Removed \(username.lowercased()).")
             }
         }
@@ -71,9 +67,9 @@ struct OperatorsCommand: AsyncParsableCommand {
         func run() async throws {
             let newRole = try role.map(parseRole)
             guard !keepPassword || newRole != nil else { throw ValidationError("--keep-password needs --role") }
-            try withOperators { admin, _ in
-                let hash = keepPassword ? nil : try newPasswordHash()
-                try admin.reset(username: username, passwordHash: hash, role: newRole, audit: cliAudit("operator.reset"))
+            try withOperators { admin in
+                let hash = keepPassword ? nil : try newPasswordHash(admin)
+                try admin.resetOperator(username: username, passwordHash: hash, role: newRole, audit: cliAudit("operator.reset"))
                 print("Reset \(username.lowercased())\(newRole.map { " (now \($0.rawValue))" } ?? ""): its sessions have ended.")
             }
         }
@@ -87,7 +83,7 @@ struct OperatorsCommand: AsyncParsableCommand {
         @Option(help: "How many lines.") var limit: Int = 50
 
         func run() async throws {
-            try withOperators { admin, _ in
+            try withOperators { admin in
                 let entries = try admin.audit(AuditFilter(actor: actor, action: action, userIdentifier: user), limit: max(1, min(limit, 1000)))
                 if entries.isEmpty { print("The audit log is empty.") }
                 for entry in entries {
@@ -106,19 +102,17 @@ private func parseRole(_ text: String) throws -> OperatorRole {
     return role
 }
 
-private func newPasswordHash() throws -> String {
-    let password = try readPassword(variable: "RECEIPTQ_OPERATOR_PASSWORD", label: "Password")
-    guard password.count >= OperatorAdmin.minimumPasswordLength else { throw ValidationError(OperatorAdminError.weakPassword.description) }
-    return PasswordHash.hash(password)
+/// A new password, read as ``readPassword(variable:label:)`` does, hashed (a short one is refused).
+private func newPasswordHash(_ admin: ReceiptQueueApp.Admin) throws -> String {
+    try admin.operatorPasswordHash(try readPassword(variable: "RECEIPTQ_OPERATOR_PASSWORD", label: "Password"))
 }
 
-/// Runs `body` with the operators' admin on a fresh connection; its errors as the CLI's.
-private func withOperators(_ body: (OperatorAdmin, AppConfiguration) throws -> Void) throws {
-    let (configuration, logger) = try bootstrap(label: "operators")
-    let connection = try PostgresConnection(configuration: configuration.postgres, label: "operators", logger: logger)
-    defer { connection.close() }
+/// Runs `body` with the administration on a fresh connection; its errors as the CLI's.
+private func withOperators(_ body: (ReceiptQueueApp.Admin) throws -> Void) throws {
+    let admin = try ReceiptQueueApp.Runtime.bootstrap(label: "operators").admin(label: "operators")
+    defer { admin.close() }
     do {
-        try body(OperatorAdmin(connection: connection), configuration)
+        try body(admin)
     } catch let error as OperatorAdminError {
         throw ValidationError(error.description)
     }

@@ -1,12 +1,7 @@
 import ArgumentParser
-import Curl
 import Foundation
-import Libpq
-import OpenSSL
-import PostgresStore
 import ReceiptCore
 import ReceiptQueueApp
-import WebhookClient
 
 struct WebhooksCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -30,23 +25,21 @@ struct WebhooksCommand: AsyncParsableCommand {
         @Option(help: "A note for operators.") var description: String?
 
         func run() async throws {
-            let (configuration, logger) = try bootstrap(label: "webhooks")
-            let connection = try PostgresConnection(configuration: configuration.postgres, label: "webhooks", logger: logger)
-            defer { connection.close() }
-            let secrets = try configuration.secretsKey.map { try SecretBox(key: $0) }
-            let record = try AppAdmin(connection: connection, secrets: secrets).requiredApp(named: app)
-            let components: URLComponents
+            let admin = try webhooksAdmin()
+            defer { admin.close() }
+            let record = try admin.requiredApp(named: app)
+            let privateHost: String?
             do {
-                components = try WebhookAdmin.validate(url: url, allowPrivate: allowPrivate)
+                privateHost = try admin.privateWebhookHost(url: url, allowPrivate: allowPrivate)
             } catch let error as WebhookAdminError {
                 throw ValidationError(error.description)
             }
-            if !allowPrivate, let host = components.host, PublicAddressPolicy.resolvesOnlyPrivately(host) {
+            if let host = privateHost {
                 throw ValidationError("\(host) resolves to a loopback, private or link-local address; pass --allow-private if it is meant to")
             }
             let types = events.map { $0.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) } } ?? []
             do {
-                let (id, secret) = try WebhookAdmin(connection: connection, secrets: secrets).add(
+                let (id, secret) = try admin.addWebhook(
                     appID: record.id, url: url, eventTypes: types, allowPrivate: allowPrivate, description: description,
                     audit: cliAudit("webhook.add"))
                 print("endpoint: \(id.canonical)")
@@ -63,11 +56,10 @@ struct WebhooksCommand: AsyncParsableCommand {
         @Option(help: "Only this app's endpoints.") var app: String?
 
         func run() async throws {
-            let (configuration, logger) = try bootstrap(label: "webhooks")
-            let connection = try PostgresConnection(configuration: configuration.postgres, label: "webhooks", logger: logger)
-            defer { connection.close() }
-            let appID = try app.map { try AppAdmin(connection: connection).requiredApp(named: $0).id }
-            let endpoints = try WebhookAdmin(connection: connection, secrets: nil).list(appID: appID)
+            let admin = try webhooksAdmin()
+            defer { admin.close() }
+            let appID = try app.map { try admin.requiredApp(named: $0).id }
+            let endpoints = try admin.listWebhooks(appID: appID)
             if endpoints.isEmpty { print("No webhook endpoints.") }
             for endpoint in endpoints {
                 let state =
@@ -84,8 +76,8 @@ struct WebhooksCommand: AsyncParsableCommand {
         @Option(help: "The endpoint's id.") var id: String
 
         func run() async throws {
-            try withEndpoint(id) { admin, uuid, _ in
-                try admin.remove(id: uuid, audit: cliAudit("webhook.remove"))
+            try withEndpoint(id) { admin, uuid in
+                try admin.removeWebhook(id: uuid, audit: cliAudit("webhook.remove"))
                 print("Removed \(uuid.canonical).")
             }
         }
@@ -98,8 +90,8 @@ struct WebhooksCommand: AsyncParsableCommand {
         @Option(help: "Hours both secrets sign each delivery.") var overlapHours: Int = 24
 
         func run() async throws {
-            try withEndpoint(id) { admin, uuid, _ in
-                let secret = try admin.rotateSecret(
+            try withEndpoint(id) { admin, uuid in
+                let secret = try admin.rotateWebhookSecret(
                     id: uuid, overlap: TimeInterval(max(0, overlapHours) * 3600), audit: cliAudit("webhook.rotate_secret"))
                 print("secret:   \(secret)")
                 print("Both secrets sign every delivery for \(overlapHours) h: switch your receiver to the new one within that time.")
@@ -128,17 +120,17 @@ struct WebhooksCommand: AsyncParsableCommand {
         @Option(help: "The endpoint's id.") var id: String
 
         func run() async throws {
-            let (endpoint, configuration) = try withEndpoint(id) { admin, uuid, configuration in
-                guard let endpoint = try admin.endpoint(id: uuid) else { throw ValidationError("no such endpoint") }
-                return (endpoint, configuration)
+            let (endpoint, admin) = try withEndpoint(id) { admin, uuid in
+                guard let endpoint = try admin.webhookEndpoint(id: uuid) else { throw ValidationError("no such endpoint") }
+                return (endpoint, admin)
             }
             guard !endpoint.secrets.isEmpty else { throw ValidationError("the endpoint's secret cannot be opened: check RECEIPTQ_SECRETS_KEY") }
-            let report = try await WebhookClient.sendTest(
-                to: endpoint, origin: "`receiptq webhooks test`", configuration: configuration.webhooks)
+            // Its connection is closed by now; the delivery needs none.
+            let report = try await admin.sendTestWebhook(to: endpoint)
             if report.isDelivered {
                 print("Delivered: HTTP \(report.httpStatus ?? 0) in \(report.latencyMs) ms.")
             } else {
-                print("Not delivered: \(report.errorCode ?? "unknown") after \(report.latencyMs) ms.")
+                print("Not delivered: \(report.errorCode?.rawValue ?? "unknown") after \(report.latencyMs) ms.")
                 throw ExitCode(1)
             }
         }
@@ -146,22 +138,25 @@ struct WebhooksCommand: AsyncParsableCommand {
 }
 
 private func setPaused(_ id: String, _ paused: Bool) async throws {
-    try withEndpoint(id) { admin, uuid, _ in
-        try admin.setPaused(id: uuid, paused, audit: cliAudit(paused ? "webhook.pause" : "webhook.resume"))
+    try withEndpoint(id) { admin, uuid in
+        try admin.setWebhookPaused(id: uuid, paused, audit: cliAudit(paused ? "webhook.pause" : "webhook.resume"))
         print(paused ? "Paused \(uuid.canonical): its events wait." : "Resumed \(uuid.canonical).")
     }
 }
 
-/// What every command on one endpoint starts with: the configuration, a Postgres connection, the
-/// admin (with the secrets key, when set) and the endpoint id; its errors as the CLI's.
-private func withEndpoint<T>(_ id: String, _ body: (WebhookAdmin, UUID, AppConfiguration) throws -> T) throws -> T {
-    let (configuration, logger) = try bootstrap(label: "webhooks")
-    let connection = try PostgresConnection(configuration: configuration.postgres, label: "webhooks", logger: logger)
-    defer { connection.close() }
+/// The administration of a `webhooks` command; the caller closes it.
+private func webhooksAdmin() throws -> ReceiptQueueApp.Admin {
+    try ReceiptQueueApp.Runtime.bootstrap(label: "webhooks").admin(label: "webhooks")
+}
+
+/// What every command on one endpoint starts with: the administration (with the secrets key, when
+/// set) and the endpoint id; its errors as the CLI's. The connection is closed when `body` returns.
+private func withEndpoint<T>(_ id: String, _ body: (ReceiptQueueApp.Admin, UUID) throws -> T) throws -> T {
+    let admin = try webhooksAdmin()
+    defer { admin.close() }
     guard let uuid = UUID(uuidString: id) else { throw ValidationError("--id is an endpoint id (a UUID)") }
-    let secrets = try configuration.secretsKey.map { try SecretBox(key: $0) }
     do {
-        return try body(WebhookAdmin(connection: connection, secrets: secrets), uuid, configuration)
+        return try body(admin, uuid)
     } catch let error as WebhookAdminError {
         throw ValidationError(error.description)
     }

@@ -86,11 +86,15 @@ public final class MemoryJobQueue: JobQueue, @unchecked Sendable {
     }
 }
 
-/// An in-memory `ReceiptStore`: saves records and can be told to fail (a Postgres outage).
-public final class MemoryReceiptStore: ReceiptStore, @unchecked Sendable {
+/// An in-memory `ReceiptStore` and `DeliveryLog`: saves records and delivery outcomes, and can be
+/// told to fail (a Postgres outage).
+public final class MemoryReceiptStore: ReceiptStore, DeliveryLog, @unchecked Sendable {
     private let lock = NSLock()
     public var apps: [UUID: AppRecord]
     public private(set) var saved: [ValidationRecord] = []
+    /// The webhook endpoints deliveries send to, by id.
+    public var endpoints: [UUID: WebhookEndpointRecord] = [:]
+    public private(set) var deliveries: [DeliveryOutcome] = []
     /// When set, every call throws it.
     public var failure: (any Error)?
 
@@ -122,18 +126,32 @@ public final class MemoryReceiptStore: ReceiptStore, @unchecked Sendable {
             }
         }
     }
+
+    public func webhookEndpoint(id: UUID) throws -> WebhookEndpointRecord? {
+        try lock.withLock {
+            if let failure { throw failure }
+            return endpoints[id]
+        }
+    }
+
+    public func record(_ outcomes: [DeliveryOutcome]) throws {
+        try lock.withLock {
+            if let failure { throw failure }
+            deliveries.append(contentsOf: outcomes)
+        }
+    }
 }
 
 /// A `ReceiptVerifier` that answers from a script, for worker tests without HTTP.
 public final class StubVerifier: ReceiptVerifier, @unchecked Sendable {
     private let lock = NSLock()
-    private var reports: [VerificationReport]
-    public private(set) var requests: [VerificationRequest] = []
+    private var reports: [ValidationOutcome]
+    public private(set) var requests: [ValidationRequest] = []
 
     /// Answers with `reports` in order, repeating the last one.
-    public init(_ reports: [VerificationReport]) { self.reports = reports }
+    public init(_ reports: [ValidationOutcome]) { self.reports = reports }
 
-    public func verify(_ request: VerificationRequest, completion: @escaping @Sendable (VerificationReport) -> Void) {
+    public func verify(_ request: ValidationRequest, completion: @escaping @Sendable (ValidationOutcome) -> Void) {
         let report = lock.withLock {
             requests.append(request)
             return reports.count > 1 ? reports.removeFirst() : reports[0]
@@ -142,18 +160,21 @@ public final class StubVerifier: ReceiptVerifier, @unchecked Sendable {
         DispatchQueue.global().async { completion(report) }
     }
 
-    /// A report of one call answered with `status` and `body`.
-    public static func report(status: Int, verdict: AppleVerdict, transactions: [JSONValue] = []) -> VerificationReport {
+    /// The outcome of one `verifyReceipt` call answered with `status` and `transactions` (in the
+    /// sandbox), its subscriptions computed at `at`.
+    public static func report(
+        status: Int, verdict: AppleVerdict, transactions: [JSONValue] = [], at: Date = Date()
+    ) -> ValidationOutcome {
         let response = VerifyReceiptResponse(
             json: .object([
                 "status": .number(Double(status)), "environment": .string("Sandbox"),
                 "receipt": .object(["in_app": .array(transactions)]),
             ]))
-        return VerificationReport(
+        return ValidationOutcome(
             verdict: verdict, response: response,
             calls: [
                 AppleCall(endpoint: .production, httpStatus: 200, appleStatus: status, isRetryable: nil, latencyMs: 5, errorCode: nil)
-            ], errorCode: verdict == .valid || verdict == .invalid ? nil : "apple_\(status)")
+            ], failure: verdict == .valid || verdict == .invalid ? nil : .apple(status), at: at)
     }
 }
 

@@ -57,3 +57,12 @@ extension JobPayload {
         }
     }
 }
+
+extension ValidationRequest {
+    /// The shared secret of a `verifyReceipt` request (nil for the Server API), for tests that
+    /// check which secret a job was sent with.
+    public var sharedSecret: String? {
+        guard case .verifyReceipt(_, let secret, _) = self else { return nil }
+        return secret
+    }
+}

@@ -28,17 +28,18 @@ final class VerifyReceiptGate: @unchecked Sendable {
         self.goneAfter = max(1, goneAfter)
     }
 
-    /// Counts one `verifyReceipt` report (Server API reports say nothing about it).
-    func record(_ report: VerificationReport) {
-        guard watch != nil, report.backend == .verifyReceipt, !report.calls.isEmpty else { return }
+    /// Counts one `verifyReceipt` outcome (Server API outcomes say nothing about it): answered when
+    /// Apple gave a `status`.
+    func record(_ outcome: ValidationOutcome) {
+        guard watch != nil, outcome.backend == .verifyReceipt, !outcome.calls.isEmpty else { return }
         pending.withLock { pending in
-            if report.notice?.gone == true {
+            if outcome.notice?.gone == true {
                 pending.gone += 1
-            } else if report.response != nil {
+            } else if outcome.appleStatus != nil {
                 pending.answered += 1
             }
-            pending.deprecation = report.notice?.deprecation ?? pending.deprecation
-            pending.sunset = report.notice?.sunset ?? pending.sunset
+            pending.deprecation = outcome.notice?.deprecation ?? pending.deprecation
+            pending.sunset = outcome.notice?.sunset ?? pending.sunset
         }
     }
 

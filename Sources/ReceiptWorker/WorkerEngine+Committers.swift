@@ -10,7 +10,7 @@ extension WorkerEngine {
     func runCommitter(_ index: Int) {
         let role = "committer-\(index)"
         var queue: (any JobQueue)?
-        var store: (any ReceiptStore)?
+        var store: (any WorkerStore)?
         var rng = SystemRandomNumberGenerator()
         while let batch = takeBatch() {
             let takenAt = DispatchTime.now().uptimeNanoseconds
@@ -22,7 +22,7 @@ extension WorkerEngine {
             for (settlement, outcome) in commit(batch, store: store, using: &rng) {
                 settlements.append(settlement)
                 outcomes.append(outcome)
-                activity.add(outcome.activity, errorCode: settlement.failureCode)
+                activity.add(outcome.activity, failure: settlement.failureCode)
             }
             let committedAt = DispatchTime.now().uptimeNanoseconds
             var pause = 0.1
@@ -87,30 +87,50 @@ extension WorkerEngine {
         }
     }
 
-    /// Stores what must be stored, in one call, and turns each plan into its settlement.
+    /// Stores what must be stored (the validations in one call to the store, the deliveries' outcomes
+    /// in one to the delivery log) and turns each plan into its settlement.
     private func commit(
-        _ batch: [Decided], store: (any ReceiptStore)?, using generator: inout SystemRandomNumberGenerator
+        _ batch: [Decided], store: (any WorkerStore)?, using generator: inout SystemRandomNumberGenerator
     ) -> [(Settlement, JobOutcome)] {
-        let records: [ValidationRecord?] = batch.map { item in
+        var records: [ValidationRecord?] = []
+        var deliveries: [DeliveryOutcome] = []
+        for item in batch {
             switch item.plan {
-            case .store(let record): record
-            // Marking a buried job failed in Postgres is best effort; the dead letter is what counts.
-            // A notification has no receipt row to mark: its dead letter is the record.
-            case .bury(let failed?) where failed.kind != .notification: planner.failedRecord(failed)
-            case .bury(.some): nil
+            case .store(let record):
+                records.append(record)
+            case .deliver(_, let outcome):
+                records.append(nil)
+                deliveries.append(outcome)
+            // What a buried job leaves in Postgres is best effort; the dead letter is what counts.
+            case .bury(let failed?):
+                switch planner.buriedTrace(failed) {
+                case .record(let record): records.append(record)
+                case .delivery(let outcome):
+                    records.append(nil)
+                    deliveries.append(outcome)
+                case nil: records.append(nil)
+                }
             // A failed delivery's attempt is recorded (best effort): its endpoint's run of failures
             // decides when the endpoint is paused.
-            case .retry(let updated, _, .retried) where updated.kind == .webhook: planner.deliveryAttemptRecord(updated)
-            case .bury(nil), .retry: nil
+            case .retry(let updated, _, .retried):
+                records.append(nil)
+                if let outcome = planner.deliveryAttemptOutcome(updated) { deliveries.append(outcome) }
+            case .bury(nil), .retry:
+                records.append(nil)
             }
         }
         let written = records.compactMap { $0 }
         var results: [Result<ReceiptResource?, StoreFailure>] = []
-        if !written.isEmpty, let store {
+        var deliveriesRecorded = deliveries.isEmpty
+        if let store {
             do {
-                results = try store.save(written)
+                if !written.isEmpty { results = try store.save(written) }
+                if !deliveries.isEmpty {
+                    try store.record(deliveries)
+                    deliveriesRecorded = true
+                }
             } catch {
-                // The façade reconnects on its next call; this batch is retried.
+                // The façade reconnects on its next call; what was not stored is retried.
                 logger.warning("Worker store error", error: error)
             }
         }
@@ -118,7 +138,13 @@ extension WorkerEngine {
         let at = now()
         return zip(batch, records).map { item, record in
             let result = record == nil ? nil : stored.next()
-            let plan: JobPlan
+            var plan = item.plan
+            if case .deliver(let envelope, _) = item.plan {
+                guard deliveriesRecorded else {
+                    return settlement(item, planner.storeUnavailable(envelope, calls: [], using: &generator), at: at)
+                }
+                return (.acknowledge(item.job, result: nil), item.plan.outcome)
+            }
             if case .store(let record) = item.plan {
                 switch result {
                 case .success(let resource)?:
@@ -137,30 +163,35 @@ extension WorkerEngine {
                 case .failure(let failure)?:
                     logger.warning(
                         "Postgres could not store a result", error: failure, metadata: ["job.id": "\(record.envelope.id.uuidString.lowercased())"])
-                    plan = planner.storeUnavailable(record.envelope, calls: record.calls, code: "store_refused", using: &generator)
+                    plan = planner.storeUnavailable(record.envelope, calls: record.calls, code: .storeRefused, using: &generator)
                 case nil:
                     plan = planner.storeUnavailable(record.envelope, calls: record.calls, using: &generator)
                 }
-            } else {
-                plan = item.plan
             }
-            switch plan {
-            case .retry(let updated, let runAt, _):
-                logger.debug(
-                    "Job scheduled for a retry",
-                    metadata: [
-                        "job.id": "\(updated.id.uuidString.lowercased())", "job.attempt": "\(updated.attempt)",
-                        "error.code": "\(updated.errorCode ?? "")",
-                    ])
-                return (.retry(item.job, updated: updated, runAt: runAt), plan.outcome)
-            case .bury(let updated):
-                logger.info(
-                    "Job moved to the dead letters",
-                    metadata: ["job.id": "\(updated?.id.uuidString.lowercased() ?? "unreadable")", "error.code": "\(updated?.errorCode ?? "")"])
-                return (.bury(item.job, updated: updated, at: at), plan.outcome)
-            case .store:
-                preconditionFailure("a result that could not be stored is retried or buried, never stored")
-            }
+            return settlement(item, plan, at: at)
+        }
+    }
+
+    /// The settlement of a plan that is no longer a store: a retry or a burial.
+    private func settlement(_ item: Decided, _ plan: JobPlan, at: Date) -> (Settlement, JobOutcome) {
+        switch plan {
+        case .retry(let updated, let runAt, _):
+            logger.debug(
+                "Job scheduled for a retry",
+                metadata: [
+                    "job.id": "\(updated.id.uuidString.lowercased())", "job.attempt": "\(updated.attempt)",
+                    "error.code": "\(updated.errorCode?.rawValue ?? "")",
+                ])
+            return (.retry(item.job, updated: updated, runAt: runAt), plan.outcome)
+        case .bury(let updated):
+            logger.info(
+                "Job moved to the dead letters",
+                metadata: [
+                    "job.id": "\(updated?.id.uuidString.lowercased() ?? "unreadable")", "error.code": "\(updated?.errorCode?.rawValue ?? "")",
+                ])
+            return (.bury(item.job, updated: updated, at: at), plan.outcome)
+        case .store, .deliver:
+            preconditionFailure("a result that could not be stored is retried or buried, never stored")
         }
     }
 }
@@ -168,7 +199,7 @@ extension WorkerEngine {
 extension Settlement {
     /// The failure a retry or a burial records (the updated envelope's code); nil for an
     /// acknowledgement, and for a burial of bytes that were never an envelope.
-    fileprivate var failureCode: String? {
+    fileprivate var failureCode: FailureCode? {
         switch self {
         case .acknowledge: nil
         case .retry(_, let updated, _): updated.errorCode

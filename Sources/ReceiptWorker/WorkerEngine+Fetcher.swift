@@ -24,7 +24,7 @@ extension WorkerEngine {
 
     func runFetcher() {
         var queue: (any JobQueue)?
-        var store: (any ReceiptStore)?
+        var store: (any WorkerStore)?
         var gate: CircuitGate?
         var lifecycle: VerifyReceiptGate?
         let budget = ImportBudgetGate(rate: configuration.importRatePerSecond, make: makeImportBudget)
@@ -178,7 +178,7 @@ extension WorkerEngine {
     }
 
     private func start(
-        _ token: Int, _ job: ReservedJob, store: (any ReceiptStore)?, gate: CircuitGate, lifecycle: VerifyReceiptGate,
+        _ token: Int, _ job: ReservedJob, store: (any WorkerStore)?, gate: CircuitGate, lifecycle: VerifyReceiptGate,
         budget: ImportBudgetGate, using generator: inout SystemRandomNumberGenerator
     ) {
         locked { shared in
@@ -215,37 +215,59 @@ extension WorkerEngine {
         }
         let app: AppRecord?
         do {
-            guard let store else { throw StoreFailure(code: "store_unavailable", message: "no connection") }
+            guard let store else { throw StoreFailure(code: .unavailable, message: "no connection") }
             app = try store.app(id: envelope.appID)
         } catch {
             return decide(token, job, planner.storeUnavailable(envelope, calls: [], using: &generator))
         }
         guard let app else { return decide(token, job, planner.unknownApp(envelope)) }
         let isProbe = permission == .probe
-        let request: VerificationRequest
+        guard let (request, switchesApp) = request(token, job, envelope, validation, app: app, lifecycle: lifecycle) else { return }
+        let canMove = app.backend == .auto && app.serverAPIKey != nil
+        let call: @Sendable () -> Void = {
+            self.call(
+                token, job, envelope, request, switchesApp: switchesApp, app: app, canMove: canMove, gate: gate, lifecycle: lifecycle,
+                isProbe: isProbe)
+        }
+        // A bulk import's call spends its app's import budget, apart from live traffic's; except the
+        // circuit's probe, whose verdict every worker waits for (one call, whatever the budget).
+        guard envelope.importID != nil, !isProbe else { return call() }
+        spendImportBudget(token, job, envelope, app: app, budget: budget, call: call, using: &generator)
+    }
+
+    /// The call the planner makes of a started job (and whether it records the app's switch),
+    /// raising the app's alarms once; nil when the planner settled the job instead (decided here).
+    private func request(
+        _ token: Int, _ job: ReservedJob, _ envelope: JobEnvelope, _ validation: ValidationJob, app: AppRecord, lifecycle: VerifyReceiptGate
+    ) -> (ValidationRequest, switchesApp: Bool)? {
+        let request: ValidationRequest
+        let switchesApp: Bool
         switch planner.start(envelope, validation, app: app, verifyReceipt: lifecycle.lifecycle) {
-        case .call(let call): request = call
+        case .call(let call, let switches): (request, switchesApp) = (call, switches)
         case .settle(let plan):
             if case .bury(let failed?) = plan, let code = failed.errorCode, ConfigurationAlarm.raiseOnce(appID: app.id) {
                 logger.error(
-                    "The app cannot use the App Store Server API: \(failed.errorMessage ?? code)",
+                    "The app cannot use the App Store Server API: \(failed.errorMessage ?? code.rawValue)",
                     metadata: ["app.id": "\(app.id.uuidString.lowercased())", "error.code": "\(code)"])
             }
-            return decide(token, job, plan)
+            decide(token, job, plan)
+            return nil
         }
-        if request.switchesApp, SwitchAlarm.raiseOnce(appID: app.id) {
+        if switchesApp, SwitchAlarm.raiseOnce(appID: app.id) {
             metrics.backendSwitched()
             logger.critical(
                 "verifyReceipt is retired: this app now validates with the App Store Server API",
                 metadata: ["app.id": "\(app.id.uuidString.lowercased())", "app.bundle_id": "\(app.bundleID)"])
         }
-        let canMove = app.backend == .auto && app.serverAPIKey != nil
-        let call: @Sendable () -> Void = {
-            self.call(token, job, envelope, request, app: app, canMove: canMove, gate: gate, lifecycle: lifecycle, isProbe: isProbe)
-        }
-        // A bulk import's call spends its app's import budget, apart from live traffic's; except the
-        // circuit's probe, whose verdict every worker waits for (one call, whatever the budget).
-        guard envelope.importID != nil, !isProbe else { return call() }
+        return (request, switchesApp)
+    }
+
+    /// Runs a bulk import's `call` within its app's import budget: now, in the slot booked for it,
+    /// or (budget spent) not at all, the job deferred to the retry set.
+    private func spendImportBudget(
+        _ token: Int, _ job: ReservedJob, _ envelope: JobEnvelope, app: AppRecord, budget: ImportBudgetGate,
+        call: @escaping @Sendable () -> Void, using generator: inout SystemRandomNumberGenerator
+    ) {
         switch budget.slot(app: app.bundleID, now: now()) {
         case .now:
             call()
@@ -262,30 +284,30 @@ extension WorkerEngine {
 
     /// The call to Apple of a started job, and the plan its answer makes.
     private func call(
-        _ token: Int, _ job: ReservedJob, _ envelope: JobEnvelope, _ request: VerificationRequest, app: AppRecord, canMove: Bool,
-        gate: CircuitGate, lifecycle: VerifyReceiptGate, isProbe: Bool
+        _ token: Int, _ job: ReservedJob, _ envelope: JobEnvelope, _ request: ValidationRequest, switchesApp: Bool, app: AppRecord,
+        canMove: Bool, gate: CircuitGate, lifecycle: VerifyReceiptGate, isProbe: Bool
     ) {
         let sandboxPolicy = app.sandboxPolicy
-        verifier.verify(request) { report in
+        verifier.verify(request) { outcome in
             // On the HTTP engine's thread: count, decide, hand over; nothing here blocks.
             // One circuit for both APIs: an outage of either defers the jobs, a 429 is not an outage.
-            gate.record(outage: report.verdict == .outage, probe: isProbe)
-            self.metrics.record(report.calls)
+            gate.record(outage: outcome.verdict == .outage, probe: isProbe)
+            self.metrics.record(outcome.calls)
             var rng = SystemRandomNumberGenerator()
-            lifecycle.record(report)
+            lifecycle.record(outcome)
             var plan: JobPlan
-            if report.notice?.gone == true, canMove {
+            if outcome.notice?.gone == true, canMove {
                 // verifyReceipt answers "gone" and this app can move: wait (without an attempt) for
                 // the deployment to agree, then it goes to the Server API.
                 plan = self.planner.deferred(envelope, until: self.now().addingTimeInterval(2), using: &rng)
             } else {
-                plan = self.planner.plan(envelope, report: report, sandboxPolicy: sandboxPolicy, using: &rng)
+                plan = self.planner.plan(envelope, outcome: outcome, sandboxPolicy: sandboxPolicy, using: &rng)
             }
-            if request.switchesApp, case .store(var record) = plan {
+            if switchesApp, case .store(var record) = plan {
                 record.switchesApp = true
                 plan = .store(record)
             }
-            if case .bury(let failed?) = plan, failed.errorCode == "shared_secret_mismatch", ConfigurationAlarm.raiseOnce(appID: app.id) {
+            if case .bury(let failed?) = plan, failed.errorCode == .sharedSecretMismatch, ConfigurationAlarm.raiseOnce(appID: app.id) {
                 // Every receipt of this app will fail the same way until someone fixes the secret:
                 // say it once, loudly, not once per job.
                 self.logger.error(
@@ -297,12 +319,12 @@ extension WorkerEngine {
     }
 
     private func startDelivery(
-        _ token: Int, _ job: ReservedJob, _ envelope: JobEnvelope, _ delivery: WebhookDelivery, store: (any ReceiptStore)?,
+        _ token: Int, _ job: ReservedJob, _ envelope: JobEnvelope, _ delivery: WebhookDelivery, store: (any WorkerStore)?,
         using generator: inout SystemRandomNumberGenerator
     ) {
         let endpoint: WebhookEndpointRecord?
         do {
-            guard let store else { throw StoreFailure(code: "store_unavailable", message: "no connection") }
+            guard let store else { throw StoreFailure(code: .unavailable, message: "no connection") }
             endpoint = try store.webhookEndpoint(id: delivery.target.endpointID)
         } catch {
             return decide(token, job, planner.storeUnavailable(envelope, calls: [], using: &generator))
@@ -313,12 +335,12 @@ extension WorkerEngine {
             guard let webhooks else {
                 return decide(
                     token, job,
-                    .bury(envelope.failed(code: "webhooks_not_configured", message: "this worker cannot send webhooks", calls: [], at: now())))
+                    .bury(envelope.failed(code: .webhooksNotConfigured, message: "this worker cannot send webhooks", calls: [], at: now())))
             }
             webhooks.deliver(request) { report in
                 var rng = SystemRandomNumberGenerator()
                 self.metrics.delivered(report)
-                self.decide(token, job, self.planner.webhook(envelope, report: report, using: &rng))
+                self.decide(token, job, self.planner.webhook(envelope, delivery, report: report, using: &rng))
             }
         }
     }

@@ -7,6 +7,10 @@ import ReceiptCore
 import ServiceLifecycle
 import Synchronization
 
+/// What a worker thread stores into: validations (``ReceiptStore``) and webhook deliveries
+/// (``DeliveryLog``), two ports that one Postgres connection serves in production.
+public typealias WorkerStore = ReceiptStore & DeliveryLog
+
 /// The worker: `concurrency` validations in flight in one process on a handful of threads.
 ///
 /// ```swift
@@ -139,7 +143,7 @@ public final class WorkerEngine: Service, Sendable {
 
     let configuration: Configuration
     let makeQueue: @Sendable (String) throws -> any JobQueue
-    let makeStore: @Sendable (String) throws -> any ReceiptStore
+    let makeStore: @Sendable (String) throws -> any WorkerStore
     let makeCircuit: @Sendable () throws -> (any OutageCircuit)?
     let makeWatch: @Sendable () throws -> (any VerifyReceiptWatch)?
     let makeImportBudget: @Sendable () throws -> (any ImportRateBudget)?
@@ -183,7 +187,7 @@ public final class WorkerEngine: Service, Sendable {
     ///   - logger: where the engine logs.
     public init(
         configuration: Configuration, makeQueue: @escaping @Sendable (String) throws -> any JobQueue,
-        makeStore: @escaping @Sendable (String) throws -> any ReceiptStore,
+        makeStore: @escaping @Sendable (String) throws -> any WorkerStore,
         makeCircuit: @escaping @Sendable () throws -> (any OutageCircuit)? = { nil },
         makeWatch: @escaping @Sendable () throws -> (any VerifyReceiptWatch)? = { nil },
         makeImportBudget: @escaping @Sendable () throws -> (any ImportRateBudget)? = { nil }, verifier: any ReceiptVerifier,

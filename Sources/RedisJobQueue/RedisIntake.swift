@@ -26,7 +26,6 @@ public final class RedisIntake: ReceiptIntake, Service {
     private let idempotencyTTLSeconds: String
     private let writer: PipelineBatcher
     private let listener: ResultListener
-    private let scriptSHA = Mutex<[UInt8]?>(nil)
 
     /// Creates the intake; its result listener starts with ``run()``, its connections on first use.
     /// - Parameters:
@@ -88,17 +87,6 @@ public final class RedisIntake: ReceiptIntake, Service {
         writer.close()
     }
 
-    /// Queues the job unless the key was seen in the window: one script, so the check and the
-    /// writes are atomic, and nothing is written twice when two requests race.
-    private static let enqueueScript = """
-        local existing = redis.call('GET', KEYS[1])
-        if existing then return existing end
-        redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
-        if ARGV[3] ~= '' then redis.call('SET', KEYS[2], ARGV[3], 'EX', ARGV[4]) end
-        redis.call('LPUSH', KEYS[3], ARGV[5])
-        return ''
-        """
-
     public func enqueue(
         _ envelope: JobEnvelope, pending: ReceiptResource?, idempotencyKey: String, wait: Duration
     ) async throws
@@ -111,25 +99,15 @@ public final class RedisIntake: ReceiptIntake, Service {
             envelope.replyTo = node
             listener.expect(envelope.id)
         }
-        let arguments: [[UInt8]] = [
-            Array("3".utf8), Array(keys.idempotency(app: envelope.appID.canonical, receiptSHA256: idempotencyKey).utf8),
-            Array(keys.pending(id).utf8), Array(keys.queue(envelope.queueName).utf8),
-            Array(id.utf8), Array(idempotencyTTLSeconds.utf8), pending?.encoded() ?? [], Array(pendingTTLSeconds.utf8), envelope.encoded(),
+        // One script, so the idempotency check and the writes are atomic; by SHA, in the writer's
+        // group-committed pipeline.
+        let scriptKeys = [
+            keys.idempotency(app: envelope.appID.canonical, receiptSHA256: idempotencyKey), keys.pending(id), keys.queue(envelope.queueName),
         ]
-        var reply: RedisValue
+        let arguments = [bytes(id), bytes(idempotencyTTLSeconds), pending?.encoded() ?? [], bytes(pendingTTLSeconds), envelope.encoded()]
+        let reply: RedisValue
         do {
-            // By SHA once Redis has the script: 300 bytes fewer per request, and no hashing of them.
-            // A Redis that lost it (a restart, a failover to a replica) answers NOSCRIPT, nothing
-            // run: the same command again by source, which also gives Redis the script back.
-            if let sha = await enqueueScriptSHA() {
-                reply = try await writer.submit([Array("EVALSHA".utf8), sha] + arguments)
-                if case .error(let message) = reply, message.hasPrefix("NOSCRIPT") {
-                    scriptSHA.withLock { $0 = nil }
-                    reply = try await writer.submit([Array("EVAL".utf8), Array(Self.enqueueScript.utf8)] + arguments)
-                }
-            } else {
-                reply = try await writer.submit([Array("EVAL".utf8), Array(Self.enqueueScript.utf8)] + arguments)
-            }
+            reply = try await RedisScriptRunner.run(RedisScripts.intakeEnqueue, keys: scriptKeys, arguments: arguments, via: writer.submit)
         } catch {
             if waits { listener.forget(envelope.id) }
             throw error
@@ -155,39 +133,17 @@ public final class RedisIntake: ReceiptIntake, Service {
         }
     }
 
-    /// Adds a batch's counts to its import's progress hash and lists the import as active: one
-    /// script, so a run's hash never exists without its entry in the list.
-    private static let importScript = """
-        -- KEYS: run hash, runs. ARGV: app, now ms, queued, duplicates, invalid, ttl s, id.
-        redis.call('HSETNX', KEYS[1], 'app', ARGV[1])
-        redis.call('HSETNX', KEYS[1], 'started_ms', ARGV[2])
-        redis.call('HSET', KEYS[1], 'updated_ms', ARGV[2])
-        redis.call('HINCRBY', KEYS[1], 'queued', ARGV[3])
-        redis.call('HINCRBY', KEYS[1], 'duplicates', ARGV[4])
-        redis.call('HINCRBY', KEYS[1], 'invalid', ARGV[5])
-        redis.call('EXPIRE', KEYS[1], ARGV[6])
-        redis.call('ZADD', KEYS[2], ARGV[2], ARGV[7])
-        redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', '(' .. (tonumber(ARGV[2]) - tonumber(ARGV[6]) * 1000))
-        return 0
-        """
-
+    /// Adds a batch's counts to its import's progress hash and lists the import as active, in one
+    /// script (`RedisScripts.importProgress`).
     public func recordImport(_ id: UUID, appID: UUID, tally: ImportBatchTally, at: Date) async {
         let arguments = [
-            "EVAL", Self.importScript, "2", keys.importRun(id.canonical), keys.importRuns, appID.canonical, String(milliseconds(at)),
-            String(tally.queued), String(tally.duplicates), String(tally.invalid), String(RedisKeys.importRunRetention), id.canonical,
+            appID.canonical, String(milliseconds(at)), String(tally.queued), String(tally.duplicates), String(tally.invalid),
+            String(RedisKeys.importRunRetention), id.canonical,
         ]
         // Best effort: the batch's jobs are already durable; progress is a view of them.
-        _ = try? await writer.submit(arguments.map { Array($0.utf8) })
-    }
-
-    /// The enqueue script's SHA-1 as Redis names it, loaded on first use (and after a NOSCRIPT);
-    /// nil while Redis cannot be asked: the caller sends the source.
-    private func enqueueScriptSHA() async -> [UInt8]? {
-        if let sha = scriptSHA.withLock({ $0 }) { return sha }
-        guard let loaded = try? await pool.command(["SCRIPT", "LOAD", Self.enqueueScript]), case .bulk(let sha) = loaded, sha.count == 40
-        else { return nil }
-        scriptSHA.withLock { $0 = sha }
-        return sha
+        _ = try? await RedisScriptRunner.run(
+            RedisScripts.importProgress, keys: [keys.importRun(id.canonical), keys.importRuns], arguments: arguments.map(bytes),
+            via: writer.submit)
     }
 
     public func pendingResource(id: UUID) async throws -> ReceiptResource? {

@@ -7,9 +7,9 @@ import ReceiptCore
 ///
 /// ```swift
 /// let dead = RedisJobSet.dead(pool: pool, keys: RedisKeys())
-/// let page = try await dead.list(filter: JobSetFilter(errorCode: "shared_secret_mismatch"), offset: 0, limit: 50)
+/// let page = try await dead.list(filter: JobSetFilter(errorCode: .sharedSecretMismatch), offset: 0, limit: 50)
 /// // After fixing the app's shared secret:
-/// let moved = try await dead.retryAll(matching: JobSetFilter(errorCode: "shared_secret_mismatch"))
+/// let moved = try await dead.retryAll(matching: JobSetFilter(errorCode: .sharedSecretMismatch))
 /// ```
 ///
 /// Every change is made on the member's exact stored bytes, so it never touches a member that
@@ -42,39 +42,6 @@ public struct RedisJobSet: JobSetStore {
             self.filterScanLimit = filterScanLimit
         }
     }
-
-    /// Moves members of a job set to a queue. Versioned (the first line names it) like the promoter
-    /// script, so a changed script never runs under an old SHA.
-    ///
-    /// The rewritten envelope is computed in Swift and passed in; the script only decides *whether*
-    /// to push, by the `ZREM` of the exact old bytes. If the member changed meanwhile (buried
-    /// again with newer failure fields) or left (promoted, deleted, retried by someone else), ZREM
-    /// returns 0 and nothing is pushed, so the new bytes always replace exactly the member they
-    /// were made from.
-    ///
-    /// v2 takes the end of the queue as its first argument (see ``Placement``): v1 always pushed
-    /// to the front.
-    static let requeueScript = """
-        -- receiptq:requeue_from_set:v2
-        -- KEYS[1] the job set, KEYS[2] the queue; ARGV[1] 'front' or 'back', then pairs of
-        -- (stored member, rewritten envelope). Workers take from the right: RPUSH is the front.
-        local push
-        if ARGV[1] == 'front' then
-          push = 'RPUSH'
-        elseif ARGV[1] == 'back' then
-          push = 'LPUSH'
-        else
-          return redis.error_reply('ERR requeue placement must be front or back')
-        end
-        local moved = 0
-        for i = 2, #ARGV - 1, 2 do
-          if redis.call('ZREM', KEYS[1], ARGV[i]) == 1 then
-            redis.call(push, KEYS[2], ARGV[i + 1])
-            moved = moved + 1
-          end
-        end
-        return moved
-        """
 
     /// Which end of its queue a requeued job goes to.
     enum Placement: String {
@@ -308,13 +275,13 @@ public struct RedisJobSet: JobSetStore {
         }
         let key = self.key
         return try await pool.withConnection { connection in
-            var script = ScriptRunner(source: Self.requeueScript)
             var moved = 0
             for batch in batches {
-                var arguments = [bytes(key), bytes(batch.queue), bytes(placement.rawValue)]
+                var arguments = [bytes(placement.rawValue)]
                 for (old, new) in batch.pairs { arguments += [old, new] }
-                guard let count = try script.run(on: connection, keyCount: 2, arguments: arguments).int else {
-                    throw RedisQueueError.unexpectedReply("EVALSHA")
+                let reply = try RedisScriptRunner.run(RedisScripts.requeueFromSet, keys: [key, batch.queue], arguments: arguments, on: connection)
+                guard let count = reply.int else {
+                    throw RedisQueueError.unexpectedReply(RedisScripts.requeueFromSet.name)
                 }
                 moved += count
             }
@@ -351,12 +318,5 @@ public struct RedisJobSet: JobSetStore {
             }
             return JobSetEntry(raw: raw, score: Date(timeIntervalSince1970: score / 1000))
         }
-    }
-}
-
-extension RedisQueueError {
-    /// Redis answered with a reply of an unexpected shape.
-    static func unexpectedReply(_ command: String) -> RedisQueueError {
-        RedisQueueError(code: "unexpected_reply", message: "unexpected reply to \(command)")
     }
 }

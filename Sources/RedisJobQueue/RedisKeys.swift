@@ -1,4 +1,5 @@
-/// receiptq's Redis key schema, in one place (DESIGN.md "Redis keys").
+/// receiptq's Redis key schema, in one place (DESIGN.md "Redis keys"): every key the adapter reads,
+/// writes or hands to a script (``RedisScripts``) is built here, and nowhere else.
 ///
 /// Every key carries the `{rq}` hash tag (or the configured prefix) so that the multi-key Lua
 /// moves stay legal on Redis Cluster.
@@ -51,4 +52,26 @@ public struct RedisKeys: Sendable, Equatable {
     public func repollMarker(app: String, environment: String, originalTransactionID: String, pollSequence: Int) -> String {
         "\(prefix):repoll:queued:\(app):\(environment):\(originalTransactionID):\(pollSequence)"
     }
+    /// How many times the janitor gave job `id` back after its worker died (a week's TTL): past
+    /// `RedisMaintenance.maxRecoveries` the job is taken for a poison job and buried.
+    public func recoveries(_ id: String) -> String { "\(prefix):recoveries:\(id)" }
+
+    /// The outage circuit's state hash: `open_until` (ms; absent while closed) and `failed_probes`.
+    public var circuitState: String { "\(prefix):circuit:state" }
+    /// The outage circuit's probe lease: `"<lane token> <lease end, ms>"`, held by the one prober.
+    public var circuitProbe: String { "\(prefix):circuit:probe" }
+    /// Calls (`c`) and outages (`f`) of one window bucket (the Unix second by default), with a TTL.
+    public func circuitCalls(bucket: Int64) -> String { "\(prefix):circuit:calls:\(bucket)" }
+
+    /// One app's Server API token bucket for one endpoint and environment: `t` tokens, `ts` last
+    /// refill (ms).
+    public func serverAPIBucket(app: String, environment: String, endpoint: String) -> String {
+        "\(prefix):serverapi:bucket:\(app):\(environment):\(endpoint)"
+    }
+    /// Set after a `429`: the app's calls wait until this time (ms).
+    public func serverAPIPause(app: String, environment: String) -> String { "\(prefix):serverapi:pause:\(app):\(environment)" }
+
+    /// `verifyReceipt`'s lifecycle across the deployment: `run` (404/410s in a row), `gone_since`,
+    /// `deprecation`, `sunset` (ms).
+    public var verifyReceiptLifecycle: String { "\(prefix):verifyreceipt:lifecycle" }
 }

@@ -321,20 +321,6 @@ public final class RedisWorkQueue: JobQueue {
     }
 }
 
-/// Errors of the Redis queue adapter.
-public struct RedisQueueError: Error, CustomStringConvertible, Equatable {
-    /// A bounded code.
-    public var code: String
-    /// What Redis said (no job contents).
-    public var message: String
-
-    static func transactionFailed(_ message: String) -> RedisQueueError {
-        RedisQueueError(code: "transaction_failed", message: message)
-    }
-
-    public var description: String { "RedisQueueError.\(code): \(message)" }
-}
-
 @inline(__always) func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
 
 func milliseconds(_ date: Date) -> Int64 { Int64((date.timeIntervalSince1970 * 1000).rounded()) }

@@ -33,7 +33,7 @@ public struct ReplicaAcknowledgement: Sendable {
         let acknowledged = reply?.int ?? 0
         guard acknowledged < replicas else { return }
         onTimeout()
-        throw RedisQueueError(code: "replication_timeout", message: "\(acknowledged) of \(replicas) replicas acknowledged within \(timeout)")
+        throw RedisQueueError(code: .replicationTimeout, message: "\(acknowledged) of \(replicas) replicas acknowledged within \(timeout)")
     }
 
     /// Sends `WAIT` on `connection` after its writes (blocking) unless no replica is required.

@@ -84,18 +84,18 @@ public final class WebhookClient: WebhookSender, Service, Sendable {
             case .success(let response):
                 completion(
                     WebhookReport(
-                        httpStatus: response.status, errorCode: (200..<300).contains(response.status) ? nil : "http_\(response.status)",
+                        httpStatus: response.status, errorCode: (200..<300).contains(response.status) ? nil : .http(response.status),
                         latencyMs: latency))
             case .failure(let error) where error.code == .couldNotConnect && !request.allowPrivate:
                 // A refused address looks like a failed connect to libcurl: say which it was. The
                 // look-up blocks, and this runs on the engine thread that drives every transfer: an
                 // endpoint that refuses connections must not stall the others, so it runs elsewhere.
                 DispatchQueue.global().async {
-                    let code = Self.resolvesOnlyPrivately(request.url) ? "address_not_allowed" : error.code.description
+                    let code: FailureCode = Self.resolvesOnlyPrivately(request.url) ? .addressNotAllowed : Self.failure(error)
                     completion(WebhookReport(httpStatus: nil, errorCode: code, latencyMs: latency))
                 }
             case .failure(let error):
-                completion(WebhookReport(httpStatus: nil, errorCode: error.code.description, latencyMs: latency))
+                completion(WebhookReport(httpStatus: nil, errorCode: Self.failure(error), latencyMs: latency))
             }
         }
     }
@@ -104,6 +104,11 @@ public final class WebhookClient: WebhookSender, Service, Sendable {
     public func shutdown(gracePeriod: Duration = .zero) {
         publicOnly.shutdown(gracePeriod: gracePeriod)
         unrestricted.shutdown(gracePeriod: gracePeriod)
+    }
+
+    /// The domain's name for a transport failure: libcurl's classification, whose names it shares.
+    static func failure(_ error: CurlError) -> FailureCode {
+        .transport(TransportFailure(rawValue: error.code.description) ?? .other)
     }
 
     private static func resolvesOnlyPrivately(_ url: String) -> Bool {

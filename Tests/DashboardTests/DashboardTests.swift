@@ -143,8 +143,8 @@ struct DashboardFormTests {
         var minutes = (0..<60).map { ActivityMinute(minute: start.addingTimeInterval(Double($0) * 60), tally: ActivityTally()) }
         minutes[59].tally.add(.validated)
         minutes[59].tally.add(.validated)
-        minutes[59].tally.add(.dead, errorCode: "shared_secret_mismatch")
-        minutes[10].tally.add(.retried, errorCode: "transport_timeout")
+        minutes[59].tally.add(.dead, failure: .sharedSecretMismatch)
+        minutes[10].tally.add(.retried, failure: .transport(.timeout))
         let svg = ActivityChart.svg(minutes)
         #expect(svg.components(separatedBy: "<rect").count - 1 == 3)
         #expect(svg.contains(#"class="s-validated""#) && svg.contains(#"class="s-configuration""#) && svg.contains(#"class="s-network""#))

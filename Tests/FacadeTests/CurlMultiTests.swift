@@ -1,8 +1,9 @@
 import Curl
+import DevTools
 import Foundation
-import MockAppStore
 import ReceiptTesting
 import Synchronization
+import SystemTesting
 import Testing
 
 /// A numeric field of /proc/self/status, e.g. `Threads` or `VmRSS` (in kB).
@@ -38,14 +39,9 @@ private func started(_ multi: CurlMulti) -> CurlMulti {
     return multi
 }
 
-/// Polls `condition` every 10 ms for up to `limit`; true once it holds.
+/// SystemTesting's `eventually`, polling every 10 ms.
 private func eventually(within limit: Duration = .seconds(10), _ condition: () -> Bool) async throws -> Bool {
-    let deadline = ContinuousClock.now + limit
-    while ContinuousClock.now < deadline {
-        if condition() { return true }
-        try await Task.sleep(for: .milliseconds(10))
-    }
-    return condition()
+    try await SystemTesting.eventually(timeout: limit, interval: .milliseconds(10)) { condition() }
 }
 
 private func seconds(_ duration: Duration) -> String {
@@ -54,7 +50,7 @@ private func seconds(_ duration: Duration) -> String {
 }
 
 // Serialized: the thread, RSS and timing measurements must not overlap each other.
-@Suite("CurlMulti engine", .serialized, .timeLimit(.minutes(3)))
+@Suite("CurlMulti engine", .blockingWork, .serialized, .timeLimit(.minutes(3)))
 struct CurlMultiTests {
     @Test func thousandSlowRequestsOverlapOnOneEngineThread() async throws {
         raiseDescriptorLimit()

@@ -1,7 +1,8 @@
 import Curl
+import DevTools
 import Foundation
-import MockAppStore
 import ReceiptTesting
+import SystemTesting
 import Testing
 
 /// A loopback HTTP(S) server in a `python3` child process, so the tests need no network and no
@@ -89,7 +90,7 @@ private func options(timeout: Duration = .seconds(10), maxBytes: Int = 4 << 20) 
     return options
 }
 
-@Suite("Curl façade")
+@Suite("Curl façade", .blockingWork)
 struct CurlTests {
     @Test func versionMentionsLibcurl() {
         CurlGlobal.initialize()

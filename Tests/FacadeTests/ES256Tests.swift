@@ -1,10 +1,11 @@
+import DevTools
 import Foundation
-import MockAppStore
 import OpenSSL
 import ReceiptTesting
+import SystemTesting
 import Testing
 
-@Suite("OpenSSL façade: ES256 in JOSE's r ‖ s form")
+@Suite("OpenSSL façade: ES256 in JOSE's r ‖ s form", .blockingWork)
 struct ES256Tests {
     @Test("a signature verifies with the matching key only, and not after one bit of data or signature changes")
     func roundTrip() throws {
@@ -70,7 +71,7 @@ struct ES256Tests {
     }
 }
 
-@Suite("OpenSSL façade: P-256 certificates with Apple's marker extensions")
+@Suite("OpenSSL façade: P-256 certificates with Apple's marker extensions", .blockingWork)
 struct MarkerCertificateTests {
     @Test("a P-256 root issues an intermediate and a leaf carrying the requested marker OIDs, and only those")
     func markers() throws {

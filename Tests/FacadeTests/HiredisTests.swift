@@ -3,12 +3,13 @@ import Hiredis
 import Logging
 import ReceiptTesting
 import Synchronization
+import SystemTesting
 import Testing
 
 /// The hiredis façade against a real Redis (`REDIS_HOSTNAME`/`REDIS_PORT`).
 ///
 /// Every test uses keys under its own random prefix and deletes them; nothing flushes the database.
-@Suite("Hiredis façade", .enabled(if: TestEnvironment.integrationEnabled))
+@Suite("Hiredis façade", .blockingWork, .enabled(if: TestEnvironment.integrationEnabled))
 struct HiredisTests {
     let configuration = RedisConfiguration(host: TestEnvironment.redisHost, port: TestEnvironment.redisPort)
     /// For a pool whose connection waits in `BLPOP` for a push the test makes when its task next
@@ -401,7 +402,7 @@ struct HiredisTests {
     }
 }
 
-@Suite("Hiredis values")
+@Suite("Hiredis values", .blockingWork)
 struct RedisValueTests {
     @Test func conveniences() {
         #expect(RedisValue.bulk(Array("12".utf8)).int == 12)

@@ -1,5 +1,6 @@
 import Foundation
 import ReceiptTesting
+import SystemTesting
 import Testing
 
 @testable import Libpq
@@ -7,7 +8,7 @@ import Testing
 /// Arrays bound in binary format: Postgres reads back every element as it went in, stores the
 /// same instant a text bind of the date stores, and a value it cannot hold fails the statement,
 /// never the process.
-@Suite("Libpq binary arrays", .enabled(if: TestEnvironment.integrationEnabled))
+@Suite("Libpq binary arrays", .blockingWork, .enabled(if: TestEnvironment.integrationEnabled))
 struct LibpqBinaryArrayTests {
     let configuration = PostgresConfiguration(
         host: TestEnvironment.postgresHost, port: TestEnvironment.postgresPort, user: TestEnvironment.postgresUser,

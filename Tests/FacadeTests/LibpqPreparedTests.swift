@@ -1,12 +1,13 @@
 import Foundation
 import ReceiptTesting
+import SystemTesting
 import Testing
 
 @testable import Libpq
 
 /// Statements with parameters run as named prepared statements, once parsed per session, and
 /// nothing a session can lose (a reset, a migration) makes them fail.
-@Suite("Libpq prepared statements", .enabled(if: TestEnvironment.integrationEnabled))
+@Suite("Libpq prepared statements", .blockingWork, .enabled(if: TestEnvironment.integrationEnabled))
 struct LibpqPreparedTests {
     func configuration(prepares: Bool = true) -> PostgresConfiguration {
         PostgresConfiguration(

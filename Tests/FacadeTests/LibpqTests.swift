@@ -1,5 +1,6 @@
 import Foundation
 import ReceiptTesting
+import SystemTesting
 import Testing
 
 @testable import Libpq
@@ -7,7 +8,7 @@ import Testing
 /// The libpq façade against a real PostgreSQL (`POSTGRES_*` variables).
 ///
 /// Every test works in its own randomly named table and drops it; nothing else is touched.
-@Suite("Libpq façade", .enabled(if: TestEnvironment.integrationEnabled))
+@Suite("Libpq façade", .blockingWork, .enabled(if: TestEnvironment.integrationEnabled))
 struct LibpqTests {
     let configuration = PostgresConfiguration(
         host: TestEnvironment.postgresHost,

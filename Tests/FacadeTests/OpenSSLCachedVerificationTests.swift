@@ -1,6 +1,7 @@
+import DevTools
 import Foundation
-import MockAppStore
 import OpenSSL
+import SystemTesting
 import Testing
 
 /// Root → intermediate → leaf, and a second intermediate with the same name and key but another
@@ -119,7 +120,7 @@ private func indefiniteForm(_ der: [UInt8], editingSignedData edit: ([[UInt8]]) 
     return indefinite(contentInfo.identifier, [Array(contentInfo.children[0]), indefinite(explicit.identifier, [signed])])
 }
 
-@Suite("OpenSSL façade: cached PKCS#7 verification matches the reference path")
+@Suite("OpenSSL façade: cached PKCS#7 verification matches the reference path", .blockingWork)
 struct OpenSSLCachedVerificationTests {
     /// Both paths on `der`; they must agree exactly.
     private func compare(

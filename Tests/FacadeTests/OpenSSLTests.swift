@@ -1,7 +1,8 @@
+import DevTools
 import Foundation
-import MockAppStore
 import OpenSSL
 import ReceiptTesting
+import SystemTesting
 import Testing
 
 /// A CA → leaf hierarchy made once per run (RSA key generation is the slow part).
@@ -44,7 +45,7 @@ private func pki() throws -> TestPKI {
     try #require(TestPKI.shared, "could not build the test PKI")
 }
 
-@Suite("OpenSSL façade: digests, keys, certificates")
+@Suite("OpenSSL façade: digests, keys, certificates", .blockingWork)
 struct OpenSSLPrimitiveTests {
     @Test func knownDigestVectors() {
         #expect(Digest.hex(Digest.sha256([UInt8]())) == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855")
@@ -120,7 +121,7 @@ struct OpenSSLPrimitiveTests {
     }
 }
 
-@Suite("OpenSSL façade: PKCS#7")
+@Suite("OpenSSL façade: PKCS#7", .blockingWork)
 struct PKCS7Tests {
     private static let content: [UInt8] = [0x31, 0x00, 0xFF] + Array("receiptq-unique-content-marker".utf8) + [0x00]
 
@@ -189,7 +190,7 @@ struct PKCS7Tests {
 
 /// Real Apple receipts and certificates from the shared test-data folder (never copied into the repo).
 @Suite(
-    "OpenSSL façade: real App Store data",
+    "OpenSSL façade: real App Store data", .blockingWork,
     .enabled(if: TestEnvironment.appStoreTestData != nil, "shared/testdata/appstore not found; set RECEIPTQ_TESTDATA"))
 struct OpenSSLAppStoreDataTests {
     private static var root: URL { TestEnvironment.appStoreTestData ?? URL(fileURLWithPath: "/nonexistent") }

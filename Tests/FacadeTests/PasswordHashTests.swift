@@ -1,8 +1,9 @@
 import Foundation
 import OpenSSL
+import SystemTesting
 import Testing
 
-@Suite("Operators' password hashes: scrypt (RFC 7914) in the PHC string format")
+@Suite("Operators' password hashes: scrypt (RFC 7914) in the PHC string format", .blockingWork)
 struct PasswordHashTests {
     static func base64(_ bytes: [UInt8]) -> String { Data(bytes).base64EncodedString().replacingOccurrences(of: "=", with: "") }
 

@@ -1,10 +1,11 @@
 import Foundation
 import ReceiptTesting
+import SystemTesting
 import Testing
 
 @testable import Libpq
 
-@Suite("Libpq queries")
+@Suite("Libpq queries", .blockingWork)
 struct PostgresQueryTests {
     @Test func interpolationBindsEveryValue() {
         let id = UUID(uuidString: "E621E1F8-C36C-495A-93FC-0C247A3E6E5F") ?? UUID()
@@ -28,7 +29,7 @@ struct PostgresQueryTests {
 }
 
 /// `PostgresError.scrub` alone: no server needed.
-@Suite("Postgres error redaction")
+@Suite("Postgres error redaction", .blockingWork)
 struct PostgresErrorScrubTests {
     @Test("Data exceptions lose everything they quote, even a value with quotes or a line break")
     func scrubOfQuotedValues() {

@@ -1,7 +1,8 @@
 import OpenSSL
+import SystemTesting
 import Testing
 
-@Suite("OpenSSL façade: secrets sealed at rest (AES-256-GCM)")
+@Suite("OpenSSL façade: secrets sealed at rest (AES-256-GCM)", .blockingWork)
 struct SecretBoxTests {
     @Test("A sealed secret opens with the same key and context only, and never seals to the same bytes twice")
     func sealAndOpen() throws {

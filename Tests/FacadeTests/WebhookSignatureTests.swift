@@ -1,10 +1,12 @@
 import Curl
+import DevTools
 import Foundation
 import MockAppStore
+import SystemTesting
 import Testing
 import WebhookClient
 
-@Suite("Webhook signatures and the public-address rule")
+@Suite("Webhook signatures and the public-address rule", .blockingWork)
 struct WebhookSignatureTests {
     /// The README's test vector: a backend can check its own verification code against it.
     static let vector = (

@@ -1,9 +1,8 @@
+import DevTools
 import Foundation
 import IngestAPI
-import MockAppStore
 import OpenSSL
 import ReceiptCore
-import ReceiptSignature
 import Synchronization
 
 /// Forged receipts shared by the suites (one test CA per process: RSA key generation is slow).
@@ -69,6 +68,9 @@ final class StubIntake: ReceiptIntake {
 
     func pendingResource(id: UUID) async throws -> ReceiptResource? { nil }
     func ping() async -> Bool { true }
+
+    /// Imports' progress is Redis's business; these tests read the enqueued jobs instead.
+    func recordImport(_ id: UUID, appID: UUID, tally: ImportBatchTally, at: Date) async {}
 }
 
 /// Postgres stand-in: one app with one token and one softphone username.
@@ -88,6 +90,9 @@ struct StubCatalog: ReceiptCatalog {
         if failing { throw Down() }
         return username == Fixtures.username ? Fixtures.credentials : nil
     }
+
+    /// No app of these tests has a notification URL.
+    func notificationApp(name: String, token: String) async throws -> AppRecord? { nil }
 }
 
 /// The signature check, answered as told.

@@ -3,11 +3,12 @@ import Hiredis
 import ReceiptCore
 import ReceiptTesting
 import RedisJobQueue
+import SystemTesting
 import Testing
 
 /// The per-minute activity the workers count when they settle, and the overview that reads it back
 /// with the outage circuit, against a real Redis under a `{rqt-…}` prefix unique to each test.
-@Suite("Activity counters and the circuit in the queue overview", .enabled(if: TestEnvironment.integrationEnabled))
+@Suite("Activity counters and the circuit in the queue overview", .blockingWork, .enabled(if: TestEnvironment.integrationEnabled))
 struct ActivityOverviewRedisTests {
     /// A connection, a pool and a prefix for one test; `close()` deletes every key under the prefix.
     final class Fixture {
@@ -87,12 +88,12 @@ struct ActivityOverviewRedisTests {
         #expect(try fixture.activityMinutes() == [])
 
         var failed = try #require(jobs[1].envelope)
-        failed = failed.failed(code: "transport_timeout", message: "no answer", calls: [], at: Date())
+        failed = failed.failed(code: .transport(.timeout), message: "no answer", calls: [], at: Date())
         var first = ActivityTally()
         first.add(.validated)
         try queue.settle([.acknowledge(jobs[2], result: nil)], activity: first)
         var second = ActivityTally()
-        second.add(.retried, errorCode: failed.errorCode)
+        second.add(.retried, failure: failed.errorCode)
         try queue.settle([.retry(jobs[1], updated: failed, runAt: Date().addingTimeInterval(60))], activity: second)
         let after = Self.minute(of: Date())
 
@@ -120,8 +121,8 @@ struct ActivityOverviewRedisTests {
         let jobs = try reserve(2, on: queue, fixture: fixture)
         var tally = ActivityTally()
         tally.add(.validated)
-        tally.add(.dead, errorCode: "shared_secret_mismatch")
-        let buried = try #require(jobs[1].envelope).failed(code: "shared_secret_mismatch", message: "21004", calls: [], at: Date())
+        tally.add(.dead, failure: .sharedSecretMismatch)
+        let buried = try #require(jobs[1].envelope).failed(code: .sharedSecretMismatch, message: "21004", calls: [], at: Date())
         try queue.settle([.acknowledge(jobs[0], result: nil), .bury(jobs[1], updated: buried, at: Date())], activity: tally)
         let written = try #require(try fixture.activityMinutes().first)
         // Seen from 30 s into that minute, and from the next one.

@@ -4,11 +4,12 @@ import MockAppStore
 import ReceiptCore
 import ReceiptQueueApp
 import ReceiptTesting
+import SystemTesting
 import Testing
 
 /// The admin API against a running system: dead letters made by a mock App Store answering 21004,
 /// listed, filtered, inspected (never the receipt), and retried once the secret is fixed.
-@Suite("Admin API: dead letters, retries, overview", .enabled(if: TestEnvironment.integrationEnabled), .serialized)
+@Suite("Admin API: dead letters, retries, overview", .blockingWork, .enabled(if: TestEnvironment.integrationEnabled), .serialized)
 struct AdminAPITests {
     static let basic = "Basic " + Data("admin:receiptq-dev".utf8).base64EncodedString()
 
@@ -70,7 +71,9 @@ struct AdminAPITests {
         let entries = try #require(page.json?["entries"]?.arrayValue)
         #expect(Set(entries.compactMap { $0["id"]?.stringValue }) == Set(ids))
         #expect(
-            entries.allSatisfy { $0["error_code"]?.stringValue == "shared_secret_mismatch" && $0["bundle_id"]?.stringValue == system.app.bundleID })
+            entries.allSatisfy {
+                $0["error_code"]?.stringValue == FailureCode.sharedSecretMismatch.rawValue && $0["bundle_id"]?.stringValue == system.app.bundleID
+            })
         // Filters: by error code, by a substring of the user, by another app.
         #expect(
             try await send(system, "GET", "/admin/api/dead?app_id=\(system.app.id)&error_code=shared_secret_mismatch").json?["total_matching"]?

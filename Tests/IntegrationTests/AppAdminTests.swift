@@ -5,11 +5,12 @@ import PostgresStore
 import ReceiptCore
 import ReceiptQueueApp
 import ReceiptTesting
+import SystemTesting
 import Testing
 
 /// `receiptq apps` on real Postgres: several tokens per app, each revocable on its own, rotation,
 /// and what the API's token check (``PostgresCatalog``) makes of them.
-@Suite("App admin: apps and their API tokens", .enabled(if: TestEnvironment.integrationEnabled), .serialized)
+@Suite("App admin: apps and their API tokens", .blockingWork, .enabled(if: TestEnvironment.integrationEnabled), .serialized)
 struct AppAdminTests {
     let configuration: AppConfiguration
     let connection: PostgresConnection

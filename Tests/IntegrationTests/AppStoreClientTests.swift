@@ -1,16 +1,17 @@
 import AppStoreClient
 import Curl
+import DevTools
 import Foundation
 import MockAppStore
 import ReceiptCore
-import ReceiptSignature
 import ReceiptTesting
+import SystemTesting
 import Testing
 
 /// The verifyReceipt client against the in-process mock App Store: Apple's rules over real HTTP.
 // Serialized: each test blocks a Dispatch thread on curl while the mock answers on the same
 // two cores; run side by side, their timeouts would measure the scheduler, not the client.
-@Suite("AppStoreClient against the mock App Store", .serialized)
+@Suite("AppStoreClient against the mock App Store", .blockingWork, .serialized)
 struct AppStoreClientTests {
     static let authority = Result { try TestCertificateAuthority.generate() }
 
@@ -44,12 +45,12 @@ struct AppStoreClientTests {
     }
 
     /// One verification through the client's asynchronous engine; the calling task never blocks a thread.
-    func verify(_ client: AppStoreClient, _ request: VerificationRequest) async -> VerificationReport {
+    func verify(_ client: AppStoreClient, _ request: ValidationRequest) async -> ValidationOutcome {
         await client.verify(request)
     }
 
-    func request(_ receipt: String, secret: String? = nil) -> VerificationRequest {
-        VerificationRequest(receiptData: receipt, sharedSecret: secret, excludeOldTransactions: false)
+    func request(_ receipt: String, secret: String? = nil) -> ValidationRequest {
+        .verifyReceipt(receiptData: receipt, sharedSecret: secret, excludeOldTransactions: false)
     }
 
     @Test("A production receipt is valid at production in one call")
@@ -58,8 +59,8 @@ struct AppStoreClientTests {
             let report = await verify(client, request(try receipt(.production)))
             #expect(report.verdict == .valid)
             #expect(report.calls.map(\.endpoint) == [.production])
-            #expect(report.response?.environment == "Production")
-            #expect(report.response?.transactions.count == 2)
+            #expect(report.environment == "production" && report.appleStatus == 0)
+            #expect(report.purchases.count == 2)
         }
     }
 
@@ -81,14 +82,14 @@ struct AppStoreClientTests {
             let report = await verify(client, request(try receipt(.productionSandbox)))
             #expect(report.verdict == .transient)
             #expect(report.calls.count == 2)
-            #expect(report.errorCode == "apple_21007")
+            #expect(report.failure == .apple(21007))
         }
     }
 
     @Test("Outages: HTTP 503, an HTML page with 200, and garbage are outages with bounded codes")
     func outages() async throws {
         try await withMock { client, _ in
-            for (directives, code) in [("http_status=503", "http_503"), ("body=html", "non_json_body"), ("body=garbage", "non_json_body")] {
+            for (directives, code) in [("http_status=503", FailureCode.http(503)), ("body=html", .nonJSONBody), ("body=garbage", .nonJSONBody)] {
                 let report = await verify(client, request(try receipt(.production, mock: directives)))
                 #expect(report.verdict == .outage, "\(directives)")
                 #expect(report.calls.last?.errorCode == code, "\(directives)")
@@ -102,7 +103,7 @@ struct AppStoreClientTests {
         try await withMock(timeout: .seconds(1)) { client, _ in
             let report = await verify(client, request(try receipt(.production, mock: "delay_ms=5000")))
             #expect(report.verdict == .outage)
-            #expect(report.calls.last?.errorCode == "transport_timeout")
+            #expect(report.calls.last?.errorCode == .transport(.timeout))
             // Well before the 5 s answer: the client gave up at its own timeout. (The call's own
             // latency, timed on the engine's thread: the test's task can resume seconds late in
             // the crowded start of the full run, and did, at 5.5 s.)
@@ -118,7 +119,7 @@ struct AppStoreClientTests {
         try await withMock { client, _ in
             let report = await verify(client, request(try receipt(.production, mock: "status=\(status)")))
             #expect(report.verdict == verdict)
-            #expect(report.response?.status == status)
+            #expect(report.appleStatus == status)
         }
     }
 
@@ -140,7 +141,7 @@ struct AppStoreClientTests {
             configuration: .init(productionURL: "http://127.0.0.1:1/verifyReceipt", sandboxURL: "http://127.0.0.1:1/sandbox"))
         let report = try await withServices([client]) { await verify(client, request("MIIx")) }
         #expect(report.verdict == .outage)
-        #expect(report.calls.first?.errorCode == "transport_could_not_connect")
+        #expect(report.calls.first?.errorCode == .transport(.couldNotConnect))
     }
 
     @Test("Per-request headers script the mock too")

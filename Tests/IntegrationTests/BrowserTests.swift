@@ -5,13 +5,14 @@ import ReceiptCore
 import ReceiptQueueApp
 import ReceiptTesting
 import RedisJobQueue
+import SystemTesting
 import Testing
 
 /// The dashboard in a real headless Chromium: scripts/browser/dashboard_test.py (Selenium, pinned
 /// in scripts/openapi/requirements.txt with the other Python tools of the tests) logs in, filters
 /// the 21004 dead letters made here, fixes the secret, bulk-retries them and watches them validate,
 /// saving a screenshot of each page in `.local/screenshots/`.
-@Suite("Dashboard in headless Chromium", .enabled(if: TestEnvironment.integrationEnabled), .serialized)
+@Suite("Dashboard in headless Chromium", .blockingWork, .enabled(if: TestEnvironment.integrationEnabled), .serialized)
 struct BrowserTests {
     static let chromium = ProcessInfo.processInfo.environment["RQ_CHROMIUM"] ?? "/usr/bin/chromium"
     static let chromedriver = ProcessInfo.processInfo.environment["RQ_CHROMEDRIVER"] ?? "/usr/bin/chromedriver"

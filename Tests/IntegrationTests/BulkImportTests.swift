@@ -1,19 +1,19 @@
 import Curl
+import DevTools
 import Foundation
 import Hiredis
 import Libpq
-import MockAppStore
 import ReceiptCore
 import ReceiptQueueApp
-import ReceiptSignature
 import ReceiptTesting
 import RedisJobQueue
+import SystemTesting
 import Testing
 
 /// The batch endpoint of bulk imports against real Redis, Postgres and the mock App Store: every
 /// item judged on its own and answered in input order, the accepted ones validated through the
 /// import queue, and the limits of a batch.
-@Suite("Bulk import: the batch endpoint and the import queue", .enabled(if: TestEnvironment.integrationEnabled))
+@Suite("Bulk import: the batch endpoint and the import queue", .blockingWork, .enabled(if: TestEnvironment.integrationEnabled))
 struct BulkImportTests {
     static let batchPath = "/client/itunes_connect/receipts/batch"
 

@@ -4,12 +4,13 @@ import Libpq
 import PostgresStore
 import ReceiptCore
 import ReceiptTesting
+import SystemTesting
 import Testing
 
 /// The client API's contract at its edges: tokens, the client address, size caps, and a seeded
 /// property pass over the JSON body (whatever a client sends, the answer is a clear 4xx or a 2xx,
 /// never a 5xx).
-@Suite("Client API: tokens, addresses, caps, and random bodies", .enabled(if: TestEnvironment.integrationEnabled))
+@Suite("Client API: tokens, addresses, caps, and random bodies", .blockingWork, .enabled(if: TestEnvironment.integrationEnabled))
 struct ClientAPITests {
     func send(_ system: TestSystem, body: String, headers: [(name: String, value: String)]) async throws -> (Int, JSONValue?, [UInt8]) {
         let response = try await system.client.send(

@@ -2,23 +2,24 @@ import Dashboard
 import Logging
 import ReceiptCore
 import ReceiptQueueApp
+import SystemTesting
 import Telemetry
 import Testing
 
 /// Reading `AppConfiguration` from environment variables. No server is needed: this target is
 /// simply the one that already depends on `ReceiptQueueApp`.
-@Suite("Configuration from the environment")
+@Suite("Configuration from the environment", .blockingWork)
 struct ConfigurationTests {
     @Test("The outage circuit's defaults when no CIRCUIT_* variable is set")
     func circuitDefaults() throws {
         let configuration = try AppConfiguration(environment: [:])
-        #expect(configuration.circuitPolicy == CircuitPolicy())
-        #expect(configuration.circuitPolicy.window == .seconds(30))
-        #expect(configuration.circuitPolicy.minimumFailures == 20)
-        #expect(configuration.circuitPolicy.failureRatio == 0.8)
-        #expect(configuration.circuitPolicy.openDuration == .seconds(10))
-        #expect(configuration.circuitPolicy.maximumOpenDuration == .seconds(300))
-        #expect(configuration.circuitPolicy.probeLease == .seconds(30))
+        #expect(configuration.worker.circuitPolicy == CircuitPolicy())
+        #expect(configuration.worker.circuitPolicy.window == .seconds(30))
+        #expect(configuration.worker.circuitPolicy.minimumFailures == 20)
+        #expect(configuration.worker.circuitPolicy.failureRatio == 0.8)
+        #expect(configuration.worker.circuitPolicy.openDuration == .seconds(10))
+        #expect(configuration.worker.circuitPolicy.maximumOpenDuration == .seconds(300))
+        #expect(configuration.worker.circuitPolicy.probeLease == .seconds(30))
     }
 
     @Test("Every CIRCUIT_* variable reaches the policy")
@@ -28,14 +29,14 @@ struct ConfigurationTests {
             "CIRCUIT_OPEN_SECONDS": "5", "CIRCUIT_MAX_OPEN_SECONDS": "120", "CIRCUIT_PROBE_LEASE_SECONDS": "45",
         ])
         #expect(
-            configuration.circuitPolicy
+            configuration.worker.circuitPolicy
                 == CircuitPolicy(
                     window: .seconds(60), minimumFailures: 50, failureRatio: 0.5, openDuration: .seconds(5),
                     maximumOpenDuration: .seconds(120), probeLease: .seconds(45)))
-        #expect(try AppConfiguration(environment: ["CIRCUIT_FAILURE_RATIO": "1"]).circuitPolicy.failureRatio == 1)
-        #expect(try AppConfiguration(environment: ["CIRCUIT_FAILURE_RATIO": "0"]).circuitPolicy.failureRatio == 0)
+        #expect(try AppConfiguration(environment: ["CIRCUIT_FAILURE_RATIO": "1"]).worker.circuitPolicy.failureRatio == 1)
+        #expect(try AppConfiguration(environment: ["CIRCUIT_FAILURE_RATIO": "0"]).worker.circuitPolicy.failureRatio == 0)
         // Empty means unset, as for every other variable.
-        #expect(try AppConfiguration(environment: ["CIRCUIT_FAILURE_RATIO": ""]).circuitPolicy.failureRatio == 0.8)
+        #expect(try AppConfiguration(environment: ["CIRCUIT_FAILURE_RATIO": ""]).worker.circuitPolicy.failureRatio == 0.8)
     }
 
     @Test("A ratio that is not a decimal in 0...1 is refused, naming its variable", arguments: ["1.5", "-0.1", "80%", "nan", "high"])
@@ -63,15 +64,15 @@ struct ConfigurationTests {
     @Test("LOG_LEVEL and LOG_FORMAT: info and text by default, any case, every level by its name")
     func logSettings() throws {
         let defaults = try AppConfiguration(environment: [:])
-        #expect(defaults.logLevel == .info)
-        #expect(defaults.logFormat == .text)
+        #expect(defaults.telemetry.logLevel == .info)
+        #expect(defaults.telemetry.logFormat == .text)
         for level in Logger.Level.allCases {
-            #expect(try AppConfiguration(environment: ["LOG_LEVEL": level.rawValue]).logLevel == level)
+            #expect(try AppConfiguration(environment: ["LOG_LEVEL": level.rawValue]).telemetry.logLevel == level)
         }
         let shouted = try AppConfiguration(environment: ["LOG_LEVEL": "WARNING", "LOG_FORMAT": "Json"])
-        #expect(shouted.logLevel == .warning)
-        #expect(shouted.logFormat == .json)
-        #expect(try AppConfiguration(environment: ["LOG_LEVEL": "", "LOG_FORMAT": ""]).logFormat == .text, "empty means unset")
+        #expect(shouted.telemetry.logLevel == .warning)
+        #expect(shouted.telemetry.logFormat == .json)
+        #expect(try AppConfiguration(environment: ["LOG_LEVEL": "", "LOG_FORMAT": ""]).telemetry.logFormat == .text, "empty means unset")
     }
 
     @Test(
@@ -89,7 +90,7 @@ struct ConfigurationTests {
     }
 }
 
-@Suite("Dashboard credentials")
+@Suite("Dashboard credentials", .blockingWork)
 struct DashboardCredentialsTests {
     @Test("Production refuses to start without a dashboard password (or with a short one); development has a local default")
     func noDefaultPasswordInProduction() throws {
@@ -102,9 +103,9 @@ struct DashboardCredentialsTests {
         var environment = production
         environment["DASHBOARD_PASSWORD"] = "correct horse battery staple"
         let configured = try AppConfiguration(environment: environment)
-        #expect(configured.admin.verify(username: "admin", password: "correct horse battery staple"))
-        #expect(!configured.admin.verify(username: "admin", password: "receiptq-dev"))
-        #expect(!"\(configured.admin)".contains("horse"))
-        #expect(try AppConfiguration(environment: [:]).admin.verify(username: "admin", password: "receiptq-dev"))
+        #expect(configured.dashboard.admin.verify(username: "admin", password: "correct horse battery staple"))
+        #expect(!configured.dashboard.admin.verify(username: "admin", password: "receiptq-dev"))
+        #expect(!"\(configured.dashboard.admin)".contains("horse"))
+        #expect(try AppConfiguration(environment: [:]).dashboard.admin.verify(username: "admin", password: "receiptq-dev"))
     }
 }

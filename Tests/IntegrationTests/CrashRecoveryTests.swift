@@ -1,3 +1,4 @@
+import DevTools
 import Foundation
 import Hiredis
 import Libpq
@@ -6,14 +7,14 @@ import OpenSSL
 import PostgresStore
 import ReceiptCore
 import ReceiptQueueApp
-import ReceiptSignature
 import ReceiptTesting
 import RedisJobQueue
+import SystemTesting
 import Testing
 
 /// Real worker processes (`receiptq work`), killed with SIGKILL or stopped with SIGTERM in the
 /// middle of a batch.
-@Suite("Crash recovery: kill -9 and SIGTERM of a worker process", .enabled(if: TestEnvironment.integrationEnabled), .serialized)
+@Suite("Crash recovery: kill -9 and SIGTERM of a worker process", .blockingWork, .enabled(if: TestEnvironment.integrationEnabled), .serialized)
 struct CrashRecoveryTests {
     static let binary = URL(fileURLWithPath: #filePath)
         .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
@@ -259,7 +260,7 @@ struct WorkerProcessFixture {
     func whereabouts() throws -> String {
         let retrying = try redis.send(["ZRANGE", keys.retry, "0", "-1"]).array ?? []
         var codes: [String: Int] = [:]
-        for case .bulk(let raw) in retrying { codes[ReservedJob(raw: raw).envelope?.errorCode ?? "?", default: 0] += 1 }
+        for case .bulk(let raw) in retrying { codes[ReservedJob(raw: raw).envelope?.errorCode?.rawValue ?? "?", default: 0] += 1 }
         let dead = try redis.send(["ZCARD", keys.dead]).int ?? -1
         let lists = try redis.send(["KEYS", keys.processing("*")]).array ?? []
         let held = try lists.compactMap(\.string).map { "\($0): \(try redis.send(["LLEN", $0]).int ?? -1)" }

@@ -4,11 +4,12 @@ import PostgresStore
 import ReceiptCore
 import ReceiptQueueApp
 import ReceiptTesting
+import SystemTesting
 import Testing
 
 /// The customer view's look-up against real Postgres: a user's purchases, renewals included, and
 /// from an index, so that support staff's search does not read the whole ledger of the app.
-@Suite("Postgres customer directory", .enabled(if: TestEnvironment.integrationEnabled), .serialized)
+@Suite("Postgres customer directory", .blockingWork, .enabled(if: TestEnvironment.integrationEnabled), .serialized)
 struct CustomerDirectoryTests {
     let configuration: AppConfiguration
     let connection: PostgresConnection
@@ -21,7 +22,7 @@ struct CustomerDirectoryTests {
     /// Stores `record` as the worker does, and looks `query` up as the customer view does.
     func lookUp(_ query: CustomerQuery, after record: ValidationRecord) async throws -> CustomerRecord {
         let saved = try PostgresReceiptStore(connection: connection).save([record])
-        guard case .success = saved.first else { throw StoreFailure(code: "test", message: "not stored: \(saved)") }
+        guard case .success = saved.first else { throw StoreFailure(code: .driver("test"), message: "not stored: \(saved)") }
         let pool = PostgresConnectionPool(configuration: configuration.postgres, size: 1)
         defer { pool.close() }
         return try await PostgresCustomerDirectory(pool: pool).customer(query)

@@ -4,11 +4,12 @@ import MockAppStore
 import ReceiptCore
 import ReceiptQueueApp
 import ReceiptTesting
+import SystemTesting
 import Testing
 
 /// The dashboard's HTML pages against a running system, as a browser without script would use
 /// them: cookies, forms, redirects. (scripts/browser-test drives the same pages in Chromium.)
-@Suite("Dashboard pages: login, dead letters, retries, CSRF, escaping", .enabled(if: TestEnvironment.integrationEnabled), .serialized)
+@Suite("Dashboard pages: login, dead letters, retries, CSRF, escaping", .blockingWork, .enabled(if: TestEnvironment.integrationEnabled), .serialized)
 struct DashboardPagesTests {
     /// A cookie jar over the system's HTTP client; never follows redirects.
     final class Browser {

@@ -8,13 +8,15 @@ import ReceiptCore
 import ReceiptQueueApp
 import ReceiptTesting
 import RedisJobQueue
+import SystemTesting
 import Testing
 
 /// A value Postgres refuses is refused for good: a worker buries the job after one attempt (one
 /// Apple call, not five in 28 s), and a read answers 422 or 404 (or 401 for a credential), never
 /// "temporarily unavailable". Real Redis, Postgres, workers and mock App Store; the jobs are pushed
 /// past the API's gate, as an older ingestion node or a job written by hand would.
-@Suite("Data errors are permanent: a dead letter after one attempt, a 422/404 on reads", .enabled(if: TestEnvironment.integrationEnabled))
+@Suite(
+    "Data errors are permanent: a dead letter after one attempt, a 422/404 on reads", .blockingWork, .enabled(if: TestEnvironment.integrationEnabled))
 struct DataErrorTests {
     /// A job of `system`'s app that the API would have refused: `submission` holds what Postgres cannot store.
     func push(_ system: TestSystem, submission: Submission) throws -> JobEnvelope {
@@ -54,7 +56,7 @@ struct DataErrorTests {
         let dead = try #require(try deadLetters(system).first)
         #expect(dead.id == envelope.id)
         #expect(dead.attempt == 1, "buried on its first failure, not retried")
-        #expect(dead.errorCode == "store_refused")
+        #expect(dead.errorCode == .storeRefused)
         #expect(dead.errorMessage?.contains("SQLSTATE 22") == true, "\(dead.errorMessage ?? "")")
         #expect(dead.errorMessage?.contains("nul") == false && dead.errorMessage?.contains("campaign") == false, "no value echoed")
         // A retry would have run after 50 ms: give it time to prove it does not happen.
@@ -90,7 +92,7 @@ struct DataErrorTests {
             return
         }
         #expect(failure.isPermanent)
-        #expect(failure.code == "22P05")
+        #expect(failure.code == .sqlState("22P05"))
 
         // A connection-level failure is not permanent.
         let pid = try #require(try connection.query("SELECT pg_backend_pid() AS pid").rows.first?.int("pid"))
@@ -116,7 +118,7 @@ struct DataErrorTests {
             _ = try await catalog.entitlements(appID: UUID(), userIdentifier: "a\u{0}b")
             Issue.record("a NUL user identifier was looked up")
         } catch let failure as StoreFailure {
-            #expect(failure.isPermanent && failure.code == "22021")
+            #expect(failure.isPermanent && failure.code == .sqlState("22021"))
         }
         do {
             _ = try await catalog.subscription(appID: UUID(), originalTransactionID: "1\u{0}", environment: nil)

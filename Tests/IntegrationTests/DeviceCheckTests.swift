@@ -1,3 +1,4 @@
+import DevTools
 import Foundation
 import Libpq
 import MockAppStore
@@ -5,14 +6,16 @@ import OpenSSL
 import PostgresStore
 import ReceiptCore
 import ReceiptQueueApp
-import ReceiptSignature
 import ReceiptTesting
+import SystemTesting
 import Testing
 
 /// The device check at the front door: a unified receipt's SHA-1 device hash must cover the
 /// `identifier_for_vendor` sent with it (Apple's receipt validation guide), else 402
 /// `device_mismatch`; apps can turn it off.
-@Suite("Device check: identifier_for_vendor against the receipt's device hash", .enabled(if: TestEnvironment.integrationEnabled), .serialized)
+@Suite(
+    "Device check: identifier_for_vendor against the receipt's device hash", .blockingWork, .enabled(if: TestEnvironment.integrationEnabled),
+    .serialized)
 struct DeviceCheckTests {
     /// A receipt issued to `vendor`: its hash is SHA-1(vendor's 16 bytes ‖ opaque ‖ bundle id DER).
     static func receipt(bundleID: String, issuedTo vendor: UUID, authority: TestCertificateAuthority) throws -> String {

@@ -7,10 +7,11 @@ import ReceiptCore
 import ReceiptQueueApp
 import ReceiptTesting
 import RedisJobQueue
+import SystemTesting
 import Testing
 
 /// The slice, through real Redis, Postgres, HTTP and the mock App Store.
-@Suite("End to end: API → Redis → worker → mock App Store → Postgres", .enabled(if: TestEnvironment.integrationEnabled), .serialized)
+@Suite("End to end: API → Redis → worker → mock App Store → Postgres", .blockingWork, .enabled(if: TestEnvironment.integrationEnabled), .serialized)
 struct EndToEndTests {
     @Test("A sandbox receipt posted to the API is validated (production, then 21007 → sandbox) and stored")
     func slice() async throws {
@@ -142,7 +143,7 @@ struct EndToEndTests {
         #expect(buried)
         let dead = try redis.send(["ZRANGE", system.configuration.keys.dead, "0", "-1"])
         let envelope = try JobEnvelope.decode(try #require(dead.array?.first.flatMap { if case .bulk(let b) = $0 { b } else { nil } }))
-        #expect(envelope.errorCode == "shared_secret_mismatch")
+        #expect(envelope.errorCode == .sharedSecretMismatch)
         #expect(envelope.history.last?.appleStatus == 21004)
         // The dead letter keeps the receipt for a retry, but never the shared secret.
         #expect(!String(decoding: envelope.encoded(), as: UTF8.self).contains("integration-secret"))

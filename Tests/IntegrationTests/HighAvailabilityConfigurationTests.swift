@@ -1,10 +1,11 @@
 import Hiredis
 import Libpq
 import ReceiptQueueApp
+import SystemTesting
 import Testing
 
 /// The settings of a replicated deployment: Redis Sentinel and a Postgres primary with standbys.
-@Suite("Configuration: Redis Sentinel and Postgres failover hosts")
+@Suite("Configuration: Redis Sentinel and Postgres failover hosts", .blockingWork)
 struct HighAvailabilityConfigurationTests {
     @Test("REDIS_SENTINELS lists the sentinels (26379 when a port is left out), REDIS_MASTER_NAME names the primary; the password never prints")
     func sentinels() throws {

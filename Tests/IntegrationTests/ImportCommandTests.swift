@@ -1,15 +1,15 @@
+import DevTools
 import Foundation
 import Libpq
-import MockAppStore
 import ReceiptCore
-import ReceiptSignature
 import ReceiptTesting
+import SystemTesting
 import Testing
 
 /// `receiptq import` as a process against a running system: killed with SIGKILL halfway and
 /// resumed, every receipt of the file ends validated exactly once, and the lines it refused are
 /// listed by number.
-@Suite("receiptq import: checkpoint, kill -9 and --resume", .enabled(if: TestEnvironment.integrationEnabled), .serialized)
+@Suite("receiptq import: checkpoint, kill -9 and --resume", .blockingWork, .enabled(if: TestEnvironment.integrationEnabled), .serialized)
 struct ImportCommandTests {
     static let binary = CrashRecoveryTests.binary
 

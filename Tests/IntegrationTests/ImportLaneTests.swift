@@ -1,19 +1,22 @@
 import Curl
+import DevTools
 import Foundation
 import Hiredis
 import Libpq
 import MockAppStore
 import ReceiptCore
 import ReceiptQueueApp
-import ReceiptSignature
 import ReceiptTesting
 import RedisJobQueue
+import SystemTesting
 import Telemetry
 import Testing
 
 /// The import lane as a backend and its users see it: StoreKit 2 batches, the per-app Apple
 /// budget of imports, and live purchases keeping their latency while an import runs.
-@Suite("Bulk import: transactions, the import budget, live latency during an import", .enabled(if: TestEnvironment.integrationEnabled), .serialized)
+@Suite(
+    "Bulk import: transactions, the import budget, live latency during an import", .blockingWork, .enabled(if: TestEnvironment.integrationEnabled),
+    .serialized)
 struct ImportLaneTests {
     static let transactionsBatchPath = "/client/transactions/batch"
 

@@ -1,18 +1,19 @@
 import Curl
+import DevTools
 import Foundation
 import Hiredis
 import Libpq
 import MockAppStore
 import PostgresStore
 import ReceiptCore
-import ReceiptSignature
 import ReceiptTesting
+import SystemTesting
 import Testing
 
 /// The client API's ingestion rules against real Redis, Postgres and the mock App Store: forged
 /// receipts (402, stored as fraud, never sent to Apple), bundle ids, idempotency, results arriving
 /// over the node's channel, and Redis being unreachable (503, nothing stored).
-@Suite("Ingestion: signatures, bundle ids, idempotency, availability", .enabled(if: TestEnvironment.integrationEnabled))
+@Suite("Ingestion: signatures, bundle ids, idempotency, availability", .blockingWork, .enabled(if: TestEnvironment.integrationEnabled))
 struct IngestionTests {
     @Test("A receipt signed by a CA the operator does not trust: 402, stored as fraud, never sent to Apple")
     func forgedByUntrustedCA() async throws {

@@ -9,12 +9,13 @@ import ReceiptCore
 import ReceiptQueueApp
 import ReceiptTesting
 import RedisJobQueue
+import SystemTesting
 import Testing
 
 /// "A 2xx means it will be stored", at every front door of a real system: the hostile strings the
 /// hygiene gate refuses never reach a handler, and none of them is answered 5xx.
 @Suite(
-    "Input hygiene at every door: 422 naming the field, never a 5xx, never a 2xx for what cannot be stored",
+    "Input hygiene at every door: 422 naming the field, never a 5xx, never a 2xx for what cannot be stored", .blockingWork,
     .enabled(if: TestEnvironment.integrationEnabled))
 struct InputHygieneTests {
     static let adminBasic = "Basic " + Data("admin:receiptq-dev".utf8).base64EncodedString()

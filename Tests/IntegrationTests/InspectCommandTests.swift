@@ -1,11 +1,14 @@
 import Foundation
 import ReceiptCore
 import ReceiptTesting
+import SystemTesting
 import Testing
 
 /// `receiptq receipt inspect` on StoreKit 2 JWS and `receiptq forge --signed-transaction`, run as
 /// the operator runs them: the built binary, its output and its exit status.
-@Suite("The inspect and forge commands on JWS", .enabled(if: FileManager.default.isExecutableFile(atPath: CrashRecoveryTests.binary.path)))
+@Suite(
+    "The inspect and forge commands on JWS", .blockingWork, .enabled(if: FileManager.default.isExecutableFile(atPath: CrashRecoveryTests.binary.path))
+)
 struct InspectCommandTests {
     func run(_ arguments: [String]) async throws -> (status: Int32, json: JSONValue?, output: String) {
         var environment = ProcessInfo.processInfo.environment

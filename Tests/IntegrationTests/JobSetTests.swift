@@ -3,9 +3,10 @@ import Hiredis
 import ReceiptCore
 import ReceiptTesting
 import RedisJobQueue
+import SystemTesting
 import Testing
 
-@Suite("Job sets: dead letters and retries in Redis", .enabled(if: TestEnvironment.integrationEnabled))
+@Suite("Job sets: dead letters and retries in Redis", .blockingWork, .enabled(if: TestEnvironment.integrationEnabled))
 struct JobSetTests {
     @Test("The dead letters list newest first, page by offset, and show the envelope's fields")
     func listNewestFirst() async throws {
@@ -29,7 +30,7 @@ struct JobSetTests {
             let newest = envelopes[4]
             #expect(entry.id == JobSetEntry.ID(job: newest.id))
             #expect(entry.appID == newest.appID && entry.bundleID == newest.payload.bundleID)
-            #expect(entry.errorCode == "timeout" && entry.attempts == 3)
+            #expect(entry.errorCode == .transport(.timeout) && entry.attempts == 3)
             #expect(entry.firstFailedAt == newest.firstFailedAt && entry.lastFailedAt == newest.lastFailedAt)
             #expect(entry.enqueuedAt == newest.enqueuedAt)
             #expect(entry.score == Self.time(4))
@@ -46,9 +47,9 @@ struct JobSetTests {
             let appA = UUID()
             let appB = UUID()
             let mismatch = Self.envelope(
-                app: appA, bundleID: "com.acme.game", code: "shared_secret_mismatch", user: "player-42", failedAt: Self.time(0))
-            let timeout = Self.envelope(app: appA, bundleID: "com.acme.game", code: "timeout", failedAt: Self.time(1))
-            let other = Self.envelope(app: appB, bundleID: "org.other.app", code: "apple_21005", failedAt: Self.time(2))
+                app: appA, bundleID: "com.acme.game", code: .sharedSecretMismatch, user: "player-42", failedAt: Self.time(0))
+            let timeout = Self.envelope(app: appA, bundleID: "com.acme.game", code: .transport(.timeout), failedAt: Self.time(1))
+            let other = Self.envelope(app: appB, bundleID: "org.other.app", code: .apple(21005), failedAt: Self.time(2))
             for (index, envelope) in [mismatch, timeout, other].enumerated() {
                 try await fixture.add(envelope, to: fixture.keys.dead, at: Self.time(index))
             }
@@ -56,9 +57,9 @@ struct JobSetTests {
                 try await fixture.dead.list(filter: filter, offset: 0, limit: 50).entries.map(\.jobID)
             }
 
-            #expect(try await ids(JobSetFilter(errorCode: "shared_secret_mismatch")) == [mismatch.id])
+            #expect(try await ids(JobSetFilter(errorCode: .sharedSecretMismatch)) == [mismatch.id])
             #expect(try await ids(JobSetFilter(appID: appA)) == [timeout.id, mismatch.id])
-            #expect(try await ids(JobSetFilter(errorCode: "timeout", appID: appB)) == [])
+            #expect(try await ids(JobSetFilter(errorCode: .transport(.timeout), appID: appB)) == [])
             #expect(try await ids(JobSetFilter(search: "ACME")) == [timeout.id, mismatch.id])  // bundle id, any case
             #expect(try await ids(JobSetFilter(search: "player-4")) == [mismatch.id])  // user identifier
             #expect(try await ids(JobSetFilter(search: "21005")) == [other.id])  // error code
@@ -137,14 +138,14 @@ struct JobSetTests {
             _ = try await fixture.pool.withConnection { try $0.send(bytes: [Array("LPUSH".utf8), Array(queueKey.utf8), fresh.encoded()]) }
             var bulk: [JobEnvelope] = []
             for index in 1...3 {
-                let envelope = Self.envelope(code: "timeout", failedAt: Self.time(index))
+                let envelope = Self.envelope(code: .transport(.timeout), failedAt: Self.time(index))
                 bulk.append(envelope)
                 try await fixture.add(envelope, to: fixture.keys.dead, at: Self.time(index))
             }
-            let urgent = Self.envelope(code: "apple_21005", failedAt: Self.time(4))
+            let urgent = Self.envelope(code: .apple(21005), failedAt: Self.time(4))
             try await fixture.add(urgent, to: fixture.keys.dead, at: Self.time(4))
 
-            #expect(try await fixture.dead.retryAll(matching: JobSetFilter(errorCode: "timeout")) == 3)
+            #expect(try await fixture.dead.retryAll(matching: JobSetFilter(errorCode: .transport(.timeout))) == 3)
             #expect(try await fixture.dead.retry(ids: [JobSetEntry.ID(job: urgent.id)]) == 1)
             let retried = try await fixture.queue(.validate)
             #expect(Set(retried.prefix(3).map(\.id)) == Set(bulk.map(\.id)))
@@ -193,16 +194,16 @@ struct JobSetTests {
         try await JobSetFixture.with { fixture in
             var mismatched: Set<UUID> = []
             for index in 0..<9 {
-                let code = index.isMultiple(of: 3) ? "shared_secret_mismatch" : "timeout"
+                let code: FailureCode = index.isMultiple(of: 3) ? .sharedSecretMismatch : .transport(.timeout)
                 let envelope = Self.envelope(code: code, failedAt: Self.time(index))
-                if code == "shared_secret_mismatch" { mismatched.insert(envelope.id) }
+                if code == .sharedSecretMismatch { mismatched.insert(envelope.id) }
                 try await fixture.add(envelope, to: fixture.keys.dead, at: Self.time(index))
             }
-            let moved = try await fixture.dead.retryAll(matching: JobSetFilter(errorCode: "shared_secret_mismatch"))
+            let moved = try await fixture.dead.retryAll(matching: JobSetFilter(errorCode: .sharedSecretMismatch))
             #expect(moved == 3)
             #expect(Set(try await fixture.queue(.validate).map(\.id)) == mismatched)
             let left = try await fixture.dead.list(filter: .all, offset: 0, limit: 50).entries
-            #expect(left.count == 6 && left.allSatisfy { $0.errorCode == "timeout" })
+            #expect(left.count == 6 && left.allSatisfy { $0.errorCode == .transport(.timeout) })
         }
     }
 
@@ -249,7 +250,7 @@ struct JobSetTests {
 
             #expect(try await fixture.dead.entry(id: poison.id)?.raw == garbage)
             #expect(try await fixture.dead.list(filter: JobSetFilter(search: "poison-"), offset: 0, limit: 10).totalMatching == 2)
-            #expect(try await fixture.dead.list(filter: JobSetFilter(errorCode: "timeout"), offset: 0, limit: 10).totalMatching == 1)
+            #expect(try await fixture.dead.list(filter: JobSetFilter(errorCode: .transport(.timeout)), offset: 0, limit: 10).totalMatching == 1)
             #expect(try await fixture.dead.retry(ids: [poison.id]) == 0)
             #expect(try await fixture.dead.retryAll(matching: .all) == 1)  // only the real job
             #expect(try await fixture.dead.count() == 2)
@@ -262,9 +263,9 @@ struct JobSetTests {
     @Test("The retry set lists soonest first and \"retry now\" moves a job to its queue")
     func retrySet() async throws {
         try await JobSetFixture.with { fixture in
-            let soon = Self.envelope(code: "apple_21005", failedAt: Self.time(0))
-            let later = Self.envelope(kind: .repoll, code: "http_503", failedAt: Self.time(0))
-            let latest = Self.envelope(code: "timeout", failedAt: Self.time(0))
+            let soon = Self.envelope(code: .apple(21005), failedAt: Self.time(0))
+            let later = Self.envelope(kind: .repoll, code: .http(503), failedAt: Self.time(0))
+            let latest = Self.envelope(code: .transport(.timeout), failedAt: Self.time(0))
             try await fixture.add(latest, to: fixture.keys.retry, at: Self.time(300))
             try await fixture.add(soon, to: fixture.keys.retry, at: Self.time(100))
             try await fixture.add(later, to: fixture.keys.retry, at: Self.time(200))
@@ -323,7 +324,7 @@ struct JobSetTests {
 
     /// An envelope after three failed attempts, the last at `failedAt`.
     static func envelope(
-        app: UUID = UUID(), bundleID: String = "com.example.dead", kind: JobKind = .validate, code: String = "timeout",
+        app: UUID = UUID(), bundleID: String = "com.example.dead", kind: JobKind = .validate, code: FailureCode = .transport(.timeout),
         user: String? = nil, receipt: String = "MIITSecretPayloadBase64==", failedAt: Date
     ) -> JobEnvelope {
         var envelope = JobEnvelope(

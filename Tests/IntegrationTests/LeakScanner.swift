@@ -1,4 +1,5 @@
 import Foundation
+import SystemTesting
 import Testing
 
 /// Finds secrets and receipts in logs: each secret whole, each receipt whole or any 24 characters
@@ -89,7 +90,7 @@ struct LeakScanner {
     }
 }
 
-@Suite("The leak scanner of the log test")
+@Suite("The leak scanner of the log test", .blockingWork)
 struct LeakScannerTests {
     @Test("Finds a secret, a whole receipt, 24 characters of one, in raw, JSON-escaped or percent-encoded form")
     func finds() {

@@ -1,3 +1,4 @@
+import DevTools
 import Foundation
 import Libpq
 import Logging
@@ -6,12 +7,13 @@ import OpenSSL
 import PostgresStore
 import ReceiptCore
 import ReceiptTesting
+import SystemTesting
 import Testing
 
 /// A graceful stop ends everything the roles started: every long-running part runs in the service
 /// group, its threads start in `run()`, and the HTTP clients' threads end and their connections
 /// close when it stops.
-@Suite("Lifecycle: a stopped system leaves nothing running", .enabled(if: TestEnvironment.integrationEnabled))
+@Suite("Lifecycle: a stopped system leaves nothing running", .blockingWork, .enabled(if: TestEnvironment.integrationEnabled))
 struct LifecycleTests {
     @Test("Every role started, used and stopped gracefully: no receiptq.* thread is left, no socket to the mock App Store or the webhook receiver")
     func stopLeavesNoThreadOrSocket() async {

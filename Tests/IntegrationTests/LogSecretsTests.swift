@@ -1,12 +1,13 @@
 import Curl
+import DevTools
 import Foundation
 import IngestAPI
 import Libpq
 import MockAppStore
 import OpenSSL
 import ReceiptCore
-import ReceiptSignature
 import ReceiptTesting
+import SystemTesting
 import Testing
 
 /// The logs of a whole run, as an operator's log collector gets them: `receiptq migrate`, `apps`,
@@ -15,7 +16,7 @@ import Testing
 /// receipts and forged ones, a wrong token, bad input, a shared secret Apple refuses, dead letters
 /// retried from the dashboard, the Cloud Softphone service); then every line must be a JSON object,
 /// and no receipt, shared secret, token, password or session cookie may appear anywhere.
-@Suite("Logs of a whole run: JSON lines, no secrets, no receipts", .enabled(if: TestEnvironment.integrationEnabled), .serialized)
+@Suite("Logs of a whole run: JSON lines, no secrets, no receipts", .blockingWork, .enabled(if: TestEnvironment.integrationEnabled), .serialized)
 struct LogSecretsTests {
     /// The real receipts sent (from the shared corpus, when it is there) and their bundle ids:
     /// the first three belong to the app whose secret Apple takes, the last to the one it refuses.

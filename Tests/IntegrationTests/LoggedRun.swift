@@ -1,12 +1,13 @@
 import Curl
+import DevTools
 import Foundation
 import IngestAPI
 import Libpq
 import MockAppStore
 import OpenSSL
 import ReceiptCore
-import ReceiptSignature
 import ReceiptTesting
+import SystemTesting
 import Testing
 
 /// `receiptq` run as separate processes against a database of its own (its scheduler re-polls
@@ -278,13 +279,9 @@ final class LoggedRun: @unchecked Sendable {
         return (text, receipt)
     }
 
-    /// Polls `condition` until it holds, counting polls (see `TestSystem.eventually`).
+    /// SystemTesting's `eventually`, polling every 100 ms.
     func eventually(timeout: Duration = .seconds(30), _ condition: () async throws -> Bool) async throws -> Bool {
-        for _ in 0..<max(1, Int(timeout / .milliseconds(100))) {
-            if try await condition() { return true }
-            try await Task.sleep(for: .milliseconds(100))
-        }
-        return try await condition()
+        try await SystemTesting.eventually(timeout: timeout, interval: .milliseconds(100), condition)
     }
 
     // MARK: Logs

@@ -4,11 +4,12 @@ import Libpq
 import ReceiptCore
 import ReceiptQueueApp
 import ReceiptTesting
+import SystemTesting
 import Telemetry
 import Testing
 
 /// `GET /metrics` scraped over HTTP from running roles, after traffic whose every count is known.
-@Suite("Metrics: /metrics of serve, work and schedule", .enabled(if: TestEnvironment.integrationEnabled))
+@Suite("Metrics: /metrics of serve, work and schedule", .blockingWork, .enabled(if: TestEnvironment.integrationEnabled))
 struct MetricsTests {
     @Test("One run's jobs, Apple calls, latencies, HTTP requests and queue gauges, all within the catalogue")
     func runCountedExactly() async throws {

@@ -1,10 +1,9 @@
+import DevTools
 import Foundation
 import Hiredis
 import Libpq
-import MockAppStore
 import ReceiptCore
 import ReceiptQueueApp
-import ReceiptSignature
 import ReceiptTesting
 import RedisJobQueue
 import Testing

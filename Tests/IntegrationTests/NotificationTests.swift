@@ -1,4 +1,5 @@
 import Curl
+import DevTools
 import Foundation
 import Libpq
 import Logging
@@ -7,14 +8,14 @@ import PostgresStore
 import ReceiptCore
 import ReceiptQueueApp
 import ReceiptScheduler
-import ReceiptSignature
 import ReceiptTesting
+import SystemTesting
 import Testing
 
 /// App Store Server Notifications through the whole system: the mock App Store changes a purchase
 /// and posts the notification (signed by its chain) to `/apple/notifications/{app}/{token}` →
 /// Redis → a worker → the same ledger and subscriptions as validations → the entitlement API.
-@Suite("App Store Server Notifications, end to end", .enabled(if: TestEnvironment.integrationEnabled), .serialized)
+@Suite("App Store Server Notifications, end to end", .blockingWork, .enabled(if: TestEnvironment.integrationEnabled), .serialized)
 struct NotificationTests {
     /// The app's notification URL, and the mock sending this app's notifications to it.
     func subscribe(_ system: TestSystem, version: String = "v2", retries: Int = 0) throws -> String {

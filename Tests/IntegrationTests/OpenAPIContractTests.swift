@@ -9,6 +9,7 @@ import ReceiptCore
 import ReceiptQueueApp
 import ReceiptTesting
 import RedisJobQueue
+import SystemTesting
 import Testing
 
 /// The OpenAPI document is the contract: schemathesis (pinned in `.local/venv`) generates requests
@@ -23,7 +24,7 @@ import Testing
 /// inspection is not thread-safe on CPython 3.11), and a hard timeout. Settings that are not
 /// credentials live in `scripts/openapi/schemathesis.toml`, with the reasons for each.
 @Suite(
-    "OpenAPI contract: schemathesis against a running system, zero failures",
+    "OpenAPI contract: schemathesis against a running system, zero failures", .blockingWork,
     .enabled(if: TestEnvironment.integrationEnabled && (OpenAPIChecker.python != nil || TestEnvironment.integrationRequired)),
     .serialized)
 struct OpenAPIContractTests {

@@ -1,4 +1,5 @@
 import Curl
+import DevTools
 import Foundation
 import Hummingbird
 import IngestAPI
@@ -6,16 +7,16 @@ import Logging
 import MockAppStore
 import ReceiptCore
 import ReceiptQueueApp
-import ReceiptSignature
 import ReceiptTesting
 import RedisJobQueue
+import SystemTesting
 import Testing
 
 /// Keeps `Sources/IngestAPI/openapi.yaml` true: the server serves it, it is valid OpenAPI 3.1
 /// (openapi-spec-validator), it documents exactly the routes the server registers, and what the
 /// server really answers matches it (openapi-core, with undocumented fields refused).
 @Suite(
-    "OpenAPI: the served document describes the server",
+    "OpenAPI: the served document describes the server", .blockingWork,
     .enabled(if: TestEnvironment.integrationEnabled && (OpenAPIChecker.python != nil || TestEnvironment.integrationRequired)),
     .serialized)
 struct OpenAPITests {

@@ -1,4 +1,5 @@
 import Curl
+import DevTools
 import Foundation
 import Hiredis
 import Libpq
@@ -7,11 +8,12 @@ import ReceiptCore
 import ReceiptQueueApp
 import ReceiptTesting
 import RedisJobQueue
+import SystemTesting
 import Testing
 
 /// Named operator accounts (`receiptq operators`), their roles on the dashboard and the admin API,
 /// and the audit log, against a running system, the built binary and real Postgres and Redis.
-@Suite("Operators: named accounts, roles, the audit log", .enabled(if: TestEnvironment.integrationEnabled), .serialized)
+@Suite("Operators: named accounts, roles, the audit log", .blockingWork, .enabled(if: TestEnvironment.integrationEnabled), .serialized)
 struct OperatorTests {
     typealias Browser = DashboardPagesTests.Browser
     static let password = "a long enough password"
@@ -161,7 +163,7 @@ struct OperatorTests {
         defer { Task { await system.stop() } }
         _ = try await deadLetters(system, user: "unaudited")
         var configuration = system.configuration
-        configuration.httpPort = 0
+        configuration.api.port = 0
         configuration.postgres.port = try freeLoopbackPort()
         let api = try await StandaloneAPI(configuration)
         defer { Task { await api.stop() } }

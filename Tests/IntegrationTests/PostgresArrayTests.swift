@@ -1,13 +1,14 @@
 import Foundation
 import Libpq
 import ReceiptTesting
+import SystemTesting
 import Testing
 
 @testable import PostgresStore
 
 /// The array literals that carry a batch's columns: every value comes back from Postgres as it went
 /// in, whatever it holds.
-@Suite("Postgres array literals", .enabled(if: TestEnvironment.integrationEnabled))
+@Suite("Postgres array literals", .blockingWork, .enabled(if: TestEnvironment.integrationEnabled))
 struct PostgresArrayTests {
     @Test func everyValueRoundTrips() throws {
         let db = try PostgresConnection(

@@ -3,12 +3,13 @@ import Libpq
 import ReceiptCore
 import ReceiptQueueApp
 import ReceiptTesting
+import SystemTesting
 import Testing
 
 /// Postgres failover under load: a primary and a streaming standby, receiptq given both
 /// (`POSTGRES_HOSTNAME=a,b`, `target_session_attrs=read-write`), the primary crashed mid-run and
 /// the standby promoted (`pg_ctl promote`, as Patroni and friends do).
-@Suite("Postgres: a promoted standby is followed, nothing lost", .enabled(if: TestEnvironment.integrationEnabled), .serialized)
+@Suite("Postgres: a promoted standby is followed, nothing lost", .blockingWork, .enabled(if: TestEnvironment.integrationEnabled), .serialized)
 struct PostgresFailoverTests {
     @Test(
         "600 receipts at 50/s; the primary crashes (immediate stop) and the synchronous standby is promoted: every 2xx ends validated once on the new primary"

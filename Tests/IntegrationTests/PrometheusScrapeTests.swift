@@ -2,11 +2,14 @@ import Curl
 import Foundation
 import ReceiptCore
 import ReceiptTesting
+import SystemTesting
 import Testing
 
 /// A real Prometheus (Debian's, unpacked by scripts/validate-ops) scraping a running receiptq with
 /// ops/prometheus/alerts.yml loaded, asked every query of the Grafana dashboard.
-@Suite("Prometheus scrapes a running receiptq: rules, alerts and the dashboard's queries", .enabled(if: TestEnvironment.integrationEnabled))
+@Suite(
+    "Prometheus scrapes a running receiptq: rules, alerts and the dashboard's queries", .blockingWork,
+    .enabled(if: TestEnvironment.integrationEnabled))
 struct PrometheusScrapeTests {
     static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
 

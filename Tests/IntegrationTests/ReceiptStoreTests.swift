@@ -4,11 +4,12 @@ import PostgresStore
 import ReceiptCore
 import ReceiptQueueApp
 import ReceiptTesting
+import SystemTesting
 import Testing
 
 /// The worker's batched store against real Postgres: one transaction per batch, set-based
 /// statements, idempotent, and a record the database refuses fails alone.
-@Suite("Postgres receipt store: group commit", .enabled(if: TestEnvironment.integrationEnabled), .serialized)
+@Suite("Postgres receipt store: group commit", .blockingWork, .enabled(if: TestEnvironment.integrationEnabled), .serialized)
 struct ReceiptStoreTests {
     let configuration: AppConfiguration
     let connection: PostgresConnection
@@ -86,7 +87,7 @@ struct ReceiptStoreTests {
             Issue.record("the record of an unknown app must fail")
             return
         }
-        #expect(failure.code == "23503")  // foreign_key_violation
+        #expect(failure.code == .sqlState("23503"))  // foreign_key_violation
         #expect(!failure.message.contains("MIIreceipt"))
         let stored = try connection.query(
             "SELECT count(*) AS n FROM receipts WHERE id = ANY(\("{\(good1.envelope.id),\(orphan.envelope.id),\(good2.envelope.id)}")::uuid[])"
@@ -118,10 +119,10 @@ struct ReceiptStoreTests {
     func validClearsEarlierErrorCode() throws {
         var earlier = record(user: nil, transactions: [])
         let failedCall = AppleCall(endpoint: .production, httpStatus: 200, appleStatus: 21008, isRetryable: nil, latencyMs: 4, errorCode: nil)
-        earlier.envelope = earlier.envelope.failed(code: "apple_21008", message: "x", calls: [failedCall], at: Date())
+        earlier.envelope = earlier.envelope.failed(code: .apple(21008), message: "x", calls: [failedCall], at: Date())
         var invalid = record(user: nil, transactions: [])
         invalid.status = .invalid
-        invalid.errorCode = "apple_21002"
+        invalid.errorCode = .apple(21002)
         let store = PostgresReceiptStore(connection: connection)
         _ = try store.save([earlier, invalid])
         let rows = try connection.query(

@@ -1,10 +1,11 @@
+import DevTools
 import Foundation
 import Hiredis
-import MockAppStore
 import ReceiptCore
 import ReceiptQueueApp
 import ReceiptTesting
 import RedisJobQueue
+import SystemTesting
 import Testing
 
 #if canImport(Glibc)
@@ -14,7 +15,7 @@ import Glibc
 /// Redis over TLS through a local stunnel client, as ops/README.md "Redis over TLS" deploys it
 /// (Debian's hiredis 0.14 speaks no TLS): receiptq talks plain Redis to 127.0.0.1, stunnel
 /// verifies the server's certificate and carries it over TLS to Redis's `tls-port`.
-@Suite("Redis over TLS through stunnel", .enabled(if: TestEnvironment.integrationEnabled), .serialized)
+@Suite("Redis over TLS through stunnel", .blockingWork, .enabled(if: TestEnvironment.integrationEnabled), .serialized)
 struct RedisTLSTunnelTests {
     /// `stunnel4` in client mode, foreground, from a config like ops/redis/stunnel-receiptq.conf.
     final class Tunnel: @unchecked Sendable {

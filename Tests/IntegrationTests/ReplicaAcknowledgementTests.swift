@@ -5,12 +5,13 @@ import ReceiptCore
 import ReceiptQueueApp
 import ReceiptTesting
 import RedisJobQueue
+import SystemTesting
 import Telemetry
 import Testing
 
 /// `REDIS_MIN_REPLICAS_ACK`: the API answers 2xx only once a replica holds the job, against a
 /// throwaway primary and a replica of it (real `redis-server` processes on loopback).
-@Suite("Redis: acknowledged replication before a 2xx", .enabled(if: TestEnvironment.integrationEnabled), .serialized)
+@Suite("Redis: acknowledged replication before a 2xx", .blockingWork, .enabled(if: TestEnvironment.integrationEnabled), .serialized)
 struct ReplicaAcknowledgementTests {
     /// Waits until the replica follows `primary` with its link up.
     func waitForReplication(primary: ThrowawayRedis, replica: ThrowawayRedis) async throws -> Bool {

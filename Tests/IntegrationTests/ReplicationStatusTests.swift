@@ -1,8 +1,9 @@
 import ReceiptCore
 import RedisJobQueue
+import SystemTesting
 import Testing
 
-@Suite("Redis replication status")
+@Suite("Redis replication status", .blockingWork)
 struct ReplicationStatusTests {
     @Test("INFO replication of a primary: online replicas counted, the worst lag in seconds and in bytes")
     func primary() {

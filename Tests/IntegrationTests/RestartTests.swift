@@ -1,3 +1,4 @@
+import DevTools
 import Dispatch
 import Foundation
 import Hiredis
@@ -7,11 +8,11 @@ import MockAppStore
 import PostgresStore
 import ReceiptCore
 import ReceiptQueueApp
-import ReceiptSignature
 import ReceiptTesting
 import RedisJobQueue
 import ServiceLifecycle
 import Synchronization
+import SystemTesting
 import Testing
 
 #if canImport(Glibc)
@@ -23,7 +24,7 @@ import Glibc
 /// The shared test servers are never restarted (other suites run against them in parallel): each
 /// test starts its own throwaway `redis-server` or Postgres cluster on a free loopback port in a
 /// temp dir, restarts that one mid-run, and deletes it at the end, also when the test fails.
-@Suite("Restarts: Redis and Postgres restarted mid-run", .enabled(if: TestEnvironment.integrationEnabled), .serialized)
+@Suite("Restarts: Redis and Postgres restarted mid-run", .blockingWork, .enabled(if: TestEnvironment.integrationEnabled), .serialized)
 struct RestartTests {
     static let jobs = 2000
     /// Jobs put straight into the retry set once Redis is back (retries that fell due during the

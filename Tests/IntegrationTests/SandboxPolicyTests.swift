@@ -1,3 +1,4 @@
+import DevTools
 import Foundation
 import Libpq
 import MockAppStore
@@ -5,14 +6,14 @@ import OpenSSL
 import PostgresStore
 import ReceiptCore
 import ReceiptQueueApp
-import ReceiptSignature
 import ReceiptTesting
+import SystemTesting
 import Testing
 
 /// The per-app sandbox policy, end to end: a sandbox purchase (App Review's kind) reaching a
 /// production deployment is entitled (`accept`), entitled and marked (`flag`), or stored invalid
 /// and never entitled (`reject`); the policy is named in the entitlement answer.
-@Suite("Sandbox policy: accept, flag, reject", .enabled(if: TestEnvironment.integrationEnabled), .serialized)
+@Suite("Sandbox policy: accept, flag, reject", .blockingWork, .enabled(if: TestEnvironment.integrationEnabled), .serialized)
 struct SandboxPolicyTests {
     /// A new app with `policy`, and a sandbox receipt of it (a year's subscription) validated by the
     /// worker; the settled receipt resource and the user's entitlement answer.

@@ -1,3 +1,4 @@
+import DevTools
 import Foundation
 import Hiredis
 import Libpq
@@ -9,11 +10,14 @@ import ReceiptQueueApp
 import ReceiptTesting
 import RedisJobQueue
 import ServiceLifecycle
+import SystemTesting
 import Testing
 
 /// The re-poll scheduler under Postgres and Redis restarts (its own throwaway servers, as in
 /// RestartTests): it reconnects by itself, and queues every due subscription exactly once.
-@Suite("Restarts: the re-poll scheduler survives Postgres and Redis restarts", .enabled(if: TestEnvironment.integrationEnabled), .serialized)
+@Suite(
+    "Restarts: the re-poll scheduler survives Postgres and Redis restarts", .blockingWork, .enabled(if: TestEnvironment.integrationEnabled),
+    .serialized)
 struct SchedulerRestartTests {
     @Test("Postgres stopped and Redis shut down under a running scheduler: re-polls due meanwhile are queued once each, after")
     func survivesRestarts() async throws {

@@ -1,15 +1,17 @@
 import AppStoreClient
+import DevTools
 import Foundation
 import MockAppStore
 import OpenSSL
 import ReceiptCore
 import ReceiptSignature
 import ReceiptTesting
+import SystemTesting
 import Testing
 
 /// The Server API client against the mock's Server API over real HTTP: JWTs, pages, environments,
 /// Apple's error codes, 429, and JWS checked on every answer.
-@Suite("App Store Server API client against the mock", .serialized)
+@Suite("App Store Server API client against the mock", .blockingWork, .serialized)
 struct ServerAPIClientTests {
     let bundleID = "com.example.serverapi"
 
@@ -68,7 +70,7 @@ struct ServerAPIClientTests {
         f.mock.state.serverAPI.add(transactions: transactions(500), environment: .production)
         let report = await verify(f, query(f, "3000000250"))
         #expect(report.verdict == .valid)
-        let ledger = try #require(report.ledger)
+        let ledger = report
         #expect(ledger.environment == "production")
         #expect(ledger.purchases.count == 500)
         #expect(Set(ledger.purchases.map(\.transactionID)).count == 500)
@@ -85,15 +87,15 @@ struct ServerAPIClientTests {
         f.mock.state.serverAPI.add(transactions: transactions(3, subscription: true), environment: .sandbox)
         let report = await verify(f, query(f, "3000000001"))
         #expect(report.verdict == .valid)
-        #expect(report.ledger?.environment == "sandbox")
+        #expect(report.environment == "sandbox")
         #expect(report.calls.map(\.endpoint) == [.production, .sandbox, .sandbox])
         #expect(report.calls.first?.appleStatus == 4_040_010)
-        let state = try #require(report.ledger?.subscriptions.first)
+        let state = try #require(report.subscriptions.first)
         #expect(state.status == .active)
         #expect(state.latestTransactionID == "3000000002")
         let unknown = await verify(f, query(f, "3999999999"))
         #expect(unknown.verdict == .invalid)
-        #expect(unknown.errorCode == "apple_4040010")
+        #expect(unknown.failure == .apple(4_040_010))
         #expect(unknown.calls.count == 2)
     }
 
@@ -111,7 +113,7 @@ struct ServerAPIClientTests {
         stranger.mock.state.serverAPI.add(transactions: transactions(1), environment: .production)
         let refused = await verify(stranger, query(stranger, "3000000000"))
         #expect(refused.verdict == .configurationError)
-        #expect(refused.errorCode == "server_api_unauthorized")
+        #expect(refused.failure == .serverAPIUnauthorized)
         #expect(refused.calls.map(\.httpStatus) == [401, 401])
     }
 
@@ -123,12 +125,12 @@ struct ServerAPIClientTests {
         f.mock.state.serverAPI.addRule(.init(httpStatus: 500, errorCode: 5_000_001))
         let retryable = await verify(f, query(f, "3000000000"))
         #expect(retryable.verdict == .transient)
-        #expect(retryable.errorCode == "apple_5000001")
+        #expect(retryable.failure == .apple(5_000_001))
         #expect(retryable.calls.first?.isRetryable == true)
         let until = Int64((Date().timeIntervalSince1970 + 42) * 1000)
         f.mock.state.serverAPI.addRule(.init(httpStatus: 429, errorCode: 4_290_000, retryAfterMs: until))
         let limited = await verify(f, query(f, "3000000000"))
-        #expect(limited.errorCode == "rate_limited")
+        #expect(limited.failure == .rateLimited)
         #expect(limited.rateLimitedUntil == Date(timeIntervalSince1970: Double(until) / 1000))
         f.mock.state.serverAPI.addRule(.init(httpStatus: 503))
         let outage = await verify(f, query(f, "3000000000"))
@@ -143,8 +145,8 @@ struct ServerAPIClientTests {
         f.mock.state.serverAPI.add(transactions: transactions(2), environment: .production)
         let report = await verify(f, query(f, "3000000000"))
         #expect(report.verdict == .configurationError)
-        #expect(report.errorCode == "response_untrusted_chain")
-        #expect(report.ledger == nil)
+        #expect(report.failure == .responseRejected(.untrustedChain))
+        #expect(report.purchases.isEmpty && report.subscriptions.isEmpty && report.environment == nil)
     }
 
     @Test("Statuses 1–5 and renewal info from Get All Subscription Statuses")
@@ -170,12 +172,12 @@ struct ServerAPIClientTests {
             ["isInBillingRetryPeriod": .bool(true), "gracePeriodExpiresDate": .number(now + 3_600_000)], originalTransactionID: "4",
             environment: .production)
         let report = await verify(f, query(f, "1", operation: .statuses))
-        let states = Dictionary(uniqueKeysWithValues: (report.ledger?.subscriptions ?? []).map { ($0.originalTransactionID, $0.status) })
+        let states = Dictionary(uniqueKeysWithValues: report.subscriptions.map { ($0.originalTransactionID, $0.status) })
         #expect(states == ["1": .active, "2": .expired, "3": .billingRetry, "4": .grace, "5": .revoked])
         #expect(report.calls.count == 1)
     }
 
-    func verify(_ fixture: Fixture, _ query: ServerAPIQuery) async -> VerificationReport {
+    func verify(_ fixture: Fixture, _ query: ServerAPIQuery) async -> ValidationOutcome {
         await withCheckedContinuation { continuation in fixture.client.verify(query) { continuation.resume(returning: $0) } }
     }
 }

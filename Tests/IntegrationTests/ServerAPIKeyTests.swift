@@ -5,11 +5,12 @@ import PostgresStore
 import ReceiptCore
 import ReceiptQueueApp
 import ReceiptTesting
+import SystemTesting
 import Testing
 
 /// `receiptq apps server-api-key` and `apps validation` against real Postgres: the In-App Purchase
 /// key is stored sealed, opens only with the deployment's secrets key, and never shows again.
-@Suite("In-App Purchase keys: stored encrypted, shown never", .enabled(if: TestEnvironment.integrationEnabled), .serialized)
+@Suite("In-App Purchase keys: stored encrypted, shown never", .blockingWork, .enabled(if: TestEnvironment.integrationEnabled), .serialized)
 struct ServerAPIKeyTests {
     let configuration: AppConfiguration
     let connection: PostgresConnection

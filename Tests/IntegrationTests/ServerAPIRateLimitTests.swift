@@ -3,11 +3,12 @@ import Hiredis
 import ReceiptCore
 import ReceiptTesting
 import RedisJobQueue
+import SystemTesting
 import Testing
 
 /// The Server API's shared token bucket against a real Redis: several limiters, each on its own
 /// connection like the worker processes of one deployment, under one unique prefix.
-@Suite("Server API rate limit on Redis", .enabled(if: TestEnvironment.integrationEnabled))
+@Suite("Server API rate limit on Redis", .blockingWork, .enabled(if: TestEnvironment.integrationEnabled))
 struct ServerAPIRateLimitTests {
     let start = Date(timeIntervalSince1970: 1_800_000_000)
     let keys = RedisKeys(prefix: "{rqt-\(UUID().uuidString.prefix(8).lowercased())}")

@@ -1,14 +1,16 @@
 import Curl
+import DevTools
 import Foundation
 import MockAppStore
 import ReceiptCore
 import ReceiptTesting
 import Synchronization
+import SystemTesting
 import Testing
 
 /// The in-process systems of the test run answer on `ServerThreads`, not on the cooperative pool
 /// that every test shares.
-@Suite("In-process servers answer while the cooperative pool is blocked", .enabled(if: TestEnvironment.integrationEnabled))
+@Suite("In-process servers answer while the cooperative pool is blocked", .blockingWork, .enabled(if: TestEnvironment.integrationEnabled))
 struct ServerThreadsTests {
     @Test("The API and the mock App Store answer while every cooperative thread waits for their answers")
     func answersWithThePoolBlocked() async throws {

@@ -1,4 +1,5 @@
 import Curl
+import DevTools
 import Foundation
 import IngestAPI
 import Libpq
@@ -8,13 +9,13 @@ import OpenSSL
 import PostgresStore
 import ReceiptCore
 import ReceiptQueueApp
-import ReceiptSignature
 import ReceiptTesting
 import ServiceLifecycle
+import SystemTesting
 import Testing
 
 /// The Cloud Softphone web service through real HTTP, Redis, Postgres, workers and the mock App Store.
-@Suite("Cloud Softphone web service, end to end", .enabled(if: TestEnvironment.integrationEnabled), .serialized)
+@Suite("Cloud Softphone web service, end to end", .blockingWork, .enabled(if: TestEnvironment.integrationEnabled), .serialized)
 struct SoftphoneTests {
     /// A system whose app has softphone credentials.
     struct Fixture {

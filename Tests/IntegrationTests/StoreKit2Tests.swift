@@ -1,15 +1,16 @@
+import DevTools
 import Foundation
 import Libpq
 import MockAppStore
 import ReceiptCore
-import ReceiptSignature
 import ReceiptTesting
+import SystemTesting
 import Telemetry
 import Testing
 
 /// StoreKit 2 through the whole system: `POST /client/transactions` → Redis → a worker that asks
 /// the mock App Store Server API with the app's JWT → Postgres → the entitlement API.
-@Suite("StoreKit 2 and the App Store Server API, end to end", .enabled(if: TestEnvironment.integrationEnabled), .serialized)
+@Suite("StoreKit 2 and the App Store Server API, end to end", .blockingWork, .enabled(if: TestEnvironment.integrationEnabled), .serialized)
 struct StoreKit2Tests {
     func signed(
         _ system: TestSystem, product: String = "com.example.yearly", days: Double? = 365, environment: String = "Sandbox"

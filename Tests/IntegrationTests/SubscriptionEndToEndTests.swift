@@ -1,3 +1,4 @@
+import DevTools
 import Foundation
 import Hiredis
 import Libpq
@@ -5,13 +6,13 @@ import MockAppStore
 import PostgresStore
 import ReceiptCore
 import ReceiptQueueApp
-import ReceiptSignature
 import ReceiptTesting
 import RedisJobQueue
+import SystemTesting
 import Testing
 
 /// Subscriptions through the whole system: API → worker → Postgres → scheduler → re-poll → entitlement API.
-@Suite("End to end: subscriptions are re-polled and renewals show up", .enabled(if: TestEnvironment.integrationEnabled), .serialized)
+@Suite("End to end: subscriptions are re-polled and renewals show up", .blockingWork, .enabled(if: TestEnvironment.integrationEnabled), .serialized)
 struct SubscriptionEndToEndTests {
     /// A demo receipt whose subscription (sandbox-short: an hour) ends soon after `now`: long enough
     /// that a slow validation on a loaded machine still plans the poll before the expiry.

@@ -9,10 +9,11 @@ import ReceiptQueueApp
 import ReceiptScheduler
 import ReceiptTesting
 import RedisJobQueue
+import SystemTesting
 import Testing
 
 /// Subscriptions against real Postgres and Redis: the worker's upserts, and the scheduler's claims.
-@Suite("Subscriptions: storage and re-poll scheduling", .enabled(if: TestEnvironment.integrationEnabled), .serialized)
+@Suite("Subscriptions: storage and re-poll scheduling", .blockingWork, .enabled(if: TestEnvironment.integrationEnabled), .serialized)
 struct SubscriptionTests {
     let configuration: AppConfiguration
     let connection: PostgresConnection
@@ -134,7 +135,7 @@ struct SubscriptionTests {
         let refused = record(subscriptions: [], target: target, status: .invalid, at: later.addingTimeInterval(5000))
         _ = try store.save([refused])
         let after = try #require(try row(original))
-        #expect(after.string("last_poll_error") == "apple_21010")
+        #expect(after.string("last_poll_error") == FailureCode.apple(21010).rawValue)
         #expect(after.date("next_poll_at") == nil)
         #expect(after.string("state") == "active")
     }
@@ -216,7 +217,7 @@ struct SubscriptionTests {
         func acquire(_ wanted: Int, now: Date) throws -> Int { try inner.acquire(wanted, now: now) }
         func enqueue(_ jobs: [JobEnvelope]) throws -> Int {
             _ = try inner.enqueue(jobs)
-            throw StoreFailure(code: "crash", message: "died before the commit")
+            throw StoreFailure(code: .driver("crash"), message: "died before the commit")
         }
     }
 

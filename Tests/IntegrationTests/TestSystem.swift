@@ -1,4 +1,5 @@
 import Curl
+import DevTools
 import Foundation
 import Hiredis
 import Libpq
@@ -8,10 +9,10 @@ import OpenSSL
 import PostgresStore
 import ReceiptCore
 import ReceiptQueueApp
-import ReceiptSignature
 import ReceiptTesting
 import RedisJobQueue
 import ServiceLifecycle
+import SystemTesting
 import Telemetry
 import Testing
 
@@ -231,16 +232,9 @@ final class TestSystem: Sendable {
 
     func redis() throws -> RedisConnection { try RedisConnection(configuration: configuration.redis) }
 
-    /// Polls `condition` until it holds or `timeout` passes (Redis and Postgres have no push to wait on here).
-    ///
-    /// The bound counts polls (`timeout` ÷ 50 ms), not wall time: on two cores the parallel test run
-    /// can starve the cooperative pool for tens of seconds, which must not use up the wait.
+    /// SystemTesting's `eventually`, as the system's tests have always spelled it.
     func eventually(timeout: Duration = .seconds(20), _ condition: () async throws -> Bool) async throws -> Bool {
-        for _ in 0..<max(1, Int(timeout / .milliseconds(50))) {
-            if try await condition() { return true }
-            try await Task.sleep(for: .milliseconds(50))
-        }
-        return try await condition()
+        try await SystemTesting.eventually(timeout: timeout, condition)
     }
 }
 

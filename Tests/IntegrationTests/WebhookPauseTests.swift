@@ -27,7 +27,7 @@ extension WebhookTests {
                 [
                     DeliveryOutcome(
                         target: target, status: delivered ? .delivered : .retrying, attempts: 1, httpStatus: delivered ? 200 : 503,
-                        errorCode: delivered ? nil : "http_503", at: start.addingTimeInterval(hours * 3600))
+                        errorCode: delivered ? nil : .http(503), at: start.addingTimeInterval(hours * 3600))
                 ], on: connection)
         }
         func state() throws -> (failingSince: Date?, pausedAt: Date?) {

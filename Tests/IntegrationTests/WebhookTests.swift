@@ -1,3 +1,4 @@
+import DevTools
 import Foundation
 import Libpq
 import Logging
@@ -6,15 +7,15 @@ import OpenSSL
 import PostgresStore
 import ReceiptCore
 import ReceiptQueueApp
-import ReceiptSignature
 import ReceiptTesting
+import SystemTesting
 import Testing
 import WebhookClient
 
 /// Events and webhooks through the whole system: a change commits with its event (the outbox),
 /// the dispatcher queues each delivery once its user's earlier ones are settled, a worker signs
 /// and posts it to a real receiving server that checks the signature the way a backend does.
-@Suite("Events and signed webhooks, end to end", .enabled(if: TestEnvironment.integrationEnabled), .serialized)
+@Suite("Events and signed webhooks, end to end", .blockingWork, .enabled(if: TestEnvironment.integrationEnabled), .serialized)
 struct WebhookTests {
     /// Cancelling a receiver at the end of a test logs its shutdown as errors: not this suite's news.
     static let quiet: Logger = {
@@ -237,7 +238,7 @@ struct WebhookTests {
         }
         let refused = await send(url, allowPrivate: false)
         #expect(refused.httpStatus == nil)
-        #expect(refused.errorCode == "address_not_allowed")
+        #expect(refused.errorCode == .addressNotAllowed)
         let localhost = await send(url.replacingOccurrences(of: "127.0.0.1", with: "localhost"), allowPrivate: false)
         #expect(localhost.httpStatus == nil)
         #expect(receiver.deliveries.isEmpty)

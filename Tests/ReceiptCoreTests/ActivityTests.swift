@@ -13,23 +13,44 @@ struct ActivityTests {
             ("shared_secret_mismatch", .configuration), ("apple_21004", .configuration), ("apple_21000", .configuration),
             ("unknown_app", .configuration),
             ("store_unavailable", .store), ("store_refused", .store),
-            ("unknown", .other), ("", .other), ("timeout", .other),
+            ("unknown", .other), ("", .other),
+            // A webhook delivery's failure before FailureCode: libcurl's name alone, read as the
+            // transport failure it was.
+            ("timeout", .network),
         ])
     func classes(code: String, expected: FailureClass) {
-        #expect(FailureClass(errorCode: code) == expected)
+        #expect(FailureCode(rawValue: code).failureClass == expected)
     }
 
     @Test("A job without an error code (an unreadable job) counts as other")
     func missingCode() {
-        #expect(FailureClass(errorCode: nil) == .other)
+        var tally = ActivityTally()
+        tally.add(.dead, failure: nil)
+        #expect(tally.failures == [.other: 1])
     }
 
-    @Test("Prefixes match at the start only, and exact codes win over their prefix's class")
+    @Test("Stored codes are read whole: a code that merely contains another's prefix is not of its class")
     func prefixesAreAnchored() {
-        #expect(FailureClass(errorCode: "my_transport_error") == .other)
-        #expect(FailureClass(errorCode: "not_http_503") == .other)
+        #expect(FailureCode(rawValue: "my_transport_error") == .unrecognized("my_transport_error"))
+        #expect(FailureCode(rawValue: "my_transport_error").failureClass == .other)
+        #expect(FailureCode(rawValue: "not_http_503").failureClass == .other)
+        #expect(FailureCode(rawValue: "http_").failureClass == .other)
+        #expect(FailureCode(rawValue: "apple_21005x").failureClass == .other)
         // `apple_21004` would be a transient Apple status by its prefix; it is ours to fix.
-        #expect(FailureClass(errorCode: "apple_21004") == .configuration)
+        #expect(FailureCode(rawValue: "apple_21004").failureClass == .configuration)
+    }
+
+    @Test("Every failure's stable string reads back to it, and each simple case has its own string")
+    func stableStrings() {
+        var codes = FailureCode.everySimpleCase
+        codes += TransportFailure.allCases.map { FailureCode.transport($0) }
+        codes += [.http(503), .http(429), .apple(21005), .apple(4_040_010), .unrecognized("retired_code")]
+        for code in codes {
+            #expect(FailureCode(rawValue: code.rawValue) == code, "\(code)")
+        }
+        #expect(Set(codes.map(\.rawValue)).count == codes.count)
+        #expect(FailureCode(text: "  shared_secret_mismatch ") == .sharedSecretMismatch)
+        #expect(FailureCode(text: " ") == nil && FailureCode(text: nil) == nil)
     }
 
     @Test("A tally counts every outcome, and a failure class only for retried and dead jobs")
@@ -37,13 +58,13 @@ struct ActivityTests {
         var tally = ActivityTally()
         #expect(tally.isEmpty)
         tally.add(.validated)
-        tally.add(.validated, errorCode: "transport_timeout")  // a verdict has no failure, whatever is passed
+        tally.add(.validated, failure: .transport(.timeout))  // a verdict has no failure, whatever is passed
         tally.add(.invalid)
-        tally.add(.retried, errorCode: "transport_timeout")
-        tally.add(.retried, errorCode: "apple_21005")
-        tally.add(.dead, errorCode: "shared_secret_mismatch")
+        tally.add(.retried, failure: .transport(.timeout))
+        tally.add(.retried, failure: .apple(21005))
+        tally.add(.dead, failure: .sharedSecretMismatch)
         tally.add(.dead)
-        tally.add(.deferred, errorCode: "http_503")  // deferred is the circuit's doing, not a failure
+        tally.add(.deferred, failure: .http(503))  // deferred is the circuit's doing, not a failure
         #expect(!tally.isEmpty)
         #expect(tally.outcomes == [.validated: 2, .invalid: 1, .retried: 2, .dead: 2, .deferred: 1])
         #expect(tally.failures == [.network: 1, .appleStatus: 1, .configuration: 1, .other: 1])
@@ -55,7 +76,7 @@ struct ActivityTests {
         #expect(ActivityTally(outcomes: [.validated: 0], failures: [.network: 0]).isEmpty)
         #expect(!ActivityTally(failures: [.store: 1]).isEmpty)
         var one = ActivityTally()
-        one.add(.retried, errorCode: "store_unavailable")
+        one.add(.retried, failure: .storeUnavailable)
         #expect(one == ActivityTally(outcomes: [.retried: 1], failures: [.store: 1]))
         #expect(ActivityTally().verdicts == 0)
     }

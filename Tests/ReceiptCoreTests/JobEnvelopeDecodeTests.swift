@@ -127,11 +127,12 @@ struct JobEnvelopeDecodeTests {
         envelope.replyTo = text()
         for _ in 0..<Int.random(in: 0...2, using: &generator) {
             envelope = envelope.failed(
-                code: "apple_21005", message: some(),
+                code: .apple(21005), message: some(),
                 calls: [
                     AppleCall(
                         endpoint: Bool.random(using: &generator) ? .production : .sandbox, httpStatus: Bool.random(using: &generator) ? 200 : nil,
-                        appleStatus: 21_005, isRetryable: Bool.random(using: &generator) ? true : nil, latencyMs: 12, errorCode: text())
+                        appleStatus: 21_005, isRetryable: Bool.random(using: &generator) ? true : nil, latencyMs: 12,
+                        errorCode: text().map(FailureCode.init(rawValue:)))
                 ], at: date())
         }
         return envelope

@@ -24,9 +24,9 @@ struct JobTests {
                     receipt: "MIIabc", style: .unified, bundleID: "com.example",
                     submission: Submission(userIdentifier: "u1", metadata: .object(["k": .number(1)])))))
         #expect(try JobEnvelope.decode(envelope.encoded()) == envelope)
-        let call = AppleCall(endpoint: .production, httpStatus: 503, appleStatus: nil, isRetryable: nil, latencyMs: 3, errorCode: "http_503")
+        let call = AppleCall(endpoint: .production, httpStatus: 503, appleStatus: nil, isRetryable: nil, latencyMs: 3, errorCode: .http(503))
         let failed = envelope.failed(
-            code: "http_503", message: String(repeating: "x", count: 500), calls: [call], at: Date(timeIntervalSince1970: 1_700_000_100))
+            code: .http(503), message: String(repeating: "x", count: 500), calls: [call], at: Date(timeIntervalSince1970: 1_700_000_100))
         #expect(failed.attempt == 1)
         #expect(failed.errorMessage?.count == 200)
         #expect(failed.history == [call])
@@ -38,8 +38,8 @@ struct JobTests {
     func requeuedBudget() {
         let start = Date(timeIntervalSince1970: 1_700_000_000)
         var dead = JobEnvelope(id: JobID.make(), appID: UUID(), enqueuedAt: start, origin: .api, payload: .receipt(ReceiptJob(receipt: "MIIabc")))
-        let call = AppleCall(endpoint: .production, httpStatus: 503, appleStatus: nil, isRetryable: nil, latencyMs: 3, errorCode: "http_503")
-        for step in 0..<20 { dead = dead.failed(code: "http_503", message: "down", calls: [call], at: start + Double(step * 4 * 3600)) }
+        let call = AppleCall(endpoint: .production, httpStatus: 503, appleStatus: nil, isRetryable: nil, latencyMs: 3, errorCode: .http(503))
+        for step in 0..<20 { dead = dead.failed(code: .http(503), message: "down", calls: [call], at: start + Double(step * 4 * 3600)) }
         let policy = RetryPolicy()
         var rng = SeededGenerator(seed: 3)
         let now = start + 80 * 3600
@@ -51,7 +51,7 @@ struct JobTests {
         #expect(retried.errorCode == nil && retried.errorMessage == nil && retried.origin == .cli)
         #expect(retried.history == dead.history && retried.history.count == 20)
         // Its next failure is a first one: retried within the first backoff, not an hour later.
-        let failedAgain = retried.failed(code: "http_503", message: "down", calls: [call], at: now)
+        let failedAgain = retried.failed(code: .http(503), message: "down", calls: [call], at: now)
         let next = policy.nextRun(attempt: failedAgain.attempt, firstFailedAt: failedAgain.firstFailedAt ?? now, now: now, using: &rng)
         #expect(failedAgain.attempt == 1)
         #expect(next.map { $0.timeIntervalSince(now) <= 2 } == true)

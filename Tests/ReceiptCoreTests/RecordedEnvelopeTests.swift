@@ -13,7 +13,7 @@ struct RecordedEnvelopeTests {
         "forged_receipt":
             #"{"app_id":"0193a5c2-6e1b-7c3d-8e4f-5a6b7c8d9e0f","attempt":0,"bundle_id":"com.example.app","enqueued_at":1764288000123,"environment":"sandbox","fraud_reason":"signature_mismatch","history":[],"id":"0193a5c2-7000-7000-8000-000000000002","kind":"validate","origin":"softphone","receipt":"MIIforged","style":"unified","submission":{"user_identifier":"u2"},"v":1}"#,
         "signed_transaction":
-            #"{"app_id":"0193a5c2-6e1b-7c3d-8e4f-5a6b7c8d9e0f","attempt":2,"bundle_id":"com.example.app","enqueued_at":1764288000123,"environment":"sandbox","error_code":"timeout","error_message":"timed out","first_failed_at":1764288002123,"history":[{"endpoint":"production","error_code":"http_503","http_status":503,"is_retryable":true,"latency_ms":41},{"endpoint":"sandbox","error_code":"timeout","latency_ms":10000}],"id":"0193a5c2-7000-7000-8000-000000000003","kind":"validate","last_failed_at":1764288030123,"origin":"api","receipt":"eyJhbGciOiJFUzI1NiJ9.eyJ0cmFuc2FjdGlvbklkIjoiMjAwMDAwMDAwMSJ9.c2ln","source":"signed_transaction","submission":{"country_code":"DE","identifier_for_vendor":"E2F1C0A8-1B2C-4D3E-9F40-1A2B3C4D5E6F","ip_address":"203.0.113.7","metadata":{"plan":"pro"},"user_identifier":"user-1"},"transaction_id":"2000000001","v":1}"#,
+            #"{"app_id":"0193a5c2-6e1b-7c3d-8e4f-5a6b7c8d9e0f","attempt":2,"bundle_id":"com.example.app","enqueued_at":1764288000123,"environment":"sandbox","error_code":"transport_timeout","error_message":"timed out","first_failed_at":1764288002123,"history":[{"endpoint":"production","error_code":"http_503","http_status":503,"is_retryable":true,"latency_ms":41},{"endpoint":"sandbox","error_code":"transport_timeout","latency_ms":10000}],"id":"0193a5c2-7000-7000-8000-000000000003","kind":"validate","last_failed_at":1764288030123,"origin":"api","receipt":"eyJhbGciOiJFUzI1NiJ9.eyJ0cmFuc2FjdGlvbklkIjoiMjAwMDAwMDAwMSJ9.c2ln","source":"signed_transaction","submission":{"country_code":"DE","identifier_for_vendor":"E2F1C0A8-1B2C-4D3E-9F40-1A2B3C4D5E6F","ip_address":"203.0.113.7","metadata":{"plan":"pro"},"user_identifier":"user-1"},"transaction_id":"2000000001","v":1}"#,
         "transaction_id":
             #"{"app_id":"0193a5c2-6e1b-7c3d-8e4f-5a6b7c8d9e0f","attempt":0,"bundle_id":"com.example.app","enqueued_at":1764288000123,"environment":"production","history":[],"id":"0193a5c2-7000-7000-8000-000000000004","kind":"validate","origin":"api","receipt":"","source":"transaction_id","submission":{"user_identifier":"u4"},"transaction_id":"2000000002","v":1}"#,
         "import_item":
@@ -30,6 +30,8 @@ struct RecordedEnvelopeTests {
             #"{"app_id":"0193a5c2-6e1b-7c3d-8e4f-5a6b7c8d9e0f","attempt":1,"enqueued_at":1764288000123,"error_code":"http_500","error_message":"the endpoint answered 500","first_failed_at":1764288005123,"history":[],"id":"0193a5c2-7000-7000-8000-000000000012","kind":"webhook","last_failed_at":1764288005123,"origin":"outbox","receipt":"{\"id\":\"evt\",\"type\":\"subscription.renewed\"}","submission":{},"v":1,"webhook":{"delivery_id":123456789012,"endpoint_id":"0193a5c2-7000-7000-8000-000000000010","event_id":"0193a5c2-7000-7000-8000-000000000011","event_type":"subscription.renewed"}}"#,
         "requeued":
             #"{"app_id":"0193a5c2-6e1b-7c3d-8e4f-5a6b7c8d9e0f","attempt":0,"bundle_id":"com.example.app","enqueued_at":1764288000123,"environment":"production","history":[{"apple_status":21004,"endpoint":"production","http_status":200,"is_retryable":false,"latency_ms":88}],"id":"0193a5c2-7000-7000-8000-000000000001","kind":"validate","origin":"dashboard","receipt":"MIIT6gYJKoZIhvcNAQcCoIIT2zCCE9cCAQExCzAJBgUrDgMCGgUA","reply_to":"{rq}:result:node-1","style":"unified","submission":{"country_code":"DE","identifier_for_vendor":"E2F1C0A8-1B2C-4D3E-9F40-1A2B3C4D5E6F","ip_address":"203.0.113.7","metadata":{"plan":"pro"},"user_identifier":"user-1"},"transaction_id":"1000000012345678","v":1}"#,
+        "webhook_transport":
+            #"{"app_id":"0193a5c2-6e1b-7c3d-8e4f-5a6b7c8d9e0f","attempt":1,"enqueued_at":1764288000123,"error_code":"could_not_connect","error_message":"the endpoint could not be reached (could_not_connect)","first_failed_at":1764288001123,"history":[],"id":"0193a5c2-7000-7000-8000-000000000015","kind":"webhook","last_failed_at":1764288001123,"origin":"outbox","receipt":"{}","submission":{},"v":1,"webhook":{"delivery_id":7,"endpoint_id":"0193a5c2-7000-7000-8000-000000000013","event_id":"0193a5c2-7000-7000-8000-000000000014","event_type":"purchase.refunded"}}"#,
     ]
 
     static func envelope(_ name: String) throws -> JobEnvelope {
@@ -43,6 +45,9 @@ struct RecordedEnvelopeTests {
             let bytes = Array(json.utf8)
             let direct = try #require(JobEnvelope.decodeDirectly(bytes), "\(name)")
             #expect(try JobEnvelope.decodeWithFoundation(bytes) == direct, "\(name)")
+            // A webhook's transport failure was written as libcurl's name alone; it is written back
+            // under its FailureCode name (the next test reads the old one).
+            guard name != "webhook_transport" else { continue }
             #expect(String(decoding: direct.encoded(), as: UTF8.self) == json, "\(name)")
         }
     }
@@ -63,7 +68,8 @@ struct RecordedEnvelopeTests {
         guard case .transaction(let transaction) = signed.payload else { throw Mismatch("signed_transaction") }
         #expect(transaction.signedTransaction?.hasPrefix("eyJ") == true && transaction.transactionID == "2000000001")
         #expect(transaction.source == .signedTransaction)
-        #expect(signed.attempt == 2 && signed.errorCode == "timeout" && signed.history.map(\.errorCode) == ["http_503", "timeout"])
+        #expect(signed.attempt == 2 && signed.errorCode == .transport(.timeout))
+        #expect(signed.history.map(\.errorCode) == [.http(503), .transport(.timeout)])
 
         guard case .transaction(let bare) = try Self.envelope("transaction_id").payload else { throw Mismatch("transaction_id") }
         #expect(bare.signedTransaction == nil && bare.transactionID == "2000000002" && bare.source == .transactionID)
@@ -96,6 +102,10 @@ struct RecordedEnvelopeTests {
         guard case .delivery(let delivery) = webhook.payload else { throw Mismatch("webhook") }
         #expect(delivery.target.deliveryID == 123_456_789_012 && delivery.target.eventType == "subscription.renewed")
         #expect(delivery.body.hasPrefix("{\"id\"") && webhook.attempt == 1 && webhook.queueName == "webhook")
+
+        let unreachable = try Self.envelope("webhook_transport")
+        #expect(unreachable.errorCode == .transport(.couldNotConnect))
+        #expect(unreachable.errorCode?.failureClass == .network)
 
         let requeued = try Self.envelope("requeued")
         #expect(requeued.origin == .dashboard && requeued.attempt == 0 && requeued.errorCode == nil && requeued.history.count == 1)

@@ -1,5 +1,5 @@
+import DevTools
 import Foundation
-import MockAppStore
 import OpenSSL
 import ReceiptCore
 import ReceiptSignature

@@ -28,8 +28,8 @@ struct JobPlannerTests {
     @Test("A valid answer carries each subscription's state, observed now, with its next poll planned before expiry")
     func validAnswerPlansPolls() throws {
         var rng = SeededGenerator(seed: 1)
-        let report = StubVerifier.report(status: 0, verdict: .valid, transactions: [subscription(expiresIn: 10 * 86_400)])
-        guard case .store(let record) = planner.plan(envelope(), report: report, using: &rng) else {
+        let report = StubVerifier.report(status: 0, verdict: .valid, transactions: [subscription(expiresIn: 10 * 86_400)], at: clock.now)
+        guard case .store(let record) = planner.plan(envelope(), outcome: report, using: &rng) else {
             Issue.record("a valid answer is stored")
             return
         }
@@ -45,8 +45,8 @@ struct JobPlannerTests {
     @Test("Invalid answers and configuration errors carry no subscription state")
     func noStateWithoutAValidAnswer() {
         var rng = SeededGenerator(seed: 2)
-        let invalid = StubVerifier.report(status: 21010, verdict: .invalid, transactions: [subscription(expiresIn: 86_400)])
-        if case .store(let record) = planner.plan(envelope(), report: invalid, using: &rng) {
+        let invalid = StubVerifier.report(status: 21010, verdict: .invalid, transactions: [subscription(expiresIn: 86_400)], at: clock.now)
+        if case .store(let record) = planner.plan(envelope(), outcome: invalid, using: &rng) {
             #expect(record.subscriptions.isEmpty)
             #expect(record.status == .invalid)
         } else {
@@ -62,25 +62,25 @@ struct JobPlannerTests {
         var job = envelope()
         job.payload.receiptJob?.style = .unified
         for attempt in 1...2 {
-            guard case .retry(let updated, _, _) = planner.plan(job, report: report, using: &rng) else {
+            guard case .retry(let updated, _, _) = planner.plan(job, outcome: report, using: &rng) else {
                 Issue.record("attempt \(attempt) is retried")
                 return
             }
             #expect(updated.attempt == attempt)
             job = updated
         }
-        guard case .store(let record) = planner.plan(job, report: report, using: &rng) else {
+        guard case .store(let record) = planner.plan(job, outcome: report, using: &rng) else {
             Issue.record("the third 21002 is stored")
             return
         }
         #expect(record.status == .invalid)
-        #expect(record.errorCode == "apple_21002")
-        #expect(record.storedErrorCode == "apple_21002")
+        #expect(record.errorCode == .apple(21002))
+        #expect(record.storedErrorCode == FailureCode.apple(21002).rawValue)
         #expect(record.appleStatus == 21002)
         // A receipt that never decoded here has no local voucher: 21002 stays an ordinary retry.
         var undecoded = job
         undecoded.payload.receiptJob?.style = nil
-        guard case .retry = planner.plan(undecoded, report: report, using: &rng) else {
+        guard case .retry = planner.plan(undecoded, outcome: report, using: &rng) else {
             Issue.record("an undecoded receipt keeps retrying")
             return
         }
@@ -89,29 +89,46 @@ struct JobPlannerTests {
     @Test("A valid answer after failed attempts stores no error code; an invalid one stores its own")
     func errorCodeOfTheResult() throws {
         var rng = SeededGenerator(seed: 4)
-        let earlier = envelope().failed(code: "apple_21008", message: "x", calls: [], at: clock.now)
-        guard case .store(let valid) = planner.plan(earlier, report: StubVerifier.report(status: 0, verdict: .valid, transactions: []), using: &rng),
+        let earlier = envelope().failed(code: .apple(21008), message: "x", calls: [], at: clock.now)
+        guard case .store(let valid) = planner.plan(earlier, outcome: StubVerifier.report(status: 0, verdict: .valid, transactions: []), using: &rng),
             case .store(let invalid) = planner.plan(
-                earlier, report: StubVerifier.report(status: 21010, verdict: .invalid, transactions: []), using: &rng)
+                earlier, outcome: StubVerifier.report(status: 21010, verdict: .invalid, transactions: []), using: &rng)
         else {
             Issue.record("both answers are stored")
             return
         }
         #expect(valid.storedErrorCode == nil)
-        #expect(invalid.storedErrorCode == "apple_21010")
+        #expect(invalid.storedErrorCode == FailureCode.apple(21010).rawValue)
     }
 
     @Test("A buried re-poll asks for its subscription to be polled again a day later; a buried validation does not")
     func buriedRepoll() {
         let target = RepollTarget(originalTransactionID: "10", receiptID: UUID(), pollSequence: 3)
-        let repoll = planner.failedRecord(
-            envelope(kind: .repoll, target: target).failed(code: "shared_secret_mismatch", message: "x", calls: [], at: clock.now))
+        let repollTrace = planner.buriedTrace(
+            envelope(kind: .repoll, target: target).failed(code: .sharedSecretMismatch, message: "x", calls: [], at: clock.now))
+        guard case .record(let repoll) = repollTrace, case .record(let validation) = planner.buriedTrace(envelope()) else {
+            Issue.record("a buried re-poll and a buried validation each leave a record")
+            return
+        }
         #expect(repoll.retryPollAt == clock.now.addingTimeInterval(86_400))
         #expect(repoll.isRepoll)
         #expect(repoll.receiptID == target.receiptID)
-        let validation = planner.failedRecord(envelope())
         #expect(validation.retryPollAt == nil)
         #expect(!validation.isRepoll)
+    }
+
+    @Test("A buried delivery leaves its dead outcome for the delivery log, a buried notification nothing but its dead letter")
+    func buriedDeliveryAndNotification() {
+        let delivery = envelope(kind: .webhook).failed(code: .http(503), message: "x", calls: [], at: clock.now)
+        guard case .delivery(let outcome) = planner.buriedTrace(delivery), case .delivery(let job) = delivery.payload else {
+            Issue.record("a buried delivery leaves a delivery outcome")
+            return
+        }
+        #expect(outcome.target == job.target && outcome.status == .dead && outcome.attempts == 1)
+        #expect(outcome.httpStatus == 503 && outcome.errorCode == .http(503))
+        #expect(planner.buriedTrace(envelope(kind: .notification)) == nil)
+        #expect(planner.deliveryAttemptOutcome(delivery)?.status == .retrying)
+        #expect(planner.deliveryAttemptOutcome(envelope()) == nil)
     }
 
     @Test("A re-poll job's envelope round-trips with its target")
@@ -133,20 +150,20 @@ struct JobPlannerStoreFailureTests {
     @Test("A refused value is buried on the first failure with the SQLSTATE; an unreachable database is retried")
     func refusedIsBuried() {
         let refused = planner.storeRefused(
-            envelope, calls: [], failure: StoreFailure(code: "22021", message: "Postgres refused the record: NUL", isPermanent: true))
+            envelope, calls: [], failure: StoreFailure(code: .sqlState("22021"), message: "Postgres refused the record: NUL", isPermanent: true))
         guard case .bury(let buried?) = refused else {
             Issue.record("a refused record is buried, not \(refused)")
             return
         }
         #expect(buried.attempt == 1)
-        #expect(buried.errorCode == "store_refused")
+        #expect(buried.errorCode == .storeRefused)
         #expect(buried.errorMessage == "Postgres refused the record: NUL (SQLSTATE 22021)")
         var rng = SeededGenerator(seed: 7)
         guard case .retry(let retried, _, .retried) = planner.storeUnavailable(envelope, calls: [], using: &rng) else {
             Issue.record("an unreachable database is retried")
             return
         }
-        #expect(retried.errorCode == "store_unavailable")
+        #expect(retried.errorCode == .storeUnavailable)
     }
 }
 

@@ -15,18 +15,18 @@ struct ServerAPIOutcomeTests {
     @Test("Apple's error codes: retryable ones retried, unknown transactions invalid, 4040010 switches, 401 and 429 apart")
     func codes() {
         #expect(classify(200, #"{"signedTransactions":[]}"#) == .answered(.object(["signedTransactions": .array([])])))
-        #expect(classify(200, "<html>down</html>") == .failed(.outage, code: "non_json_body"))
-        #expect(classify(nil) == .failed(.outage, code: "transport"))
+        #expect(classify(200, "<html>down</html>") == .failed(.outage, code: .nonJSONBody))
+        #expect(classify(nil) == .failed(.outage, code: .transport(.other)))
         #expect(classify(404, #"{"errorCode":4040010,"errorMessage":"Transaction id not found."}"#) == .notInThisEnvironment)
         for code in [4_040_002, 4_040_004, 4_040_006, 5_000_001] {
-            #expect(classify(code == 5_000_001 ? 500 : 404, #"{"errorCode":\#(code)}"#) == .failed(.transient, code: "apple_\(code)"))
+            #expect(classify(code == 5_000_001 ? 500 : 404, #"{"errorCode":\#(code)}"#) == .failed(.transient, code: .apple(code)))
         }
-        #expect(classify(404, #"{"errorCode":4040005}"#) == .failed(.invalid, code: "apple_4040005"))
-        #expect(classify(400, #"{"errorCode":4000006}"#) == .failed(.invalid, code: "apple_4000006"))
-        #expect(classify(500, #"{"errorCode":5000000}"#) == .failed(.outage, code: "apple_5000000"))
+        #expect(classify(404, #"{"errorCode":4040005}"#) == .failed(.invalid, code: .apple(4_040_005)))
+        #expect(classify(400, #"{"errorCode":4000006}"#) == .failed(.invalid, code: .apple(4_000_006)))
+        #expect(classify(500, #"{"errorCode":5000000}"#) == .failed(.outage, code: .apple(5_000_000)))
         #expect(classify(401) == .unauthorized)
-        #expect(classify(503, "Service Unavailable") == .failed(.outage, code: "http_503"))
-        #expect(classify(403, "") == .failed(.configurationError, code: "http_403"))
+        #expect(classify(503, "Service Unavailable") == .failed(.outage, code: .http(503)))
+        #expect(classify(403, "") == .failed(.configurationError, code: .http(403)))
     }
 
     @Test("Retry-After is a UNIX time in milliseconds; seconds and deltas are read too, and garbage waits a second")

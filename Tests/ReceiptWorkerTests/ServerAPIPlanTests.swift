@@ -36,14 +36,14 @@ struct ServerAPIPlanTests {
 
     @Test("Receipts go to verifyReceipt until the app is on the Server API, then by the checked receipt's transaction id")
     func receiptRouting() throws {
-        guard case .call(let legacy) = planner.start(job(transactionID: "2000000001"), app: app(key: key)) else {
+        guard case .call(let legacy, _) = planner.start(job(transactionID: "2000000001"), app: app(key: key)) else {
             Issue.record("a receipt of an auto app is a call")
             return
         }
         #expect(legacy.serverAPI == nil)
         #expect(legacy.sharedSecret == "s")
         for serverApp in [app(backend: .serverAPI, key: key), app(backend: .auto, key: key, switched: true)] {
-            guard case .call(let request) = planner.start(job(transactionID: "2000000001"), app: serverApp) else {
+            guard case .call(let request, _) = planner.start(job(transactionID: "2000000001"), app: serverApp) else {
                 Issue.record("a receipt of a server_api app is a call")
                 return
             }
@@ -53,7 +53,7 @@ struct ServerAPIPlanTests {
             #expect(request.sharedSecret == nil)
         }
         // `auto` never switches an app that has no key.
-        guard case .call(let noKey) = planner.start(job(transactionID: "1"), app: app(backend: .auto, switched: true)) else { return }
+        guard case .call(let noKey, _) = planner.start(job(transactionID: "1"), app: app(backend: .auto, switched: true)) else { return }
         #expect(noKey.serverAPI == nil)
     }
 
@@ -63,7 +63,7 @@ struct ServerAPIPlanTests {
             Issue.record("an unchecked receipt is buried")
             return
         }
-        #expect(buried.errorCode == "receipt_not_verified_locally")
+        #expect(buried.errorCode == .receiptNotVerifiedLocally)
         guard case .settle(.store(let record)) = planner.start(job(transactionID: ""), app: app(backend: .serverAPI, key: key)) else {
             Issue.record("an empty checked receipt is stored")
             return
@@ -76,7 +76,7 @@ struct ServerAPIPlanTests {
     @Test("StoreKit 2 jobs always ask the Server API, in the environment they name; without a usable key they are dead letters at once")
     func storeKit2() {
         guard
-            case .call(let request) = planner.start(
+            case .call(let request, _) = planner.start(
                 job(source: .signedTransaction, transactionID: "42", environment: "sandbox"), app: app(backend: .verifyReceipt, key: key))
         else {
             Issue.record("a signed transaction is a call")
@@ -88,19 +88,20 @@ struct ServerAPIPlanTests {
             Issue.record("no key: buried")
             return
         }
-        #expect(missing.errorCode == "server_api_key_missing")
+        #expect(missing.errorCode == .serverAPIKeyMissing)
         #expect(missing.attempt == 1)
         var unreadable = app()
         unreadable.serverAPIKeyID = "KEY123"
         guard case .settle(.bury(let sealed?)) = planner.start(job(source: .transactionID, transactionID: "42"), app: unreadable) else { return }
-        #expect(sealed.errorCode == "server_api_key_unreadable")
+        #expect(sealed.errorCode == .serverAPIKeyUnreadable)
         #expect(!(sealed.errorMessage ?? "").contains("secret\n"))
     }
 
     @Test("A re-poll of a Server API app asks for the subscription's statuses by its original transaction id")
     func repoll() {
         let target = RepollTarget(originalTransactionID: "1000000000000001", receiptID: UUID(), pollSequence: 2)
-        guard case .call(let request) = planner.start(job(environment: "sandbox", target: target), app: app(backend: .serverAPI, key: key)) else {
+        guard case .call(let request, _) = planner.start(job(environment: "sandbox", target: target), app: app(backend: .serverAPI, key: key))
+        else {
             Issue.record("a re-poll is a call")
             return
         }
@@ -118,8 +119,8 @@ struct ServerAPIPlanTests {
         let ledger = ServerAPILedger(
             environment: "sandbox", purchases: [InAppPurchase(productID: "monthly", transactionID: "2", originalTransactionID: "1")],
             subscriptions: [state])
-        let report = VerificationReport(verdict: .valid, response: nil, calls: [], errorCode: nil, ledger: ledger, backend: .serverAPI)
-        guard case .store(let record) = planner.plan(job(source: .transactionID, transactionID: "2"), report: report, using: &rng) else {
+        let report = ValidationOutcome(ledger: ledger, calls: [])
+        guard case .store(let record) = planner.plan(job(source: .transactionID, transactionID: "2"), outcome: report, using: &rng) else {
             Issue.record("a ledger is stored")
             return
         }
@@ -132,21 +133,21 @@ struct ServerAPIPlanTests {
 
         guard
             case .store(let rejected) = planner.plan(
-                job(source: .transactionID, transactionID: "2"), report: report, sandboxPolicy: .reject, using: &rng)
+                job(source: .transactionID, transactionID: "2"), outcome: report, sandboxPolicy: .reject, using: &rng)
         else { return }
         #expect(rejected.status == .invalid)
-        #expect(rejected.storedErrorCode == "sandbox_rejected")
+        #expect(rejected.storedErrorCode == FailureCode.sandboxRejected.rawValue)
         #expect(rejected.subscriptions.isEmpty)
 
         let until = clock.now.addingTimeInterval(90)
-        let limited = VerificationReport(
-            verdict: .transient, response: nil,
+        let limited = ValidationOutcome(
+            verdict: .transient,
             calls: [
-                AppleCall(endpoint: .production, httpStatus: 429, appleStatus: 4_290_000, isRetryable: false, latencyMs: 3, errorCode: "rate_limited")
+                AppleCall(endpoint: .production, httpStatus: 429, appleStatus: 4_290_000, isRetryable: false, latencyMs: 3, errorCode: .rateLimited)
             ],
-            errorCode: "rate_limited", rateLimitedUntil: until, backend: .serverAPI)
+            failure: .rateLimited, rateLimitedUntil: until, backend: .serverAPI)
         let waiting = job(source: .transactionID, transactionID: "2")
-        guard case .retry(let updated, let runAt, let outcome) = planner.plan(waiting, report: limited, using: &rng) else {
+        guard case .retry(let updated, let runAt, let outcome) = planner.plan(waiting, outcome: limited, using: &rng) else {
             Issue.record("a 429 is a wait")
             return
         }

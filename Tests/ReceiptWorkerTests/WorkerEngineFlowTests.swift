@@ -40,7 +40,7 @@ struct WorkerEngineFlowTests {
     }
 
     /// A store whose first save waits until the test opens the gate.
-    final class GatedStore: ReceiptStore, @unchecked Sendable {
+    final class GatedStore: ReceiptStore, DeliveryLog, @unchecked Sendable {
         let inner: MemoryReceiptStore
         let gate = DispatchSemaphore(value: 0)
         private let lock = NSLock()
@@ -60,6 +60,9 @@ struct WorkerEngineFlowTests {
             if first { gate.wait() }
             return try inner.save(records)
         }
+
+        func webhookEndpoint(id: UUID) throws -> WebhookEndpointRecord? { try inner.webhookEndpoint(id: id) }
+        func record(_ outcomes: [DeliveryOutcome]) throws { try inner.record(outcomes) }
     }
 
     @Test("Results that arrive while a commit runs are stored together in the next transaction")

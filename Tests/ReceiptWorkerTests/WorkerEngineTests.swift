@@ -30,14 +30,14 @@ func runEngine(_ engine: WorkerEngine, until done: @escaping @Sendable () -> Boo
 /// A verifier that keeps every call open until the test releases it: Apple taking its time.
 final class HeldVerifier: ReceiptVerifier, @unchecked Sendable {
     private let lock = NSLock()
-    private var held: [@Sendable (VerificationReport) -> Void] = []
-    private let report: VerificationReport
+    private var held: [@Sendable (ValidationOutcome) -> Void] = []
+    private let report: ValidationOutcome
 
-    init(_ report: VerificationReport = StubVerifier.report(status: 0, verdict: .valid)) { self.report = report }
+    init(_ report: ValidationOutcome = StubVerifier.report(status: 0, verdict: .valid)) { self.report = report }
 
     var open: Int { lock.withLock { held.count } }
 
-    func verify(_ request: VerificationRequest, completion: @escaping @Sendable (VerificationReport) -> Void) {
+    func verify(_ request: ValidationRequest, completion: @escaping @Sendable (ValidationOutcome) -> Void) {
         lock.withLock { held.append(completion) }
     }
 
@@ -144,7 +144,7 @@ struct WorkerEngineVerdictTests {
         #expect(store.saved.isEmpty)
         let retry = try #require(queue.retries.first)
         #expect(retry.envelope.attempt == 1)
-        #expect(retry.envelope.errorCode == "apple_21005")
+        #expect(retry.envelope.errorCode == .apple(21005))
         #expect(retry.envelope.history.count == 1)
         let delay = retry.runAt.timeIntervalSince(now)
         #expect(delay >= 0.2 && delay <= 2)
@@ -156,25 +156,25 @@ struct WorkerEngineVerdictTests {
         let (outcomes, queue, store) = try await run(
             envelope(), verifier: StubVerifier([StubVerifier.report(status: 21004, verdict: .configurationError)]))
         #expect(outcomes == [.dead: 1])
-        #expect(queue.dead.first??.errorCode == "shared_secret_mismatch")
+        #expect(queue.dead.first??.errorCode == .sharedSecretMismatch)
         #expect(store.saved.first?.status == .failed)
         #expect(queue.totalActivity == ActivityTally(outcomes: [.dead: 1], failures: [.configuration: 1]))
     }
 
     @Test("The settle carries the batch's activity: outcomes, and the failure class of each retry")
     func activity() async throws {
-        let transportError = VerificationReport(
-            verdict: .outage, response: nil,
+        let transportError = ValidationOutcome(
+            verdict: .outage,
             calls: [
                 AppleCall(
-                    endpoint: .production, httpStatus: nil, appleStatus: nil, isRetryable: nil, latencyMs: 15_000, errorCode: "transport_timeout")
-            ], errorCode: "transport_timeout")
+                    endpoint: .production, httpStatus: nil, appleStatus: nil, isRetryable: nil, latencyMs: 15_000, errorCode: .transport(.timeout))
+            ], failure: .transport(.timeout))
         let verifier = StubVerifier([StubVerifier.report(status: 0, verdict: .valid), transportError])
         let queue = MemoryJobQueue(jobs: [envelope(), envelope()])
         let engine = engine(queue: queue, store: MemoryReceiptStore(apps: [app]), verifier: verifier)
         try await runEngine(engine) { engine.processedCount == 2 }
         #expect(engine.outcomes == [.validated: 1, .retried: 1])
-        #expect(queue.retries.first?.envelope.errorCode == "transport_timeout")
+        #expect(queue.retries.first?.envelope.errorCode == .transport(.timeout))
         // However the two jobs were batched, the settles add up to what happened, and nothing is
         // reported for a settle that counted nothing.
         #expect(queue.totalActivity == ActivityTally(outcomes: [.validated: 1, .retried: 1], failures: [.network: 1]))
@@ -198,7 +198,7 @@ struct WorkerEngineVerdictTests {
         }
         #expect(engine.outcomes == [.retried: 1])
         #expect(queue.acknowledged.isEmpty)
-        #expect(queue.retries.first?.envelope.errorCode == "store_unavailable")
+        #expect(queue.retries.first?.envelope.errorCode == .storeUnavailable)
         #expect(queue.inProcessing == 0)
     }
 
@@ -211,18 +211,18 @@ struct WorkerEngineVerdictTests {
         let (outcomes, queue, _) = try await run(envelope(), verifier: verifier, store: store)
         #expect(outcomes == [.retried: 1])
         #expect(verifier.requests.isEmpty)
-        #expect(queue.retries.first?.envelope.errorCode == "store_unavailable")
+        #expect(queue.retries.first?.envelope.errorCode == .storeUnavailable)
     }
 
     @Test("While the outage circuit is open, jobs are deferred past it without using an attempt; outages open it")
     func circuit() async throws {
         let circuit = MemoryOutageCircuit(policy: CircuitPolicy(minimumFailures: 2, failureRatio: 0.5))
-        let outage = VerificationReport(
-            verdict: .outage, response: nil,
+        let outage = ValidationOutcome(
+            verdict: .outage,
             calls: [
-                AppleCall(endpoint: .production, httpStatus: 503, appleStatus: nil, isRetryable: nil, latencyMs: 1, errorCode: "http_503")
+                AppleCall(endpoint: .production, httpStatus: 503, appleStatus: nil, isRetryable: nil, latencyMs: 1, errorCode: .http(503))
             ],
-            errorCode: "http_503")
+            failure: .http(503))
         let queue = MemoryJobQueue(jobs: [envelope(), envelope()])
         let store = MemoryReceiptStore(apps: [app])
         let verifier = StubVerifier([outage, outage, StubVerifier.report(status: 0, verdict: .valid)])
@@ -271,6 +271,6 @@ struct WorkerEngineVerdictTests {
         let (outcomes, other, _) = try await run(
             envelope(), verifier: StubVerifier([StubVerifier.report(status: 0, verdict: .valid)]), store: MemoryReceiptStore())
         #expect(outcomes == [.dead: 1])
-        #expect(other.dead.first??.errorCode == "unknown_app")
+        #expect(other.dead.first??.errorCode == .unknownApp)
     }
 }

@@ -18,7 +18,7 @@ redis-server). It checks:
   API registers, a grace period above the worker drain, references that resolve;
 - the systemd units' settings (restart, SIGTERM, stop timeout above the drain, environment
   file, user, hardening, LimitNOFILE, ordering after migrate, METRICS_PORT) and the example
-  environment file against the variables AppConfiguration.swift reads;
+  environment file against the variables AppConfiguration (AppConfiguration*.swift) reads;
 - the Dockerfile ships every SwiftPM resource bundle, runs as a numeric non-root user, and its
   ignore file keeps what it copies; redis.conf keeps AOF and noeviction.
 
@@ -92,7 +92,10 @@ class AppFacts:
     """What the checks compare the ops files with, read from the Swift sources."""
 
     def __init__(self, root, report):
-        config = (root / "Sources/ReceiptQueueApp/AppConfiguration.swift").read_text(encoding="utf-8")
+        # AppConfiguration.swift and its components' files (AppConfiguration+*.swift) read the variables.
+        config = "".join(
+            path.read_text(encoding="utf-8") for path in sorted((root / "Sources/ReceiptQueueApp").glob("AppConfiguration*.swift"))
+        )
         self.variables = set(re.findall(r'"([A-Z][A-Z0-9_]+)"', config))
         self.defaults = {
             name: value.strip().strip('"')

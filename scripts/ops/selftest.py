@@ -65,7 +65,13 @@ CASES = [
 ]
 
 # What check.py reads besides ops/.
-INPUTS = ["Package.swift", "Sources/ReceiptQueueApp/AppConfiguration.swift", "Sources/IngestAPI/IngestAPI.swift"]
+INPUTS = [
+    "Package.swift",
+    "Sources/ReceiptQueueApp/AppConfiguration.swift",
+    "Sources/ReceiptQueueApp/AppConfiguration+Components.swift",
+    "Sources/ReceiptQueueApp/AppConfiguration+Stores.swift",
+    "Sources/IngestAPI/IngestAPI.swift",
+]
 
 
 def main():

@@ -115,7 +115,7 @@ private enum EnvelopeReader {
         else { return nil }
         return AppleCall(
             endpoint: endpoint, httpStatus: httpStatus, appleStatus: appleStatus, isRetryable: isRetryable, latencyMs: latencyMs,
-            errorCode: errorCode)
+            errorCode: errorCode.map(FailureCode.init(rawValue:)))
     }
 
     static func repollTarget(_ value: JSONValue) -> RepollTarget? {

@@ -71,7 +71,7 @@ extension JobEnvelope {
         header.attempt = wire.attempt
         header.firstFailedAt = wire.firstFailedAt
         header.lastFailedAt = wire.lastFailedAt
-        header.errorCode = wire.errorCode
+        header.errorCode = wire.errorCode.map(FailureCode.init(rawValue:))
         header.errorMessage = wire.errorMessage
         header.replyTo = wire.replyTo
         header.history = wire.history
@@ -120,7 +120,7 @@ extension JobEnvelope {
     var wire: JobWire {
         var wire = JobWire(
             v: header.version, id: header.id, kind: kind, appID: header.appID, attempt: header.attempt, enqueuedAt: header.enqueuedAt,
-            firstFailedAt: header.firstFailedAt, lastFailedAt: header.lastFailedAt, errorCode: header.errorCode,
+            firstFailedAt: header.firstFailedAt, lastFailedAt: header.lastFailedAt, errorCode: header.errorCode?.rawValue,
             errorMessage: header.errorMessage, origin: header.origin, receipt: "", submission: Submission(), history: header.history,
             replyTo: header.replyTo)
         switch payload {
@@ -218,7 +218,7 @@ extension JobWire {
             writer.openObject()
             writer.member("apple_status", call.appleStatus)
             writer.member("endpoint", call.endpoint.rawValue)
-            writer.member("error_code", call.errorCode)
+            writer.member("error_code", call.errorCode?.rawValue)
             writer.member("http_status", call.httpStatus)
             writer.member("is_retryable", call.isRetryable)
             writer.member("latency_ms", call.latencyMs)

@@ -34,8 +34,8 @@ public struct JobHeader: Sendable, Equatable {
     public var enqueuedAt: Date
     public var firstFailedAt: Date?
     public var lastFailedAt: Date?
-    /// A bounded error code of the last failure (`timeout`, `apple_21005`, `shared_secret_mismatch`, …).
-    public var errorCode: String?
+    /// Why the last attempt failed (`transport_timeout`, `apple_21005`, `shared_secret_mismatch`, …).
+    public var errorCode: FailureCode?
     /// A short, redacted description of the last failure.
     public var errorMessage: String?
     public var origin: JobOrigin
@@ -112,11 +112,11 @@ public struct JobEnvelope: Sendable, Equatable {
 
     /// The envelope after a failed attempt.
     /// - Parameters:
-    ///   - code: bounded error code.
+    ///   - code: why it failed.
     ///   - message: redacted description (truncated to 200 characters).
     ///   - calls: the Apple calls of this attempt.
     ///   - now: when it failed.
-    public func failed(code: String, message: String, calls: [AppleCall], at now: Date) -> JobEnvelope {
+    public func failed(code: FailureCode, message: String, calls: [AppleCall], at now: Date) -> JobEnvelope {
         var copy = self
         copy.header.attempt += 1
         copy.header.firstFailedAt = copy.header.firstFailedAt ?? now
@@ -134,6 +134,6 @@ extension JobEnvelope: CustomStringConvertible {
     /// A description without the receipt or the client's data, so an envelope interpolated into a
     /// log line leaks nothing.
     public var description: String {
-        "JobEnvelope(id: \(header.id), kind: \(kind.rawValue), app: \(header.appID), attempt: \(header.attempt), error: \(header.errorCode ?? "none"))"
+        "JobEnvelope(id: \(header.id), kind: \(kind.rawValue), app: \(header.appID), attempt: \(header.attempt), error: \(header.errorCode?.rawValue ?? "none"))"
     }
 }

@@ -16,46 +16,6 @@ public enum ActivityOutcome: String, Sendable, CaseIterable {
     case deferred
 }
 
-/// Why a job was retried or buried, in a handful of classes an operator can act on.
-public enum FailureClass: String, Sendable, CaseIterable {
-    /// The call never got an HTTP answer: timeout, connection refused, TLS (`transport_*`).
-    case network
-    /// Apple answered with an HTTP error or a body that is not `verifyReceipt` JSON (`http_*`, `non_json_body`).
-    case appleHTTP = "apple_http"
-    /// Apple answered with a transient `status` (`apple_<status>`, `environment_loop`).
-    case appleStatus = "apple_status"
-    /// Ours to fix: the shared secret (21004), a malformed request (21000), an app since deleted.
-    case configuration
-    /// Postgres could not store the result.
-    case store
-    /// Anything else (an unreadable job, a code this build does not know).
-    case other
-
-    /// The class of a job's `error_code`.
-    public init(errorCode: String?) {
-        guard let code = errorCode else {
-            self = .other
-            return
-        }
-        switch code {
-        case "shared_secret_mismatch", "apple_21000", "apple_21004", "unknown_app": self = .configuration
-        case "store_unavailable", "store_refused": self = .store
-        case "non_json_body": self = .appleHTTP
-        case "environment_loop": self = .appleStatus
-        default:
-            if code.hasPrefix("transport_") {
-                self = .network
-            } else if code.hasPrefix("http_") {
-                self = .appleHTTP
-            } else if code.hasPrefix("apple_") {
-                self = .appleStatus
-            } else {
-                self = .other
-            }
-        }
-    }
-}
-
 /// Counts of settled jobs by outcome and by failure class: what one batch adds to its minute, or
 /// what one minute holds.
 public struct ActivityTally: Sendable, Equatable {
@@ -68,10 +28,10 @@ public struct ActivityTally: Sendable, Equatable {
         self.failures = failures
     }
 
-    /// Counts one job; `errorCode` is its failure's code when it was retried or buried.
-    public mutating func add(_ outcome: ActivityOutcome, errorCode: String? = nil) {
+    /// Counts one job; `failure` is its failure's code when it was retried or buried.
+    public mutating func add(_ outcome: ActivityOutcome, failure: FailureCode? = nil) {
         outcomes[outcome, default: 0] += 1
-        if outcome == .retried || outcome == .dead { failures[FailureClass(errorCode: errorCode), default: 0] += 1 }
+        if outcome == .retried || outcome == .dead { failures[failure?.failureClass ?? .other, default: 0] += 1 }
     }
 
     /// Whether nothing was counted.

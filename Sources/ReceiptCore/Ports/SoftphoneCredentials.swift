@@ -52,8 +52,3 @@ public struct SoftphoneCredentials: Sendable, Equatable, CustomStringConvertible
         "SoftphoneCredentials(app: \(app.id), username: \(username), ha1: <redacted>)"
     }
 }
-
-extension ReceiptCatalog {
-    /// Catalogs that keep no softphone credentials know no username.
-    public func softphoneCredentials(username: String) async throws -> SoftphoneCredentials? { nil }
-}

@@ -39,28 +39,38 @@ public struct WebhookEndpointSummary: Sendable, Equatable {
 
 /// Why a webhook endpoint could not be registered or changed (bounded; never a secret).
 public struct WebhookAdminError: Error, Equatable, CustomStringConvertible {
+    /// The closed set of reasons; `rawValue` is the stable string the API's JSON and the CLI show.
+    public enum Code: String, Sendable {
+        case privateAddress = "private_address"
+        case invalidURL = "invalid_url"
+        case invalidEventType = "invalid_event_type"
+        case noSecretsKey = "no_secrets_key"
+        case unknownApp = "unknown_app"
+        case notFound = "not_found"
+    }
+
     /// A bounded code (`invalid_url`, `private_address`, `unknown_app`, `invalid_event_type`, `no_secrets_key`, `not_found`).
-    public let code: String
+    public let code: Code
     public let description: String
 
     /// The host resolves only to loopback, private or link-local addresses (without `allow_private`).
     public static let privateAddress = Self(
-        code: "private_address",
+        code: .privateAddress,
         description: "the host resolves to a loopback, private or link-local address; allow private addresses if it is meant to")
 
     /// The URL is not absolute https (http only with `allow_private`), or carries credentials.
     public static let invalidURL = Self(
-        code: "invalid_url", description: "the URL must be absolute https:// without credentials (http:// only with --allow-private)")
+        code: .invalidURL, description: "the URL must be absolute https:// without credentials (http:// only with --allow-private)")
     /// An event filter entry names no event type.
     public static let invalidEventType = Self(
-        code: "invalid_event_type", description: "an event filter entry names no event type (e.g. subscription.renewed, subscription.*)")
+        code: .invalidEventType, description: "an event filter entry names no event type (e.g. subscription.renewed, subscription.*)")
     /// No `RECEIPTQ_SECRETS_KEY`: secrets are never stored in clear.
     public static let noSecretsKey = Self(
-        code: "no_secrets_key", description: "RECEIPTQ_SECRETS_KEY is not set: webhook secrets are stored sealed with it")
+        code: .noSecretsKey, description: "RECEIPTQ_SECRETS_KEY is not set: webhook secrets are stored sealed with it")
     /// No app has this id.
-    public static let unknownApp = Self(code: "unknown_app", description: "no app has this id")
+    public static let unknownApp = Self(code: .unknownApp, description: "no app has this id")
     /// No such endpoint.
-    public static let notFound = Self(code: "not_found", description: "no such webhook endpoint")
+    public static let notFound = Self(code: .notFound, description: "no such webhook endpoint")
 }
 
 /// Managing the webhook endpoints from the dashboard and the admin API (admins only). Every change

@@ -67,12 +67,12 @@ public struct WebhookRequest: Sendable, Equatable, CustomStringConvertible {
 public struct WebhookReport: Sendable, Equatable {
     /// The endpoint's HTTP status; nil when no answer came (timeout, refused, TLS, address not allowed).
     public var httpStatus: Int?
-    /// A bounded code for a failure (`timeout`, `connect_failed`, `tls`, `address_not_allowed`, `http_503`, …).
-    public var errorCode: String?
+    /// Why it failed (`transport_timeout`, `transport_tls`, `address_not_allowed`, `http_503`, …).
+    public var errorCode: FailureCode?
     public var latencyMs: Int
 
     /// Creates a report.
-    public init(httpStatus: Int?, errorCode: String?, latencyMs: Int) {
+    public init(httpStatus: Int?, errorCode: FailureCode?, latencyMs: Int) {
         self.httpStatus = httpStatus
         self.errorCode = errorCode
         self.latencyMs = latencyMs
@@ -103,11 +103,11 @@ public struct DeliveryOutcome: Sendable, Equatable {
     public var status: Status
     public var attempts: Int
     public var httpStatus: Int?
-    public var errorCode: String?
+    public var errorCode: FailureCode?
     public var at: Date
 
     /// Creates an outcome.
-    public init(target: WebhookTarget, status: Status, attempts: Int, httpStatus: Int?, errorCode: String?, at: Date) {
+    public init(target: WebhookTarget, status: Status, attempts: Int, httpStatus: Int?, errorCode: FailureCode?, at: Date) {
         self.target = target
         self.status = status
         self.attempts = attempts

@@ -31,6 +31,13 @@ public struct JWSFailure: Error, Sendable, Equatable, Hashable, CustomStringConv
     public static let environmentMismatch = JWSFailure(reason: "environment_mismatch")
 
     public var description: String { "JWSFailure(\(reason))" }
+
+    /// Every failure above, by its reason: how a stored ``FailureCode/responseRejected(_:)`` is read.
+    public static let known: [String: JWSFailure] = Dictionary(
+        uniqueKeysWithValues: [
+            malformedJWS, unsupportedAlgorithm, missingCertificateChain, untrustedChain, missingAppleMarker, invalidSignature,
+            malformedPayload, bundleIDMismatch, appAppleIDMismatch, environmentMismatch,
+        ].map { ($0.reason, $0) })
 }
 
 /// A compact JWS (`header.payload.signature`) as Apple signs transactions, renewal infos and

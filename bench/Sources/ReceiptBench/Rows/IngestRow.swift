@@ -1,8 +1,8 @@
 import Curl
+import DevTools
 import Foundation
 import Hiredis
 import Libpq
-import MockAppStore
 import OpenSSL
 import PostgresStore
 import ReceiptCore

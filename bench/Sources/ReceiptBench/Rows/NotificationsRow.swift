@@ -1,7 +1,7 @@
+import DevTools
 import Foundation
 import Hiredis
 import Libpq
-import MockAppStore
 import OpenSSL
 import PostgresStore
 import ReceiptCore

@@ -215,11 +215,11 @@ enum OutboxRow: BenchRow {
                 let receiptData = envelope.payload.purchase?.receiptData ?? ""
                 let receipt = try ReceiptDecoder.decode(base64: receiptData)
                 let answer = MockAppStore.answer(for: receipt, receiptData: receiptData, environmentName: "Production", excludeOld: false)
-                let report = VerificationReport(
+                let outcome = ValidationOutcome(
                     verdict: .valid, response: VerifyReceiptResponse(json: .object(answer)),
                     calls: [AppleCall(endpoint: .production, httpStatus: 200, appleStatus: 0, isRetryable: nil, latencyMs: 50, errorCode: nil)],
-                    errorCode: nil)
-                guard case .store(let record) = planner.plan(envelope, report: report, using: &generator) else {
+                    failure: nil, at: Date())
+                guard case .store(let record) = planner.plan(envelope, outcome: outcome, using: &generator) else {
                     throw BenchFailure(description: "outbox: the planner did not store job \(serial)")
                 }
                 return record

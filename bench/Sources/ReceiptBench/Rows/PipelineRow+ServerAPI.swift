@@ -1,7 +1,7 @@
 import Curl
+import DevTools
 import Foundation
 import Libpq
-import MockAppStore
 import OpenSSL
 import PostgresStore
 import ReceiptCore

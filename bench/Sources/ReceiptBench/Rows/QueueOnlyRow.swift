@@ -196,7 +196,7 @@ enum QueueOnlyRow: BenchRow {
 }
 
 /// A store with no database: the app is known, saving builds the resource from the record.
-final class InstantStore: ReceiptStore {
+final class InstantStore: ReceiptStore, DeliveryLog {
     private let known: AppRecord
 
     init(app: AppRecord) { known = app }
@@ -210,14 +210,17 @@ final class InstantStore: ReceiptStore {
             return .success(resource)
         }
     }
+
+    /// The queue row queues validations only: no delivery reaches this store.
+    func webhookEndpoint(id: UUID) throws -> WebhookEndpointRecord? { nil }
+    func record(_ outcomes: [DeliveryOutcome]) throws {}
 }
 
 /// Apple answering `status 0` at once, with no purchases to parse.
 final class InstantVerifier: ReceiptVerifier, Sendable {
-    private static let report = VerificationReport(
-        verdict: .valid, response: VerifyReceiptResponse(json: .object(["status": .number(0), "environment": .string("Production")])),
-        calls: [AppleCall(endpoint: .production, httpStatus: 200, appleStatus: 0, isRetryable: nil, latencyMs: 0, errorCode: nil)],
-        errorCode: nil)
+    private static let outcome = ValidationOutcome(
+        verdict: .valid, environment: "production", appleStatus: 0,
+        calls: [AppleCall(endpoint: .production, httpStatus: 200, appleStatus: 0, isRetryable: nil, latencyMs: 0, errorCode: nil)])
 
-    func verify(_ request: VerificationRequest, completion: @escaping @Sendable (VerificationReport) -> Void) { completion(Self.report) }
+    func verify(_ request: ValidationRequest, completion: @escaping @Sendable (ValidationOutcome) -> Void) { completion(Self.outcome) }
 }

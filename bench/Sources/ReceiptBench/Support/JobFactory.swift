@@ -1,5 +1,5 @@
+import DevTools
 import Foundation
-import MockAppStore
 import ReceiptCore
 import ReceiptSignature
 
