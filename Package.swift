@@ -51,6 +51,11 @@ let package = Package(
         .systemLibrary(name: "CCurl", pkgConfig: "libcurl", providers: [.apt(["libcurl4-openssl-dev"])]),
         .systemLibrary(name: "COpenSSL", pkgConfig: "openssl", providers: [.apt(["libssl-dev"])]),
 
+        // Below every layer, importing nothing of the project: the few helpers façades, the domain
+        // and the services all need (the civil-date arithmetic, named threads), which none may take
+        // from another layer.
+        .target(name: "BaseSupport", swiftSettings: swiftSettings),
+
         // Thin façades: one owner per C handle, confined to a serial DispatchQueue.
         .target(name: "FacadeSupport", swiftSettings: swiftSettings),
         .target(
@@ -60,12 +65,16 @@ let package = Package(
         ),
         .target(
             name: "Libpq",
-            dependencies: ["CLibpq", "FacadeSupport", .product(name: "Logging", package: "swift-log")],
+            dependencies: ["CLibpq", "BaseSupport", "FacadeSupport", .product(name: "Logging", package: "swift-log")],
             swiftSettings: swiftSettings
         ),
         .target(
             name: "Curl",
-            dependencies: ["CCurl"],
+            dependencies: [
+                "CCurl", "BaseSupport",
+                // CurlMulti and HTTPClient are Services: the engine thread starts in run().
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
             swiftSettings: swiftSettings
         ),
         .target(
@@ -74,10 +83,10 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
 
-        // The pure domain: no I/O, no C.
+        // The pure domain: no I/O, no C; of the project it imports BaseSupport only.
         .target(
             name: "ReceiptCore",
-            dependencies: [.product(name: "SwiftASN1", package: "swift-asn1")],
+            dependencies: ["BaseSupport", .product(name: "SwiftASN1", package: "swift-asn1")],
             swiftSettings: swiftSettings
         ),
 
@@ -85,7 +94,11 @@ let package = Package(
         .target(
             name: "RedisJobQueue",
             // OpenSSL: the SHA-1 each Lua script is named by in EVALSHA, computed once per process.
-            dependencies: ["ReceiptCore", "Hiredis", "OpenSSL", .product(name: "Logging", package: "swift-log")],
+            dependencies: [
+                "ReceiptCore", "Hiredis", "OpenSSL", "BaseSupport", .product(name: "Logging", package: "swift-log"),
+                // RedisIntake is a Service: its result listener starts in run().
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
             swiftSettings: swiftSettings
         ),
         .target(
@@ -96,12 +109,16 @@ let package = Package(
         ),
         .target(
             name: "AppStoreClient",
-            dependencies: ["ReceiptCore", "Curl", "OpenSSL"],
+            dependencies: [
+                "ReceiptCore", "Curl", "OpenSSL", .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
             swiftSettings: swiftSettings
         ),
         .target(
             name: "WebhookClient",
-            dependencies: ["ReceiptCore", "Curl", "OpenSSL"],
+            dependencies: [
+                "ReceiptCore", "Curl", "OpenSSL", .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
             swiftSettings: swiftSettings
         ),
         .target(
@@ -114,7 +131,7 @@ let package = Package(
         .target(
             name: "ReceiptWorker",
             dependencies: [
-                "ReceiptCore",
+                "ReceiptCore", "BaseSupport",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -124,7 +141,7 @@ let package = Package(
         .target(
             name: "ReceiptScheduler",
             dependencies: [
-                "ReceiptCore",
+                "ReceiptCore", "BaseSupport",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -217,12 +234,16 @@ let package = Package(
         // for its dev subcommands (forge, mock-appstore, `all`'s mock App Store and demo), tests and
         // bench/ for their stand-ins.
         //
-        // The receipt forger, the mock Apple JWS chain, the customer-backend stand-in (a webhook
-        // receiver) and the demo's data: what makes test input, never what judges it.
+        // The receipt forger, the mock Apple JWS chain, the one certificate maker (CertificateFactory,
+        // LocalhostTLS), the customer-backend stand-in (a webhook receiver) and the demo's data: what
+        // makes test input, never what judges it.
         .target(
             name: "DevTools",
             dependencies: [
-                "ReceiptCore", "ReceiptSignature", "OpenSSL", "Curl",
+                "ReceiptCore", "ReceiptSignature", "OpenSSL", "Curl", "BaseSupport",
+                // Certificates/: the one certificate maker (the forger's, the mock chain's and the
+                // tests' TLS files) writes its DER itself.
+                .product(name: "SwiftASN1", package: "swift-asn1"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 // ServerThreads: the background servers' own event loops.
@@ -248,7 +269,12 @@ let package = Package(
         ),
         .target(
             name: "ReceiptTesting",
-            dependencies: ["ReceiptCore", "Hiredis"],
+            dependencies: [
+                "ReceiptCore", "Hiredis",
+                // withServices: the tests run clients as the app's service groups do.
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
             swiftSettings: swiftSettings
         ),
 
@@ -262,7 +288,7 @@ let package = Package(
         // test targets
         .testTarget(
             name: "ReceiptCoreTests",
-            dependencies: ["SystemTesting", "ReceiptCore", "ReceiptTesting"],
+            dependencies: ["SystemTesting", "ReceiptCore", "ReceiptTesting", "BaseSupport"],
             swiftSettings: swiftSettings
         ),
         .testTarget(

@@ -1,6 +1,6 @@
 // swift-tools-version:6.1
 // A separate package so the fuzzer's sanitizer flags never touch the main build:
-// `swift build --package-path Fuzz ...` compiles only swift-asn1, ReceiptCore and the harness,
+// `swift build --package-path Fuzz ...` compiles only swift-asn1, ReceiptCore (and BaseSupport, below it) and the harness,
 // into Fuzz/.build. Build and run it with scripts/fuzz.
 import PackageDescription
 

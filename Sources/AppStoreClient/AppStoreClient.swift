@@ -1,6 +1,7 @@
 import Curl
 import Foundation
 import ReceiptCore
+import ServiceLifecycle
 
 /// `ReceiptVerifier` on libcurl's multi interface: Apple's `verifyReceipt`, production first.
 ///
@@ -9,8 +10,9 @@ import ReceiptCore
 /// errors and non-JSON bodies are reported as an outage, never as an invalid receipt.
 ///
 /// Thread-safe: one client per process; its ``CurlMulti`` engine runs every call on one thread,
-/// thousands at once, over kept-alive connections.
-public final class AppStoreClient: ReceiptVerifier {
+/// thousands at once, over kept-alive connections. A `Service`: the thread starts in ``run()``, which
+/// a service group lists before the worker that calls it.
+public final class AppStoreClient: ReceiptVerifier, Service {
     /// Endpoints, timeouts and concurrency.
     public struct Configuration: Sendable {
         public var productionURL: String
@@ -47,10 +49,9 @@ public final class AppStoreClient: ReceiptVerifier {
     /// When an answer arrived: its subscriptions' states are computed at that time.
     private let now: @Sendable () -> Date
 
-    /// Creates a client and starts its HTTP engine thread.
+    /// Creates a client; its HTTP engine starts with ``run()``.
     /// - Parameter now: the injected clock.
-    /// - Throws: `CurlError` when libcurl cannot create the multi handle.
-    public init(configuration: Configuration, now: @escaping @Sendable () -> Date = { Date() }) throws {
+    public init(configuration: Configuration, now: @escaping @Sendable () -> Date = { Date() }) {
         self.configuration = configuration
         self.now = now
         var options = CurlOptions()
@@ -58,9 +59,15 @@ public final class AppStoreClient: ReceiptVerifier {
         options.requestTimeout = configuration.requestTimeout
         options.caInfo = configuration.caInfo
         // HTTP/1.1 carries one call per connection: allow as many connections to Apple as calls.
-        self.engine = try CurlMulti(
-            options: options, maxConcurrent: configuration.maxConcurrent, maxHostConnections: configuration.maxConcurrent)
+        self.engine = CurlMulti(
+            options: options, maxConcurrent: configuration.maxConcurrent, maxHostConnections: configuration.maxConcurrent,
+            name: "receiptq.verify")
     }
+
+    /// Runs the HTTP engine's thread until graceful shutdown or cancellation, then closes its
+    /// connections (see `CurlMulti.run()`).
+    /// - Throws: `CurlError` when libcurl cannot create the multi handle.
+    public func run() async throws { try await engine.run() }
 
     /// Asks `verifyReceipt`; a Server API request is not this client's (``AppleValidation`` routes it).
     public func verify(_ request: ValidationRequest, completion: @escaping @Sendable (ValidationOutcome) -> Void) {

@@ -2,6 +2,7 @@ import Curl
 import Dispatch
 import Foundation
 import ReceiptCore
+import ServiceLifecycle
 
 /// The App Store Server API on libcurl's multi interface: Get Transaction History (v2, every page)
 /// and Get All Subscription Statuses, reduced to a ``ServerAPILedger`` from signature-checked JWS.
@@ -19,8 +20,9 @@ import ReceiptCore
 /// **Secrets.** The key only ever signs a JWT (``tokens``); neither appears in a report or log.
 ///
 /// Thread-safe: one client per process. Responses are decoded and their JWS verified off the
-/// engine's thread, so a 500-transaction history never stalls the other calls in flight.
-public final class ServerAPIClient: Sendable {
+/// engine's thread, so a 500-transaction history never stalls the other calls in flight. A `Service`:
+/// the engine's thread starts in ``run()``.
+public final class ServerAPIClient: Service, Sendable {
     /// Endpoints, timeouts and bounds.
     public struct Configuration: Sendable {
         /// Base URL of production (`/inApps/...` is appended).
@@ -78,24 +80,29 @@ public final class ServerAPIClient: Sendable {
     let throttle: ServerAPIThrottle?
     let now: @Sendable () -> Date
 
-    /// Creates a client and starts its HTTP engine thread.
+    /// Creates a client; its HTTP engine starts with ``run()``.
     /// - Parameters:
     ///   - tokens: signs the JWT for a query (from the app's key).
     ///   - verifyPayload: checks each JWS of Apple's answers.
     ///   - throttle: the deployment-wide rate limit (nil: only Apple's `429` limits the calls).
-    /// - Throws: `CurlError` when libcurl cannot create the multi handle.
     public init(
         configuration: Configuration, tokens: @escaping TokenSource, verifyPayload: @escaping PayloadVerifier,
         throttle: ServerAPIThrottle? = nil, now: @escaping @Sendable () -> Date = { Date() }
-    ) throws {
+    ) {
         self.configuration = configuration
         self.throttle = throttle
         self.tokens = tokens
         self.verifyPayload = verifyPayload
         self.now = now
-        self.engine = try CurlMulti(
-            options: configuration.curlOptions, maxConcurrent: configuration.maxConcurrent, maxHostConnections: configuration.maxConcurrent)
+        self.engine = CurlMulti(
+            options: configuration.curlOptions, maxConcurrent: configuration.maxConcurrent, maxHostConnections: configuration.maxConcurrent,
+            name: "receiptq.srvapi")
     }
+
+    /// Runs the HTTP engine's thread until graceful shutdown or cancellation, then closes its
+    /// connections (see `CurlMulti.run()`).
+    /// - Throws: `CurlError` when libcurl cannot create the multi handle.
+    public func run() async throws { try await engine.run() }
 
     /// Runs `query` and calls `completion` exactly once, on any thread.
     public func verify(_ query: ServerAPIQuery, completion: @escaping @Sendable (ValidationOutcome) -> Void) {

@@ -1,6 +1,7 @@
 import Curl
 import Foundation
 import ReceiptCore
+import ServiceLifecycle
 
 /// The App Store Server API's notification endpoints, with the app's key: Get Notification
 /// History (the scheduler's recovery sweep), Request a Test Notification and Get Test
@@ -9,7 +10,10 @@ import ReceiptCore
 /// Unlike ``ServerAPIClient`` these calls are few (a page per app every sweep, a test now and then),
 /// so they go through the async client, one at a time per caller. Nothing returned is trusted
 /// here: each `signedPayload` goes to the endpoint's rule, which checks its signatures.
-public final class ServerNotificationsClient: NotificationHistorySource, Sendable {
+///
+/// It starts no thread; as a `Service` in the sweep's group, the end of ``run()`` closes its
+/// kept-alive connections to Apple.
+public final class ServerNotificationsClient: NotificationHistorySource, Service, Sendable {
     /// Why a call did not give an answer (bounded code; no body, no key).
     public struct Failure: Error, Sendable, Equatable, CustomStringConvertible {
         /// `http_401`, `apple_4040008`, `transport_timeout`, `malformed_answer`, `server_api_key_missing`, …
@@ -40,6 +44,9 @@ public final class ServerNotificationsClient: NotificationHistorySource, Sendabl
         self.tokens = tokens
         self.client = try HTTPClient(options: configuration.curlOptions, lanes: 2)
     }
+
+    /// Waits for graceful shutdown or cancellation, then closes the connections.
+    public func run() async throws { try await client.run() }
 
     public func page(
         app: AppRecord, environment: AppStoreEnvironment, start: Date, end: Date, paginationToken: String?

@@ -1,3 +1,4 @@
+import BaseSupport
 internal import CCurl
 import Dispatch
 import Foundation
@@ -22,12 +23,20 @@ extension CurlMulti {
     }
 
     /// The part of a ``CurlMulti`` that any thread may touch: an inbox of requests and cancellations
-    /// behind a mutex, the counters, and the means to wake and to join the engine thread. Everything
-    /// that touches libcurl lives in ``EngineLoop``, on the engine thread.
+    /// behind a mutex, the counters, and the means to start, wake and join the engine thread.
+    /// Everything that touches libcurl lives in ``EngineLoop``, on the engine thread.
     final class Engine: Sendable {
+        /// Where the engine is in its one life: not run yet, its thread running, or over.
+        enum Phase {
+            case idle
+            case running
+            case finished
+        }
+
         /// Everything other threads share with the engine thread; only touched under `state`'s lock.
         struct State: ~Copyable {
             var accepting = true
+            var phase = Phase.idle
             var pending = PendingQueue()
             /// Ids whose cancellation the engine has not seen yet.
             var cancellations: [UInt64] = []
@@ -37,7 +46,6 @@ extension CurlMulti {
             /// socketpair write per request when 1,000 arrive at once.
             var wakeupPending = false
             var stopDeadline: ContinuousClock.Instant? = nil
-            var startError: CurlError? = nil
             var counters = Statistics()
 
             mutating func wake() {
@@ -49,46 +57,61 @@ extension CurlMulti {
 
         let state = Mutex(State())
         private let nextID = Atomic<UInt64>(0)
-        private let label: String
-        /// Left when the engine thread has torn everything down; `shutdown` waits on it.
+        private let name: String
+        private let options: CurlOptions
+        private let limits: Limits
+        /// Entered when the engine thread starts, left when it has torn everything down; a blocking
+        /// `shutdown` waits on it.
         private let finished = DispatchGroup()
         /// Set by the engine thread, so it can recognise itself and never wait for itself.
         private let onEngineThread = EngineThreadMarker()
 
-        init(label: String) {
-            self.label = label
+        init(name: String, options: CurlOptions, limits: Limits) {
+            self.name = name
+            self.options = options
+            self.limits = limits
         }
 
-        /// Starts the engine thread and waits until it has set up the multi handle (or failed to).
-        func start(options: CurlOptions, limits: Limits) throws {
-            let started = DispatchSemaphore(value: 0)
-            finished.enter()
-            // A thread of its own, not one of libdispatch's workers: the loop runs for the engine's
-            // whole life, and a process with many engines (the tests start dozens) would otherwise
-            // use up the pool libdispatch's queues share, and starve them.
-            let thread = Thread { [self] in
-                onEngineThread.markCurrent()
-                // The handles are created on the engine thread so that no other thread ever calls
-                // libcurl with them (the wakeup aside).
-                do {
-                    let loop = try EngineLoop(engine: self, options: options, limits: limits)
-                    started.signal()
-                    loop.run()
-                } catch {
-                    state.withLock {
-                        $0.accepting = false
-                        $0.startError = error as? CurlError ?? CurlError(.other, message: "curl_multi_init failed")
+        /// Runs the engine thread until shutdown has drained it. Returns at once when the engine
+        /// already ran or was shut down before it could.
+        ///
+        /// - Throws: ``CurlError`` when libcurl cannot create or configure the multi handle; the
+        ///   requests queued meanwhile fail with it.
+        func run() async throws {
+            let first = state.withLock { state in
+                guard state.phase == .idle else { return false }
+                state.phase = .running
+                // Under the lock: a shutdown that sees `.running` must find the group entered.
+                finished.enter()
+                return true
+            }
+            guard first else { return }
+            let startError: CurlError? = await withCheckedContinuation { continuation in
+                // A thread of its own, not one of libdispatch's workers: the loop runs for the
+                // engine's whole life, and a process with many engines (the tests start dozens)
+                // would otherwise use up the pool libdispatch's queues share, and starve them.
+                NamedThread.start(name) { [self] in
+                    onEngineThread.markCurrent()
+                    var startError: CurlError?
+                    // The handles are created on the engine thread so that no other thread ever
+                    // calls libcurl with them (the wakeup aside).
+                    do {
+                        try EngineLoop(engine: self, options: options, limits: limits).run()
+                    } catch {
+                        let failure = error as? CurlError ?? CurlError(.other, message: "curl_multi_init failed")
+                        startError = failure
+                        let queued = state.withLock { state in
+                            state.accepting = false
+                            return state.pending.removeAll()
+                        }
+                        for submission in queued { submission.completion(.failure(failure)) }
                     }
-                    started.signal()
+                    state.withLock { $0.phase = .finished }
+                    finished.leave()
+                    continuation.resume(returning: startError)
                 }
-                finished.leave()
             }
-            thread.name = label
-            thread.start()
-            started.wait()
-            if let error = state.withLock({ $0.startError }) {
-                throw error
-            }
+            if let startError { throw startError }
         }
 
         func makeID() -> UInt64 {
@@ -110,22 +133,39 @@ extension CurlMulti {
 
         /// Asks the engine to cancel request `id` if it is still queued or in flight.
         func cancel(_ id: UInt64) {
-            state.withLock { state in
-                guard state.wakeup != nil else { return }
-                state.cancellations.append(id)
-                state.wake()
+            let unstarted = state.withLock { state -> Submission? in
+                switch state.phase {
+                case .idle:
+                    // No thread yet to hand it to: fail the queued request here.
+                    return state.pending.remove(id: id)
+                case .running:
+                    state.cancellations.append(id)
+                    state.wake()
+                    return nil
+                case .finished:
+                    return nil
+                }
             }
+            unstarted?.completion(.failure(Self.cancelledError))
         }
 
-        func shutdown(gracePeriod: Duration) {
-            state.withLock { state in
+        /// Stops accepting, lets in-flight transfers run until `gracePeriod` has passed, and (when
+        /// `wait` and not on the engine thread itself) waits for the engine thread to end. An engine
+        /// that never ran fails what is queued here, since no thread will.
+        func shutdown(gracePeriod: Duration, wait: Bool) {
+            let unstarted = state.withLock { state -> [Submission]? in
                 if state.accepting {
                     state.accepting = false
                     state.stopDeadline = .now + max(gracePeriod, .zero)
                 }
                 state.wake()
+                guard state.phase == .idle else { return nil }
+                state.phase = .finished
+                return state.pending.removeAll()
             }
-            if !onEngineThread.isCurrent {
+            if let unstarted {
+                for submission in unstarted { submission.completion(.failure(Self.shutDownError)) }
+            } else if wait, !onEngineThread.isCurrent {
                 finished.wait()
             }
         }

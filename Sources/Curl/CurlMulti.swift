@@ -1,18 +1,25 @@
+import ServiceLifecycle
+
 /// An asynchronous HTTP engine: many concurrent transfers on one libcurl multi handle, driven by
 /// one dedicated thread, so 1,000 requests in flight cost one thread and 1,000 sockets rather than
 /// 1,000 threads blocked in ``CurlEasy/perform(_:)``.
 ///
 /// ```swift
-/// let engine = try CurlMulti(options: options, maxConcurrent: 1000)
+/// let engine = CurlMulti(options: options, maxConcurrent: 1000)
+/// // In a ServiceGroup, listed before the services that send on it (they stop first):
+/// let group = ServiceGroup(services: [engine, worker], gracefulShutdownSignals: [.sigterm], logger: logger)
 /// engine.send(request) { result in /* runs on the engine thread: hand off, don't block */ }
 /// let response = try await engine.send(request)
-/// engine.shutdown(gracePeriod: .seconds(25))
 /// ```
 ///
+/// **Lifecycle.** A `Service`: `init` starts nothing; ``run()`` starts the engine thread and returns
+/// once it has ended, which graceful shutdown, cancellation or ``shutdown(gracePeriod:)`` brings
+/// about. Requests sent before ``run()`` wait in the engine's queue until it starts.
+///
 /// **Threading.** The `CURLM *` and every easy handle are created, used and freed on the engine
-/// thread only (a long-running block on a private serial `DispatchQueue`). Other threads talk to it
-/// through a mutex-protected inbox and `curl_multi_wakeup`, the one multi call libcurl allows from
-/// any thread, so new work is noticed at once instead of at the next poll timeout.
+/// thread only (a thread of its own, named `receiptq.curl` unless told otherwise). Other threads
+/// talk to it through a mutex-protected inbox and an eventfd wakeup, so new work is noticed at once
+/// instead of at the next poll timeout.
 ///
 /// **Capacity.** At most `maxConcurrent` transfers are inside libcurl at once; further requests wait
 /// in the engine's in-memory queue, which is unbounded: its size is whatever the caller submits, so
@@ -29,7 +36,7 @@
 /// redirects, TLS peer and host verification always on, `Expect:` suppressed, CR/LF in headers
 /// refused, bodies capped at ``CurlOptions/maxResponseBytes``, and per-request connect and total
 /// timeouts from ``CurlOptions``.
-public final class CurlMulti: Sendable {
+public final class CurlMulti: Service, Sendable {
     /// What a callback-style ``send(_:completion:)`` receives: the response (any HTTP status) or the
     /// transfer's error.
     public typealias Completion = @Sendable (Result<HTTPResponse, CurlError>) -> Void
@@ -57,7 +64,7 @@ public final class CurlMulti: Sendable {
 
     private let engine: Engine
 
-    /// Starts the engine thread and configures its multi handle.
+    /// Configures the engine; its thread and multi handle are made by ``run()``.
     ///
     /// - Parameters:
     ///   - options: applied to every transfer. ``CurlOptions/requestTimeout`` runs from the moment a
@@ -72,20 +79,38 @@ public final class CurlMulti: Sendable {
     ///     concurrency pass `maxConcurrent`. Over HTTP/2 (``CurlOptions/HTTPVersion/http2TLS``) each
     ///     connection multiplexes up to 100 streams, yet libcurl 7.88 spreads a burst over up to this
     ///     many connections, so 10–20 is plenty there.
-    /// - Throws: ``CurlError`` when libcurl cannot create or configure the multi handle.
-    public init(options: CurlOptions, maxConcurrent: Int = 1000, maxHostConnections: Int = 100) throws {
+    ///   - name: the engine thread's name (Linux keeps 15 bytes), so a process with several engines
+    ///     shows which is which.
+    public init(options: CurlOptions, maxConcurrent: Int = 1000, maxHostConnections: Int = 100, name: String = "receiptq.curl") {
         let maxConcurrent = max(1, maxConcurrent)
-        engine = Engine(label: "receiptq.curl.multi")
-        try engine.start(
-            options: options,
-            limits: Limits(maxConcurrent: maxConcurrent, maxHostConnections: min(max(1, maxHostConnections), maxConcurrent))
-        )
+        engine = Engine(
+            name: name, options: options,
+            limits: Limits(maxConcurrent: maxConcurrent, maxHostConnections: min(max(1, maxHostConnections), maxConcurrent)))
     }
 
-    // Cancels whatever is still queued or in flight; safe from any thread, including the engine
-    // thread (a completion may hold the last reference), where it does not wait for itself.
+    // An engine that never ran fails what was queued; one that ran has ended, since run() keeps
+    // its engine alive until then.
     deinit {
-        engine.shutdown(gracePeriod: .zero)
+        engine.shutdown(gracePeriod: .zero, wait: true)
+    }
+
+    /// Starts the engine thread and drives transfers on it until graceful shutdown, cancellation or
+    /// ``shutdown(gracePeriod:)``; returns once the thread has ended, every handle is freed and every
+    /// socket closed. Returns at once if the engine already ran or was shut down.
+    ///
+    /// Graceful shutdown and cancellation cancel whatever is still in flight (as
+    /// ``shutdown(gracePeriod:)`` with `.zero`): in a service group the services sending on the
+    /// engine come after it, so they have stopped by then and nobody waits for those answers.
+    ///
+    /// - Throws: ``CurlError`` when libcurl cannot create or configure the multi handle; requests
+    ///   sent meanwhile fail with it.
+    public func run() async throws {
+        let engine = self.engine
+        try await withTaskCancellationOrGracefulShutdownHandler {
+            try await engine.run()
+        } onCancelOrGracefulShutdown: {
+            engine.shutdown(gracePeriod: .zero, wait: false)
+        }
     }
 
     /// Sends `request` and calls `completion` exactly once with its outcome.
@@ -131,18 +156,20 @@ public final class CurlMulti: Sendable {
 
     /// Stops accepting requests, fails the queued ones with ``CurlError/Code/cancelled``, gives the
     /// in-flight ones `gracePeriod` to finish, cancels whatever is still running after that (also
-    /// with ``CurlError/Code/cancelled``), frees every handle and waits for the engine thread to end.
+    /// with ``CurlError/Code/cancelled``), frees every handle and waits for the engine thread to end
+    /// (and ``run()`` with it).
     ///
     /// Every completion has been called when this returns. The wait is at most `gracePeriod` plus a
     /// few milliseconds, so from async code prefer a short grace period or call it off the
     /// cooperative pool. Called from a completion (on the engine thread) it does not wait, since the
     /// engine cannot finish while that completion runs. Later calls do nothing but wait; only the
-    /// first call's `gracePeriod` counts.
+    /// first call's `gracePeriod` counts. Before ``run()`` it fails what is queued, and a later
+    /// ``run()`` returns at once.
     ///
     /// - Parameter gracePeriod: how long in-flight transfers may keep running; `.zero` (the default)
     ///   cancels them at once.
     public func shutdown(gracePeriod: Duration = .zero) {
-        engine.shutdown(gracePeriod: gracePeriod)
+        engine.shutdown(gracePeriod: gracePeriod, wait: true)
     }
 
     /// The engine's counters right now.

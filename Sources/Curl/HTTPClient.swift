@@ -1,4 +1,5 @@
 import Dispatch
+import ServiceLifecycle
 import Synchronization
 
 /// An async HTTP client for callers on the Swift concurrency pool.
@@ -7,13 +8,18 @@ import Synchronization
 /// blocking libcurl calls never run on the cooperative pool and each handle keeps its connection
 /// alive between requests. Requests are spread over the lanes round-robin; at most `lanes`
 /// transfers run at once and the rest wait in their lane's queue.
-public final class HTTPClient: Sendable {
+///
+/// **Lifecycle.** It owns no thread (its lanes borrow libdispatch's), so it works without being
+/// run; as a `Service` in a service group, the end of ``run()`` closes its kept-alive connections.
+/// ``shutdown()`` does the same without one.
+public final class HTTPClient: Service, Sendable {
     /// One handle and the only queue allowed to touch it.
     private final class Lane: @unchecked Sendable {
         // @unchecked: `easy` is not Sendable; it is only ever used inside `queue.async` blocks, and
         // the serial queue provides the exclusion libcurl requires.
         let queue: DispatchQueue
-        let easy: CurlEasy
+        /// nil once shut down: freeing the handle closes its connection.
+        var easy: CurlEasy?
 
         init(index: Int, options: CurlOptions) throws {
             queue = DispatchQueue(label: "receiptq.curl.lane\(index)")
@@ -39,14 +45,38 @@ public final class HTTPClient: Sendable {
     /// Cancellation is checked before the request is queued; once running, a transfer is bounded
     /// by ``CurlOptions/requestTimeout`` instead.
     ///
-    /// - Throws: ``CurlError`` as ``CurlEasy/perform(_:)`` does, or `CancellationError`.
+    /// - Throws: ``CurlError`` as ``CurlEasy/perform(_:)`` does, ``CurlError/Code/cancelled`` after
+    ///   ``shutdown()``, or `CancellationError`.
     public func send(_ request: HTTPRequest) async throws -> HTTPResponse {
         try Task.checkCancellation()
         let index = next.add(1, ordering: .relaxed).oldValue
         let lane = lanes[Int(UInt(bitPattern: index) % UInt(lanes.count))]
         return try await withCheckedThrowingContinuation { continuation in
             lane.queue.async {
-                continuation.resume(with: Result { try lane.easy.perform(request) })
+                continuation.resume(
+                    with: Result {
+                        guard let easy = lane.easy else { throw CurlError(.cancelled, message: "the HTTP client is shut down") }
+                        return try easy.perform(request)
+                    })
+            }
+        }
+    }
+
+    /// Waits for graceful shutdown or cancellation, then ``shutdown()``.
+    public func run() async throws {
+        try? await gracefulShutdown()
+        await shutdown()
+    }
+
+    /// Closes every lane's connection once the requests already queued on it have finished; later
+    /// requests fail with ``CurlError/Code/cancelled``.
+    public func shutdown() async {
+        for lane in lanes {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                lane.queue.async {
+                    lane.easy = nil
+                    continuation.resume()
+                }
             }
         }
     }

@@ -1,11 +1,13 @@
+import BaseSupport
+
 #if canImport(FoundationEssentials)
 import FoundationEssentials
 #else
 import Foundation
 #endif
 
-/// Text (and binary) conversions for `timestamptz`, done by hand: the civil-date arithmetic below is exact,
-/// and needs neither a formatter nor the process's time zone.
+/// Text (and binary) conversions for `timestamptz`, done by hand: the civil-date arithmetic
+/// (``CivilDate``) is exact, and needs neither a formatter nor the process's time zone.
 enum PostgresTimestamp {
     /// `yyyy-MM-ddTHH:mm:ss.SSSZ` in UTC, rounded to the nearest millisecond; `infinity` beyond the
     /// year 9999 and `-infinity` before the year 1 or for a date that is not a number.
@@ -17,7 +19,7 @@ enum PostgresTimestamp {
         case .milliseconds(let value): totalMilliseconds = value
         }
         let (days, dayMilliseconds) = floorDivide(totalMilliseconds, 86_400_000)
-        let (year, month, day) = civil(fromDays: days)
+        let (year, month, day) = CivilDate.fields(days: Int(days))
         let hour = dayMilliseconds / 3_600_000
         let minute = dayMilliseconds / 60_000 % 60
         let second = dayMilliseconds / 1000 % 60
@@ -32,9 +34,9 @@ enum PostgresTimestamp {
                     rest /= 10
                 }
             }
-            put(year, width: 4, at: 0)
-            put(month, width: 2, at: 5)
-            put(day, width: 2, at: 8)
+            put(Int64(year), width: 4, at: 0)
+            put(Int64(month), width: 2, at: 5)
+            put(Int64(day), width: 2, at: 8)
             put(hour, width: 2, at: 11)
             put(minute, width: 2, at: 14)
             put(second, width: 2, at: 17)
@@ -92,7 +94,7 @@ enum PostgresTimestamp {
             let day = scanner.number(minDigits: 2, maxDigits: 2),
             (1...12).contains(month), (1...31).contains(day)
         else { return nil }
-        var seconds = Double(days(fromYear: year, month: month, day: day)) * 86_400
+        var seconds = Double(CivilDate.days(year: year, month: month, day: day)) * 86_400
         if scanner.skip(" ") || scanner.skip("T") {
             guard let hour = scanner.number(minDigits: 2, maxDigits: 2), scanner.skip(":"),
                 let minute = scanner.number(minDigits: 2, maxDigits: 2), scanner.skip(":"),
@@ -122,30 +124,6 @@ enum PostgresTimestamp {
         }
         guard scanner.isAtEnd else { return nil }
         return Date(timeIntervalSince1970: seconds)
-    }
-
-    // MARK: - Civil calendar (Howard Hinnant's days_from_civil / civil_from_days)
-
-    private static func days(fromYear year: Int, month: Int, day: Int) -> Int64 {
-        let y = Int64(month <= 2 ? year - 1 : year)
-        let era = (y >= 0 ? y : y - 399) / 400
-        let yearOfEra = y - era * 400
-        let shiftedMonth = Int64(month > 2 ? month - 3 : month + 9)
-        let dayOfYear = (153 * shiftedMonth + 2) / 5 + Int64(day) - 1
-        let dayOfEra = yearOfEra * 365 + yearOfEra / 4 - yearOfEra / 100 + dayOfYear
-        return era * 146_097 + dayOfEra - 719_468
-    }
-
-    private static func civil(fromDays days: Int64) -> (year: Int64, month: Int64, day: Int64) {
-        let z = days + 719_468
-        let era = (z >= 0 ? z : z - 146_096) / 146_097
-        let dayOfEra = z - era * 146_097
-        let yearOfEra = (dayOfEra - dayOfEra / 1460 + dayOfEra / 36_524 - dayOfEra / 146_096) / 365
-        let dayOfYear = dayOfEra - (365 * yearOfEra + yearOfEra / 4 - yearOfEra / 100)
-        let shiftedMonth = (5 * dayOfYear + 2) / 153
-        let day = dayOfYear - (153 * shiftedMonth + 2) / 5 + 1
-        let month = shiftedMonth < 10 ? shiftedMonth + 3 : shiftedMonth - 9
-        return (yearOfEra + era * 400 + (month <= 2 ? 1 : 0), month, day)
     }
 
     private static func floorDivide(_ value: Int64, _ divisor: Int64) -> (quotient: Int64, remainder: Int64) {

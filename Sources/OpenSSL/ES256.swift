@@ -13,21 +13,8 @@ public enum ES256 {
     /// - Throws: ``OpenSSLError`` with code `.signing` (for instance, a key that is not P-256).
     public static func sign(_ data: some Collection<UInt8>, key: PrivateKey) throws -> [UInt8] {
         guard key.isP256 else { throw OpenSSLError(.signing, message: "ES256 needs a P-256 key") }
-        guard let context = EVP_MD_CTX_new() else { throw OpenSSLError.drain(.signing, "EVP_MD_CTX_new") }
-        defer { EVP_MD_CTX_free(context) }
-        guard EVP_DigestSignInit(context, nil, EVP_sha256(), nil, key.pkey) == 1 else {
-            throw OpenSSLError.drain(.signing, "EVP_DigestSignInit")
-        }
-        let message = Array(data)
-        var length = 0
-        guard EVP_DigestSign(context, nil, &length, message, message.count) == 1 else {
-            throw OpenSSLError.drain(.signing, "EVP_DigestSign")
-        }
-        var der = [UInt8](repeating: 0, count: length)
-        guard EVP_DigestSign(context, &der, &length, message, message.count) == 1 else {
-            throw OpenSSLError.drain(.signing, "EVP_DigestSign")
-        }
-        guard let raw = rawSignature(der: Array(der.prefix(length))) else {
+        let der = try key.digestSign(Array(data), digest: EVP_sha256())
+        guard let raw = rawSignature(der: der) else {
             throw OpenSSLError.drain(.signing, "ECDSA_SIG")
         }
         return raw

@@ -51,3 +51,32 @@ public final class PrivateKey: @unchecked Sendable {
         return String(decoding: bytes, as: UTF8.self)
     }
 }
+
+extension PrivateKey {
+    /// Signs `data`, hashed with SHA-256, in the form X.509 certificates and CMS carry a signature:
+    /// PKCS#1 v1.5 for an RSA key, a DER `ECDSA-Sig-Value` for an EC key.
+    ///
+    /// - Throws: ``OpenSSLError`` with code `.signing`.
+    public func signatureSHA256(_ data: [UInt8]) throws -> [UInt8] {
+        try digestSign(data, digest: EVP_sha256())
+    }
+
+    /// `EVP_DigestSign` of `data` with `digest`: the façade's one signing call (this key's
+    /// signatures, ``ES256`` and ``RSASignature``), so a fix to it reaches every signer.
+    func digestSign(_ data: [UInt8], digest: OpaquePointer?) throws -> [UInt8] {
+        // Whatever a successful call left on the thread's error queue is not the next call's error.
+        defer { OpenSSLError.drainQueue() }
+        guard let context = EVP_MD_CTX_new() else { throw OpenSSLError.drain(.signing, "EVP_MD_CTX_new") }
+        defer { EVP_MD_CTX_free(context) }
+        guard EVP_DigestSignInit(context, nil, digest, nil, pkey) == 1 else { throw OpenSSLError.drain(.signing, "EVP_DigestSignInit") }
+        var length = 0
+        let sized = data.withUnsafeBufferPointer { EVP_DigestSign(context, nil, &length, $0.baseAddress, $0.count) }
+        guard sized == 1 else { throw OpenSSLError.drain(.signing, "EVP_DigestSign") }
+        var signature = [UInt8](repeating: 0, count: length)
+        let signed = signature.withUnsafeMutableBufferPointer { out in
+            data.withUnsafeBufferPointer { EVP_DigestSign(context, out.baseAddress, &length, $0.baseAddress, $0.count) }
+        }
+        guard signed == 1 else { throw OpenSSLError.drain(.signing, "EVP_DigestSign") }
+        return Array(signature.prefix(length))
+    }
+}

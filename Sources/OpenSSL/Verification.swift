@@ -192,18 +192,6 @@ public enum RSASignature {
     ///
     /// - Throws: ``OpenSSLError`` with code `.signing`.
     public static func signSHA1(data: [UInt8], key: PrivateKey) throws -> [UInt8] {
-        defer { OpenSSLError.drainQueue() }
-        guard let context = EVP_MD_CTX_new() else { throw OpenSSLError.drain(.signing, "EVP_DigestSign") }
-        defer { EVP_MD_CTX_free(context) }
-        guard EVP_DigestSignInit(context, nil, EVP_sha1(), nil, key.pkey) == 1 else { throw OpenSSLError.drain(.signing, "EVP_DigestSign") }
-        var length = 0
-        let sized = data.withUnsafeBufferPointer { EVP_DigestSign(context, nil, &length, $0.baseAddress, $0.count) }
-        guard sized == 1 else { throw OpenSSLError.drain(.signing, "EVP_DigestSign") }
-        var signature = [UInt8](repeating: 0, count: length)
-        let signed = signature.withUnsafeMutableBufferPointer { out in
-            data.withUnsafeBufferPointer { EVP_DigestSign(context, out.baseAddress, &length, $0.baseAddress, $0.count) }
-        }
-        guard signed == 1 else { throw OpenSSLError.drain(.signing, "EVP_DigestSign") }
-        return withExtendedLifetime(key) { Array(signature.prefix(length)) }
+        try key.digestSign(data, digest: EVP_sha1())
     }
 }

@@ -14,6 +14,17 @@ import RedisJobQueue
 import ServiceLifecycle
 import Telemetry
 
+/// The schedule role's notification history sweep and what it owns.
+public struct NotificationSweepRole: Sendable {
+    /// The sweep itself (a test runs one pass with `sweep()`).
+    public let sweep: NotificationHistorySweep
+    /// What the role's service group runs: the sweep's intake and its HTTP client first, the sweep
+    /// last, so they stop after it.
+    public let service: ServiceGroup
+    /// Closes the intake's connections, for a sweep used without ``service``.
+    public let shutdown: @Sendable () -> Void
+}
+
 extension ReceiptQueueApp {
     /// The scheduler's recovery of missed notifications from Apple's Get Notification History,
     /// each one handed to the endpoint's own rule (checked, queued once per UUID); nil without trust
@@ -22,7 +33,7 @@ extension ReceiptQueueApp {
     public static func makeNotificationSweep(
         _ configuration: AppConfiguration, onlyApps: [UUID]? = nil, now: @escaping @Sendable () -> Date = { Date() },
         metrics: PrometheusExporter = PrometheusExporter(), logger: Logger
-    ) throws -> (sweep: NotificationHistorySweep, shutdown: @Sendable () -> Void)? {
+    ) throws -> NotificationSweepRole? {
         guard let roots = try? trustStore(configuration), let secretsKey = configuration.secretsKey else { return nil }
         let postgresPool = PostgresConnectionPool(configuration: configuration.postgres, size: 2, logger: logger)
         let redisPool = RedisConnectionPool(configuration: configuration.redis, size: 2, logger: logger)
@@ -34,9 +45,10 @@ extension ReceiptQueueApp {
             intake: intake, catalog: PostgresCatalog(pool: postgresPool), authenticity: ReceiptSignatureVerifier(trustStore: roots),
             signedPayloads: JWSVerifier(trustStore: roots), syncWait: .zero, now: now)
         let throttle = HistoryThrottle(configuration: configuration, logger: logger)
+        let client = try ServerNotificationsClient(configuration: configuration.apple.serverAPI)
         let sweep = NotificationHistorySweep(
             configuration: .init(interval: configuration.scheduler.notificationHistoryInterval),
-            source: try ServerNotificationsClient(configuration: configuration.apple.serverAPI),
+            source: client,
             cursors: PostgresNotificationHistoryCursors(pool: postgresPool, secrets: try SecretBox(key: secretsKey), onlyApps: onlyApps),
             accept: { payload, app in
                 switch await ingestion.ingest(notification: .object(["signedPayload": .string(payload)]), app: app, origin: .history, logger: logger)
@@ -54,7 +66,8 @@ extension ReceiptQueueApp {
             },
             throttle: { app, environment in await throttle.wait(app: app, environment: environment, now: now) }, now: now,
             metrics: metrics, logger: logger)
-        return (sweep, { intake.shutdown() })
+        return NotificationSweepRole(
+            sweep: sweep, service: ServiceGroup(services: [intake, client, sweep], logger: logger), shutdown: { intake.shutdown() })
     }
 }
 

@@ -10,7 +10,7 @@ extension ReceiptQueueApp {
     /// The App Store Server API client of a worker: JWTs from the apps' keys, every JWS of Apple's
     /// answers checked against the configured trust roots (Apple Root CA - G3), and the rate limit
     /// shared in Redis. Without trust roots the Server API is not used (nothing could be trusted).
-    static func makeServerAPIClient(_ configuration: AppConfiguration, logger: Logger) throws -> ServerAPIClient? {
+    static func makeServerAPIClient(_ configuration: AppConfiguration, logger: Logger) -> ServerAPIClient? {
         guard let roots = try? trustStore(configuration) else {
             logger.warning("No RECEIPTQ_TRUST_ROOTS_DIR: the App Store Server API is not used (its answers could not be verified)")
             return nil
@@ -19,7 +19,7 @@ extension ReceiptQueueApp {
         let tokens = ServerAPITokenIssuer()
         var serverAPI = configuration.apple.serverAPI
         serverAPI.maxConcurrent = configuration.worker.concurrency
-        return try ServerAPIClient(
+        return ServerAPIClient(
             configuration: serverAPI,
             tokens: { query in try tokens.token(for: query.key, bundleID: query.bundleID) },
             verifyPayload: { jws in

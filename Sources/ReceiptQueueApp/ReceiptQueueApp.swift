@@ -43,16 +43,21 @@ public enum ReceiptQueueApp {
         onRunning: @escaping @Sendable (Int) async -> Void = { _ in }
     ) throws -> some ApplicationProtocol {
         let (router, intake) = try makeRouter(configuration, metrics: metrics, logger: logger)
-        return Application(
+        // The intake runs in the application's service group: its result listener starts there and
+        // stops after the server has stopped taking requests.
+        var application = Application(
             router: router,
             configuration: .init(address: .hostname(configuration.api.host, port: configuration.api.port), serverName: "receiptq"),
-            services: [ShutdownHook { intake.shutdown() }],
+            services: [intake],
             onServerRunning: { channel in await onRunning(channel.localAddress?.port ?? 0) }, logger: logger)
+        // The first requests should be able to wait for their answers too.
+        application.beforeServerStarts { await intake.waitUntilListening(within: .seconds(1)) }
+        return application
     }
 
     /// The API's routes, as ``makeAPI(_:logger:onRunning:)`` serves them (the OpenAPI test walks
-    /// them to compare with the document), and the intake whose listener the caller shuts down.
-    /// Connections are made on first use, not here.
+    /// them to compare with the document), and the intake, a service the caller runs (or shuts
+    /// down, unrun). Connections are made on first use, not here.
     /// - Throws: `ConfigurationError` when no trusted certificates are configured.
     public static func makeRouter(
         _ configuration: AppConfiguration, metrics: PrometheusExporter = PrometheusExporter(), logger: Logger
@@ -135,13 +140,18 @@ public enum ReceiptQueueApp {
             replicas: configuration.replicas.minimum, timeout: configuration.replicas.timeout, onTimeout: { timeouts.increment() })
     }
 
-    /// The worker: `WORKER_CONCURRENCY` validations in flight on a few threads (a fetcher, two
-    /// committers with their own Redis and Postgres connections, one libcurl engine thread).
+    /// The worker role: `WORKER_CONCURRENCY` validations in flight on a few threads (a fetcher, two
+    /// committers with their own Redis and Postgres connections, and one libcurl engine thread per
+    /// HTTP client: verifyReceipt, the App Store Server API, webhooks).
+    ///
+    /// A service group of its own, the HTTP clients first and the worker last: services start in
+    /// order and stop in reverse, so on graceful shutdown the worker finishes the jobs in hand
+    /// before the clients' threads end and their connections close. Nothing starts until it runs.
     /// - Parameter metrics: the process's registry (jobs settled, Apple's calls, latencies).
-    /// - Throws: when libcurl cannot start its engine.
+    /// - Throws: `ConfigurationError` for a secrets key that cannot open the apps' sealed keys.
     public static func makeWorker(
         _ configuration: AppConfiguration, metrics: PrometheusExporter = PrometheusExporter(), logger: Logger
-    ) throws -> WorkerEngine {
+    ) throws -> ServiceGroup {
         let host = ProcessInfo.processInfo.hostName
         let pid = ProcessInfo.processInfo.processIdentifier
         let instance = String(UInt32.random(in: 0...UInt32.max), radix: 36)
@@ -151,8 +161,13 @@ public enum ReceiptQueueApp {
         // Every call in flight holds a socket; many systems start processes with a soft limit of 1,024.
         raiseOpenFileLimit(to: configuration.worker.concurrency + 256, logger: logger)
         let secrets = try configuration.secretsKey.map { try SecretBox(key: $0) }
-        let serverAPI = try makeServerAPIClient(configuration, logger: logger)
-        return WorkerEngine(
+        let serverAPI = makeServerAPIClient(configuration, logger: logger)
+        let verifyReceipt = AppStoreClient(configuration: appStore)
+        let webhooks = WebhookClient(
+            configuration: .init(
+                timeout: configuration.webhooks.client.timeout, maxConcurrent: configuration.worker.concurrency,
+                caInfo: configuration.webhooks.client.caInfo))
+        let worker = WorkerEngine(
             configuration: .init(
                 concurrency: configuration.worker.concurrency, committers: configuration.worker.committers,
                 commitLinger: configuration.worker.commitLinger, shutdownTimeout: configuration.worker.shutdownTimeout,
@@ -190,11 +205,7 @@ public enum ReceiptQueueApp {
                     connection: try RedisConnection(configuration: configuration.redis, label: "worker-import-budget", logger: logger),
                     keys: configuration.keys)
             },
-            verifier: AppleValidation(verifyReceipt: try AppStoreClient(configuration: appStore), serverAPI: serverAPI),
-            webhooks: try WebhookClient(
-                configuration: .init(
-                    timeout: configuration.webhooks.client.timeout, maxConcurrent: configuration.worker.concurrency,
-                    caInfo: configuration.webhooks.client.caInfo)),
+            verifier: AppleValidation(verifyReceipt: verifyReceipt, serverAPI: serverAPI), webhooks: webhooks,
             requeueAbandoned: {
                 do {
                     let redis = try RedisConnection(configuration: configuration.redis, label: "worker-shutdown", logger: logger)
@@ -205,6 +216,8 @@ public enum ReceiptQueueApp {
                     logger.error("Could not requeue the jobs in hand at shutdown", error: error)
                 }
             }, metrics: metrics, logger: logger)
+        let clients: [(any Service)?] = [verifyReceipt, serverAPI, webhooks]
+        return ServiceGroup(services: clients.compactMap { $0 } + [worker], logger: logger)
     }
 
     /// Raises the soft open-file limit towards `wanted` (never above the hard limit), and says so
@@ -303,15 +316,5 @@ public enum ReceiptQueueApp {
     public static func run(_ services: [any Service], logger: Logger) async throws {
         let group = ServiceGroup(services: services, gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
         try await group.run()
-    }
-}
-
-/// Runs `action` when the service group shuts down (after the HTTP server stopped taking requests).
-struct ShutdownHook: Service {
-    let action: @Sendable () -> Void
-
-    func run() async throws {
-        try? await gracefulShutdown()
-        action()
     }
 }

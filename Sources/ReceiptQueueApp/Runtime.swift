@@ -87,7 +87,7 @@ extension ReceiptQueueApp {
                 makeWebhookDispatcher(configuration, metrics: Self.metrics, logger: logger),
             ]
             if let history = try makeNotificationSweep(configuration, metrics: Self.metrics, logger: logger) {
-                services.append(history.sweep)
+                services.append(history.service)
             } else {
                 logger.info("Notification history is not swept: it needs RECEIPTQ_TRUST_ROOTS_DIR and RECEIPTQ_SECRETS_KEY")
             }
@@ -116,7 +116,7 @@ extension ReceiptQueueApp {
             services.append(try makeWorker(configuration, metrics: Self.metrics, logger: logger))
             services.append(makeScheduler(configuration, metrics: Self.metrics, logger: logger))
             services.append(makeWebhookDispatcher(configuration, metrics: Self.metrics, logger: logger))
-            if let history = try makeNotificationSweep(configuration, metrics: Self.metrics, logger: logger) { services.append(history.sweep) }
+            if let history = try makeNotificationSweep(configuration, metrics: Self.metrics, logger: logger) { services.append(history.service) }
             services += try beforeAPI()
             services.append(try makeAPI(configuration, metrics: Self.metrics, logger: logger, onRunning: onAPIRunning))
             try await run(services)

@@ -1,4 +1,4 @@
-import Dispatch
+import BaseSupport
 import Foundation
 import Logging
 import Metrics
@@ -75,12 +75,8 @@ public final class Scheduler: Service, Sendable {
 
     public func run() async throws {
         await withTaskCancellationOrGracefulShutdownHandler {
-            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-                DispatchQueue(label: "receiptq.scheduler").async {
-                    self.loop()
-                    continuation.resume()
-                }
-            }
+            // A thread of its own for a loop that lives as long as the service.
+            await NamedThread.run("receiptq.sched") { self.loop() }
         } onCancelOrGracefulShutdown: {
             self.stopping.store(true, ordering: .relaxed)
         }

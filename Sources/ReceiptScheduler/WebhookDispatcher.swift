@@ -1,4 +1,4 @@
-import Dispatch
+import BaseSupport
 import Foundation
 import Logging
 import Metrics
@@ -80,16 +80,9 @@ public final class WebhookDispatcher: Service, Sendable {
 
     public func run() async throws {
         await withTaskCancellationOrGracefulShutdownHandler {
-            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-                // A thread of its own for a loop that lives as long as the service (libdispatch's
-                // shared pool is for short work).
-                let thread = Thread {
-                    self.loop()
-                    continuation.resume()
-                }
-                thread.name = "receiptq.webhook-dispatcher"
-                thread.start()
-            }
+            // A thread of its own for a loop that lives as long as the service (libdispatch's
+            // shared pool is for short work).
+            await NamedThread.run("receiptq.outbox") { self.loop() }
         } onCancelOrGracefulShutdown: {
             self.stopping.store(true, ordering: .relaxed)
         }

@@ -1,3 +1,4 @@
+import BaseSupport
 import Dispatch
 import Foundation
 import Logging
@@ -220,14 +221,16 @@ public final class WorkerEngine: Service, Sendable {
 
     public func run() async throws {
         let group = DispatchGroup()
+        // Threads of their own: the fetcher and the committers block (on Redis, Postgres, their
+        // conditions) for the worker's whole life, which libdispatch's shared pool is not for.
         group.enter()
-        DispatchQueue(label: "receiptq.worker.fetcher").async {
+        NamedThread.start("receiptq.fetch") {
             self.runFetcher()
             group.leave()
         }
         for index in 0..<configuration.committers {
             group.enter()
-            DispatchQueue(label: "receiptq.worker.committer.\(index)").async {
+            NamedThread.start("receiptq.commit") {
                 self.runCommitter(index)
                 group.leave()
             }

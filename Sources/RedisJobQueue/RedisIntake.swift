@@ -1,8 +1,10 @@
+import BaseSupport
 import Dispatch
 import Foundation
 import Hiredis
 import Logging
 import ReceiptCore
+import ServiceLifecycle
 import Synchronization
 
 /// The ingestion API's side of Redis: queue a job durably (idempotently), and hear the worker's
@@ -12,7 +14,10 @@ import Synchronization
 /// in flight goes out in the next, one round trip for many requests. Answers come over pub/sub on
 /// this node's own channel (the job names it in `replyTo`), so a thousand waiting requests hold no
 /// connection each, as a `BLPOP` per request would.
-public final class RedisIntake: ReceiptIntake {
+///
+/// A `Service`: the result listener's thread starts in ``run()``, and its end closes the
+/// connections. Without it (a one-off enqueue) nothing waits for answers.
+public final class RedisIntake: ReceiptIntake, Service {
     /// This node's name on its result channel.
     public let node: String
     private let pool: RedisConnectionPool
@@ -22,7 +27,7 @@ public final class RedisIntake: ReceiptIntake {
     private let writer: PipelineBatcher
     private let listener: ResultListener
 
-    /// Creates the intake and starts its result listener.
+    /// Creates the intake; its result listener starts with ``run()``, its connections on first use.
     /// - Parameters:
     ///   - configuration: how to reach Redis (the writer and the listener own a connection each).
     ///   - pool: connections for the API's other reads.
@@ -49,12 +54,34 @@ public final class RedisIntake: ReceiptIntake {
         self.listener = ResultListener(
             connection: RedisConnection(lazy: configuration, label: "intake-results", logger: logger), channel: keys.results(node),
             logger: logger)
-        // The first requests should be able to wait too; with Redis down the API still starts.
-        let deadline = ContinuousClock.now + .seconds(1)
-        while !listener.isSubscribed, ContinuousClock.now < deadline { Thread.sleep(forTimeInterval: 0.002) }
     }
 
-    /// Stops the listener (waiting requests answer "queued") and closes the connections.
+    /// Runs the result listener's thread until graceful shutdown or cancellation, then
+    /// ``shutdown()``: waiting requests answer "queued", and the connections close.
+    public func run() async throws {
+        let listener = self.listener
+        await withTaskCancellationOrGracefulShutdownHandler {
+            await listener.run()
+        } onCancelOrGracefulShutdown: {
+            listener.requestStop()
+        }
+        shutdown()
+    }
+
+    /// Returns once the listener is subscribed (requests can wait for their answers), or after
+    /// `limit`: the API calls it before it binds, so its first requests can wait too, and with
+    /// Redis down it still starts.
+    public func waitUntilListening(within limit: Duration) async {
+        let deadline = ContinuousClock.now + limit
+        // Polled: the subscription is one round trip to Redis, and a signal for it would be more
+        // code than the few polls of a start.
+        while !listener.isSubscribed, ContinuousClock.now < deadline {
+            try? await Task.sleep(for: .milliseconds(2))
+        }
+    }
+
+    /// Stops the listener (waiting requests answer "queued") and closes the connections; ``run()``
+    /// calls it when it ends.
     public func shutdown() {
         listener.stop()
         writer.close()
@@ -204,20 +231,31 @@ final class ResultListener: @unchecked Sendable {
     private let logger: Logger
     private let slots = Mutex<[UUID: Slot]>([:])
     private let subscribed = Atomic<Bool>(false)
+    private let started = Atomic<Bool>(false)
     private let stopping = Atomic<Bool>(false)
-    private let stopped = DispatchSemaphore(value: 0)
+    private let closed = Atomic<Bool>(false)
+    /// Entered while the listening thread runs; ``stop()`` waits on it.
+    private let running = DispatchGroup()
 
     init(connection: RedisConnection, channel: String, logger: Logger) {
         self.connection = connection
         self.channel = channel
         self.logger = logger
-        let thread = Thread { [self] in
-            run()
-            stopped.signal()
-        }
-        thread.name = "receiptq-intake-results"
-        thread.start()
     }
+
+    /// Listens on a thread of its own (the connection blocks on its socket) until ``requestStop()``
+    /// or ``stop()``; returns at once when it already ran.
+    func run() async {
+        guard !started.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        running.enter()
+        await NamedThread.run("receiptq.intake") { [self] in
+            listen()
+            running.leave()
+        }
+    }
+
+    /// Asks the listening thread to end (within its 250 ms read timeout); does not wait.
+    func requestStop() { stopping.store(true, ordering: .releasing) }
 
     /// Whether answers can arrive now (a request waits only then; otherwise it answers "queued").
     var isSubscribed: Bool { subscribed.load(ordering: .acquiring) }
@@ -253,9 +291,12 @@ final class ResultListener: @unchecked Sendable {
         }
     }
 
+    /// Ends the listening thread, waiting for it, then closes the connection and answers every
+    /// waiting request with "not yet". Later calls do nothing.
     func stop() {
-        guard !stopping.exchange(true, ordering: .acquiringAndReleasing) else { return }
-        stopped.wait()
+        requestStop()
+        running.wait()
+        guard !closed.exchange(true, ordering: .acquiringAndReleasing) else { return }
         connection.close()
         let waiting = slots.withLock { slots in
             defer { slots.removeAll() }
@@ -280,7 +321,7 @@ final class ResultListener: @unchecked Sendable {
         continuation?.resume(returning: bytes)
     }
 
-    private func run() {
+    private func listen() {
         var failures = 0
         while !stopping.load(ordering: .relaxed) {
             do {

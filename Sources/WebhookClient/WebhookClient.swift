@@ -3,13 +3,16 @@ import Dispatch
 import Foundation
 import OpenSSL
 import ReceiptCore
-import Synchronization
+import ServiceLifecycle
 
 /// Delivers webhooks over libcurl's multi interface: thousands in flight on one thread, each
 /// signed (``WebhookSignature``), TLS verified, redirects not followed, and, unless an admin
 /// allowed the endpoint's private addresses, only public addresses connected to (checked on the
 /// address libcurl resolved, right before it connects).
-public final class WebhookClient: WebhookSender, Sendable {
+///
+/// A `Service`: its two engines' threads start in ``run()``, which a service group lists before
+/// the worker that delivers through it.
+public final class WebhookClient: WebhookSender, Service, Sendable {
     /// Client settings.
     public struct Configuration: Sendable {
         /// How long one delivery may take, connection included (`WEBHOOK_TIMEOUT_SECONDS`).
@@ -30,13 +33,14 @@ public final class WebhookClient: WebhookSender, Sendable {
         }
     }
 
-    private let publicOnly: Engine
-    private let unrestricted: Engine
+    /// Two engines, not one with a per-request rule: a connection kept alive for an allowed
+    /// private host must never be reused by a customer URL naming the same host.
+    private let publicOnly: CurlMulti
+    private let unrestricted: CurlMulti
 
-    /// Creates the client. Its two engines (one refusing non-public addresses, one for the
-    /// endpoints an admin allowed them for) start with their first delivery: a worker that never
-    /// delivers a webhook holds no thread for them.
-    public init(configuration: Configuration = Configuration()) throws {
+    /// Creates the client: one engine refusing non-public addresses, one for the endpoints an
+    /// admin allowed them for; their threads start with ``run()``.
+    public init(configuration: Configuration = Configuration()) {
         var options = CurlOptions()
         options.requestTimeout = configuration.timeout
         options.connectTimeout = min(configuration.timeout, .seconds(5))
@@ -46,35 +50,21 @@ public final class WebhookClient: WebhookSender, Sendable {
         options.maxResponseBytes = 64 << 10
         var guarded = options
         guarded.publicAddressesOnly = true
-        publicOnly = Engine(options: guarded, configuration: configuration)
-        unrestricted = Engine(options: options, configuration: configuration)
+        publicOnly = CurlMulti(
+            options: guarded, maxConcurrent: configuration.maxConcurrent, maxHostConnections: configuration.maxHostConnections,
+            name: "receiptq.hooks")
+        unrestricted = CurlMulti(
+            options: options, maxConcurrent: configuration.maxConcurrent, maxHostConnections: configuration.maxHostConnections,
+            name: "receiptq.hooks")
     }
 
-    /// One libcurl multi engine, started on first use. Two, not one with a per-request rule: a
-    /// connection kept alive for an allowed private host must never be reused by a customer URL
-    /// naming the same host.
-    private final class Engine: Sendable {
-        private let options: CurlOptions
-        private let configuration: Configuration
-        private let multi = Mutex<CurlMulti?>(nil)
-
-        init(options: CurlOptions, configuration: Configuration) {
-            self.options = options
-            self.configuration = configuration
-        }
-
-        func get() throws -> CurlMulti {
-            try multi.withLock { multi in
-                if let multi { return multi }
-                let started = try CurlMulti(
-                    options: options, maxConcurrent: configuration.maxConcurrent, maxHostConnections: configuration.maxHostConnections)
-                multi = started
-                return started
-            }
-        }
-
-        func shutdown(gracePeriod: Duration) {
-            multi.withLock { $0 }?.shutdown(gracePeriod: gracePeriod)
+    /// Runs both engines' threads until graceful shutdown or cancellation, then closes their
+    /// connections; when one cannot start, the other stops too.
+    /// - Throws: `CurlError` when libcurl cannot create a multi handle.
+    public func run() async throws {
+        try await withThrowingDiscardingTaskGroup { group in
+            group.addTask { try await self.publicOnly.run() }
+            group.addTask { try await self.unrestricted.run() }
         }
     }
 
@@ -86,13 +76,9 @@ public final class WebhookClient: WebhookSender, Sendable {
             ("Receiptq-Signature", WebhookSignature.header(body: request.body, timestamp: request.timestamp, secrets: request.secrets)),
         ]
         let started = ContinuousClock.now
-        let engine: CurlMulti
-        do {
-            engine = try (request.allowPrivate ? unrestricted : publicOnly).get()
-        } catch {
-            return completion(WebhookReport(httpStatus: nil, errorCode: .clientUnavailable, latencyMs: 0))
-        }
-        engine.send(Curl.HTTPRequest(method: "POST", url: request.url, headers: headers, body: request.body)) { result in
+        (request.allowPrivate ? unrestricted : publicOnly).send(
+            Curl.HTTPRequest(method: "POST", url: request.url, headers: headers, body: request.body)
+        ) { result in
             let latency = Int(((ContinuousClock.now - started).seconds * 1000).rounded())
             switch result {
             case .success(let response):
@@ -144,8 +130,8 @@ public enum WebhookSignature {
 }
 
 extension WebhookClient {
-    /// Sends `endpoint` a signed `webhook.test` delivery with a fresh client (started and shut
-    /// down here: tests are rare) and reports the answer. Nothing is stored; no event exists.
+    /// Sends `endpoint` a signed `webhook.test` delivery with a fresh client (run and stopped
+    /// here: tests are rare) and reports the answer. Nothing is stored; no event exists.
     /// - Parameter origin: who asked, for the body's message (`receiptq webhooks test`, the dashboard).
     public static func sendTest(
         to endpoint: WebhookEndpointRecord, origin: String, configuration: Configuration, now: Date = Date()
@@ -161,11 +147,21 @@ extension WebhookClient {
         writer.member("id", eventID.canonical)
         writer.member("type", "webhook.test")
         writer.closeObject()
-        let client = try WebhookClient(configuration: configuration)
-        defer { client.shutdown() }
+        let client = WebhookClient(configuration: configuration)
         let request = WebhookRequest(
             url: endpoint.url, body: writer.bytes, eventID: eventID, eventType: "webhook.test", secrets: endpoint.secrets,
             timestamp: Int64(now.timeIntervalSince1970), allowPrivate: endpoint.allowPrivate)
-        return await withCheckedContinuation { continuation in client.deliver(request) { continuation.resume(returning: $0) } }
+        // The client runs for this one delivery: cancelling its run() stops its threads, and the
+        // group waits for them.
+        return try await withThrowingTaskGroup(of: WebhookReport?.self) { group in
+            group.addTask {
+                try await client.run()
+                return nil
+            }
+            let report = await withCheckedContinuation { continuation in client.deliver(request) { continuation.resume(returning: $0) } }
+            group.cancelAll()
+            try await group.waitForAll()
+            return report
+        }
     }
 }

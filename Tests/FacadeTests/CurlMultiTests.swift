@@ -1,27 +1,10 @@
 import Curl
+import DevTools
 import Foundation
 import ReceiptTesting
 import Synchronization
 import SystemTesting
 import Testing
-
-/// A self-signed certificate for `localhost`, made with the `openssl` CLI.
-private struct TestCertificate {
-    let certificate: String
-    let key: String
-
-    init() throws {
-        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("receiptq-tls-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
-        certificate = dir.appendingPathComponent("cert.pem").path
-        key = dir.appendingPathComponent("key.pem").path
-        let result = try ChildProcess.run([
-            "openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", certificate,
-            "-days", "2", "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost",
-        ])
-        guard result.status == 0 else { throw CocoaError(.fileWriteUnknown) }
-    }
-}
 
 /// A numeric field of /proc/self/status, e.g. `Threads` or `VmRSS` (in kB).
 private func processStatus(_ field: String) throws -> Int {
@@ -49,6 +32,13 @@ private func multiOptions(timeout: Duration = .seconds(20), maxBytes: Int = 4 <<
     return options
 }
 
+/// `multi` with its engine running: its thread starts in `run()`, as a service group would call
+/// it. The test ends it with `shutdown()`, which `run()` returns after.
+private func started(_ multi: CurlMulti) -> CurlMulti {
+    Task { try await multi.run() }
+    return multi
+}
+
 /// SystemTesting's `eventually`, polling every 10 ms.
 private func eventually(within limit: Duration = .seconds(10), _ condition: () -> Bool) async throws -> Bool {
     try await SystemTesting.eventually(timeout: limit, interval: .milliseconds(10)) { condition() }
@@ -65,7 +55,8 @@ struct CurlMultiTests {
     @Test func thousandSlowRequestsOverlapOnOneEngineThread() async throws {
         raiseDescriptorLimit()
         let server = try AsyncLoopbackServer()
-        let multi = try CurlMulti(options: multiOptions(), maxConcurrent: 1000, maxHostConnections: 1000)
+        let multi = started(CurlMulti(options: multiOptions(), maxConcurrent: 1000, maxHostConnections: 1000))
+        defer { multi.shutdown() }
         let threadsBefore = try processStatus("Threads")
         var peakThreads = threadsBefore
         var walls: [Duration] = []
@@ -113,7 +104,8 @@ struct CurlMultiTests {
 
     @Test func fewHostConnectionsAreReusedByManyTransfers() async throws {
         let server = try AsyncLoopbackServer()
-        let multi = try CurlMulti(options: multiOptions(), maxConcurrent: 1000, maxHostConnections: 4)
+        let multi = started(CurlMulti(options: multiOptions(), maxConcurrent: 1000, maxHostConnections: 4))
+        defer { multi.shutdown() }
         let completions = Completions(expected: 200)
         for index in 0..<200 {
             multi.send(
@@ -135,7 +127,8 @@ struct CurlMultiTests {
 
     @Test func oneReusedHandleResetsPerRequestState() async throws {
         let server = try AsyncLoopbackServer()
-        let multi = try CurlMulti(options: multiOptions(), maxConcurrent: 1)
+        let multi = started(CurlMulti(options: multiOptions(), maxConcurrent: 1))
+        defer { multi.shutdown() }
         let body: [UInt8] = [0x00, 0x01, 0xFF, 0x00, 0x7B] + Array(repeating: 0x41, count: 5000)
         let post = try await multi.send(
             HTTPRequest(method: "POST", url: server.url("/echo"), headers: [("X-Test-Token", "abc def")], body: body)
@@ -183,7 +176,8 @@ struct CurlMultiTests {
         default: request = HTTPRequest(url: path)
         }
         let easyError = #expect(throws: CurlError.self) { try CurlEasy(options: options).perform(request) }
-        let multi = try CurlMulti(options: options)
+        let multi = started(CurlMulti(options: options))
+        defer { multi.shutdown() }
         // Timed on the engine's thread, at the completion: the test's own task can resume seconds
         // late in the crowded start of the full run.
         let start = ContinuousClock.now
@@ -205,7 +199,8 @@ struct CurlMultiTests {
 
     @Test func timeoutsAreKeptPerRequestWhileOthersSucceed() async throws {
         let server = try AsyncLoopbackServer()
-        let multi = try CurlMulti(options: multiOptions(timeout: .milliseconds(700)))
+        let multi = started(CurlMulti(options: multiOptions(timeout: .milliseconds(700))))
+        defer { multi.shutdown() }
         let completions = Completions(expected: 3)
         let start = ContinuousClock.now
         let slowElapsed = Mutex<Duration?>(nil)
@@ -228,19 +223,21 @@ struct CurlMultiTests {
     }
 
     @Test func httpsVerifiesThePeerAndFallsBackToHTTP1() async throws {
-        let files = try TestCertificate()
+        let files = try LocalhostTLS(in: FileManager.default.temporaryDirectory.appendingPathComponent("receiptq-tls-\(UUID().uuidString)"))
         let server = try AsyncLoopbackServer(certificate: files.certificate, key: files.key)
 
-        let untrusted = try CurlMulti(options: multiOptions())
+        let untrusted = started(CurlMulti(options: multiOptions()))
+        defer { untrusted.shutdown() }
         let untrustedError = await #expect(throws: CurlError.self) { try await untrusted.send(HTTPRequest(url: server.url("/echo", tls: true))) }
         #expect(untrustedError?.code == .tls)
 
         var trustedOptions = multiOptions()
-        trustedOptions.caInfo = files.certificate
+        trustedOptions.caInfo = files.ca
         // HTTP/2 is offered over ALPN; this server only speaks 1.1, and transfers waiting for a
         // multiplexable connection (CURLOPT_PIPEWAIT) must then open their own instead of queueing.
         trustedOptions.httpVersion = .http2TLS
-        let trusted = try CurlMulti(options: trustedOptions, maxConcurrent: 100, maxHostConnections: 100)
+        let trusted = started(CurlMulti(options: trustedOptions, maxConcurrent: 100, maxHostConnections: 100))
+        defer { trusted.shutdown() }
         let completions = Completions(expected: 100)
         let start = ContinuousClock.now
         for index in 0..<100 {
@@ -263,7 +260,7 @@ struct CurlMultiTests {
 
     @Test func shutdownCancelsQueuedAndInFlightRequestsExactlyOnce() async throws {
         let server = try AsyncLoopbackServer()
-        let multi = try CurlMulti(options: multiOptions(), maxConcurrent: 50)
+        let multi = started(CurlMulti(options: multiOptions(), maxConcurrent: 50))
         let completions = Completions(expected: 201)
         for index in 0..<200 {
             multi.send(HTTPRequest(url: server.url("/delay?ms=10000")), completion: completions.completion(index))
@@ -295,7 +292,7 @@ struct CurlMultiTests {
 
     @Test func gracefulShutdownLetsInFlightRequestsFinish() async throws {
         let server = try AsyncLoopbackServer()
-        let multi = try CurlMulti(options: multiOptions(), maxConcurrent: 10)
+        let multi = started(CurlMulti(options: multiOptions(), maxConcurrent: 10))
         let completions = Completions(expected: 20)
         // Four seconds each: the first ten are still in flight when shutdown begins even on a machine
         // busy enough to delay this task a while after it saw them (300 ms was not, under load, and
@@ -321,39 +318,47 @@ struct CurlMultiTests {
         #expect(statuses.filter { $0 == "cancelled" }.count == 10)
     }
 
-    @Test func deinitCancelsAndIsSafeOnTheEngineThread() async throws {
+    @Test func anEngineNeverRunFailsItsQueueAndShutdownIsSafeOnTheEngineThread() async throws {
         let server = try AsyncLoopbackServer()
 
-        // Dropping the last reference from the outside shuts down and waits.
+        // An engine that never ran (its thread starts in run()): dropping the last reference fails
+        // what it queued, each exactly once.
         let dropped = Completions(expected: 20)
         do {
-            let multi = try CurlMulti(options: multiOptions(), maxConcurrent: 5)
+            let multi = CurlMulti(options: multiOptions(), maxConcurrent: 5)
             for index in 0..<20 {
                 multi.send(HTTPRequest(url: server.url("/delay?ms=10000")), completion: dropped.completion(index))
             }
         }
         await dropped.wait()
         #expect(dropped.calls.allSatisfy { $0 == 1 })
+        #expect(dropped.results.allSatisfy { if case .failure(let error) = $0 { error.code == .cancelled } else { false } })
 
-        // A completion holding the last reference: deinit then runs on the engine thread itself,
-        // where waiting for the engine to finish would deadlock.
-        let lastReference = Completions(expected: 1)
+        // A completion that shuts the engine down runs on the engine thread itself, where waiting
+        // for the engine to finish would deadlock: it does not wait, and run() still ends.
+        let answered = Completions(expected: 1)
         weak var weakMulti: CurlMulti?
+        let running: Task<Void, any Error>
         do {
-            let multi = try CurlMulti(options: multiOptions())
+            let multi = CurlMulti(options: multiOptions())
             weakMulti = multi
+            running = Task { try await multi.run() }
             multi.send(HTTPRequest(url: server.url("/delay?ms=100"))) { [multi] result in
-                withExtendedLifetime(multi) { lastReference.record(0, result) }
+                multi.shutdown()
+                answered.record(0, result)
             }
         }
-        await lastReference.wait()
-        #expect(try lastReference.results[0]?.get().status == 200)
+        await answered.wait()
+        #expect(try answered.results[0]?.get().status == 200)
+        try await running.value
+        // run() kept the engine alive until its thread ended, and no longer.
         #expect(try await eventually { weakMulti == nil })
     }
 
     @Test func asyncSendRunsConcurrentlyAndHonoursCancellation() async throws {
         let server = try AsyncLoopbackServer()
-        let multi = try CurlMulti(options: multiOptions(), maxConcurrent: 1000)
+        let multi = started(CurlMulti(options: multiOptions(), maxConcurrent: 1000))
+        defer { multi.shutdown() }
         let echoed = try await withThrowingTaskGroup(of: Bool.self) { group in
             for index in 0..<100 {
                 group.addTask {
@@ -380,7 +385,8 @@ struct CurlMultiTests {
         #expect(try await multi.send(HTTPRequest(url: server.url("/echo"))).status == 200)
 
         // And removes a queued one without disturbing the transfer ahead of it.
-        let single = try CurlMulti(options: multiOptions(), maxConcurrent: 1)
+        let single = started(CurlMulti(options: multiOptions(), maxConcurrent: 1))
+        defer { single.shutdown() }
         // Long enough that the next task is queued behind it even on a loaded machine (at 500 ms
         // a full CI run once started it after the transfer ahead had ended: never queued).
         let ahead = Task { try await single.send(HTTPRequest(url: server.url("/delay?ms=3000"))) }
@@ -404,7 +410,8 @@ struct CurlMultiTests {
 
     @Test func rssStaysBoundedOverTenThousandRequests() async throws {
         let server = try AsyncLoopbackServer()
-        let multi = try CurlMulti(options: multiOptions(), maxConcurrent: 100, maxHostConnections: 100)
+        let multi = started(CurlMulti(options: multiOptions(), maxConcurrent: 100, maxHostConnections: 100))
+        defer { multi.shutdown() }
         // 32 KiB, so that a leaked body shows far above what the suites running alongside add to
         // this process's RSS meanwhile (45 MB once, against a bound of 32 MB for 4 KiB bodies).
         let body = [UInt8](repeating: 0x5A, count: 32 * 1024)

@@ -1,4 +1,5 @@
 import Curl
+import DevTools
 import Foundation
 import ReceiptTesting
 import SystemTesting
@@ -75,25 +76,6 @@ private final class LoopbackServer: Sendable {
     func url(_ path: String, tls: Bool = false) -> String { server.url(path, tls: tls) }
 
     static let shared: LoopbackServer? = try? LoopbackServer()
-}
-
-/// A throwaway self-signed certificate for `localhost`, made with the `openssl` CLI so the curl
-/// tests do not depend on the OpenSSL façade.
-private struct SelfSignedFiles {
-    let certificate: String
-    let key: String
-
-    init() throws {
-        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("receiptq-tls-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
-        certificate = dir.appendingPathComponent("cert.pem").path
-        key = dir.appendingPathComponent("key.pem").path
-        let result = try ChildProcess.run([
-            "openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", certificate,
-            "-days", "2", "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost",
-        ])
-        guard result.status == 0 else { throw CocoaError(.fileWriteUnknown) }
-    }
 }
 
 private func requireServer() throws -> LoopbackServer {
@@ -206,7 +188,7 @@ struct CurlTests {
     }
 
     @Test func httpsVerifiesThePeerAgainstCAInfo() throws {
-        let files = try SelfSignedFiles()
+        let files = try LocalhostTLS(in: FileManager.default.temporaryDirectory.appendingPathComponent("receiptq-tls-\(UUID().uuidString)"))
         let server = try LoopbackServer(certificate: files.certificate, key: files.key)
 
         let untrusted = #expect(throws: CurlError.self) {
@@ -215,7 +197,7 @@ struct CurlTests {
         #expect(untrusted?.code == .tls)
 
         var trusted = options()
-        trusted.caInfo = files.certificate
+        trusted.caInfo = files.ca
         let easy = try CurlEasy(options: trusted)
         let response = try easy.perform(HTTPRequest(method: "POST", url: server.url("/echo", tls: true), body: [0, 1, 2]))
         #expect(response.status == 200)

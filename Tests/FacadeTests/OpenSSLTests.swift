@@ -1,3 +1,4 @@
+import DevTools
 import Foundation
 import OpenSSL
 import ReceiptTesting

@@ -4,6 +4,7 @@ import DevTools
 import Foundation
 import MockAppStore
 import ReceiptCore
+import ReceiptTesting
 import SystemTesting
 import Testing
 
@@ -28,10 +29,9 @@ struct AppStoreClientTests {
         // The client (and its kept-alive connection) is gone before the mock stops, so the mock's
         // graceful shutdown has no idle connection to wait for.
         func exercise() async throws {
-            let client = try AppStoreClient(
+            let client = AppStoreClient(
                 configuration: .init(productionURL: mock.productionURL, sandboxURL: mock.sandboxURL, requestTimeout: timeout))
-            defer { client.shutdown() }
-            try await body(client, mock)
+            try await withServices([client]) { try await body(client, mock) }
         }
         let outcome: Result<Void, any Error>
         do {
@@ -137,9 +137,9 @@ struct AppStoreClientTests {
 
     @Test("Connection refused is an outage, not an invalid receipt")
     func refused() async throws {
-        let client = try AppStoreClient(
+        let client = AppStoreClient(
             configuration: .init(productionURL: "http://127.0.0.1:1/verifyReceipt", sandboxURL: "http://127.0.0.1:1/sandbox"))
-        let report = await verify(client, request("MIIx"))
+        let report = try await withServices([client]) { await verify(client, request("MIIx")) }
         #expect(report.verdict == .outage)
         #expect(report.calls.first?.errorCode == .transport(.couldNotConnect))
     }

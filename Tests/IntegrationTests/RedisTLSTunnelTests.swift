@@ -1,3 +1,4 @@
+import DevTools
 import Foundation
 import Hiredis
 import ReceiptCore
@@ -16,40 +17,6 @@ import Glibc
 /// verifies the server's certificate and carries it over TLS to Redis's `tls-port`.
 @Suite("Redis over TLS through stunnel", .blockingWork, .enabled(if: TestEnvironment.integrationEnabled), .serialized)
 struct RedisTLSTunnelTests {
-    /// A CA, and a certificate for `localhost` / 127.0.0.1 it signed, made with the openssl CLI.
-    struct Certificates {
-        let directory: URL
-        var ca: String { directory.appendingPathComponent("ca.pem").path }
-        var certificate: String { directory.appendingPathComponent("server.pem").path }
-        var key: String { directory.appendingPathComponent("server.key").path }
-
-        init(in directory: URL, name: String) throws {
-            self.directory = directory
-            try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-            let log = directory.appendingPathComponent("openssl.log")
-            let caKey = directory.appendingPathComponent("ca.key").path
-            let request = directory.appendingPathComponent("server.csr").path
-            let extensions = directory.appendingPathComponent("server.ext")
-            try "subjectAltName = DNS:localhost, IP:127.0.0.1\n".write(to: extensions, atomically: true, encoding: .utf8)
-            for command in [
-                [
-                    "openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-days", "2",
-                    "-subj", "/CN=\(name) test CA", "-keyout", caKey, "-out", ca,
-                ],
-                [
-                    "openssl", "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-subj", "/CN=localhost",
-                    "-keyout", key, "-out", request,
-                ],
-                [
-                    "openssl", "x509", "-req", "-in", request, "-CA", ca, "-CAkey", caKey, "-CAcreateserial", "-days", "2",
-                    "-extfile", extensions.path, "-out", certificate,
-                ],
-            ] {
-                guard try runCommand(command, log: log) == 0 else { throw RestartTestError("openssl failed: \(tail(log))") }
-            }
-        }
-    }
-
     /// `stunnel4` in client mode, foreground, from a config like ops/redis/stunnel-receiptq.conf.
     final class Tunnel: @unchecked Sendable {
         let port: Int
@@ -106,8 +73,10 @@ struct RedisTLSTunnelTests {
     func throughTheTunnel() async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("receiptq-tls-\(UUID().uuidString.prefix(8))")
         defer { try? FileManager.default.removeItem(at: directory) }
-        let certificates = try Certificates(in: directory.appendingPathComponent("good"), name: "receiptq")
-        let stranger = try Certificates(in: directory.appendingPathComponent("other"), name: "stranger")
+        // A CA, and a certificate for `localhost` / 127.0.0.1 it signed; and an unrelated CA.
+        let certificates = try LocalhostTLS(
+            in: directory.appendingPathComponent("good"), names: ["localhost", "127.0.0.1"], authority: "receiptq test CA")
+        let stranger = try LocalhostTLS(in: directory.appendingPathComponent("other"), authority: "stranger test CA")
         let tlsPort = try freeLoopbackPort()
         let redis = try ThrowawayRedis(extraArguments: [
             "--tls-port", String(tlsPort), "--tls-cert-file", certificates.certificate, "--tls-key-file", certificates.key,

@@ -19,6 +19,12 @@ struct ServerAPIClientTests {
         let mock: RunningMockAppStore
         let client: ServerAPIClient
         let key: ServerAPIKey
+
+        /// Ends the client's engine thread (and its run()), then the mock.
+        func stop() async {
+            client.shutdown()
+            await mock.stop()
+        }
     }
 
     func fixture(trusting roots: [Certificate]? = nil, registerKey: Bool = true) async throws -> Fixture {
@@ -30,10 +36,12 @@ struct ServerAPIClientTests {
         }
         let verifier = JWSVerifier(trustStore: TrustStore(roots: roots ?? [mock.state.serverAPI.authority.root]))
         let tokens = ServerAPITokenIssuer()
-        let client = try ServerAPIClient(
+        let client = ServerAPIClient(
             configuration: .init(productionURL: mock.serverAPIProductionURL, sandboxURL: mock.serverAPISandboxURL, requestTimeout: .seconds(10)),
             tokens: { try tokens.token(for: $0.key, bundleID: $0.bundleID) },
             verifyPayload: { jws in verifier.verify(jws).map(\.payload).mapError { .init(reason: $0.reason) } })
+        // The engine's thread starts in run(), as the worker's service group calls it.
+        Task { try await client.run() }
         return Fixture(mock: mock, client: client, key: key)
     }
 
@@ -58,7 +66,7 @@ struct ServerAPIClientTests {
     @Test("History of 500 transactions: every page followed once, every transaction once, with a valid JWT on each call")
     func pagination() async throws {
         let f = try await fixture()
-        defer { Task { await f.mock.stop() } }
+        defer { Task { await f.stop() } }
         f.mock.state.serverAPI.add(transactions: transactions(500), environment: .production)
         let report = await verify(f, query(f, "3000000250"))
         #expect(report.verdict == .valid)
@@ -75,7 +83,7 @@ struct ServerAPIClientTests {
     @Test("A sandbox transaction: 4040010 at production, then the sandbox; unknown in both is invalid")
     func environments() async throws {
         let f = try await fixture()
-        defer { Task { await f.mock.stop() } }
+        defer { Task { await f.stop() } }
         f.mock.state.serverAPI.add(transactions: transactions(3, subscription: true), environment: .sandbox)
         let report = await verify(f, query(f, "3000000001"))
         #expect(report.verdict == .valid)
@@ -94,14 +102,14 @@ struct ServerAPIClientTests {
     @Test("An app with no live release: production 401, the sandbox answers; a key the mock does not know: 401 twice, a configuration error")
     func unauthorized() async throws {
         let f = try await fixture()
-        defer { Task { await f.mock.stop() } }
+        defer { Task { await f.stop() } }
         f.mock.state.serverAPI.add(transactions: transactions(1), environment: .sandbox)
         f.mock.state.serverAPI.setUnreleased(true, bundleID: bundleID)
         let report = await verify(f, query(f, "3000000000"))
         #expect(report.verdict == .valid)
         #expect(report.calls.map(\.httpStatus) == [401, 200])
         let stranger = try await fixture(registerKey: false)
-        defer { Task { await stranger.mock.stop() } }
+        defer { Task { await stranger.stop() } }
         stranger.mock.state.serverAPI.add(transactions: transactions(1), environment: .production)
         let refused = await verify(stranger, query(stranger, "3000000000"))
         #expect(refused.verdict == .configurationError)
@@ -112,7 +120,7 @@ struct ServerAPIClientTests {
     @Test("Apple's retryable codes are transient, a 429 carries Retry-After in milliseconds, a 5xx page is an outage")
     func failures() async throws {
         let f = try await fixture()
-        defer { Task { await f.mock.stop() } }
+        defer { Task { await f.stop() } }
         f.mock.state.serverAPI.add(transactions: transactions(1), environment: .production)
         f.mock.state.serverAPI.addRule(.init(httpStatus: 500, errorCode: 5_000_001))
         let retryable = await verify(f, query(f, "3000000000"))
@@ -133,7 +141,7 @@ struct ServerAPIClientTests {
     @Test("Answers signed by a chain the deployment does not trust are refused, not stored")
     func untrustedAnswers() async throws {
         let f = try await fixture(trusting: [try MockAppleJWSAuthority.generate().root])
-        defer { Task { await f.mock.stop() } }
+        defer { Task { await f.stop() } }
         f.mock.state.serverAPI.add(transactions: transactions(2), environment: .production)
         let report = await verify(f, query(f, "3000000000"))
         #expect(report.verdict == .configurationError)
@@ -144,7 +152,7 @@ struct ServerAPIClientTests {
     @Test("Statuses 1–5 and renewal info from Get All Subscription Statuses")
     func statuses() async throws {
         let f = try await fixture()
-        defer { Task { await f.mock.stop() } }
+        defer { Task { await f.stop() } }
         let now = (Date().timeIntervalSince1970 * 1000).rounded()
         func subscription(_ id: Int, expires: Double, extra: [String: JSONValue] = [:]) -> JSONValue {
             .object(

@@ -72,10 +72,13 @@ final class TestSystem: Sendable {
     }
 
     /// Starts everything; `environment` overrides configuration variables.
-    /// - Parameter schedulerClock: the scheduler's injected clock (tests move it to make re-polls due).
+    /// - Parameters:
+    ///   - schedulerClock: the scheduler's injected clock (tests move it to make re-polls due).
+    ///   - notificationSweep: also run the schedule role's notification history sweep (of this
+    ///     system's app), as `receiptq all` does.
     static func start(
         environment overrides: [String: String] = [:], sharedSecret: String? = "integration-secret",
-        schedulerClock: @escaping @Sendable () -> Date = { Date() }
+        schedulerClock: @escaping @Sendable () -> Date = { Date() }, notificationSweep: Bool = false
     ) async throws
         -> TestSystem
     {
@@ -115,13 +118,21 @@ final class TestSystem: Sendable {
             appID: added.id, issuerID: serverAPIKey.issuerID, keyID: serverAPIKey.keyID, privateKeyPEM: serverAPIKey.privateKeyPEM)
         mock.state.serverAPI.addKey(
             issuerID: serverAPIKey.issuerID, keyID: serverAPIKey.keyID, bundleID: bundleID, publicKey: try signingKey.publicKey)
+        // The sweep covers apps that have a notification URL.
+        if notificationSweep { _ = try admin.rotateNotificationToken(appID: added.id) }
         let app = try #require(try admin.app(named: added.name))
 
         var logger = Logger(label: "it")
         logger.logLevel = .warning
         let (ports, continuation) = AsyncStream<Int>.makeStream()
         let metrics = PrometheusExporter()
-        let services: [any Service] = [
+        var services: [any Service] = []
+        if notificationSweep,
+            let sweep = try ReceiptQueueApp.makeNotificationSweep(configuration, onlyApps: [app.id], metrics: metrics, logger: logger)
+        {
+            services.append(sweep.service)
+        }
+        services += [
             try ReceiptQueueApp.makeWorker(configuration, metrics: metrics, logger: logger),
             // Its own app only: the test database is shared, and so is its subscriptions table.
             ReceiptQueueApp.makeScheduler(configuration, onlyApps: [app.id], now: schedulerClock, metrics: metrics, logger: logger),

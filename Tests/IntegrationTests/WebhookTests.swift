@@ -226,7 +226,9 @@ struct WebhookTests {
         let receiver = WebhookReceiver(secret: "s")
         let (url, task) = try await receiver.start(logger: Self.quiet)
         defer { task.cancel() }
-        let client = try WebhookClient()
+        let client = WebhookClient()
+        // Its engines' threads start in run(); shutdown() ends them (and run()).
+        Task { try await client.run() }
         defer { client.shutdown() }
         func send(_ url: String, allowPrivate: Bool) async -> WebhookReport {
             let request = WebhookRequest(

@@ -71,7 +71,8 @@ public enum FailureCode: Sendable, Hashable, CustomStringConvertible {
     case webhookSecretUnreadable
     /// This worker has no webhook client.
     case webhooksNotConfigured
-    /// The webhook client was shut down.
+    /// The webhook client could not start its engine (written by releases before the clients became
+    /// services; still read from the dead letters and the deliveries they left).
     case clientUnavailable
     /// The endpoint resolves only to private addresses, which it may not use.
     case addressNotAllowed
