@@ -264,7 +264,7 @@ public final class PostgresReceiptStore: ReceiptStore {
 
     /// A re-poll's answer carries Apple's newest receipt: the next re-poll sends that one.
     private func writeLatestReceipts(of repolls: [ValidationRecord], on connection: PostgresConnection) throws {
-        let updates = repolls.filter { $0.latestReceipt != nil && $0.latestReceipt != $0.receiptRowData }
+        let updates = repolls.filter { $0.latestReceipt != nil && $0.latestReceipt != $0.envelope.payload.carriedText }
         guard !updates.isEmpty else { return }
         _ = try connection.query(
             """
@@ -337,7 +337,7 @@ private struct ReceiptColumns {
         var submission = purchase?.submission ?? Submission()
         submission.userIdentifier = record.userIdentifier
         let source = purchase?.source ?? .receipt
-        let receipt = record.receiptRowData
+        let receipt = record.envelope.payload.carriedText
         let metadata = submission.metadata.flatMap { try? JSONEncoder().encode($0) }.map { String(decoding: $0, as: UTF8.self) }
         let transactionIDs = (try? JSONEncoder().encode(record.purchases.map(\.transactionID))).map { String(decoding: $0, as: UTF8.self) }
         let values: [ColumnValue] = [

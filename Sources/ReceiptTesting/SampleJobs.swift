@@ -45,17 +45,6 @@ extension JobPayload {
         guard case .repoll(let job) = self else { return nil }
         return job
     }
-
-    /// The bytes a payload carries for Apple or the endpoint (the receipt, signed transaction,
-    /// notification or event body), for tests that check they are kept or hidden.
-    public var carriedText: String {
-        switch self {
-        case .receipt, .transaction, .importItem: purchase?.receiptData ?? ""
-        case .repoll(let job): job.latestReceipt
-        case .notification(let job): job.body
-        case .delivery(let delivery): delivery.body
-        }
-    }
 }
 
 extension ValidationRequest {

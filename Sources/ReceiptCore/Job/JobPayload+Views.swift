@@ -45,6 +45,18 @@ extension JobPayload {
         }
     }
 
+    /// The bytes the job carries for Apple or the endpoint: the receipt or signed transaction
+    /// validated, the receipt a re-poll re-sends, the notification applied, the event delivered.
+    /// Secret: never logged (``redacting(_:)`` replaces them).
+    public var carriedText: String {
+        switch self {
+        case .receipt, .transaction, .importItem: purchase?.receiptData ?? ""
+        case .repoll(let job): job.latestReceipt
+        case .notification(let job): job.body
+        case .delivery(let delivery): delivery.body
+        }
+    }
+
     /// The webhook delivery this job makes, if it is one.
     public var delivery: WebhookDelivery? {
         guard case .delivery(let delivery) = self else { return nil }
