@@ -129,3 +129,13 @@ struct RecordedEnvelopeTests {
         init(_ name: String) { description = "\(name) decoded to another payload case" }
     }
 }
+
+@Suite("Validation requests: described without the receipt or the shared secret")
+struct ValidationRequestDescriptionTests {
+    @Test("A verifyReceipt request's description names neither its receipt nor its secret")
+    func redacted() {
+        let request = ValidationRequest.verifyReceipt(receiptData: "MIIsecret-receipt", sharedSecret: "s3cret-shared", excludeOldTransactions: true)
+        #expect(!"\(request)".contains("MIIsecret-receipt") && !"\(request)".contains("s3cret-shared"))
+        #expect("\(request)".contains("<redacted>"))
+    }
+}

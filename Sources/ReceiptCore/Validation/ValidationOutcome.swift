@@ -109,7 +109,7 @@ public struct ValidationOutcome: Sendable, Equatable {
 }
 
 /// What the worker asks Apple, decided by the planner: one of the two APIs.
-public enum ValidationRequest: Sendable, Equatable {
+public enum ValidationRequest: Sendable, Equatable, CustomStringConvertible {
     /// `verifyReceipt`: the receipt (base64), the app's shared secret (`password`), if it has one,
     /// and `exclude-old-transactions`.
     case verifyReceipt(receiptData: String, sharedSecret: String?, excludeOldTransactions: Bool)
@@ -120,5 +120,16 @@ public enum ValidationRequest: Sendable, Equatable {
     public var serverAPI: ServerAPIQuery? {
         guard case .serverAPI(let query) = self else { return nil }
         return query
+    }
+
+    /// Without the receipt or the shared secret, so a request interpolated into a log line leaks
+    /// neither (the query's key describes itself redacted).
+    public var description: String {
+        switch self {
+        case .verifyReceipt(let receipt, let secret, let excludeOld):
+            "verifyReceipt(receipt: \(receipt.utf8.count) bytes, shared secret: \(secret == nil ? "none" : "<redacted>"), exclude old: \(excludeOld))"
+        case .serverAPI(let query):
+            "serverAPI(\(query.operation), transaction: \(query.transactionID), environment: \(query.environment?.rawValue ?? "any"))"
+        }
     }
 }
