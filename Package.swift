@@ -284,6 +284,19 @@ let package = Package(
             name: "SystemTesting",
             swiftSettings: swiftSettings
         ),
+        // The servers tests start and drive: throwaway Redis, Sentinel sets and Postgres, a whole
+        // system in process (`TestSystem`), `receiptq` run as processes with its logs kept
+        // (`LoggedRun`), the scanner that finds secrets in them. Only test targets link it.
+        .target(
+            name: "ServerTesting",
+            dependencies: [
+                "SystemTesting", "ReceiptQueueApp", "ReceiptTesting", "MockAppStore", "DevTools", "Curl", "Hiredis", "Libpq",
+                "PostgresStore", "RedisJobQueue", "ReceiptCore", "IngestAPI", "OpenSSL", "Telemetry",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: swiftSettings
+        ),
 
         // test targets
         .testTarget(
@@ -307,16 +320,50 @@ let package = Package(
         ),
         .testTarget(
             name: "FacadeTests",
-            dependencies: ["SystemTesting", "Hiredis", "Libpq", "Curl", "OpenSSL", "ReceiptTesting", "MockAppStore", "DevTools", "WebhookClient"],
+            dependencies: ["SystemTesting", "Hiredis", "Libpq", "Curl", "OpenSSL", "ReceiptTesting", "MockAppStore", "DevTools"],
+            swiftSettings: swiftSettings
+        ),
+        // Adapters against their own server only: the Redis queue, the Postgres store, the App
+        // Store client against the mock, the webhook client, the app's configuration.
+        .testTarget(
+            name: "RedisQueueTests",
+            dependencies: ["SystemTesting", "RedisJobQueue", "Hiredis", "ReceiptCore", "ReceiptTesting"],
             swiftSettings: swiftSettings
         ),
         .testTarget(
-            name: "IntegrationTests",
+            name: "PostgresStoreTests",
             dependencies: [
-                "SystemTesting", "ReceiptQueueApp", "ReceiptTesting", "MockAppStore", "DevTools", "Curl", "AppStoreClient", "WebhookClient",
-                "Hiredis", "Libpq",
-                "PostgresStore",
-                "RedisJobQueue",
+                "SystemTesting", "ServerTesting", "PostgresStore", "Libpq", "OpenSSL", "ReceiptCore", "ReceiptTesting", "ReceiptQueueApp",
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "AppStoreClientTests",
+            dependencies: [
+                "SystemTesting", "AppStoreClient", "Curl", "DevTools", "MockAppStore", "OpenSSL", "ReceiptCore", "ReceiptSignature",
+                "ReceiptTesting",
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "WebhookClientTests",
+            dependencies: ["SystemTesting", "WebhookClient", "Curl", "DevTools", "MockAppStore"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "ReceiptQueueAppTests",
+            dependencies: [
+                "SystemTesting", "ReceiptQueueApp", "ReceiptCore", "Dashboard", "Telemetry", "Hiredis", "Libpq",
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        // Whole systems: end to end, restarts, crashes, failovers, contracts, logs.
+        .testTarget(
+            name: "SystemTests",
+            dependencies: [
+                "SystemTesting", "ServerTesting", "ReceiptQueueApp", "ReceiptTesting", "MockAppStore", "DevTools", "Curl",
+                "AppStoreClient", "WebhookClient", "Hiredis", "Libpq", "PostgresStore", "RedisJobQueue", "ReceiptScheduler",
                 "ReceiptSignature", "ReceiptCore", "IngestAPI", "OpenSSL", "Telemetry",
                 // Router.routes, for the OpenAPI test's route-by-route comparison.
                 .product(name: "Hummingbird", package: "hummingbird"),

@@ -3,7 +3,7 @@
 through Selenium), as an operator at 3 a.m. would: log in, find the dead letters a mock App Store
 made by answering 21004, filter them, fix the shared secret, bulk-retry them, watch them validate.
 
-Run by Tests/IntegrationTests/BrowserTests.swift, which starts the system, makes the dead letters,
+Run by Tests/SystemTests/BrowserTests.swift, which starts the system, makes the dead letters,
 and checks afterwards that every receipt ended valid in Postgres. Every page visited is saved as
 a PNG in RQ_SCREENSHOTS. Exit 0 when every check held; 1 (with the failing check, the page's URL
 and a screenshot named failure.png) otherwise.

@@ -6,7 +6,7 @@
 Prints one JSON object on stdout: {"operations": ["GET /path", ...], "checked": N, "failures": [...]}.
 Exits 2 when SPEC itself is invalid, 1 when a recorded response does not match it, 0 otherwise.
 
-EXCHANGES is a JSON array written by Tests/IntegrationTests/OpenAPITests.swift, one object per
+EXCHANGES is a JSON array written by Tests/SystemTests/OpenAPITests.swift, one object per
 request/response pair: {"method", "path", "query", "status", "headers": {lowercase name: value}, "body"}.
 
 Run it with the interpreter of .local/venv (scripts/setup-python), where the pinned validators live.

@@ -1,0 +1,245 @@
+import Foundation
+import Hiredis
+import Libpq
+import ReceiptCore
+import ReceiptQueueApp
+import ReceiptTesting
+import ServerTesting
+import Synchronization
+import SystemTesting
+import Telemetry
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Redis Sentinel failover under load: a primary, two replicas and three sentinels as local
+/// processes, receipts posted at a steady rate while the primary dies (SIGKILL) or is cut off
+/// (SIGSTOP), and Postgres asked afterwards which of the receipts answered 2xx were validated.
+@Suite("Redis: Sentinel failover loses no acknowledged receipt", .blockingWork, .enabled(if: TestEnvironment.integrationEnabled), .serialized)
+struct RedisFailoverTests {
+    /// How many receipts of each `fo-<n>` user Postgres holds, valid or not.
+    func stored(_ system: TestSystem) async throws -> [Int: (count: Int, valid: Bool)] {
+        let pg = try system.postgres()
+        defer { pg.close() }
+        let rows = try await pg.query(
+            """
+            SELECT substr(user_identifier, 4)::int AS n, count(*) AS copies, bool_and(status = 'valid') AS valid
+            FROM receipts WHERE app_id = \(system.app.id) AND user_identifier LIKE 'fo-%' GROUP BY user_identifier
+            """
+        ).rows
+        return Dictionary(
+            uniqueKeysWithValues: rows.compactMap { row in row.int("n").map { ($0, (row.int("copies") ?? 0, row.bool("valid") ?? false)) } })
+    }
+
+    /// Waits until every acknowledged receipt is stored, or nothing new was stored for `quiet`
+    /// (long: in a full parallel run the workers can be starved for many seconds).
+    func settle(_ system: TestSystem, acknowledged: Set<Int>, quiet: Duration = .seconds(30)) async throws -> [Int: (count: Int, valid: Bool)] {
+        var last = try await stored(system)
+        var changed = ContinuousClock.now
+        while ContinuousClock.now - changed < quiet {
+            if acknowledged.isSubset(of: last.filter(\.value.valid).keys) { break }
+            try await Task.sleep(for: .milliseconds(500))
+            let now = try await stored(system)
+            if now.count != last.count || now.values.filter(\.valid).count != last.values.filter(\.valid).count { changed = .now }
+            last = now
+        }
+        return last
+    }
+
+    /// The primary's replicas fall behind (stopped, with 32 MB of replication stream queued ahead of
+    /// what follows, as behind a slow link), receipts keep coming for 0.7 s, then the primary is
+    /// killed and the replicas come back: the sentinels promote one that never got those receipts.
+    /// Workers are kept busy (60 ms per validation, 4 at a time, against 100 receipts/s), so the
+    /// receipts posted meanwhile are still queued, only in Redis, when the primary dies.
+    func killPrimaryBehindLaggingReplicas(replicasAck: Int, count: Int = 3_000) async throws -> FailoverRun {
+        let set = try ThrowawaySentinelSet()
+        defer { set.destroy() }
+        try await set.waitUntilReady()
+        let system = try await TestSystem.start(
+            environment: set.environment.merging(
+                [
+                    "REDIS_MIN_REPLICAS_ACK": String(replicasAck), "REDIS_REPLICA_ACK_TIMEOUT_MS": "300", "API_SYNC_WAIT_MS": "0",
+                    "WORKER_CONCURRENCY": "4",
+                ], uniquingKeysWith: { $1 }))
+        defer { Task { await system.stop() } }
+        let receipts = try (0..<count).map { _ in try system.forgeReceipt(mock: "delay_ms=60").0 }
+        let primary = set.servers[0]
+        let replicas = Array(set.servers.dropFirst())
+        let perSecond = 100.0
+        let stallAt = count / 3
+        // The replicas' stop, the kill and the promotion, as they happened (a loaded machine starts the event late).
+        let moments = Mutex<(stopped: ContinuousClock.Instant, killed: ContinuousClock.Instant, promoted: ContinuousClock.Instant)?>(nil)
+        var load = try await SteadyLoad.post(
+            receipts, perSecond: perSecond, to: system,
+            events: [
+                stallAt: {
+                    for replica in replicas { replica.signal(SIGSTOP) }
+                    let stopped = ContinuousClock.now
+                    let junk = try RedisConnection(
+                        configuration: RedisConfiguration(host: "127.0.0.1", port: primary.port, commandTimeout: .seconds(10)), label: "it-junk")
+                    _ = try junk.send(bytes: [Array("SET".utf8), Array("it-junk".utf8), [UInt8](repeating: 0x61, count: 32 << 20)])
+                    junk.close()
+                    try await Task.sleep(for: .milliseconds(700))
+                    try primary.kill()
+                    let killed = ContinuousClock.now
+                    for replica in replicas { replica.signal(SIGCONT) }
+                    _ = try await set.waitForFailover(from: primary.port)
+                    moments.withLock { $0 = (stopped, killed, .now) }
+                }
+            ])
+        #expect(try set.agreedPrimaryPort() != primary.port, "the sentinels failed over")
+        let takenAfterwards = try await load.postOnceMore(try system.forgeReceipt().0, number: count, to: system)
+        let stored = try await settle(system, acknowledged: load.acknowledged)
+        let (stopped, killed, promoted) = try #require(moments.withLock { $0 })
+        let metrics = String(decoding: system.metrics.exposition(), as: UTF8.self)
+        let timeouts = metrics.split(separator: "\n").first { $0.hasPrefix("receiptq_redis_replication_timeouts_total ") }
+        return FailoverRun(
+            load: load, stored: stored, stall: stopped...killed, promoted: promoted, takenAfterwards: takenAfterwards,
+            waitTimeouts: timeouts?.split(separator: " ").last.flatMap { Double($0) } ?? 0)
+    }
+
+    /// What a failover run saw: the answers, what Postgres holds afterwards, and when the fault was.
+    struct FailoverRun {
+        var load: SteadyLoad
+        var stored: [Int: (count: Int, valid: Bool)]
+        /// From the replicas' stop to the primary's kill.
+        var stall: ClosedRange<ContinuousClock.Instant>
+        /// When the sentinels had agreed on a new primary.
+        var promoted: ContinuousClock.Instant
+        /// Whether a receipt posted after the load was acknowledged (by the new primary).
+        var takenAfterwards: Bool
+        var waitTimeouts: Double
+
+        var lost: Set<Int> { load.acknowledged.subtracting(stored.filter(\.value.valid).keys) }
+
+        /// Receipts that may have reached a Redis that did not pass them on: sent before the
+        /// sentinels agreed on the new primary and answered after the replicas' stop. That is the
+        /// lag, and the failover itself: in a full run (2026-11-27) 94 receipts answered 2xx 3.4 s
+        /// after the kill, a second before the sentinels agreed, were lost too; how they were
+        /// taken is not known (no server's log survives the test). Judged by both ends of the
+        /// request, not by when it was sent: in a full parallel run a request can wait seconds in
+        /// the API.
+        var ofTheFault: Set<Int> {
+            Set(
+                load.sent.keys.filter { n in
+                    guard let sent = load.sent[n], let answered = load.answered[n] else { return false }
+                    return sent <= promoted && answered >= stall.lowerBound
+                })
+        }
+
+        /// What the lost receipts went through, for a failure message.
+        func describe(_ receipts: Set<Int>) -> String {
+            receipts.sorted().prefix(20).map { n in
+                let sent = load.sent[n].map { "\($0 - stall.lowerBound)" } ?? "?"
+                let answered = load.answered[n].map { "\($0 - stall.lowerBound)" } ?? "?"
+                return "\(n): \(load.statuses[n] ?? -1), sent \(sent), answered \(answered) after the stop"
+            }.joined(separator: "; ") + " (the kill \(stall.upperBound - stall.lowerBound), the promotion \(promoted - stall.lowerBound) after it)"
+        }
+    }
+
+    @Test(
+        "REDIS_MIN_REPLICAS_ACK=1: 3,000 receipts at 100/s, the primary SIGKILLed behind lagging replicas: every 2xx ends validated exactly once"
+    )
+    func acknowledgedSurviveFailover() async throws {
+        let run = try await killPrimaryBehindLaggingReplicas(replicasAck: 1)
+        let (load, stall, acknowledged, lost) = (run.load, run.stall, run.load.acknowledged, run.lost)
+        #expect(lost.isEmpty, "\(lost.count) acknowledged receipts lost: \(run.describe(lost))")
+        #expect(run.stored.filter { $0.value.count != 1 }.isEmpty, "each receipt stored once")
+        // Not vacuous: while the replicas lagged, the API refused what they did not hold, and
+        // before and after the failover it took most receipts.
+        // (By the metric, not by the requests sent meanwhile: a loaded machine may send only a few
+        // then, late; but none sent and answered within it may be acknowledged.)
+        #expect(run.waitTimeouts >= 1, "WAIT timed out while the replicas lagged")
+        let lagging = load.sent(within: stall).filter { load.answered[$0].map { $0 <= stall.upperBound } ?? false }
+        #expect(
+            !lagging.contains { (200..<300).contains(load.statuses[$0] ?? 0) },
+            "sent and answered while the replicas lagged: \(lagging.sorted().map { "\($0): \(load.statuses[$0] ?? -1)" })")
+        // After the promotion (and a replica's return, which WAIT needs) receipts are taken again.
+        // (Asked once the load is over: on a starved machine the promotion can come after its end.)
+        #expect(run.takenAfterwards, "a receipt taken on the new primary")
+        print(
+            "failover with REDIS_MIN_REPLICAS_ACK=1: \(acknowledged.count) of \(load.statuses.count) answered 2xx, \(lost.count) lost; "
+                + "promoted \(run.promoted - stall.upperBound) after the kill")
+    }
+
+    @Test("REDIS_MIN_REPLICAS_ACK=0, the same run: the receipts answered 2xx while the replicas lagged are lost (counted for ops/SCALING.md)")
+    func unacknowledgedAreLost() async throws {
+        let run = try await killPrimaryBehindLaggingReplicas(replicasAck: 0)
+        let (acknowledged, lost) = (run.load.acknowledged, run.lost)
+        print("failover with REDIS_MIN_REPLICAS_ACK=0: \(acknowledged.count) of \(run.load.statuses.count) answered 2xx, \(lost.count) lost")
+        // The hazard the setting exists for is real in this set-up; were it not, the other test
+        // would prove nothing. Only receipts of the fault (the lag and the failover) are lost.
+        #expect(!lost.isEmpty)
+        let ofTheFault = run.ofTheFault
+        #expect(
+            lost.isSubset(of: ofTheFault),
+            "lost outside the fault: \(run.describe(lost.subtracting(ofTheFault))); \(ofTheFault.count) answered between the stop and the promotion")
+        #expect(run.stored.filter { $0.value.count != 1 }.isEmpty, "each receipt stored once")
+    }
+
+    @Test(
+        "The primary cut off (SIGSTOP) mid-load: the sentinels promote a replica, receiptq follows it, the old primary returns as a replica, no acknowledged receipt lost"
+    )
+    func partitionedPrimary() async throws {
+        let set = try ThrowawaySentinelSet()
+        defer { set.destroy() }
+        try await set.waitUntilReady()
+        let system = try await TestSystem.start(
+            environment: set.environment.merging(
+                ["REDIS_MIN_REPLICAS_ACK": "1", "REDIS_REPLICA_ACK_TIMEOUT_MS": "300", "API_SYNC_WAIT_MS": "0"], uniquingKeysWith: { $1 }))
+        defer { Task { await system.stop() } }
+        let receipts = try (0..<1_200).map { _ in try system.forgeReceipt().0 }
+        let old = set.servers[0]
+        let promoted = Mutex<Int?>(nil)
+        var load = try await SteadyLoad.post(
+            receipts, perSecond: 100, to: system,
+            events: [
+                300: {
+                    old.signal(SIGSTOP)
+                    let port = try await set.waitForFailover(from: old.port)
+                    promoted.withLock { $0 = port }
+                    // Back while receipts still come: what it took meanwhile must not count.
+                    try await Task.sleep(for: .seconds(1))
+                    old.signal(SIGCONT)
+                }
+            ])
+        let newPort = try #require(promoted.withLock { $0 })
+        // The sentinels turn the old primary into a replica of the new one.
+        let rejoined = try await system.eventually(timeout: .seconds(30)) {
+            let info = (try? set.replicationInfo(old.port)) ?? ""
+            return info.contains("role:slave") && info.contains("master_port:\(newPort)")
+        }
+        #expect(rejoined, "\((try? set.replicationInfo(old.port)) ?? "")")
+        let takenAfterwards = try await load.postOnceMore(try system.forgeReceipt().0, number: 1_200, to: system)
+        #expect(takenAfterwards, "a receipt taken on the new primary")
+        let acknowledged = load.acknowledged
+        let stored = try await settle(system, acknowledged: acknowledged)
+        let lost = acknowledged.subtracting(stored.filter(\.value.valid).keys)
+        #expect(lost.isEmpty, "\(lost.count) acknowledged receipts lost: \(lost.sorted().prefix(20))")
+        #expect(stored.filter { $0.value.count != 1 }.isEmpty, "each receipt stored once")
+        print("partition with REDIS_MIN_REPLICAS_ACK=1: \(acknowledged.count) of \(load.statuses.count) answered 2xx, \(lost.count) lost")
+    }
+
+    @Test(
+        "With passwords on the data nodes and the sentinels, receiptq finds the primary and stores a receipt; a wrong sentinel password fails the connect and is never echoed"
+    )
+    func authenticated() async throws {
+        let set = try ThrowawaySentinelSet(password: "s3cret-redis-pass")
+        defer { set.destroy() }
+        try await set.waitUntilReady()
+        let system = try await TestSystem.start(environment: set.environment)
+        defer { Task { await system.stop() } }
+        let (receipt, _) = try system.forgeReceipt()
+        let (status, resource) = try await system.post(#"{"receipt":"\#(receipt)"}"#)
+        #expect(status == 200, "\(String(describing: resource))")
+
+        var wrong = set.environment
+        wrong["REDIS_SENTINEL_PASSWORD"] = "wrong-s3cret-sentinel"
+        let configuration = try AppConfiguration(environment: wrong)
+        let error = #expect(throws: RedisError.self) { try RedisConnection(configuration: configuration.redis, label: "it-wrong") }
+        #expect(error?.code == .connectionFailed)
+        #expect(error.map { !"\($0)".contains("s3cret") } == true, "\(String(describing: error))")
+    }
+}
