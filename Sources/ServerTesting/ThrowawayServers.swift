@@ -138,6 +138,8 @@ public final class ThrowawayRedis: @unchecked Sendable {
         var arguments = [
             "redis-server", "--port", String(port), "--bind", "127.0.0.1", "--dir", directory.path, "--appendonly", "yes",
             "--appendfsync", "everysec", "--save", "", "--daemonize", "no", "--logfile", log.path,
+            // A replica's first sync starts at once, not after the default 5 s wait for others.
+            "--repl-diskless-sync-delay", "0",
         ]
         if let sentinelConfiguration {
             // A sentinel rewrites its configuration file (what it learnt of replicas and peers).
