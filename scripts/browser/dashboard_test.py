@@ -197,7 +197,10 @@ def run(driver):
         time.sleep(0.5)
     shot(driver, "06-dead-letters-empty")
     driver.get(BASE + "/admin")
-    legend = {item.text.rsplit(" ", 1)[0]: item.text.rsplit(" ", 1)[-1] for item in driver.find_elements(By.CSS_SELECTOR, ".legend li")}
+    # Read in one script: the overview refreshes itself every 10 s, and on a loaded machine one item
+    # at a time once met a node of the page the refresh had replaced.
+    items = driver.execute_script("return Array.from(document.querySelectorAll('.legend li'), li => li.innerText.trim())")
+    legend = {item.rsplit(" ", 1)[0]: item.rsplit(" ", 1)[-1] for item in items}
     check(int(legend.get("valid", "0")) >= len(JOB_IDS), "the chart counts the validations: %r" % legend)
     shot(driver, "07-overview-after")
     navigate(driver, driver.find_element(By.LINK_TEXT, "Retries " + text(driver, "#nav-retries")))
