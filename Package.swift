@@ -60,7 +60,11 @@ let package = Package(
         .target(name: "FacadeSupport", swiftSettings: swiftSettings),
         .target(
             name: "Hiredis",
-            dependencies: ["CHiredis", "FacadeSupport", .product(name: "Logging", package: "swift-log")],
+            dependencies: [
+                "CHiredis", "BaseSupport", "FacadeSupport", .product(name: "Logging", package: "swift-log"),
+                // RedisSentinelWatch, the one loop of the façade that lives as long as a role.
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
             swiftSettings: swiftSettings
         ),
         .target(

@@ -316,7 +316,6 @@ public final class RedisConnection: @unchecked Sendable {
         }
         // Read before asking: a switch announced while this connects makes the next call ask again.
         let switches = sentinel.switches
-        sentinel.topology.watch(sentinel, connectTimeout: configuration.connectTimeout, logger: logger)
         var reasons: [String] = []
         var tried: Set<RedisSentinelConfiguration.Endpoint> = []
         for endpoint in sentinel.sentinels {

@@ -1,5 +1,7 @@
+import BaseSupport
 import Dispatch
 import Logging
+import ServiceLifecycle
 import Synchronization
 
 #if canImport(Glibc)
@@ -99,7 +101,6 @@ public struct RedisSentinelConfiguration: Sendable, CustomStringConvertible {
 /// The state every connection of one ``RedisSentinelConfiguration`` shares.
 final class SentinelTopology: Sendable {
     private let switchCount = Atomic<Int>(0)
-    private let watching = Atomic<Bool>(false)
     /// The primary the connections last found, so the listener can tell a switch it missed.
     private let lastPrimary = Mutex<RedisSentinelConfiguration.Endpoint?>(nil)
 
@@ -110,18 +111,6 @@ final class SentinelTopology: Sendable {
 
     /// A connection found the primary at `endpoint`.
     func found(_ endpoint: RedisSentinelConfiguration.Endpoint) { lastPrimary.withLock { $0 = endpoint } }
-
-    /// Starts the `+switch-master` listener once per topology; it ends when the topology is freed.
-    func watch(_ configuration: RedisSentinelConfiguration, connectTimeout: Duration, logger: Logger) {
-        guard !watching.exchange(true, ordering: .acquiringAndReleasing) else { return }
-        // A queue of its own: its blocking loop holds one thread, never one of the cooperative pool.
-        // It holds the topology weakly and the configuration without it, so it ends once no
-        // connection of this set-up is left.
-        let watcher = SentinelWatcher(
-            topology: self, sentinels: configuration.sentinels, masterName: configuration.masterName, password: configuration.password,
-            connectTimeout: connectTimeout, logger: logger)
-        DispatchQueue(label: "receiptq.redis.sentinel").async { watcher.run() }
-    }
 
     /// Tells whether `endpoint` differs from the primary the connections use.
     func differs(from endpoint: RedisSentinelConfiguration.Endpoint) -> Bool {
@@ -152,6 +141,37 @@ enum SentinelQuery {
     }
 }
 
+/// The sentinels' `+switch-master` announcements, heard for every connection of one
+/// ``RedisSentinelConfiguration``: on a switch each connects again before its next command, so a
+/// primary that was cut off and demoted is left at once rather than on its first error. A
+/// `Service` of the role's group; without it connections still find the new primary, on errors.
+///
+/// Its loop blocks for its whole life, so it runs on a thread of its own (`receiptq.switch`),
+/// started in ``run()`` and ended (within a second) by graceful shutdown or cancellation.
+public final class RedisSentinelWatch: Service {
+    private let watcher: SentinelWatcher
+    private let configuration: RedisSentinelConfiguration
+    private let stopped = Atomic<Bool>(false)
+
+    /// A watch of `configuration`'s sentinels; nil when it names none (one address, nothing to watch).
+    public init?(configuration: RedisConfiguration, logger: Logger) {
+        guard let sentinel = configuration.sentinel else { return nil }
+        self.configuration = sentinel
+        self.watcher = SentinelWatcher(
+            topology: sentinel.topology, sentinels: sentinel.sentinels, masterName: sentinel.masterName, password: sentinel.password,
+            connectTimeout: configuration.connectTimeout, logger: logger)
+    }
+
+    /// Listens until graceful shutdown or cancellation.
+    public func run() async throws {
+        await withTaskCancellationOrGracefulShutdownHandler {
+            await NamedThread.run("receiptq.switch") { [self] in watcher.run(until: { stopped.load(ordering: .acquiring) }) }
+        } onCancelOrGracefulShutdown: { [self] in
+            stopped.store(true, ordering: .releasing)
+        }
+    }
+}
+
 /// The `+switch-master` listener: subscribed to one sentinel at a time, the next after a failure.
 private struct SentinelWatcher: Sendable {
     weak var topology: SentinelTopology?
@@ -161,10 +181,10 @@ private struct SentinelWatcher: Sendable {
     let connectTimeout: Duration
     let logger: Logger
 
-    func run() {
+    func run(until stopped: () -> Bool) {
         var index = 0
         var failures = 0
-        while topology != nil {
+        while topology != nil, !stopped() {
             let endpoint = sentinels[index % sentinels.count]
             let connection = SentinelQuery.connection(
                 to: endpoint, password: password, connectTimeout: connectTimeout, commandTimeout: .seconds(5), logger: logger)
@@ -179,7 +199,7 @@ private struct SentinelWatcher: Sendable {
                 }
                 try connection.subscribe("+switch-master")
                 failures = 0
-                while let topology {
+                while let topology, !stopped() {
                     guard let message = try connection.nextMessage(timeout: .seconds(1)) else { continue }
                     // ["message", "+switch-master", "<name> <old-ip> <old-port> <new-ip> <new-port>"]
                     guard case .array(let parts) = message, parts.count == 3, let payload = parts[2].string else { continue }

@@ -1,4 +1,5 @@
 import Foundation
+import Hiredis
 import Logging
 import Metrics
 import NIOCore
@@ -132,7 +133,9 @@ extension ReceiptQueueApp {
         public func run(_ services: [any Service]) async throws {
             // Started first, so it stops last: a final scrape still sees the drain.
             let listener = makeMetricsServer(configuration, metrics: Self.metrics, logger: logger)
-            try await ReceiptQueueApp.run([listener].compactMap { $0 } + services, logger: logger)
+            // Started before the roles, so it stops after them: they may need a new primary to drain.
+            let sentinels = RedisSentinelWatch(configuration: configuration.redis, logger: logger)
+            try await ReceiptQueueApp.run([listener as (any Service)?, sentinels].compactMap { $0 } + services, logger: logger)
         }
 
         /// The administration of the configured database, on a connection of its own.

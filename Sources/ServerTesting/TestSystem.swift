@@ -132,6 +132,8 @@ public final class TestSystem: Sendable {
         {
             services.append(sweep.service)
         }
+        // As `Runtime.run` does: the sentinels' announcements heard for every role (with a Sentinel set).
+        if let sentinels = RedisSentinelWatch(configuration: configuration.redis, logger: logger) { services.append(sentinels) }
         services += [
             try ReceiptQueueApp.makeWorker(configuration, metrics: metrics, logger: logger),
             // Its own app only: the test database is shared, and so is its subscriptions table.

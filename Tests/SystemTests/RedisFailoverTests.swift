@@ -1,11 +1,13 @@
 import Foundation
 import Hiredis
 import Libpq
+import Logging
 import ReceiptCore
 import ReceiptQueueApp
 import ReceiptTesting
 import RedisJobQueue
 import ServerTesting
+import ServiceLifecycle
 import Synchronization
 import SystemTesting
 import Telemetry
@@ -248,6 +250,49 @@ struct RedisFailoverTests {
         #expect(lost.isEmpty, "\(lost.count) acknowledged receipts lost: \(lost.sorted().prefix(20))")
         #expect(stored.filter { $0.value.count != 1 }.isEmpty, "each receipt stored once")
         print("partition with REDIS_MIN_REPLICAS_ACK=1: \(acknowledged.count) of \(load.statuses.count) answered 2xx, \(lost.count) lost")
+    }
+
+    @Test(
+        "The sentinel watch hears a failover: a connection to a primary cut off (no error of its own) moves to the new one; stopped, its thread ends"
+    )
+    func watchHearsTheSwitch() async throws {
+        let set = try ThrowawaySentinelSet()
+        defer { set.destroy() }
+        try await set.waitUntilReady()
+        let configuration = try AppConfiguration(environment: set.environment).redis
+        let sentinel = try #require(configuration.sentinel)
+        let logger = Logger(label: "it-sentinel-watch")
+        // By thread id: another test's system may still be stopping, its own watch with it.
+        let watching = { Set(LifecycleTests.receiptqThreads().filter { $0.value == "receiptq.switch" }.keys) }
+        let before = watching()
+        let watch = try #require(RedisSentinelWatch(configuration: configuration, logger: logger))
+        let group = ServiceGroup(services: [watch], gracefulShutdownSignals: [], logger: logger)
+        let task = Task { try await group.run() }
+        var started: Set<String> = []
+        #expect(
+            try await eventually {
+                started = watching().subtracting(before)
+                return started.count == 1
+            }, "the watch runs on a thread of its own")
+
+        let connection = try RedisConnection(configuration: configuration, label: "it-sentinel-watch")
+        defer { connection.close() }
+        #expect(try connection.send(["SET", "it-watch", "before"]).string == "OK")
+        let old = set.servers[0]
+        let switches = sentinel.switches
+        // Stopped, not killed: its socket stays open, so only the announcement can tell.
+        old.signal(SIGSTOP)
+        defer { old.signal(SIGCONT) }
+        let promoted = try await set.waitForFailover(from: old.port)
+        #expect(try await eventually { sentinel.switches > switches }, "the switch was heard")
+        #expect(try connection.send(["SET", "it-watch", "after"]).string == "OK", "written on the new primary, not stuck on the old one")
+        let onPromoted = try RedisConnection(configuration: RedisConfiguration(host: "127.0.0.1", port: promoted), label: "it-promoted")
+        defer { onPromoted.close() }
+        #expect(try onPromoted.send(["GET", "it-watch"]).string == "after")
+
+        await group.triggerGracefulShutdown()
+        try await task.value
+        #expect(try await eventually { watching().isDisjoint(with: started) }, "stopped, the watch's thread ends")
     }
 
     @Test(
