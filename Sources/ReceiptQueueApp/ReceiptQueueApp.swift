@@ -42,13 +42,14 @@ public enum ReceiptQueueApp {
         _ configuration: AppConfiguration, metrics: PrometheusExporter = PrometheusExporter(), logger: Logger,
         onRunning: @escaping @Sendable (Int) async -> Void = { _ in }
     ) throws -> some ApplicationProtocol {
-        let (router, intake) = try makeRouter(configuration, metrics: metrics, logger: logger)
+        let (router, intake, pools) = try makeRouter(configuration, metrics: metrics, logger: logger)
         // The intake runs in the application's service group: its result listener starts there and
-        // stops after the server has stopped taking requests.
+        // stops after the server has stopped taking requests. The pools, listed first, are closed
+        // last (a group stops its services in reverse order; Hummingbird adds the server last).
         var application = Application(
             router: router,
             configuration: .init(address: .hostname(configuration.api.host, port: configuration.api.port), serverName: "receiptq"),
-            services: [intake],
+            services: [pools, intake],
             onServerRunning: { channel in await onRunning(channel.localAddress?.port ?? 0) }, logger: logger)
         // The first requests should be able to wait for their answers too.
         application.beforeServerStarts { await intake.waitUntilListening(within: .seconds(1)) }
@@ -56,12 +57,13 @@ public enum ReceiptQueueApp {
     }
 
     /// The API's routes, as ``makeAPI(_:logger:onRunning:)`` serves them (the OpenAPI test walks
-    /// them to compare with the document), and the intake, a service the caller runs (or shuts
-    /// down, unrun). Connections are made on first use, not here.
+    /// them to compare with the document), the intake, a service the caller runs (or shuts down,
+    /// unrun), and the routes' connection pools, a service that closes them at graceful shutdown.
+    /// Connections are made on first use, not here.
     /// - Throws: `ConfigurationError` when no trusted certificates are configured.
     public static func makeRouter(
         _ configuration: AppConfiguration, metrics: PrometheusExporter = PrometheusExporter(), logger: Logger
-    ) throws -> (router: Router<IngestRequestContext>, intake: RedisIntake) {
+    ) throws -> (router: Router<IngestRequestContext>, intake: RedisIntake, pools: ClosedAtShutdown) {
         let roots = try trustStore(configuration)
         let verifier = ReceiptSignatureVerifier(trustStore: roots)
         let redisPool = RedisConnectionPool(configuration: configuration.redis, size: 32, logger: logger)
@@ -109,7 +111,13 @@ public enum ReceiptQueueApp {
         ).addRoutes(to: router)
         // Last, with the finished route table: it joins only the not-found chain (see its doc).
         router.add(middleware: MethodNotAllowedMiddleware(routes: router.routes.map { ($0.method.rawValue, $0.path.description) }))
-        return (router, intake)
+        return (
+            router, intake,
+            ClosedAtShutdown {
+                redisPool.close()
+                postgresPool.close()
+            }
+        )
     }
 
     /// The certificates receipt signatures must chain to.

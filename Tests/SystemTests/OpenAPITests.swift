@@ -32,7 +32,7 @@ struct OpenAPITests {
         let configuration = try AppConfiguration(environment: [
             "HTTP_PORT": "0", "RECEIPTQ_TRUST_ROOTS_DIR": try TestSystem.trustDirectory.get().path,
         ])
-        let (router, intake) = try ReceiptQueueApp.makeRouter(configuration, logger: Logger(label: "openapi-test"))
+        let (router, intake, _) = try ReceiptQueueApp.makeRouter(configuration, logger: Logger(label: "openapi-test"))
         defer { intake.shutdown() }
         // Hummingbird prints routes as "GET /a/{id}", the shape of OpenAPI's path templates.
         // The dashboard's HTML pages (every /admin route outside /admin/api) are for browsers, not
