@@ -233,11 +233,6 @@ public final class TestSystem: Sendable {
     public func postgres() throws -> PostgresConnection { try PostgresConnection(configuration: configuration.postgres) }
 
     public func redis() throws -> RedisConnection { try RedisConnection(configuration: configuration.redis) }
-
-    /// SystemTesting's `eventually`, as the system's tests have always spelled it.
-    public func eventually(timeout: Duration = .seconds(20), _ condition: () async throws -> Bool) async throws -> Bool {
-        try await SystemTesting.eventually(timeout: timeout, condition)
-    }
 }
 
 /// `receiptq serve` alone (no worker, no scheduler) with `configuration`, on a free port: for tests

@@ -53,7 +53,7 @@ struct DataErrorTests {
         let system = try await TestSystem.start(environment: ["RETRY_BASE_MS": "50"])
         defer { Task { await system.stop() } }
         let envelope = try push(system, submission: submission)
-        #expect(try await system.eventually { try deadLetters(system).count == 1 })
+        #expect(try await eventually { try deadLetters(system).count == 1 })
         let dead = try #require(try deadLetters(system).first)
         #expect(dead.id == envelope.id)
         #expect(dead.attempt == 1, "buried on its first failure, not retried")

@@ -122,7 +122,7 @@ struct ImportCommandTests {
         // at most one batch twice, and idempotency made its items duplicates.
         let pg = try system.postgres()
         defer { pg.close() }
-        let settled = try await system.eventually(timeout: patience) {
+        let settled = try await eventually(timeout: patience) {
             try await pg.query(
                 "SELECT count(*) AS n FROM receipts WHERE app_id = \(system.app.id) AND status IN ('valid', 'fraud')"
             ).rows.first?.int("n") == receipts + 1
@@ -192,7 +192,7 @@ struct ImportCommandTests {
         let sent = try await Self.receiptq(["import", csv.path] + base)
         #expect(sent.status == 0, "\(sent.output)")
         #expect(sent.output.contains("accepted: 2"))
-        let users = try await system.eventually {
+        let users = try await eventually {
             try await pg.query("SELECT count(*) AS n FROM receipts WHERE app_id = \(system.app.id) AND status = 'valid'").rows.first?.int("n") == 2
         }
         #expect(users)
@@ -250,7 +250,7 @@ struct ImportCommandTests {
         #expect(run.output.contains("invalid: 1"))
         let pg = try system.postgres()
         defer { pg.close() }
-        let validated = try await system.eventually(timeout: .seconds(30)) {
+        let validated = try await eventually(timeout: .seconds(30)) {
             try await pg.query(
                 "SELECT count(*) AS n FROM receipts WHERE app_id = \(system.app.id) AND status = 'valid' AND validated_by = 'server_api'"
             ).rows.first?.int("n") == 4

@@ -34,7 +34,7 @@ struct MetricsTests {
         #expect(unauthorized == 401)
 
         var scrape = Scrape(text: "")
-        let settled = try await system.eventually(timeout: .seconds(30)) {
+        let settled = try await eventually(timeout: .seconds(30)) {
             scrape = try await Self.scrape(system.client, "http://127.0.0.1:\(system.apiPort)/metrics")
             return scrape.value("receiptq_jobs_processed_total", ["outcome": "validated"]) == 3
                 && scrape.value("receiptq_jobs_processed_total", ["outcome": "dead"]) == 1

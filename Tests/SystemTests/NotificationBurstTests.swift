@@ -7,6 +7,7 @@ import ReceiptQueueApp
 import ReceiptTesting
 import RedisJobQueue
 import ServerTesting
+import SystemTesting
 import Testing
 
 /// Ten thousand notifications, a fifth of them Apple's repeats, in shuffled order, queued as the
@@ -101,7 +102,7 @@ extension CrashRecoveryTests {
                     return [Array("LPUSH".utf8), Array(system.configuration.keys.queue("notification").utf8), envelope.encoded()]
                 })
         }
-        let stored = try await system.eventually(timeout: .seconds(180)) {
+        let stored = try await eventually(timeout: .seconds(180)) {
             try await connection.query("SELECT count(*) AS n FROM notifications WHERE app_id = \(system.app.id)").rows.first?.int("n")
                 == Self.burstSubscriptions * Self.burstSteps
         }

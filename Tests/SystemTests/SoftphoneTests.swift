@@ -315,7 +315,7 @@ struct SoftphoneTests {
         #expect(queued.fields["validation_status"] == "pending")
         #expect(queued.fields["message"]?.contains("once the App Store confirms") == true)
         let id = try #require(queued.fields["receipt_id"])
-        #expect(try await system.eventually { try await system.get(id).1?["validation_status"]?.stringValue == "valid" })
+        #expect(try await eventually { try await system.get(id).1?["validation_status"]?.stringValue == "valid" })
     }
 
     @Test("413, 415 and 422 with a readable message and final=1, never a 5xx")

@@ -67,7 +67,7 @@ struct SubscriptionEndToEndTests {
         #expect(system.mock.state.requestCount(.sandbox) == sandboxCalls)
         clock.advance(to: Date(timeIntervalSince1970: Double(planned) / 1000 + 1))
 
-        let renewed = try await system.eventually(timeout: .seconds(60)) {
+        let renewed = try await eventually(timeout: .seconds(60)) {
             let (_, current) = try await system.get(path: "/client/subscriptions/\(original)")
             return current?["expires_date"]?["ms"]?.intValue == Int(renewedUntil.timeIntervalSince1970 * 1000)
         }

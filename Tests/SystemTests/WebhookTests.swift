@@ -84,12 +84,12 @@ struct WebhookTests {
 
         let original = try await subscribe(system, user: "hook-user")
         func accepted() -> [String] { receiver.deliveries.filter { $0.status == 200 }.map(\.type) }
-        #expect(try await system.eventually(timeout: .seconds(60)) { accepted().count >= 2 })
+        #expect(try await eventually(timeout: .seconds(60)) { accepted().count >= 2 })
         #expect(accepted() == ["receipt.validated", "subscription.started"])
         try system.mock.state.notifications.event(type: "DID_RENEW", transactionID: original, environment: .sandbox)
-        #expect(try await system.eventually(timeout: .seconds(60)) { accepted().count >= 3 })
+        #expect(try await eventually(timeout: .seconds(60)) { accepted().count >= 3 })
         try system.mock.state.notifications.event(type: "REFUND", transactionID: original, environment: .sandbox)
-        let all = try await system.eventually(timeout: .seconds(60)) { accepted().count >= 4 }
+        let all = try await eventually(timeout: .seconds(60)) { accepted().count >= 4 }
         let rows = try deliveryRows(system)
         #expect(all, "delivery rows: \(rows)")
         #expect(accepted() == ["receipt.validated", "subscription.started", "subscription.renewed", "subscription.refunded"])
@@ -172,7 +172,7 @@ struct WebhookTests {
             "SELECT id, user_identifier FROM events WHERE app_id = \(system.app.id) ORDER BY txid, id"
         ).rows.compactMap { row in row.uuid("id").map { ($0.canonical, row.string("user_identifier") ?? "") } }
         #expect(expected.count == users.count * 3 * 2)
-        let delivered = try await system.eventually(timeout: .seconds(90)) {
+        let delivered = try await eventually(timeout: .seconds(90)) {
             Set(receiver.deliveries.filter { $0.status == 200 }.map(\.eventID)).count == expected.count
         }
         #expect(delivered, "delivered \(Set(receiver.deliveries.filter { $0.status == 200 }.map(\.eventID)).count) of \(expected.count)")
@@ -194,7 +194,7 @@ struct WebhookTests {
                 "SELECT count(*) FILTER (WHERE status = 'delivered') AS delivered, count(*) AS total FROM webhook_deliveries WHERE app_id = \(app)"
             ).rows.first
         }
-        let settled = try await system.eventually { try await counts()?.int("delivered") == expected.count }
+        let settled = try await eventually { try await counts()?.int("delivered") == expected.count }
         let rows = try await counts()
         #expect(settled, "delivered rows: \(rows?.int("delivered") ?? -1) of \(expected.count)")
         #expect(rows?.int("total") == expected.count)
@@ -213,12 +213,12 @@ struct WebhookTests {
         let admin = WebhookAdmin(connection: connection, secrets: nil)
         try admin.setPaused(id: allID, true, audit: .test("webhook.pause"))
         _ = try await subscribe(system, user: "filter-user")
-        #expect(try await system.eventually { subscriptions.accepted == 1 })
+        #expect(try await eventually { subscriptions.accepted == 1 })
         #expect(subscriptions.deliveries.map(\.type) == ["subscription.started"])
         try await Task.sleep(for: .milliseconds(500))
         #expect(all.deliveries.isEmpty, "a paused endpoint gets nothing")
         try admin.setPaused(id: allID, false, audit: .test("webhook.resume"))
-        #expect(try await system.eventually { all.accepted == 2 })
+        #expect(try await eventually { all.accepted == 2 })
         #expect(all.deliveries.map(\.type) == ["receipt.validated", "subscription.started"])
     }
 
