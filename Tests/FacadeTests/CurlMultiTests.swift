@@ -62,7 +62,9 @@ struct CurlMultiTests {
             for index in 0..<1000 {
                 multi.send(HTTPRequest(url: server.url("/delay?ms=200")), completion: completions.completion(index))
             }
-            try await Task.sleep(for: .milliseconds(100))
+            // Sampled while the round is in the air: most of its requests on the wire at once.
+            let inTheAir = try await eventually(timeout: .seconds(10), interval: .milliseconds(10)) { multi.statistics.inFlight >= 500 }
+            #expect(inTheAir, "the round's requests overlap")
             peakThreads = max(peakThreads, try processStatus("Threads"))
             await completions.wait()
             walls.append(ContinuousClock.now - start)
