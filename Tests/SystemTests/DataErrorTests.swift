@@ -60,8 +60,12 @@ struct DataErrorTests {
         #expect(dead.errorCode == .storeRefused)
         #expect(dead.errorMessage?.contains("SQLSTATE 22") == true, "\(dead.errorMessage ?? "")")
         #expect(dead.errorMessage?.contains("nul") == false && dead.errorMessage?.contains("campaign") == false, "no value echoed")
-        // A retry would have run after 50 ms: give it time to prove it does not happen.
-        try await Task.sleep(for: .milliseconds(600))
+        // Not retried as well: a retry is settled (and counted) in the same step as a burial, and the
+        // only way to a second attempt. Counted dead, never retried, nothing left to run.
+        #expect(try await eventually { system.metric("receiptq_jobs_processed_total", ["outcome": "dead"]) == 1 })
+        #expect(
+            system.jobsSettled == 1, "settled once, buried: \(system.metric("receiptq_jobs_processed_total", ["outcome": "retried"]) ?? -1) retries")
+        #expect(try await eventually { try system.queuesIdle([.validate]) })
         #expect(system.mock.state.requestCount(.production) + system.mock.state.requestCount(.sandbox) <= 2, "one attempt: production, maybe sandbox")
         let redis = try system.redis()
         defer { redis.close() }

@@ -181,12 +181,11 @@ struct EndToEndTests {
             payload: .receipt(ReceiptJob(receipt: receipt, submission: Submission(userIdentifier: "u"))))
         let redis = try system.redis()
         defer { redis.close() }
+        let settledBefore = system.jobsSettled
         _ = try redis.send(bytes: [Array("LPUSH".utf8), Array(system.configuration.keys.queue("validate").utf8), envelope.encoded()])
-        let drained = try await eventually {
-            try redis.send(["LLEN", system.configuration.keys.queue("validate")]).int == 0
-        }
-        #expect(drained)
-        try await Task.sleep(for: .milliseconds(500))
+        // Run and settled (its commit came before), and nothing left that could run it again.
+        let rerun = try await eventually { try system.jobsSettled > settledBefore && system.queuesIdle([.validate]) }
+        #expect(rerun)
         #expect(try snapshot() == before)
     }
 }

@@ -107,7 +107,10 @@ extension CrashRecoveryTests {
                 == Self.burstSubscriptions * Self.burstSteps
         }
         #expect(stored, "every notification stored")
-        try await Task.sleep(for: .milliseconds(500))
+        // Every copy settled, the duplicates too: nothing left that could store another row.
+        #expect(
+            try await eventually(timeout: .seconds(60)) { try system.queuesIdle([.notification]) },
+            "\((try? system.heldJobs([.notification])).map { "\($0)" } ?? "?")")
         #expect(
             try await connection.query("SELECT count(*) AS n FROM notifications WHERE app_id = \(system.app.id)").rows.first?.int("n")
                 == Self.burstSubscriptions * Self.burstSteps, "and each once")

@@ -76,7 +76,8 @@ struct NotificationTests {
             })
         // Every copy answered 200 (Apple stops retrying), and still one row, applied once.
         #expect(try await eventually { system.mock.state.notifications.posts == 3 })
-        try await Task.sleep(for: .milliseconds(500))
+        // Every copy's job settled: nothing left that could store a second row.
+        #expect(try await eventually { try system.queuesIdle([.notification]) })
         let rows = try auditRows(system)
         #expect(rows.count == 1)
         #expect(rows.first?.string("notification_type") == "REFUND")
@@ -168,7 +169,10 @@ struct NotificationTests {
         let original = try await purchase(system, user: "order-user", product: "com.example.monthly", days: 30)
         let center = system.mock.state.notifications
         try center.event(type: "DID_RENEW", transactionID: original, environment: .sandbox, delivery: .init(hold: true))
-        try await Task.sleep(for: .milliseconds(20))
+        // The newer one must be signed in a later millisecond: the mock signs with the clock, in
+        // rounded milliseconds, so two past the one this call ended in.
+        let heldSignedBy = Int64(Date().timeIntervalSince1970 * 1000) + 1
+        #expect(try await eventually(interval: .milliseconds(1)) { Int64(Date().timeIntervalSince1970 * 1000) > heldSignedBy })
         // The newer one arrives and is stored first; only then the older one. (Released together,
         // two committers may still apply them in signed order, each then rightly `applied`.)
         try center.event(type: "EXPIRED", subtype: "VOLUNTARY", transactionID: original, environment: .sandbox)
@@ -250,7 +254,8 @@ struct NotificationTests {
         let original = try await purchase(system, user: "v1-user", product: "com.example.monthly", days: 30)
         try system.mock.state.notifications.event(type: "DID_RENEW", transactionID: original, environment: .sandbox, delivery: .init(copies: 2))
         #expect(try await eventually { try auditRows(system).count == 1 })
-        try await Task.sleep(for: .milliseconds(300))
+        // Both copies answered and every job settled: nothing left that could store a second row.
+        #expect(try await eventually { try system.mock.state.notifications.posts == 2 && system.queuesIdle([.notification]) })
         let rows = try auditRows(system)
         #expect(rows.count == 1)
         #expect(rows.first?.string("notification_type") == "DID_RENEW")
@@ -320,7 +325,8 @@ struct NotificationTests {
         // Again (the windows overlap): every notification is known, nothing new is stored.
         let again = await history.sweep.sweep()
         #expect(again.accepted == 5)
-        try await Task.sleep(for: .milliseconds(500))
+        // What the second sweep queued is settled: nothing left that could store another row.
+        #expect(try await eventually { try system.queuesIdle([.notification]) })
         #expect(try auditRows(system).count == 5)
     }
 

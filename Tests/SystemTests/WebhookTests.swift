@@ -162,7 +162,10 @@ struct WebhookTests {
             if round == 2 { receiver.behave(.init(failureRate: 0.3, delay: .milliseconds(300))) }
             for user in users { _ = try await subscribe(system, user: user) }
             if round == 1 {
-                try await Task.sleep(for: .seconds(3))
+                // Down for a while: until it has refused a delivery per user (retries of the first
+                // round and this round's events), then up again.
+                let refused = try await eventually(timeout: .seconds(60)) { receiver.deliveries.count { $0.status == 503 } >= users.count }
+                #expect(refused, "the receiver was down for \(receiver.deliveries.count { $0.status == 503 }) deliveries")
                 receiver.behave(.init(failureRate: 0.3))
             }
         }
@@ -215,7 +218,12 @@ struct WebhookTests {
         _ = try await subscribe(system, user: "filter-user")
         #expect(try await eventually { subscriptions.accepted == 1 })
         #expect(subscriptions.deliveries.map(\.type) == ["subscription.started"])
-        try await Task.sleep(for: .milliseconds(500))
+        // The claim that queued that delivery looked at every pending one, the paused endpoint's
+        // (recorded in the same transaction) included: they are still pending, never queued.
+        let waiting = try await connection.query(
+            "SELECT status FROM webhook_deliveries WHERE endpoint_id = \(allID)"
+        ).rows.map { $0.string("status") ?? "" }
+        #expect(waiting == ["pending", "pending"], "the paused endpoint's deliveries wait: \(waiting)")
         #expect(all.deliveries.isEmpty, "a paused endpoint gets nothing")
         try admin.setPaused(id: allID, false, audit: .test("webhook.resume"))
         #expect(try await eventually { all.accepted == 2 })
