@@ -84,12 +84,11 @@ struct ImportCommandTests {
 
         // First run: killed once a third of the file is checkpointed.
         let first = try startProcess(Self.binary, arguments, environment: environment, standardError: directory.appendingPathComponent("first.err"))
-        let deadline = ContinuousClock.now + patience
         func lastLine() -> Int {
             guard let data = try? Data(contentsOf: checkpoint), let value = try? JSONValue.parse(Array(data)) else { return 0 }
             return value["last_line"]?.intValue ?? 0
         }
-        while lastLine() < lines.count / 3, first.isRunning, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(20)) }
+        _ = try await eventually(timeout: patience, interval: .milliseconds(20)) { lastLine() >= lines.count / 3 || !first.isRunning }
         kill(first.processIdentifier, SIGKILL)
         first.waitUntilExit()
         let killedAt = lastLine()
