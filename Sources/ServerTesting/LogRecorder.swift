@@ -45,9 +45,5 @@ private struct RecordingLogHandler: LogHandler {
         set { metadata[key] = newValue }
     }
 
-    func log(
-        level: Logger.Level, message: Logger.Message, metadata: Logger.Metadata?, source: String, file: String, function: String, line: UInt
-    ) {
-        recorder.record("\(message)")
-    }
+    func log(event: LogEvent) { recorder.record("\(event.message)") }
 }
