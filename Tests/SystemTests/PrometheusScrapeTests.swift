@@ -116,7 +116,9 @@ struct PrometheusScrapeTests {
                 if !answer.result.isEmpty { withData += 1 } else { empty.append(query) }
             }
             if withData >= queries.count - 4 { break }
-            try await Task.sleep(for: .seconds(3))
+            // The next pass after another successful scrape (not after a pause that may hold none).
+            let scrapes = try await api.scalar(successful) ?? 0
+            _ = try await eventually(timeout: .seconds(30)) { (try? await api.scalar(successful)).map { $0 >= scrapes + 1 } ?? false }
         }
         // Only the re-poll rate, the Apple error ratio and the like may be empty on a short happy run.
         #expect(withData >= queries.count - 4, "\(withData) of \(queries.count) dashboard queries returned data; empty: \(empty)")
