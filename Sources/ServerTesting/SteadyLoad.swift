@@ -38,6 +38,7 @@ public struct SteadyLoad {
         var load = SteadyLoad()
         try await withThrowingTaskGroup(of: (Int, Int, ContinuousClock.Instant, ContinuousClock.Instant)?.self) { group in
             for (n, receipt) in receipts.enumerated() {
+                // A pacer, not a wait: the load's rate is the scenario (receipt n is due at n / perSecond).
                 try await Task.sleep(until: start + .seconds(Double(n) / perSecond), clock: .continuous)
                 if let event = events[n] {
                     group.addTask {
