@@ -48,6 +48,9 @@ public final class LeasePool<Resource: AnyObject & Sendable>: Sendable {
         self.closedError = closedError
     }
 
+    /// How many callers are waiting for a resource (all of them lent); for tests and metrics.
+    public var waiting: Int { state.withLock { $0.waiters.count } }
+
     /// Closes idle resources now and lent ones when they are released; waiting and later
     /// callers get `closedError()`. Idempotent.
     public func close() {

@@ -56,6 +56,9 @@ public final class RedisConnectionPool: Sendable {
         try await withConnection { try $0.send(arguments) }
     }
 
+    /// How many callers are waiting for a connection (every one busy); for tests and metrics.
+    public var waiting: Int { leases.waiting }
+
     /// Closes idle connections now and busy ones when they are released; waiting and later
     /// callers get ``RedisError/Code/closed``. Idempotent.
     public func close() { leases.close() }

@@ -79,7 +79,12 @@ public final class MemoryJobQueue: JobQueue, @unchecked Sendable {
         }
     }
 
-    public func heartbeat(busy: Int) throws {}
+    /// How many heartbeats the worker sent: the fetcher sends one per pass of its loop once its
+    /// `heartbeatInterval` is zero, so a test can tell that it went round again.
+    public var heartbeats: Int { lock.withLock { beats } }
+    private var beats = 0
+
+    public func heartbeat(busy: Int) throws { lock.withLock { beats += 1 } }
 
     private func remove(_ job: ReservedJob) {
         if let index = processing.firstIndex(of: job.raw) { processing.remove(at: index) }

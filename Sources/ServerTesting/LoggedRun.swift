@@ -282,11 +282,6 @@ public final class LoggedRun: @unchecked Sendable {
         return (text, receipt)
     }
 
-    /// SystemTesting's `eventually`, polling every 100 ms.
-    public func eventually(timeout: Duration = .seconds(30), _ condition: () async throws -> Bool) async throws -> Bool {
-        try await SystemTesting.eventually(timeout: timeout, interval: .milliseconds(100), condition)
-    }
-
     // MARK: Logs
 
     public struct Logs {

@@ -1,4 +1,5 @@
 import Foundation
+import SystemTesting
 
 /// Receipts posted at a steady rate to a ``TestSystem`` while faults are injected, and what each
 /// request was answered (the failover tests').
@@ -19,7 +20,7 @@ public struct SteadyLoad {
     public mutating func postOnceMore(_ receipt: String, number: Int, users: String = "fo-", to system: TestSystem) async throws -> Bool {
         var status = 0
         let sent = ContinuousClock.now
-        let taken = try await system.eventually(timeout: .seconds(60)) {
+        let taken = try await eventually(timeout: .seconds(60)) {
             status = (try? await system.post(#"{"receipt":"\#(receipt)","user_identifier":"\#(users)\#(number)"}"#).0) ?? 0
             return (200..<300).contains(status)
         }
@@ -37,6 +38,7 @@ public struct SteadyLoad {
         var load = SteadyLoad()
         try await withThrowingTaskGroup(of: (Int, Int, ContinuousClock.Instant, ContinuousClock.Instant)?.self) { group in
             for (n, receipt) in receipts.enumerated() {
+                // A pacer, not a wait: the load's rate is the scenario (receipt n is due at n / perSecond).
                 try await Task.sleep(until: start + .seconds(Double(n) / perSecond), clock: .continuous)
                 if let event = events[n] {
                     group.addTask {

@@ -236,9 +236,50 @@ public final class TestSystem: Sendable {
 
     public func redis() throws -> RedisConnection { try RedisConnection(configuration: configuration.redis) }
 
-    /// SystemTesting's `eventually`, as the system's tests have always spelled it.
-    public func eventually(timeout: Duration = .seconds(20), _ condition: () async throws -> Bool) async throws -> Bool {
-        try await SystemTesting.eventually(timeout: timeout, condition)
+    /// Whether this system's Redis holds no job of `kinds` (nil: of any kind): queued, in a
+    /// worker's hands or waiting to be retried (the dead letters do not count: nothing leaves them
+    /// by itself). Once it holds, and nothing is being posted, no such job will store anything
+    /// more: the barrier after which a test checks that something did *not* happen (a duplicate
+    /// stored, a job run twice).
+    public func queuesIdle(_ kinds: Set<JobKind>? = nil) throws -> Bool { try heldJobs(kinds).isEmpty }
+
+    /// The jobs of `kinds` (nil: any) this system's Redis holds, by key (queues, processing lists,
+    /// the retry set); for `queuesIdle` and its failure messages.
+    public func heldJobs(_ kinds: Set<JobKind>? = nil) throws -> [String: Int] {
+        let redis = try redis()
+        defer { redis.close() }
+        let keys = configuration.keys
+        func counted(_ members: [RedisValue]) -> Int {
+            guard let kinds else { return members.count }
+            return members.count { member in member.bytes.flatMap { try? JobEnvelope.decode($0) }.map { kinds.contains($0.kind) } ?? false }
+        }
+        var held: [String: Int] = [:]
+        for kind in kinds ?? Set(JobKind.allCases) {
+            let queued = try redis.send(["LLEN", keys.queue(kind.rawValue)]).int ?? -1
+            if queued != 0 { held[keys.queue(kind.rawValue)] = queued }
+        }
+        // Redis deletes an empty list: every processing key left holds a job, of some kind.
+        for key in try redis.send(["KEYS", "\(keys.prefix):processing:*"]).array?.compactMap(\.string) ?? [] {
+            let jobs = counted(try redis.send(["LRANGE", key, "0", "-1"]).array ?? [])
+            if jobs != 0 { held[key] = jobs }
+        }
+        let retrying = counted(try redis.send(["ZRANGE", keys.retry, "0", "-1"]).array ?? [])
+        if retrying != 0 { held[keys.retry] = retrying }
+        return held
+    }
+
+    /// The value of one series of this system's metrics, e.g.
+    /// `metric("receiptq_jobs_processed_total", ["outcome": "dead"])`; nil when it is not exported.
+    public func metric(_ name: String, _ labels: [String: String] = [:]) -> Double? {
+        let series =
+            labels.isEmpty ? name : name + "{" + labels.sorted { $0.key < $1.key }.map { "\($0.key)=\"\($0.value)\"" }.joined(separator: ",") + "}"
+        let text = String(decoding: metrics.exposition(), as: UTF8.self)
+        return text.split(separator: "\n").first { $0.hasPrefix(series + " ") }.flatMap { Double($0.dropFirst(series.count + 1)) }
+    }
+
+    /// Every job this system's workers settled, whatever the outcome.
+    public var jobsSettled: Double {
+        JobOutcome.allCases.reduce(0) { $0 + (metric("receiptq_jobs_processed_total", ["outcome": $1.rawValue]) ?? 0) }
     }
 }
 

@@ -1,5 +1,6 @@
 import Foundation
 import Hiredis
+import SystemTesting
 
 #if canImport(Glibc)
 import Glibc
@@ -92,30 +93,27 @@ public final class ThrowawaySentinelSet: @unchecked Sendable {
     /// (A minute: a replica's first sync waits out the primary's diskless-sync delay, and CI's
     /// loaded run once took the replica test past 20 s.)
     public func waitUntilReady(timeout: Duration = .seconds(60)) async throws {
-        let deadline = ContinuousClock.now + timeout
         var last: [String: String] = [:]
-        while ContinuousClock.now < deadline {
+        let ready = try await eventually(timeout: timeout, interval: .milliseconds(200)) {
             let views = try sentinels.indices.map { try master(askingSentinel: $0) }
             last = views[0]
-            if views.allSatisfy({ $0["num-slaves"] == "2" && $0["num-other-sentinels"] == "2" && $0["flags"] == "master" }),
-                try servers.dropFirst().allSatisfy({ try replicationInfo($0.port).contains("master_link_status:up") })
-            {
-                return
-            }
-            try await Task.sleep(for: .milliseconds(200))
+            return try views.allSatisfy({ $0["num-slaves"] == "2" && $0["num-other-sentinels"] == "2" && $0["flags"] == "master" })
+                && servers.dropFirst().allSatisfy({ try replicationInfo($0.port).contains("master_link_status:up") })
         }
-        throw RestartTestError("sentinels not ready: \(last)")
+        if !ready { throw RestartTestError("sentinels not ready: \(last)") }
     }
 
     /// Waits until every sentinel names a primary other than `port` and that server says it is one.
     public func waitForFailover(from port: Int, timeout: Duration = .seconds(60)) async throws -> Int {
-        let deadline = ContinuousClock.now + timeout
-        while ContinuousClock.now < deadline {
-            if let agreed = try? agreedPrimaryPort(), agreed != port, (try? replicationInfo(agreed))?.contains("role:master") == true {
-                return agreed
+        var primary: Int?
+        let failedOver = try await eventually(timeout: timeout, interval: .milliseconds(100)) {
+            guard let agreed = try? agreedPrimaryPort(), agreed != port, (try? replicationInfo(agreed))?.contains("role:master") == true else {
+                return false
             }
-            try await Task.sleep(for: .milliseconds(100))
+            primary = agreed
+            return true
         }
+        if failedOver, let primary { return primary }
         throw RestartTestError("no failover from \(port): \((try? master()) ?? [:])")
     }
 

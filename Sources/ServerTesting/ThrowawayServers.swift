@@ -3,6 +3,7 @@ import Hiredis
 import Libpq
 import ReceiptTesting
 import Synchronization
+import SystemTesting
 
 #if canImport(Glibc)
 import Glibc
@@ -53,17 +54,25 @@ public func spawn(_ arguments: [String], log: String? = nil) throws -> pid_t {
 /// Waits for a child started by `spawn`; nil when `timeout` passed first (it then still runs).
 /// - Returns: its exit status, or 128 + the signal that ended it.
 public func waitForChild(_ pid: pid_t, timeout: TimeInterval? = nil) -> Int32? {
-    let deadline = timeout.map { Date().addingTimeInterval($0) }
     var status: Int32 = 0
-    while true {
-        let result = waitpid(pid, &status, deadline == nil ? 0 : WNOHANG)
-        if result == pid { break }
-        if result < 0, errno != EINTR { return -1 }
-        if let deadline, result == 0 {
-            if Date() >= deadline { return nil }
-            usleep(20_000)
+    var failed = false
+    /// One `waitpid`: whether the child is reaped (or cannot be waited for).
+    func reaped(blocking: Bool) -> Bool {
+        while true {
+            let result = waitpid(pid, &status, blocking ? 0 : WNOHANG)
+            if result == pid { return true }
+            if result < 0, errno == EINTR { continue }
+            if result < 0 { failed = true }
+            return result < 0
         }
     }
+    if let timeout {
+        // Synchronous callers (a server's set-up and tear-down), so the blocking poll.
+        guard eventuallyBlocking(timeout: .seconds(timeout), interval: .milliseconds(20), { reaped(blocking: false) }) else { return nil }
+    } else {
+        _ = reaped(blocking: true)
+    }
+    if failed { return -1 }
     let signal = status & 0x7f
     return signal == 0 ? (status >> 8) & 0xff : 128 + signal
 }
@@ -153,22 +162,23 @@ public final class ThrowawayRedis: @unchecked Sendable {
         let pid = try spawn(arguments + extraArguments)
         lock.withLock { self.pid = pid }
         let connection = RedisConfiguration(host: "127.0.0.1", port: port, connectTimeout: .milliseconds(500), commandTimeout: .seconds(2))
-        let deadline = Date().addingTimeInterval(15)
-        while Date() < deadline {
+        // Synchronous (`init` starts it), so the blocking poll.
+        let up = try eventuallyBlocking(timeout: .seconds(15)) {
             if waitForChild(pid, timeout: 0) != nil {
                 lock.withLock { self.pid = nil }
                 throw RestartTestError("redis-server exited: \(tail(log))")
             }
-            if let redis = try? RedisConnection(configuration: connection, label: "throwaway-ping") {
-                defer { redis.close() }
-                do {
-                    if try redis.send(["PING"]).string == "PONG" { return }
-                } catch let error as RedisError where error.message.hasPrefix("NOAUTH") {
-                    return  // up, and wanting a password (requirepass)
-                } catch {}
+            guard let redis = try? RedisConnection(configuration: connection, label: "throwaway-ping") else { return false }
+            defer { redis.close() }
+            do {
+                return try redis.send(["PING"]).string == "PONG"
+            } catch let error as RedisError where error.message.hasPrefix("NOAUTH") {
+                return true  // up, and wanting a password (requirepass)
+            } catch {
+                return false
             }
-            usleep(50_000)
         }
+        if up { return }
         throw RestartTestError("redis-server on port \(port) not ready: \(tail(log))")
     }
 
@@ -187,14 +197,14 @@ public final class ThrowawayRedis: @unchecked Sendable {
         }
         let before = try persistence()["aof_rewrites"] ?? ""
         _ = try redis.send(["BGREWRITEAOF"])
-        let deadline = Date().addingTimeInterval(15)
-        while Date() < deadline {
+        // Synchronous like the rest of the server's controls (called inside `offload`).
+        let done = try eventuallyBlocking(timeout: .seconds(15)) {
             let state = try persistence()
-            if state["aof_rewrites"] != before, state["aof_rewrite_in_progress"] == "0", state["aof_rewrite_scheduled"] == "0" {
-                guard state["aof_last_bgrewrite_status"] == "ok" else { throw RestartTestError("AOF rewrite failed: \(tail(log))") }
-                return
-            }
-            usleep(50_000)
+            return state["aof_rewrites"] != before && state["aof_rewrite_in_progress"] == "0" && state["aof_rewrite_scheduled"] == "0"
+        }
+        if done {
+            guard try persistence()["aof_last_bgrewrite_status"] == "ok" else { throw RestartTestError("AOF rewrite failed: \(tail(log))") }
+            return
         }
         throw RestartTestError("AOF rewrite did not finish: \(tail(log))")
     }

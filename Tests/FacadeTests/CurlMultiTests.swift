@@ -39,11 +39,6 @@ private func started(_ multi: CurlMulti) -> CurlMulti {
     return multi
 }
 
-/// SystemTesting's `eventually`, polling every 10 ms.
-private func eventually(within limit: Duration = .seconds(10), _ condition: () -> Bool) async throws -> Bool {
-    try await SystemTesting.eventually(timeout: limit, interval: .milliseconds(10)) { condition() }
-}
-
 private func seconds(_ duration: Duration) -> String {
     let (whole, attos) = duration.components
     return String(format: "%.3f s", Double(whole) + Double(attos) / 1e18)
@@ -67,7 +62,9 @@ struct CurlMultiTests {
             for index in 0..<1000 {
                 multi.send(HTTPRequest(url: server.url("/delay?ms=200")), completion: completions.completion(index))
             }
-            try await Task.sleep(for: .milliseconds(100))
+            // Sampled while the round is in the air: most of its requests on the wire at once.
+            let inTheAir = try await eventually(timeout: .seconds(10), interval: .milliseconds(10)) { multi.statistics.inFlight >= 500 }
+            #expect(inTheAir, "the round's requests overlap")
             peakThreads = max(peakThreads, try processStatus("Threads"))
             await completions.wait()
             walls.append(ContinuousClock.now - start)
@@ -265,7 +262,10 @@ struct CurlMultiTests {
         for index in 0..<200 {
             multi.send(HTTPRequest(url: server.url("/delay?ms=10000")), completion: completions.completion(index))
         }
-        #expect(try await eventually { multi.statistics.inFlight == 50 && multi.statistics.queued == 150 })
+        #expect(
+            try await eventually(timeout: .seconds(10), interval: .milliseconds(10)) {
+                multi.statistics.inFlight == 50 && multi.statistics.queued == 150
+            })
 
         let start = ContinuousClock.now
         multi.shutdown()
@@ -300,7 +300,7 @@ struct CurlMultiTests {
         for index in 0..<20 {
             multi.send(HTTPRequest(url: server.url("/delay?ms=4000")), completion: completions.completion(index))
         }
-        #expect(try await eventually { multi.statistics.inFlight == 10 })
+        #expect(try await eventually(timeout: .seconds(10), interval: .milliseconds(10)) { multi.statistics.inFlight == 10 })
         let start = ContinuousClock.now
         multi.shutdown(gracePeriod: .seconds(10))
         let took = ContinuousClock.now - start
@@ -352,7 +352,7 @@ struct CurlMultiTests {
         #expect(try answered.results[0]?.get().status == 200)
         try await running.value
         // run() kept the engine alive until its thread ended, and no longer.
-        #expect(try await eventually { weakMulti == nil })
+        #expect(try await eventually(timeout: .seconds(10), interval: .milliseconds(10)) { weakMulti == nil })
     }
 
     @Test func asyncSendRunsConcurrentlyAndHonoursCancellation() async throws {
@@ -373,14 +373,14 @@ struct CurlMultiTests {
 
         // Cancelling the task aborts an in-flight transfer promptly.
         let inFlight = Task { try await multi.send(HTTPRequest(url: server.url("/delay?ms=10000"))) }
-        #expect(try await eventually { multi.statistics.inFlight == 1 })
+        #expect(try await eventually(timeout: .seconds(10), interval: .milliseconds(10)) { multi.statistics.inFlight == 1 })
         let start = ContinuousClock.now
         inFlight.cancel()
         let error = await #expect(throws: CurlError.self) { try await inFlight.value }
         #expect(error?.code == .cancelled)
         // Long before the transfer's 10 s (timed by the test's task, which can resume late).
         #expect(ContinuousClock.now - start < .seconds(8))
-        #expect(try await eventually { multi.statistics.inFlight == 0 })
+        #expect(try await eventually(timeout: .seconds(10), interval: .milliseconds(10)) { multi.statistics.inFlight == 0 })
         // The aborted transfer's handle is the next one reused, and works.
         #expect(try await multi.send(HTTPRequest(url: server.url("/echo"))).status == 200)
 
@@ -390,9 +390,9 @@ struct CurlMultiTests {
         // Long enough that the next task is queued behind it even on a loaded machine (at 500 ms
         // a full CI run once started it after the transfer ahead had ended: never queued).
         let ahead = Task { try await single.send(HTTPRequest(url: server.url("/delay?ms=3000"))) }
-        #expect(try await eventually { single.statistics.inFlight == 1 })
+        #expect(try await eventually(timeout: .seconds(10), interval: .milliseconds(10)) { single.statistics.inFlight == 1 })
         let queued = Task { try await single.send(HTTPRequest(url: server.url("/echo"))) }
-        #expect(try await eventually { single.statistics.queued == 1 })
+        #expect(try await eventually(timeout: .seconds(10), interval: .milliseconds(10)) { single.statistics.queued == 1 })
         queued.cancel()
         let queuedError = await #expect(throws: CurlError.self) { try await queued.value }
         #expect(queuedError?.code == .cancelled)

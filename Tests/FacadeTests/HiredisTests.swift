@@ -333,19 +333,10 @@ struct HiredisTests {
         _ = try await pool.command(["DEL", counter])
     }
 
-    /// Waits until the client named `name` is blocked in `BLPOP`, so a test knows the pool's only
-    /// connection is busy without guessing with sleeps.
-    func waitUntilBlocked(_ name: String) async throws {
-        let admin = try RedisConnection(configuration: configuration)
-        defer { admin.close() }
-        for _ in 0..<500 {
-            let clients = try await admin.command(["CLIENT", "LIST", "TYPE", "normal"]).string ?? ""
-            if clients.split(separator: "\n").contains(where: { $0.contains("name=\(name) ") && $0.contains("cmd=blpop") }) {
-                return
-            }
-            try await Task.sleep(for: .milliseconds(10))
-        }
-        Issue.record("client \(name) never blocked")
+    /// Whether the client named `name` is blocked in `BLPOP` (the pool's only connection busy).
+    func isBlocked(_ name: String, admin: RedisConnection) async throws -> Bool {
+        let clients = try await admin.command(["CLIENT", "LIST", "TYPE", "normal"]).string ?? ""
+        return clients.split(separator: "\n").contains { $0.contains("name=\(name) ") && $0.contains("cmd=blpop") }
     }
 
     @Test func poolWaitsForABusyConnectionAndCloses() async throws {
@@ -359,15 +350,17 @@ struct HiredisTests {
             _ = try redis.send(["CLIENT", "SETNAME", name])
             return try redis.send(["BLPOP", queue, "120"])
         }
-        try await waitUntilBlocked(name)
+        #expect(try await eventually(timeout: .seconds(5), interval: .milliseconds(10)) { try await isBlocked(name, admin: admin) })
         let finished = Atomic(false)
         let waiter = Task {
             let reply = try await pool.command(["PING"])
             finished.store(true, ordering: .sequentiallyConsistent)
             return reply
         }
-        try await Task.sleep(for: .milliseconds(100))
+        // The PING is parked among the pool's waiters (not failed, not on a second connection).
+        let parked = try await eventually(timeout: .seconds(5), interval: .milliseconds(10)) { pool.waiting == 1 }
         let finishedEarly = finished.load(ordering: .sequentiallyConsistent)
+        #expect(parked, "the second caller waits for the busy connection")
         #expect(!finishedEarly, "the only connection is busy")
         _ = try admin.send(["LPUSH", queue, "job"])
         #expect(try await blocked == .array([.bulk(Array(queue.utf8)), .bulk(Array("job".utf8))]))
@@ -390,11 +383,13 @@ struct HiredisTests {
             _ = try redis.send(["CLIENT", "SETNAME", name])
             return try redis.send(["BLPOP", queue, "120"])
         }
-        try await waitUntilBlocked(name)
+        #expect(try await eventually(timeout: .seconds(5), interval: .milliseconds(10)) { try await isBlocked(name, admin: admin) })
         let waiter = Task { try await pool.command(["PING"]) }
-        try await Task.sleep(for: .milliseconds(50))
+        // Cancelled while it waits among the pool's waiters, not before it got there.
+        #expect(try await eventually(timeout: .seconds(5), interval: .milliseconds(10)) { pool.waiting == 1 })
         waiter.cancel()
         await #expect(throws: CancellationError.self) { try await waiter.value }
+        #expect(pool.waiting == 0, "the cancelled waiter left the queue")
         _ = try admin.send(["LPUSH", queue, "job"])
         #expect(try await blocked != .null)
         // The cancelled waiter did not take the connection with it.

@@ -2,10 +2,12 @@ import Foundation
 import Logging
 import ReceiptCore
 import ReceiptTesting
-import ReceiptWorker
 import ServiceLifecycle
 import Synchronization
+import SystemTesting
 import Testing
+
+@testable import ReceiptWorker
 
 @Suite("Worker engine: concurrency, batching, shutdown")
 struct WorkerEngineFlowTests {
@@ -73,12 +75,22 @@ struct WorkerEngineFlowTests {
         let engine = WorkerEngine(
             configuration: .init(concurrency: 40, committers: 1, reserveTimeout: .milliseconds(20)), makeQueue: { _ in queue },
             makeStore: { _ in store }, verifier: verifier, logger: Logger(label: "test"))
+        let step = Mutex((released: false, opened: false))
         try await runEngine(engine) {
-            if verifier.open == 40 {
-                verifier.releaseAll()
-                // The committer holds the first results in its gated transaction while the rest queue up.
-                Thread.sleep(forTimeInterval: 0.2)
-                store.gate.signal()
+            step.withLock { step in
+                if !step.released, verifier.open == 40 {
+                    verifier.releaseAll()
+                    step.released = true
+                }
+                // The committer holds the first results in its gated transaction; the gate opens
+                // once every other result is decided and waits behind it.
+                let sizes = store.batchSizes
+                if step.released, !step.opened, sizes.count == 1,
+                    engine.decisions.withLock({ engine.decided.count }) == 40 - sizes[0]
+                {
+                    store.gate.signal()
+                    step.opened = true
+                }
             }
             return engine.processedCount == 40
         }
@@ -96,21 +108,26 @@ struct WorkerEngineFlowTests {
         let store = GatedStore(MemoryReceiptStore(apps: [app]))
         let verifier = HeldVerifier()
         let engine = WorkerEngine(
-            configuration: .init(concurrency: 10, committers: 1, reserveTimeout: .milliseconds(20)), makeQueue: { _ in queue },
-            makeStore: { _ in store }, verifier: verifier, logger: Logger(label: "test"))
-        let seen = Mutex((calls: 0, inHand: 0, stalledAt: 0))
+            // A heartbeat on every pass of the fetcher's loop: the test counts its passes.
+            configuration: .init(concurrency: 10, committers: 1, reserveTimeout: .milliseconds(20), heartbeatInterval: .zero),
+            makeQueue: { _ in queue }, makeStore: { _ in store }, verifier: verifier, logger: Logger(label: "test"))
+        let seen = Mutex((calls: 0, inHand: 0, stalledAt: 0, beatsAtTwenty: Int?.none))
         try await runEngine(engine) {
             let (open, inHand) = (verifier.open, queue.inProcessing)
-            seen.withLock { $0 = (max($0.calls, open), max($0.inHand, inHand), $0.stalledAt) }
-            // The first commit hangs (Postgres stalled): answers keep freeing call slots until
-            // twice `concurrency` jobs are in hand; then the fetcher waits, and the gate opens.
-            if open == 10 { verifier.releaseAll() }
-            if inHand == 20, seen.withLock({ $0.stalledAt }) == 0 {
-                Thread.sleep(forTimeInterval: 0.1)
-                seen.withLock { $0.stalledAt = queue.inProcessing }
-                verifier.releaseAll()
-                store.gate.signal()
+            let release = seen.withLock { seen in
+                seen.calls = max(seen.calls, open)
+                seen.inHand = max(seen.inHand, inHand)
+                // The first commit hangs (Postgres stalled): answers keep freeing call slots until
+                // twice `concurrency` jobs are in hand; then the fetcher must reserve nothing more.
+                // Two heartbeats after 20 were first in hand, the fetcher has gone round its loop
+                // at least once with 10 free slots and no room: what it holds then is the answer.
+                if seen.stalledAt == 0, inHand == 20, seen.beatsAtTwenty == nil { seen.beatsAtTwenty = queue.heartbeats }
+                guard seen.stalledAt == 0, let beats = seen.beatsAtTwenty, queue.heartbeats >= beats + 2 else { return false }
+                seen.stalledAt = queue.inProcessing
+                return true
             }
+            if open == 10 || release { verifier.releaseAll() }
+            if release { store.gate.signal() }
             return engine.processedCount == 60
         }
         let result = seen.withLock { $0 }
@@ -129,14 +146,18 @@ struct WorkerEngineFlowTests {
         store.gate.signal()
         let verifier = HeldVerifier()
         let engine = WorkerEngine(
-            configuration: .init(concurrency: 5, committers: 2, commitLinger: .milliseconds(500), reserveTimeout: .milliseconds(20)),
+            // A long linger, so that a poll held up on a loaded machine still falls within it: the
+            // last answer commits the batch at once (no call left in flight), not after 10 s.
+            configuration: .init(concurrency: 5, committers: 2, commitLinger: .seconds(10), reserveTimeout: .milliseconds(20)),
             makeQueue: { _ in queue }, makeStore: { _ in store }, verifier: verifier, logger: Logger(label: "test"))
+        let released = Mutex(0)
         try await runEngine(engine) {
-            if verifier.open == 5 {
-                // Five answers 10 ms apart: without the linger each would wake a committer alone.
-                for _ in 0..<5 {
-                    verifier.releaseOne()
-                    Thread.sleep(forTimeInterval: 0.01)
+            // Five answers, one per poll, each once the previous one is decided (its call slot
+            // freed): without the linger each would wake a committer alone.
+            released.withLock { released in
+                if released < 5, verifier.open == 5 - released, engine.locked({ $0.calling.count }) == 5 - released {
+                    _ = verifier.releaseOne()
+                    released += 1
                 }
             }
             return engine.processedCount == 5
@@ -201,7 +222,7 @@ struct WorkerEngineFlowTests {
     /// engine gave up at its deadline.
     func shutDown(
         jobs count: Int, concurrency: Int, full: @escaping @Sendable (HeldVerifier, MemoryJobQueue) -> Bool,
-        beforeAnswers: @escaping @Sendable (MemoryJobQueue) async throws -> Void
+        beforeAnswers: @escaping @Sendable (MemoryJobQueue, WorkerEngine) async throws -> Void
     ) async throws -> (queue: MemoryJobQueue, store: MemoryReceiptStore, abandoned: Int) {
         let queue = MemoryJobQueue(jobs: jobs(count))
         let store = MemoryReceiptStore(apps: [app])
@@ -214,9 +235,10 @@ struct WorkerEngineFlowTests {
         let group = ServiceGroup(services: [engine], gracefulShutdownSignals: [], logger: Logger(label: "test"))
         try await withThrowingTaskGroup(of: Void.self) { tasks in
             tasks.addTask { try await group.run() }
-            while !full(verifier, queue) { try await Task.sleep(for: .milliseconds(5)) }
+            let isFull = try await eventually(timeout: .seconds(20), interval: .milliseconds(5)) { full(verifier, queue) }
+            #expect(isFull, "the window filled up")
             await group.triggerGracefulShutdown()
-            try await beforeAnswers(queue)
+            try await beforeAnswers(queue, engine)
             verifier.releaseAll()
             try await tasks.waitForAll()
         }
@@ -227,9 +249,11 @@ struct WorkerEngineFlowTests {
     func drainsOnShutdown() async throws {
         let (queue, _, abandoned) = try await shutDown(
             jobs: 5, concurrency: 5, full: { verifier, _ in verifier.open == 5 },
-            beforeAnswers: { _ in
-                // Apple answers after the shutdown began: the answers are still stored and acknowledged.
-                try await Task.sleep(for: .milliseconds(100))
+            beforeAnswers: { _, engine in
+                // Apple answers after the shutdown began (the engine is stopping): the answers are
+                // still stored and acknowledged.
+                let stopping = try await eventually(timeout: .seconds(20), interval: .milliseconds(5)) { engine.locked { $0.stopping } }
+                #expect(stopping, "the engine saw the shutdown")
             })
         #expect(abandoned == 0)
         #expect(queue.acknowledged.count == 5)
@@ -241,11 +265,12 @@ struct WorkerEngineFlowTests {
         // Eight calls, and a quarter of the concurrency (2) reserved ahead.
         let (queue, store, abandoned) = try await shutDown(
             jobs: 20, concurrency: 8, full: { verifier, queue in verifier.open == 8 && queue.inProcessing >= 10 },
-            beforeAnswers: { queue in
+            beforeAnswers: { queue, _ in
                 #expect(queue.inProcessing == 10)
                 // The fetcher gives the two back when it sees the shutdown; only then do the calls
                 // end (an answer before it would free a slot for another job).
-                while queue.waiting < 12 { try await Task.sleep(for: .milliseconds(5)) }
+                let givenBack = try await eventually(timeout: .seconds(20), interval: .milliseconds(5)) { queue.waiting >= 12 }
+                #expect(givenBack)
             })
         #expect(abandoned == 0)
         #expect(queue.acknowledged.count == 8)

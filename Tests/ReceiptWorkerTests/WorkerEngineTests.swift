@@ -5,23 +5,17 @@ import ReceiptTesting
 import ReceiptWorker
 import ServiceLifecycle
 import Synchronization
+import SystemTesting
 import Testing
 
-/// Runs `engine` in a service group until `done` holds (or 4,000 polls, 20 s on an idle machine,
-/// pass), then shuts it down gracefully.
-///
-/// The bound counts polls, not wall time: the parallel test run can starve the cooperative pool for
-/// tens of seconds on two cores, and a wall-clock deadline would then expire before the engine
-/// (started on that pool) ever ran.
+/// Runs `engine` in a service group until `done` holds (polled every 5 ms, 4,000 polls: 20 s on an
+/// idle machine; `eventually` counts polls, not wall time), then shuts it down gracefully. The
+/// tests' assertions after it tell whether `done` was reached.
 func runEngine(_ engine: WorkerEngine, until done: @escaping @Sendable () -> Bool) async throws {
     let group = ServiceGroup(services: [engine], gracefulShutdownSignals: [], logger: Logger(label: "test"))
     try await withThrowingTaskGroup(of: Void.self) { tasks in
         tasks.addTask { try await group.run() }
-        var polls = 0
-        while !done(), polls < 4_000 {
-            try await Task.sleep(for: .milliseconds(5))
-            polls += 1
-        }
+        _ = try await eventually(timeout: .seconds(20), interval: .milliseconds(5)) { done() }
         await group.triggerGracefulShutdown()
         try await tasks.waitForAll()
     }

@@ -50,7 +50,7 @@ struct AdminAPITests {
             #expect(status == 206)
             ids.append(try #require(answer?["id"]?.stringValue).lowercased())
         }
-        let buried = try await system.eventually {
+        let buried = try await eventually {
             try await send(system, "GET", "/admin/api/dead?app_id=\(system.app.id)").json?["total_matching"]?.intValue == 3
         }
         #expect(buried)
@@ -107,7 +107,7 @@ struct AdminAPITests {
             system, "POST", "/admin/api/dead/retry", body: #"{"all":true,"error_code":"shared_secret_mismatch","app_id":"\#(system.app.id)"}"#)
         #expect(retried.status == 200)
         #expect(retried.json?["retried"]?.intValue == 3)
-        let validated = try await system.eventually {
+        let validated = try await eventually {
             var all = true
             for id in ids { all = try await system.get(id).1?["validation_status"]?.stringValue == "valid" && all }
             return all
@@ -138,7 +138,7 @@ struct AdminAPITests {
         system.mock.state.setSharedSecret("rotated-at-apple", for: system.app.bundleID)
         let (receipt, _) = try system.forgeReceipt()
         let id = try #require(try await system.post(#"{"receipt":"\#(receipt)","user_identifier":"cli-user"}"#).1?["id"]?.stringValue).lowercased()
-        let buried = try await system.eventually {
+        let buried = try await eventually {
             try await send(system, "GET", "/admin/api/dead").json?["total_matching"]?.intValue == 1
         }
         #expect(buried)
@@ -157,7 +157,7 @@ struct AdminAPITests {
         system.mock.state.setSharedSecret("integration-secret", for: system.app.bundleID)
         let retried = try await offload { try receiptq(system, ["dlq", "retry", "--all", "--app", system.app.name]) }
         #expect(retried.status == 0 && retried.output.contains("Retried 1."))
-        #expect(try await system.eventually { try await system.get(id).1?["validation_status"]?.stringValue == "valid" })
+        #expect(try await eventually { try await system.get(id).1?["validation_status"]?.stringValue == "valid" })
     }
 
     @Test("No credentials or wrong ones: a bare 401 with a Basic challenge, and the security headers")
@@ -229,7 +229,7 @@ struct AdminAPITests {
     func overview() async throws {
         let system = try await TestSystem.start()
         defer { Task { await system.stop() } }
-        let live = try await system.eventually {
+        let live = try await eventually {
             !(try await send(system, "GET", "/admin/api/overview").json?["workers"]?.arrayValue?.isEmpty ?? true)
         }
         #expect(live)

@@ -37,7 +37,7 @@ struct BrowserTests {
             ids.append(try #require(try await system.post(String(decoding: body, as: UTF8.self)).1?["id"]?.stringValue).lowercased())
         }
         let dead = try RedisConnection(configuration: system.configuration.redis)
-        #expect(try await system.eventually { try dead.send(["ZCARD", system.configuration.keys.dead]).int == 3 })
+        #expect(try await eventually { try dead.send(["ZCARD", system.configuration.keys.dead]).int == 3 })
 
         let screenshots = OpenAPIChecker.packageRoot.appendingPathComponent(".local/screenshots")
         try? FileManager.default.removeItem(at: screenshots)

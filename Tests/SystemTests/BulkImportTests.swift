@@ -62,14 +62,14 @@ struct BulkImportTests {
         // Validated by the worker from the import queue, as the receipts a single POST brings.
         let ids = [items[0], items[1]].compactMap { $0["id"]?.stringValue }
         for id in ids {
-            let validated = try await system.eventually { try await system.get(id).1?["validation_status"]?.stringValue == "valid" }
+            let validated = try await eventually { try await system.get(id).1?["validation_status"]?.stringValue == "valid" }
             #expect(validated, "imported receipt \(id) validated")
         }
         let pg = try system.postgres()
         defer { pg.close() }
         // The forgery is stored too (as fraud), from the same queue.
         #expect(
-            try await system.eventually {
+            try await eventually {
                 try await pg.query("SELECT count(*) AS n FROM receipts WHERE app_id = \(system.app.id)").rows.first?.int("n") == 3
             })
         let stored = try await pg.query(
@@ -117,7 +117,7 @@ struct BulkImportTests {
         #expect(items.map { $0["line"]?.intValue } == [2, 4])
         #expect(items.map { $0["status"]?.intValue } == [206, 422])
         let id = try #require(items[0]["id"]?.stringValue)
-        #expect(try await system.eventually { try await system.get(id).1?["validation_status"]?.stringValue == "valid" })
+        #expect(try await eventually { try await system.get(id).1?["validation_status"]?.stringValue == "valid" })
         // This import asked for events: its receipt's are recorded as a live one's.
         let pg = try system.postgres()
         defer { pg.close() }

@@ -19,16 +19,13 @@ import Testing
 struct CrashRecoveryTests {
     /// SIGKILLs `process` once `reached` holds (or after 60 s) and waits for it to die.
     ///
-    /// Watched from a thread of its own: a watch polled from the cooperative pool, which the full
-    /// run's crowded start can hold for seconds, once came after the worker had stored all 3,000
-    /// jobs, and no crash was tested.
+    /// Polled on the suite's own executor (`.blockingWork`): a watch polled from the cooperative
+    /// pool, which the full run's crowded start can hold for seconds, once came after the worker had
+    /// stored all 3,000 jobs, and no crash was tested. (The callers check how far it got.)
     static func killWorker(_ process: ChildProcess, once reached: @escaping @Sendable () throws -> Bool) async throws {
-        try await offload {
-            let deadline = ContinuousClock.now + .seconds(60)
-            while try !reached(), ContinuousClock.now < deadline { usleep(10_000) }
-            kill(process.processIdentifier, SIGKILL)
-            process.waitUntilExit()
-        }
+        _ = try await eventually(timeout: .seconds(60), interval: .milliseconds(10)) { try reached() }
+        kill(process.processIdentifier, SIGKILL)
+        try await offload { process.waitUntilExit() }
     }
 
     /// Starts a worker, SIGKILLs it once `killAt` jobs are stored (checking it died mid-batch, jobs
@@ -48,13 +45,13 @@ struct CrashRecoveryTests {
             connection: try RedisConnection(configuration: try AppConfiguration(environment: fixture.environment).redis), keys: fixture.keys)
         // Bounded, but generous: alone this takes ~20 s; with every other suite on the same two
         // cores it once needed more than 120.
-        let deadline = ContinuousClock.now + .seconds(300)
-        while try fixture.stored() < fixture.jobs, ContinuousClock.now < deadline {
+        let recovered = try await eventually(timeout: .seconds(300), interval: .milliseconds(200)) {
             _ = try maintenance.requeueOrphans()
             // The scheduler's part: jobs a rate limit deferred come back when due.
             _ = try maintenance.promoteDueRetries(now: Date(), limit: 500)
-            try await Task.sleep(for: .milliseconds(200))
+            return try fixture.stored() >= fixture.jobs
         }
+        #expect(recovered, "every job stored (\((try? fixture.stored()) ?? -1) of \(fixture.jobs))")
         #expect(try fixture.stored() == fixture.jobs)
         // Nothing left anywhere: not queued, not dead, not held.
         #expect(try fixture.queued() == 0)
@@ -121,11 +118,10 @@ struct CrashRecoveryTests {
         defer { try? FileManager.default.removeItem(at: log) }
         let worker = try fixture.startWorker(log: log)
         // Wait until the window is full: 1,000 jobs held, most of them waiting on Apple.
-        let fullBy = ContinuousClock.now + .seconds(60)
         var held = 0
-        while held < 1000, ContinuousClock.now < fullBy {
+        _ = try await eventually(timeout: .seconds(60), interval: .milliseconds(20)) {
             held = try fixture.inProcessing()
-            try await Task.sleep(for: .milliseconds(20))
+            return held >= 1000
         }
         // The window, plus the fetcher's jobs reserved ahead (a quarter of it, at most a fetch batch).
         #expect(held >= 1000 && held <= 1000 + 128, "held \(held)")
@@ -154,11 +150,11 @@ struct CrashRecoveryTests {
         let next = try fixture.startWorker()
         let maintenance = RedisMaintenance(
             connection: try RedisConnection(configuration: try AppConfiguration(environment: fixture.environment).redis), keys: fixture.keys)
-        let deadline = ContinuousClock.now + .seconds(300)
-        while try fixture.stored() < jobs, ContinuousClock.now < deadline {
+        let finished = try await eventually(timeout: .seconds(300), interval: .milliseconds(100)) {
             _ = try maintenance.promoteDueRetries(now: Date().addingTimeInterval(3600), limit: 500)
-            try await Task.sleep(for: .milliseconds(100))
+            return try fixture.stored() >= jobs
         }
+        #expect(finished, "every job stored (\((try? fixture.stored()) ?? -1) of \(jobs))")
         #expect(try fixture.stored() == jobs)
         #expect(try await fixture.receiptsNotCalledExactlyOnce() == 0)
         kill(next.processIdentifier, SIGTERM)

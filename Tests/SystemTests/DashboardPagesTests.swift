@@ -143,7 +143,7 @@ struct DashboardPagesTests {
         let browser = Browser(system)
         _ = try await browser.logIn()
         let filterPath = "/admin/dead?app_id=\(system.app.id.uuidString.lowercased())&error_code=shared_secret_mismatch"
-        #expect(try await system.eventually { try await browser.get(filterPath).text.contains(#"<strong id="matching">3</strong>"#) })
+        #expect(try await eventually { try await browser.get(filterPath).text.contains(#"<strong id="matching">3</strong>"#) })
 
         let list = try await browser.get(filterPath)
         #expect(list.status == 200)
@@ -192,7 +192,7 @@ struct DashboardPagesTests {
         #expect(retried.status == 303)
         #expect(retried.location == "/admin/dead?error_code=shared_secret_mismatch&done=retried&count=3")
         #expect(try await browser.get(retried.location!).text.contains("3 jobs sent back to the queue."))
-        let validated = try await system.eventually {
+        let validated = try await eventually {
             var all = true
             for id in ids { all = try await system.get(id).1?["validation_status"]?.stringValue == "valid" && all }
             return all
@@ -214,7 +214,7 @@ struct DashboardPagesTests {
         let browser = Browser(system)
         _ = try await browser.logIn()
         // Two stored, the 21004 one buried (a configuration error): the import is finished.
-        let finished = try await system.eventually(timeout: .seconds(30)) {
+        let finished = try await eventually(timeout: .seconds(30)) {
             let page = try await browser.get("/admin").text
             guard let range = page.range(of: #"data-import-id="\#(importID)""#) else { return false }
             return page[range.upperBound...].prefix(1_000).contains("finished")
@@ -273,7 +273,7 @@ struct DashboardPagesTests {
         let browser = Browser(system)
         _ = try await browser.logIn()
         let path = "/admin/retries?app_id=\(system.app.id.uuidString.lowercased())"
-        #expect(try await system.eventually { try await browser.get(path).text.contains(#"<strong id="matching">2</strong>"#) })
+        #expect(try await eventually { try await browser.get(path).text.contains(#"<strong id="matching">2</strong>"#) })
         let list = try await browser.get(path)
         #expect(list.text.contains(">apple_21005</a>"))
         #expect(list.text.contains(#"<th>Runs</th>"#) && list.text.contains(" min</td>") && list.text.contains(">in "))
@@ -289,7 +289,7 @@ struct DashboardPagesTests {
 
         let now = try await browser.post("/admin/retries/retry", [("csrf", token), ("id", ids[0])])
         #expect(now.location == "/admin/retries?done=retried&count=1")
-        #expect(try await system.eventually { try await system.get(ids[0]).1?["validation_status"]?.stringValue == "valid" })
+        #expect(try await eventually { try await system.get(ids[0]).1?["validation_status"]?.stringValue == "valid" })
 
         let deleted = try await browser.post("/admin/retries/delete", [("csrf", token), ("id", ids[1]), ("id", UUID().uuidString)])
         #expect(deleted.location == "/admin/retries?done=deleted&count=1")

@@ -53,15 +53,19 @@ struct DataErrorTests {
         let system = try await TestSystem.start(environment: ["RETRY_BASE_MS": "50"])
         defer { Task { await system.stop() } }
         let envelope = try push(system, submission: submission)
-        #expect(try await system.eventually { try deadLetters(system).count == 1 })
+        #expect(try await eventually { try deadLetters(system).count == 1 })
         let dead = try #require(try deadLetters(system).first)
         #expect(dead.id == envelope.id)
         #expect(dead.attempt == 1, "buried on its first failure, not retried")
         #expect(dead.errorCode == .storeRefused)
         #expect(dead.errorMessage?.contains("SQLSTATE 22") == true, "\(dead.errorMessage ?? "")")
         #expect(dead.errorMessage?.contains("nul") == false && dead.errorMessage?.contains("campaign") == false, "no value echoed")
-        // A retry would have run after 50 ms: give it time to prove it does not happen.
-        try await Task.sleep(for: .milliseconds(600))
+        // Not retried as well: a retry is settled (and counted) in the same step as a burial, and the
+        // only way to a second attempt. Counted dead, never retried, nothing left to run.
+        #expect(try await eventually { system.metric("receiptq_jobs_processed_total", ["outcome": "dead"]) == 1 })
+        #expect(
+            system.jobsSettled == 1, "settled once, buried: \(system.metric("receiptq_jobs_processed_total", ["outcome": "retried"]) ?? -1) retries")
+        #expect(try await eventually { try system.queuesIdle([.validate]) })
         #expect(system.mock.state.requestCount(.production) + system.mock.state.requestCount(.sandbox) <= 2, "one attempt: production, maybe sandbox")
         let redis = try system.redis()
         defer { redis.close() }

@@ -57,7 +57,7 @@ struct DeviceCheckTests {
         #expect([200, 206].contains(try await system.post(body(receipt, vendor: nil)).0))
 
         let fraudID = try #require(otherResource?["id"]?.stringValue)
-        let stored = try await system.eventually { try await system.get(fraudID).1?["validation_status"]?.stringValue == "fraud" }
+        let stored = try await eventually { try await system.get(fraudID).1?["validation_status"]?.stringValue == "fraud" }
         #expect(stored, "the mismatch is stored as fraud")
         // Only the accepted submissions reached the mock (one receipt: at most the first job's calls).
         #expect(system.mock.state.requestCount(.production) + system.mock.state.requestCount(.sandbox) - callsBefore <= 2)

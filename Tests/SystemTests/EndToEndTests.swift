@@ -112,7 +112,7 @@ struct EndToEndTests {
         #expect(pending?["validation_status"]?.stringValue == "pending")
         #expect(pending?["in_app_purchases"]?.arrayValue?.count == decoded.inApp.count)
         let id = try #require(pending?["id"]?.stringValue)
-        let validated = try await system.eventually {
+        let validated = try await eventually {
             try await system.get(id).1?["validation_status"]?.stringValue == "valid"
         }
         #expect(validated)
@@ -138,7 +138,7 @@ struct EndToEndTests {
         let id = try #require(pending?["id"]?.stringValue)
         let redis = try system.redis()
         defer { redis.close() }
-        let buried = try await system.eventually {
+        let buried = try await eventually {
             try redis.send(["ZCARD", system.configuration.keys.dead]).int == 1
         }
         #expect(buried)
@@ -181,12 +181,11 @@ struct EndToEndTests {
             payload: .receipt(ReceiptJob(receipt: receipt, submission: Submission(userIdentifier: "u"))))
         let redis = try system.redis()
         defer { redis.close() }
+        let settledBefore = system.jobsSettled
         _ = try redis.send(bytes: [Array("LPUSH".utf8), Array(system.configuration.keys.queue("validate").utf8), envelope.encoded()])
-        let drained = try await system.eventually {
-            try redis.send(["LLEN", system.configuration.keys.queue("validate")]).int == 0
-        }
-        #expect(drained)
-        try await Task.sleep(for: .milliseconds(500))
+        // Run and settled (its commit came before), and nothing left that could run it again.
+        let rerun = try await eventually { try system.jobsSettled > settledBefore && system.queuesIdle([.validate]) }
+        #expect(rerun)
         #expect(try snapshot() == before)
     }
 }

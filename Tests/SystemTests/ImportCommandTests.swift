@@ -84,12 +84,11 @@ struct ImportCommandTests {
 
         // First run: killed once a third of the file is checkpointed.
         let first = try startProcess(Self.binary, arguments, environment: environment, standardError: directory.appendingPathComponent("first.err"))
-        let deadline = ContinuousClock.now + patience
         func lastLine() -> Int {
             guard let data = try? Data(contentsOf: checkpoint), let value = try? JSONValue.parse(Array(data)) else { return 0 }
             return value["last_line"]?.intValue ?? 0
         }
-        while lastLine() < lines.count / 3, first.isRunning, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(20)) }
+        _ = try await eventually(timeout: patience, interval: .milliseconds(20)) { lastLine() >= lines.count / 3 || !first.isRunning }
         kill(first.processIdentifier, SIGKILL)
         first.waitUntilExit()
         let killedAt = lastLine()
@@ -122,7 +121,7 @@ struct ImportCommandTests {
         // at most one batch twice, and idempotency made its items duplicates.
         let pg = try system.postgres()
         defer { pg.close() }
-        let settled = try await system.eventually(timeout: patience) {
+        let settled = try await eventually(timeout: patience) {
             try await pg.query(
                 "SELECT count(*) AS n FROM receipts WHERE app_id = \(system.app.id) AND status IN ('valid', 'fraud')"
             ).rows.first?.int("n") == receipts + 1
@@ -192,7 +191,7 @@ struct ImportCommandTests {
         let sent = try await Self.receiptq(["import", csv.path] + base)
         #expect(sent.status == 0, "\(sent.output)")
         #expect(sent.output.contains("accepted: 2"))
-        let users = try await system.eventually {
+        let users = try await eventually {
             try await pg.query("SELECT count(*) AS n FROM receipts WHERE app_id = \(system.app.id) AND status = 'valid'").rows.first?.int("n") == 2
         }
         #expect(users)
@@ -250,7 +249,7 @@ struct ImportCommandTests {
         #expect(run.output.contains("invalid: 1"))
         let pg = try system.postgres()
         defer { pg.close() }
-        let validated = try await system.eventually(timeout: .seconds(30)) {
+        let validated = try await eventually(timeout: .seconds(30)) {
             try await pg.query(
                 "SELECT count(*) AS n FROM receipts WHERE app_id = \(system.app.id) AND status = 'valid' AND validated_by = 'server_api'"
             ).rows.first?.int("n") == 4

@@ -65,7 +65,7 @@ struct ImportLaneTests {
 
         let pg = try system.postgres()
         defer { pg.close() }
-        let settled = try await system.eventually(timeout: .seconds(30)) {
+        let settled = try await eventually(timeout: .seconds(30)) {
             try await pg.query(
                 "SELECT count(*) AS n FROM receipts WHERE app_id = \(system.app.id) AND status IN ('valid', 'fraud')"
             ).rows.first?.int("n") == 4
@@ -102,7 +102,7 @@ struct ImportLaneTests {
 
         let pg = try system.postgres()
         defer { pg.close() }
-        let settled = try await system.eventually(timeout: .seconds(60)) {
+        let settled = try await eventually(timeout: .seconds(60)) {
             try await pg.query("SELECT count(*) AS n FROM receipts WHERE app_id = \(system.app.id) AND status = 'valid'").rows.first?.int("n")
                 == count
         }
@@ -140,7 +140,7 @@ struct ImportLaneTests {
             #expect(status == 200 || status == 206)
             if status == 206, let id = resource?["id"]?.stringValue {
                 // Past the sync wait (a loaded machine): the latency runs until it is stored.
-                let validated = try await system.eventually(timeout: .seconds(60)) {
+                let validated = try await eventually(timeout: .seconds(60)) {
                     try await system.get(id).1?["validation_status"]?.stringValue == "valid"
                 }
                 #expect(validated, "live receipt \(id) validated")

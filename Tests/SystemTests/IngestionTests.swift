@@ -35,7 +35,7 @@ struct IngestionTests {
 
         let pg = try system.postgres()
         defer { pg.close() }
-        let stored = try await system.eventually {
+        let stored = try await eventually {
             try await pg.query("SELECT status FROM receipts WHERE id = \(UUID(uuidString: id)!)").rows.first?.string("status") == "fraud"
         }
         #expect(stored)
@@ -108,7 +108,7 @@ struct IngestionTests {
         let id = try #require(ids.first)
         let pg = try system.postgres()
         defer { pg.close() }
-        let validated = try await system.eventually { try await system.get(id).1?["validation_status"]?.stringValue == "valid" }
+        let validated = try await eventually { try await system.get(id).1?["validation_status"]?.stringValue == "valid" }
         #expect(validated)
         // Later duplicates answer 200 with the stored resource.
         let (again, resource) = try await system.post(body)
@@ -139,7 +139,7 @@ struct IngestionTests {
         let (status, answer) = try await system.post(body)
         #expect([200, 206].contains(status))
         let id = try #require(answer?["id"]?.stringValue)
-        let validated = try await system.eventually { try await system.get(id).1?["validation_status"]?.stringValue == "valid" }
+        let validated = try await eventually { try await system.get(id).1?["validation_status"]?.stringValue == "valid" }
         #expect(validated)
         let (again, repeated) = try await system.post(body)
         #expect(again == 200)

@@ -55,12 +55,15 @@ struct InputHygieneTests {
 
         // Nothing was queued: the refused receipt never cost an Apple call, and the same receipt
         // sent clean is a new receipt (no idempotency key was taken by the refused ones).
-        try await Task.sleep(for: .milliseconds(300))
         #expect(system.mock.state.requestCount(.production) + system.mock.state.requestCount(.sandbox) == 0)
         let redis = try system.redis()
         defer { redis.close() }
         #expect(try redis.send(["LLEN", system.configuration.keys.queue("validate")]).int == 0)
         #expect(try await system.post(#"{"receipt":"\#(receipt)","user_identifier":"clean"}"#).0 / 100 == 2)
+        // Queued behind anything the refused ones could have left: once it is settled and nothing
+        // is left, the workers settled one job, the clean one.
+        #expect(try await eventually { try system.jobsSettled >= 1 && system.queuesIdle([.validate]) })
+        #expect(system.jobsSettled == 1, "only the clean receipt was ever a job")
     }
 
     @Test("Each door answers in its own format: the softphone with final=1, the dashboard pages as text, the admin API as JSON")

@@ -118,9 +118,9 @@ struct LifecycleTests {
         let (jws, _) = try system.signedTransaction()
         let (transactionStatus, _) = try await system.post(#"{"signed_transaction":"\#(jws)"}"#, path: "/client/transactions")
         try check(transactionStatus == 200, "POST transaction answered \(transactionStatus)")
-        try check(try await system.eventually { receiver.accepted > 0 }, "no webhook delivery arrived")
+        try check(try await eventually { receiver.accepted > 0 }, "no webhook delivery arrived")
         try check(
-            try await system.eventually { system.mock.state.serverAPI.calls("sandbox notification_history") > 0 }, "the sweep never asked the mock")
+            try await eventually { system.mock.state.serverAPI.calls("sandbox notification_history") > 0 }, "the sweep never asked the mock")
 
         // While running, the clients hold threads and kept-alive connections: what the stop must end.
         let mockPort = system.mock.port
@@ -136,10 +136,10 @@ struct LifecycleTests {
 
         await system.stop()
         try check(
-            try await system.eventually { receiptqThreads().keys.allSatisfy { before[$0] != nil } },
+            try await eventually { receiptqThreads().keys.allSatisfy { before[$0] != nil } },
             "left running: \(receiptqThreads().filter { before[$0.key] == nil }.values.sorted())")
         try check(
-            try await system.eventually { sockets(to: [mockPort, receiverPort]) == 0 },
+            try await eventually { sockets(to: [mockPort, receiverPort]) == 0 },
             "open to the mock: \(sockets(to: [mockPort])), to the receiver: \(sockets(to: [receiverPort]))")
     }
 }

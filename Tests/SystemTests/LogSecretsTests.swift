@@ -145,7 +145,7 @@ struct LogSecretsTests {
         #expect(try await browser.logIn(password: "not-" + run.dashboardPassword).status == 401)
         #expect(try await browser.logIn(password: run.dashboardPassword).status == 303)
         #expect(try await browser.get("/admin").status == 200)
-        let buried = try await run.eventually {
+        let buried = try await eventually(timeout: .seconds(30), interval: .milliseconds(100)) {
             try await browser.get(deadPath).text.contains(#"<strong id="matching">\#(idsB.count)</strong>"#)
         }
         #expect(buried, "B's receipts reach the dead letters")
@@ -235,7 +235,7 @@ struct LogSecretsTests {
         #expect(try await run.get("/client/subscriptions?user_identifier=user-revenuecat-sandboxReceipt", token: appA.token).0 == 200)
         for (ids, token) in [(idsA, appA.token), (idsB, appB.token)] {
             for id in ids {
-                let valid = try await run.eventually {
+                let valid = try await eventually(timeout: .seconds(30), interval: .milliseconds(100)) {
                     try await run.get("/client/itunes_connect/receipts/\(id)", token: token).1?["validation_status"]?.stringValue == "valid"
                 }
                 #expect(valid, "receipt \(id) is validated")

@@ -34,7 +34,7 @@ struct MetricsTests {
         #expect(unauthorized == 401)
 
         var scrape = Scrape(text: "")
-        let settled = try await system.eventually(timeout: .seconds(30)) {
+        let settled = try await eventually(timeout: .seconds(30)) {
             scrape = try await Self.scrape(system.client, "http://127.0.0.1:\(system.apiPort)/metrics")
             return scrape.value("receiptq_jobs_processed_total", ["outcome": "validated"]) == 3
                 && scrape.value("receiptq_jobs_processed_total", ["outcome": "dead"]) == 1
@@ -108,11 +108,9 @@ struct MetricsTests {
         defer { if worker.isRunning { kill(worker.processIdentifier, SIGKILL) } }
 
         var scrape = Scrape(text: "")
-        let deadline = ContinuousClock.now + .seconds(90)
-        while ContinuousClock.now < deadline {
+        _ = try await eventually(timeout: .seconds(90), interval: .milliseconds(200)) {
             scrape = (try? await Self.scrape(client, "http://127.0.0.1:\(workPort)/metrics")) ?? scrape
-            if scrape.value("receiptq_jobs_processed_total", ["outcome": "validated"]) == Double(jobs) { break }
-            try await Task.sleep(for: .milliseconds(200))
+            return scrape.value("receiptq_jobs_processed_total", ["outcome": "validated"]) == Double(jobs)
         }
         #expect(try fixture.stored() == jobs)
         #expect(scrape.value("receiptq_jobs_processed_total", ["outcome": "validated"]) == Double(jobs), "\(scrape.text)")
@@ -145,9 +143,9 @@ struct MetricsTests {
         let scheduler = try startProcess(ReceiptqExecutable.url, ["schedule"], environment: schedulerEnvironment)
         defer { if scheduler.isRunning { kill(scheduler.processIdentifier, SIGKILL) } }
         var schedulerScrape: Scrape?
-        for _ in 0..<150 where schedulerScrape?.value("receiptq_repolls_due") == nil {
+        _ = try await eventually(timeout: .seconds(30), interval: .milliseconds(200)) {
             schedulerScrape = try? await Self.scrape(client, "http://127.0.0.1:\(schedulePort)/metrics")
-            try await Task.sleep(for: .milliseconds(200))
+            return schedulerScrape?.value("receiptq_repolls_due") != nil
         }
         let schedulerMetrics = try #require(schedulerScrape)
         #expect(schedulerMetrics.value("receiptq_repolls_enqueued_total") != nil)

@@ -7,6 +7,7 @@ import ReceiptQueueApp
 import ReceiptTesting
 import RedisJobQueue
 import ServerTesting
+import SystemTesting
 import Testing
 
 /// Ten thousand notifications, a fifth of them Apple's repeats, in shuffled order, queued as the
@@ -101,12 +102,15 @@ extension CrashRecoveryTests {
                     return [Array("LPUSH".utf8), Array(system.configuration.keys.queue("notification").utf8), envelope.encoded()]
                 })
         }
-        let stored = try await system.eventually(timeout: .seconds(180)) {
+        let stored = try await eventually(timeout: .seconds(180)) {
             try await connection.query("SELECT count(*) AS n FROM notifications WHERE app_id = \(system.app.id)").rows.first?.int("n")
                 == Self.burstSubscriptions * Self.burstSteps
         }
         #expect(stored, "every notification stored")
-        try await Task.sleep(for: .milliseconds(500))
+        // Every copy settled, the duplicates too: nothing left that could store another row.
+        #expect(
+            try await eventually(timeout: .seconds(60)) { try system.queuesIdle([.notification]) },
+            "\((try? system.heldJobs([.notification])).map { "\($0)" } ?? "?")")
         #expect(
             try await connection.query("SELECT count(*) AS n FROM notifications WHERE app_id = \(system.app.id)").rows.first?.int("n")
                 == Self.burstSubscriptions * Self.burstSteps, "and each once")

@@ -7,6 +7,7 @@ import ReceiptCore
 import ReceiptQueueApp
 import ReceiptTesting
 import RedisJobQueue
+import SystemTesting
 import Testing
 
 #if canImport(Glibc)
@@ -67,12 +68,14 @@ extension CrashRecoveryTests {
         let second = try fixture.startWorker()
         let maintenance = RedisMaintenance(
             connection: try RedisConnection(configuration: try AppConfiguration(environment: fixture.environment).redis), keys: fixture.keys)
-        let deadline = ContinuousClock.now + .seconds(120)
-        while try stored() < jobs, ContinuousClock.now < deadline {
+        // Until every job is stored and none is left anywhere (queued, held, retrying): only then can
+        // no duplicate still come.
+        let settled = try await eventually(timeout: .seconds(120), interval: .milliseconds(200)) {
             _ = try maintenance.requeueOrphans()
-            try await Task.sleep(for: .milliseconds(200))
+            return try stored() >= jobs && fixture.redis.send(["LLEN", fixture.keys.queue("notification")]).int == 0
+                && fixture.inProcessing() == 0 && fixture.redis.send(["ZCARD", fixture.keys.retry]).int == 0
         }
-        try await Task.sleep(for: .milliseconds(500))
+        #expect(settled, "\((try? stored()) ?? -1) of \(jobs) stored; \((try? fixture.whereabouts()) ?? "?")")
         #expect(try stored() == jobs, "each notification stored once")
         let ledger = try #require(
             try await fixture.pg.query(

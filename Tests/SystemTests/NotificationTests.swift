@@ -71,12 +71,13 @@ struct NotificationTests {
         try system.mock.state.notifications.event(
             type: "REFUND", transactionID: id, environment: .sandbox, delivery: .init(copies: 3))
         #expect(
-            try await system.eventually {
+            try await eventually {
                 try await entitlements(system, user: "refund-user")?["purchases"]?.arrayValue?.isEmpty == true
             })
         // Every copy answered 200 (Apple stops retrying), and still one row, applied once.
-        #expect(try await system.eventually { system.mock.state.notifications.posts == 3 })
-        try await Task.sleep(for: .milliseconds(500))
+        #expect(try await eventually { system.mock.state.notifications.posts == 3 })
+        // Every copy's job settled: nothing left that could store a second row.
+        #expect(try await eventually { try system.queuesIdle([.notification]) })
         let rows = try auditRows(system)
         #expect(rows.count == 1)
         #expect(rows.first?.string("notification_type") == "REFUND")
@@ -123,7 +124,7 @@ struct NotificationTests {
             try await entitlements(system, user: "life-user")?["subscriptions"]?.arrayValue?.first
         }
         func expectState(_ status: String, notifications count: Int) async throws {
-            let reached = try await system.eventually {
+            let reached = try await eventually {
                 try await subscription()?["status"]?.stringValue == status && auditRows(system).count == count
             }
             let seen = try await subscription()?["status"]?.stringValue ?? "none"
@@ -168,13 +169,16 @@ struct NotificationTests {
         let original = try await purchase(system, user: "order-user", product: "com.example.monthly", days: 30)
         let center = system.mock.state.notifications
         try center.event(type: "DID_RENEW", transactionID: original, environment: .sandbox, delivery: .init(hold: true))
-        try await Task.sleep(for: .milliseconds(20))
+        // The newer one must be signed in a later millisecond: the mock signs with the clock, in
+        // rounded milliseconds, so two past the one this call ended in.
+        let heldSignedBy = Int64(Date().timeIntervalSince1970 * 1000) + 1
+        #expect(try await eventually(interval: .milliseconds(1)) { Int64(Date().timeIntervalSince1970 * 1000) > heldSignedBy })
         // The newer one arrives and is stored first; only then the older one. (Released together,
         // two committers may still apply them in signed order, each then rightly `applied`.)
         try center.event(type: "EXPIRED", subtype: "VOLUNTARY", transactionID: original, environment: .sandbox)
-        #expect(try await system.eventually { try auditRows(system).count == 1 })
+        #expect(try await eventually { try auditRows(system).count == 1 })
         #expect(center.release(order: "held") == 1)
-        #expect(try await system.eventually { try auditRows(system).count == 2 })
+        #expect(try await eventually { try auditRows(system).count == 2 })
         let outcomes = Dictionary(
             uniqueKeysWithValues: try auditRows(system).map { ($0.string("notification_type") ?? "", $0.string("outcome") ?? "") })
         #expect(outcomes == ["EXPIRED": "applied", "DID_RENEW": "stale"])
@@ -238,7 +242,7 @@ struct NotificationTests {
         ])
         #expect(try await post(v1).0 == 401)
         _ = id
-        #expect(try await system.eventually { try auditRows(system).count == 1 })
+        #expect(try await eventually { try auditRows(system).count == 1 })
         #expect(try auditRows(system).first?.string("outcome") == "recorded")
     }
 
@@ -249,8 +253,9 @@ struct NotificationTests {
         _ = try subscribe(system, version: "v1")
         let original = try await purchase(system, user: "v1-user", product: "com.example.monthly", days: 30)
         try system.mock.state.notifications.event(type: "DID_RENEW", transactionID: original, environment: .sandbox, delivery: .init(copies: 2))
-        #expect(try await system.eventually { try auditRows(system).count == 1 })
-        try await Task.sleep(for: .milliseconds(300))
+        #expect(try await eventually { try auditRows(system).count == 1 })
+        // Both copies answered and every job settled: nothing left that could store a second row.
+        #expect(try await eventually { try system.mock.state.notifications.posts == 2 && system.queuesIdle([.notification]) })
         let rows = try auditRows(system)
         #expect(rows.count == 1)
         #expect(rows.first?.string("notification_type") == "DID_RENEW")
@@ -281,7 +286,7 @@ struct NotificationTests {
         try center.event(type: "EXPIRED", subtype: "BILLING_RETRY", transactionID: subscription, environment: .sandbox)
         try center.event(type: "REFUND", transactionID: lifetime, environment: .sandbox)
         try center.notify(type: "TEST", transaction: nil, bundleID: system.app.bundleID, environment: .sandbox)
-        #expect(try await system.eventually { center.sent.allSatisfy { !$0.attempts.isEmpty } })
+        #expect(try await eventually { center.sent.allSatisfy { !$0.attempts.isEmpty } })
         #expect(center.sent.allSatisfy { !$0.delivered })
         #expect(try auditRows(system).isEmpty)
 
@@ -301,7 +306,7 @@ struct NotificationTests {
         let report = await history.sweep.sweep()
         #expect(report.accepted == 5)
         #expect(report.interrupted == 0)
-        #expect(try await system.eventually { try auditRows(system).count == 5 })
+        #expect(try await eventually { try auditRows(system).count == 5 })
         let types = Set(try auditRows(system).map { $0.string("notification_type") ?? "" })
         #expect(types == ["DID_RENEW", "DID_FAIL_TO_RENEW", "EXPIRED", "REFUND", "TEST"])
         let entitlements = try await entitlements(system, user: "history-user")
@@ -320,7 +325,8 @@ struct NotificationTests {
         // Again (the windows overlap): every notification is known, nothing new is stored.
         let again = await history.sweep.sweep()
         #expect(again.accepted == 5)
-        try await Task.sleep(for: .milliseconds(500))
+        // What the second sweep queued is settled: nothing left that could store another row.
+        #expect(try await eventually { try system.queuesIdle([.notification]) })
         #expect(try auditRows(system).count == 5)
     }
 
@@ -339,7 +345,7 @@ struct NotificationTests {
             bundleID: system.app.bundleID)
         try system.mock.state.notifications.event(type: "REFUND", transactionID: id, environment: .sandbox)
         // Apple is told 503 while Redis is down: every attempt so far failed, none was a 4xx.
-        #expect(try await system.eventually { (system.mock.state.notifications.sent.first?.attempts.count ?? 0) >= 2 })
+        #expect(try await eventually { (system.mock.state.notifications.sent.first?.attempts.count ?? 0) >= 2 })
         let failed = system.mock.state.notifications.sent.first?.attempts ?? []
         #expect(failed.allSatisfy { $0.result == "UNSUCCESSFUL_HTTP_RESPONSE_CODE" })
         #expect(try auditRows(system).isEmpty)
@@ -356,8 +362,8 @@ struct NotificationTests {
         #expect(direct.status == 503)
         #expect(direct.header("Retry-After") != nil)
         try redis.start()
-        #expect(try await system.eventually(timeout: .seconds(30)) { system.mock.state.notifications.sent.first?.delivered == true })
-        #expect(try await system.eventually { try auditRows(system).count == 1 })
+        #expect(try await eventually(timeout: .seconds(30)) { system.mock.state.notifications.sent.first?.delivered == true })
+        #expect(try await eventually { try auditRows(system).count == 1 })
         #expect(try await entitlements(system, user: "outage-user")?["purchases"]?.arrayValue?.isEmpty == true)
     }
 }

@@ -88,7 +88,7 @@ struct OpenAPIContractTests {
         #expect(status == 200 || status == 206, "the seeded receipt is taken")
         if status == 206, let id = resource?["id"]?.stringValue {
             // Past the sync wait on a loaded machine (CI ran 500 tests beside this one): wait for it.
-            let validated = try await system.eventually(timeout: .seconds(60)) {
+            let validated = try await eventually(timeout: .seconds(60)) {
                 try await system.get(id).1?["validation_status"]?.stringValue == "valid"
             }
             #expect(validated, "the seeded receipt validates")
@@ -101,6 +101,6 @@ struct OpenAPIContractTests {
         #expect(secondStatus / 100 == 2)
         let redis = try system.redis()
         defer { redis.close() }
-        #expect(try await system.eventually { try redis.send(["ZCARD", system.configuration.keys.dead]).int == 1 })
+        #expect(try await eventually { try redis.send(["ZCARD", system.configuration.keys.dead]).int == 1 })
     }
 }

@@ -51,7 +51,7 @@ struct OperatorTests {
             ids.append(try #require(try await system.post(String(decoding: body, as: UTF8.self)).1?["id"]?.stringValue).lowercased())
         }
         let redis = try RedisConnection(configuration: system.configuration.redis)
-        #expect(try await system.eventually { try redis.send(["ZCARD", system.configuration.keys.dead]).int == 2 })
+        #expect(try await eventually { try redis.send(["ZCARD", system.configuration.keys.dead]).int == 2 })
         return ids
     }
 

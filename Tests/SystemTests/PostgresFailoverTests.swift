@@ -66,7 +66,7 @@ struct PostgresFailoverTests {
             ).rows
             return Dictionary(uniqueKeysWithValues: rows.compactMap { row in row.int("n").map { ($0, row.int("copies") ?? 0) } })
         }
-        let complete = try await system.eventually(timeout: .seconds(90)) { try await stored().count == acknowledged.count }
+        let complete = try await eventually(timeout: .seconds(90)) { try await stored().count == acknowledged.count }
         let final = try await stored()
         #expect(complete, "\(acknowledged.count - final.count) acknowledged receipts not validated on the promoted standby")
         #expect(final.values.allSatisfy { $0 == 1 }, "each stored once")

@@ -46,7 +46,7 @@ struct PrometheusScrapeTests {
         let api = PrometheusAPI(client: system.client, base: "http://127.0.0.1:\(port)")
 
         // A first scrape before any job, so that the run shows as an increase (a rate) in Prometheus.
-        let up = try await system.eventually(timeout: .seconds(60)) { (try? await api.scalar("up{job=\"receiptq\"}")) == 1 }
+        let up = try await eventually(timeout: .seconds(60)) { (try? await api.scalar("up{job=\"receiptq\"}")) == 1 }
         try #require(up, "Prometheus did not scrape /metrics")
         for _ in 0..<5 {
             let (receipt, _) = try system.forgeReceipt()
@@ -54,7 +54,7 @@ struct PrometheusScrapeTests {
             #expect(status == 200)
         }
         // Prometheus has scraped the settled jobs, and holds enough samples for a rate.
-        let scraped = try await system.eventually(timeout: .seconds(60)) {
+        let scraped = try await eventually(timeout: .seconds(60)) {
             let value = try? await api.scalar("sum(receiptq_jobs_processed_total{outcome=\"validated\"})")
             return value == 5
         }
@@ -64,7 +64,7 @@ struct PrometheusScrapeTests {
         // times out is no sample, and a rate needs two): a fixed pause was too short under the full run.
         let successful = "sum_over_time(up{job=\"receiptq\"}[5m])"
         let before = try await api.scalar(successful) ?? 0
-        _ = try await system.eventually(timeout: .seconds(30)) { (try? await api.scalar(successful)).map { $0 >= before + 3 } ?? false }
+        _ = try await eventually(timeout: .seconds(30)) { (try? await api.scalar(successful)).map { $0 >= before + 3 } ?? false }
 
         let targets = try await api.get("/api/v1/targets")
         let active = (targets["data"] as? [String: Any])?["activeTargets"] as? [[String: Any]] ?? []
@@ -107,7 +107,7 @@ struct PrometheusScrapeTests {
         var withData = 0
         var empty: [String] = []
         for _ in 0..<3 {
-            _ = try await system.eventually(timeout: .seconds(30)) { (try? await api.scalar("up{job=\"receiptq\"}")) == 1 }
+            _ = try await eventually(timeout: .seconds(30)) { (try? await api.scalar("up{job=\"receiptq\"}")) == 1 }
             withData = 0
             empty = []
             for query in queries {
@@ -116,13 +116,15 @@ struct PrometheusScrapeTests {
                 if !answer.result.isEmpty { withData += 1 } else { empty.append(query) }
             }
             if withData >= queries.count - 4 { break }
-            try await Task.sleep(for: .seconds(3))
+            // The next pass after another successful scrape (not after a pause that may hold none).
+            let scrapes = try await api.scalar(successful) ?? 0
+            _ = try await eventually(timeout: .seconds(30)) { (try? await api.scalar(successful)).map { $0 >= scrapes + 1 } ?? false }
         }
         // Only the re-poll rate, the Apple error ratio and the like may be empty on a short happy run.
         #expect(withData >= queries.count - 4, "\(withData) of \(queries.count) dashboard queries returned data; empty: \(empty)")
         // Instant queries of gauges, so again after a successful scrape (see above).
-        #expect(try await system.eventually(timeout: .seconds(30)) { (try? await api.scalar("max(receiptq_live_workers)")) == 1 })
-        #expect(try await system.eventually(timeout: .seconds(30)) { (try? await api.scalar("max(receiptq_circuit_state)")) == 0 })
+        #expect(try await eventually(timeout: .seconds(30)) { (try? await api.scalar("max(receiptq_live_workers)")) == 1 })
+        #expect(try await eventually(timeout: .seconds(30)) { (try? await api.scalar("max(receiptq_circuit_state)")) == 0 })
         let p95 = try await api.scalar(
             "histogram_quantile(0.95, sum by (le) (rate(receiptq_job_latency_seconds_bucket{kind=\"validate\"}[1m])))")
         #expect(p95.map { $0 > 0 && $0 < 10 } == true, "p95 enqueue → done: \(String(describing: p95))")

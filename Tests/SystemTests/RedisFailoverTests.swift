@@ -237,7 +237,7 @@ struct RedisFailoverTests {
             ])
         let newPort = try #require(promoted.withLock { $0 })
         // The sentinels turn the old primary into a replica of the new one.
-        let rejoined = try await system.eventually(timeout: .seconds(30)) {
+        let rejoined = try await eventually(timeout: .seconds(30)) {
             let info = (try? set.replicationInfo(old.port)) ?? ""
             return info.contains("role:slave") && info.contains("master_port:\(newPort)")
         }

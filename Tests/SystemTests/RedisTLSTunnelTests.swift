@@ -24,7 +24,25 @@ struct RedisTLSTunnelTests {
         private let pid: pid_t
         private let log: URL
 
-        init(to redisTLSPort: Int, trusting ca: String, directory: URL) throws {
+        /// Starts stunnel and waits until it listens.
+        static func start(to redisTLSPort: Int, trusting ca: String, directory: URL) async throws -> Tunnel {
+            let tunnel = try Tunnel(to: redisTLSPort, trusting: ca, directory: directory)
+            // Listening once a plain TCP connect gets through.
+            let listening = try await eventually(timeout: .seconds(10)) {
+                guard
+                    let connection = try? RedisConnection(
+                        configuration: RedisConfiguration(host: "127.0.0.1", port: tunnel.port, connectTimeout: .milliseconds(200)),
+                        label: "it-tunnel-probe")
+                else { return false }
+                connection.close()
+                return true
+            }
+            if listening { return tunnel }
+            tunnel.stop()
+            throw RestartTestError("stunnel did not listen: \(tail(tunnel.log))")
+        }
+
+        private init(to redisTLSPort: Int, trusting ca: String, directory: URL) throws {
             port = try freeLoopbackPort()
             log = directory.appendingPathComponent("stunnel-\(port).log")
             let configuration = directory.appendingPathComponent("stunnel-\(port).conf")
@@ -43,19 +61,6 @@ struct RedisTLSTunnelTests {
             sslVersionMin = TLSv1.2
             """.write(to: configuration, atomically: true, encoding: .utf8)
             pid = try spawn(["stunnel4", configuration.path], log: directory.appendingPathComponent("stunnel-\(port).out").path)
-            // Listening once a plain TCP connect gets through.
-            let deadline = Date().addingTimeInterval(10)
-            while Date() < deadline {
-                if let connection = try? RedisConnection(
-                    configuration: RedisConfiguration(host: "127.0.0.1", port: port, connectTimeout: .milliseconds(200)), label: "it-tunnel-probe")
-                {
-                    connection.close()
-                    return
-                }
-                usleep(50_000)
-            }
-            stop()
-            throw RestartTestError("stunnel did not listen: \(tail(log))")
         }
 
         /// What stunnel logged.
@@ -85,7 +90,7 @@ struct RedisTLSTunnelTests {
         ])
         defer { redis.destroy() }
 
-        let tunnel = try Tunnel(to: tlsPort, trusting: certificates.ca, directory: directory)
+        let tunnel = try await Tunnel.start(to: tlsPort, trusting: certificates.ca, directory: directory)
         defer { tunnel.stop() }
         let system = try await TestSystem.start(environment: ["REDIS_PORT": String(tunnel.port)])
         defer { Task { await system.stop() } }
@@ -100,7 +105,7 @@ struct RedisTLSTunnelTests {
         #expect((try direct.send(["KEYS", "\(prefix):idem:*"]).array ?? []).count == 1)
 
         // A tunnel trusting another CA refuses the server: receiptq gets no Redis, and says 503.
-        let distrusting = try Tunnel(to: tlsPort, trusting: stranger.ca, directory: directory)
+        let distrusting = try await Tunnel.start(to: tlsPort, trusting: stranger.ca, directory: directory)
         defer { distrusting.stop() }
         let refused = try await TestSystem.start(environment: ["REDIS_PORT": String(distrusting.port), "REDIS_CONNECT_TIMEOUT_MS": "500"])
         defer { Task { await refused.stop() } }

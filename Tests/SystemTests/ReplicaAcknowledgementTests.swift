@@ -71,7 +71,7 @@ struct ReplicaAcknowledgementTests {
         #expect(retried == 200 || retried == 206, "\(String(describing: again))")
         let pg = try system.postgres()
         defer { pg.close() }
-        let stored = try await system.eventually {
+        let stored = try await eventually {
             try await pg.query("SELECT count(*) AS n FROM receipts WHERE app_id = \(system.app.id) AND status = 'valid'").rows.first?.int("n") == 2
         }
         #expect(stored)

@@ -83,9 +83,12 @@ struct RestartTests {
         try await system.waitUntilStored(atLeast: Self.jobs / 6, timeout: .seconds(90))
         let storedAtRestart = try system.validIDs().count
         #expect(storedAtRestart < Self.jobs, "Redis went down mid-run")
+        let fetchErrors = system.log.count("Worker fetch error")
         if crash { try await offload { try server.kill() } } else { try await offload { try server.shutdown() } }
         system.unpace()
-        try await Task.sleep(for: .seconds(1))
+        // Down until the workers met it: their fetcher failed to reach Redis.
+        let met = try await eventually(timeout: .seconds(60), interval: .milliseconds(50)) { system.log.count("Worker fetch error") > fetchErrors }
+        #expect(met, "the workers met the Redis outage")
         try await offload { try server.start() }
 
         // What Redis still holds once it is back: with SHUTDOWN, everything; after SIGKILL, see below.
@@ -165,13 +168,16 @@ struct RestartTests {
         try await system.waitUntilStored(atLeast: Self.jobs / 6, timeout: .seconds(90))
         let storedAtRestart = try system.validIDs().count
         #expect(storedAtRestart < Self.jobs, "Postgres went down mid-run")
+        let storeErrors = system.log.count("Worker store error")
         try await offload { try server.stop(mode: mode) }
         // Fast again, so that the lanes meet the outage (each answer's store fails) and the run's
         // tail is the outage, not the pace.
         system.unpace()
         // While Postgres is down the lanes keep taking jobs: each fails to store and goes to the
-        // retry set as store_unavailable, to come back through the scheduler's promotion.
-        try await Task.sleep(for: .seconds(1))
+        // retry set as store_unavailable, to come back through the scheduler's promotion. Down
+        // until a commit failed so.
+        let met = try await eventually(timeout: .seconds(60), interval: .milliseconds(50)) { system.log.count("Worker store error") > storeErrors }
+        #expect(met, "the workers met the Postgres outage")
         try await offload { try server.start() }
 
         try await system.waitUntilDrained(expected: Self.jobs, timeout: .seconds(150))
@@ -212,6 +218,8 @@ final class RestartSystem: Sendable {
     let app: AppRecord
     /// Production receipts (one Apple call each), base64; the jobs take them in turn.
     let receipts: [String]
+    /// The warnings of the workers and the scheduler, counted: how a scenario knows they met its outage.
+    let log: LogRecorder
     private let group: ServiceGroup
     private let task = Mutex<Task<Void, any Error>?>(nil)
 
@@ -248,23 +256,27 @@ final class RestartSystem: Sendable {
                 return Data(try ReceiptForger.unified(receipt, authority: try TestSystem.sharedAuthority.get())).base64EncodedString()
             }
 
-            var logger = Logger(label: "it.restart")
-            // The lanes warn on every failed call while a server is down; errors are what matters.
-            logger.logLevel = ProcessInfo.processInfo.environment["RESTART_TESTS_LOG"] == "1" ? .info : .error
+            let log = LogRecorder()
+            // The lanes warn on every failed call while a server is down; errors are what is shown.
+            let logger = log.logger(
+                label: "it.restart", printing: ProcessInfo.processInfo.environment["RESTART_TESTS_LOG"] == "1" ? .info : .error)
             let services: [any Service] = [
                 try ReceiptQueueApp.makeWorker(configuration, logger: logger),
                 ReceiptQueueApp.makeScheduler(configuration, onlyApps: [app.id], logger: logger),
             ]
             let group = ServiceGroup(services: services, gracefulShutdownSignals: [], logger: logger)
-            return RestartSystem(configuration: configuration, mock: mock, app: app, receipts: receipts, group: group)
+            return RestartSystem(configuration: configuration, mock: mock, app: app, receipts: receipts, log: log, group: group)
         } catch {
             await mock.stop()
             throw error
         }
     }
 
-    private init(configuration: AppConfiguration, mock: RunningMockAppStore, app: AppRecord, receipts: [String], group: ServiceGroup) {
+    private init(
+        configuration: AppConfiguration, mock: RunningMockAppStore, app: AppRecord, receipts: [String], log: LogRecorder, group: ServiceGroup
+    ) {
         self.configuration = configuration
+        self.log = log
         self.mock = mock
         self.app = app
         self.receipts = receipts
@@ -374,13 +386,12 @@ final class RestartSystem: Sendable {
 
     /// Waits until at least `count` receipts are stored; a server being down only delays it.
     func waitUntilStored(atLeast count: Int, timeout: Duration) async throws {
-        let deadline = ContinuousClock.now + timeout
         var stored = 0
-        while ContinuousClock.now < deadline {
+        let reached = try await eventually(timeout: timeout, interval: .milliseconds(50)) {
             stored = (try? validIDs().count) ?? stored
-            if stored >= count { return }
-            try await Task.sleep(for: .milliseconds(50))
+            return stored >= count
         }
+        if reached { return }
         Issue.record("only \(stored) of \(count) receipts stored after \(timeout)")
         throw RestartTestError("timed out waiting for receipts")
     }
@@ -388,15 +399,14 @@ final class RestartSystem: Sendable {
     /// Waits until `expected` receipts are stored and Redis holds none of the jobs any more (the
     /// acknowledgement follows the commit, so the two are awaited together).
     func waitUntilDrained(expected: Int, timeout: Duration) async throws {
-        let deadline = ContinuousClock.now + timeout
         var stored = -1
         var counts: RedisCounts?
-        while ContinuousClock.now < deadline {
+        let drained = try await eventually(timeout: timeout, interval: .milliseconds(100)) {
             stored = (try? validIDs().count) ?? stored
             counts = (try? self.counts()) ?? counts
-            if stored == expected, counts == RedisCounts(queue: 0, processing: 0, retry: 0, dead: 0) { return }
-            try await Task.sleep(for: .milliseconds(100))
+            return stored == expected && counts == RedisCounts(queue: 0, processing: 0, retry: 0, dead: 0)
         }
+        if drained { return }
         Issue.record("after \(timeout): \(stored) of \(expected) stored; Redis: \(counts.map { "\($0)" } ?? "unreachable")")
     }
 

@@ -35,7 +35,7 @@ struct SandboxPolicyTests {
         #expect([200, 206].contains(status))
         let id = try #require(accepted?["id"]?.stringValue)
         var settled: JSONValue?
-        _ = try await system.eventually {
+        _ = try await eventually {
             settled = try await system.get(id, token: token).1
             return settled?["validation_status"]?.stringValue != "pending"
         }

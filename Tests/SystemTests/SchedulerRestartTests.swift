@@ -39,8 +39,9 @@ struct SchedulerRestartTests {
             return try AppAdmin(connection: connection).addApp(name: "sched", bundleID: "com.example.sched", sharedSecret: "s").0
         }()
 
-        var logger = Logger(label: "it.scheduler-restart")
-        logger.logLevel = .critical
+        // Its warnings are counted: they are how the test knows the scheduler met each outage.
+        let log = LogRecorder()
+        let logger = log.logger(label: "it.scheduler-restart")
         let group = ServiceGroup(
             services: [ReceiptQueueApp.makeScheduler(configuration, logger: logger)], gracefulShutdownSignals: [], logger: logger)
         let task = Task(executorPreference: ServerThreads.shared) { try await group.run() }
@@ -73,40 +74,45 @@ struct SchedulerRestartTests {
             guard case .array(let items) = try redis.send(["LRANGE", configuration.keys.queue("repoll"), "0", "-1"]) else { return [] }
             return items.compactMap { $0.bytes.flatMap { try? JobEnvelope.decode($0) } }
         }
-        func waitForQueue(_ count: Int) async throws {
-            for _ in 0..<600 {
-                if (try? queued().count) ?? 0 >= count { return }
-                try await Task.sleep(for: .milliseconds(100))
-            }
-            Issue.record("the repoll queue never held \(count) jobs (it holds \((try? queued().count) ?? -1))")
+        func queueHolds(_ count: Int) async throws -> Bool {
+            try await eventually(timeout: .seconds(60), interval: .milliseconds(100)) { (try? queued().count) ?? 0 >= count }
+        }
+        /// Waits until the scheduler's re-poll step has failed twice more (one whole step, at least,
+        /// began after the call): it met the outage.
+        func metOutage() async throws -> Bool {
+            let before = log.count("Re-poll step failed")
+            return try await eventually(timeout: .seconds(60), interval: .milliseconds(100)) { log.count("Re-poll step failed") >= before + 2 }
         }
 
         try seed(50)
-        try await waitForQueue(50)
+        #expect(try await queueHolds(50), "\((try? queued().count) ?? -1) queued")
 
         // Postgres goes away and comes back; subscriptions fall due after.
         try await offload { try postgres.stop(mode: "fast") }
-        try await Task.sleep(for: .seconds(2))
+        #expect(try await metOutage(), "the scheduler met the Postgres outage")
         try await offload { try postgres.start() }
         try seed(30)
-        try await waitForQueue(80)
+        #expect(try await queueHolds(80), "\((try? queued().count) ?? -1) queued")
 
         // Redis goes away (its AOF keeps the queue) and comes back: the budget and enqueue scripts
         // are loaded again, and what fell due meanwhile is queued.
         try await offload { try redisServer.shutdown() }
         try seed(20)
-        try await Task.sleep(for: .seconds(2))
+        #expect(try await metOutage(), "the scheduler met the Redis outage with 20 due")
         try await offload { try redisServer.start() }
-        try await waitForQueue(100)
-        try await Task.sleep(for: .seconds(2))
+        #expect(try await queueHolds(100), "\((try? queued().count) ?? -1) queued")
+        // One more falls due and is queued: the scheduler has been round again since the 100th,
+        // and had any of them been due a second time, it would be queued by now too.
+        try seed(1)
+        #expect(try await queueHolds(101), "\((try? queued().count) ?? -1) queued")
 
         let jobs = try queued()
-        #expect(jobs.count == 100)
-        #expect(Set(jobs.compactMap { $0.payload.repollJob?.target.originalTransactionID }).count == 100)
+        #expect(jobs.count == 101)
+        #expect(Set(jobs.compactMap { $0.payload.repollJob?.target.originalTransactionID }).count == 101)
         let connection = try PostgresConnection(configuration: configuration.postgres)
         defer { connection.close() }
         let rows = try await connection.query("SELECT poll_seq FROM subscriptions WHERE app_id = \(app.id)").rows
-        #expect(rows.count == 100)
+        #expect(rows.count == 101)
         #expect(rows.allSatisfy { $0.int("poll_seq") == 1 })
         await group.triggerGracefulShutdown()
         _ = try? await task.value

@@ -33,7 +33,10 @@ struct ServerThreadsTests {
         }
         let probe = Task(executorPreference: ServerThreads.shared) {
             defer { for _ in 0..<width { release.signal() } }
-            while started.count.load(ordering: .sequentiallyConsistent) < width { try await Task.sleep(for: .milliseconds(5)) }
+            let blocked = try await eventually(timeout: .seconds(20), interval: .milliseconds(5)) {
+                started.count.load(ordering: .sequentiallyConsistent) >= width
+            }
+            #expect(blocked, "every cooperative thread is held by a blocker")
             let (live, _) = try await system.get(path: "/health/live")
             let apple = try await system.client.sendNamingFailure(
                 Curl.HTTPRequest(

@@ -63,10 +63,9 @@ struct SoftphoneTests {
         /// as on a loaded machine), the way Cloud Softphone retries, until it is final or 60 s passed.
         func sendUntilFinal(query: String, headers: [(name: String, value: String)]) async throws -> Answer {
             var answer = try await send(query: query, headers: headers)
-            let deadline = ContinuousClock.now + .seconds(60)
-            while answer.status == 202, ContinuousClock.now < deadline {
-                try await Task.sleep(for: .milliseconds(500))
-                answer = try await send(query: query, headers: headers)
+            _ = try await eventually(timeout: .seconds(60), interval: .milliseconds(500)) {
+                if answer.status == 202 { answer = try await send(query: query, headers: headers) }
+                return answer.status != 202
             }
             return answer
         }
@@ -315,7 +314,7 @@ struct SoftphoneTests {
         #expect(queued.fields["validation_status"] == "pending")
         #expect(queued.fields["message"]?.contains("once the App Store confirms") == true)
         let id = try #require(queued.fields["receipt_id"])
-        #expect(try await system.eventually { try await system.get(id).1?["validation_status"]?.stringValue == "valid" })
+        #expect(try await eventually { try await system.get(id).1?["validation_status"]?.stringValue == "valid" })
     }
 
     @Test("413, 415 and 422 with a readable message and final=1, never a 5xx")

@@ -85,7 +85,7 @@ struct StoreKit2Tests {
         let (status3, resource3) = try await system.post(body(["signed_transaction": .string(other)]), path: "/client/transactions")
         #expect(status3 == 402)
         #expect(resource3?["fraud_reason"]?.stringValue == "bundle_id_mismatch")
-        let stored = try await system.eventually {
+        let stored = try await eventually {
             try await system.get(resource?["id"]?.stringValue ?? "").1?["validation_status"]?.stringValue == "fraud"
         }
         #expect(stored)
@@ -158,7 +158,7 @@ struct StoreKit2Tests {
             ids.append(try #require(resource?["id"]?.stringValue))
         }
         for id in ids {
-            let validated = try await system.eventually(timeout: .seconds(30)) {
+            let validated = try await eventually(timeout: .seconds(30)) {
                 try await system.get(id).1?["validated_by"]?.stringValue == "server_api"
             }
             #expect(validated, "\(id)")
@@ -189,7 +189,7 @@ struct StoreKit2Tests {
         let (receipt, _) = try system.forgeReceipt()
         let (status, _) = try await system.post(#"{"receipt":"\#(receipt)"}"#)
         #expect(status == 200)
-        let exported = try await system.eventually {
+        let exported = try await eventually {
             let text = String(decoding: system.metrics.exposition(), as: UTF8.self)
             return text.contains("receiptq_verify_receipt_sunset_timestamp_seconds 4102444799")
                 && text.contains("receiptq_verify_receipt_deprecation_timestamp_seconds 1767225600")

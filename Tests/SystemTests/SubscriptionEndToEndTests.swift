@@ -29,7 +29,8 @@ struct SubscriptionEndToEndTests {
     @Test("A re-poll before expiry finds the renewal the mock App Store charged, and the entitlement API shows the new expiry")
     func renewal() async throws {
         let clock = MockClock(start: Date())
-        let system = try await TestSystem.start(schedulerClock: clock.closure)
+        let schedulerClock = CountingClock(clock)
+        let system = try await TestSystem.start(schedulerClock: schedulerClock.closure)
         defer { Task { await system.stop() } }
         let (receipt, decoded) = try Self.shortSubscription(system, now: Date())
         let subscription = decoded.inApp[1]
@@ -62,12 +63,15 @@ struct SubscriptionEndToEndTests {
                 expiresDate: renewedUntil))
         let sandboxCalls = system.mock.state.requestCount(.sandbox)
 
-        // Nothing is due yet; then the scheduler's clock reaches the planned poll.
-        try await Task.sleep(for: .milliseconds(1500))
+        // Nothing is due yet: the scheduler goes round (a whole tick) and queues nothing; then its
+        // clock reaches the planned poll.
+        let reads = schedulerClock.reads
+        #expect(try await eventually { schedulerClock.reads >= reads + CountingClock.readsPerTick })
+        #expect((system.metric("receiptq_repolls_enqueued_total") ?? 0) == 0, "nothing queued before it is due")
         #expect(system.mock.state.requestCount(.sandbox) == sandboxCalls)
         clock.advance(to: Date(timeIntervalSince1970: Double(planned) / 1000 + 1))
 
-        let renewed = try await system.eventually(timeout: .seconds(60)) {
+        let renewed = try await eventually(timeout: .seconds(60)) {
             let (_, current) = try await system.get(path: "/client/subscriptions/\(original)")
             return current?["expires_date"]?["ms"]?.intValue == Int(renewedUntil.timeIntervalSince1970 * 1000)
         }

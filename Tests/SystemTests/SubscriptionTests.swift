@@ -10,6 +10,7 @@ import ReceiptScheduler
 import ReceiptTesting
 import RedisJobQueue
 import ServerTesting
+import Synchronization
 import SystemTesting
 import Testing
 
@@ -168,7 +169,8 @@ struct SubscriptionTests {
         let clock = MockClock(start: Self.base)
         var logger = Logger(label: "scheduler-test")
         logger.logLevel = .warning
-        let schedulers = (0..<2).map { _ in
+        let clocks = (0..<2).map { _ in CountingClock(clock) }
+        let schedulers = clocks.map { clock in
             Scheduler(
                 configuration: .init(tickInterval: .milliseconds(20), repollBatch: 25, repollLease: .seconds(3600)),
                 makeMaintenance: { RedisMaintenance(connection: try self.redis(), keys: keys) },
@@ -187,12 +189,12 @@ struct SubscriptionTests {
             guard case .array(let items) = try redis.send(["LRANGE", keys.queue("repoll"), "0", "-1"]) else { return [] }
             return items.compactMap { item in item.bytes.flatMap { try? JobEnvelope.decode($0) } }
         }
-        for _ in 0..<400 {
-            if try redis.send(["LLEN", keys.queue("repoll")]).int ?? 0 >= count { break }
-            try await Task.sleep(for: .milliseconds(50))
-        }
-        // A few more ticks: a second enqueue, if there were one, would show now.
-        try await Task.sleep(for: .milliseconds(300))
+        let all = try await eventually(timeout: .seconds(20)) { try redis.send(["LLEN", keys.queue("repoll")]).int ?? 0 >= count }
+        #expect(all, "every subscription queued")
+        // Each scheduler has been round again (a whole tick since): a second enqueue, if there
+        // were one, would show now.
+        let reads = clocks.map(\.reads)
+        #expect(try await eventually { zip(clocks, reads).allSatisfy { $0.reads >= $1 + CountingClock.readsPerTick } })
         for task in tasks { task.cancel() }
         for task in tasks { _ = try? await task.value }
 
@@ -296,5 +298,28 @@ struct SubscriptionTests {
         #expect(try first.acquire(1000, now: Self.base) == 0)
         // Idle for an hour: the bucket holds one second's worth, not an hour's.
         #expect(try first.acquire(100_000, now: Self.base.addingTimeInterval(3600)) == 10)
+    }
+}
+
+/// A scheduler's clock that counts how often it is read: the scheduler reads it a few times a tick
+/// (retry promotion, the janitor's pace, the re-poll drain, the due count), so a test can tell
+/// that it has been round again.
+final class CountingClock: Sendable {
+    private let clock: MockClock
+    private let count = Atomic<Int>(0)
+
+    init(_ clock: MockClock) { self.clock = clock }
+
+    /// More reads than any tick makes (at most six): once the count has grown by this, a whole
+    /// tick began and ended since.
+    static let readsPerTick = 12
+
+    var reads: Int { count.load(ordering: .sequentiallyConsistent) }
+
+    var closure: @Sendable () -> Date {
+        { [self] in
+            count.add(1, ordering: .sequentiallyConsistent)
+            return clock.now
+        }
     }
 }

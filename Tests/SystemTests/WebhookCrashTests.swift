@@ -12,6 +12,7 @@ import ReceiptTesting
 import RedisJobQueue
 import ServerTesting
 import ServiceLifecycle
+import SystemTesting
 import Testing
 
 #if canImport(Glibc)
@@ -64,12 +65,11 @@ extension CrashRecoveryTests {
 
         let second = try fixture.startWorker()
         let maintenance = RedisMaintenance(connection: try RedisConnection(configuration: configuration.redis), keys: fixture.keys)
-        let deadline = ContinuousClock.now + .seconds(120)
         var expected = try events()
-        while delivered() != expected || expected.count < jobs, ContinuousClock.now < deadline {
+        _ = try await eventually(timeout: .seconds(120), interval: .milliseconds(200)) {
             _ = try maintenance.requeueOrphans()
-            try await Task.sleep(for: .milliseconds(200))
             expected = try events()
+            return delivered() == expected && expected.count >= jobs
         }
         #expect(expected.count >= jobs, "an event per validation (\(expected.count))")
         #expect(delivered() == expected, "every event delivered: \(delivered().count) of \(expected.count)")
@@ -89,10 +89,7 @@ extension CrashRecoveryTests {
                 """
             ).rows.first
         }
-        let rowsBy = ContinuousClock.now + .seconds(10)
-        while try await rows()?.int("delivered") != expected.count, ContinuousClock.now < rowsBy {
-            try await Task.sleep(for: .milliseconds(50))
-        }
+        _ = try await eventually(timeout: .seconds(10)) { try await rows()?.int("delivered") == expected.count }
         let counts = try #require(try await rows())
         #expect(counts.int("n") == expected.count && counts.int("delivered") == expected.count)
         #expect(try fixture.redis.send(["ZCARD", fixture.keys.dead]).int == 0)

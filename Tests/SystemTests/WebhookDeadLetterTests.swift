@@ -8,6 +8,7 @@ import ReceiptCore
 import ReceiptQueueApp
 import ReceiptTesting
 import ServerTesting
+import SystemTesting
 import Testing
 
 extension WebhookTests {
@@ -26,7 +27,7 @@ extension WebhookTests {
             appID: system.app.id, url: url, eventTypes: ["subscription.started"], allowPrivate: true, audit: .test("webhook.add"))
         let user = "dead-hook-\(UUID().uuidString.prefix(8))"
         _ = try await subscribe(system, user: user)
-        #expect(try await system.eventually { try deliveryRows(system) == ["subscription.started dead 1 webhook_secret_unreadable"] })
+        #expect(try await eventually { try deliveryRows(system) == ["subscription.started dead 1 webhook_secret_unreadable"] })
 
         // The dead letter says which endpoint and which event, on the page and in the admin API.
         let browser = DashboardPagesTests.Browser(system)
@@ -35,7 +36,7 @@ extension WebhookTests {
         // just after it (Redis): under load that can be seconds later.
         var list = try await browser.get("/admin/dead?q=\(endpoint.canonical)")
         #expect(
-            try await system.eventually {
+            try await eventually {
                 list = try await browser.get("/admin/dead?q=\(endpoint.canonical)")
                 return list.status == 200 && list.text.contains(#"<span class="tag">webhook</span>"#)
             })
@@ -53,8 +54,8 @@ extension WebhookTests {
         receiver.setSecret(try #require(rotated.json?["secret"]?.stringValue))
         let retried = try await browser.post("/admin/dead/retry", [("csrf", list.csrf ?? ""), ("all", "1"), ("q", endpoint.canonical)])
         #expect(retried.location?.contains("done=retried&count=1") == true)
-        #expect(try await system.eventually { receiver.deliveries.contains { $0.type == "subscription.started" && $0.status == 200 } })
+        #expect(try await eventually { receiver.deliveries.contains { $0.type == "subscription.started" && $0.status == 200 } })
         #expect(receiver.deliveries.allSatisfy { $0.signatureValid })
-        #expect(try await system.eventually { try deliveryRows(system) == ["subscription.started delivered 1 -"] })
+        #expect(try await eventually { try deliveryRows(system) == ["subscription.started delivered 1 -"] })
     }
 }

@@ -7,6 +7,7 @@ import ReceiptCore
 import ReceiptQueueApp
 import RedisJobQueue
 import ServerTesting
+import SystemTesting
 import Telemetry
 import Testing
 
@@ -41,7 +42,7 @@ extension WebhookTests {
                 return (bytes, target.deliveryID)
             }
         }
-        let failedOnce = try await system.eventually(timeout: .seconds(60)) { try retrying().count == 2 }
+        let failedOnce = try await eventually(timeout: .seconds(60)) { try retrying().count == 2 }
         try #require(failedOnce, "both first deliveries failed once: \((try? deliveryRows(system)) ?? [])")
         let waiting = try retrying()
         let (lost, kept) = (waiting[0], waiting[1])
@@ -57,7 +58,7 @@ extension WebhookTests {
         }
         let lostEvent = try #require(try eventOf(lost.delivery))
         let keptEvent = try #require(try eventOf(kept.delivery))
-        let resent = try await system.eventually(timeout: .seconds(30)) {
+        let resent = try await eventually(timeout: .seconds(30)) {
             receiver.deliveries.contains { $0.eventID == lostEvent && $0.status == 200 }
         }
         #expect(resent, "the lost delivery sent again: \((try? deliveryRows(system)) ?? [])")
@@ -75,7 +76,7 @@ extension WebhookTests {
         #expect(try redis.send(bytes: [Array("ZADD".utf8), Array(keys.retry.utf8), Array("0".utf8), kept.member]).int == 0)
         let pg = try system.postgres()
         defer { pg.close() }
-        let settled = try await system.eventually(timeout: .seconds(60)) {
+        let settled = try await eventually(timeout: .seconds(60)) {
             let row = try pg.query(
                 """
                 SELECT count(*) AS n, count(*) FILTER (WHERE status = 'delivered') AS delivered

@@ -84,12 +84,12 @@ struct WebhookTests {
 
         let original = try await subscribe(system, user: "hook-user")
         func accepted() -> [String] { receiver.deliveries.filter { $0.status == 200 }.map(\.type) }
-        #expect(try await system.eventually(timeout: .seconds(60)) { accepted().count >= 2 })
+        #expect(try await eventually(timeout: .seconds(60)) { accepted().count >= 2 })
         #expect(accepted() == ["receipt.validated", "subscription.started"])
         try system.mock.state.notifications.event(type: "DID_RENEW", transactionID: original, environment: .sandbox)
-        #expect(try await system.eventually(timeout: .seconds(60)) { accepted().count >= 3 })
+        #expect(try await eventually(timeout: .seconds(60)) { accepted().count >= 3 })
         try system.mock.state.notifications.event(type: "REFUND", transactionID: original, environment: .sandbox)
-        let all = try await system.eventually(timeout: .seconds(60)) { accepted().count >= 4 }
+        let all = try await eventually(timeout: .seconds(60)) { accepted().count >= 4 }
         let rows = try deliveryRows(system)
         #expect(all, "delivery rows: \(rows)")
         #expect(accepted() == ["receipt.validated", "subscription.started", "subscription.renewed", "subscription.refunded"])
@@ -162,7 +162,10 @@ struct WebhookTests {
             if round == 2 { receiver.behave(.init(failureRate: 0.3, delay: .milliseconds(300))) }
             for user in users { _ = try await subscribe(system, user: user) }
             if round == 1 {
-                try await Task.sleep(for: .seconds(3))
+                // Down for a while: until it has refused a delivery per user (retries of the first
+                // round and this round's events), then up again.
+                let refused = try await eventually(timeout: .seconds(60)) { receiver.deliveries.count { $0.status == 503 } >= users.count }
+                #expect(refused, "the receiver was down for \(receiver.deliveries.count { $0.status == 503 }) deliveries")
                 receiver.behave(.init(failureRate: 0.3))
             }
         }
@@ -172,7 +175,7 @@ struct WebhookTests {
             "SELECT id, user_identifier FROM events WHERE app_id = \(system.app.id) ORDER BY txid, id"
         ).rows.compactMap { row in row.uuid("id").map { ($0.canonical, row.string("user_identifier") ?? "") } }
         #expect(expected.count == users.count * 3 * 2)
-        let delivered = try await system.eventually(timeout: .seconds(90)) {
+        let delivered = try await eventually(timeout: .seconds(90)) {
             Set(receiver.deliveries.filter { $0.status == 200 }.map(\.eventID)).count == expected.count
         }
         #expect(delivered, "delivered \(Set(receiver.deliveries.filter { $0.status == 200 }.map(\.eventID)).count) of \(expected.count)")
@@ -194,7 +197,7 @@ struct WebhookTests {
                 "SELECT count(*) FILTER (WHERE status = 'delivered') AS delivered, count(*) AS total FROM webhook_deliveries WHERE app_id = \(app)"
             ).rows.first
         }
-        let settled = try await system.eventually { try await counts()?.int("delivered") == expected.count }
+        let settled = try await eventually { try await counts()?.int("delivered") == expected.count }
         let rows = try await counts()
         #expect(settled, "delivered rows: \(rows?.int("delivered") ?? -1) of \(expected.count)")
         #expect(rows?.int("total") == expected.count)
@@ -213,12 +216,17 @@ struct WebhookTests {
         let admin = WebhookAdmin(connection: connection, secrets: nil)
         try admin.setPaused(id: allID, true, audit: .test("webhook.pause"))
         _ = try await subscribe(system, user: "filter-user")
-        #expect(try await system.eventually { subscriptions.accepted == 1 })
+        #expect(try await eventually { subscriptions.accepted == 1 })
         #expect(subscriptions.deliveries.map(\.type) == ["subscription.started"])
-        try await Task.sleep(for: .milliseconds(500))
+        // The claim that queued that delivery looked at every pending one, the paused endpoint's
+        // (recorded in the same transaction) included: they are still pending, never queued.
+        let waiting = try await connection.query(
+            "SELECT status FROM webhook_deliveries WHERE endpoint_id = \(allID)"
+        ).rows.map { $0.string("status") ?? "" }
+        #expect(waiting == ["pending", "pending"], "the paused endpoint's deliveries wait: \(waiting)")
         #expect(all.deliveries.isEmpty, "a paused endpoint gets nothing")
         try admin.setPaused(id: allID, false, audit: .test("webhook.resume"))
-        #expect(try await system.eventually { all.accepted == 2 })
+        #expect(try await eventually { all.accepted == 2 })
         #expect(all.deliveries.map(\.type) == ["receipt.validated", "subscription.started"])
     }
 
