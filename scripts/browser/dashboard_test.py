@@ -26,7 +26,7 @@ import time
 import urllib.request
 
 from selenium import webdriver
-from selenium.common.exceptions import NoAlertPresentException
+from selenium.common.exceptions import NoAlertPresentException, StaleElementReferenceException, WebDriverException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions
@@ -84,12 +84,27 @@ def shot(driver, name):
     driver.set_window_size(1280, 900)
 
 
-def navigate(driver, element):
-    """Clicks `element` and waits for the page it leads to: a click returns before a form's POST and
-    its redirect are done, and on a busy machine the old page would still be the one read."""
-    old = driver.find_element(By.TAG_NAME, "html")
-    element.click()
+def navigate(driver, find):
+    """Clicks the element `find()` returns and waits for the page it leads to: a click returns before
+    a form's POST and its redirect are done, and on a busy machine the old page would still be the
+    one read. Found afresh for each try: on a loaded run Chromium once replaced the document between
+    the finding and the click ("Node with given id does not belong to the document"), and the click
+    then never happened, so it is tried again on the page that is there."""
+    for attempt in range(5):
+        old = driver.find_element(By.TAG_NAME, "html")
+        try:
+            find().click()
+            break
+        except WebDriverException as error:
+            replaced = isinstance(error, StaleElementReferenceException) or "does not belong to the document" in str(error)
+            if not replaced or attempt == 4:
+                raise
+            loaded(driver)
     WebDriverWait(driver, 20).until(expected_conditions.staleness_of(old))
+    loaded(driver)
+
+
+def loaded(driver):
     WebDriverWait(driver, 20).until(lambda d: d.execute_script("return document.readyState") == "complete")
 
 
@@ -130,11 +145,11 @@ def run(driver):
     shot(driver, "01-login")
     driver.find_element(By.NAME, "username").send_keys(USER)
     driver.find_element(By.NAME, "password").send_keys("not-the-password")
-    navigate(driver, driver.find_element(By.ID, "login"))
+    navigate(driver, lambda: driver.find_element(By.ID, "login"))
     check(text(driver, "#problem") == "Wrong username or password.", "a wrong password is refused")
     driver.find_element(By.NAME, "username").send_keys(USER)
     driver.find_element(By.NAME, "password").send_keys(PASSWORD)
-    navigate(driver, driver.find_element(By.ID, "login"))
+    navigate(driver, lambda: driver.find_element(By.ID, "login"))
     check(driver.current_url.endswith("/admin"), "logged in, on the overview")
 
     # 2. The overview shows the dead letters.
@@ -144,13 +159,13 @@ def run(driver):
     shot(driver, "02-overview")
 
     # 3. The dead letters, filtered by app and error code through the form.
-    navigate(driver, driver.find_element(By.LINK_TEXT, "Dead letters " + text(driver, "#nav-dead")))
+    navigate(driver, lambda: driver.find_element(By.LINK_TEXT, "Dead letters " + text(driver, "#nav-dead")))
     check("/admin/dead" in driver.current_url, "on the dead letters")
     Select(driver.find_element(By.ID, "filter-app")).select_by_value(APP_ID)
     code = driver.find_element(By.ID, "filter-error-code")
     code.clear()
     code.send_keys("shared_secret_mismatch")
-    navigate(driver, driver.find_element(By.ID, "apply-filter"))
+    navigate(driver, lambda: driver.find_element(By.ID, "apply-filter"))
     check("error_code=shared_secret_mismatch" in driver.current_url, "the filter is in the URL")
     check(text(driver, "#matching") == str(len(JOB_IDS)), "every dead letter of the app matches")
     rows = driver.find_elements(By.CSS_SELECTOR, "tr.entry")
@@ -161,7 +176,7 @@ def run(driver):
     shot(driver, "03-dead-letters")
 
     # 4. One job in detail: Apple's 21004, the receipt truncated.
-    navigate(driver, driver.find_element(By.CSS_SELECTOR, "#row-" + JOB_IDS[0] + " a[href^='/admin/dead/']"))
+    navigate(driver, lambda: driver.find_element(By.CSS_SELECTOR, "#row-" + JOB_IDS[0] + " a[href^='/admin/dead/']"))
     statuses = [cell.text for cell in driver.find_elements(By.CSS_SELECTOR, "#calls .apple-status")]
     check("21004" in statuses, "the audit trail shows Apple's 21004")
     envelope = text(driver, "#envelope")
@@ -171,19 +186,20 @@ def run(driver):
     old = driver.find_element(By.TAG_NAME, "html")
     driver.back()
     WebDriverWait(driver, 20).until(expected_conditions.staleness_of(old))
+    loaded(driver)
 
     # 5. The secret is fixed; two selected jobs are retried, then all that still match.
     fix_secret()
     for job in JOB_IDS[:2]:
         driver.find_element(By.CSS_SELECTOR, "#row-" + job + " input[type=checkbox]").click()
-    navigate(driver, driver.find_element(By.ID, "retry-selected"))
+    navigate(driver, lambda: driver.find_element(By.ID, "retry-selected"))
     check(text(driver, "#notice") == "2 jobs sent back to the queue.", "the selected jobs were retried")
     left = len(JOB_IDS) - 2
     if left > 0:
         check(text(driver, "#matching") in (str(left), "0"), "the others still wait")
     shot(driver, "05-retried-selected")
     if driver.find_elements(By.ID, "retry-all"):
-        navigate(driver, driver.find_element(By.ID, "retry-all"))
+        navigate(driver, lambda: driver.find_element(By.ID, "retry-all"))
         check("sent back to the queue." in text(driver, "#notice"), "the rest were retried")
 
     # 6. Watch them validate: the dead letters empty out and the chart counts them as valid.
@@ -203,7 +219,7 @@ def run(driver):
     legend = {item.rsplit(" ", 1)[0]: item.rsplit(" ", 1)[-1] for item in items}
     check(int(legend.get("valid", "0")) >= len(JOB_IDS), "the chart counts the validations: %r" % legend)
     shot(driver, "07-overview-after")
-    navigate(driver, driver.find_element(By.LINK_TEXT, "Retries " + text(driver, "#nav-retries")))
+    navigate(driver, lambda: driver.find_element(By.LINK_TEXT, "Retries " + text(driver, "#nav-retries")))
     check("/admin/retries" in driver.current_url, "on the retries")
     shot(driver, "08-retries")
 
@@ -213,7 +229,7 @@ def run(driver):
 
     # 8. Log out: the dashboard is closed again.
     driver.get(BASE + "/admin")
-    navigate(driver, driver.find_element(By.CSS_SELECTOR, "form.logout button"))
+    navigate(driver, lambda: driver.find_element(By.CSS_SELECTOR, "form.logout button"))
     check(driver.current_url.endswith("/admin/login"), "logged out")
     driver.get(BASE + "/admin/dead")
     check(driver.current_url.endswith("/admin/login"), "the dead letters need a login again")
