@@ -48,9 +48,21 @@ public enum PublicAddressPolicy {
     /// Whether `host` resolves, and only to addresses that are not public: the early, clear refusal
     /// of an endpoint (each connection is checked again, since a DNS answer may change). Blocks on
     /// the resolver: not for an event loop or a libcurl engine thread.
+    ///
+    /// `localhost` and every name under it are loopback by definition (RFC 6761 § 6.3), whatever
+    /// the resolver says, with or without the root's trailing dot: `localhost.` and
+    /// `foo.localhost` often do not resolve at registration and would pass as "not private".
     public static func resolvesOnlyPrivately(_ host: String) -> Bool {
+        if isLoopbackName(host) { return true }
         let addresses = resolve(host)
         return !addresses.isEmpty && !addresses.contains(where: isPublic)
+    }
+
+    /// Whether `host` is `localhost` or a name under it, in any case, with or without a final dot.
+    public static func isLoopbackName(_ host: String) -> Bool {
+        var name = host.lowercased()
+        if name.hasSuffix(".") { name.removeLast() }
+        return name == "localhost" || name.hasSuffix(".localhost")
     }
 
     /// The addresses `host` resolves to (an IP literal resolves to itself), for checking a URL when

@@ -111,6 +111,9 @@ struct OperatorTests {
         #expect(listedEndpoint?["state"]?.stringValue == "paused" && listedEndpoint?["secret"] == nil)
         for (body, field) in [
             (#"{"app_id":"\#(system.app.id.canonical)","url":"https://127.0.0.1/hook"}"#, "url"),
+            // Loopback by name (RFC 6761), though neither resolves here.
+            (#"{"app_id":"\#(system.app.id.canonical)","url":"https://localhost./hook"}"#, "url"),
+            (#"{"app_id":"\#(system.app.id.canonical)","url":"https://foo.localhost/hook"}"#, "url"),
             (#"{"app_id":"\#(system.app.id.canonical)","url":"http://example.com/hook"}"#, "url"),
             (#"{"app_id":"\#(system.app.id.canonical)","url":"https://example.com/","events":["nonsense"]}"#, "events"),
             (#"{"url":"https://example.com/"}"#, "app_id"), (#"{"app_id":"\#(system.app.id.canonical)","url":"https://example.com/","x":1}"#, "x"),

@@ -59,5 +59,10 @@ struct WebhookSignatureTests {
         for address in allowed { #expect(PublicAddressPolicy.isPublic(address), "\(address)") }
         #expect(PublicAddressPolicy.resolve("127.0.0.1") == [[127, 0, 0, 1]])
         #expect(PublicAddressPolicy.resolve("localhost").allSatisfy { !PublicAddressPolicy.isPublic($0) })
+        // Names under localhost are loopback whether or not they resolve here (RFC 6761).
+        for host in ["localhost", "localhost.", "foo.localhost", "FOO.LocalHost.", "a.b.localhost"] {
+            #expect(PublicAddressPolicy.resolvesOnlyPrivately(host), "\(host)")
+        }
+        for host in ["notlocalhost", "localhost.example", "localhostx"] { #expect(!PublicAddressPolicy.isLoopbackName(host), "\(host)") }
     }
 }
