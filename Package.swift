@@ -357,7 +357,7 @@ let package = Package(
         .testTarget(
             name: "ReceiptQueueAppTests",
             dependencies: [
-                "SystemTesting", "ReceiptQueueApp", "ReceiptCore", "Dashboard", "Telemetry", "Hiredis", "Libpq",
+                "SystemTesting", "ReceiptQueueApp", "ReceiptCore", "Dashboard", "IngestAPI", "Telemetry", "Hiredis", "Libpq",
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: swiftSettings
@@ -393,7 +393,7 @@ let package = Package(
         // The dashboard's pure parts: sessions, CSRF tokens, forms, the chart.
         .testTarget(
             name: "DashboardTests",
-            dependencies: ["SystemTesting", "Dashboard", "ReceiptCore", "OpenSSL"],
+            dependencies: ["SystemTesting", "Dashboard", "ReceiptCore", "ReceiptTesting", "OpenSSL"],
             swiftSettings: swiftSettings
         ),
         // The ingestion API's pure parts and its handlers on in-memory doubles: no server needed.

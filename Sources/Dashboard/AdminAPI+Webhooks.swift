@@ -14,9 +14,9 @@ extension AdminAPI {
     /// The actions on one endpoint, by the path segment that names them.
     static let webhookActions = ["pause", "resume", "rotate-secret", "remove", "test"]
 
-    func addWebhookRoutes<Context: RequestContext>(to group: RouterGroup<Context>) {
+    func addWebhookRoutes<Context: AdminRequestContext>(to group: RouterGroup<Context>) {
         group.get("audit") { request, context in
-            await authorized(request, .viewer) { _ in
+            await authorized(request, context, .viewer) { _ in
                 switch Self.auditQuery(request.uri.queryParameters) {
                 case .failure(let problem): return Refusal.unprocessable(field: problem.field, reason: problem.reason).response
                 case .success(let (filter, before, limit)):
@@ -32,7 +32,7 @@ extension AdminAPI {
         }
         guard let webhooks else { return }
         group.get("webhooks") { request, context in
-            await authorized(request, .viewer) { _ in
+            await authorized(request, context, .viewer) { _ in
                 var appID: UUID?
                 if let text = request.uri.queryParameters.get("app_id"), !text.isEmpty {
                     guard let id = UUID(uuidString: text) else { return Refusal.unprocessable(field: "app_id", reason: "must be a UUID").response }
@@ -44,7 +44,7 @@ extension AdminAPI {
             }
         }
         group.post("webhooks") { request, context in
-            await authorized(request, .admin) { user in
+            await authorized(request, context, .admin) { user in
                 let registration: WebhookRegistration
                 switch await jsonBody(request).flatMap(WebhookRegistration.parse) {
                 case .success(let value): registration = value
@@ -62,7 +62,7 @@ extension AdminAPI {
             }
         }
         group.post("webhooks/{id}/{action}") { request, context in
-            await authorized(request, .admin) { user in
+            await authorized(request, context, .admin) { user in
                 guard let id = context.parameters.get("id").flatMap(UUID.init(uuidString:)),
                     let action = context.parameters.get("action"), Self.webhookActions.contains(action)
                 else { return notFound() }
@@ -190,6 +190,7 @@ extension AdminJSON {
             "action": .string(entry.action), "source": .string(entry.source), "target": optional(entry.target),
             "app_id": optional(entry.appID?.canonical), "user_identifiers": .array(entry.userIdentifiers.map(JSONValue.string)),
             "job_count": entry.jobCount.map { .number(Double($0)) } ?? .null, "outcome": .string(entry.outcome),
+            "client_address": optional(entry.clientAddress),
         ])
     }
 

@@ -58,16 +58,16 @@ public struct AdminAPI: Sendable {
     }
 
     /// Adds the routes to `router`.
-    public func addRoutes<Context: RequestContext>(to router: Router<Context>) {
+    public func addRoutes<Context: AdminRequestContext>(to router: Router<Context>) {
         let group = router.group("/admin/api").add(middleware: AdminHeadersMiddleware())
         group.get("overview") { request, context in
-            await authorized(request, .viewer) { _ in
+            await authorized(request, context, .viewer) { _ in
                 await answer(context) { json(.ok, AdminJSON.overview(try await overview.snapshot())) }
             }
         }
         addWebhookRoutes(to: group)
         group.get("{set}") { request, context in
-            await authorized(request, .viewer) { _ in
+            await authorized(request, context, .viewer) { _ in
                 guard let (store, kind) = set(context) else { return notFound() }
                 switch Self.filter(request.uri.queryParameters) {
                 case .failure(let problem): return Refusal.unprocessable(field: problem.field, reason: problem.reason).response
@@ -79,7 +79,7 @@ public struct AdminAPI: Sendable {
             }
         }
         group.get("{set}/{id}") { request, context in
-            await authorized(request, .viewer) { _ in
+            await authorized(request, context, .viewer) { _ in
                 guard let (store, kind) = set(context), let id = context.parameters.get("id").flatMap(JobSetEntry.ID.init) else {
                     return notFound()
                 }
@@ -91,7 +91,7 @@ public struct AdminAPI: Sendable {
         }
         for action in ["retry", "delete"] {
             group.post("{set}/\(action)") { request, context in
-                await authorized(request, .operator) { user in
+                await authorized(request, context, .operator) { user in
                     guard let (store, _) = set(context) else { return notFound() }
                     return await mutate(request, context: context, store: store, retry: action == "retry", user: user)
                 }
@@ -101,10 +101,15 @@ public struct AdminAPI: Sendable {
 
     /// `body`'s answer for an operator holding at least `role`; else a bare 401 (no or wrong
     /// credentials), 403 (a lesser role), 429 (too many failed logins) or 503 (accounts unreadable).
-    func authorized(_ request: Request, _ role: OperatorRole, _ body: (Operator) async -> Response) async -> Response {
-        switch await authenticator.authenticate(authorization: request.headers[.authorization], now: now()) {
+    func authorized<Context: AdminRequestContext>(
+        _ request: Request, _ context: Context, _ role: OperatorRole, _ body: (Operator) async -> Response
+    ) async -> Response {
+        let address = authenticator.address(request, context)
+        switch await authenticator.authenticate(authorization: request.headers[.authorization], door: .adminAPI, address: address, now: now()) {
         case .granted(let user):
             guard user.role >= role else {
+                await authenticator.forbidden(user, door: .adminAPI, now: now())
+                await actions.denied(user, "\(request.method.rawValue) \(request.uri.path)", source: "api", logger: context.logger)
                 return json(.forbidden, .object(["error": .string("forbidden"), "reason": .string("needs the \(role.rawValue) role")]))
             }
             return await body(user)
@@ -121,7 +126,7 @@ public struct AdminAPI: Sendable {
         }
     }
 
-    private func set<Context: RequestContext>(_ context: Context) -> (any JobSetStore, JobSetKind)? {
+    private func set<Context: AdminRequestContext>(_ context: Context) -> (any JobSetStore, JobSetKind)? {
         switch context.parameters.get("set") {
         case "dead": (dead, .dead)
         case "retries": (retries, .retry)
@@ -131,7 +136,7 @@ public struct AdminAPI: Sendable {
 
     /// `body`'s answer, or 503 when Redis, Postgres or the audit log cannot be reached: the
     /// operator's request was fine.
-    func answer<Context: RequestContext>(_ context: Context, _ body: () async throws -> Response) async -> Response {
+    func answer<Context: AdminRequestContext>(_ context: Context, _ body: () async throws -> Response) async -> Response {
         do {
             return try await body()
         } catch let refusal as Refusal {
@@ -192,7 +197,7 @@ public struct AdminAPI: Sendable {
         return .success(parsed)
     }
 
-    private func mutate<Context: RequestContext>(
+    private func mutate<Context: AdminRequestContext>(
         _ request: Request, context: Context, store: any JobSetStore, retry: Bool, user: Operator
     ) async -> Response {
         let selection: Selection

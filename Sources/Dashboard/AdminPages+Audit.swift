@@ -7,7 +7,7 @@ import ReceiptCore
 extension AdminPages {
     static let auditPageSize = 100
 
-    func addAuditRoutes<Context: RequestContext>(to router: Router<Context>) {
+    func addAuditRoutes<Context: AdminRequestContext>(to router: Router<Context>) {
         router.get("/admin/audit") { request, context in
             await page(request, context: context) { user, session in try await auditPage(request, user: user, session: session) }
         }
@@ -55,6 +55,7 @@ extension AdminPages {
         ]
         values["role"] = entry.role
         values["jobs"] = entry.jobCount
+        values["address"] = entry.clientAddress
         return values
     }
 }

@@ -6,7 +6,7 @@ import ReceiptCore
 /// transaction id) → their receipts, purchases, subscriptions with their state, events, webhook
 /// deliveries and Apple calls, on one page. Receipts' bytes, secrets and tokens are never shown.
 extension AdminPages {
-    func addCustomerRoutes<Context: RequestContext>(to router: Router<Context>) {
+    func addCustomerRoutes<Context: AdminRequestContext>(to router: Router<Context>) {
         router.get("/admin/customers") { request, context in
             await page(request, context: context) { user, session in try await customerPage(request, user: user, session: session) }
         }

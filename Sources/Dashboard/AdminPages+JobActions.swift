@@ -5,7 +5,7 @@ import ReceiptCore
 // The dashboard's job actions (retry and delete, by ids or by filter) and the URLs that carry a
 // list's filter and an action's outcome back to the page.
 extension AdminPages {
-    func mutate<Context: RequestContext>(
+    func mutate<Context: AdminRequestContext>(
         _ kind: JobSetKind, retry: Bool, form: FormFields, user: Operator, context: Context
     ) async throws -> Response {
         let selection: Selection

@@ -5,7 +5,7 @@ import ReceiptCore
 /// The notifications pages: what Apple pushed, newest first, filtered by type and app; one
 /// notification with its decoded payload; the overview's counts by type and outcome.
 extension AdminPages {
-    func addNotificationRoutes<Context: RequestContext>(to router: Router<Context>) {
+    func addNotificationRoutes<Context: AdminRequestContext>(to router: Router<Context>) {
         router.get("/admin/notifications") { request, context in
             await page(request, context: context) { user, session in try await notificationsPage(request, user: user, session: session) }
         }

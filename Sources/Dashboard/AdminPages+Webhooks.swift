@@ -6,7 +6,7 @@ import ReceiptCore
 /// undelivered and dead deliveries; admins also register, pause, resume, test, rotate and remove.
 /// A new secret is shown once, on the answer to the form that made it, never in a URL.
 extension AdminPages {
-    func addWebhookRoutes<Context: RequestContext>(to router: Router<Context>) {
+    func addWebhookRoutes<Context: AdminRequestContext>(to router: Router<Context>) {
         router.get("/admin/webhooks") { request, context in
             await page(request, context: context) { user, session in
                 try await webhooksPage(user: user, session: session, notice: Self.webhookNotice(request.uri.queryParameters))

@@ -92,7 +92,7 @@ public struct AdminPages: Sendable {
     }
 
     /// Adds the routes to `router`.
-    public func addRoutes<Context: RequestContext>(to router: Router<Context>) {
+    public func addRoutes<Context: AdminRequestContext>(to router: Router<Context>) {
         router.get("/admin/assets/admin.css") { _, _ in
             var response = Response(
                 status: .ok, headers: [.contentType: "text/css; charset=utf-8"], body: .init(byteBuffer: ByteBuffer(bytes: stylesheet)))
@@ -149,9 +149,13 @@ public struct AdminPages: Sendable {
 
     /// The operator a request's session belongs to, with their current role; else the answer:
     /// the login form (no session, or one the account's reset or removal ended) or a 503 page.
-    private func resume(_ request: Request) async -> Result<(Operator, AdminSessions.Session), Refusal> {
+    private func resume<Context: AdminRequestContext>(
+        _ request: Request, _ context: Context
+    ) async -> Result<
+        (Operator, AdminSessions.Session), Refusal
+    > {
         guard let session = session(request) else { return .failure(Refusal(response: redirect("/admin/login"))) }
-        switch await authenticator.resume(session) {
+        switch await authenticator.resume(session, address: authenticator.address(request, context)) {
         case .granted(let user): return .success((user, session))
         case .unavailable:
             return .failure(
@@ -165,12 +169,12 @@ public struct AdminPages: Sendable {
     }
 
     /// A page for a logged-in operator (else to the login form); store errors become a 503 page.
-    func page<Context: RequestContext>(
+    func page<Context: AdminRequestContext>(
         _ request: Request, context: Context, _ body: (Operator, AdminSessions.Session) async throws -> Response
     ) async -> Response {
         let user: Operator
         let session: AdminSessions.Session
-        switch await resume(request) {
+        switch await resume(request, context) {
         case .success(let found): (user, session) = found
         case .failure(let refusal): return refusal.response
         }
@@ -190,12 +194,12 @@ public struct AdminPages: Sendable {
 
     /// Runs `body` for a form POST from a logged-in operator holding at least `role` whose CSRF
     /// token holds.
-    func withForm<Context: RequestContext>(
+    func withForm<Context: AdminRequestContext>(
         _ request: Request, context: Context, role: OperatorRole, _ body: (FormFields, Operator, AdminSessions.Session) async throws -> Response
     ) async throws -> Response {
         let user: Operator
         let session: AdminSessions.Session
-        switch await resume(request) {
+        switch await resume(request, context) {
         case .success(let found): (user, session) = found
         case .failure(let refusal): return refusal.response
         }
@@ -209,7 +213,8 @@ public struct AdminPages: Sendable {
             return html(.forbidden, "list", base(user, session).merging(["heading": "Refused", "problem": Self.csrfProblem, "set": "dead"]) { $1 })
         }
         guard user.role >= role else {
-            context.logger.warning("Admin form refused: role too low", metadata: ["admin.role": "\(user.role.rawValue)"])
+            await authenticator.forbidden(user, door: .dashboardLogin, now: now())
+            await actions.denied(user, "\(request.method.rawValue) \(request.uri.path)", source: "dashboard", logger: context.logger)
             let problem = "Your role (\(user.role.rawValue)) cannot do this: it needs \(role.rawValue). Ask an admin."
             return html(.forbidden, "list", base(user, session).merging(["heading": "Refused", "problem": problem, "set": "dead"]) { $1 })
         }
@@ -259,7 +264,7 @@ public struct AdminPages: Sendable {
         return response
     }
 
-    private func login<Context: RequestContext>(_ request: Request, context: Context) async throws -> Response {
+    private func login<Context: AdminRequestContext>(_ request: Request, context: Context) async throws -> Response {
         let at = now()
         let form: FormFields
         switch try await readForm(request) {
@@ -270,10 +275,12 @@ public struct AdminPages: Sendable {
             return loginPage(request, status: .forbidden, problem: "The login form expired. Try again.")
         }
         let user: Operator
-        switch await authenticator.authenticate(username: form["username"] ?? "", password: form["password"] ?? "", now: at) {
+        let address = authenticator.address(request, context)
+        switch await authenticator.authenticate(
+            username: form["username"] ?? "", password: form["password"] ?? "", door: .dashboardLogin, address: address, now: at)
+        {
         case .granted(let found): user = found
         case .refused:
-            context.logger.warning("Admin login failed")
             return loginPage(request, status: .unauthorized, problem: "Wrong username or password.")
         case .throttled(let wait):
             var response = loginPage(request, status: .tooManyRequests, problem: "Too many failed logins. Try again in \(wait) s.")

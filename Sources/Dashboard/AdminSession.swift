@@ -1,7 +1,6 @@
 import Foundation
 import OpenSSL
 import ReceiptCore
-import Synchronization
 
 /// The dashboard's signed session cookies and CSRF tokens. Stateless: a session is a random id, an
 /// expiry and whose it is, signed with HMAC-SHA256, so any API replica sharing the key accepts it;
@@ -106,42 +105,6 @@ extension AdminCredentials {
     /// The session-signing key: `secret` keyed by the password's hash, so a new password (or a new
     /// secret) invalidates every cookie signed before.
     func sessionKey(secret: [UInt8]) -> [UInt8] { Digest.hmacSHA256(key: secret, passwordDigest) }
-}
-
-/// Limits failed logins per process: after `burst` failures, one more attempt per `interval`,
-/// whoever makes it. Guessing a 12-character password at that pace takes longer than the universe has.
-final class LoginThrottle: Sendable {
-    private let state: Mutex<(tokens: Double, updatedAt: Date)>
-    private let burst: Double
-    private let interval: TimeInterval
-
-    init(burst: Int = 10, interval: Duration = .seconds(6), now: Date = Date()) {
-        self.burst = Double(burst)
-        self.interval = interval.seconds
-        state = Mutex((Double(burst), now))
-    }
-
-    /// Whether a login may be tried now; nil, or when to come back (seconds).
-    func retryAfter(now: Date) -> Int? {
-        state.withLock { state in
-            refill(&state, now: now)
-            return state.tokens >= 1 ? nil : Int(((1 - state.tokens) * interval).rounded(.up))
-        }
-    }
-
-    /// Counts a failed login.
-    func failed(now: Date) {
-        state.withLock { state in
-            refill(&state, now: now)
-            state.tokens = max(0, state.tokens - 1)
-        }
-    }
-
-    private func refill(_ state: inout (tokens: Double, updatedAt: Date), now: Date) {
-        let elapsed = max(0, now.timeIntervalSince(state.updatedAt))
-        state.tokens = min(burst, state.tokens + elapsed / interval)
-        state.updatedAt = max(now, state.updatedAt)
-    }
 }
 
 /// The fields of an `application/x-www-form-urlencoded` body or a query string; a name may repeat

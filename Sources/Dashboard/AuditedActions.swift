@@ -34,6 +34,17 @@ struct AuditedActions: Sendable {
         }
     }
 
+    /// Records a request `user`'s role does not allow (`access.denied`, outcome `refused`, the
+    /// request as its target). Best effort: the request is refused whether or not the line is written.
+    func denied(_ user: Operator, _ request: String, source: String, logger: Logger) async {
+        guard let log else { return }
+        do {
+            try await log.refused(user.audit("access.denied", source: source, target: request))
+        } catch {
+            logger.warning("A refused admin request could not be written to the audit log", error: error)
+        }
+    }
+
     /// Retries or deletes `selection` in `store` for `user`, audited as `dead.retry`,
     /// `retries.delete`, …; returns how many jobs moved.
     func apply(

@@ -9,20 +9,27 @@ extension IngestAPI {
     ///
     /// 200 only once the notification is durably in Redis (or already was, under its UUID); 503
     /// while Redis cannot take it, so Apple retries (never a 4xx for a transient failure: Apple
-    /// stops retrying on some). An unknown app or token is 404, a V1 password that is not the app's
+    /// stops retrying on some). An unknown app or token is 404 (429 once the address has guessed
+    /// too often), a V1 password that is not the app's
     /// shared secret 401, a forged or foreign notification 402 with the reason, a body that is not a
     /// notification 422, one too large 413. Refusals are logged with the reason, never the payload.
     func receiveNotification(_ request: Request, context: IngestRequestContext) async throws -> Response {
         guard let name = context.parameters.get("app"), let token = context.parameters.get("token") else { return notFound() }
+        let attempt = AuthAttempt(door: .notificationToken, address: clientAddress(request, context: context))
+        if let seconds = gate.isKnownClosed(attempt, now: now()) { return tooManyFailures(seconds) }
+        /// A URL that names no app: a guess, counted against the address (Apple's own retries of a
+        /// right URL never fail here).
+        func unknown() async -> Response {
+            metrics.notificationReceived(.notFound)
+            if case .closed(let seconds) = await gate.refused(attempt, .unknownCredential, now: now()) { return tooManyFailures(seconds) }
+            return notFound()
+        }
         let app: AppRecord
         do {
-            guard let found = try await catalog.notificationApp(name: name, token: token) else {
-                metrics.notificationReceived(.notFound)
-                return notFound()
-            }
+            guard let found = try await catalog.notificationApp(name: name, token: token) else { return await unknown() }
             app = found
         } catch let failure as StoreFailure where failure.isPermanent {
-            return notFound()  // a name the store cannot hold is no app's
+            return await unknown()  // a name the store cannot hold is no app's
         } catch {
             context.logger.error("Notification app lookup failed", error: error)
             metrics.notificationReceived(.unavailable)

@@ -18,15 +18,15 @@ public struct IngestAPI: Sendable {
         public var syncWait: Duration
         /// The largest body accepted (413 beyond; default 1 MiB).
         public var maxBodyBytes: Int
-        /// A header set by a trusted reverse proxy with the client's address (e.g. `X-Forwarded-For`);
-        /// nil to use the peer address.
-        public var trustedProxyHeader: String?
+        /// The reverse proxies whose forwarding header (e.g. `X-Forwarded-For`) names the client;
+        /// without a header, the peer address is the client.
+        public var proxies: TrustedProxies
 
         /// Creates a configuration with production defaults.
-        public init(syncWait: Duration = .seconds(2), maxBodyBytes: Int = 1 << 20, trustedProxyHeader: String? = nil) {
+        public init(syncWait: Duration = .seconds(2), maxBodyBytes: Int = 1 << 20, proxies: TrustedProxies = TrustedProxies(header: nil)) {
             self.syncWait = syncWait
             self.maxBodyBytes = maxBodyBytes
-            self.trustedProxyHeader = trustedProxyHeader
+            self.proxies = proxies
         }
     }
 
@@ -42,6 +42,8 @@ public struct IngestAPI: Sendable {
     let now: @Sendable () -> Date
     /// What the notification endpoint answered, and what became of batch items.
     let metrics: IngestMetrics
+    /// The throttle and security log of the doors.
+    let gate: AuthGate
 
     /// Creates the API.
     /// - Parameters:
@@ -51,16 +53,18 @@ public struct IngestAPI: Sendable {
     ///   - signedPayloads: the JWS check of StoreKit 2 signed transactions (402 when it fails).
     ///   - subscriptions: Postgres, for the entitlement API (nil: no `/client/subscriptions`).
     ///   - events: Postgres, for the events API (nil: no `/client/events`).
+    ///   - gate: the doors' failure throttle and security log.
     ///   - configuration: settings.
     ///   - metrics: the process's metrics backend (default: the bootstrapped one).
     ///   - now: the injected clock.
     public init(
         intake: any ReceiptIntake, catalog: any ReceiptCatalog, authenticity: any ReceiptAuthenticity,
         signedPayloads: (any SignedPayloadVerifier)? = nil, subscriptions: (any SubscriptionCatalog)? = nil,
-        events: (any EventCatalog)? = nil, configuration: Configuration = Configuration(), metrics: any MetricsFactory = MetricsSystem.factory,
-        now: @escaping @Sendable () -> Date = { Date() }
+        events: (any EventCatalog)? = nil, gate: AuthGate, configuration: Configuration = Configuration(),
+        metrics: any MetricsFactory = MetricsSystem.factory, now: @escaping @Sendable () -> Date = { Date() }
     ) {
         self.metrics = IngestMetrics(factory: metrics)
+        self.gate = gate
         self.intake = intake
         self.catalog = catalog
         self.subscriptions = subscriptions
@@ -208,45 +212,69 @@ public struct IngestAPI: Sendable {
     }
 
     /// The app of the request's Bearer token, or the answer refusing the request: 401 for a bad
-    /// token, 503 when the token store is unreachable.
+    /// token, 429 once the client's address has failed too often (``AuthGate``), 503 when the token
+    /// store is unreachable.
     func authorize(_ request: Request, context: IngestRequestContext) async -> Result<AppRecord, Refusal> {
+        let attempt = AuthAttempt(door: .clientToken, address: clientAddress(request, context: context))
+        // A closed address costs no look-up: a flood of wrong tokens must not reach Postgres.
+        if let seconds = gate.isKnownClosed(attempt, now: now()) { return .failure(Refusal(response: tooManyFailures(seconds))) }
         switch await authenticate(request, context: context) {
-        case .success(let found?):
+        case .success(.app(let found)):
+            // A right token costs the throttle nothing, and is not logged: it is every request.
             return .success(found)
-        case .success(nil):
+        case .success(.none):
+            return .failure(Refusal(response: unauthorized()))
+        case .success(.wrong(let reason)):
             // Never the token, nor whether it exists: only that the request was turned away.
-            context.logger.debug("API authentication refused", metadata: ["http.status": "401"])
+            if case .closed(let seconds) = await gate.refused(attempt, reason, now: now()) {
+                return .failure(Refusal(response: tooManyFailures(seconds)))
+            }
             return .failure(Refusal(response: unauthorized()))
         case .failure:
             return .failure(Refusal(response: unavailable()))
         }
     }
 
+    /// What a request's Bearer token came to.
+    enum TokenCheck {
+        case app(AppRecord)
+        /// No Bearer token at all: no guess, so neither logged nor throttled.
+        case none
+        case wrong(AuthRefusal)
+    }
+
     /// The app of the request's Bearer token; a failure means the token store is unreachable (503),
     /// which must not be confused with a bad token (401).
-    func authenticate(_ request: Request, context: IngestRequestContext) async -> Result<AppRecord?, any Error> {
+    func authenticate(_ request: Request, context: IngestRequestContext) async -> Result<TokenCheck, any Error> {
         // The scheme is case-insensitive (RFC 9110 §11.1); the token is not.
-        guard let header = request.headers[.authorization], header.prefix(7).lowercased() == "bearer " else { return .success(nil) }
+        guard let header = request.headers[.authorization] else { return .success(.none) }
+        guard header.prefix(7).lowercased() == "bearer " else { return .success(.wrong(.malformed)) }
         let token = HTTPText.trimmed(header.dropFirst(7))
-        guard !token.isEmpty, token.count <= 200 else { return .success(nil) }
+        guard !token.isEmpty, token.count <= 200 else { return .success(.wrong(.malformed)) }
         do {
-            return .success(try await catalog.authenticate(token: token))
+            return .success(try await catalog.authenticate(token: token).map(TokenCheck.app) ?? .wrong(.unknownCredential))
         } catch let failure as StoreFailure where failure.isPermanent {
-            return .success(nil)  // a value the store cannot hold is nobody's token: 401
+            return .success(.wrong(.unknownCredential))  // a value the store cannot hold is nobody's token: 401
         } catch {
             context.logger.error("Token lookup failed", error: error)
             return .failure(error)
         }
     }
 
+    /// The client's address: the peer, or the address a trusted proxy says it forwarded.
     func clientAddress(_ request: Request, context: IngestRequestContext) -> String? {
-        if let header = configuration.trustedProxyHeader, let name = HTTPField.Name(header), let value = request.headers[name] {
-            // The left-most entry is the client as the first trusted proxy saw it.
-            let first = value.split(separator: ",").first.map(HTTPText.trimmed)
-            if let first, IPAddressText.isValid(first) { return first }
-        }
-        return context.remoteAddress?.ipAddress
+        let proxies = configuration.proxies
+        let forwarded = proxies.header.flatMap { HTTPField.Name($0) }.map { request.headers[values: $0].joined(separator: ",") }
+        return proxies.client(peer: context.remoteAddress?.ipAddress, forwarded: forwarded)
     }
+}
+
+/// 429 with `Retry-After`: too many failed authentications from this address (or against this
+/// account); nothing was checked.
+func tooManyFailures(_ seconds: Int) -> Response {
+    var response = json(.tooManyRequests, ["error": .string("too many failed authentications, retry later")])
+    response.headers[.retryAfter] = String(seconds)
+    return response
 }
 
 func json(_ status: HTTPResponse.Status, _ object: [String: JSONValue]) -> Response {

@@ -86,9 +86,13 @@ public struct SoftphoneService: Sendable {
         // receipt. A `token` counts wherever it was sent, as long as that part could be read.
         let token = [queryParameters, bodyParameters].lazy.compactMap { try? $0.get() }.compactMap(SoftphoneRequest.token).first
         let app: AppRecord
-        switch await authenticate(request, token: token, logger: context.logger) {
+        switch await authenticate(request, token: token, context: context) {
         case .app(let found): app = found
         case .refused(let stale): return unauthorized(stale: stale, format)
+        case .throttled(let seconds):
+            var response = Self.respond(Self.throttled(seconds), format)
+            response.headers[.retryAfter] = String(seconds)
+            return response
         case .unavailable: return Self.respond(Self.unavailable, format)
         }
 
@@ -194,6 +198,10 @@ public struct SoftphoneService: Sendable {
         status: 415, message: "Unsupported Content-Type: send application/x-www-form-urlencoded or application/json.")
     static let unauthorizedReply = SoftphoneReply(status: 401, message: "Authentication is required.")
 
+    static func throttled(_ seconds: Int) -> SoftphoneReply {
+        SoftphoneReply(status: 429, message: "Too many failed logins. Please try again in \(seconds) seconds.")
+    }
+
     static func tooLarge(_ limit: Int) -> SoftphoneReply {
         SoftphoneReply(status: 413, message: "The request is too large (at most \(limit) bytes).")
     }
@@ -241,16 +249,24 @@ public struct SoftphoneService: Sendable {
         case app(AppRecord)
         /// 401; `stale` when the password was right but the nonce must be renewed.
         case refused(stale: Bool)
+        /// 429: too many failures from this address or against this username; back in seconds.
+        case throttled(Int)
         /// The credential store did not answer: 503, never taken for wrong credentials.
         case unavailable
     }
 
-    /// The app the request authenticates as. Why a request was refused is logged as a bounded
-    /// reason, never with the credentials, and never told to the caller.
-    func authenticate(_ request: Request, token: String?, logger: Logger) async -> Authentication {
-        func refused(_ mode: String, _ reason: String, stale: Bool = false) -> Authentication {
-            logger.debug("Softphone authentication refused", metadata: ["softphone.auth": "\(mode)", "softphone.reason": "\(reason)"])
-            return .refused(stale: stale)
+    /// The app the request authenticates as. Why a request was refused goes to the security log
+    /// (``AuthGate``) as a bounded reason with the client address and username, never with the
+    /// credentials, and is never told to the caller. Digest and Basic carry a password someone
+    /// chose: the throttle is asked before they are checked. `token=` carries a generated token:
+    /// only wrong ones are throttled.
+    func authenticate(_ request: Request, token: String?, context: IngestRequestContext) async -> Authentication {
+        let logger = context.logger
+        let address = api.clientAddress(request, context: context)
+        let now = api.ingestion.now()
+        func refused(_ attempt: AuthAttempt, _ reason: AuthRefusal) async -> Authentication {
+            if case .closed(let seconds) = await api.gate.refused(attempt, reason, now: now) { return .throttled(seconds) }
+            return .refused(stale: false)
         }
         func credentials(_ username: String) async -> Result<SoftphoneCredentials?, any Error> {
             do {
@@ -262,51 +278,66 @@ public struct SoftphoneService: Sendable {
                 return .failure(error)
             }
         }
+        /// The password doors: throttled before the check, so a right guess while closed is not
+        /// told apart from a wrong one.
+        func checkPassword(_ username: String, _ check: (SoftphoneCredentials) -> Authentication?) async -> Authentication {
+            let attempt = AuthAttempt(door: .softphone, address: address, account: username)
+            if case .closed(let seconds) = await api.gate.admit(attempt, now: now) { return .throttled(seconds) }
+            switch await credentials(username) {
+            case .success(let found?):
+                guard let outcome = check(found) else { return await refused(attempt, .wrongSecret) }
+                if case .app = outcome { api.gate.granted(attempt) }
+                if case .refused(stale: false) = outcome { return await refused(attempt, .replayed) }
+                return outcome
+            case .success(nil): return await refused(attempt, .unknownCredential)
+            case .failure: return .unavailable
+            }
+        }
         let target = request.head.path ?? request.uri.string
         if let header = request.headers[.authorization] {
             switch SoftphoneAuth.parseAuthorization(header, requestTargetLength: target.utf8.count) {
             case .digest(let response):
-                let found: SoftphoneCredentials
-                switch await credentials(response.username) {
-                case .success(let value?): found = value
-                case .success(nil): return refused("digest", "unknown_username")
-                case .failure: return .unavailable
-                }
-                let now = api.ingestion.now()
-                switch SoftphoneAuth.verify(
-                    response, credentials: found, method: request.method.rawValue, requestTarget: target, nonces: nonces, now: now)
-                {
-                case .valid(let expiresAt):
-                    switch replayGuard.admit(nonce: response.nonce, nc: response.nc ?? "", expiresAt: expiresAt, now: now) {
-                    case .admitted: return .app(found.app)
-                    case .replayed: return refused("digest", "replayed")
-                    case .exhausted: return refused("digest", "nonce_exhausted", stale: true)
+                return await checkPassword(response.username) { found in
+                    switch SoftphoneAuth.verify(
+                        response, credentials: found, method: request.method.rawValue, requestTarget: target, nonces: nonces, now: now)
+                    {
+                    case .valid(let expiresAt):
+                        switch replayGuard.admit(nonce: response.nonce, nc: response.nc ?? "", expiresAt: expiresAt, now: now) {
+                        case .admitted: return .app(found.app)
+                        case .replayed: return .refused(stale: false)
+                        case .exhausted:
+                            // The password was right: a new nonce, no failure.
+                            logger.debug("Softphone nonce exhausted", metadata: ["softphone.auth": "digest"])
+                            return .refused(stale: true)
+                        }
+                    case .stale:
+                        logger.debug("Softphone nonce stale", metadata: ["softphone.auth": "digest"])
+                        return .refused(stale: true)
+                    case .invalid: return nil
                     }
-                case .stale: return refused("digest", "stale_nonce", stale: true)
-                case .invalid: return refused("digest", "invalid")
                 }
             case .basic(let username, let password):
-                switch await credentials(username) {
-                case .success(let found?):
-                    return SoftphoneAuth.verifyBasic(username: username, password: password, credentials: found)
-                        ? .app(found.app) : refused("basic", "invalid")
-                case .success(nil): return refused("basic", "unknown_username")
-                case .failure: return .unavailable
+                return await checkPassword(username) { found in
+                    SoftphoneAuth.verifyBasic(username: username, password: password, credentials: found) ? .app(found.app) : nil
                 }
             case .malformed:
-                return refused("header", "malformed")
+                return await refused(AuthAttempt(door: .softphone, address: address), .malformed)
             case .other:
                 break
             }
         }
-        guard let token else { return refused("none", "no_credentials") }
+        // No credentials at all is the softphone's first request, before the Digest challenge:
+        // not a guess, neither logged nor throttled.
+        guard let token else { return .refused(stale: false) }
+        let attempt = AuthAttempt(door: .softphone, address: address)
+        if let seconds = api.gate.isKnownClosed(attempt, now: now) { return .throttled(seconds) }
         // API tokens are short; anything long cannot be one and is not worth a lookup.
-        guard !token.isEmpty, token.utf8.count <= 200 else { return refused("token", "invalid") }
+        guard !token.isEmpty, token.utf8.count <= 200 else { return await refused(attempt, .malformed) }
         do {
             if let app = try await api.catalog.authenticate(token: token) { return .app(app) }
-            return refused("token", "invalid")
+            return await refused(attempt, .unknownCredential)
         } catch let failure as StoreFailure where failure.isPermanent {
-            return refused("token", "invalid")
+            return await refused(attempt, .unknownCredential)
         } catch {
             logger.error("Token lookup failed", error: error)
             return .unavailable

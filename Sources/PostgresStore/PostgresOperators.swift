@@ -19,6 +19,10 @@ public final class PostgresOperators: OperatorDirectory, AuditLog {
         try await pool.withConnection { try AuditRows.begin(action, on: $0) }
     }
 
+    public func refused(_ action: AuditAction) async throws {
+        try await pool.withConnection { try AuditRows.begin(action, outcome: "refused", on: $0) }
+    }
+
     public func settle(_ id: Int64, jobCount: Int?, failed: Bool) async throws {
         try await pool.withConnection { connection in
             _ = try connection.query(
@@ -34,7 +38,7 @@ public final class PostgresOperators: OperatorDirectory, AuditLog {
 /// The audit log's statements, shared by the pool's users and the command line.
 enum AuditRows {
     static let columns =
-        "id, at, actor, role, action, source, target, app_id, array_to_json(user_identifiers)::text AS users, job_count, outcome"
+        "id, at, actor, role, action, source, target, app_id, array_to_json(user_identifiers)::text AS users, job_count, outcome, client_address"
 
     /// Writes `action`'s line: `started` when the action runs after (and settles it), `done` when
     /// it is written in the action's own transaction.
@@ -43,9 +47,9 @@ enum AuditRows {
         let users = PostgresArray.literal(action.userIdentifiers.map { Optional($0) })
         let rows = try connection.query(
             """
-            INSERT INTO audit_log (actor, role, action, source, target, app_id, user_identifiers, outcome)
+            INSERT INTO audit_log (actor, role, action, source, target, app_id, user_identifiers, outcome, client_address)
             VALUES (\(action.actor), \(action.role?.rawValue), \(action.action), \(action.source), \(action.target), \(action.appID),
-                    \(users)::text[], \(outcome))
+                    \(users)::text[], \(outcome), \(action.clientAddress))
             RETURNING id
             """
         ).rows
@@ -75,7 +79,7 @@ enum AuditRows {
         return AuditEntry(
             id: Int64(id), at: at, actor: actor, role: row.string("role"), action: action, source: row.string("source") ?? "",
             target: row.string("target"), appID: row.uuid("app_id"), userIdentifiers: users, jobCount: row.int("job_count"),
-            outcome: row.string("outcome") ?? "started")
+            outcome: row.string("outcome") ?? "started", clientAddress: row.string("client_address"))
     }
 
     private static func escapeLike(_ text: String) -> String {

@@ -18,7 +18,7 @@ public struct SoftphoneAdmin {
     ///   database error otherwise.
     public func setCredentials(appID: UUID, username: String, password: String) throws {
         if let problem = SoftphoneCredentials.problem(username: username) { throw SoftphoneCredentialsError.invalidUsername(problem) }
-        guard !password.isEmpty else { throw SoftphoneCredentialsError.emptyPassword }
+        guard password.count >= SoftphoneCredentials.minimumPasswordLength else { throw SoftphoneCredentialsError.weakPassword }
         let input = SoftphoneCredentials.ha1Input(username: username, password: password)
         let md5 = Digest.md5(input)
         let sha256 = Digest.sha256(input)

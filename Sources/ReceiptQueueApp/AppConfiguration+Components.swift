@@ -14,8 +14,10 @@ extension AppConfiguration {
         public var host: String
         /// `HTTP_PORT` (8080; 0: any free port).
         public var port: Int
-        /// `API_SYNC_WAIT_MS`, `API_MAX_BODY_BYTES`, `API_TRUSTED_PROXY_HEADER`.
+        /// `API_SYNC_WAIT_MS`, `API_MAX_BODY_BYTES`, `API_TRUSTED_PROXY_HEADER`, `API_TRUSTED_PROXIES`.
         public var ingest: IngestAPI.Configuration
+        /// How failed authentications lock out, at every door (`AUTH_THROTTLE_*`).
+        public var guessing: GuessingPolicy
         /// The Cloud Softphone web service (`SOFTPHONE_NONCE_SECRET`, `SOFTPHONE_NONCE_LIFETIME_SECONDS`).
         public var softphone: SoftphoneService.Configuration
         /// How long the same receipt of the same app maps to the same receipt id (`API_IDEMPOTENCY_WINDOW_SECONDS`).
@@ -27,12 +29,32 @@ extension AppConfiguration {
             ingest = IngestAPI.Configuration(
                 syncWait: .milliseconds(try environment.int("API_SYNC_WAIT_MS", 2000, range: 0...60_000)),
                 maxBodyBytes: try environment.int("API_MAX_BODY_BYTES", 1 << 20, range: 1024...(64 << 20)),
-                trustedProxyHeader: environment["API_TRUSTED_PROXY_HEADER"])
+                proxies: try Self.proxies(environment))
+            guessing = GuessingPolicy(
+                freeFailuresPerAddress: try environment.int("AUTH_THROTTLE_FREE_FAILURES", 5, range: 1...1_000_000),
+                freeFailuresPerAccount: try environment.int("AUTH_THROTTLE_ACCOUNT_FREE_FAILURES", 20, range: 1...1_000_000),
+                firstLockout: .milliseconds(try environment.int("AUTH_THROTTLE_FIRST_LOCKOUT_MS", 1000, range: 1...3_600_000)),
+                longestLockout: .seconds(try environment.int("AUTH_THROTTLE_LONGEST_LOCKOUT_SECONDS", 900, range: 1...86_400)),
+                memory: .seconds(try environment.int("AUTH_THROTTLE_MEMORY_SECONDS", 3600, range: 1...(7 * 86_400))))
             // Digest nonces are checked with this key; replicas behind one load balancer must share it.
             softphone = SoftphoneService.Configuration(
                 nonceSecret: try environment.secret("SOFTPHONE_NONCE_SECRET", minimumLength: 32).map { Array($0.utf8) },
                 nonceLifetime: .seconds(try environment.int("SOFTPHONE_NONCE_LIFETIME_SECONDS", 300, range: 10...86_400)))
             idempotencyWindow = .seconds(try environment.int("API_IDEMPOTENCY_WINDOW_SECONDS", 86_400, range: 1...(30 * 86_400)))
+        }
+
+        /// `API_TRUSTED_PROXY_HEADER` believed from `API_TRUSTED_PROXIES` (default: loopback and the
+        /// private ranges, where a deployment's own load balancers live).
+        static func proxies(_ environment: EnvironmentReader) throws -> TrustedProxies {
+            let header = environment["API_TRUSTED_PROXY_HEADER"].flatMap { $0.isEmpty ? nil : $0 }
+            guard let list = environment["API_TRUSTED_PROXIES"] else { return TrustedProxies(header: header) }
+            switch TrustedProxies.parse(list) {
+            case .success(let networks): return TrustedProxies(header: header, networks: networks)
+            case .failure(let problem):
+                throw ConfigurationError(
+                    variable: "API_TRUSTED_PROXIES",
+                    reason: "must list addresses or CIDR networks separated by commas; '\(problem.entry)' is neither")
+            }
         }
     }
 

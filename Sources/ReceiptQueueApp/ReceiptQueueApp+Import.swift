@@ -91,7 +91,7 @@ extension ReceiptQueueApp {
             let admin = try Runtime.bootstrap(label: "apps").admin(label: "apps")
             do {
                 guard let record = try admin.app(named: app) else { throw UsageError("no app named \(app)") }
-                let minted = try admin.rotateToken(appID: record.id, revokingOthers: false)
+                let minted = try admin.rotateToken(appID: record.id, revokingOthers: false, audit: .commandLine("import.token_issue"))
                 issued = (admin, record.id, minted)
                 apiToken = minted
             } catch {
@@ -101,7 +101,7 @@ extension ReceiptQueueApp {
         }
         defer {
             if let issued {
-                _ = try? issued.admin.revokeToken(appID: issued.app, prefix: issued.token)
+                _ = try? issued.admin.revokeToken(appID: issued.app, prefix: issued.token, audit: .commandLine("import.token_revoke"))
                 issued.admin.close()
             }
         }

@@ -73,9 +73,13 @@ public enum ReceiptQueueApp {
             idempotencyWindow: configuration.api.idempotencyWindow, replication: replicaAcknowledgement(configuration, metrics: metrics),
             logger: logger)
         let catalog = PostgresCatalog(pool: postgresPool)
+        // One gate for every door: failures counted in Redis, shared by every replica.
+        let gate = AuthGate(
+            throttle: RedisGuessingThrottle(pool: redisPool, keys: configuration.keys, policy: configuration.api.guessing),
+            policy: configuration.api.guessing, log: SecurityLog(logger: logger, metrics: metrics))
         let api = IngestAPI(
             intake: intake, catalog: catalog, authenticity: verifier, signedPayloads: JWSVerifier(trustStore: roots), subscriptions: catalog,
-            events: PostgresEventCatalog(pool: postgresPool), configuration: configuration.api.ingest, metrics: metrics)
+            events: PostgresEventCatalog(pool: postgresPool), gate: gate, configuration: configuration.api.ingest, metrics: metrics)
         let router = Router(context: IngestRequestContext.self)
         // First, so that it also times the requests the other middleware refuses.
         router.add(middleware: HTTPMetricsMiddleware(factory: metrics))
@@ -96,7 +100,8 @@ public enum ReceiptQueueApp {
         let overview = RedisQueueOverview(pool: redisPool, keys: configuration.keys)
         MetricsEndpoint(exporter: metrics, gauges: queueGauges(configuration, metrics: metrics, logger: logger)).addRoutes(to: router)
         let operators = PostgresOperators(pool: postgresPool)
-        let authenticator = OperatorAuthenticator(builtIn: configuration.dashboard.admin, directory: operators)
+        let authenticator = OperatorAuthenticator(
+            builtIn: configuration.dashboard.admin, directory: operators, gate: gate, proxies: configuration.api.ingest.proxies)
         let webhookClient = configuration.webhooks.client
         let webhooks = PostgresWebhookAdministration(
             pool: postgresPool, secrets: try configuration.secretsKey.map { try SecretBox(key: $0) },

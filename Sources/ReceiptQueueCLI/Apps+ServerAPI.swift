@@ -32,7 +32,9 @@ extension Apps {
             defer { admin.close() }
             let app = try admin.requiredApp(named: name)
             guard let issuerId, let keyId, let keyFile, !remove else {
-                print(try admin.removeServerAPIKey(appID: app.id) ? "removed" : "no In-App Purchase key to remove")
+                print(
+                    try admin.removeServerAPIKey(appID: app.id, audit: cliAudit("app.server_api_key.remove"))
+                        ? "removed" : "no In-App Purchase key to remove")
                 return
             }
             let pem: String
@@ -42,7 +44,8 @@ extension Apps {
                 throw ValidationError("cannot read --key-file \(keyFile)")
             }
             do {
-                try admin.setServerAPIKey(appID: app.id, issuerID: issuerId, keyID: keyId, privateKeyPEM: pem)
+                try admin.setServerAPIKey(
+                    appID: app.id, issuerID: issuerId, keyID: keyId, privateKeyPEM: pem, audit: cliAudit("app.server_api_key.set"))
             } catch let error as AppAdminError {
                 throw ValidationError("\(error)")
             }
@@ -87,7 +90,9 @@ extension Apps {
             let admin = try appsAdmin()
             defer { admin.close() }
             let app = try admin.requiredApp(named: name)
-            try admin.setValidation(appID: app.id, backend: backend, sandboxPolicy: policy, checksDevice: device, appAppleID: appAppleId)
+            try admin.setValidation(
+                appID: app.id, backend: backend, sandboxPolicy: policy, checksDevice: device, appAppleID: appAppleId,
+                audit: cliAudit("app.validation"))
             guard let updated = try admin.app(named: name) else { return }
             print(
                 "\(updated.name): backend \(updated.backend.rawValue), sandbox \(updated.sandboxPolicy.rawValue), "

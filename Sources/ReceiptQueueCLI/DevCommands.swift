@@ -142,15 +142,16 @@ extension All {
         let token: String
         if let existing = try admin.app(named: "demo") {
             app = existing
-            token = try admin.rotateToken(appID: existing.id, revokingOthers: true)
+            token = try admin.rotateToken(appID: existing.id, revokingOthers: true, audit: cliAudit("app.rotate_token"))
         } else {
-            (app, token) = try admin.addApp(name: "demo", bundleID: Demo.bundleID, sharedSecret: Demo.sharedSecret)
+            (app, token) = try admin.addApp(name: "demo", bundleID: Demo.bundleID, sharedSecret: Demo.sharedSecret, audit: cliAudit("app.add"))
         }
         let files = try Demo.forge(bundleID: app.bundleID, directory: directory)
         var key = try admin.app(named: "demo")?.serverAPIKey
         if key == nil, configuration.secretsKey != nil {
             let new = try Demo.serverAPIKey()
-            try admin.setServerAPIKey(appID: app.id, issuerID: new.issuerID, keyID: new.keyID, privateKeyPEM: new.privateKeyPEM)
+            try admin.setServerAPIKey(
+                appID: app.id, issuerID: new.issuerID, keyID: new.keyID, privateKeyPEM: new.privateKeyPEM, audit: cliAudit("app.server_api_key.set"))
             key = new
         }
         if let mock, let key {
@@ -158,7 +159,7 @@ extension All {
             mock.serverAPI.add(receipt: files.receipt, environment: .sandbox)
         }
         mock?.serverAPI.add(transactions: [files.transaction], environment: .sandbox)
-        let notificationToken = try admin.rotateNotificationToken(appID: app.id)
+        let notificationToken = try admin.rotateNotificationToken(appID: app.id, audit: cliAudit("app.notification_url"))
         return DemoSetup(
             app: app, token: token, requestFile: files.requestFile, transactionFile: files.transactionFile,
             notificationPath: "/apple/notifications/\(app.name)/\(notificationToken)",

@@ -89,7 +89,7 @@ struct OperatorsCommand: AsyncParsableCommand {
                 for entry in entries {
                     let jobs = entry.jobCount.map { "  jobs: \($0)" } ?? ""
                     print(
-                        "\(APITimestamp(entry.at).utc)  \(entry.actor)\(entry.role.map { " (\($0))" } ?? "")  \(entry.action)  via \(entry.source)  \(entry.target ?? "")\(jobs)  \(entry.outcome)"
+                        "\(APITimestamp(entry.at).utc)  \(entry.actor)\(entry.role.map { " (\($0))" } ?? "")  \(entry.action)  via \(entry.source)\(entry.clientAddress.map { " from \($0)" } ?? "")  \(entry.target ?? "")\(jobs)  \(entry.outcome)"
                     )
                 }
             }
@@ -119,12 +119,7 @@ private func withOperators(_ body: (ReceiptQueueApp.Admin) throws -> Void) throw
 }
 
 /// The audit line's "who" for a command run at a shell: the login that ran it.
-func cliAudit(_ action: String) -> AuditAction {
-    let environment = ProcessInfo.processInfo.environment
-    let named = [environment["SUDO_USER"], environment["USER"], environment["LOGNAME"]].compactMap { $0 }.first { !$0.isEmpty }
-    let login = named ?? getpwuid(geteuid()).flatMap { $0.pointee.pw_name.map { String(cString: $0) } } ?? "uid \(geteuid())"
-    return AuditAction(actor: "cli:\(login)", role: nil, action: action, source: "cli")
-}
+func cliAudit(_ action: String) -> AuditAction { .commandLine(action) }
 
 /// A password from the environment `variable`, or typed without echo (twice) at a terminal, or
 /// the first line of standard input when it is not one: never an argument, which `ps` would show.

@@ -27,6 +27,10 @@ public struct RedisKeys: Sendable, Equatable {
     public func results(_ node: String) -> String { "\(prefix):results:\(node)" }
     /// Idempotency: the id under which an app's receipt (by SHA-256) was queued, for the window.
     public func idempotency(app: String, receiptSHA256: String) -> String { "\(prefix):idem:\(app):\(receiptSHA256)" }
+    /// Failed authentications at one door from one client address (a hash: failures, closed until ms; TTL).
+    public func guessingAddress(_ door: String, _ address: String) -> String { "\(prefix):auth:addr:\(door):\(address)" }
+    /// Failed authentications against one account of a namespace (`operator`, `softphone`).
+    public func guessingAccount(_ namespace: String, _ account: String) -> String { "\(prefix):auth:acct:\(namespace):\(account)" }
     /// The pending resource of a queued receipt, until Postgres has it.
     public func pending(_ id: String) -> String { "\(prefix):pending:\(id)" }
     /// The activity of one minute (`minute` = Unix seconds / 60), across every worker: a hash of

@@ -331,9 +331,52 @@ enum RedisScripts {
             return {0, 0}
             """)
 
+    /// Failed authentications per client address and per account (``RedisGuessingThrottle``): the
+    /// verdict for an attempt (`verdict`), or a failure counted and the next verdict (`fail`).
+    /// Replies the end of the lock-out (ms), or 0 when open. An account's lock-out closes only an
+    /// address that has failed itself. Time is the caller's `now`.
+    static let guessing = RedisScript(
+        name: "guessing", version: 1,
+        body: """
+            -- KEYS: address hash, then the account hash (absent at the token doors).
+            -- ARGV: op, now ms, free per address, free per account, first lock-out ms, longest ms, memory ms.
+            local op, now = ARGV[1], tonumber(ARGV[2])
+            local first, longest, memory = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+            -- A key's failures and lock-out, or none when its last failure is older than the memory
+            -- (the caller's clock decides; the TTL only cleans up).
+            local function read(key)
+              local v = redis.call('HMGET', key, 'f', 'u', 'l')
+              local failures, closedUntil, last = tonumber(v[1]) or 0, tonumber(v[2]) or 0, tonumber(v[3]) or 0
+              if failures == 0 or now - last >= memory then return 0, 0 end
+              return failures, closedUntil
+            end
+            local function fail(key, free)
+              local failures, closedUntil = read(key)
+              failures = failures + 1
+              if failures > free then closedUntil = now + math.min(first * 2 ^ math.min(failures - free - 1, 40), longest) end
+              redis.call('HSET', key, 'f', failures, 'u', string.format('%d', closedUntil), 'l', string.format('%d', now))
+              redis.call('PEXPIRE', key, string.format('%d', math.max(memory, closedUntil - now)))
+              return closedUntil
+            end
+            local closedUntil = 0
+            if op == 'fail' then
+              closedUntil = fail(KEYS[1], tonumber(ARGV[3]))
+              if #KEYS > 1 then closedUntil = math.max(closedUntil, fail(KEYS[2], tonumber(ARGV[4]))) end
+            else
+              local failures, addressUntil = read(KEYS[1])
+              closedUntil = addressUntil
+              if failures > 0 and #KEYS > 1 then
+                local _, accountUntil = read(KEYS[2])
+                closedUntil = math.max(closedUntil, accountUntil)
+              end
+            end
+            if closedUntil > now then return closedUntil end
+            return 0
+            """)
+
     /// The whole catalog, for the tests that check it against Redis.
     static let all: [RedisScript] = [
         intakeEnqueue, importProgress, promoteDue, rescueOrphan, requeueFromSet, repollBudget, repollEnqueue, webhookEnqueue,
-        webhookRequeue, serverAPIBucket, verifyReceiptLifecycle, outageCircuit,
+        webhookRequeue, serverAPIBucket, verifyReceiptLifecycle, outageCircuit, guessing,
     ]
 }

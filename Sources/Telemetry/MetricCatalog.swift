@@ -58,6 +58,7 @@ public enum MetricCatalog {
     public static let notificationsStored = "receiptq_notifications_stored_total"
     public static let notificationAppsSilent = "receiptq_notification_apps_silent"
     public static let webhookAttempts = "receiptq_webhook_attempts_total"
+    public static let authAttempts = "receiptq_auth_attempts_total"
     public static let webhookAttemptDuration = "receiptq_webhook_attempt_duration_seconds"
     public static let webhookDeliveriesQueued = "receiptq_webhook_deliveries_queued_total"
     public static let webhookDeliveriesRequeued = "receiptq_webhook_deliveries_requeued_total"
@@ -136,6 +137,13 @@ public enum MetricCatalog {
             notificationsStored, .counter,
             "Notifications a worker stored (applied, stale or recorded), by Apple's type (other: a type not documented yet).",
             labels: ["type": NotificationTypes.all + ["other"]]),
+        Entry(
+            authAttempts, .counter,
+            "Credentials presented to the API, by door and outcome (granted, refused, forbidden = a lesser role, throttled = too many failures).",
+            labels: [
+                "door": ["admin_api", "dashboard_login", "softphone", "client_token", "notification_token"],
+                "outcome": ["granted", "refused", "forbidden", "throttled"],
+            ]),
         Entry(
             webhookAttempts, .counter, "Webhook delivery attempts by the workers, by the endpoint's HTTP status class (transport = no answer).",
             labels: ["status_class": ["2xx", "3xx", "4xx", "5xx", "transport"]]),

@@ -1,5 +1,6 @@
 import Foundation
 import ReceiptCore
+import ReceiptTesting
 import Testing
 
 @testable import Dashboard
@@ -81,37 +82,38 @@ struct AdminSessionTests {
         #expect(cookieValue("receiptq_admin", in: nil) == nil)
     }
 
-    @Test("The login throttle lets 10 failures through, then one attempt per 6 s")
-    func throttle() {
-        let throttle = LoginThrottle(burst: 10, interval: .seconds(6), now: now)
-        for _ in 0..<10 {
-            #expect(throttle.retryAfter(now: now) == nil)
-            throttle.failed(now: now)
-        }
-        #expect(throttle.retryAfter(now: now) == 6)
-        #expect(throttle.retryAfter(now: now.addingTimeInterval(3)) == 3)
-        #expect(throttle.retryAfter(now: now.addingTimeInterval(6)) == nil)
-        throttle.failed(now: now.addingTimeInterval(6))
-        #expect(throttle.retryAfter(now: now.addingTimeInterval(6)) != nil)
-        // A clock going back gives nothing back.
-        #expect(throttle.retryAfter(now: now) != nil)
-    }
-
-    @Test("While throttled, even the built-in admin's right password is not told apart from a wrong one; Basic headers parse")
+    @Test("While throttled, even the built-in admin's right password is not told apart from a wrong one, from that address only; Basic headers parse")
     func authenticatorThrottle() async {
-        let authenticator = OperatorAuthenticator(builtIn: credentials, directory: nil, now: now)
-        let admin = Operator(username: "ops", role: .admin, generation: 0)
-        #expect(await authenticator.authenticate(username: "ops", password: "correct horse battery", now: now) == .granted(admin))
-        for _ in 0..<10 {
-            #expect(await authenticator.authenticate(username: "ops", password: "a wrong guess", now: now) == .refused)
+        let log = RecordingAuthenticationLog()
+        let policy = GuessingPolicy(freeFailuresPerAddress: 5, firstLockout: .seconds(6))
+        let authenticator = OperatorAuthenticator(
+            builtIn: credentials, directory: nil, gate: .local(policy: policy, log: log), proxies: TrustedProxies(header: nil))
+        let admin = Operator(username: "ops", role: .admin, generation: 0, address: "203.0.113.9")
+        func login(_ password: String, from address: String = "203.0.113.9", at time: Date? = nil) async -> OperatorAuthenticator.Outcome {
+            await authenticator.authenticate(username: "ops", password: password, door: .dashboardLogin, address: address, now: time ?? now)
         }
-        #expect(await authenticator.authenticate(username: "ops", password: "correct horse battery", now: now) == .throttled(6))
+        #expect(await login("correct horse battery") == .granted(admin))
+        for _ in 0..<5 { #expect(await login("a wrong guess") == .refused) }
+        // The sixth failure closes the address for the first lock-out, and says so at once.
+        #expect(await login("a wrong guess") == .throttled(6))
+        #expect(await login("correct horse battery") == .throttled(6))
+        // Another address is not refused for this one's failures.
+        var elsewhere = admin
+        elsewhere.address = "198.51.100.7"
+        #expect(await login("correct horse battery", from: "198.51.100.7") == .granted(elsewhere))
         let basic = "Basic " + Data("ops:correct horse battery".utf8).base64EncodedString()
-        #expect(await authenticator.authenticate(authorization: basic, now: now.addingTimeInterval(6)) == .granted(admin))
+        #expect(
+            await authenticator.authenticate(authorization: basic, door: .adminAPI, address: "203.0.113.9", now: now.addingTimeInterval(6))
+                == .granted(admin))
         #expect(AdminCredentials.basic(basic).map { [$0.username, $0.password] } == ["ops", "correct horse battery"])
         for junk in [nil, "", "Bearer x", "Basic !!!", "Basic " + Data("no-colon".utf8).base64EncodedString()] {
             #expect(AdminCredentials.basic(junk) == nil)
         }
+        // Every refusal and throttling was reported with the door, address and account; never the password.
+        let refusals = log.recorded.filter { $0.outcome != .granted }
+        #expect(refusals.count == 7)
+        #expect(refusals.allSatisfy { $0.attempt.account == "ops" && $0.attempt.door == .dashboardLogin })
+        #expect(refusals.filter { $0.outcome == .refused(.wrongSecret) }.count == 6)
     }
 }
 

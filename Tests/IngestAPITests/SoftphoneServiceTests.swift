@@ -18,7 +18,7 @@ struct SoftphoneServiceTests {
         intake: StubIntake, catalog: StubCatalog = StubCatalog(), fraud: String? = nil, maxBodyBytes: Int = 1 << 20
     ) -> some ApplicationProtocol {
         let api = IngestAPI(
-            intake: intake, catalog: catalog, authenticity: StubAuthenticity(fraudReason: fraud),
+            intake: intake, catalog: catalog, authenticity: StubAuthenticity(fraudReason: fraud), gate: .local(),
             configuration: .init(syncWait: .milliseconds(10), maxBodyBytes: maxBodyBytes))
         let router = Router(context: IngestRequestContext.self)
         api.addRoutes(to: router)

@@ -1,4 +1,5 @@
 import Dashboard
+import IngestAPI
 import Logging
 import ReceiptCore
 import ReceiptQueueApp
@@ -59,6 +60,29 @@ struct ConfigurationTests {
         let error = #expect(throws: ConfigurationError.self) { try AppConfiguration(environment: environment) }
         let named = environment.count == 1 ? environment.keys.first : "CIRCUIT_MAX_OPEN_SECONDS"
         #expect(error?.variable == named)
+    }
+
+    @Test("The doors' throttle and trusted proxies: documented defaults, every variable reaches them, a bad network is named")
+    func doorThrottle() throws {
+        let defaults = try AppConfiguration(environment: [:]).api
+        #expect(defaults.guessing == GuessingPolicy())
+        #expect(defaults.ingest.proxies == TrustedProxies(header: nil, networks: TrustedProxies.privateNetworks))
+        let set = try AppConfiguration(environment: [
+            "AUTH_THROTTLE_FREE_FAILURES": "3", "AUTH_THROTTLE_ACCOUNT_FREE_FAILURES": "50", "AUTH_THROTTLE_FIRST_LOCKOUT_MS": "250",
+            "AUTH_THROTTLE_LONGEST_LOCKOUT_SECONDS": "60", "AUTH_THROTTLE_MEMORY_SECONDS": "120",
+            "API_TRUSTED_PROXY_HEADER": "X-Real-IP", "API_TRUSTED_PROXIES": "192.0.2.0/24, 2001:db8::1",
+        ]).api
+        #expect(
+            set.guessing
+                == GuessingPolicy(
+                    freeFailuresPerAddress: 3, freeFailuresPerAccount: 50, firstLockout: .milliseconds(250), longestLockout: .seconds(60),
+                    memory: .seconds(120)))
+        #expect(set.ingest.proxies.header == "X-Real-IP" && set.ingest.proxies.isTrusted("192.0.2.9") && !set.ingest.proxies.isTrusted("10.0.0.1"))
+        let error = #expect(throws: ConfigurationError.self) {
+            try AppConfiguration(environment: ["API_TRUSTED_PROXIES": "10.0.0.0/8, lb.internal"])
+        }
+        #expect(error?.variable == "API_TRUSTED_PROXIES" && error?.reason.contains("lb.internal") == true)
+        #expect(throws: ConfigurationError.self) { try AppConfiguration(environment: ["AUTH_THROTTLE_FREE_FAILURES": "0"]) }
     }
 
     @Test("LOG_LEVEL and LOG_FORMAT: info and text by default, any case, every level by its name")

@@ -38,7 +38,7 @@ struct RedisScriptsTests {
     func catalog() throws {
         let fixture = try Fixture()
         defer { fixture.close() }
-        #expect(RedisScripts.all.count == 12)
+        #expect(RedisScripts.all.count == 13)
         #expect(Set(RedisScripts.all.map(\.name)).count == RedisScripts.all.count)
         #expect(Set(RedisScripts.all.map(\.sha)).count == RedisScripts.all.count)
         for script in RedisScripts.all {

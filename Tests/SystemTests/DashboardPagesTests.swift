@@ -17,6 +17,8 @@ struct DashboardPagesTests {
         let client: HTTPClient
         let port: Int
         var cookies: [String: String] = [:]
+        /// Sent with every request (say, the `X-Forwarded-For` of a proxy in front).
+        var headers: [(name: String, value: String)] = []
 
         init(client: HTTPClient, port: Int) {
             self.client = client
@@ -45,7 +47,7 @@ struct DashboardPagesTests {
         }
 
         private func send(_ method: String, _ path: String, form: [(String, String)]?, contentType: String = "") async throws -> Page {
-            var headers: [(name: String, value: String)] = []
+            var headers = self.headers
             if !cookies.isEmpty { headers.append((name: "Cookie", value: cookies.map { "\($0.key)=\($0.value)" }.joined(separator: "; "))) }
             var body: [UInt8] = []
             if let form {

@@ -55,13 +55,22 @@ struct LogSecretsTests {
         )
         // The run was seen: what each step logs is there, and trace reached the files.
         for message in [
-            "Worker started", "Receipt submitted", "API authentication refused", "Receipt request refused", "Job stored",
-            "Job scheduled for a retry", "Job moved to the dead letters", "Admin login failed", "Admin login", "Admin action",
-            "Softphone purchase answered", "Softphone authentication refused",
+            "Worker started", "Receipt submitted", "Authentication refused", "Receipt request refused", "Job stored",
+            "Job scheduled for a retry", "Job moved to the dead letters", "Admin login", "Admin action",
+            "Softphone purchase answered",
         ] {
             #expect(logs.messages.contains(message), "no \(message) in the logs")
         }
         #expect(logs.levels.contains("trace") && logs.levels.contains("debug"))
+        // Refused credentials are security events: at notice, with the door, the client and the
+        // account tried, at every door this run knocked on with a wrong one.
+        let refusals = logs.files.flatMap { file in
+            String(decoding: file.bytes, as: UTF8.self).split(separator: "\n").filter { $0.contains(#""msg":"Authentication refused""#) }
+        }
+        #expect(refusals.allSatisfy { $0.contains(#""level":"notice""#) && $0.contains("client.address") })
+        for door in ["client_token", "dashboard_login", "admin_api", "softphone"] {
+            #expect(refusals.contains { $0.contains(#""auth.door":"\#(door)""#) }, "no refusal logged at \(door)")
+        }
         #expect(logs.loggers.isSuperset(of: ["receiptq.serve", "receiptq.work", "receiptq.schedule", "receiptq.migrate", "receiptq.apps"]))
         #expect(logs.loggers.allSatisfy { $0.hasPrefix("receiptq.") }, "every line names its process: \(logs.loggers.sorted())")
 

@@ -21,6 +21,11 @@ struct OperatorTests {
 
     /// Runs `receiptq operators …` on the test database, the password on its environment variable.
     func operators(_ arguments: [String], password: String? = OperatorTests.password) async throws -> (status: Int32, output: String) {
+        try await receiptq(["operators"] + arguments, environment: ["RECEIPTQ_OPERATOR_PASSWORD": password])
+    }
+
+    /// Runs `receiptq …` on the test database as the login `ci-operator`.
+    func receiptq(_ arguments: [String], environment extra: [String: String?] = [:]) async throws -> (status: Int32, output: String) {
         var environment = ProcessInfo.processInfo.environment
         for (key, value) in [
             "POSTGRES_HOSTNAME": TestEnvironment.postgresHost, "POSTGRES_PORT": String(TestEnvironment.postgresPort),
@@ -28,10 +33,10 @@ struct OperatorTests {
         ] {
             environment[key] = value
         }
-        environment["RECEIPTQ_OPERATOR_PASSWORD"] = password
+        for (key, value) in extra { environment[key] = value }
         environment.removeValue(forKey: "SUDO_USER")
         let variables = environment
-        return try await offload { try runProcess(ReceiptqExecutable.url, ["operators"] + arguments, environment: variables) }
+        return try await offload { try runProcess(ReceiptqExecutable.url, arguments, environment: variables) }
     }
 
     func send(
@@ -135,6 +140,37 @@ struct OperatorTests {
         let cliLines = try await send(system, "GET", "/admin/api/audit?actor=cli:ci-operator&action=operator.add", user: viewer)
         #expect(cliLines.json?["entries"]?.arrayValue?.contains { $0["target"]?.stringValue == "\(admin) as admin" } == true)
         #expect(try await send(system, "GET", "/admin/api/audit?limit=0", user: viewer).status == 422)
+        // The viewer's refused retries, at the API and on the dashboard: recorded, with where they came from.
+        let denied =
+            try await send(system, "GET", "/admin/api/audit?actor=\(viewer)&action=access.denied", user: viewer).json?["entries"]?
+            .arrayValue ?? []
+        #expect(
+            Set(denied.compactMap { $0["target"]?.stringValue }) == ["POST /admin/api/dead/retry", "POST /admin/dead/retry"], "\(denied)")
+        #expect(denied.allSatisfy { $0["outcome"]?.stringValue == "refused" && $0["client_address"]?.stringValue == "127.0.0.1" })
+        #expect(retry["client_address"]?.stringValue == "127.0.0.1")
+
+        // `receiptq apps` changes are audited too, a refused one as failed; passwords never are.
+        let appName = "audited-app-\(suffix)"
+        #expect(try await receiptq(["apps", "add", "--bundle-id", "com.example.audit.a\(suffix)", "--name", appName]).status == 0)
+        let short = try await receiptq(
+            ["apps", "softphone-credentials", "--name", appName, "--username", "phone-\(suffix)"],
+            environment: ["RECEIPTQ_SOFTPHONE_PASSWORD": "short-pw"])
+        #expect(short.status != 0 && short.output.contains("at least 12"), "\(short.output)")
+        let phone = try await receiptq(
+            ["apps", "softphone-credentials", "--name", appName, "--username", "phone-\(suffix)"],
+            environment: ["RECEIPTQ_SOFTPHONE_PASSWORD": "a-long-softphone-password"])
+        #expect(phone.status == 0, "\(phone.output)")
+        // (The audit log outlives earlier runs: this run's lines are those naming its suffix.)
+        let appLines =
+            (try await send(system, "GET", "/admin/api/audit?actor=cli:ci-operator&action=app.", user: viewer).json?["entries"]?
+            .arrayValue ?? []).filter { ($0["target"]?.stringValue ?? "").contains(suffix) }
+        let summary = appLines.compactMap { line in
+            line["action"]?.stringValue.map { "\($0) \(line["outcome"]?.stringValue ?? "")" }
+        }
+        #expect(summary == ["app.softphone_credentials.set done", "app.softphone_credentials.set failed", "app.add done"], "\(summary)")
+        #expect(appLines.last?["target"]?.stringValue?.contains(appName) == true && appLines.last?["app_id"] == .null)
+        #expect(appLines.first?["app_id"]?.stringValue != nil)
+        #expect(!appLines.contains { ($0["target"]?.stringValue ?? "").contains("softphone-password") })
 
         // The customer view shows what was done to the customer's jobs, and who looked them up.
         let customerPage = try await viewerBrowser.get("/admin/customers?q=\(customer)")

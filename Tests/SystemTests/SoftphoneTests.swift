@@ -317,6 +317,38 @@ struct SoftphoneTests {
         #expect(try await eventually { try await system.get(id).1?["validation_status"]?.stringValue == "valid" })
     }
 
+    @Test("1,000 wrong Basic, Digest and token= logins from one address: 429 there with final=1; the right password from another address buys")
+    func throttledPerAddress() async throws {
+        let fixture = try await Fixture.start(environment: ["API_TRUSTED_PROXY_HEADER": "X-Forwarded-For"])
+        defer { Task { await fixture.system.stop() } }
+        let attacker = (name: "X-Forwarded-For", value: "203.0.113.66")
+        let colleague = (name: "X-Forwarded-For", value: "198.51.100.7")
+        let (receipt, decoded) = try fixture.forgeReceipt()
+        let text = query(receipt: receipt, product: decoded.inApp[0].productID)
+        let nonce = try #require(try await fixture.send(query: text).nonce(algorithm: "SHA-256"))
+        let digest = DigestHeader(username: fixture.username, password: "not the password").value(
+            method: "GET", uri: SoftphoneService.path + "?" + text, nonce: nonce, algorithm: "SHA-256")
+        let wrong = [
+            (name: "Authorization", value: "Basic " + Data("\(fixture.username):guess".utf8).base64EncodedString()),
+            (name: "Authorization", value: digest),
+        ]
+        var statuses: [Int: Int] = [:]
+        for index in 0..<1000 {
+            let answer =
+                index % 3 == 2
+                ? try await fixture.send(query: text + "&token=rq_wrong\(index)", headers: [attacker])
+                : try await fixture.send(query: text, headers: [attacker, wrong[index % 3]])
+            statuses[answer.status, default: 0] += 1
+            #expect(answer.isFinal)
+            if answer.status == 429 { #expect(Int(answer.retryAfter ?? "") ?? 0 >= 1) }
+        }
+        #expect(Set(statuses.keys).isSubset(of: [401, 429]) && statuses[429, default: 0] >= 900, "\(statuses)")
+        #expect(try await fixture.send(query: text, headers: [attacker, fixture.basic]).status == 429)
+        let bought = try await fixture.sendUntilFinal(query: text, headers: [colleague, fixture.basic])
+        #expect(bought.status == 200 && bought.fields["validation_status"] == "valid")
+        #expect((fixture.system.metric("receiptq_auth_attempts_total", ["door": "softphone", "outcome": "throttled"]) ?? 0) >= 900)
+    }
+
     @Test("413, 415 and 422 with a readable message and final=1, never a 5xx")
     func badRequests() async throws {
         let fixture = try await Fixture.start()

@@ -4,7 +4,7 @@ public struct SoftphoneCredentialsError: Error, Equatable, CustomStringConvertib
     private enum Code: String {
         case invalidUsername = "invalid_username"
         case usernameTaken = "username_taken"
-        case emptyPassword = "empty_password"
+        case weakPassword = "weak_password"
     }
     private let code: Code
     /// A sentence for the operator; never the password.
@@ -14,8 +14,11 @@ public struct SoftphoneCredentialsError: Error, Equatable, CustomStringConvertib
     public static func invalidUsername(_ reason: String) -> Self { Self(code: .invalidUsername, message: "username \(reason)") }
     /// Another app already uses the username.
     public static let usernameTaken = Self(code: .usernameTaken, message: "another app already uses this username")
-    /// The password is empty.
-    public static let emptyPassword = Self(code: .emptyPassword, message: "the password must not be empty")
+    /// The password is shorter than ``SoftphoneCredentials/minimumPasswordLength`` characters: the
+    /// softphone door is throttled, but a short password is still found by a patient guesser.
+    public static let weakPassword = Self(
+        code: .weakPassword,
+        message: "the password must have at least \(SoftphoneCredentials.minimumPasswordLength) characters (a generated one is best)")
 
     /// A bounded code, e.g. `username_taken`.
     public var codeName: String { code.rawValue }

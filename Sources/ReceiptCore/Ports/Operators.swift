@@ -60,14 +60,18 @@ public struct AuditEntry: Sendable, Equatable {
     public var appID: UUID?
     public var userIdentifiers: [String]
     public var jobCount: Int?
-    /// `started` (recorded before the action ran; it did not report back), `done` or `failed`.
+    /// `started` (recorded before the action ran; it did not report back), `done`, `failed`, or
+    /// `refused` (a role too low for it: the attempt, not run).
     public var outcome: String
+    /// The client address the request came from (nil: the command line, or before it was kept).
+    public var clientAddress: String?
 
     /// Creates an entry.
     public init(
         id: Int64, at: Date, actor: String, role: String?, action: String, source: String, target: String?, appID: UUID?,
-        userIdentifiers: [String], jobCount: Int?, outcome: String
+        userIdentifiers: [String], jobCount: Int?, outcome: String, clientAddress: String? = nil
     ) {
+        self.clientAddress = clientAddress
         self.id = id
         self.at = at
         self.actor = actor
@@ -91,12 +95,15 @@ public struct AuditAction: Sendable, Equatable {
     public var target: String?
     public var appID: UUID?
     public var userIdentifiers: [String]
+    /// The client address the request came from (nil: the command line, or unknown).
+    public var clientAddress: String?
 
     /// Creates an action.
     public init(
         actor: String, role: OperatorRole?, action: String, source: String, target: String? = nil, appID: UUID? = nil,
-        userIdentifiers: [String] = []
+        userIdentifiers: [String] = [], clientAddress: String? = nil
     ) {
+        self.clientAddress = clientAddress
         self.actor = actor
         self.role = role
         self.action = action
@@ -134,6 +141,8 @@ public struct AuditFilter: Sendable, Equatable {
 public protocol AuditLog: Sendable {
     /// Records `action` as started; returns its id for ``settle(_:jobCount:failed:)``.
     func begin(_ action: AuditAction) async throws -> Int64
+    /// Records `action` as refused: an operator whose role does not allow it tried it.
+    func refused(_ action: AuditAction) async throws
     /// Marks entry `id` done (with the jobs it moved) or failed.
     func settle(_ id: Int64, jobCount: Int?, failed: Bool) async throws
     /// The newest entries matching `filter`, older than entry `before` when given.

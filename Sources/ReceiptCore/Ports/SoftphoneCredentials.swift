@@ -11,6 +11,8 @@ public struct SoftphoneCredentials: Sendable, Equatable, CustomStringConvertible
     /// The realm every HA1 is computed in. Changing it invalidates every stored credential, so it
     /// is a constant rather than a setting.
     public static let realm = "receiptq"
+    /// The fewest characters a softphone password may have (as an operator's).
+    public static let minimumPasswordLength = 12
 
     /// The app the credentials belong to.
     public var app: AppRecord
