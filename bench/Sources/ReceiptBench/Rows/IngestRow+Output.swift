@@ -74,7 +74,7 @@ extension IngestRow {
             result["targets"] = targets
         }
         let replicatedReport = replicated.map { $0.series.summary(single: runs, runs: $0.runs) }
-        if let replicatedReport { result["replicas_ack"] = replicatedReport.json }
+        if let replicated, let replicatedReport { result[replicated.series.baseline == nil ? "replicas_ack" : "baseline"] = replicatedReport.json }
         let stageReport = stages.isEmpty ? nil : stageReport(stages, serverMicros: med("server_cpu_us_per_req"))
         if let stageReport { result["stages_us_per_req"] = stageReport.json }
         let bound = stageReport.flatMap { stageReport in
@@ -170,7 +170,7 @@ extension IngestRow {
                         ? "" : "; ERRORS: fewer import jobs queued than items answered"))
         }
         if let replicated, let replicatedReport {
-            for (index, run) in replicated.runs.enumerated() { table.add(row("WAIT \(index + 1)", run)) }
+            for (index, run) in replicated.runs.enumerated() { table.add(row("\(replicated.series.label) \(index + 1)", run)) }
             table.notes.append(replicatedReport.note)
         }
         table.notes += stageReport?.lines ?? []

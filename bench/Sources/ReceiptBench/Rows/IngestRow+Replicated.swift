@@ -11,8 +11,15 @@ extension IngestRow {
     /// and a second `receiptq serve` with `REDIS_MIN_REPLICAS_ACK=N` posting as apps of its own;
     /// its runs alternate with the single series', which runs with the same replicas attached
     /// (so the difference is the `WAIT`, not the replication stream both pay).
+    ///
+    /// `--baseline PATH` is the same series with no replica: another `receiptq` binary (an earlier
+    /// commit's build) serving the same load, so what a change costs is measured side by side.
     final class ReplicatedSeries {
         let replicasAck: Int
+        /// The other binary of a `--baseline` series (nil: the `WAIT` series).
+        let baseline: URL?
+        /// The table's row label.
+        var label: String { baseline == nil ? "WAIT" : "BASE" }
         let wrk: WrkCommand
         let context: RunContext
         private let server: ChildProcess
@@ -22,9 +29,10 @@ extension IngestRow {
         init(
             replicasAck: Int, redis: RedisConfiguration, receiptq: URL, environment: [String: String], tokens: [String],
             bodies: URL, settings: Settings, wrk wrkPath: String, bench: RedisConnection, postgres: PostgresConnection, postmaster: Int32?,
-            directory: URL
+            directory: URL, baseline: URL? = nil
         ) throws {
             self.replicasAck = replicasAck
+            self.baseline = baseline
             guard let redisServer = ChildProcess.which("redis-server") else { throw BenchFailure(description: "redis-server not on PATH") }
             var started: [ChildProcess] = []
             do {
@@ -63,9 +71,10 @@ extension IngestRow {
                 "REDIS_KEY_PREFIX": prefix, "HTTP_PORT": String(port), "REDIS_MIN_REPLICAS_ACK": String(replicasAck),
             ]) { _, new in new }
             server = try ChildProcess(
-                executable: receiptq, arguments: ["serve"], environment: environment, label: "serve-wait", logDirectory: directory)
+                executable: baseline ?? receiptq, arguments: ["serve"], environment: environment,
+                label: baseline == nil ? "serve-wait" : "serve-baseline", logDirectory: directory)
             guard Network.waitForListener(port: port, timeout: 30) else {
-                throw BenchFailure(description: "receiptq serve (REDIS_MIN_REPLICAS_ACK) did not listen:\n\(server.logTail())")
+                throw BenchFailure(description: "receiptq serve (\(label)) did not listen:\n\(server.logTail())")
             }
             let tokensFile = directory.appendingPathComponent("wait-tokens.txt")
             try (tokens.joined(separator: "\n") + "\n").write(to: tokensFile, atomically: true, encoding: .utf8)
@@ -97,6 +106,14 @@ extension IngestRow {
                 "all_2xx_queued": runs.allSatisfy { $0["all_2xx_queued"] as? Bool == true },
                 "errors": runs.reduce(0) { $0 + (($1["errors"] as? Int) ?? 0) },
             ]
+            if let baseline {
+                return (
+                    json.merging(["baseline": baseline.path]) { $1 },
+                    "BASE rows: the same load on \(baseline.path): this build's req/s \(Format.json(rps.single / rps.wait, places: 100))× the "
+                        + "baseline's (run by run \(paired.map { "\(Format.json(1 / $0, places: 100))×" }.joined(separator: ", "))), p50 "
+                        + "\(Format.json(p50.single - p50.wait, places: 100)) ms and p99 \(Format.json(p99.single - p99.wait, places: 100)) ms more"
+                )
+            }
             let note =
                 "WAIT rows: a second serve with REDIS_MIN_REPLICAS_ACK=\(replicasAck) (\(replicasAck) replica(s) on loopback, attached "
                 + "during every row): req/s \(Format.json(rps.wait / rps.single, places: 100))× the single POST's (run by run "

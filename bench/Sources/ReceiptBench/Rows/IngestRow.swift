@@ -66,6 +66,9 @@ enum IngestRow: BenchRow {
         OptionSpec(
             name: "--replicas-ack", takesValue: true,
             help: "also run a serve with REDIS_MIN_REPLICAS_ACK of this many loopback replicas, runs alternating (default 0 = none)"),
+        OptionSpec(
+            name: "--baseline", takesValue: true,
+            help: "also run this other receiptq binary (an earlier commit's release build) under the same load, runs alternating"),
     ]
 
     static let bundleID = "com.example.receiptq.bench"
@@ -260,12 +263,16 @@ enum IngestRow: BenchRow {
             context.itemsPerRequest = settings.batchItems
             batch = (WrkCommand(wrk: wrk, script: batchScript.path, url: url + "/batch", settings: settings), context)
         }
+        let baseline = options.extra["--baseline"].map { URL(fileURLWithPath: $0) }
+        guard settings.replicasAck == 0 || baseline == nil else {
+            throw BenchFailure(description: "--baseline and --replicas-ack exclude each other")
+        }
         let replicated =
-            settings.replicasAck > 0
+            settings.replicasAck > 0 || baseline != nil
             ? try ReplicatedSeries(
                 replicasAck: settings.replicasAck, redis: configuration.redis, receiptq: receiptq, environment: environment,
-                tokens: try addApps("wait"), bodies: bodiesFile, settings: settings, wrk: wrk, bench: redis, postgres: postgres,
-                postmaster: postmaster, directory: directory) : nil
+                tokens: try addApps(baseline == nil ? "wait" : "base"), bodies: bodiesFile, settings: settings, wrk: wrk, bench: redis,
+                postgres: postgres, postmaster: postmaster, directory: directory, baseline: baseline) : nil
         defer { replicated?.stop() }
         if settings.warmup > 0 {
             FileHandle.standardError.write(Data("ingest: warm-up (\(Format.json(settings.warmup)) s)…\n".utf8))
@@ -302,9 +309,9 @@ enum IngestRow: BenchRow {
                 batchRuns.append(try measure(batch.wrk, seconds: settings.seconds, context: batch.context))
             }
             if let replicated {
-                FileHandle.standardError.write(Data("ingest: WAIT run \(index)/\(settings.runs)…\n".utf8))
+                FileHandle.standardError.write(Data("ingest: \(replicated.label) run \(index)/\(settings.runs)…\n".utf8))
                 replicatedRuns.append(try measure(replicated.wrk, seconds: settings.seconds, context: replicated.context))
-                guard replicated.isRunning else { throw BenchFailure(description: "the WAIT series' serve or a replica exited") }
+                guard replicated.isRunning else { throw BenchFailure(description: "the \(replicated.label) series' serve or a replica exited") }
             }
         }
         var profile: [String: Any]?
