@@ -92,6 +92,8 @@ struct OperatorTests {
         #expect(try await send(system, "GET", "/admin/api/dead", user: viewer, password: "a wrong password!").status == 401)
         let refused = try await send(system, "POST", "/admin/api/dead/retry", user: viewer, body: #"{"ids":["\#(ids[0])"]}"#)
         #expect(refused.status == 403 && refused.json?["reason"]?.stringValue == "needs the operator role")
+        let refusedDelete = try await send(system, "POST", "/admin/api/dead/delete", user: viewer, body: #"{"ids":["\#(ids[1])"]}"#)
+        #expect(refusedDelete.status == 403)
         let viewerBrowser = Browser(system)
         #expect(try await viewerBrowser.logIn(username: viewer, password: Self.password).location == "/admin")
         let deadPage = try await viewerBrowser.get("/admin/dead")
@@ -145,7 +147,8 @@ struct OperatorTests {
             try await send(system, "GET", "/admin/api/audit?actor=\(viewer)&action=access.denied", user: viewer).json?["entries"]?
             .arrayValue ?? []
         #expect(
-            Set(denied.compactMap { $0["target"]?.stringValue }) == ["POST /admin/api/dead/retry", "POST /admin/dead/retry"], "\(denied)")
+            Set(denied.compactMap { $0["target"]?.stringValue })
+                == ["POST /admin/api/dead/retry", "POST /admin/api/dead/delete", "POST /admin/dead/retry"], "\(denied)")
         #expect(denied.allSatisfy { $0["outcome"]?.stringValue == "refused" && $0["client_address"]?.stringValue == "127.0.0.1" })
         #expect(retry["client_address"]?.stringValue == "127.0.0.1")
 
