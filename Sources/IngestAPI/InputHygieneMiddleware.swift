@@ -46,15 +46,17 @@ public struct InputHygieneMiddleware<Context: RequestContext>: RouterMiddleware 
     public func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
         // A declared length over every door's limit is refused before a byte of the body is read:
         // waiting for 99999999999 bytes would hold the connection for as long as the client likes.
-        if let declared = request.headers[.contentLength], Self.exceeds(declared, maxBodyBytes) { return tooLarge(request) }
+        // A batch's items are checked one by one by its handler (one bad item is its own 422),
+        // which reads up to its own, larger limit.
+        let batch = request.method == .post && IngestAPI.isBatchPath(context.endpointPath)
+        if let declared = request.headers[.contentLength], Self.exceeds(declared, batch ? max(maxBodyBytes, IngestAPI.maxBatchBytes) : maxBodyBytes) {
+            return tooLarge(request)
+        }
         var request = request
         let problem: FieldError?
         do {
             problem =
-                try await Self.problem(
-                    in: &request, maxBodyBytes: maxBodyBytes,
-                    // A batch's items are checked one by one by its handler: one bad item is its own 422.
-                    body: !(request.method == .post && IngestAPI.isBatchPath(context.endpointPath)))
+                try await Self.problem(in: &request, maxBodyBytes: maxBodyBytes, body: !batch)
                 ?? undeclaredParameter(request, route: context.endpointPath)
         } catch is NIOTooManyBytesError {
             return tooLarge(request)

@@ -107,18 +107,24 @@ struct ServerTimeoutTests {
         #expect(answer != nil && answer?.status != 408, "the steady body was read and answered (\(answer?.status ?? 0))")
     }
 
-    @Test("Content-Length over API_MAX_BODY_BYTES is answered 413 before a byte of the body is sent, token or not, and the connection closes")
+    @Test(
+        "Content-Length over API_MAX_BODY_BYTES (a batch's over its 10 MB) is answered 413 before a byte of the body is sent, token or not, and the connection closes"
+    )
     func declaredLengthOverTheLimit() async throws {
         let api = try await api([:])
         defer { Task { await api.stop() } }
-        for (length, authorization) in [("99999999999", nil), ("99999999999", "Bearer not-a-token"), ("2000000", nil)] as [(String, String?)] {
+        let cases: [(path: String, length: String, authorization: String?)] = [
+            ("/client/itunes_connect/receipts", "99999999999", nil), ("/client/itunes_connect/receipts", "99999999999", "Bearer not-a-token"),
+            ("/client/itunes_connect/receipts", "2000000", nil), ("/client/itunes_connect/receipts/batch", "99999999999", nil),
+        ]
+        for (path, length, authorization) in cases {
             let connection = try RawHTTPConnection(port: api.port)
             connection.send(
-                "POST /client/itunes_connect/receipts HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                    + "Content-Length: \(length)\r\n" + (authorization.map { "Authorization: \($0)\r\n" } ?? "") + "\r\n")
+                "POST \(path) HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: \(length)\r\n"
+                    + (authorization.map { "Authorization: \($0)\r\n" } ?? "") + "\r\n")
             // No body byte was sent: the answer cannot have waited for one.
             let response = connection.readResponse()
-            #expect(response?.status == 413, "Content-Length \(length), \(authorization ?? "no token")")
+            #expect(response?.status == 413, "\(path), Content-Length \(length), \(authorization ?? "no token")")
             #expect(response?.headers["connection"] == "close")
             #expect(try await eventually(timeout: .seconds(20)) { connection.isClosedByServer() }, "closed after the 413")
         }
