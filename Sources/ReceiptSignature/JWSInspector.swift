@@ -16,7 +16,7 @@ public enum JWSInspector {
         guard var payload = try? JSONValue.parse(jws.payload), payload.objectValue != nil else {
             throw .malformedPayload
         }
-        let result = verifier?.verify(compact) ?? .failure(JWSFailure(reason: "no_trust_roots"))
+        let result = verifier?.verify(compact) ?? .failure(.noTrustRoots)
         var valid: Bool
         let signature: JSONValue
         switch result {

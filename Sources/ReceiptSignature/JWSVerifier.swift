@@ -48,7 +48,8 @@ public final class JWSVerifier: SignedPayloadVerifier {
         let certificates: [Certificate]
         switch chains.verify(x5c: jws.x5c, at: at) {
         case .success(let chain): certificates = chain
-        case .failure(let failure): return .failure(failure.reason == "malformed" ? .missingCertificateChain : .untrustedChain)
+        case .failure(.malformedCertificate): return .failure(.malformedCertificateChain)
+        case .failure(.untrusted): return .failure(.untrustedChain)
         }
         guard certificates.count >= 2, certificates[0].hasExtension(oid: Self.leafMarker),
             certificates[1].hasExtension(oid: Self.intermediateMarker)
