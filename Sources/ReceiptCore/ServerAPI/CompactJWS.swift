@@ -140,7 +140,8 @@ public struct VerifiedJWS: Sendable, Equatable {
     public var payload: JSONValue
     /// The chain's subjects (common names), leaf first.
     public var chainSubjects: [String]
-    /// The payload's `signedDate`, at which the chain was judged.
+    /// When Apple signed it (``JWSSigningDate``: a 2022-format notification's is its nested
+    /// transaction's), at which the chain was judged.
     public var signedDate: Date?
 
     /// Creates a verified JWS.
