@@ -7,7 +7,9 @@ import Synchronization
 /// Probes cost nothing: every probe within ``maxAge`` of the last check reads its result, and
 /// probes arriving while a check runs wait for that one check instead of starting their own, so a
 /// fleet of probes (kubelet, load balancer, monitoring) makes one Redis `PING` and one Postgres
-/// `SELECT 1` per half second at most. A recovery shows within ``maxAge`` plus one check.
+/// `SELECT 1` per half second at most. A recovery shows within ``maxAge`` plus one check. A server
+/// that has not answered within ``patience`` counts as unreachable (a partitioned one can leave a
+/// ping waiting for minutes), so a probe is answered within that time.
 final class Readiness: Sendable {
     /// What the last check found.
     struct Report: Sendable, Equatable {
@@ -25,6 +27,8 @@ final class Readiness: Sendable {
 
     /// How long one check's result answers every probe.
     static let maxAge = Duration.milliseconds(500)
+    /// How long a check waits for a server's answer (the serve manifests' probe timeout is 3 s).
+    static let defaultPatience = Duration.seconds(2)
 
     private struct State {
         var last: (report: Report, at: ContinuousClock.Instant)?
@@ -35,10 +39,18 @@ final class Readiness: Sendable {
     private let catalog: any ReceiptCatalog
     /// Monotonic, so a wall clock set back cannot keep an old result fresh.
     private let now: @Sendable () -> ContinuousClock.Instant
+    /// How long a check waits for each server.
+    let patience: Duration
     private let state = Mutex(State())
 
-    /// - Parameter now: the injected clock (tests move it past ``maxAge``).
-    init(intake: any ReceiptIntake, catalog: any ReceiptCatalog, now: @escaping @Sendable () -> ContinuousClock.Instant = { .now }) {
+    /// - Parameters:
+    ///   - patience: how long a check waits for each server's answer.
+    ///   - now: the injected clock (tests move it past ``maxAge``).
+    init(
+        intake: any ReceiptIntake, catalog: any ReceiptCatalog, patience: Duration = Readiness.defaultPatience,
+        now: @escaping @Sendable () -> ContinuousClock.Instant = { .now }
+    ) {
+        self.patience = patience
         self.intake = intake
         self.catalog = catalog
         self.now = now
@@ -67,13 +79,31 @@ final class Readiness: Sendable {
     }
 
     private func check() async -> Report {
-        async let redis = intake.ping()
-        async let postgres = catalog.ping()
+        async let redis = Self.answer(within: patience) { await self.intake.ping() }
+        async let postgres = Self.answer(within: patience) { await self.catalog.ping() }
         let report = await Report(redis: redis, postgres: postgres)
         state.withLock { state in
             state.last = (report, now())
             state.running = nil
         }
         return report
+    }
+
+    /// What `ping` answers, or false once `limit` has passed without an answer. The ping is left to
+    /// finish on its own (a blocked socket read cannot be cancelled); nothing waits for it.
+    static func answer(within limit: Duration, _ ping: @escaping @Sendable () async -> Bool) async -> Bool {
+        let pending = Mutex<CheckedContinuation<Bool, Never>?>(nil)
+        let answer = { @Sendable (value: Bool) in pending.withLock { $0.take() }?.resume(returning: value) }
+        return await withCheckedContinuation { continuation in
+            pending.withLock { $0 = continuation }
+            let deadline = Task {
+                try? await Task.sleep(for: limit)
+                answer(false)
+            }
+            Task {
+                answer(await ping())
+                deadline.cancel()
+            }
+        }
     }
 }

@@ -104,6 +104,19 @@ struct ReadinessTests {
         #expect(catalog.pings.load(ordering: .relaxed) == 1)
     }
 
+    @Test("A server that does not answer within the check's patience (a partition) counts as unreachable")
+    func silentServerIsUnreachable() async {
+        let catalog = PingedCatalog()
+        let (started, startedContinuation) = AsyncStream<Void>.makeStream()
+        let (release, releaseContinuation) = AsyncStream<Void>.makeStream()
+        catalog.gate.withLock { $0 = (startedContinuation, release) }
+        let readiness = Readiness(intake: StubIntake(.queued), catalog: catalog, patience: .milliseconds(50), now: HandClock().now)
+        // The ping waits until released, as one on a partitioned connection would for minutes.
+        #expect(await readiness.report() == .init(redis: true, postgres: false))
+        for await _ in started { break }
+        releaseContinuation.finish()
+    }
+
     @Test("Redis down, Postgres down, or both: the status names what does not answer")
     func statusNamesWhatIsDown() async {
         let catalog = PingedCatalog()
