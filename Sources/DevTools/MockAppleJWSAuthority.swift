@@ -17,9 +17,12 @@ public struct MockAppleJWSAuthority: Sendable {
     public var intermediateKey: PrivateKey
 
     /// Generates a chain valid from a year ago for ten years (payloads dated in the past verify).
-    /// - Parameter markers: false leaves Apple's marker extensions out (for negative tests).
+    /// - Parameters:
+    ///   - markers: false leaves Apple's marker extensions out (for negative tests).
+    ///   - leafExpiry: when the signing certificate expires, if not with the others: a past date
+    ///     makes a chain like Apple's leaf of 2021–2023, good only for payloads signed before it.
     public static func generate(
-        name: String = "receiptq Mock Apple Root CA - G3 (NOT APPLE)", markers: Bool = true
+        name: String = "receiptq Mock Apple Root CA - G3 (NOT APPLE)", markers: Bool = true, leafExpiry: Date? = nil
     ) throws
         -> MockAppleJWSAuthority
     {
@@ -40,7 +43,7 @@ public struct MockAppleJWSAuthority: Sendable {
         let leaf = try CertificateFactory.issue(
             CertificateRequestSpec(
                 commonName: "receiptq Mock StoreKit Signing (NOT APPLE)", organization: "receiptq tests", isCA: false, validFrom: from,
-                validTo: to, serial: 3, markerOIDs: markers ? [JWSVerifier.leafMarker] : []),
+                validTo: leafExpiry ?? to, serial: 3, markerOIDs: markers ? [JWSVerifier.leafMarker] : []),
             publicKeyOf: leafKey, issuer: intermediate, issuerKey: intermediateKey)
         return MockAppleJWSAuthority(
             root: root, intermediate: intermediate, leaf: leaf, leafKey: leafKey, rootKey: rootKey, intermediateKey: intermediateKey)

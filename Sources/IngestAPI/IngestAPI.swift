@@ -44,6 +44,8 @@ public struct IngestAPI: Sendable {
     let metrics: IngestMetrics
     /// The throttle and security log of the doors.
     let gate: AuthGate
+    /// `/health/ready`'s cached check of Redis and Postgres.
+    let readiness: Readiness
 
     /// Creates the API.
     /// - Parameters:
@@ -71,6 +73,7 @@ public struct IngestAPI: Sendable {
         self.events = events
         self.now = now
         self.configuration = configuration
+        self.readiness = Readiness(intake: intake, catalog: catalog)
         self.ingestion = ReceiptIngestion(
             intake: intake, catalog: catalog, authenticity: authenticity, signedPayloads: signedPayloads, syncWait: configuration.syncWait,
             now: now)
@@ -112,8 +115,8 @@ public struct IngestAPI: Sendable {
             json(.ok, ["status": .string("ok")])
         }
         router.get("/health/ready") { _, _ in
-            await intake.ping()
-                ? json(.ok, ["status": .string("ok")]) : json(.serviceUnavailable, ["status": .string("redis unreachable")])
+            let report = await readiness.report()
+            return json(report.isReady ? .ok : .serviceUnavailable, ["status": .string(report.status)])
         }
         OpenAPIDocument.addRoute(to: router)
     }

@@ -26,18 +26,20 @@ import Darwin
 /// ```
 ///
 /// Calls made from inside a closure that already runs on the connection's queue (a
-/// ``transaction(_:)`` or ``withConnection(_:)`` body) run inline. When the server has dropped the
-/// connection, the failing call throws ``PostgresError/Code/connectionLost`` and the next call
-/// reconnects (`PQreset`) once before running: a Postgres restart costs one failed call. Inside
-/// a transaction there is no reconnect, since the statements after it would silently run outside
-/// the transaction.
+/// ``transaction(_:)`` or ``withConnection(_:)`` body) run inline. Before each statement outside a
+/// transaction the connection reads what the server sent it meanwhile: a session the server closed
+/// (a restart, `pg_terminate_backend`) is reconnected (`PQreset`) before the statement is sent, so
+/// a Postgres restart costs no failed call. A connection that drops during a call throws
+/// ``PostgresError/Code/connectionLost`` and the next call reconnects. Inside a transaction there
+/// is no reconnect, since the statements after it would silently run outside the transaction.
 ///
 /// `@unchecked Sendable` is sound because every access to the `PGconn` and the mutable state
 /// below happens on `queue`, a private serial queue; a `PGconn` must not be used from two
 /// threads at once.
 public final class PostgresConnection: @unchecked Sendable {
     private let configuration: PostgresConfiguration
-    private let logger: Logger
+    /// Tagged with the connection's label; the pool logs its retries with it.
+    let logger: Logger
     private let queue: ConfinedQueue
     /// Target of libpq's notice processor; lives as long as the connection, which frees the
     /// `PGconn` (and with it the only pointer to this) first.
@@ -281,6 +283,10 @@ public final class PostgresConnection: @unchecked Sendable {
             logger.debug("Postgres connected", metadata: ["postgres.host": "\(configuration.host)", "postgres.port": "\(configuration.port)"])
             return connection
         }
+        // Outside a transaction, a session the server has closed since its last statement (a
+        // restart, pg_terminate_backend) is found now, while a fresh one can still take the
+        // statement; otherwise the statement would be sent into the dead socket and fail.
+        if transactionDepth == 0 { Self.readClosingMessages(connection) }
         if PQstatus(connection) == CONNECTION_OK { return connection }
         logger.info("Postgres connection lost; resetting")
         PQreset(connection)
@@ -289,6 +295,21 @@ public final class PostgresConnection: @unchecked Sendable {
         // PQreset opens a new session: session settings must be applied again.
         try setUpSession(connection)
         return connection
+    }
+
+    /// Reads what the server sent an idle session, without blocking: nothing, usually (one `poll`
+    /// that finds the socket quiet). A server that ends the session sends its reason (an ERROR,
+    /// which goes to the notice processor) and then closes: the first read takes the reason, a
+    /// later one meets the end of the stream, and libpq marks the connection `CONNECTION_BAD`.
+    /// Bounded, so a server that keeps sending notices cannot hold the caller here.
+    private static func readClosingMessages(_ connection: OpaquePointer) {
+        for _ in 0..<4 {
+            guard PQstatus(connection) == CONNECTION_OK else { return }
+            var descriptor = pollfd(fd: PQsocket(connection), events: Int16(POLLIN), revents: 0)
+            guard descriptor.fd >= 0, poll(&descriptor, 1, 0) > 0 else { return }
+            // 0: the read failed or met the end; libpq has already marked the connection bad.
+            guard PQconsumeInput(connection) == 1 else { return }
+        }
     }
 
     private func connect() throws -> OpaquePointer {

@@ -16,29 +16,33 @@ public final class X5CChainVerifier: Sendable {
     }
 
     /// Decodes `x5c` (each entry once, then from the cache) and judges the chain at `time`.
-    /// - Returns: the decoded certificates (leaf first), or a bounded reason: `malformed` (an entry
-    ///   is not a certificate), `untrusted_chain`, `certificate_expired`, `certificate_not_yet_valid`.
+    /// - Returns: the decoded certificates (leaf first), or why not: an entry is not a certificate
+    ///   (``ChainFailure/malformedCertificate``), or the chain does not reach a trusted root then.
     public func verify(x5c: [[UInt8]], at time: Date?) -> Result<[Certificate], ChainFailure> {
         defer { OpenSSLError.drainQueue() }
         var decoded: [(key: SHA256Key, certificate: Certificate)] = []
         for der in x5c {
             guard !der.isEmpty, let entry = der.withUnsafeBufferPointer({ certificates.certificate(der: $0) }) else {
-                return .failure(ChainFailure(reason: "malformed"))
+                return .failure(.malformedCertificate)
             }
             decoded.append(entry)
         }
-        guard let leaf = decoded.first else { return .failure(ChainFailure(reason: "malformed")) }
+        guard let leaf = decoded.first else { return .failure(.malformedCertificate) }
         let embedded = decoded.dropFirst()
         let reason = judge.failure(
             leaf.certificate, key: leaf.key, untrusted: embedded.map(\.certificate) + judge.intermediates,
             embeddedKeys: embedded.map(\.key), at: time)
-        if let reason { return .failure(ChainFailure(reason: reason)) }
+        if let reason { return .failure(.untrusted(reason: reason)) }
         certificates.promote(decoded.map(\.key))
         return .success(decoded.map(\.certificate))
     }
 
-    /// Why a chain failed (a bounded reason).
-    public struct ChainFailure: Error, Sendable, Equatable {
-        public var reason: String
+    /// Why a chain failed.
+    public enum ChainFailure: Error, Sendable, Equatable {
+        /// An entry is not a DER certificate (or there is none).
+        case malformedCertificate
+        /// The certificates decode but do not lead to a trusted root at the time; `reason` is the
+        /// judge's bounded verdict (`untrusted_chain`, `certificate_expired`, …), for logs.
+        case untrusted(reason: String)
     }
 }

@@ -78,12 +78,13 @@ public final class PostgresCatalog: ReceiptCatalog {
         return credentials
     }
 
-    /// Runs one read. A value the database refuses (``PostgresError/isDataError``: a NUL, an
+    /// Runs one read, once more on a fresh session when the connection dropped under it (a
+    /// Postgres restart must not cost the next request a 503). A value the database refuses (``PostgresError/isDataError``: a NUL, an
     /// impossible value) can never match a row: it becomes a permanent ``StoreFailure``, which the
     /// API answers 422 or 404, never "retry later"; only the connection's failures stay transient.
     func lookup<T: Sendable>(_ body: @Sendable (PostgresConnection) throws -> T) async throws -> T {
         do {
-            return try await pool.withConnection(body)
+            return try await pool.withConnection(.readOnly, body)
         } catch let error as PostgresError where error.isDataError {
             throw StoreFailure(
                 code: error.sqlState.map { .sqlState($0) } ?? .driver("\(error.code)"), message: "Postgres refused the lookup: \(error.message)",
@@ -93,8 +94,10 @@ public final class PostgresCatalog: ReceiptCatalog {
 
     /// Every registered app (the dashboard's app filter).
     public func apps() async throws -> [AppRecord] {
-        try await pool.withConnection { try AppAdmin(connection: $0).listApps() }
+        try await pool.withConnection(.readOnly) { try AppAdmin(connection: $0).listApps() }
     }
+
+    public func ping() async -> Bool { await pool.ping() }
 
     public func notificationApp(name: String, token: String) async throws -> AppRecord? {
         guard token.utf8.count >= 16, token.utf8.count <= 128, name.utf8.count <= 200 else { return nil }

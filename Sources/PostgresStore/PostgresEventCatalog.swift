@@ -23,7 +23,7 @@ public final class PostgresEventCatalog: EventCatalog {
         let types = query.types.map { PostgresArray.literal($0.map(\.rawValue)) }
         let user = query.userIdentifier
         let after = query.after
-        return try await pool.withConnection { connection -> EventPage? in
+        return try await pool.withConnection(.readOnly) { connection -> EventPage? in
             var cursor: String?
             if let after {
                 guard

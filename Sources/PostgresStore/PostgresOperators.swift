@@ -12,7 +12,7 @@ public final class PostgresOperators: OperatorDirectory, AuditLog {
     public func account(username: String) async throws -> OperatorAccount? {
         let name = username.lowercased()
         guard OperatorAdmin.isValidUsername(name) else { return nil }
-        return try await pool.withConnection { try OperatorAdmin(connection: $0).account(username: name) }
+        return try await pool.withConnection(.readOnly) { try OperatorAdmin(connection: $0).account(username: name) }
     }
 
     public func begin(_ action: AuditAction) async throws -> Int64 {

@@ -20,7 +20,7 @@ enum ReceiptRows {
             SELECT id, app_id, style, bundle_id, environment, status, apple_status, is_fraud, fraud_reason,
                    user_identifier, identifier_for_vendor, country_code, ip_address, metadata::text AS metadata,
                    array_to_json(transaction_ids)::text AS transaction_ids, created_at, updated_at, source, transaction_id,
-                   validated_by
+                   validated_by, error_code
             FROM receipts WHERE id = ANY(\(PostgresBinaryArray(uuids: ids))::uuid[])
             """
         ).rows
@@ -57,15 +57,17 @@ enum ReceiptRows {
                     let user = submission.userIdentifier
                     return InAppPurchaseResource(entry.purchase, isConflict: entry.owner != nil && user != nil && entry.owner != user)
                 }
+            let status = row.string("status").flatMap(ValidationStatus.init(rawValue:)) ?? .pending
             result[receipt.id] = ReceiptResource(
                 id: receipt.id, style: row.string("style").flatMap(ReceiptStyle.init(rawValue:)), appFamilyID: receipt.app,
                 bundleID: row.string("bundle_id"), isFraud: row.bool("is_fraud") ?? false, fraudReason: row.string("fraud_reason"),
                 environment: receipt.environment, submission: submission,
-                validationStatus: row.string("status").flatMap(ValidationStatus.init(rawValue:)) ?? .pending,
-                appleStatus: row.int("apple_status"), inAppPurchases: owned,
+                validationStatus: status, appleStatus: row.int("apple_status"), inAppPurchases: owned,
                 createdAt: row.date("created_at") ?? Date(), updatedAt: row.date("updated_at") ?? Date(),
                 source: row.string("source").flatMap(JobSource.init(rawValue:)), transactionID: row.string("transaction_id"),
-                validatedBy: row.string("validated_by").flatMap(ValidationBackend.init(rawValue:)))
+                validatedBy: row.string("validated_by").flatMap(ValidationBackend.init(rawValue:)),
+                // A dead letter's reason; an invalid receipt has Apple's status, a fraud its reason.
+                errorCode: status == .failed ? row.string("error_code").map(FailureCode.init(rawValue:)) : nil)
         }
         return result
     }

@@ -8,15 +8,20 @@ public enum JWSInspector {
     /// renewal info are inspected in place of their strings.
     /// - Parameters:
     ///   - verifier: the signature check; nil reports `no_trust_roots`.
-    /// - Returns: `{"kind", "payload", "signature": {"valid", "reason", "chain"}}`, and whether it
-    ///   and every nested JWS verified.
+    /// - Returns: `{"kind", "payload", "signature": {"valid", "reason", "chain"}, "signed": {"date",
+    ///   "of"}}` (when Apple signed it, and whose `signedDate` that is: `payload`, or a 2022-format
+    ///   notification's `signedTransactionInfo`), and whether it and every nested JWS verified.
     /// - Throws: ``JWSFailure`` `malformed_jws` / `malformed_payload` when there is nothing to show.
     public static func inspect(_ compact: String, verifier: (any SignedPayloadVerifier)?) throws(JWSFailure) -> (json: JSONValue, valid: Bool) {
         let jws = try CompactJWS(compact)
         guard var payload = try? JSONValue.parse(jws.payload), payload.objectValue != nil else {
             throw .malformedPayload
         }
-        let result = verifier?.verify(compact) ?? .failure(JWSFailure(reason: "no_trust_roots"))
+        // When Apple signed it, which the chain is judged at (unless judged now), and whose date
+        // that is: a notification of the 2022 format has none of its own. Read before the nested
+        // JWS are replaced by their inspections below.
+        let signing = JWSSigningDate(of: payload)
+        let result = verifier?.verify(compact) ?? .failure(.noTrustRoots)
         var valid: Bool
         let signature: JSONValue
         switch result {
@@ -37,6 +42,9 @@ public enum JWSInspector {
             object["data"] = .object(data)
             payload = .object(object)
         }
-        return (.object(["kind": .string(kind.rawValue), "payload": payload, "signature": signature]), valid)
+        let signed: JSONValue = .object([
+            "date": ReceiptInspector.date(signing?.date), "of": signing.map { .string($0.source.rawValue) } ?? .null,
+        ])
+        return (.object(["kind": .string(kind.rawValue), "payload": payload, "signature": signature, "signed": signed]), valid)
     }
 }

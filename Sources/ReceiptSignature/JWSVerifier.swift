@@ -4,7 +4,8 @@ import ReceiptCore
 
 /// Checks that Apple signed a compact JWS, as Apple's `SignedDataVerifier` does, on the OpenSSL
 /// façade: `alg` ES256; the `x5c` chain from its leaf to one of the configured roots (Apple Root
-/// CA - G3 in production; the mock's root in development), judged at the payload's `signedDate`;
+/// CA - G3 in production; the mock's root in development), judged at the payload's `signedDate`
+/// (a notification of the 2022 format, which has none, at its nested transaction's: ``JWSSigningDate``);
 /// Apple's marker extensions on the leaf (`1.2.840.113635.100.6.11.1`) and the intermediate
 /// (`1.2.840.113635.100.6.2.1`); then the ES256 signature with the leaf's key.
 ///
@@ -38,7 +39,7 @@ public final class JWSVerifier: SignedPayloadVerifier {
         guard let payload = try? JSONValue.parse(jws.payload), payload.objectValue != nil else {
             return .failure(.malformedPayload)
         }
-        let signedDate = Self.date(payload["signedDate"])
+        let signedDate = JWSSigningDate(of: payload)?.date
         let at: Date? =
             switch time {
             case .receiptDate: signedDate ?? Date()
@@ -48,7 +49,8 @@ public final class JWSVerifier: SignedPayloadVerifier {
         let certificates: [Certificate]
         switch chains.verify(x5c: jws.x5c, at: at) {
         case .success(let chain): certificates = chain
-        case .failure(let failure): return .failure(failure.reason == "malformed" ? .missingCertificateChain : .untrustedChain)
+        case .failure(.malformedCertificate): return .failure(.malformedCertificateChain)
+        case .failure(.untrusted): return .failure(.untrustedChain)
         }
         guard certificates.count >= 2, certificates[0].hasExtension(oid: Self.leafMarker),
             certificates[1].hasExtension(oid: Self.intermediateMarker)
@@ -59,11 +61,5 @@ public final class JWSVerifier: SignedPayloadVerifier {
         return .success(
             VerifiedJWS(
                 header: jws.header, payload: payload, chainSubjects: certificates.map { $0.subjectCommonName ?? "" }, signedDate: signedDate))
-    }
-
-    /// Apple's dates in JWS payloads: milliseconds since 1970.
-    static func date(_ value: JSONValue?) -> Date? {
-        guard case .number(let ms)? = value, ms.isFinite, abs(ms) < 1e15 else { return nil }
-        return Date(timeIntervalSince1970: ms / 1000)
     }
 }

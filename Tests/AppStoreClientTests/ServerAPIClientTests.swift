@@ -39,7 +39,7 @@ struct ServerAPIClientTests {
         let client = ServerAPIClient(
             configuration: .init(productionURL: mock.serverAPIProductionURL, sandboxURL: mock.serverAPISandboxURL, requestTimeout: .seconds(10)),
             tokens: { try tokens.token(for: $0.key, bundleID: $0.bundleID) },
-            verifyPayload: { jws in verifier.verify(jws).map(\.payload).mapError { .init(reason: $0.reason) } })
+            verifyPayload: { jws in verifier.verify(jws).map(\.payload) })
         // The engine's thread starts in run(), as the worker's service group calls it.
         Task { try await client.run() }
         return Fixture(mock: mock, client: client, key: key)

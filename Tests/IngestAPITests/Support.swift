@@ -67,7 +67,11 @@ final class StubIntake: ReceiptIntake {
     }
 
     func pendingResource(id: UUID) async throws -> ReceiptResource? { nil }
-    func ping() async -> Bool { true }
+
+    func ping() async -> Bool {
+        if case .down = mode.withLock({ $0 }) { return false }
+        return true
+    }
 
     /// Imports' progress is Redis's business; these tests read the enqueued jobs instead.
     func recordImport(_ id: UUID, appID: UUID, tally: ImportBatchTally, at: Date) async {}
@@ -93,6 +97,8 @@ struct StubCatalog: ReceiptCatalog {
 
     /// No app of these tests has a notification URL.
     func notificationApp(name: String, token: String) async throws -> AppRecord? { nil }
+
+    func ping() async -> Bool { !failing }
 }
 
 /// The signature check, answered as told.

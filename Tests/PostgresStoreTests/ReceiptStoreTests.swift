@@ -133,4 +133,29 @@ struct ReceiptStoreTests {
         #expect(codes[earlier.envelope.id] == .some(nil))
         #expect(codes[invalid.envelope.id] == .some("apple_21002"))
     }
+
+    @Test("The receipt look-up of a dead-lettered job shows its stored error code; an invalid or valid receipt's shows none")
+    func deadLetterLookupShowsItsCode() async throws {
+        var dead = record(user: nil, transactions: [])
+        dead.status = .failed
+        dead.errorCode = .sharedSecretMismatch
+        var invalid = record(user: nil, transactions: [])
+        invalid.status = .invalid
+        invalid.errorCode = .apple(21002)
+        let valid = record(user: nil, transactions: [])
+        let saved = try PostgresReceiptStore(connection: connection).save([dead, invalid, valid])
+        #expect(try saved[0].get()?.errorCode == .sharedSecretMismatch, "as the worker's answer shows it")
+        let pool = PostgresConnectionPool(configuration: configuration.postgres, size: 1)
+        defer { pool.close() }
+        let catalog = PostgresCatalog(pool: pool)
+        let shown = try #require(try await catalog.receipt(id: dead.envelope.id, appID: app.id))
+        #expect(shown.validationStatus == .failed)
+        #expect(shown.errorCode == .sharedSecretMismatch)
+        let json = try #require(JSONValue.parseLeniently(shown.encoded()))
+        #expect(json["error_code"] == .string("shared_secret_mismatch"))
+        #expect(try await catalog.receipt(id: invalid.envelope.id, appID: app.id)?.errorCode == nil, "Apple's status says why")
+        let validShown = try #require(try await catalog.receipt(id: valid.envelope.id, appID: app.id))
+        #expect(validShown.errorCode == nil)
+        #expect(JSONValue.parseLeniently(validShown.encoded())?["error_code"] == nil, "absent, not null")
+    }
 }

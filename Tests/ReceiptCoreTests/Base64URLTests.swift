@@ -36,9 +36,10 @@ struct Base64URLTests {
         #expect(throws: JWSFailure.malformedJWS) { try CompactJWS("\(header("[1]")).e30.AAEC") }
         #expect(throws: JWSFailure.unsupportedAlgorithm) { try CompactJWS("\(header(#"{"alg":["ES256"],"x5c":["AQID"]}"#)).e30.AAEC") }
         #expect(throws: JWSFailure.missingCertificateChain) { try CompactJWS("\(header(#"{"alg":"ES256","x5c":[]}"#)).e30.AAEC") }
-        #expect(throws: JWSFailure.missingCertificateChain) {
+        #expect(throws: JWSFailure.certificateChainTooLong) {
             try CompactJWS("\(header(#"{"alg":"ES256","x5c":["AQID","AQID","AQID","AQID","AQID"]}"#)).e30.AAEC")
         }
+        #expect(throws: JWSFailure.malformedCertificateChain) { try CompactJWS("\(header(#"{"alg":"ES256","x5c":["AQID","!"]}"#)).e30.AAEC") }
         #expect(CompactJWS.looksLikeJWS("eyJh.eyJ0.c2ln"))
         #expect(!CompactJWS.looksLikeJWS("MIIT...base64+/="))
     }

@@ -86,8 +86,8 @@ struct JWSVerifierTests {
         #expect(verifier.verify("\(header(#"{"alg":"none","x5c":\#(x5c)}"#)).\(payload).").failureReason == "unsupported_algorithm")
         #expect(verifier.verify("\(header(#"{"alg":"HS256","x5c":\#(x5c)}"#)).\(payload).c2ln").failureReason == "unsupported_algorithm")
         #expect(verifier.verify("\(header(#"{"alg":"ES256"}"#)).\(payload).c2ln").failureReason == "missing_certificate_chain")
-        #expect(verifier.verify("\(header(#"{"alg":"ES256","x5c":["bm90IGRlcg=="]}"#)).\(payload).c2ln").failureReason == "missing_certificate_chain")
         #expect(verifier.verify("\(header(#"{"alg":"ES256","x5c":"x"}"#)).\(payload).c2ln").failureReason == "missing_certificate_chain")
+        #expect(verifier.verify("\(header(#"{"alg":"ES256","x5c":[]}"#)).\(payload).c2ln").failureReason == "missing_certificate_chain")
         #expect(verifier.verify("e30.e30.e30").failureReason == "unsupported_algorithm")
         for text in ["", "a.b", "a.b.c.d", "!!.??.**", ".e30.e30", String(repeating: "a", count: 300_000)] {
             #expect(verifier.verify(text).failureReason == "malformed_jws", "\(text.prefix(20))")
@@ -95,6 +95,27 @@ struct JWSVerifierTests {
         let notJSON = try Self.authority.sign(.object([:]))
         let parts = notJSON.split(separator: ".").map(String.init)
         #expect(verifier.verify("\(parts[0]).\(Base64URL.encode(Array("[1]".utf8))).\(parts[2])").failureReason == "malformed_payload")
+    }
+
+    @Test("A junk x5c (base64 of no certificate, not base64, not a string) and an over-long one each have their own reason")
+    func junkAndOverLongChains() throws {
+        let verifier = JWSVerifier(trustStore: TrustStore(roots: [Self.authority.root]))
+        let payload = Base64URL.encode(Array(#"{"transactionId":"1"}"#.utf8))
+        func header(_ json: String) -> String { Base64URL.encode(Array(json.utf8)) }
+        for junk in [#"["bm90IGRlcg=="]"#, #"["%%% not base64 %%%"]"#, "[42]", #"[""]"#] {
+            let reason = verifier.verify("\(header(#"{"alg":"ES256","x5c":\#(junk)}"#)).\(payload).c2ln").failureReason
+            #expect(reason == "malformed_certificate_chain", "\(junk)")
+        }
+        // Apple's own three certificates with the junk one after them: still junk, not untrusted.
+        let leaf = Data(Self.authority.leaf.der).base64EncodedString()
+        let withJunk = "[\"\(leaf)\",\"bm90IGRlcg==\"]"
+        #expect(verifier.verify("\(header(#"{"alg":"ES256","x5c":\#(withJunk)}"#)).\(payload).c2ln").failureReason == "malformed_certificate_chain")
+        let five = "[" + Array(repeating: "\"\(leaf)\"", count: CompactJWS.maxChainLength + 1).joined(separator: ",") + "]"
+        #expect(verifier.verify("\(header(#"{"alg":"ES256","x5c":\#(five)}"#)).\(payload).c2ln").failureReason == "certificate_chain_too_long")
+        // The stable strings read back to their cases (a stored `response_…` code).
+        #expect(FailureCode(rawValue: "response_certificate_chain_too_long") == .responseRejected(.certificateChainTooLong))
+        #expect(FailureCode(rawValue: "response_malformed_certificate_chain") == .responseRejected(.malformedCertificateChain))
+        #expect(Set(JWSFailure.allCases.map(\.reason)).count == JWSFailure.allCases.count, "one string per case")
     }
 
     @Test("Seeded mutations of a valid JWS never crash and never verify")

@@ -127,7 +127,7 @@ struct EndToEndTests {
         #expect(attempts.last?.int("attempt") == 1)
     }
 
-    @Test("A shared secret mismatch (21004) parks the job in the dead letters, and the receipt is failed")
+    @Test("A shared secret mismatch (21004) parks the job in the dead letters, and the receipt is failed with its code")
     func sharedSecretMismatch() async throws {
         let system = try await TestSystem.start(environment: ["API_SYNC_WAIT_MS": "300"])
         defer { Task { await system.stop() } }
@@ -148,7 +148,9 @@ struct EndToEndTests {
         #expect(envelope.history.last?.appleStatus == 21004)
         // The dead letter keeps the receipt for a retry, but never the shared secret.
         #expect(!String(decoding: envelope.encoded(), as: UTF8.self).contains("integration-secret"))
-        #expect(try await system.get(id).1?["validation_status"]?.stringValue == "failed")
+        let (_, shown) = try await system.get(id)
+        #expect(shown?["validation_status"]?.stringValue == "failed")
+        #expect(shown?["error_code"]?.stringValue == "shared_secret_mismatch", "the dead letter's code")
     }
 
     @Test("Replaying a finished job changes nothing in Postgres")

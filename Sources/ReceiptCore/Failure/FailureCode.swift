@@ -92,7 +92,7 @@ public enum FailureCode: Sendable, Hashable, CustomStringConvertible {
             self = .apple(number)
         } else if let number = Self.number(after: "http_", in: rawValue) {
             self = .http(number)
-        } else if rawValue.starts(with: "response_"), let failure = JWSFailure.known[String(rawValue.dropFirst(9))] {
+        } else if rawValue.starts(with: "response_"), let failure = JWSFailure(rawValue: String(rawValue.dropFirst(9))) {
             self = .responseRejected(failure)
         } else if rawValue.starts(with: "transport_") {
             // A transport failure under a name this build does not know (another libcurl's) is still one.

@@ -97,7 +97,7 @@ public struct AppleNotification: Sendable, Equatable {
         }
         return AppleNotification(
             version: .v2, uuid: payload.notificationUUID, type: payload.notificationType, subtype: payload.subtype,
-            signedDate: payload.signedDate ?? .distantPast, environment: payload.environment.map(Self.environment),
+            signedDate: JWSSigningDate(of: payload.json)?.date ?? .distantPast, environment: payload.environment.map(Self.environment),
             transaction: transaction, renewal: renewal, status: payload.status.map(Int.init), display: display)
     }
 

@@ -12,4 +12,6 @@ public protocol ReceiptCatalog: Sendable {
     /// The app whose notification URL is `/apple/notifications/{name}/{token}`, or nil (unknown
     /// name, no URL issued, or another token).
     func notificationApp(name: String, token: String) async throws -> AppRecord?
+    /// Whether Postgres answers (readiness): without it no token can be checked.
+    func ping() async -> Bool
 }

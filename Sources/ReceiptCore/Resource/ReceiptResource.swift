@@ -174,6 +174,9 @@ public struct ReceiptResource: Sendable, Equatable, Codable {
     public var transactionID: String?
     /// Which Apple API validated it, once one did.
     public var validatedBy: ValidationBackend?
+    /// Why receiptq gave up on it (``ValidationStatus/failed``: in the dead letters), as stored;
+    /// nil otherwise.
+    public var errorCode: FailureCode?
     public var createdAt: APITimestamp
     public var updatedAt: APITimestamp
 
@@ -192,6 +195,7 @@ public struct ReceiptResource: Sendable, Equatable, Codable {
         case source
         case transactionID = "transaction_id"
         case validatedBy = "validated_by"
+        case errorCode = "error_code"
         case createdAt = "created_at"
         case updatedAt = "updated_at"
     }
@@ -201,8 +205,9 @@ public struct ReceiptResource: Sendable, Equatable, Codable {
         id: UUID, style: ReceiptStyle?, appFamilyID: UUID, bundleID: String?, isFraud: Bool = false,
         fraudReason: String? = nil, environment: String?, submission: Submission, validationStatus: ValidationStatus,
         appleStatus: Int? = nil, inAppPurchases: [InAppPurchaseResource], createdAt: Date, updatedAt: Date,
-        source: JobSource? = nil, transactionID: String? = nil, validatedBy: ValidationBackend? = nil
+        source: JobSource? = nil, transactionID: String? = nil, validatedBy: ValidationBackend? = nil, errorCode: FailureCode? = nil
     ) {
+        self.errorCode = errorCode
         self.source = source
         self.transactionID = transactionID
         self.validatedBy = validatedBy
@@ -247,6 +252,7 @@ public struct ReceiptResource: Sendable, Equatable, Codable {
         writer.member("country_code", countryCode)
         writer.member("created_at", createdAt)
         writer.member("environment", environment)
+        writer.member("error_code", errorCode?.rawValue)
         writer.member("fraud_reason", fraudReason)
         writer.member("id", id.canonical)
         writer.key("in_app_purchases")

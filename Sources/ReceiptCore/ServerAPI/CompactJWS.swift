@@ -1,43 +1,41 @@
 import Foundation
 import Synchronization
 
-/// Why a JWS was not accepted: a bounded reason, used verbatim as the API's 402 `fraud_reason`.
-/// It never carries payload data.
-public struct JWSFailure: Error, Sendable, Equatable, Hashable, CustomStringConvertible {
-    public var reason: String
-
-    /// Creates a failure with a bounded reason.
-    public init(reason: String) { self.reason = reason }
-
+/// Why a JWS was not accepted: a closed set of cases, each with its stable string (``reason``),
+/// which exists only at the edges (the API's 402 `fraud_reason`, a stored `response_…` failure
+/// code, `receipt inspect`). It never carries payload data.
+public enum JWSFailure: String, Error, Sendable, CaseIterable, CustomStringConvertible {
     /// Not three base64url segments with a JSON header, or too large.
-    public static let malformedJWS = JWSFailure(reason: "malformed_jws")
+    case malformedJWS = "malformed_jws"
     /// `alg` is not `ES256` (Apple signs with nothing else; `none` and HMAC are forgeries).
-    public static let unsupportedAlgorithm = JWSFailure(reason: "unsupported_algorithm")
-    /// No usable `x5c` chain in the header.
-    public static let missingCertificateChain = JWSFailure(reason: "missing_certificate_chain")
+    case unsupportedAlgorithm = "unsupported_algorithm"
+    /// No `x5c` chain in the header: absent, not an array, or empty.
+    case missingCertificateChain = "missing_certificate_chain"
+    /// An `x5c` entry is not a certificate: not a string, not base64, or not DER.
+    case malformedCertificateChain = "malformed_certificate_chain"
+    /// More `x5c` entries than any chain to Apple's root has (leaf, intermediate, root: 4 at most).
+    case certificateChainTooLong = "certificate_chain_too_long"
     /// The chain does not lead to a trusted root at the signing date.
-    public static let untrustedChain = JWSFailure(reason: "untrusted_chain")
+    case untrustedChain = "untrusted_chain"
     /// The chain lacks Apple's marker extensions on its leaf or intermediate.
-    public static let missingAppleMarker = JWSFailure(reason: "missing_apple_marker")
+    case missingAppleMarker = "missing_apple_marker"
     /// The signature does not verify with the leaf's key.
-    public static let invalidSignature = JWSFailure(reason: "invalid_signature")
+    case invalidSignature = "invalid_signature"
     /// The payload is not a JSON object, or a documented field has the wrong type.
-    public static let malformedPayload = JWSFailure(reason: "malformed_payload")
+    case malformedPayload = "malformed_payload"
     /// Signed by Apple, but for another app.
-    public static let bundleIDMismatch = JWSFailure(reason: "bundle_id_mismatch")
+    case bundleIDMismatch = "bundle_id_mismatch"
     /// Signed by Apple, but for another app id.
-    public static let appAppleIDMismatch = JWSFailure(reason: "app_apple_id_mismatch")
+    case appAppleIDMismatch = "app_apple_id_mismatch"
     /// Signed by Apple, but for the other environment than expected.
-    public static let environmentMismatch = JWSFailure(reason: "environment_mismatch")
+    case environmentMismatch = "environment_mismatch"
+    /// Nothing to check the signature against (`receipt inspect` without trusted roots).
+    case noTrustRoots = "no_trust_roots"
+
+    /// The stable string: the API's `fraud_reason`, the tail of a stored `response_…` code.
+    public var reason: String { rawValue }
 
     public var description: String { "JWSFailure(\(reason))" }
-
-    /// Every failure above, by its reason: how a stored ``FailureCode/responseRejected(_:)`` is read.
-    public static let known: [String: JWSFailure] = Dictionary(
-        uniqueKeysWithValues: [
-            malformedJWS, unsupportedAlgorithm, missingCertificateChain, untrustedChain, missingAppleMarker, invalidSignature,
-            malformedPayload, bundleIDMismatch, appAppleIDMismatch, environmentMismatch,
-        ].map { ($0.reason, $0) })
 }
 
 /// A compact JWS (`header.payload.signature`) as Apple signs transactions, renewal infos and
@@ -45,6 +43,8 @@ public struct JWSFailure: Error, Sendable, Equatable, Hashable, CustomStringConv
 public struct CompactJWS: Sendable, Equatable {
     /// The largest JWS accepted: a notification with its two nested JWS is ~15 KB.
     public static let maxLength = 256 * 1024
+    /// The most `x5c` entries accepted: Apple sends leaf, intermediate and root.
+    public static let maxChainLength = 4
 
     public var header: JSONValue
     public var payload: [UInt8]
@@ -55,7 +55,8 @@ public struct CompactJWS: Sendable, Equatable {
     public var x5c: [[UInt8]]
 
     /// Parses `text`.
-    /// - Throws: ``JWSFailure`` `malformed_jws`, `unsupported_algorithm` or `missing_certificate_chain`.
+    /// - Throws: ``JWSFailure`` `malformed_jws`, `unsupported_algorithm`, `missing_certificate_chain`,
+    ///   `certificate_chain_too_long` or `malformed_certificate_chain`.
     public init(_ text: some StringProtocol) throws(JWSFailure) {
         guard text.utf8.count <= Self.maxLength else { throw .malformedJWS }
         // The three segments from one contiguous copy of the text (a generic walk over another
@@ -88,12 +89,13 @@ public struct CompactJWS: Sendable, Equatable {
             header.objectValue != nil
         else { throw .malformedJWS }
         guard header["alg"]?.stringValue == "ES256", case .string = header["alg"] else { throw .unsupportedAlgorithm }
-        guard let entries = header["x5c"]?.arrayValue, (1...4).contains(entries.count) else { throw .missingCertificateChain }
+        guard let entries = header["x5c"]?.arrayValue, !entries.isEmpty else { throw .missingCertificateChain }
+        guard entries.count <= Self.maxChainLength else { throw .certificateChainTooLong }
         var x5c: [[UInt8]] = []
         for entry in entries {
             // x5c is standard base64 (RFC 7515 §4.1.6), not base64url.
             guard case .string(let text) = entry, let der = Data(base64Encoded: text), !der.isEmpty else {
-                throw .missingCertificateChain
+                throw .malformedCertificateChain
             }
             x5c.append(Array(der))
         }
@@ -138,7 +140,8 @@ public struct VerifiedJWS: Sendable, Equatable {
     public var payload: JSONValue
     /// The chain's subjects (common names), leaf first.
     public var chainSubjects: [String]
-    /// The payload's `signedDate`, at which the chain was judged.
+    /// When Apple signed it (``JWSSigningDate``: a 2022-format notification's is its nested
+    /// transaction's), at which the chain was judged.
     public var signedDate: Date?
 
     /// Creates a verified JWS.

@@ -183,6 +183,48 @@ public struct JWSNotificationPayload: Sendable, Equatable {
     }
 }
 
+/// When Apple signed a JWS payload: the instant its certificate chain is judged at (as Apple's
+/// `SignedDataVerifier` judges at `signedDate`), and whose `signedDate` that is.
+public struct JWSSigningDate: Sendable, Equatable {
+    /// Where the date was read.
+    public enum Source: String, Sendable {
+        /// The payload's own `signedDate`.
+        case payload
+        /// A notification's nested signed transaction (`data.signedTransactionInfo`).
+        case signedTransactionInfo
+        /// A notification's nested signed renewal info (`data.signedRenewalInfo`).
+        case signedRenewalInfo
+    }
+
+    public var date: Date
+    public var source: Source
+
+    public init(date: Date, source: Source) {
+        self.date = date
+        self.source = source
+    }
+
+    /// The payload's `signedDate`. A V2 notification of the 2022 format has none: then the
+    /// `signedDate` of its nested signed transaction (else renewal info), which the notification's
+    /// signature covers too (the nested JWS is part of the payload it signs). Nil: no date at all.
+    public init?(of payload: JSONValue) {
+        if let date = JWSFields.date(payload["signedDate"]) {
+            self.init(date: date, source: .payload)
+            return
+        }
+        guard payload["notificationType"] != nil, let data = payload["data"] else { return nil }
+        for source in [Source.signedTransactionInfo, .signedRenewalInfo] {
+            // Read for its date only: the nested JWS is verified on its own, at this same date.
+            guard let nested = data[source.rawValue]?.stringValue, let compact = try? CompactJWS(nested),
+                let inner = try? JSONValue.parse(compact.payload), let date = JWSFields.date(inner["signedDate"])
+            else { continue }
+            self.init(date: date, source: source)
+            return
+        }
+        return nil
+    }
+}
+
 /// What a verified JWS payload is, by its fields.
 public enum JWSPayloadKind: String, Sendable {
     case transaction

@@ -74,7 +74,7 @@ extension IngestRow {
                 executable: baseline ?? receiptq, arguments: ["serve"], environment: environment,
                 label: baseline == nil ? "serve-wait" : "serve-baseline", logDirectory: directory)
             guard Network.waitForListener(port: port, timeout: 30) else {
-                throw BenchFailure(description: "receiptq serve (\(label)) did not listen:\n\(server.logTail())")
+                throw BenchFailure(description: "receiptq serve (\(baseline == nil ? "WAIT" : "BASE")) did not listen:\n\(server.logTail())")
             }
             let tokensFile = directory.appendingPathComponent("wait-tokens.txt")
             try (tokens.joined(separator: "\n") + "\n").write(to: tokensFile, atomically: true, encoding: .utf8)
