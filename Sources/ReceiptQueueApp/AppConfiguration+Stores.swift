@@ -25,7 +25,9 @@ extension AppConfiguration {
             host: environment.string("REDIS_HOSTNAME", "127.0.0.1"), port: try environment.int("REDIS_PORT", 16379, range: 1...65535),
             password: environment["REDIS_PASSWORD"],
             connectTimeout: .milliseconds(try environment.int("REDIS_CONNECT_TIMEOUT_MS", 2000, range: 1...600_000)),
-            commandTimeout: .seconds(10))
+            // Above the workers' blocking reserve (0.5 s): the server answers a BLMOVE only when
+            // its block time is over.
+            commandTimeout: .milliseconds(try environment.int("REDIS_COMMAND_TIMEOUT_MS", 10_000, range: 1000...600_000)))
         if let text = environment["REDIS_SENTINELS"] {
             guard let sentinels = RedisSentinelConfiguration.Endpoint.list(text) else {
                 throw ConfigurationError(variable: "REDIS_SENTINELS", reason: "must be host:port[,host:port…] with ports in 1...65535")
@@ -35,6 +37,31 @@ extension AppConfiguration {
                 password: environment["REDIS_SENTINEL_PASSWORD"])
         }
         return redis
+    }
+
+    /// The API's Redis (the intake's pushes, its reads, the doors' throttle): `redis` with the
+    /// intake's own command timeout (`REDIS_INTAKE_COMMAND_TIMEOUT_MS`, 2000), short because a
+    /// client waits on each of these commands. A frozen primary then costs a request this long
+    /// (a 503, and the client's retry is idempotent), then the connect timeout while the sentinels
+    /// still name it, not the workers' ten seconds per request for the whole partition. It must
+    /// exceed `REDIS_REPLICA_ACK_TIMEOUT_MS` when replicas are waited for: the intake's `WAIT`
+    /// answers only once that is over.
+    static func intakeRedis(_ environment: EnvironmentReader, redis: RedisConfiguration, replicas: Replicas) throws -> RedisConfiguration {
+        let timeout = try environment.int("REDIS_INTAKE_COMMAND_TIMEOUT_MS", 2000, range: 100...600_000)
+        if replicas.minimum > 0, Duration.milliseconds(timeout) <= replicas.timeout {
+            throw ConfigurationError(
+                variable: "REDIS_INTAKE_COMMAND_TIMEOUT_MS",
+                reason: "must exceed REDIS_REPLICA_ACK_TIMEOUT_MS (the intake's WAIT answers only when that is over)")
+        }
+        // The scheduler's enqueues wait for the replicas too, on the workers' timeout.
+        if replicas.minimum > 0, let commands = redis.commandTimeout, commands <= replicas.timeout {
+            throw ConfigurationError(
+                variable: "REDIS_COMMAND_TIMEOUT_MS",
+                reason: "must exceed REDIS_REPLICA_ACK_TIMEOUT_MS (the scheduler's WAIT answers only when that is over)")
+        }
+        var intake = redis
+        intake.commandTimeout = .milliseconds(timeout)
+        return intake
     }
 
     /// Postgres (`POSTGRES_HOSTNAME`, `POSTGRES_PORT`, `POSTGRES_TARGET_SESSION_ATTRS`,
