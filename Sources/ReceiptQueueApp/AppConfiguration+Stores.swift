@@ -25,9 +25,8 @@ extension AppConfiguration {
             host: environment.string("REDIS_HOSTNAME", "127.0.0.1"), port: try environment.int("REDIS_PORT", 16379, range: 1...65535),
             password: environment["REDIS_PASSWORD"],
             connectTimeout: .milliseconds(try environment.int("REDIS_CONNECT_TIMEOUT_MS", 2000, range: 1...600_000)),
-            // Above the workers' blocking reserve (0.5 s): the server answers a BLMOVE only when
-            // its block time is over.
-            commandTimeout: .milliseconds(try environment.int("REDIS_COMMAND_TIMEOUT_MS", 10_000, range: 1000...600_000)))
+            // Set by `commandTimeouts`, which knows the replicas' wait.
+            commandTimeout: nil)
         if let text = environment["REDIS_SENTINELS"] {
             guard let sentinels = RedisSentinelConfiguration.Endpoint.list(text) else {
                 throw ConfigurationError(variable: "REDIS_SENTINELS", reason: "must be host:port[,host:port…] with ports in 1...65535")
@@ -39,29 +38,35 @@ extension AppConfiguration {
         return redis
     }
 
-    /// The API's Redis (the intake's pushes, its reads, the doors' throttle): `redis` with the
-    /// intake's own command timeout (`REDIS_INTAKE_COMMAND_TIMEOUT_MS`, 2000), short because a
-    /// client waits on each of these commands. A frozen primary then costs a request this long
-    /// (a 503, and the client's retry is idempotent), then the connect timeout while the sentinels
-    /// still name it, not the workers' ten seconds per request for the whole partition. It must
-    /// exceed `REDIS_REPLICA_ACK_TIMEOUT_MS` when replicas are waited for: the intake's `WAIT`
-    /// answers only once that is over.
-    static func intakeRedis(_ environment: EnvironmentReader, redis: RedisConfiguration, replicas: Replicas) throws -> RedisConfiguration {
-        let timeout = try environment.int("REDIS_INTAKE_COMMAND_TIMEOUT_MS", 2000, range: 100...600_000)
-        if replicas.minimum > 0, Duration.milliseconds(timeout) <= replicas.timeout {
-            throw ConfigurationError(
-                variable: "REDIS_INTAKE_COMMAND_TIMEOUT_MS",
-                reason: "must exceed REDIS_REPLICA_ACK_TIMEOUT_MS (the intake's WAIT answers only when that is over)")
+    /// The command timeouts: `redis` for the workers, the scheduler and the tools
+    /// (`REDIS_COMMAND_TIMEOUT_MS`, 10000), and a copy for the API (the intake's pushes, its reads,
+    /// the doors' throttle) with `REDIS_INTAKE_COMMAND_TIMEOUT_MS` (2000).
+    ///
+    /// The API's is short because a client waits on each of its commands: a frozen primary costs
+    /// a request this long (a 503; the client's retry is idempotent), then the connect timeout
+    /// while the sentinels still name it, not ten seconds for the whole partition. The workers'
+    /// must exceed their blocking reserve (0.5 s: the server answers a `BLMOVE` only when its block
+    /// time is over), and no client waits on it. Both must exceed `REDIS_REPLICA_ACK_TIMEOUT_MS`
+    /// when replicas are waited for (a `WAIT` answers only once that is over): unset, each is
+    /// raised to that plus a second; set lower, it is refused.
+    static func commandTimeouts(
+        _ environment: EnvironmentReader, redis: RedisConfiguration, replicas: Replicas
+    ) throws -> (workers: RedisConfiguration, intake: RedisConfiguration) {
+        func timeout(_ variable: String, _ fallback: Int, minimum: Int, waits: String) throws -> Duration {
+            let floor = replicas.minimum > 0 ? replicas.timeout + .seconds(1) : .zero
+            guard environment.isSet(variable) else { return max(.milliseconds(fallback), floor) }
+            let value = Duration.milliseconds(try environment.int(variable, fallback, range: minimum...600_000))
+            if replicas.minimum > 0, value <= replicas.timeout {
+                throw ConfigurationError(
+                    variable: variable, reason: "must exceed REDIS_REPLICA_ACK_TIMEOUT_MS (\(waits) WAIT answers only when that is over)")
+            }
+            return value
         }
-        // The scheduler's enqueues wait for the replicas too, on the workers' timeout.
-        if replicas.minimum > 0, let commands = redis.commandTimeout, commands <= replicas.timeout {
-            throw ConfigurationError(
-                variable: "REDIS_COMMAND_TIMEOUT_MS",
-                reason: "must exceed REDIS_REPLICA_ACK_TIMEOUT_MS (the scheduler's WAIT answers only when that is over)")
-        }
+        var workers = redis
+        workers.commandTimeout = try timeout("REDIS_COMMAND_TIMEOUT_MS", 10_000, minimum: 1000, waits: "the scheduler's")
         var intake = redis
-        intake.commandTimeout = .milliseconds(timeout)
-        return intake
+        intake.commandTimeout = try timeout("REDIS_INTAKE_COMMAND_TIMEOUT_MS", 2000, minimum: 100, waits: "the intake's")
+        return (workers, intake)
     }
 
     /// Postgres (`POSTGRES_HOSTNAME`, `POSTGRES_PORT`, `POSTGRES_TARGET_SESSION_ATTRS`,

@@ -57,10 +57,9 @@ public struct AppConfiguration: Sendable, CustomStringConvertible {
         let reader = EnvironmentReader(variables: environment)
         self.environment = reader.string("RECEIPTQ_ENV", "development")
         let production = self.environment == "production"
-        redis = try Self.redis(reader)
-        keys = RedisKeys(prefix: reader.string("REDIS_KEY_PREFIX", "{rq}"))
         replicas = try Replicas(reader)
-        intakeRedis = try Self.intakeRedis(reader, redis: redis, replicas: replicas)
+        (redis, intakeRedis) = try Self.commandTimeouts(reader, redis: try Self.redis(reader), replicas: replicas)
+        keys = RedisKeys(prefix: reader.string("REDIS_KEY_PREFIX", "{rq}"))
         postgres = try Self.postgres(reader)
         apple = try Apple(reader)
         secretsKey = try Self.secretsKey(reader)

@@ -47,6 +47,10 @@ struct HighAvailabilityConfigurationTests {
         #expect(set.intakeRedis.commandTimeout == .milliseconds(750))
         #expect(set.intakeRedis.connectTimeout == .milliseconds(500))
         #expect(set.intakeRedis.sentinel?.masterName == "receiptq", "the same servers")
+        // Left unset, both wait out the replicas' WAIT.
+        let waiting = try AppConfiguration(environment: ["REDIS_MIN_REPLICAS_ACK": "1", "REDIS_REPLICA_ACK_TIMEOUT_MS": "15000"])
+        #expect(waiting.intakeRedis.commandTimeout == .seconds(16))
+        #expect(waiting.redis.commandTimeout == .seconds(16))
     }
 
     @Test(
