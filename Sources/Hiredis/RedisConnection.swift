@@ -22,8 +22,10 @@ import Darwin
 /// ```
 ///
 /// After an I/O error, timeout or protocol error the hiredis context is unusable: it is freed, the
-/// call throws, and the next call reconnects (and re-`AUTH`s) once before sending. A Redis restart
-/// therefore costs one failed call, not a dead connection. A reply saying the server takes no
+/// call throws, and the next call reconnects (and re-`AUTH`s) once before sending. Before each
+/// command an idle connection checks that the server has not closed it (a restart, `SHUTDOWN`,
+/// `CLIENT KILL`) and reconnects first if it has, so a Redis restart costs no call at all; a
+/// server that vanished without closing (stopped, partitioned) costs one command timeout. A reply saying the server takes no
 /// writes (`READONLY`, `LOADING`, `MASTERDOWN`, `NOREPLICAS`, `UNBLOCKED`) throws
 /// ``RedisError/Code/failover`` and reconnects the same way; with
 /// ``RedisConfiguration/sentinel`` every (re)connect asks the sentinels where the primary is, and a
