@@ -22,8 +22,10 @@ import Darwin
 /// ```
 ///
 /// After an I/O error, timeout or protocol error the hiredis context is unusable: it is freed, the
-/// call throws, and the next call reconnects (and re-`AUTH`s) once before sending. A Redis restart
-/// therefore costs one failed call, not a dead connection. A reply saying the server takes no
+/// call throws, and the next call reconnects (and re-`AUTH`s) once before sending. Before each
+/// command an idle connection checks that the server has not closed it (a restart, `SHUTDOWN`,
+/// `CLIENT KILL`) and reconnects first if it has, so a Redis restart costs no call at all; a
+/// server that vanished without closing (stopped, partitioned) costs one command timeout. A reply saying the server takes no
 /// writes (`READONLY`, `LOADING`, `MASTERDOWN`, `NOREPLICAS`, `UNBLOCKED`) throws
 /// ``RedisError/Code/failover`` and reconnects the same way; with
 /// ``RedisConfiguration/sentinel`` every (re)connect asks the sentinels where the primary is, and a
@@ -290,13 +292,36 @@ public final class RedisConnection: @unchecked Sendable {
     private func connectedContext() throws -> UnsafeMutablePointer<redisContext> {
         guard !isClosed else { throw RedisError.from(.closed) }
         if let context {
-            guard primarySwitched else { return context }
-            logger.info("Redis primary switched; connecting to the new one")
-            dropContext()
+            if primarySwitched {
+                logger.info("Redis primary switched; connecting to the new one")
+                dropContext()
+            } else if Self.peerClosed(context) {
+                // Found before a command is written to it, so nothing is sent twice: the next
+                // command after a Redis restart is not the one that pays for the old socket.
+                logger.info("Redis closed this idle connection (a restart or SHUTDOWN); connecting again")
+                dropContext()
+            } else {
+                return context
+            }
         }
         let context = try withSIGPIPEBlocked { try connect() }
         self.context = context
         return context
+    }
+
+    /// Whether the server closed this connection while it was idle (a restart, `SHUTDOWN`, a
+    /// `timeout` of its own): its socket reads end-of-file or an error. One `poll` with no wait,
+    /// and one peek only when that says readable; between commands nothing else is readable on a
+    /// connection that is not subscribed. A peer that vanished without closing (a stopped or
+    /// partitioned server) looks alive here: that one is the command timeout's job.
+    private static func peerClosed(_ context: UnsafeMutablePointer<redisContext>) -> Bool {
+        let socket = context.pointee.fd
+        var descriptor = pollfd(fd: socket, events: Int16(POLLIN), revents: 0)
+        guard poll(&descriptor, 1, 0) > 0 else { return false }
+        var byte: UInt8 = 0
+        let peeked = recv(socket, &byte, 1, Int32(MSG_PEEK | MSG_DONTWAIT))
+        if peeked == 0 { return true }
+        return peeked < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR
     }
 
     /// Whether the sentinels announced a new primary since this connection connected. On `queue`.

@@ -56,6 +56,39 @@ public final class RedisConnectionPool: Sendable {
         try await withConnection { try $0.send(arguments) }
     }
 
+    /// As ``withConnection(_:)``, for work that is safe to run twice: reads, and writes whose
+    /// repeat changes nothing (a `SET` of the same value, a script keyed by an idempotency key).
+    ///
+    /// When `body` fails because the connection broke (``RedisError/isBrokenConnection``: the
+    /// server closed it or a failover moved the primary), it runs once more on the same lease,
+    /// which reconnects first. A timeout is not retried: a server that does not answer would cost
+    /// the caller a second timeout. Nor is a failed connect: the reconnect already was the retry.
+    ///
+    /// - Parameter body: Work to do with the connection, safe to repeat.
+    /// - Returns: What `body` returns.
+    /// - Throws: What the second run throws, or what the first throws when it is not a broken
+    ///   connection; ``RedisError/Code/closed`` and `CancellationError` as ``withConnection(_:)``.
+    public func withConnectionRetryingOnce<T: Sendable>(_ body: @Sendable (RedisConnection) throws -> T) async throws -> T {
+        try await withConnection { connection in
+            do {
+                return try body(connection)
+            } catch let error as RedisError where error.isBrokenConnection {
+                return try body(connection)
+            }
+        }
+    }
+
+    /// Runs one command that is safe to repeat (a read, an idempotent write) on a pooled
+    /// connection, once more on a reconnected one when the first found it broken; see
+    /// ``withConnectionRetryingOnce(_:)``.
+    ///
+    /// - Parameter arguments: The command name and its arguments.
+    /// - Returns: The reply.
+    /// - Throws: ``RedisError``, as for ``RedisConnection/send(_:)``.
+    public func commandRetryingOnce(_ arguments: [String]) async throws -> RedisValue {
+        try await withConnectionRetryingOnce { try $0.send(arguments) }
+    }
+
     /// How many callers are waiting for a connection (every one busy); for tests and metrics.
     public var waiting: Int { leases.waiting }
 

@@ -87,6 +87,14 @@ public struct RedisError: Error, CustomStringConvertible, Equatable {
     public static var closed: Self { Self(code: .closed, message: "") }
     /// Any error with code ``Code/other``, for comparisons.
     public static var other: Self { Self(code: .other, message: "") }
+
+    /// Whether the connection (not the command) failed, in a way the next call's reconnect
+    /// repairs: the server closed it (``Code/io``), sent something unreadable
+    /// (``Code/protocolError``), or is no writable primary any more (``Code/failover``). The
+    /// command may or may not have run, so only work that is safe to repeat is retried on it
+    /// (``RedisConnectionPool/withConnectionRetryingOnce(_:)``). A ``Code/timeout`` is not one:
+    /// retrying a server that does not answer doubles the wait.
+    public var isBrokenConnection: Bool { code == .io || code == .protocolError || code == .failover }
 }
 
 extension RedisError {

@@ -25,7 +25,8 @@ extension AppConfiguration {
             host: environment.string("REDIS_HOSTNAME", "127.0.0.1"), port: try environment.int("REDIS_PORT", 16379, range: 1...65535),
             password: environment["REDIS_PASSWORD"],
             connectTimeout: .milliseconds(try environment.int("REDIS_CONNECT_TIMEOUT_MS", 2000, range: 1...600_000)),
-            commandTimeout: .seconds(10))
+            // Set by `commandTimeouts`, which knows the replicas' wait.
+            commandTimeout: nil)
         if let text = environment["REDIS_SENTINELS"] {
             guard let sentinels = RedisSentinelConfiguration.Endpoint.list(text) else {
                 throw ConfigurationError(variable: "REDIS_SENTINELS", reason: "must be host:port[,host:port…] with ports in 1...65535")
@@ -35,6 +36,37 @@ extension AppConfiguration {
                 password: environment["REDIS_SENTINEL_PASSWORD"])
         }
         return redis
+    }
+
+    /// The command timeouts: `redis` for the workers, the scheduler and the tools
+    /// (`REDIS_COMMAND_TIMEOUT_MS`, 10000), and a copy for the API (the intake's pushes, its reads,
+    /// the doors' throttle) with `REDIS_INTAKE_COMMAND_TIMEOUT_MS` (2000).
+    ///
+    /// The API's is short because a client waits on each of its commands: a frozen primary costs
+    /// a request this long (a 503; the client's retry is idempotent), then the connect timeout
+    /// while the sentinels still name it, not ten seconds for the whole partition. The workers'
+    /// must exceed their blocking reserve (0.5 s: the server answers a `BLMOVE` only when its block
+    /// time is over), and no client waits on it. Both must exceed `REDIS_REPLICA_ACK_TIMEOUT_MS`
+    /// when replicas are waited for (a `WAIT` answers only once that is over): unset, each is
+    /// raised to that plus a second; set lower, it is refused.
+    static func commandTimeouts(
+        _ environment: EnvironmentReader, redis: RedisConfiguration, replicas: Replicas
+    ) throws -> (workers: RedisConfiguration, intake: RedisConfiguration) {
+        func timeout(_ variable: String, _ fallback: Int, minimum: Int, waits: String) throws -> Duration {
+            let floor = replicas.minimum > 0 ? replicas.timeout + .seconds(1) : .zero
+            guard environment.isSet(variable) else { return max(.milliseconds(fallback), floor) }
+            let value = Duration.milliseconds(try environment.int(variable, fallback, range: minimum...600_000))
+            if replicas.minimum > 0, value <= replicas.timeout {
+                throw ConfigurationError(
+                    variable: variable, reason: "must exceed REDIS_REPLICA_ACK_TIMEOUT_MS (\(waits) WAIT answers only when that is over)")
+            }
+            return value
+        }
+        var workers = redis
+        workers.commandTimeout = try timeout("REDIS_COMMAND_TIMEOUT_MS", 10_000, minimum: 1000, waits: "the scheduler's")
+        var intake = redis
+        intake.commandTimeout = try timeout("REDIS_INTAKE_COMMAND_TIMEOUT_MS", 2000, minimum: 100, waits: "the intake's")
+        return (workers, intake)
     }
 
     /// Postgres (`POSTGRES_HOSTNAME`, `POSTGRES_PORT`, `POSTGRES_TARGET_SESSION_ATTRS`,

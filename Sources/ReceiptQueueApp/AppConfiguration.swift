@@ -18,7 +18,12 @@ public struct AppConfiguration: Sendable, CustomStringConvertible {
     public var environment: String
     /// Redis: one address (`REDIS_HOSTNAME`, `REDIS_PORT`), or the primary the sentinels name
     /// (`REDIS_SENTINELS`, `REDIS_MASTER_NAME` = `receiptq`, `REDIS_SENTINEL_PASSWORD`).
+    /// Its timeouts: `REDIS_CONNECT_TIMEOUT_MS` (2000), `REDIS_COMMAND_TIMEOUT_MS` (10000) for
+    /// the workers, the scheduler and the tools, whose commands no client waits on.
     public var redis: RedisConfiguration
+    /// The API's Redis: ``redis`` with `REDIS_INTAKE_COMMAND_TIMEOUT_MS` (2000) as its command
+    /// timeout, so a frozen primary holds a request for about that long, not ten seconds.
+    public var intakeRedis: RedisConfiguration
     /// Every Redis key's prefix (`REDIS_KEY_PREFIX`, `{rq}`).
     public var keys: RedisKeys
     /// The replicas an enqueue waits for (`REDIS_MIN_REPLICAS_ACK`, `REDIS_REPLICA_ACK_TIMEOUT_MS`).
@@ -52,9 +57,9 @@ public struct AppConfiguration: Sendable, CustomStringConvertible {
         let reader = EnvironmentReader(variables: environment)
         self.environment = reader.string("RECEIPTQ_ENV", "development")
         let production = self.environment == "production"
-        redis = try Self.redis(reader)
-        keys = RedisKeys(prefix: reader.string("REDIS_KEY_PREFIX", "{rq}"))
         replicas = try Replicas(reader)
+        (redis, intakeRedis) = try Self.commandTimeouts(reader, redis: try Self.redis(reader), replicas: replicas)
+        keys = RedisKeys(prefix: reader.string("REDIS_KEY_PREFIX", "{rq}"))
         postgres = try Self.postgres(reader)
         apple = try Apple(reader)
         secretsKey = try Self.secretsKey(reader)

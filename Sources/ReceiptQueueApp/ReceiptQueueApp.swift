@@ -70,10 +70,10 @@ public enum ReceiptQueueApp {
     ) throws -> (router: Router<IngestRequestContext>, intake: RedisIntake, pools: ClosedAtShutdown) {
         let roots = try trustStore(configuration)
         let verifier = ReceiptSignatureVerifier(trustStore: roots)
-        let redisPool = RedisConnectionPool(configuration: configuration.redis, size: 32, logger: logger)
+        let redisPool = RedisConnectionPool(configuration: configuration.intakeRedis, size: 32, logger: logger)
         let postgresPool = PostgresConnectionPool(configuration: configuration.postgres, size: 8, logger: logger)
         let intake = RedisIntake(
-            configuration: configuration.redis, pool: redisPool, keys: configuration.keys,
+            configuration: configuration.intakeRedis, pool: redisPool, keys: configuration.keys,
             idempotencyWindow: configuration.api.idempotencyWindow, replication: replicaAcknowledgement(configuration, metrics: metrics),
             logger: logger)
         let catalog = PostgresCatalog(pool: postgresPool)

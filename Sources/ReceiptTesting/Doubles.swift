@@ -66,17 +66,32 @@ public final class MemoryJobQueue: JobQueue, @unchecked Sendable {
         }
     }
 
-    public func requeueStrays(keeping inFlight: [[UInt8]]) throws -> Int {
-        lock.withLock {
+    public func reconcile(keeping inFlight: [[UInt8]], settledAgain: (ReservedJob) -> Settlement?) throws -> Reconciliation {
+        let (again, requeued) = lock.withLock { () -> ([Settlement], Int) in
             var kept = inFlight
             var strays: [[UInt8]] = []
+            var again: [Settlement] = []
             for raw in processing {
-                if let index = kept.firstIndex(of: raw) { kept.remove(at: index) } else { strays.append(raw) }
+                if let index = kept.firstIndex(of: raw) {
+                    kept.remove(at: index)
+                } else if let settlement = settledAgain(ReservedJob(raw: raw)) {
+                    again.append(settlement)
+                } else {
+                    strays.append(raw)
+                }
             }
             for raw in strays { remove(ReservedJob(raw: raw)) }
             ready.insert(contentsOf: strays, at: 0)
-            return strays.count
+            return (again, strays.count)
         }
+        try settle(again, activity: ActivityTally())
+        return Reconciliation(resettled: again.count, requeued: requeued)
+    }
+
+    /// Leaves `job` in the processing list while a settle removes it: what a primary that took the
+    /// settle and was lost in a failover leaves behind (its replica never heard of the settle).
+    public func restoreToProcessing(_ job: ReservedJob) {
+        lock.withLock { processing.append(job.raw) }
     }
 
     /// How many heartbeats the worker sent: the fetcher sends one per pass of its loop once its

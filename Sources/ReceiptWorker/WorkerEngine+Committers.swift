@@ -31,9 +31,15 @@ extension WorkerEngine {
                 do {
                     if queue == nil { queue = try makeQueue(role) }
                     try queue?.settle(settlements, activity: activity)
+                    // Before the jobs leave the in-flight set: a reconcile that no longer keeps
+                    // them finds how they were settled.
+                    settledJobs.record(settlements, at: now())
                     break
                 } catch {
                     logger.warning("Worker settle error", error: error)
+                    // An earlier settle this server answered may be lost with it (a failover): the
+                    // fetcher compares the processing list with what is in flight once Redis answers.
+                    locked { $0.reconcileDue = true }
                     if locked({ $0.abandoned }) { return }
                     Thread.sleep(forTimeInterval: pause)
                     pause = min(pause * 2, 5)

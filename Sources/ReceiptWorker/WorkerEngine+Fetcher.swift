@@ -51,6 +51,15 @@ extension WorkerEngine {
                 if now().timeIntervalSince(lastHeartbeat) >= configuration.heartbeatInterval.seconds {
                     try queue.heartbeat(busy: inFlightCount)
                     lastHeartbeat = now()
+                    // Every beat also looks: a settle lost in a failover may surface only once
+                    // every connection has moved to the new primary, after the error that
+                    // asked for a reconcile was handled.
+                    mayHoldStrays = true
+                }
+                if mayHoldStrays || locked({ $0.reconcileDue }) {
+                    locked { $0.reconcileDue = false }
+                    try reconcile(queue)
+                    mayHoldStrays = false
                 }
                 let (calls, room) = waitForWork(ahead: ahead.count)
                 guard calls > 0, !ahead.isEmpty || room > 0 else { continue }
@@ -63,11 +72,6 @@ extension WorkerEngine {
                 let refill = ahead.count * 2 <= aheadTarget ? aheadTarget - ahead.count : 0
                 let wanted = min(room, calls - starting + refill, configuration.fetchBatch)
                 guard wanted > 0 else { continue }
-                if mayHoldStrays {
-                    let moved = try queue.requeueStrays(keeping: locked { Array($0.inFlight.values.map(\.raw)) })
-                    if moved > 0 { logger.info("Gave back jobs a lost reply left in processing", metadata: ["jobs.count": "\(moved)"]) }
-                    mayHoldStrays = false
-                }
                 // Only a free slot with nothing to start waits for a job to arrive.
                 let jobs = try queue.reserve(
                     max: wanted, background: budget.isPaused(now: now()) ? 0 : importRoom(),
@@ -94,6 +98,22 @@ extension WorkerEngine {
         giveBack(ahead, queue: queue)
         locked(notify: true) { $0.fetcherDone = true }
         wakeCommitters()
+    }
+
+    /// Puts the processing list right: a job in it that this process does not hold is settled
+    /// again when the process settled it lately (the server that took that settle lost it in a
+    /// failover: its result is committed, so it is acknowledged and its pending key removed, not
+    /// validated twice), and otherwise given back to its queue (a reserve whose reply was lost).
+    func reconcile(_ queue: any JobQueue) throws {
+        // In flight read first: a job a committer settles meanwhile is still kept.
+        let inFlight = locked { Array($0.inFlight.values.map(\.raw)) }
+        let done = try queue.reconcile(keeping: inFlight) { self.settledJobs.settlement(of: $0, now: self.now()) }
+        if done.requeued > 0 { logger.info("Gave back jobs a lost reply left in processing", metadata: ["jobs.count": "\(done.requeued)"]) }
+        if done.resettled > 0 {
+            logger.warning(
+                "Settled again jobs whose settle a failover lost (their results were already stored)",
+                metadata: ["jobs.count": "\(done.resettled)"])
+        }
     }
 
     private func flush(_ gate: CircuitGate) {

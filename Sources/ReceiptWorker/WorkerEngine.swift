@@ -138,6 +138,9 @@ public final class WorkerEngine: Service, Sendable {
         var stopping = false
         var fetcherDone = false
         var abandoned = false
+        /// A settle failed (a lost connection, a failover): the fetcher reconciles the processing
+        /// list with what is in flight once Redis answers it again.
+        var reconcileDue = false
         var outcomes: [JobOutcome: Int] = [:]
     }
 
@@ -164,6 +167,8 @@ public final class WorkerEngine: Service, Sendable {
     /// Guards `decided`; only committers wait on it, so a decision wakes one committer and nothing else.
     let decisions = NSCondition()
     nonisolated(unsafe) var decided: [Decided] = []
+    /// The settlements made lately, for a reconcile after a failover lost some of them.
+    let settledJobs = SettledJobs()
     private let finished = Mutex<CheckedContinuation<Void, Never>?>(nil)
 
     /// Creates an engine.

@@ -107,13 +107,16 @@ public final class RedisIntake: ReceiptIntake, Service {
         let arguments = [bytes(id), bytes(idempotencyTTLSeconds), pending?.encoded() ?? [], bytes(pendingTTLSeconds), envelope.encoded()]
         let reply: RedisValue
         do {
-            reply = try await RedisScriptRunner.run(RedisScripts.intakeEnqueue, keys: scriptKeys, arguments: arguments, via: writer.submit)
+            // Repeatable: a second run finds the idempotency key the first set and names its job.
+            reply = try await RedisScriptRunner.run(
+                RedisScripts.intakeEnqueue, keys: scriptKeys, arguments: arguments, via: { try await self.writer.submit($0, repeatable: true) })
         } catch {
             if waits { listener.forget(envelope.id) }
             throw error
         }
         switch reply {
-        case .bulk(let bytes) where !bytes.isEmpty:
+        // Our own id: the pipeline ran twice (see `PipelineBatcher`) and the first run queued it.
+        case .bulk(let bytes) where !bytes.isEmpty && UUID(uuidString: String(decoding: bytes, as: UTF8.self)) != envelope.id:
             if waits { listener.forget(envelope.id) }
             guard let existing = UUID(uuidString: String(decoding: bytes, as: UTF8.self)) else {
                 throw RedisQueueError.transactionFailed("idempotency key holds no id")
@@ -143,17 +146,17 @@ public final class RedisIntake: ReceiptIntake, Service {
         // Best effort: the batch's jobs are already durable; progress is a view of them.
         _ = try? await RedisScriptRunner.run(
             RedisScripts.importProgress, keys: [keys.importRun(id.canonical), keys.importRuns], arguments: arguments.map(bytes),
-            via: writer.submit)
+            via: { try await self.writer.submit($0, repeatable: false) })
     }
 
     public func pendingResource(id: UUID) async throws -> ReceiptResource? {
-        let reply = try await pool.command(["GET", keys.pending(id.canonical)])
+        let reply = try await pool.commandRetryingOnce(["GET", keys.pending(id.canonical)])
         guard case .bulk(let bytes) = reply else { return nil }
         return try? ReceiptResource.decode(bytes)
     }
 
     public func ping() async -> Bool {
-        (try? await pool.command(["PING"])) == .status("PONG")
+        (try? await pool.commandRetryingOnce(["PING"])) == .status("PONG")
     }
 }
 
@@ -162,6 +165,9 @@ public final class RedisIntake: ReceiptIntake, Service {
 final class PipelineBatcher: Sendable {
     private struct Pending {
         var command: [[UInt8]]
+        /// Safe to run twice (an enqueue keyed by its idempotency key), so a pipeline of only
+        /// such commands is sent once more when it found its connection broken.
+        var repeatable: Bool
         var continuation: CheckedContinuation<RedisValue, any Error>
     }
 
@@ -177,10 +183,14 @@ final class PipelineBatcher: Sendable {
         self.replication = replication.flatMap { $0.replicas > 0 ? $0 : nil }
     }
 
-    func submit(_ command: [[UInt8]]) async throws -> RedisValue {
+    /// Sends `command` in the next pipeline and returns its reply.
+    /// - Parameters:
+    ///   - command: the command and its arguments.
+    ///   - repeatable: whether running it twice is harmless (see ``Pending/repeatable``).
+    func submit(_ command: [[UInt8]], repeatable: Bool) async throws -> RedisValue {
         try await withCheckedThrowingContinuation { continuation in
             let startDrain = state.withLock { state -> Bool in
-                state.queued.append(Pending(command: command, continuation: continuation))
+                state.queued.append(Pending(command: command, repeatable: repeatable, continuation: continuation))
                 guard !state.draining else { return false }
                 state.draining = true
                 return true
@@ -204,7 +214,14 @@ final class PipelineBatcher: Sendable {
                 var commands = batch.map(\.command)
                 // One WAIT per pipeline, not per request: it covers every write this connection made.
                 if let replication { commands.append(replication.command) }
-                let replies = try connection.pipeline(bytes: commands)
+                let replies: [RedisValue]
+                do {
+                    replies = try connection.pipeline(bytes: commands)
+                } catch let error as RedisError where error.isBrokenConnection && batch.allSatisfy(\.repeatable) {
+                    // A connection the server closed under it (the stale check missed it by a hair)
+                    // or a failover: once more, reconnected, rather than a 503 for every request.
+                    replies = try connection.pipeline(bytes: commands)
+                }
                 // The primary has the jobs, the replicas may not: a failover now could lose them, so
                 // nothing is acknowledged. The clients' retries are idempotent.
                 try replication?.check(replies.last)

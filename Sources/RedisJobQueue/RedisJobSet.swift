@@ -101,7 +101,7 @@ public struct RedisJobSet: JobSetStore {
     // MARK: - Reading
 
     public func count() async throws -> Int {
-        guard let count = try await pool.command(["ZCARD", key]).int else { throw RedisQueueError.unexpectedReply("ZCARD") }
+        guard let count = try await pool.commandRetryingOnce(["ZCARD", key]).int else { throw RedisQueueError.unexpectedReply("ZCARD") }
         return count
     }
 
@@ -112,7 +112,7 @@ public struct RedisJobSet: JobSetStore {
             // No filter: the rank is the offset, so one round trip serves any page.
             var commands = [["ZCARD", key]]
             if limit > 0 { commands.append(Self.rangeCommand(key, from: offset, count: limit, descending: listsDescending)) }
-            let replies = try await pool.withConnection { [commands] in try $0.pipeline(commands) }
+            let replies = try await pool.withConnectionRetryingOnce { [commands] in try $0.pipeline(commands) }
             guard let total = replies.first?.int else { throw RedisQueueError.unexpectedReply("ZCARD") }
             let entries = try replies.count > 1 ? Self.entries(fromPairs: replies[1], command: "ZRANGE") : []
             return JobSetPage(entries: entries, totalMatching: total, offset: offset, limit: limit)
@@ -201,7 +201,7 @@ public struct RedisJobSet: JobSetStore {
         while examined < limit {
             try Task.checkCancellation()
             let command = Self.rangeCommand(key, from: rank, count: min(Self.scanChunk, limit - examined), descending: descending)
-            let chunk = try Self.entries(fromPairs: await pool.withConnection { try $0.send(command) }, command: "ZRANGE")
+            let chunk = try Self.entries(fromPairs: await pool.withConnectionRetryingOnce { try $0.send(command) }, command: "ZRANGE")
             if chunk.isEmpty { return true }
             examined += chunk.count
             rank += chunk.count - (try await visit(chunk))

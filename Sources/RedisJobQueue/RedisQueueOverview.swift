@@ -36,7 +36,7 @@ public struct RedisQueueOverview: QueueOverview {
         let now = self.now()
         let current = RedisActivity.minute(of: now)
         let minutes = (0..<Int64(self.minutes)).reversed().map { current - $0 }
-        return try await pool.withConnection { connection in
+        return try await pool.withConnectionRetryingOnce { connection in
             // Everything whose keys are known up front goes in one pipeline; only the workers' own
             // keys need a second.
             let counts = try connection.pipeline(

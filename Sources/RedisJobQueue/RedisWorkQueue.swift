@@ -182,25 +182,39 @@ public final class RedisWorkQueue: JobQueue {
         return [ReservedJob(raw: raw)]
     }
 
-    public func requeueStrays(keeping inFlight: [[UInt8]]) throws -> Int {
-        guard case .array(let listed) = try connection.send(["LRANGE", processingKey, "0", "-1"]) else { return 0 }
+    public func reconcile(keeping inFlight: [[UInt8]], settledAgain: (ReservedJob) -> Settlement?) throws -> Reconciliation {
+        guard case .array(let listed) = try connection.send(["LRANGE", processingKey, "0", "-1"]) else { return Reconciliation() }
         var kept: [[UInt8]: Int] = [:]
         for raw in inFlight { kept[raw, default: 0] += 1 }
-        var moved = 0
+        var again: [Settlement] = []
+        var tally = Reconciliation()
         for case .bulk(let raw) in listed {
             if let left = kept[raw], left > 0 {
                 kept[raw] = left - 1
                 continue
             }
-            // One atomic move each, only if the job is still there (a committer or a janitor may
-            // have taken it meanwhile). Not a recovery in the poison-job sense: nothing died.
-            try exec([
-                ["MULTI"].map(bytes), [bytes("LREM"), bytes(processingKey), bytes("-1"), raw],
-                [bytes("RPUSH"), bytes(keys.queue(ReservedJob(raw: raw).envelope?.queueName ?? JobKind.validate.rawValue)), raw],
-            ])
-            moved += 1
+            let job = ReservedJob(raw: raw)
+            if let settlement = settledAgain(job) {
+                again.append(settlement)
+                continue
+            }
+            // Only if the job is still there (a janitor may have taken it meanwhile), counted as no
+            // recovery: nothing died, a reply was lost.
+            let envelope = job.envelope
+            let id = envelope?.id.uuidString.lowercased() ?? "raw-\(fnv1a(raw))"
+            let queue = keys.queue(envelope?.queueName ?? JobKind.validate.rawValue)
+            let arguments = [raw, [], bytes(String(milliseconds(Date()))), bytes("0")]
+            let moved = try RedisScriptRunner.run(
+                RedisScripts.rescueOrphan, keys: [processingKey, queue, keys.dead, keys.recoveries(id)], arguments: arguments, on: connection
+            ).int
+            if moved == 1 { tally.requeued += 1 }
         }
-        return moved
+        // Its moves are as idempotent as the first settle's; no activity: that was counted once.
+        if !again.isEmpty {
+            try settle(again, activity: ActivityTally())
+            tally.resettled = again.count
+        }
+        return tally
     }
 
     public func settle(_ settlements: [Settlement], activity: ActivityTally) throws {

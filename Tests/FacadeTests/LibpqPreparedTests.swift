@@ -50,7 +50,9 @@ struct LibpqPreparedTests {
         #expect(try db.query("SELECT \(2)::int * 2 AS n").rows.first?.int("n") == 4)
         let pid = try #require(try db.query("SELECT pg_backend_pid() AS pid").rows.first?.int("pid"))
         _ = try admin.query("SELECT pg_terminate_backend(\(pid))")
-        #expect(throws: PostgresError.connectionLost) { try db.query("SELECT 1") }
+        // The session's end is found before the next statement when its socket has closed by then
+        // (LibpqRecoveryTests), or by that statement failing when not yet: either way, a new session.
+        _ = try? db.query("SELECT 1")
         // The old session's name means nothing to the new one.
         #expect(try db.query("SELECT \(3)::int * 2 AS n").rows.first?.int("n") == 6)
         #expect(try preparedStatements(db) == ["SELECT $1::int * 2 AS n"])

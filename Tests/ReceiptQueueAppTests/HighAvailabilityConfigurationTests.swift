@@ -31,6 +31,45 @@ struct HighAvailabilityConfigurationTests {
         #expect(error?.variable == "REDIS_SENTINELS")
     }
 
+    @Test(
+        "Redis timeouts: the workers' command timeout 10 s, the API's 2 s, connects 2 s; each settable; the API's copy differs only in its command timeout"
+    )
+    func redisTimeouts() throws {
+        let defaults = try AppConfiguration(environment: [:])
+        #expect(defaults.redis.commandTimeout == .seconds(10))
+        #expect(defaults.intakeRedis.commandTimeout == .seconds(2))
+        #expect(defaults.redis.connectTimeout == .seconds(2) && defaults.intakeRedis.connectTimeout == .seconds(2))
+        let set = try AppConfiguration(environment: [
+            "REDIS_COMMAND_TIMEOUT_MS": "30000", "REDIS_INTAKE_COMMAND_TIMEOUT_MS": "750", "REDIS_CONNECT_TIMEOUT_MS": "500",
+            "REDIS_SENTINELS": "10.0.0.5:26379",
+        ])
+        #expect(set.redis.commandTimeout == .seconds(30))
+        #expect(set.intakeRedis.commandTimeout == .milliseconds(750))
+        #expect(set.intakeRedis.connectTimeout == .milliseconds(500))
+        #expect(set.intakeRedis.sentinel?.masterName == "receiptq", "the same servers")
+        // Left unset, both wait out the replicas' WAIT.
+        let waiting = try AppConfiguration(environment: ["REDIS_MIN_REPLICAS_ACK": "1", "REDIS_REPLICA_ACK_TIMEOUT_MS": "15000"])
+        #expect(waiting.intakeRedis.commandTimeout == .seconds(16))
+        #expect(waiting.redis.commandTimeout == .seconds(16))
+    }
+
+    @Test(
+        "Redis timeouts that cannot work are refused, naming the variable: below the workers' blocking reserve, not above the replicas' WAIT, not numbers",
+        arguments: [
+            ["REDIS_COMMAND_TIMEOUT_MS": "500"], ["REDIS_COMMAND_TIMEOUT_MS": "ten"], ["REDIS_INTAKE_COMMAND_TIMEOUT_MS": "0"],
+            ["REDIS_INTAKE_COMMAND_TIMEOUT_MS": "1000", "REDIS_MIN_REPLICAS_ACK": "1"],
+            [
+                "REDIS_COMMAND_TIMEOUT_MS": "2000", "REDIS_REPLICA_ACK_TIMEOUT_MS": "2000", "REDIS_INTAKE_COMMAND_TIMEOUT_MS": "3000",
+                "REDIS_MIN_REPLICAS_ACK": "1",
+            ],
+        ])
+    func badRedisTimeouts(_ environment: [String: String]) {
+        let error = #expect(throws: ConfigurationError.self) { try AppConfiguration(environment: environment) }
+        #expect(
+            error.map { $0.variable.hasSuffix("COMMAND_TIMEOUT_MS") && environment.keys.contains($0.variable) } == true,
+            "\(String(describing: error))")
+    }
+
     @Test("POSTGRES_HOSTNAME lists a primary and its standbys: one port for all or one each, target_session_attrs read-write by default")
     func postgresHosts() throws {
         let shared = try AppConfiguration(environment: ["POSTGRES_HOSTNAME": "pg-a, pg-b", "POSTGRES_PORT": "5432"]).postgres

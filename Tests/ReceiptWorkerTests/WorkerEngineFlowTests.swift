@@ -297,8 +297,76 @@ struct WorkerEngineFlowTests {
         }
 
         func settle(_ settlements: [Settlement], activity: ActivityTally) throws { try inner.settle(settlements, activity: activity) }
-        func requeueStrays(keeping inFlight: [[UInt8]]) throws -> Int { try inner.requeueStrays(keeping: inFlight) }
+        func reconcile(keeping inFlight: [[UInt8]], settledAgain: (ReservedJob) -> Settlement?) throws -> Reconciliation {
+            try inner.reconcile(keeping: inFlight, settledAgain: settledAgain)
+        }
         func heartbeat(busy: Int) throws {}
+    }
+
+    /// A queue whose settle of the first job is "lost in a failover": the settle ran (the worker
+    /// let the job go) but the job is back in the processing list, as on a promoted replica that
+    /// never heard of it; the next settle then fails once, as the connection to the lost primary does.
+    final class FailoverQueue: JobQueue, @unchecked Sendable {
+        let inner: MemoryJobQueue
+        let lock = NSLock()
+        private var lostOne = false
+        private var failedOnce = false
+        /// The jobs whose settle was lost (a batch: one or more).
+        private(set) var lost: [UUID] = []
+
+        init(_ inner: MemoryJobQueue) { self.inner = inner }
+
+        func reserve(max: Int, timeout: Duration) throws -> [ReservedJob] { try inner.reserve(max: 1, timeout: timeout) }
+
+        func settle(_ settlements: [Settlement], activity: ActivityTally) throws {
+            let (lose, fail) = lock.withLock { () -> (Bool, Bool) in
+                if !lostOne {
+                    lostOne = true
+                    return (true, false)
+                }
+                if !failedOnce {
+                    failedOnce = true
+                    return (false, true)
+                }
+                return (false, false)
+            }
+            struct ConnectionLost: Error {}
+            if fail { throw ConnectionLost() }
+            try inner.settle(settlements, activity: activity)
+            guard lose else { return }
+            for settlement in settlements { inner.restoreToProcessing(settlement.job) }
+            lock.withLock { lost = settlements.compactMap(\.job.envelope?.id) }
+        }
+
+        func reconcile(keeping inFlight: [[UInt8]], settledAgain: (ReservedJob) -> Settlement?) throws -> Reconciliation {
+            try inner.reconcile(keeping: inFlight, settledAgain: settledAgain)
+        }
+
+        func heartbeat(busy: Int) throws {}
+    }
+
+    @Test(
+        "A settle a failover lost: after the next settle fails, the job back in processing is acknowledged again from memory, not validated twice"
+    )
+    func settleLostInFailover() async throws {
+        let envelopes = jobs(3)
+        let memory = MemoryJobQueue(jobs: envelopes)
+        let queue = FailoverQueue(memory)
+        let store = MemoryReceiptStore(apps: [app])
+        // A heartbeat an hour away: only the failed settle asks for the reconcile.
+        let engine = WorkerEngine(
+            configuration: .init(concurrency: 1, reserveTimeout: .milliseconds(20), heartbeatInterval: .seconds(3600)),
+            makeQueue: { _ in queue }, makeStore: { _ in store },
+            verifier: StubVerifier([StubVerifier.report(status: 0, verdict: .valid)]), logger: Logger(label: "test"))
+        try await runEngine(engine) { engine.processedCount == 3 && memory.inProcessing == 0 }
+        #expect(memory.inProcessing == 0, "nothing left in processing")
+        #expect(store.saved.count == 3, "each job validated and stored once")
+        let acknowledged = memory.acknowledged.compactMap(\.job.envelope?.id)
+        let lost = queue.lock.withLock { queue.lost }
+        #expect(!lost.isEmpty)
+        #expect(
+            acknowledged.count == 3 + lost.count && Set(acknowledged) == Set(envelopes.map(\.id)), "the lost ones acknowledged twice: \(acknowledged)"
+        )
     }
 
     @Test("A job moved by a reserve whose reply was lost is given back and validated, not stranded")

@@ -22,10 +22,18 @@ public protocol JobQueue: AnyObject {
     ///   - settlements: the jobs and where each goes.
     ///   - activity: the batch's outcomes and failure classes (empty: count nothing).
     func settle(_ settlements: [Settlement], activity: ActivityTally) throws
-    /// Gives back to the queue every job in the processing list that is not in `inFlight`: jobs
-    /// a lost reply left there. Returns how many.
+    /// Puts the processing list right: every job in it that is not in `inFlight` (a stray) is
+    /// settled as `settledAgain` says when it knows the job (the process settled it, and the
+    /// server that took that settle lost it in a failover: acknowledged again, its pending key
+    /// removed, not validated twice), and otherwise given back to its queue (a lost reserve reply).
+    ///
+    /// `inFlight` must be read before the call: a job settled meanwhile is then still kept.
+    /// - Parameters:
+    ///   - inFlight: the jobs the process holds (reserved, running, or waiting for a commit).
+    ///   - settledAgain: the settlement the process already made of a job, if any.
+    /// - Returns: how many strays were settled again and how many given back.
     @discardableResult
-    func requeueStrays(keeping inFlight: [[UInt8]]) throws -> Int
+    func reconcile(keeping inFlight: [[UInt8]], settledAgain: (ReservedJob) -> Settlement?) throws -> Reconciliation
     /// Refreshes the process's liveness, so the janitor leaves its processing list alone.
     func heartbeat(busy: Int) throws
 }
@@ -42,4 +50,28 @@ extension JobQueue {
     /// by hand have nothing to report to the dashboard).
     /// - Parameter settlements: the jobs and where each goes.
     public func settle(_ settlements: [Settlement]) throws { try settle(settlements, activity: ActivityTally()) }
+}
+
+extension JobQueue {
+    /// Gives back to the queue every job in the processing list that is not in `inFlight` (what a
+    /// lost reply left there), settling none: ``reconcile(keeping:settledAgain:)`` knowing no
+    /// settlement. Returns how many.
+    @discardableResult
+    public func requeueStrays(keeping inFlight: [[UInt8]]) throws -> Int {
+        try reconcile(keeping: inFlight) { _ in nil }.requeued
+    }
+}
+
+/// What a ``JobQueue/reconcile(keeping:settledAgain:)`` did with the strays it found.
+public struct Reconciliation: Sendable, Equatable {
+    /// Strays the process had settled already, settled again.
+    public var resettled: Int
+    /// Strays given back to their queue.
+    public var requeued: Int
+
+    /// Creates a tally.
+    public init(resettled: Int = 0, requeued: Int = 0) {
+        self.resettled = resettled
+        self.requeued = requeued
+    }
 }
