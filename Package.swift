@@ -38,6 +38,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-asn1", from: "1.7.4"),
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
+        // NIOHTTPTypes: the HTTP parts HTTPServerGuard's handlers see (Hummingbird's own dependency).
+        .package(url: "https://github.com/apple/swift-nio-extras", from: "1.35.2"),
         .package(url: "https://github.com/apple/swift-http-types", from: "1.8.0"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
         .package(url: "https://github.com/hummingbird-project/swift-mustache", from: "2.1.1"),
@@ -204,6 +206,22 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
 
+        // The HTTP listeners' guard against hostile clients: header, body and idle timeouts and a
+        // cap on connections, in each connection's NIO pipeline (serve's API, the metrics listener).
+        .target(
+            name: "HTTPServerGuard",
+            dependencies: [
+                "Telemetry",
+                .product(name: "HummingbirdCore", package: "hummingbird"),
+                .product(name: "HTTPTypes", package: "swift-http-types"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTPTypes", package: "swift-nio-extras"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+
         // Composition root: what the CLI and the end-to-end tests both call. It builds each role from
         // AppConfiguration (read per component), runs them for the executable (Runtime) and holds the
         // administration its commands do (Admin). It links no tool: DevTools and MockAppStore stay out.
@@ -212,7 +230,7 @@ let package = Package(
             dependencies: [
                 "ReceiptCore", "Hiredis", "Libpq", "Curl", "OpenSSL",
                 "RedisJobQueue", "PostgresStore", "AppStoreClient", "ReceiptSignature", "WebhookClient",
-                "ReceiptWorker", "ReceiptScheduler", "IngestAPI", "Dashboard", "Importer", "Telemetry",
+                "ReceiptWorker", "ReceiptScheduler", "IngestAPI", "Dashboard", "Importer", "Telemetry", "HTTPServerGuard",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "Logging", package: "swift-log"),
@@ -357,7 +375,7 @@ let package = Package(
         .testTarget(
             name: "ReceiptQueueAppTests",
             dependencies: [
-                "SystemTesting", "ReceiptQueueApp", "ReceiptCore", "Dashboard", "IngestAPI", "Telemetry", "Hiredis", "Libpq",
+                "SystemTesting", "ReceiptQueueApp", "ReceiptCore", "Dashboard", "IngestAPI", "Telemetry", "Hiredis", "Libpq", "HTTPServerGuard",
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: swiftSettings

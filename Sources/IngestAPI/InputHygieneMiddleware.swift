@@ -19,9 +19,11 @@ import ReceiptCore
 /// `user_id=` is an error the client sees, not an empty answer. Routes not listed (the softphone,
 /// whose every parameter is an account variable, and the dashboard's pages) take any.
 ///
-/// The body is read once here (up to `maxBodyBytes`, else 413) and handed on buffered, so a handler
-/// reads the same bytes with its own, possibly smaller, limit. Each door answers in its own format:
-/// `refusal` renders the answer from the request, the status and the field errors.
+/// A `Content-Length` over `maxBodyBytes` is answered 413 before the body is read, and so is a
+/// chunked body once it passes it; both close the connection. The body is read once here (up to
+/// `maxBodyBytes`) and handed on buffered, so a handler reads the same bytes with its own,
+/// possibly smaller, limit. Each door answers in its own format: `refusal` renders the answer from
+/// the request, the status and the field errors.
 public struct InputHygieneMiddleware<Context: RequestContext>: RouterMiddleware {
     /// Renders a refusal: 422 with field errors, or 413 with none.
     public typealias Refusal = @Sendable (_ request: Request, _ status: HTTPResponse.Status, _ errors: [FieldError]) -> Response
@@ -42,23 +44,43 @@ public struct InputHygieneMiddleware<Context: RequestContext>: RouterMiddleware 
     }
 
     public func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
+        // A declared length over every door's limit is refused before a byte of the body is read:
+        // waiting for 99999999999 bytes would hold the connection for as long as the client likes.
+        // A batch's items are checked one by one by its handler (one bad item is its own 422),
+        // which reads up to its own, larger limit.
+        let batch = request.method == .post && IngestAPI.isBatchPath(context.endpointPath)
+        if let declared = request.headers[.contentLength], Self.exceeds(declared, batch ? max(maxBodyBytes, IngestAPI.maxBatchBytes) : maxBodyBytes) {
+            return tooLarge(request)
+        }
         var request = request
         let problem: FieldError?
         do {
             problem =
-                try await Self.problem(
-                    in: &request, maxBodyBytes: maxBodyBytes,
-                    // A batch's items are checked one by one by its handler: one bad item is its own 422.
-                    body: !(request.method == .post && IngestAPI.isBatchPath(context.endpointPath)))
+                try await Self.problem(in: &request, maxBodyBytes: maxBodyBytes, body: !batch)
                 ?? undeclaredParameter(request, route: context.endpointPath)
         } catch is NIOTooManyBytesError {
-            return refusal(request, .contentTooLarge, [])
+            return tooLarge(request)
         }
         guard let problem else { return try await next(request, context) }
         // The field's name only: the value is what was hostile, and may be a secret.
         context.logger.debug(
             "Request refused at the door", metadata: ["request.fields": .array([.string(problem.field)]), "http.status": "422"])
         return refusal(request, .unprocessableContent, [problem])
+    }
+
+    /// 413, and the connection closed after it: the rest of the body is never read (the server
+    /// would otherwise read and drop it to reach the next request).
+    func tooLarge(_ request: Request) -> Response {
+        var response = refusal(request, .contentTooLarge, [])
+        response.headers[.connection] = "close"
+        return response
+    }
+
+    /// Whether a `Content-Length` value declares more than `limit` bytes: digits only (HTTP's
+    /// parser refused anything else already); a number too long for an `Int` is over any limit.
+    static func exceeds(_ declared: String, _ limit: Int) -> Bool {
+        guard let length = Int(declared) else { return !declared.isEmpty && declared.utf8.allSatisfy { (0x30...0x39).contains($0) } }
+        return length > limit
     }
 
     /// The first query parameter the matched route does not take (nil before routing, or for a

@@ -1,6 +1,7 @@
 import AppStoreClient
 import Dashboard
 import Foundation
+import HTTPServerGuard
 import IngestAPI
 import Logging
 import ReceiptCore
@@ -8,7 +9,8 @@ import Telemetry
 import WebhookClient
 
 extension AppConfiguration {
-    /// The ingestion API: where it listens, its requests, the Cloud Softphone service, idempotency.
+    /// The ingestion API: where it listens, its requests and connections, the Cloud Softphone
+    /// service, idempotency.
     public struct API: Sendable {
         /// `HTTP_HOST` (`127.0.0.1`): the API's address; the metrics listener's too.
         public var host: String
@@ -22,6 +24,10 @@ extension AppConfiguration {
         public var softphone: SoftphoneService.Configuration
         /// How long the same receipt of the same app maps to the same receipt id (`API_IDEMPOTENCY_WINDOW_SECONDS`).
         public var idempotencyWindow: Duration
+        /// What a client may take of a listener, the API's and the metrics one: `HTTP_HEADER_TIMEOUT_MS`
+        /// (10000), `HTTP_BODY_TIMEOUT_MS` (20000), `HTTP_BODY_MIN_BYTES_PER_SECOND` (500),
+        /// `HTTP_IDLE_TIMEOUT_MS` (75000), `HTTP_MAX_CONNECTIONS` (1000).
+        public var connections: ConnectionLimits
 
         init(_ environment: EnvironmentReader) throws {
             host = environment.string("HTTP_HOST", "127.0.0.1")
@@ -41,6 +47,14 @@ extension AppConfiguration {
                 nonceSecret: try environment.secret("SOFTPHONE_NONCE_SECRET", minimumLength: 32).map { Array($0.utf8) },
                 nonceLifetime: .seconds(try environment.int("SOFTPHONE_NONCE_LIFETIME_SECONDS", 300, range: 10...86_400)))
             idempotencyWindow = .seconds(try environment.int("API_IDEMPOTENCY_WINDOW_SECONDS", 86_400, range: 1...(30 * 86_400)))
+            connections = ConnectionLimits(
+                headerTimeout: .milliseconds(try environment.int("HTTP_HEADER_TIMEOUT_MS", 10_000, range: 100...600_000)),
+                bodyTimeout: .milliseconds(try environment.int("HTTP_BODY_TIMEOUT_MS", 20_000, range: 100...3_600_000)),
+                bodyMinimumBytesPerSecond: try environment.int("HTTP_BODY_MIN_BYTES_PER_SECOND", 500, range: 0...(1 << 30)),
+                // Longer than a load balancer's usual idle timeout (60 s): the balancer, not receiptq,
+                // should close an idle kept-alive connection, or it may send a request down one being closed.
+                idleTimeout: .milliseconds(try environment.int("HTTP_IDLE_TIMEOUT_MS", 75_000, range: 100...3_600_000)),
+                maxConnections: try environment.int("HTTP_MAX_CONNECTIONS", 1000, range: 1...1_000_000))
         }
 
         /// `API_TRUSTED_PROXY_HEADER` believed from `API_TRUSTED_PROXIES` (default: loopback and the

@@ -40,7 +40,7 @@ public struct AppConfiguration: Sendable, CustomStringConvertible {
     public var scheduler: Scheduler
     /// `WEBHOOK_*`.
     public var webhooks: Webhooks
-    /// `HTTP_HOST`, `HTTP_PORT`, `API_*`, `SOFTPHONE_*`.
+    /// `HTTP_*` (the listen address, timeouts and connection cap), `API_*`, `SOFTPHONE_*`.
     public var api: API
     /// `DASHBOARD_*`.
     public var dashboard: Dashboard

@@ -2,6 +2,7 @@ import AppStoreClient
 import Curl
 import Dashboard
 import Foundation
+import HTTPServerGuard
 import Hiredis
 import Hummingbird
 import IngestAPI
@@ -46,8 +47,11 @@ public enum ReceiptQueueApp {
         // The intake runs in the application's service group: its result listener starts there and
         // stops after the server has stopped taking requests. The pools, listed first, are closed
         // last (a group stops its services in reverse order; Hummingbird adds the server last).
+        // Every connection is held to the configured timeouts and cap, so a slow or silent client
+        // cannot keep a file descriptor for long; the soft open-file limit is raised to hold the cap.
+        raiseOpenFileLimit(to: configuration.api.connections.maxConnections + 256, logger: logger)
         var application = Application(
-            router: router,
+            router: router, server: GuardedHTTPServer.http1(configuration.api.connections, listener: .api, metrics: metrics, logger: logger),
             configuration: .init(address: .hostname(configuration.api.host, port: configuration.api.port), serverName: "receiptq"),
             services: [pools, intake],
             onServerRunning: { channel in await onRunning(channel.localAddress?.port ?? 0) }, logger: logger)
@@ -299,7 +303,8 @@ public enum ReceiptQueueApp {
     }
 
     /// The metrics listener on `METRICS_PORT` (nil when it is not set): `GET /metrics` with the
-    /// queue gauges read from Redis at each scrape, on `HTTP_HOST`. work and schedule have no other
+    /// queue gauges read from Redis at each scrape, on `HTTP_HOST`, its connections held to the
+    /// API's `HTTP_*` timeouts and cap. work and schedule have no other
     /// listener; serve has `/metrics` on its API port as well.
     /// - Parameter onRunning: called with the bound port once it listens.
     public static func makeMetricsServer(
@@ -307,8 +312,12 @@ public enum ReceiptQueueApp {
         onRunning: @escaping @Sendable (Int) async -> Void = { _ in }
     ) -> (any Service)? {
         guard let port = configuration.telemetry.metricsPort else { return nil }
-        return MetricsEndpoint(exporter: metrics, gauges: queueGauges(configuration, metrics: metrics, logger: logger)).server(
-            host: configuration.api.host, port: port, logger: logger, onRunning: onRunning)
+        let endpoint = MetricsEndpoint(exporter: metrics, gauges: queueGauges(configuration, metrics: metrics, logger: logger))
+        return Application(
+            router: endpoint.listenerRouter(),
+            server: GuardedHTTPServer.http1(configuration.api.connections, listener: .metrics, metrics: metrics, logger: logger),
+            configuration: .init(address: .hostname(configuration.api.host, port: port), serverName: "receiptq-metrics"),
+            onServerRunning: { channel in await onRunning(channel.localAddress?.port ?? 0) }, logger: logger)
     }
 
     /// The queue gauges a scrape reads from Redis, on a connection of their own with short

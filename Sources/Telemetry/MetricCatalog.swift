@@ -65,6 +65,11 @@ public enum MetricCatalog {
     public static let webhookEndpointsPaused = "receiptq_webhook_endpoints_paused"
     public static let httpRequests = "receiptq_http_requests_total"
     public static let httpRequestDuration = "receiptq_http_request_duration_seconds"
+    public static let httpConnections = "receiptq_http_connections"
+    public static let httpConnectionsRefused = "receiptq_http_connections_refused_total"
+    public static let httpConnectionsTimedOut = "receiptq_http_connections_timed_out_total"
+    /// The listeners `listener` names: serve's API port and any role's `METRICS_PORT`.
+    public static let httpListeners = ["api", "metrics"]
 
     /// Every metric, in `metrics.yml`'s order.
     public static let entries: [Entry] = [
@@ -165,6 +170,14 @@ public enum MetricCatalog {
             httpRequestDuration, .histogram, "Duration of an HTTP request answered by serve.",
             labels: ["route": nil, "method": nil],
             buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5]),
+        Entry(httpConnections, .gauge, "Open client connections of an HTTP listener.", labels: ["listener": httpListeners]),
+        Entry(
+            httpConnectionsRefused, .counter, "Connections an HTTP listener closed on accept because HTTP_MAX_CONNECTIONS were open.",
+            labels: ["listener": httpListeners]),
+        Entry(
+            httpConnectionsTimedOut, .counter,
+            "Connections an HTTP listener closed because the client was too slow: header (HTTP_HEADER_TIMEOUT_MS), body (HTTP_BODY_TIMEOUT_MS and HTTP_BODY_MIN_BYTES_PER_SECOND) or idle between requests (HTTP_IDLE_TIMEOUT_MS).",
+            labels: ["listener": httpListeners, "phase": ["header", "body", "idle"]]),
     ]
 
     /// The entry for a name, nil for a name receiptq does not export.

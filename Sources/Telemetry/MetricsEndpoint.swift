@@ -33,21 +33,14 @@ public struct MetricsEndpoint: Sendable {
             body: ResponseBody(byteBuffer: ByteBuffer(bytes: bytes)))
     }
 
-    /// The metrics listener of a role: `GET /metrics` and `GET /health/live`, nothing else.
-    /// - Parameters:
-    ///   - host: the interface (the role's `HTTP_HOST`).
-    ///   - port: `METRICS_PORT` (0 picks a free port).
-    ///   - onRunning: called with the bound port once it listens.
-    public func server(
-        host: String, port: Int, logger: Logger, onRunning: @escaping @Sendable (Int) async -> Void = { _ in }
-    ) -> some ApplicationProtocol {
+    /// The routes of a role's metrics listener: `GET /metrics` and `GET /health/live`, nothing else
+    /// (the composition root serves them, with its connection limits).
+    public func listenerRouter() -> Router<BasicRequestContext> {
         let router = Router()
         addRoutes(to: router)
         router.get("/health/live") { _, _ in
             Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(string: #"{"status":"ok"}"#)))
         }
-        return Application(
-            router: router, configuration: .init(address: .hostname(host, port: port), serverName: "receiptq-metrics"),
-            onServerRunning: { channel in await onRunning(channel.localAddress?.port ?? 0) }, logger: logger)
+        return router
     }
 }

@@ -1,4 +1,5 @@
 import Dashboard
+import HTTPServerGuard
 import IngestAPI
 import Logging
 import ReceiptCore
@@ -83,6 +84,31 @@ struct ConfigurationTests {
         }
         #expect(error?.variable == "API_TRUSTED_PROXIES" && error?.reason.contains("lb.internal") == true)
         #expect(throws: ConfigurationError.self) { try AppConfiguration(environment: ["AUTH_THROTTLE_FREE_FAILURES": "0"]) }
+    }
+
+    @Test("The listeners' timeouts and connection cap: documented defaults, every variable reaches them, bad values are named")
+    func connectionLimits() throws {
+        #expect(
+            try AppConfiguration(environment: [:]).api.connections
+                == ConnectionLimits(
+                    headerTimeout: .seconds(10), bodyTimeout: .seconds(20), bodyMinimumBytesPerSecond: 500, idleTimeout: .seconds(75),
+                    maxConnections: 1000))
+        let set = try AppConfiguration(environment: [
+            "HTTP_HEADER_TIMEOUT_MS": "1500", "HTTP_BODY_TIMEOUT_MS": "2500", "HTTP_BODY_MIN_BYTES_PER_SECOND": "0",
+            "HTTP_IDLE_TIMEOUT_MS": "3500", "HTTP_MAX_CONNECTIONS": "7",
+        ]).api.connections
+        #expect(
+            set
+                == ConnectionLimits(
+                    headerTimeout: .milliseconds(1500), bodyTimeout: .milliseconds(2500), bodyMinimumBytesPerSecond: 0,
+                    idleTimeout: .milliseconds(3500), maxConnections: 7))
+        for (variable, value) in [
+            ("HTTP_HEADER_TIMEOUT_MS", "0"), ("HTTP_BODY_TIMEOUT_MS", "20s"), ("HTTP_BODY_MIN_BYTES_PER_SECOND", "-1"),
+            ("HTTP_IDLE_TIMEOUT_MS", "99999999999"), ("HTTP_MAX_CONNECTIONS", "0"),
+        ] {
+            let error = #expect(throws: ConfigurationError.self) { try AppConfiguration(environment: [variable: value]) }
+            #expect(error?.variable == variable && error?.reason.contains("integer in") == true)
+        }
     }
 
     @Test("LOG_LEVEL and LOG_FORMAT: info and text by default, any case, every level by its name")
