@@ -218,9 +218,13 @@ public struct IngestAPI: Sendable {
     /// token, 429 once the client's address has failed too often (``AuthGate``), 503 when the token
     /// store is unreachable.
     func authorize(_ request: Request, context: IngestRequestContext) async -> Result<AppRecord, Refusal> {
-        let attempt = AuthAttempt(door: .clientToken, address: clientAddress(request, context: context))
-        // A closed address costs no look-up: a flood of wrong tokens must not reach Postgres.
-        if let seconds = gate.isKnownClosed(attempt, now: now()) { return .failure(Refusal(response: tooManyFailures(seconds))) }
+        func attempt() -> AuthAttempt { AuthAttempt(door: .clientToken, address: clientAddress(request, context: context)) }
+        // A closed address costs no look-up: a flood of wrong tokens must not reach Postgres. (The
+        // attempt is built only when some address is closed, or the token is wrong: a right token
+        // from a clean process costs one atomic load.)
+        if gate.knowsClosedAddresses, let seconds = gate.isKnownClosed(attempt(), now: now()) {
+            return .failure(Refusal(response: tooManyFailures(seconds)))
+        }
         switch await authenticate(request, context: context) {
         case .success(.app(let found)):
             // A right token costs the throttle nothing, and is not logged: it is every request.
@@ -229,7 +233,7 @@ public struct IngestAPI: Sendable {
             return .failure(Refusal(response: unauthorized()))
         case .success(.wrong(let reason)):
             // Never the token, nor whether it exists: only that the request was turned away.
-            if case .closed(let seconds) = await gate.refused(attempt, reason, now: now()) {
+            if case .closed(let seconds) = await gate.refused(attempt(), reason, now: now()) {
                 return .failure(Refusal(response: tooManyFailures(seconds)))
             }
             return .failure(Refusal(response: unauthorized()))

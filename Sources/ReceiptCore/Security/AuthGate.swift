@@ -20,6 +20,9 @@ public final class AuthGate: Sendable {
     private let local: LocalGuessingThrottle
     private let log: any AuthenticationLog
     private let closed = Mutex<[String: Date]>([:])
+    /// Whether ``closed`` holds anything: read without the lock on every request of a token door,
+    /// so that the usual case (no address closed) costs neither the lock nor the attempt's strings.
+    private let anyClosed = Atomic<Bool>(false)
 
     /// Creates the gate.
     /// - Parameters:
@@ -46,6 +49,10 @@ public final class AuthGate: Sendable {
         }
         return report(attempt, verdict)
     }
+
+    /// Whether any address is known, in this process, to be closed (a token door skips
+    /// ``isKnownClosed(_:now:)`` and building its attempt when none is).
+    public var knowsClosedAddresses: Bool { anyClosed.load(ordering: .acquiring) }
 
     /// Retry-After seconds when `attempt`'s address is known, in this process, to be closed.
     public func isKnownClosed(_ attempt: AuthAttempt, now: Date) -> Int? {
@@ -87,6 +94,7 @@ public final class AuthGate: Sendable {
             if closed.count >= LocalGuessingThrottle.capacity { closed = closed.filter { $0.value > now } }
             if closed.count >= LocalGuessingThrottle.capacity { closed.removeAll() }
             closed[Self.key(attempt)] = now.addingTimeInterval(Double(seconds))
+            anyClosed.store(true, ordering: .releasing)
         }
     }
 
@@ -97,6 +105,7 @@ public final class AuthGate: Sendable {
             guard let until = closed[Self.key(attempt)] else { return nil }
             if until <= now {
                 closed[Self.key(attempt)] = nil
+                if closed.isEmpty { anyClosed.store(false, ordering: .releasing) }
                 return nil
             }
             return GuessingPolicy.retryAfter(until: until, now: now)
