@@ -1,3 +1,4 @@
+import AppStoreClient
 import Curl
 import DevTools
 import Foundation
@@ -57,6 +58,37 @@ struct NotificationTests {
             ORDER BY signed_at
             """
         ).rows
+    }
+
+    @Test("receiptq notifications test: exit 1 with Apple's attempts while nothing reaches receiptq, exit 0 once the TEST notification is stored")
+    func testNotificationCommand() async throws {
+        let system = try await TestSystem.start()
+        defer { Task { await system.stop() } }
+        func command(timeout: Int) async throws -> (status: Int32, output: String) {
+            var environment = ProcessInfo.processInfo.environment
+            for (key, value) in [
+                "POSTGRES_HOSTNAME": TestEnvironment.postgresHost, "POSTGRES_PORT": String(TestEnvironment.postgresPort),
+                "POSTGRES_USER": TestEnvironment.postgresUser, "POSTGRES_DB": TestEnvironment.postgresDatabase,
+                "RECEIPTQ_SECRETS_KEY": Data(try #require(system.configuration.secretsKey)).base64EncodedString(),
+                "APPSTORE_SERVER_API_PRODUCTION_URL": system.configuration.apple.serverAPI.productionURL,
+                "APPSTORE_SERVER_API_SANDBOX_URL": system.configuration.apple.serverAPI.sandboxURL,
+            ] {
+                environment[key] = value
+            }
+            if let password = TestEnvironment.postgresPassword { environment["POSTGRES_PASSWORD"] = password }
+            let variables = environment
+            let arguments = ["notifications", "test", "--app", system.app.name, "--environment", "sandbox", "--timeout", String(timeout)]
+            return try await offload { try runProcess(ReceiptqExecutable.url, arguments, environment: variables) }
+        }
+        // Apple (the mock) has no URL for the app yet: it sends nothing, and the command says so.
+        let unheard = try await command(timeout: 2)
+        #expect(unheard.status == 1, "\(unheard.output)")
+        #expect(unheard.output.contains("Asked Apple (sandbox) for a TEST notification.") && !unheard.output.contains("Arrived"))
+        // With the app's notification URL registered at Apple, the TEST notification is stored.
+        _ = try subscribe(system)
+        let heard = try await command(timeout: 30)
+        #expect(heard.status == 0, "\(heard.output)")
+        #expect(heard.output.contains("Arrived: notification"), "\(heard.output)")
     }
 
     @Test("A refund of a non-consumable sent three times: the entitlement API stops listing it, one audit row, the ledger has the reason")
