@@ -28,6 +28,6 @@ public struct AuditTrail {
 
     /// Best effort: the line already says the change started, which is what must not be lost.
     private func settle(_ id: Int64, failed: Bool) {
-        _ = try? connection.query("UPDATE audit_log SET outcome = \(failed ? "failed" : "done") WHERE id = \(id)")
+        try? AuditRows.settle(id, jobCount: nil, failed: failed, on: connection)
     }
 }

@@ -24,10 +24,7 @@ public final class PostgresOperators: OperatorDirectory, AuditLog {
     }
 
     public func settle(_ id: Int64, jobCount: Int?, failed: Bool) async throws {
-        try await pool.withConnection { connection in
-            _ = try connection.query(
-                "UPDATE audit_log SET job_count = \(jobCount), outcome = \(failed ? "failed" : "done") WHERE id = \(id)")
-        }
+        try await pool.withConnection { try AuditRows.settle(id, jobCount: jobCount, failed: failed, on: $0) }
     }
 
     public func entries(_ filter: AuditFilter, before: Int64?, limit: Int) async throws -> [AuditEntry] {
@@ -54,6 +51,11 @@ enum AuditRows {
             """
         ).rows
         return Int64(rows.first?.int("id") ?? 0)
+    }
+
+    /// Settles line `id`: `done` (with the jobs its action moved) or `failed`.
+    static func settle(_ id: Int64, jobCount: Int?, failed: Bool, on connection: PostgresConnection) throws {
+        _ = try connection.query("UPDATE audit_log SET job_count = \(jobCount), outcome = \(failed ? "failed" : "done") WHERE id = \(id)")
     }
 
     static func entries(_ filter: AuditFilter, before: Int64?, limit: Int, on connection: PostgresConnection) throws -> [AuditEntry] {
