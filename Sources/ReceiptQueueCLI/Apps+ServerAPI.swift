@@ -33,7 +33,7 @@ extension Apps {
             let app = try admin.requiredApp(named: name)
             guard let issuerId, let keyId, let keyFile, !remove else {
                 print(
-                    try admin.removeServerAPIKey(appID: app.id, audit: cliAudit("app.server_api_key.remove"))
+                    try admin.removeServerAPIKey(appID: app.id, audit: AuditAction.commandLine("app.server_api_key.remove"))
                         ? "removed" : "no In-App Purchase key to remove")
                 return
             }
@@ -45,7 +45,7 @@ extension Apps {
             }
             do {
                 try admin.setServerAPIKey(
-                    appID: app.id, issuerID: issuerId, keyID: keyId, privateKeyPEM: pem, audit: cliAudit("app.server_api_key.set"))
+                    appID: app.id, issuerID: issuerId, keyID: keyId, privateKeyPEM: pem, audit: AuditAction.commandLine("app.server_api_key.set"))
             } catch let error as AppAdminError {
                 throw ValidationError("\(error)")
             }
@@ -92,7 +92,7 @@ extension Apps {
             let app = try admin.requiredApp(named: name)
             try admin.setValidation(
                 appID: app.id, backend: backend, sandboxPolicy: policy, checksDevice: device, appAppleID: appAppleId,
-                audit: cliAudit("app.validation"))
+                audit: AuditAction.commandLine("app.validation"))
             guard let updated = try admin.app(named: name) else { return }
             print(
                 "\(updated.name): backend \(updated.backend.rawValue), sandbox \(updated.sandboxPolicy.rawValue), "

@@ -29,7 +29,7 @@ struct Apps: AsyncParsableCommand {
             let secret = sharedSecret ?? ProcessInfo.processInfo.environment["RECEIPTQ_SHARED_SECRET"]
             let (app, token) = try admin.addApp(
                 name: name, bundleID: bundleId, otherBundleIDs: alsoBundleIds, sharedSecret: secret,
-                excludeOldTransactions: excludeOldTransactions, audit: cliAudit("app.add"))
+                excludeOldTransactions: excludeOldTransactions, audit: AuditAction.commandLine("app.add"))
             print("app_id: \(app.id.uuidString.lowercased())\nname: \(app.name)\ntoken: \(token)")
         }
     }
@@ -76,7 +76,7 @@ struct Apps: AsyncParsableCommand {
             if try admin.hasNotificationURL(appID: app.id), !rotate {
                 throw ValidationError("the app already has a notification URL; pass --rotate to replace it (Apple's stops working)")
             }
-            let token = try admin.rotateNotificationToken(appID: app.id, audit: cliAudit("app.notification_url"))
+            let token = try admin.rotateNotificationToken(appID: app.id, audit: AuditAction.commandLine("app.notification_url"))
             let base = baseUrl ?? ProcessInfo.processInfo.environment["RECEIPTQ_PUBLIC_URL"] ?? "http://127.0.0.1:8080"
             print(Self.url(base: base, name: app.name, token: token))
         }
@@ -98,7 +98,7 @@ struct Apps: AsyncParsableCommand {
             let admin = try appsAdmin()
             defer { admin.close() }
             let app = try admin.requiredApp(named: name)
-            print("token: \(try admin.rotateToken(appID: app.id, revokingOthers: !keepOld, audit: cliAudit("app.rotate_token")))")
+            print("token: \(try admin.rotateToken(appID: app.id, revokingOthers: !keepOld, audit: AuditAction.commandLine("app.rotate_token")))")
         }
     }
 
@@ -116,7 +116,7 @@ struct Apps: AsyncParsableCommand {
             defer { admin.close() }
             let app = try admin.requiredApp(named: name)
             do {
-                let token = try admin.revokeToken(appID: app.id, prefix: prefix, audit: cliAudit("app.revoke_token"))
+                let token = try admin.revokeToken(appID: app.id, prefix: prefix, audit: AuditAction.commandLine("app.revoke_token"))
                 print("revoked: \(token.prefix)")
             } catch let error as AppAdminError {
                 throw ValidationError("\(error)")
@@ -149,7 +149,7 @@ extension Apps {
             let app = try admin.requiredApp(named: name)
             guard let username, !remove else {
                 print(
-                    try admin.removeSoftphoneCredentials(appID: app.id, audit: cliAudit("app.softphone_credentials.remove"))
+                    try admin.removeSoftphoneCredentials(appID: app.id, audit: AuditAction.commandLine("app.softphone_credentials.remove"))
                         ? "removed" : "no softphone credentials to remove")
                 return
             }
@@ -159,7 +159,7 @@ extension Apps {
             let password = try readPassword(variable: "RECEIPTQ_SOFTPHONE_PASSWORD", label: "Softphone password")
             do {
                 try admin.setSoftphoneCredentials(
-                    appID: app.id, username: username, password: password, audit: cliAudit("app.softphone_credentials.set"))
+                    appID: app.id, username: username, password: password, audit: AuditAction.commandLine("app.softphone_credentials.set"))
             } catch let failure as SoftphoneCredentialsError {
                 throw ValidationError(failure.message)
             }

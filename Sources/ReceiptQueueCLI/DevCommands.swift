@@ -142,16 +142,18 @@ extension All {
         let token: String
         if let existing = try admin.app(named: "demo") {
             app = existing
-            token = try admin.rotateToken(appID: existing.id, revokingOthers: true, audit: cliAudit("app.rotate_token"))
+            token = try admin.rotateToken(appID: existing.id, revokingOthers: true, audit: AuditAction.commandLine("app.rotate_token"))
         } else {
-            (app, token) = try admin.addApp(name: "demo", bundleID: Demo.bundleID, sharedSecret: Demo.sharedSecret, audit: cliAudit("app.add"))
+            (app, token) = try admin.addApp(
+                name: "demo", bundleID: Demo.bundleID, sharedSecret: Demo.sharedSecret, audit: AuditAction.commandLine("app.add"))
         }
         let files = try Demo.forge(bundleID: app.bundleID, directory: directory)
         var key = try admin.app(named: "demo")?.serverAPIKey
         if key == nil, configuration.secretsKey != nil {
             let new = try Demo.serverAPIKey()
             try admin.setServerAPIKey(
-                appID: app.id, issuerID: new.issuerID, keyID: new.keyID, privateKeyPEM: new.privateKeyPEM, audit: cliAudit("app.server_api_key.set"))
+                appID: app.id, issuerID: new.issuerID, keyID: new.keyID, privateKeyPEM: new.privateKeyPEM,
+                audit: AuditAction.commandLine("app.server_api_key.set"))
             key = new
         }
         if let mock, let key {
@@ -159,7 +161,7 @@ extension All {
             mock.serverAPI.add(receipt: files.receipt, environment: .sandbox)
         }
         mock?.serverAPI.add(transactions: [files.transaction], environment: .sandbox)
-        let notificationToken = try admin.rotateNotificationToken(appID: app.id, audit: cliAudit("app.notification_url"))
+        let notificationToken = try admin.rotateNotificationToken(appID: app.id, audit: AuditAction.commandLine("app.notification_url"))
         return DemoSetup(
             app: app, token: token, requestFile: files.requestFile, transactionFile: files.transactionFile,
             notificationPath: "/apple/notifications/\(app.name)/\(notificationToken)",
@@ -172,10 +174,10 @@ extension All {
         let admin = try runtime.admin(label: "demo")
         defer { admin.close() }
         for earlier in try admin.listWebhooks(appID: setup.app.id) where earlier.description == "demo backend" {
-            try admin.removeWebhook(id: earlier.id, audit: cliAudit("webhook.remove"))
+            try admin.removeWebhook(id: earlier.id, audit: AuditAction.commandLine("webhook.remove"))
         }
         return try admin.addWebhook(
-            appID: setup.app.id, url: url, allowPrivate: true, description: "demo backend", audit: cliAudit("webhook.add")
+            appID: setup.app.id, url: url, allowPrivate: true, description: "demo backend", audit: AuditAction.commandLine("webhook.add")
         ).secret
     }
 }

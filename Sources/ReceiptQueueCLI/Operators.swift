@@ -26,7 +26,7 @@ struct OperatorsCommand: AsyncParsableCommand {
                     throw ValidationError(OperatorAdminError.reserved.description)
                 }
                 let hash = try newPasswordHash(admin)
-                try admin.addOperator(username: username, role: role, passwordHash: hash, audit: cliAudit("operator.add"))
+                try admin.addOperator(username: username, role: role, passwordHash: hash, audit: AuditAction.commandLine("operator.add"))
                 print("Added \(username.lowercased()) (\(role.rawValue)).")
             }
         }
@@ -51,7 +51,7 @@ struct OperatorsCommand: AsyncParsableCommand {
 
         func run() async throws {
             try withOperators { admin in
-                try admin.removeOperator(username: username, audit: cliAudit("operator.remove"))
+                try admin.removeOperator(username: username, audit: AuditAction.commandLine("operator.remove"))
                 print("Removed \(username.lowercased()).")
             }
         }
@@ -69,7 +69,7 @@ struct OperatorsCommand: AsyncParsableCommand {
             guard !keepPassword || newRole != nil else { throw ValidationError("--keep-password needs --role") }
             try withOperators { admin in
                 let hash = keepPassword ? nil : try newPasswordHash(admin)
-                try admin.resetOperator(username: username, passwordHash: hash, role: newRole, audit: cliAudit("operator.reset"))
+                try admin.resetOperator(username: username, passwordHash: hash, role: newRole, audit: AuditAction.commandLine("operator.reset"))
                 print("Reset \(username.lowercased())\(newRole.map { " (now \($0.rawValue))" } ?? ""): its sessions have ended.")
             }
         }
@@ -117,9 +117,6 @@ private func withOperators(_ body: (ReceiptQueueApp.Admin) throws -> Void) throw
         throw ValidationError(error.description)
     }
 }
-
-/// The audit line's "who" for a command run at a shell: the login that ran it.
-func cliAudit(_ action: String) -> AuditAction { .commandLine(action) }
 
 /// A password from the environment `variable`, or typed without echo (twice) at a terminal, or
 /// the first line of standard input when it is not one: never an argument, which `ps` would show.

@@ -41,7 +41,7 @@ struct WebhooksCommand: AsyncParsableCommand {
             do {
                 let (id, secret) = try admin.addWebhook(
                     appID: record.id, url: url, eventTypes: types, allowPrivate: allowPrivate, description: description,
-                    audit: cliAudit("webhook.add"))
+                    audit: AuditAction.commandLine("webhook.add"))
                 print("endpoint: \(id.canonical)")
                 print("secret:   \(secret)")
                 print("Keep the secret: it is not shown again. Verify each delivery's Receiptq-Signature with it (README: Events and webhooks).")
@@ -77,7 +77,7 @@ struct WebhooksCommand: AsyncParsableCommand {
 
         func run() async throws {
             try withEndpoint(id) { admin, uuid in
-                try admin.removeWebhook(id: uuid, audit: cliAudit("webhook.remove"))
+                try admin.removeWebhook(id: uuid, audit: AuditAction.commandLine("webhook.remove"))
                 print("Removed \(uuid.canonical).")
             }
         }
@@ -92,7 +92,7 @@ struct WebhooksCommand: AsyncParsableCommand {
         func run() async throws {
             try withEndpoint(id) { admin, uuid in
                 let secret = try admin.rotateWebhookSecret(
-                    id: uuid, overlap: TimeInterval(max(0, overlapHours) * 3600), audit: cliAudit("webhook.rotate_secret"))
+                    id: uuid, overlap: TimeInterval(max(0, overlapHours) * 3600), audit: AuditAction.commandLine("webhook.rotate_secret"))
                 print("secret:   \(secret)")
                 print("Both secrets sign every delivery for \(overlapHours) h: switch your receiver to the new one within that time.")
             }
@@ -139,7 +139,7 @@ struct WebhooksCommand: AsyncParsableCommand {
 
 private func setPaused(_ id: String, _ paused: Bool) async throws {
     try withEndpoint(id) { admin, uuid in
-        try admin.setWebhookPaused(id: uuid, paused, audit: cliAudit(paused ? "webhook.pause" : "webhook.resume"))
+        try admin.setWebhookPaused(id: uuid, paused, audit: AuditAction.commandLine(paused ? "webhook.pause" : "webhook.resume"))
         print(paused ? "Paused \(uuid.canonical): its events wait." : "Resumed \(uuid.canonical).")
     }
 }
