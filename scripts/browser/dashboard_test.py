@@ -26,7 +26,12 @@ import time
 import urllib.request
 
 from selenium import webdriver
-from selenium.common.exceptions import NoAlertPresentException, StaleElementReferenceException, WebDriverException
+from selenium.common.exceptions import (
+    NoAlertPresentException,
+    NoSuchElementException,
+    StaleElementReferenceException,
+    WebDriverException,
+)
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions
@@ -96,8 +101,7 @@ def navigate(driver, find):
             find().click()
             break
         except WebDriverException as error:
-            replaced = isinstance(error, StaleElementReferenceException) or "does not belong to the document" in str(error)
-            if not replaced or attempt == 4:
+            if not replaced(error) or attempt == 4:
                 raise
             loaded(driver)
     WebDriverWait(driver, 20).until(expected_conditions.staleness_of(old))
@@ -108,8 +112,27 @@ def loaded(driver):
     WebDriverWait(driver, 20).until(lambda d: d.execute_script("return document.readyState") == "complete")
 
 
+def replaced(error):
+    """Whether Chromium replaced the document under a command (a redirect still settling, a refresh)."""
+    return isinstance(error, StaleElementReferenceException) or "does not belong to the document" in str(error)
+
+
 def text(driver, css):
-    return driver.find_element(By.CSS_SELECTOR, css).text.strip()
+    """The element's text, found and read in one script so that no document can come between the two:
+    read in two commands, a CI run once met a node of the page a redirect had just replaced."""
+    for attempt in range(5):
+        try:
+            value = driver.execute_script(
+                "const element = document.querySelector(arguments[0]); return element === null ? null : element.innerText", css
+            )
+        except WebDriverException as error:
+            if not replaced(error) or attempt == 4:
+                raise
+            loaded(driver)
+            continue
+        if value is None:
+            raise NoSuchElementException("no element " + css + " on " + driver.current_url)
+        return value.strip()
 
 
 def no_scripts_ran(driver):
