@@ -36,6 +36,7 @@ public struct AdminPages: Sendable {
     let notifications: (any NotificationLog)?
     /// The customer look-up (nil: no customer view).
     let customers: (any CustomerDirectory)?
+    let appleCalls: (any AppleCallLedger)?
     let now: @Sendable () -> Date
     let library: MustacheLibrary
     let stylesheet: [UInt8]
@@ -62,10 +63,11 @@ public struct AdminPages: Sendable {
         dead: any JobSetStore, retries: any JobSetStore, overview: any QueueOverview, authenticator: OperatorAuthenticator,
         sessions: AdminSessions, audit: (any AuditLog)? = nil, webhooks: (any WebhookAdministration)? = nil,
         apps: @escaping @Sendable () async throws -> [AppRecord] = { [] }, notifications: (any NotificationLog)? = nil,
-        customers: (any CustomerDirectory)? = nil, now: @escaping @Sendable () -> Date = { Date() }
+        customers: (any CustomerDirectory)? = nil, appleCalls: (any AppleCallLedger)? = nil, now: @escaping @Sendable () -> Date = { Date() }
     ) throws {
         self.notifications = notifications
         self.customers = customers
+        self.appleCalls = appleCalls
         self.dead = dead
         self.retries = retries
         self.overview = overview
@@ -77,7 +79,7 @@ public struct AdminPages: Sendable {
         self.now = now
         var library = MustacheLibrary()
         for name in [
-            "layout", "login", "overview", "list", "detail", "notifications", "notification", "customer", "webhooks", "audit",
+            "layout", "login", "overview", "list", "detail", "notifications", "notification", "customer", "webhooks", "audit", "apple-calls",
         ] {
             guard let url = Bundle.module.url(forResource: name, withExtension: "mustache", subdirectory: "Templates") else {
                 throw DashboardError(code: "template_missing", message: "Templates/\(name).mustache is not in the bundle")
@@ -113,6 +115,7 @@ public struct AdminPages: Sendable {
         }
         if notifications != nil { addNotificationRoutes(to: router) }
         if customers != nil { addCustomerRoutes(to: router) }
+        if appleCalls != nil { addAppleCallRoutes(to: router) }
         addAuditRoutes(to: router)
         if webhooks != nil { addWebhookRoutes(to: router) }
         for kind in JobSetKind.allCases {
@@ -305,7 +308,7 @@ public struct AdminPages: Sendable {
     func base(_ user: Operator, _ session: AdminSessions.Session, counts: (dead: Int, retries: Int)? = nil) -> [String: Any] {
         var values: [String: Any] = [
             "csrf": sessions.csrfToken(for: session), "username": user.username, "role": user.role.rawValue,
-            "hasWebhooks": webhooks != nil,
+            "hasWebhooks": webhooks != nil, "hasAppleCalls": appleCalls != nil,
         ]
         if let counts {
             values["dead"] = counts.dead

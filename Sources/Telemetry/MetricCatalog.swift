@@ -39,6 +39,7 @@ public enum MetricCatalog {
     public static let jobsProcessed = "receiptq_jobs_processed_total"
     public static let appleCalls = "receiptq_apple_calls_total"
     public static let appleCallDuration = "receiptq_apple_call_duration_seconds"
+    public static let serverAPICalls = "receiptq_server_api_calls_total"
     public static let jobLatency = "receiptq_job_latency_seconds"
     public static let jobStage = "receiptq_job_stage_seconds"
     public static let circuitState = "receiptq_circuit_state"
@@ -85,6 +86,14 @@ public enum MetricCatalog {
         Entry(
             appleCalls, .counter, "Calls to Apple's verifyReceipt, by endpoint and HTTP status class (transport = no answer).",
             labels: ["endpoint": ["production", "sandbox"], "status_class": ["2xx", "3xx", "4xx", "5xx", "transport"]]),
+        Entry(
+            serverAPICalls, .counter,
+            "Calls sent to the App Store Server API, by app (bundle id), endpoint, purpose and environment.",
+            labels: [
+                "app": nil,
+                "endpoint": ServerAPIEndpoint.allCases.map(\.rawValue), "purpose": ApplePurpose.allCases.map(\.rawValue),
+                "environment": AppStoreEnvironment.allCases.map(\.rawValue),
+            ]),
         Entry(
             appleCallDuration, .histogram, "Duration of one call to Apple.", labels: ["endpoint": ["production", "sandbox"]],
             // Apple answers in 100 ms to 2 s; the request timeout is 30 s by default.
