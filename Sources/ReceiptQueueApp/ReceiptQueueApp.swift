@@ -83,7 +83,8 @@ public enum ReceiptQueueApp {
             policy: configuration.api.guessing, log: SecurityLog(logger: logger, metrics: metrics))
         let api = IngestAPI(
             intake: intake, catalog: catalog, authenticity: verifier, signedPayloads: JWSVerifier(trustStore: roots), subscriptions: catalog,
-            events: PostgresEventCatalog(pool: postgresPool), gate: gate, configuration: configuration.api.ingest, metrics: metrics)
+            events: PostgresEventCatalog(pool: postgresPool), appTransactions: catalog, gate: gate, configuration: configuration.api.ingest,
+            metrics: metrics)
         let router = Router(context: IngestRequestContext.self)
         // First, so that it also times the requests the other middleware refuses.
         router.add(middleware: HTTPMetricsMiddleware(factory: metrics))

@@ -170,9 +170,9 @@ public struct JWSExpectation: Sendable, Equatable {
     }
 
     /// The first mismatch, or nil. Reads the fields at the top level (transactions, renewal
-    /// infos) or under `data` (notifications).
+    /// infos, app transactions) or under `data`, `summary` or `appData` (notifications).
     public func failure(for payload: JSONValue) -> JWSFailure? {
-        let scope = payload["data"] ?? payload["summary"] ?? payload
+        let scope = payload["data"] ?? payload["summary"] ?? payload["appData"] ?? payload
         if !bundleIDs.isEmpty {
             // A renewal info carries no bundle id: nothing to compare.
             if let bundleID = scope["bundleId"]?.stringValue ?? payload["bundleId"]?.stringValue, !bundleIDs.contains(bundleID) {
