@@ -5,6 +5,7 @@ import HTTPServerGuard
 import IngestAPI
 import Logging
 import ReceiptCore
+import ReceiptSignature
 import Telemetry
 import WebhookClient
 
@@ -83,6 +84,13 @@ extension AppConfiguration {
         public var verifyReceipt: AppStoreClient.Configuration
         /// The App Store Server API (`APPSTORE_SERVER_API_PRODUCTION_URL` / `_SANDBOX_URL`; default: the mock).
         public var serverAPI: ServerAPIClient.Configuration
+        /// `RECEIPTQ_OCSP` (`soft`): the OCSP check of Apple's JWS chains: `off`, `soft` (a revoked
+        /// certificate refuses; an unreachable responder lets pass, counted), `hard` (refuses too).
+        public var ocsp: RevocationPolicy
+        /// `RECEIPTQ_OCSP_TIMEOUT_MS` (2000): the longest one OCSP query may take.
+        public var ocspTimeout: Duration
+        /// `RECEIPTQ_OCSP_RETRY_SECONDS` (60): how long a failed OCSP query's verdict is kept.
+        public var ocspRetry: Duration
 
         init(_ environment: EnvironmentReader) throws {
             mockPort = try environment.int("MOCK_APPSTORE_PORT", 9090, range: 0...65535)
@@ -103,6 +111,9 @@ extension AppConfiguration {
                 productionURL: environment.string("APPSTORE_SERVER_API_PRODUCTION_URL", serverAPIDefault.productionURL),
                 sandboxURL: environment.string("APPSTORE_SERVER_API_SANDBOX_URL", serverAPIDefault.sandboxURL),
                 connectTimeout: verifyReceipt.connectTimeout, requestTimeout: verifyReceipt.requestTimeout, caInfo: verifyReceipt.caInfo)
+            ocsp = try environment.choice("RECEIPTQ_OCSP", RevocationPolicy.soft)
+            ocspTimeout = .milliseconds(try environment.int("RECEIPTQ_OCSP_TIMEOUT_MS", 2000, range: 1...60_000))
+            ocspRetry = .seconds(try environment.int("RECEIPTQ_OCSP_RETRY_SECONDS", 60, range: 1...86_400))
         }
     }
 
