@@ -338,7 +338,7 @@ let package = Package(
         ),
         .testTarget(
             name: "ReceiptSignatureTests",
-            dependencies: ["SystemTesting", "ReceiptSignature", "ReceiptCore", "OpenSSL", "ReceiptTesting", "AppStoreClient", "DevTools"],
+            dependencies: ["SystemTesting", "ReceiptSignature", "ReceiptCore", "OpenSSL", "ReceiptTesting", "AppStoreClient", "DevTools", "Curl"],
             swiftSettings: swiftSettings
         ),
         .testTarget(
@@ -377,6 +377,7 @@ let package = Package(
             name: "ReceiptQueueAppTests",
             dependencies: [
                 "SystemTesting", "ReceiptQueueApp", "ReceiptCore", "Dashboard", "IngestAPI", "Telemetry", "Hiredis", "Libpq", "HTTPServerGuard",
+                "ReceiptSignature",
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: swiftSettings

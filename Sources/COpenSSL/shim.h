@@ -10,6 +10,7 @@
 #include <openssl/err.h>
 #include <openssl/evp.h>
 #include <openssl/objects.h>
+#include <openssl/ocsp.h>
 #include <openssl/pem.h>
 #include <openssl/pkcs7.h>
 #include <openssl/rand.h>
@@ -81,6 +82,16 @@ static inline long copenssl_pkcs7_get_detached(PKCS7 *_Nonnull p7) {
 // PKCS7 certificates live in a union member Swift cannot name safely; borrowed, may be NULL.
 static inline STACK_OF(X509) *_Nullable copenssl_pkcs7_signed_certificates(const PKCS7 *_Nonnull p7) {
     return PKCS7_type_is_signed(p7) && p7->d.sign != NULL ? p7->d.sign->cert : NULL;
+}
+
+// sk_OPENSSL_STRING_num is a macro; the stack X509_get1_ocsp returns (the AIA OCSP URLs).
+static inline int copenssl_sk_OPENSSL_STRING_num(const STACK_OF(OPENSSL_STRING) *_Nullable stack) {
+    return sk_OPENSSL_STRING_num(stack);
+}
+
+// sk_OPENSSL_STRING_value is a macro; the string is borrowed from the stack.
+static inline const char *_Nullable copenssl_sk_OPENSSL_STRING_value(const STACK_OF(OPENSSL_STRING) *_Nonnull stack, int index) {
+    return sk_OPENSSL_STRING_value(stack, index);
 }
 
 #endif

@@ -21,8 +21,11 @@ public struct MockAppleJWSAuthority: Sendable {
     ///   - markers: false leaves Apple's marker extensions out (for negative tests).
     ///   - leafExpiry: when the signing certificate expires, if not with the others: a past date
     ///     makes a chain like Apple's leaf of 2021–2023, good only for payloads signed before it.
+    ///   - ocspURL: the OCSP responder the leaf names (as Apple's leaf names `ocsp.apple.com`), e.g.
+    ///     a local `openssl ocsp` in tests; nil: none, so its revocation is not checked.
     public static func generate(
-        name: String = "receiptq Mock Apple Root CA - G3 (NOT APPLE)", markers: Bool = true, leafExpiry: Date? = nil
+        name: String = "receiptq Mock Apple Root CA - G3 (NOT APPLE)", markers: Bool = true, leafExpiry: Date? = nil,
+        ocspURL: String? = nil
     ) throws
         -> MockAppleJWSAuthority
     {
@@ -43,7 +46,7 @@ public struct MockAppleJWSAuthority: Sendable {
         let leaf = try CertificateFactory.issue(
             CertificateRequestSpec(
                 commonName: "receiptq Mock StoreKit Signing (NOT APPLE)", organization: "receiptq tests", isCA: false, validFrom: from,
-                validTo: leafExpiry ?? to, serial: 3, markerOIDs: markers ? [JWSVerifier.leafMarker] : []),
+                validTo: leafExpiry ?? to, serial: 3, markerOIDs: markers ? [JWSVerifier.leafMarker] : [], ocspURL: ocspURL),
             publicKeyOf: leafKey, issuer: intermediate, issuerKey: intermediateKey)
         return MockAppleJWSAuthority(
             root: root, intermediate: intermediate, leaf: leaf, leafKey: leafKey, rootKey: rootKey, intermediateKey: intermediateKey)

@@ -93,15 +93,25 @@ extension ReceiptIngestion {
         }
         if let failure = expectation.failure(for: notification.json) { return .failure(failure) }
         if app.sandboxPolicy == .reject, notification.environment == "Sandbox" { return .failure(.environmentMismatch) }
-        let nested = [(notification.signedTransactionInfo, true), (notification.signedRenewalInfo, false)]
-        for case (let jws?, let isTransaction) in nested {
+        let nested = [
+            (notification.signedTransactionInfo, NestedKind.transaction), (notification.signedRenewalInfo, .renewal),
+            (notification.signedAppTransactionInfo, .appTransaction),
+        ]
+        for case (let jws?, let kind) in nested {
             switch verifier.verify(jws) {
             case .success(let verified):
-                if isTransaction, (try? JWSTransactionPayload(json: verified.payload)) == nil { return .failure(.malformedPayload) }
-                if !isTransaction, (try? JWSRenewalInfoPayload(json: verified.payload)) == nil { return .failure(.malformedPayload) }
+                let decodes =
+                    switch kind {
+                    case .transaction: (try? JWSTransactionPayload(json: verified.payload)) != nil
+                    case .renewal: (try? JWSRenewalInfoPayload(json: verified.payload)) != nil
+                    case .appTransaction: (try? JWSAppTransactionPayload(json: verified.payload)) != nil
+                    }
+                guard decodes else { return .failure(.malformedPayload) }
                 if let failure = expectation.failure(for: verified.payload) { return .failure(failure) }
-                // The nested documents are about the same environment as the notification.
-                if let inner = verified.payload["environment"]?.stringValue, let outer = notification.environment, inner != outer {
+                // The nested documents are about the same environment as the notification (an app
+                // transaction names it `receiptType`).
+                let inner = verified.payload["environment"]?.stringValue ?? verified.payload["receiptType"]?.stringValue
+                if let inner, let outer = notification.environment, inner != outer {
                     return .failure(.environmentMismatch)
                 }
             case .failure(let failure):
@@ -109,5 +119,10 @@ extension ReceiptIngestion {
             }
         }
         return .success(notification)
+    }
+
+    /// The signed documents a V2 notification may nest.
+    private enum NestedKind {
+        case transaction, renewal, appTransaction
     }
 }

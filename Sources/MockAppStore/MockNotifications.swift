@@ -110,12 +110,13 @@ public final class MockNotificationCenter: Sendable {
     public var posts: Int { storage.withLock { $0.posts } }
 
     /// Signs and sends a V2 notification (or its V1 form, if the target wants V1) about
-    /// `transaction`, with the subscription's `status` and `renewal` info when it is one.
+    /// `transaction`, with the subscription's `status` and `renewal` info when it is one; with an
+    /// `appTransaction`, its `appData` form instead (`RESCIND_CONSENT`).
     /// - Returns: its `notificationUUID`.
     @discardableResult
     public func notify(
         type: String, subtype: String? = nil, transaction: JSONValue?, renewal: JSONValue? = nil, status: Int? = nil,
-        bundleID: String, environment: AppStoreEnvironment, delivery: Delivery = Delivery()
+        appTransaction: JSONValue? = nil, bundleID: String, environment: AppStoreEnvironment, delivery: Delivery = Delivery()
     ) throws -> String {
         let now = Date()
         let uuid = UUID().uuidString.lowercased()
@@ -128,6 +129,13 @@ public final class MockNotificationCenter: Sendable {
             "notificationType": .string(type), "notificationUUID": .string(uuid), "version": .string("2.0"),
             "signedDate": .number((now.timeIntervalSince1970 * 1000).rounded()), "data": .object(data),
         ]
+        if let appTransaction {
+            payload["data"] = nil
+            payload["appData"] = .object([
+                "bundleId": .string(bundleID), "environment": .string(appleEnvironment),
+                "signedAppTransactionInfo": .string(try api.authority.sign(appTransaction)),
+            ])
+        }
         if let subtype { payload["subtype"] = .string(subtype) }
         let signedPayload = try api.authority.sign(.object(payload))
         let target = storage.withLock { $0.targets[bundleID] }

@@ -73,7 +73,7 @@ enum MockServerAPI {
     }
 
     /// The checks every call shares, then `body` with the environment, the id and the token's bundle.
-    private static func answer(
+    static func answer(
         _ request: Request, _ context: BasicRequestContext, state: MockAppStoreState, operation: String,
         body: (AppStoreEnvironment, String, String) throws -> Response
     ) async throws -> Response {

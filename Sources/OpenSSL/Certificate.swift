@@ -136,7 +136,7 @@ public final class Certificate: @unchecked Sendable {
             .joined(separator: ":")
     }
 
-    private static func date(_ time: UnsafePointer<ASN1_TIME>?) -> Date {
+    static func date(_ time: UnsafePointer<ASN1_TIME>?) -> Date {
         var parts = tm()
         guard let time, ASN1_TIME_to_tm(time, &parts) == 1 else {
             OpenSSLError.drainQueue()

@@ -14,6 +14,8 @@ enum EventRows {
         var subscriptions: [(appID: UUID, before: SubscriptionState?, after: SubscriptionResource)] = []
         /// One-time purchases newly refunded, and purchases newly claimed by a second user.
         var purchases: [PurchaseChange] = []
+        /// `RESCIND_CONSENT` notifications newly stored, with the user their app transaction names.
+        var consents: [ConsentChange] = []
 
         /// Forgets the changes these receipts brought (a quiet import's).
         mutating func drop(receipts: Set<UUID>) {
@@ -26,7 +28,19 @@ enum EventRows {
             verdicts += other.verdicts
             subscriptions += other.subscriptions
             purchases += other.purchases
+            consents += other.consents
         }
+    }
+
+    /// A parent's withdrawn consent (`RESCIND_CONSENT`), newly stored.
+    struct ConsentChange {
+        var appID: UUID
+        var environment: String?
+        var notificationUUID: String
+        var appTransactionID: String?
+        /// The user whose stored app transaction has that id (nil: none stored yet).
+        var userIdentifier: String?
+        var signedAt: Date
     }
 
     /// A purchase row whose refund or conflict is new.
@@ -97,7 +111,7 @@ enum EventRows {
     }
 
     /// The events of a batch's changes, in the order a backend should apply them: verdicts first,
-    /// then each subscription's changes, then purchases.
+    /// then each subscription's changes, then purchases, then withdrawn consents.
     static func events(_ changes: Changes, resources: [UUID: ReceiptResource], now: Date) -> [NewEvent] {
         var ids = MonotonicEventIDs()
         var events: [NewEvent] = []
@@ -116,6 +130,13 @@ enum EventRows {
                     change.type, purchase: change.purchase, environment: change.environment, appID: change.appID,
                     userIdentifier: change.conflictUser ?? change.owner, conflictUser: change.conflictUser, receiptID: change.receiptID,
                     occurredAt: change.occurredAt, id: ids.next(at: now)))
+        }
+        for consent in changes.consents {
+            events.append(
+                NewEvent.consentRescinded(
+                    notificationUUID: consent.notificationUUID, appTransactionID: consent.appTransactionID, appID: consent.appID,
+                    environment: consent.environment, userIdentifier: consent.userIdentifier, occurredAt: consent.signedAt,
+                    id: ids.next(at: now)))
         }
         return events
     }

@@ -65,6 +65,41 @@ enum NotificationRows {
         return records.filter { !$0.isNotification || inserted.contains($0.envelope.id) }
     }
 
+    /// The `RESCIND_CONSENT` notifications among `records` (already new: ``prepare(_:on:)`` kept
+    /// no duplicate), each with the user whose stored app transaction it names: one statement.
+    static func consents(_ records: [ValidationRecord], on connection: PostgresConnection) throws -> [EventRows.ConsentChange] {
+        var changes: [EventRows.ConsentChange] = []
+        for record in records {
+            guard let notification = record.notification, notification.type == NotificationTypes.rescindConsent else { continue }
+            changes.append(
+                EventRows.ConsentChange(
+                    appID: record.envelope.appID, environment: notification.environment, notificationUUID: notification.uuid,
+                    appTransactionID: notification.appTransaction?["appTransactionId"]?.stringValue, userIdentifier: nil,
+                    signedAt: notification.signedDate))
+        }
+        let keyed = changes.indices.filter { changes[$0].appTransactionID != nil }
+        guard !keyed.isEmpty else { return changes }
+        var keys = ColumnBatch([.uuid, .text, .text])
+        for index in keyed {
+            keys.append([.uuid(changes[index].appID), .text(changes[index].environment ?? "production"), .text(changes[index].appTransactionID)])
+        }
+        let rows = try connection.query(
+            """
+            SELECT k.i, a.user_identifier
+            FROM unnest(\(keys[0])::uuid[], \(keys[1])::text[], \(keys[2])::text[]) WITH ORDINALITY AS k(app_id, environment, id, i)
+            JOIN LATERAL (
+                SELECT user_identifier FROM app_transactions a
+                WHERE a.app_id = k.app_id AND a.environment = k.environment AND a.app_transaction_id = k.id
+                ORDER BY a.signed_at DESC LIMIT 1) a ON true
+            """
+        ).rows
+        for row in rows {
+            guard let ordinal = row.int("i"), (1...keyed.count).contains(ordinal) else { continue }
+            changes[keyed[ordinal - 1]].userIdentifier = row.string("user_identifier")
+        }
+        return changes
+    }
+
     /// What is stored about each notification's subscription and transaction.
     private struct Known {
         var receiptID: UUID?

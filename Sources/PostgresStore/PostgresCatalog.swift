@@ -6,7 +6,7 @@ import Synchronization
 
 /// The API's read side of Postgres: token authentication (cached) and stored receipts.
 public final class PostgresCatalog: ReceiptCatalog {
-    private let pool: PostgresConnectionPool
+    let pool: PostgresConnectionPool
     private let cache = Mutex<[String: (app: AppRecord, loadedAt: Date)]>([:])
     private let cacheTTL: TimeInterval
     /// Softphone credentials by username, cached like tokens (a softphone retries each call after

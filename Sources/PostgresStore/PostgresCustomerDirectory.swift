@@ -40,6 +40,17 @@ public final class PostgresCustomerDirectory: CustomerDirectory {
             var eventApps = Set(apps)
             if query.appID == nil {
                 eventApps = Set(receipts.map(\.appID)).union(found.purchases.map(\.appID)).union(subscriptions.map(\.0))
+                // A user who only stored an app transaction (a free app) can still have a
+                // `customer.consent_rescinded` event.
+                if !found.users.isEmpty {
+                    eventApps.formUnion(
+                        try connection.query(
+                            """
+                            SELECT DISTINCT app_id FROM app_transactions
+                            WHERE app_id = ANY(\(found.appList)::uuid[]) AND user_identifier = ANY(\(found.userList)::text[])
+                            """
+                        ).rows.compactMap { $0.uuid("app_id") })
+                }
                 if !found.users.isEmpty, receipts.count == Self.limit {
                     // The receipts above were cut at the limit: an older receipt's app counts too.
                     eventApps.formUnion(try Self.receiptApps(of: found, on: connection))

@@ -132,6 +132,7 @@ public final class PostgresReceiptStore: ReceiptStore {
         try writeLatestReceipts(of: records.filter(\.isRepoll), on: connection)
         try switchToServerAPI(records, on: connection)
         if !purchases.isEmpty { changes.purchases = try writePurchases(purchases, on: connection) }
+        if writesEvents { changes.consents = try NotificationRows.consents(records, on: connection) }
         if !attempts.isEmpty { try writeAttempts(attempts, on: connection) }
         for after in try SubscriptionRows.write(records, on: connection) {
             guard let app = after.appID else { continue }

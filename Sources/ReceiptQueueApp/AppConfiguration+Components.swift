@@ -5,6 +5,7 @@ import HTTPServerGuard
 import IngestAPI
 import Logging
 import ReceiptCore
+import ReceiptSignature
 import Telemetry
 import WebhookClient
 
@@ -87,6 +88,13 @@ extension AppConfiguration {
         /// endpoint that work nobody waits on (re-polls, imports, the history sweep) may spend; the
         /// rest is kept for validations and support.
         public var hourlyBudget: HourlyCallBudget
+        /// `RECEIPTQ_OCSP` (`soft`): the OCSP check of Apple's JWS chains: `off`, `soft` (a revoked
+        /// certificate refuses; an unreachable responder lets pass, counted), `hard` (refuses too).
+        public var ocsp: RevocationPolicy
+        /// `RECEIPTQ_OCSP_TIMEOUT_MS` (2000): the longest one OCSP query may take.
+        public var ocspTimeout: Duration
+        /// `RECEIPTQ_OCSP_RETRY_SECONDS` (60): how long a failed OCSP query's verdict is kept.
+        public var ocspRetry: Duration
 
         init(_ environment: EnvironmentReader) throws {
             mockPort = try environment.int("MOCK_APPSTORE_PORT", 9090, range: 0...65535)
@@ -109,6 +117,9 @@ extension AppConfiguration {
                 connectTimeout: verifyReceipt.connectTimeout, requestTimeout: verifyReceipt.requestTimeout, caInfo: verifyReceipt.caInfo)
             hourlyBudget = HourlyCallBudget(
                 deferrableShare: Double(try environment.int("SERVER_API_DEFERRABLE_PERCENT", 80, range: 0...100)) / 100)
+            ocsp = try environment.choice("RECEIPTQ_OCSP", RevocationPolicy.soft)
+            ocspTimeout = .milliseconds(try environment.int("RECEIPTQ_OCSP_TIMEOUT_MS", 2000, range: 1...60_000))
+            ocspRetry = .seconds(try environment.int("RECEIPTQ_OCSP_RETRY_SECONDS", 60, range: 1...86_400))
         }
     }
 

@@ -43,7 +43,7 @@ extension ReceiptQueueApp {
             logger: logger)
         let ingestion = ReceiptIngestion(
             intake: intake, catalog: PostgresCatalog(pool: postgresPool), authenticity: ReceiptSignatureVerifier(trustStore: roots),
-            signedPayloads: JWSVerifier(trustStore: roots), syncWait: .zero, now: now)
+            signedPayloads: jwsVerifier(configuration, roots: roots, metrics: metrics), syncWait: .zero, now: now)
         let throttle = HistoryThrottle(configuration: configuration, logger: logger)
         let client = try ServerNotificationsClient(configuration: configuration.apple.serverAPI, meter: AppleCallMeter(factory: metrics))
         let sweep = NotificationHistorySweep(

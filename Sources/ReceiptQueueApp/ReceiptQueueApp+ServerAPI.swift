@@ -15,7 +15,7 @@ extension ReceiptQueueApp {
             logger.warning("No RECEIPTQ_TRUST_ROOTS_DIR: the App Store Server API is not used (its answers could not be verified)")
             return nil
         }
-        let verifier = JWSVerifier(trustStore: roots)
+        let verifier = jwsVerifier(configuration, roots: roots)
         let tokens = ServerAPITokenIssuer()
         var serverAPI = configuration.apple.serverAPI
         serverAPI.maxConcurrent = configuration.worker.concurrency

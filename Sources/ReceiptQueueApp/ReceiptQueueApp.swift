@@ -82,8 +82,10 @@ public enum ReceiptQueueApp {
             throttle: RedisGuessingThrottle(pool: redisPool, keys: configuration.keys, policy: configuration.api.guessing),
             policy: configuration.api.guessing, log: SecurityLog(logger: logger, metrics: metrics))
         let api = IngestAPI(
-            intake: intake, catalog: catalog, authenticity: verifier, signedPayloads: JWSVerifier(trustStore: roots), subscriptions: catalog,
-            events: PostgresEventCatalog(pool: postgresPool), gate: gate, configuration: configuration.api.ingest, metrics: metrics)
+            intake: intake, catalog: catalog, authenticity: verifier, signedPayloads: jwsVerifier(configuration, roots: roots, metrics: metrics),
+            subscriptions: catalog,
+            events: PostgresEventCatalog(pool: postgresPool), appTransactions: catalog, gate: gate, configuration: configuration.api.ingest,
+            metrics: metrics)
         let router = Router(context: IngestRequestContext.self)
         // First, so that it also times the requests the other middleware refuses.
         router.add(middleware: HTTPMetricsMiddleware(factory: metrics))

@@ -20,13 +20,18 @@ public final class JWSVerifier: SignedPayloadVerifier {
 
     private let chains: X5CChainVerifier
     private let time: VerificationTime
+    private let revocation: OCSPRevocationChecker?
 
     /// A verifier trusting `trustStore`'s roots (and its intermediates as helpers).
-    /// - Parameter time: when certificates are judged: at the payload's `signedDate` by default
-    ///   (``VerificationTime/receiptDate``), `now`, or a given instant.
-    public init(trustStore: TrustStore, time: VerificationTime = .receiptDate) {
+    /// - Parameters:
+    ///   - time: when certificates are judged: at the payload's `signedDate` by default
+    ///     (``VerificationTime/receiptDate``), `now`, or a given instant.
+    ///   - revocation: the OCSP check of the chain's leaf and intermediate, after the signature
+    ///     (nil: none; a forgery never costs a query).
+    public init(trustStore: TrustStore, time: VerificationTime = .receiptDate, revocation: OCSPRevocationChecker? = nil) {
         self.chains = X5CChainVerifier(trustedRoots: trustStore.roots, intermediates: trustStore.intermediates)
         self.time = time
+        self.revocation = revocation
     }
 
     public func verify(_ compact: String) -> Result<VerifiedJWS, JWSFailure> {
@@ -58,6 +63,7 @@ public final class JWSVerifier: SignedPayloadVerifier {
         guard let key = try? certificates[0].publicKey, ES256.verify(signature: jws.signature, of: jws.signingInput, key: key) else {
             return .failure(.invalidSignature)
         }
+        if let revocation, let failure = revocation.failure(for: certificates) { return .failure(failure) }
         return .success(
             VerifiedJWS(
                 header: jws.header, payload: payload, chainSubjects: certificates.map { $0.subjectCommonName ?? "" }, signedDate: signedDate))

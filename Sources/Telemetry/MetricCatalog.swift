@@ -58,6 +58,7 @@ public enum MetricCatalog {
     public static let notificationsReceived = "receiptq_notifications_received_total"
     public static let notificationsStored = "receiptq_notifications_stored_total"
     public static let notificationAppsSilent = "receiptq_notification_apps_silent"
+    public static let ocspChecks = "receiptq_ocsp_checks_total"
     public static let webhookAttempts = "receiptq_webhook_attempts_total"
     public static let authAttempts = "receiptq_auth_attempts_total"
     public static let webhookAttemptDuration = "receiptq_webhook_attempt_duration_seconds"
@@ -151,6 +152,10 @@ public enum MetricCatalog {
             notificationsStored, .counter,
             "Notifications a worker stored (applied, stale or recorded), by Apple's type (other: a type not documented yet).",
             labels: ["type": NotificationTypes.all + ["other"]]),
+        Entry(
+            ocspChecks, .counter,
+            "OCSP queries about Apple's JWS signing certificates, by outcome (answers are cached until their nextUpdate).",
+            labels: ["outcome": ["good", "revoked", "unknown", "unreachable", "invalid_response", "no_responder"]]),
         Entry(
             authAttempts, .counter,
             "Credentials presented to the API, by door and outcome (granted, refused, forbidden = a lesser role, throttled = too many failures).",

@@ -4,6 +4,7 @@ import IngestAPI
 import Logging
 import ReceiptCore
 import ReceiptQueueApp
+import ReceiptSignature
 import SystemTesting
 import Telemetry
 import Testing
@@ -108,6 +109,27 @@ struct ConfigurationTests {
         ] {
             let error = #expect(throws: ConfigurationError.self) { try AppConfiguration(environment: [variable: value]) }
             #expect(error?.variable == variable && error?.reason.contains("integer in") == true)
+        }
+    }
+
+    @Test("RECEIPTQ_OCSP: soft by default with a 2 s query and a 60 s retry; off and hard by name; bad values named")
+    func ocspSettings() throws {
+        let defaults = try AppConfiguration(environment: [:])
+        #expect(defaults.apple.ocsp == .soft)
+        #expect(defaults.apple.ocspTimeout == .milliseconds(2000))
+        #expect(defaults.apple.ocspRetry == .seconds(60))
+        let set = try AppConfiguration(environment: [
+            "RECEIPTQ_OCSP": "Hard", "RECEIPTQ_OCSP_TIMEOUT_MS": "500", "RECEIPTQ_OCSP_RETRY_SECONDS": "5",
+        ])
+        #expect(set.apple.ocsp == .hard)
+        #expect(set.apple.ocspTimeout == .milliseconds(500))
+        #expect(set.apple.ocspRetry == .seconds(5))
+        #expect(try AppConfiguration(environment: ["RECEIPTQ_OCSP": "off"]).apple.ocsp == .off)
+        let choice = #expect(throws: ConfigurationError.self) { try AppConfiguration(environment: ["RECEIPTQ_OCSP": "strict"]) }
+        #expect(choice?.reason == "must be one of off, soft, hard")
+        for (variable, value) in [("RECEIPTQ_OCSP_TIMEOUT_MS", "0"), ("RECEIPTQ_OCSP_RETRY_SECONDS", "1m")] {
+            let error = #expect(throws: ConfigurationError.self) { try AppConfiguration(environment: [variable: value]) }
+            #expect(error?.variable == variable)
         }
     }
 

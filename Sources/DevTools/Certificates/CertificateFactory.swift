@@ -25,6 +25,9 @@ public struct CertificateRequestSpec: Sendable {
     /// The `subjectAltName` entries: DNS names, and IPv4 literals (`127.0.0.1`) as IP addresses;
     /// none: no such extension. A TLS client matches the host it dials against these.
     public var alternativeNames: [String]
+    /// The OCSP responder named in the Authority Information Access extension (as Apple's
+    /// certificates name `http://ocsp.apple.com/…`); nil: no such extension.
+    public var ocspURL: String?
 
     /// Creates a spec; by default a leaf valid from an hour ago for one year, with a random serial.
     public init(
@@ -35,7 +38,8 @@ public struct CertificateRequestSpec: Sendable {
         validTo: Date = Date(timeIntervalSinceNow: 365 * 86400),
         serial: UInt64 = UInt64.random(in: 1...UInt64(Int64.max)),
         markerOIDs: [String] = [],
-        alternativeNames: [String] = []
+        alternativeNames: [String] = [],
+        ocspURL: String? = nil
     ) {
         self.markerOIDs = markerOIDs
         self.commonName = commonName
@@ -45,6 +49,7 @@ public struct CertificateRequestSpec: Sendable {
         self.validTo = validTo
         self.serial = serial
         self.alternativeNames = alternativeNames
+        self.ocspURL = ocspURL
     }
 }
 
@@ -158,6 +163,17 @@ public enum CertificateFactory {
         }
         for oid in spec.markerOIDs {
             try serializeExtension(oid, critical: false, into: &extensions) { try $0.serialize(ASN1Null()) }
+        }
+        if let ocspURL = spec.ocspURL {
+            // authorityInfoAccess: SEQUENCE OF AccessDescription { id-ad-ocsp, uniformResourceIdentifier [6] IA5String }.
+            try serializeExtension("1.3.6.1.5.5.7.1.1", critical: false, into: &extensions) { value in
+                try value.appendConstructedNode(identifier: .sequence) { descriptions in
+                    try descriptions.appendConstructedNode(identifier: .sequence) { description in
+                        try description.serialize(try objectIdentifier("1.3.6.1.5.5.7.48.1"))
+                        try serializeTagged(Array(ocspURL.utf8), tag: 6, into: &description)
+                    }
+                }
+            }
         }
     }
 

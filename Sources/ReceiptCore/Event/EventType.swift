@@ -37,6 +37,9 @@ public enum EventType: String, Sendable, Equatable, CaseIterable, Codable {
     case subscriptionUpgraded = "subscription.upgraded"
     /// Apple extended the current period (a renewal-date extension), without a charge.
     case subscriptionExtended = "subscription.extended"
+    /// A parent or guardian withdrew consent for the child's use of the app (Apple's
+    /// `RESCIND_CONSENT`): the backend should stop serving that account.
+    case consentRescinded = "customer.consent_rescinded"
 
     /// Whether a filter entry selects this type: the exact name, `*`, or a family such as `subscription.*`.
     public func matches(_ pattern: String) -> Bool {

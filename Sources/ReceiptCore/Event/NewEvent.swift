@@ -92,6 +92,26 @@ public struct NewEvent: Sendable, Equatable {
             transactionID: purchase.transactionID, receiptID: receiptID, occurredAt: occurredAt, data: String(decoding: writer.bytes, as: UTF8.self),
             dedupeKey: "purchase:\(environment):\(purchase.transactionID):\(type.rawValue)\(conflictUser.map { ":\($0)" } ?? "")")
     }
+
+    /// A parent's withdrawn consent (`RESCIND_CONSENT`), about the app transaction it names and the
+    /// user who stored it (nil: no app transaction with that id was stored), stated once per
+    /// notification.
+    public static func consentRescinded(
+        notificationUUID: String, appTransactionID: String?, appID: UUID, environment: String?, userIdentifier: String?,
+        occurredAt: Date, id: UUID
+    ) -> NewEvent {
+        var writer = JSONWriter(capacity: 256)
+        writer.openObject()
+        writer.member("app_transaction_id", appTransactionID)
+        writer.member("notification_uuid", notificationUUID)
+        writer.member("user_identifier", userIdentifier)
+        writer.closeObject()
+        return NewEvent(
+            id: id, type: .consentRescinded, appID: appID, environment: environment, userIdentifier: userIdentifier,
+            subject: appTransactionID.map { "app_transaction:\($0)" } ?? "notification:\(notificationUUID)", originalTransactionID: nil,
+            transactionID: nil, receiptID: nil, occurredAt: occurredAt, data: String(decoding: writer.bytes, as: UTF8.self),
+            dedupeKey: "consent:\(notificationUUID)")
+    }
 }
 
 extension NewEvent {

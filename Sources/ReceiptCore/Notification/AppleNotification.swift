@@ -20,14 +20,14 @@ public enum NotificationOutcome: String, Sendable, CaseIterable, Codable {
     case recorded
 }
 
-/// Apple's notification types as documented today (V2 first, then V1's), for the metrics
+/// Apple's notification types as documented in 2026 (V2 first, then V1's), for the metrics
 /// catalogue and the dashboard's filter. A type not listed is still stored and shown.
 public enum NotificationTypes {
     public static let v2: [String] = [
         "SUBSCRIBED", "DID_RENEW", "DID_CHANGE_RENEWAL_PREF", "DID_CHANGE_RENEWAL_STATUS", "DID_FAIL_TO_RENEW",
         "GRACE_PERIOD_EXPIRED", "EXPIRED", "OFFER_REDEEMED", "PRICE_INCREASE", "REFUND", "REFUND_DECLINED", "REFUND_REVERSED",
         "REVOKE", "RENEWAL_EXTENDED", "RENEWAL_EXTENSION", "CONSUMPTION_REQUEST", "ONE_TIME_CHARGE", "METADATA_UPDATE",
-        "MIGRATION", "PRICE_CHANGE", "EXTERNAL_PURCHASE_TOKEN", "TEST",
+        "MIGRATION", "PRICE_CHANGE", "EXTERNAL_PURCHASE_TOKEN", "TEST", "RESCIND_CONSENT",
     ]
     public static let v1: [String] = [
         "CANCEL", "CONSUMPTION_REQUEST", "DID_CHANGE_RENEWAL_PREF", "DID_CHANGE_RENEWAL_STATUS", "DID_FAIL_TO_RENEW",
@@ -37,7 +37,11 @@ public enum NotificationTypes {
     public static let all: [String] = v2 + v1.filter { !v2.contains($0) }
 
     /// Types that inform without changing a purchase or a subscription.
-    static let informational: Set<String> = ["TEST", "CONSUMPTION_REQUEST", "EXTERNAL_PURCHASE_TOKEN"]
+    static let informational: Set<String> = ["TEST", "CONSUMPTION_REQUEST", "EXTERNAL_PURCHASE_TOKEN", "RESCIND_CONSENT"]
+
+    /// A parent or guardian withdrew consent for a child's use of the app (2025-11): the payload's
+    /// `appData` names the app transaction, no purchase. Stored, and an event for the backend.
+    public static let rescindConsent = "RESCIND_CONSENT"
 }
 
 /// One App Store Server Notification, decoded (its signatures were checked at the door), as the
@@ -61,6 +65,8 @@ public struct AppleNotification: Sendable, Equatable {
     public var status: Int?
     /// A `verifyReceipt`-shaped answer (V1's `unified_receipt`, or its top-level receipt fields).
     public var unifiedReceipt: JSONValue?
+    /// The decoded `appData.signedAppTransactionInfo` (`RESCIND_CONSENT`).
+    public var appTransaction: JSONValue?
     /// What operators see: the payload with nested JWS decoded and receipt data truncated.
     public var display: JSONValue
 
@@ -89,16 +95,23 @@ public struct AppleNotification: Sendable, Equatable {
         let payload = try JWSNotificationPayload(json: decode(signedPayload))
         let transaction = try payload.signedTransactionInfo.map { jws throws(JWSFailure) in try decode(jws) }
         let renewal = try payload.signedRenewalInfo.map { jws throws(JWSFailure) in try decode(jws) }
+        let appTransaction = try payload.signedAppTransactionInfo.map { jws throws(JWSFailure) in try decode(jws) }
         var display = payload.json
         if case .object(var data)? = payload.data {
             if let transaction { data["signedTransactionInfo"] = transaction }
             if let renewal { data["signedRenewalInfo"] = renewal }
             display = display.setting("data", .object(data))
         }
-        return AppleNotification(
+        if case .object(var appData)? = payload.appData, let appTransaction {
+            appData["signedAppTransactionInfo"] = appTransaction
+            display = display.setting("appData", .object(appData))
+        }
+        var notification = AppleNotification(
             version: .v2, uuid: payload.notificationUUID, type: payload.notificationType, subtype: payload.subtype,
             signedDate: JWSSigningDate(of: payload.json)?.date ?? .distantPast, environment: payload.environment.map(Self.environment),
             transaction: transaction, renewal: renewal, status: payload.status.map(Int.init), display: display)
+        notification.appTransaction = appTransaction
+        return notification
     }
 
     /// Reads a V1 body (its `password` already checked and removed at the door).

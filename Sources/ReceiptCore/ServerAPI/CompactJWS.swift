@@ -31,6 +31,11 @@ public enum JWSFailure: String, Error, Sendable, CaseIterable, CustomStringConve
     case environmentMismatch = "environment_mismatch"
     /// Nothing to check the signature against (`receipt inspect` without trusted roots).
     case noTrustRoots = "no_trust_roots"
+    /// Apple's OCSP responder says the signing certificate (or its intermediate) is revoked.
+    case certificateRevoked = "certificate_revoked"
+    /// The chain's revocation could not be learnt (responder unreachable, or no good answer) and
+    /// the deployment hard-fails (`RECEIPTQ_OCSP=hard`).
+    case revocationUnavailable = "revocation_unavailable"
 
     /// The stable string: the API's `fraud_reason`, the tail of a stored `response_…` code.
     public var reason: String { rawValue }
@@ -170,9 +175,9 @@ public struct JWSExpectation: Sendable, Equatable {
     }
 
     /// The first mismatch, or nil. Reads the fields at the top level (transactions, renewal
-    /// infos) or under `data` (notifications).
+    /// infos, app transactions) or under `data`, `summary` or `appData` (notifications).
     public func failure(for payload: JSONValue) -> JWSFailure? {
-        let scope = payload["data"] ?? payload["summary"] ?? payload
+        let scope = payload["data"] ?? payload["summary"] ?? payload["appData"] ?? payload
         if !bundleIDs.isEmpty {
             // A renewal info carries no bundle id: nothing to compare.
             if let bundleID = scope["bundleId"]?.stringValue ?? payload["bundleId"]?.stringValue, !bundleIDs.contains(bundleID) {

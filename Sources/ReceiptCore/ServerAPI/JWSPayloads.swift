@@ -145,11 +145,15 @@ public struct JWSRenewalInfoPayload: Sendable, Equatable {
 public struct JWSNotificationPayload: Sendable, Equatable {
     static let fields: [String: JWSFieldKind] = [
         "notificationType": .string, "subtype": .string, "notificationUUID": .string, "version": .string, "signedDate": .date,
-        "data": .object, "summary": .object, "externalPurchaseToken": .object, "appMetadata": .object,
+        "data": .object, "summary": .object, "externalPurchaseToken": .object, "appMetadata": .object, "appData": .object,
     ]
     static let dataFields: [String: JWSFieldKind] = [
         "environment": .string, "appAppleId": .integer, "bundleId": .string, "bundleVersion": .string,
         "signedTransactionInfo": .string, "signedRenewalInfo": .string, "status": .integer, "consumptionRequestReason": .string,
+    ]
+    /// `appData` (`RESCIND_CONSENT`, 2025-11): the app and its signed app transaction, no purchase.
+    static let appDataFields: [String: JWSFieldKind] = [
+        "environment": .string, "appAppleId": .integer, "bundleId": .string, "signedAppTransactionInfo": .string,
     ]
 
     public let json: JSONValue
@@ -163,15 +167,19 @@ public struct JWSNotificationPayload: Sendable, Equatable {
     /// For `RENEWAL_EXTENSION` / `SUMMARY`.
     public var summary: JSONValue? { json["summary"] }
     public var externalPurchaseToken: JSONValue? { json["externalPurchaseToken"] }
-    public var environment: String? { (data ?? summary)?["environment"]?.stringValue }
-    public var bundleID: String? { (data ?? summary)?["bundleId"]?.stringValue }
-    public var appAppleID: Int64? { JWSFields.int((data ?? summary)?["appAppleId"]) }
+    /// For `RESCIND_CONSENT`: the app and its signed app transaction.
+    public var appData: JSONValue? { json["appData"] }
+    public var environment: String? { (data ?? summary ?? appData)?["environment"]?.stringValue }
+    public var bundleID: String? { (data ?? summary ?? appData)?["bundleId"]?.stringValue }
+    public var appAppleID: Int64? { JWSFields.int((data ?? summary ?? appData)?["appAppleId"]) }
     /// The nested signed transaction (compact JWS), when sent.
     public var signedTransactionInfo: String? { data?["signedTransactionInfo"]?.stringValue }
     /// The nested signed renewal info (compact JWS), when sent.
     public var signedRenewalInfo: String? { data?["signedRenewalInfo"]?.stringValue }
     /// The subscription's status (1–5) at the notification, when sent.
     public var status: Int64? { JWSFields.int(data?["status"]) }
+    /// The nested signed app transaction (compact JWS) of `appData`, when sent.
+    public var signedAppTransactionInfo: String? { appData?["signedAppTransactionInfo"]?.stringValue }
 
     /// Checks and wraps a decoded payload.
     /// - Throws: `malformed_payload` without a type or UUID, or with a documented field of the
@@ -179,6 +187,7 @@ public struct JWSNotificationPayload: Sendable, Equatable {
     public init(json: JSONValue) throws(JWSFailure) {
         try JWSFields.check(json, Self.fields, required: ["notificationType", "notificationUUID"])
         if let data = json["data"] { try JWSFields.check(data, Self.dataFields, required: []) }
+        if let appData = json["appData"] { try JWSFields.check(appData, Self.appDataFields, required: []) }
         self.json = json
     }
 }
