@@ -63,6 +63,7 @@ public enum MockAppStore {
         MockServerAPIControl.addRoutes(to: router, state: state)
         MockNotificationControl.addRoutes(to: router, state: state)
         MockServerAPI.addNotificationRoutes(to: router, state: state)
+        MockServerAPI.addSupportRoutes(to: router, state: state)
         router.post("/mock/secrets") { request, context -> Response in
             struct SecretBody: Decodable {
                 var bundle_id: String
