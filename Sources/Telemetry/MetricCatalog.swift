@@ -49,6 +49,7 @@ public enum MetricCatalog {
     public static let importItems = "receiptq_import_items_total"
     public static let importBudgetDeferred = "receiptq_import_budget_deferred_total"
     public static let redisReplicationTimeouts = "receiptq_redis_replication_timeouts_total"
+    public static let appleSupportCalls = "receiptq_apple_support_calls_total"
     public static let redisReplicas = "receiptq_redis_replicas"
     public static let redisReplicaLagSeconds = "receiptq_redis_replica_lag_seconds"
     public static let redisReplicaLagBytes = "receiptq_redis_replica_lag_bytes"
@@ -178,6 +179,16 @@ public enum MetricCatalog {
             httpConnectionsTimedOut, .counter,
             "Connections an HTTP listener closed because the client was too slow: header (HTTP_HEADER_TIMEOUT_MS), body (HTTP_BODY_TIMEOUT_MS and HTTP_BODY_MIN_BYTES_PER_SECOND) or idle between requests (HTTP_IDLE_TIMEOUT_MS).",
             labels: ["listener": httpListeners, "phase": ["header", "body", "idle"]]),
+        Entry(
+            appleSupportCalls, .counter,
+            "Calls to the App Store Server API's support endpoints (admin API, dashboard, receiptq support), by endpoint and HTTP status class.",
+            labels: [
+                "endpoint": [
+                    "look_up_order_id", "refund_history", "extend_renewal_date", "set_app_account_token", "mass_extend_renewal_date",
+                    "mass_extension_status", "test_notification", "test_notification_status",
+                ],
+                "status_class": ["2xx", "3xx", "4xx", "5xx", "transport"],
+            ]),
     ]
 
     /// The entry for a name, nil for a name receiptq does not export.
