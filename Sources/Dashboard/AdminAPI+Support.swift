@@ -223,12 +223,15 @@ extension AdminAPI {
 /// checked, unknown fields refused (a misspelt `extendByDays` must not be silently ignored).
 struct SupportInput {
     let fields: [String: JSONValue]
+    /// A form's numbers are text; a JSON body's must be numbers.
+    let numbersAsText: Bool
 
     init(_ fields: [String: JSONValue], fields allowed: Set<String>) throws(SupportInputError) {
         if let unknown = fields.keys.filter({ !allowed.contains($0) }).sorted().first {
             throw SupportInputError(field: InputHygiene.printableName(Array(unknown.utf8)) ?? "body", reason: "is not a field of this request")
         }
         self.fields = fields
+        numbersAsText = false
     }
 
     /// A form's fields (empty values are absent), as strings.
@@ -236,6 +239,7 @@ struct SupportInput {
         var values: [String: JSONValue] = [:]
         for name in allowed { if let value = form[name]?.trimmingCharacters(in: .whitespaces), !value.isEmpty { values[name] = .string(value) } }
         fields = values
+        numbersAsText = true
     }
 
     func string(_ name: String, maxLength: Int) throws(SupportInputError) -> String? {
@@ -260,7 +264,13 @@ struct SupportInput {
 
     func requiredInt(_ name: String) throws(SupportInputError) -> Int {
         guard let value = fields[name] else { throw SupportInputError(field: name, reason: "is required (an integer)") }
-        guard let number = value.intValue else { throw SupportInputError(field: name, reason: "must be an integer") }
+        let number: Int? =
+            switch value {
+            case .number: value.intValue
+            case .string(let text) where numbersAsText: Int(text)
+            default: nil
+            }
+        guard let number else { throw SupportInputError(field: name, reason: "must be an integer") }
         return number
     }
 

@@ -63,6 +63,21 @@ struct SupportTests {
         let wrong = try await send(system, "POST", "\(base(system))/orders/lookup", .object(["orderId": .string(id)]))
         #expect(wrong.status == 422)
         #expect(wrong.json?["errors"]?.arrayValue?.first?["field"]?.stringValue == "orderId")
+
+        // Viewers look (the stored mass extensions), operators act: a viewer's look-up is refused
+        // before Apple is asked, and the attempt is audited.
+        let viewer = "support-viewer-\(UUID().uuidString.prefix(6).lowercased())"
+        let admin = try ReceiptQueueApp.Admin(system.configuration, label: "support-tests")
+        defer { admin.close() }
+        try admin.addOperator(
+            username: viewer, role: .viewer, passwordHash: try admin.operatorPasswordHash(OperatorTests.password), audit: .test("operator.add"))
+        let asked = system.mock.state.serverAPI.calls("production lookup")
+        let refused = try await OperatorTests().send(
+            system, "POST", "\(base(system))/orders/lookup", user: viewer, body: #"{"order_id": "\#(id)"}"#)
+        #expect(refused.status == 403)
+        #expect(system.mock.state.serverAPI.calls("production lookup") == asked)
+        #expect(try await OperatorTests().send(system, "GET", "\(base(system))/mass-extensions", user: viewer).status == 200)
+        #expect(try await audit(system, "access.denied").contains { $0["actor"]?.stringValue == viewer })
     }
 
     @Test("Refund history: a refund receiptq did not know is applied (the purchase leaves the entitlements), a known one is not queued again")
@@ -101,6 +116,10 @@ struct SupportTests {
             .object(["original_transaction_id": .string(original), "extend_by_days": .number(91), "extend_reason_code": .number(1)]))
         #expect(tooLong.status == 422)
         #expect(tooLong.json?["errors"]?.arrayValue?.first?["field"]?.stringValue == "extend_by_days")
+        let text = try await send(
+            system, "POST", "\(base(system))/subscriptions/extend",
+            .object(["original_transaction_id": .string(original), "extend_by_days": .string("30"), "extend_reason_code": .number(1)]))
+        #expect(text.status == 422 && text.json?["errors"]?.arrayValue?.first?["field"]?.stringValue == "extend_by_days")
         #expect(system.mock.state.serverAPI.calls("production extend") == 0)
 
         let extended = try await send(
