@@ -75,7 +75,7 @@ extension AdminAPI {
                         "original_transaction_id": .string(result.originalTransactionID), "success": .bool(result.succeeded),
                         "effective_date": AdminJSON.timestamp(result.effectiveDate),
                         "web_order_line_item_id": AdminJSON.optional(result.webOrderLineItemID),
-                        "request_identifier": .string(extension_.requestIdentifier.canonical),
+                        "request_identifier": .string(extension_.requestIdentifier.canonical), "refresh_queued": .bool(result.refreshQueued),
                     ]))
             }
         }

@@ -79,7 +79,18 @@ final class SupportService: SupportDesk {
     }
 
     func extendRenewal(appID: UUID, _ request: RenewalExtension, environment: AppStoreEnvironment) async throws -> RenewalExtensionResult {
-        try await client.extendRenewal(request, app: try await app(appID), environment: environment)
+        let app = try await app(appID)
+        var result = try await client.extendRenewal(request, app: app, environment: environment)
+        guard result.succeeded else { return result }
+        // A subscription receiptq stores is read again (by its id, for the user it is stored for),
+        // so the stored renewal date is Apple's new one at once.
+        let stored = try await customers.customer(CustomerQuery(appID: appID, transactionID: request.originalTransactionID)).purchases
+            .filter { $0.originalTransactionID == request.originalTransactionID && $0.environment == environment.rawValue }
+        guard !stored.isEmpty else { return result }
+        var body: [String: JSONValue] = ["transaction_id": .string(request.originalTransactionID), "environment": .string(environment.rawValue)]
+        if let user = stored.compactMap(\.userIdentifier).first { body["user_identifier"] = .string(user) }
+        result.refreshQueued = try await queue(body, app: app) == 1
+        return result
     }
 
     func massExtend(
@@ -129,14 +140,19 @@ final class SupportService: SupportDesk {
         for transaction in transactions {
             var body: [String: JSONValue] = ["signed_transaction": .string(transaction.signed)]
             if let user = user(transaction) { body["user_identifier"] = .string(user) }
-            guard case .success(let request) = SubmitTransactionRequest.parse(.object(body)) else { throw SupportFailure.malformedAnswer }
-            switch await ingestion.ingest(transaction: request, submission: request.submission, app: app, origin: origin, logger: logger) {
-            case .success(.unavailable): throw SupportFailure.queueUnavailable
-            case .success: queued += 1
-            case .failure: throw SupportFailure.malformedAnswer
-            }
+            queued += try await queue(body, app: app)
         }
         return queued
+    }
+
+    /// Queues one client API body (`signed_transaction` or `transaction_id`, `user_identifier`).
+    private func queue(_ body: [String: JSONValue], app: AppRecord) async throws -> Int {
+        guard case .success(let request) = SubmitTransactionRequest.parse(.object(body)) else { throw SupportFailure.malformedAnswer }
+        switch await ingestion.ingest(transaction: request, submission: request.submission, app: app, origin: origin, logger: logger) {
+        case .success(.unavailable): throw SupportFailure.queueUnavailable
+        case .success: return 1
+        case .failure: throw SupportFailure.malformedAnswer
+        }
     }
 }
 

@@ -127,7 +127,27 @@ struct SupportTests {
             .object(["original_transaction_id": .string(original), "extend_by_days": .number(30), "extend_reason_code": .number(1)]))
         #expect(extended.status == 200, "\(String(decoding: extended.body, as: UTF8.self))")
         #expect(extended.json?["success"]?.boolValue == true)
+        // Not stored by receiptq yet: nothing to read again.
+        #expect(extended.json?["refresh_queued"]?.boolValue == false)
         #expect(try await audit(system, "support.extend").first?["outcome"]?.stringValue == "done")
+
+        // Once receiptq stores the subscription, an extension reads it again: the stored renewal
+        // date becomes Apple's new one without a notification or a re-poll.
+        let user = "extend-\(UUID().uuidString.prefix(6))"
+        _ = try await send(
+            system, "POST", "\(base(system))/orders/lookup", .object(["order_id": .string(original), "user_identifier": .string(user)]))
+        func storedExpiry() async throws -> Date? {
+            let answer = try await system.get(path: "/client/subscriptions/\(original)?environment=production").1
+            return answer?["expires_date"]?["ms"]?.stringValue.flatMap(Double.init).map { Date(timeIntervalSince1970: $0 / 1000) }
+        }
+        #expect(try await eventually { try await storedExpiry() != nil })
+        let again = try await send(
+            system, "POST", "\(base(system))/subscriptions/extend",
+            .object(["original_transaction_id": .string(original), "extend_by_days": .number(10), "extend_reason_code": .number(1)]))
+        #expect(again.json?["refresh_queued"]?.boolValue == true, "\(String(decoding: again.body, as: UTF8.self))")
+        let renewsMs = try #require(again.json?["effective_date"]?["ms"]?.stringValue.flatMap(Double.init))
+        let renews = Date(timeIntervalSince1970: renewsMs / 1000)
+        #expect(try await eventually { try await storedExpiry().map { abs($0.timeIntervalSince(renews)) < 2 } ?? false })
 
         let mass = try await send(
             system, "POST", "\(base(system))/mass-extensions",
@@ -215,5 +235,58 @@ struct SupportTests {
         #expect(extended.status == 0 && extended.output.contains("Extended \(original) by 7 days"), "\(extended.output)")
         let line = try #require(try await audit(system, "support.extend").first)
         #expect(line["actor"]?.stringValue?.hasPrefix("cli:") == true && line["outcome"]?.stringValue == "done")
+    }
+}
+
+extension SupportTests {
+    @Test("What the support endpoints answer (200, 202, 401, 404, 415, 422, 429) is what openapi.yaml says, field by field")
+    func answersMatchTheDocument() async throws {
+        let system = try await TestSystem.start()
+        defer { Task { await system.stop() } }
+        let recorder = ExchangeRecorder(system: system)
+        let admin = [(name: "Authorization", value: AdminAPITests.basic)]
+        let json = admin + [(name: "Content-Type", value: "application/json")]
+        let base = base(system)
+        try await recorder.send("GET", "/openapi.yaml")
+        let original = try unseenPurchase(system, product: "com.example.monthly", days: 10)
+        try await recorder.send("POST", "\(base)/orders/lookup", headers: json, body: #"{"order_id":"\#(original)","user_identifier":"c-1"}"#)
+        try await recorder.send("POST", "\(base)/orders/lookup", headers: json, body: #"{"order_id":"NOSUCH1"}"#)
+        try await recorder.send("POST", "\(base)/orders/lookup", headers: admin + [(name: "Content-Type", value: "text/plain")], body: "{}")
+        try await recorder.send("POST", "\(base)/orders/lookup", body: "{}")
+        try await recorder.send("POST", "\(base)/refunds/lookup", headers: json, body: #"{"transaction_id":"\#(original)"}"#)
+        try await recorder.send(
+            "POST", "\(base)/subscriptions/extend", headers: json,
+            body: #"{"original_transaction_id":"\#(original)","extend_by_days":3,"extend_reason_code":0}"#)
+        try await recorder.send(
+            "POST", "\(base)/subscriptions/extend", headers: json,
+            body: #"{"original_transaction_id":"\#(original)","extend_by_days":91,"extend_reason_code":0}"#)
+        let mass = try await recorder.send(
+            "POST", "\(base)/mass-extensions", headers: json, body: #"{"product_id":"com.example.monthly","extend_by_days":3,"extend_reason_code":2}"#
+        )
+        let request = try #require(try? JSONDecoder().decode(JSONValue.self, from: Data(mass.body.utf8))["request_identifier"]?.stringValue)
+        try await recorder.send("GET", "\(base)/mass-extensions", headers: admin)
+        try await recorder.send("GET", "\(base)/mass-extensions/\(request)", headers: admin)
+        try await recorder.send("GET", "\(base)/mass-extensions/\(request)", headers: admin)
+        try await recorder.send(
+            "POST", "\(base)/app-account-token", headers: json,
+            body: #"{"original_transaction_id":"\#(original)","app_account_token":"\#(UUID().uuidString)"}"#)
+        let test = try await recorder.send("POST", "\(base)/test-notifications", headers: json, body: "{}")
+        let token = try #require(try? JSONDecoder().decode(JSONValue.self, from: Data(test.body.utf8))["test_notification_token"]?.stringValue)
+        try await recorder.send("GET", "\(base)/test-notifications/\(token)?environment=production", headers: admin)
+        try await recorder.send("GET", "\(base)/test-notifications/nosuchtoken", headers: admin)
+        // No such app: 404; Apple's limit: 429 with Retry-After.
+        try await recorder.send("POST", "/admin/api/apps/\(UUID().uuidString.lowercased())/test-notifications", headers: json, body: "{}")
+        system.mock.state.serverAPI.addRule(
+            .init(pathPrefix: "/inApps/v1/transactions/", httpStatus: 429, retryAfterMs: Int64((Date().timeIntervalSince1970 + 20) * 1000)))
+        try await recorder.send(
+            "POST", "\(base)/app-account-token", headers: json,
+            body: #"{"original_transaction_id":"\#(original)","app_account_token":"\#(UUID().uuidString)"}"#)
+
+        let exchanges = await recorder.exchanges
+        #expect(Set(exchanges.map(\.status)).isSuperset(of: [200, 202, 401, 404, 415, 422, 429]))
+        let served = try #require(exchanges.first { $0.path == "/openapi.yaml" })
+        let report = try OpenAPIChecker.check(spec: Array(served.body.utf8), exchanges: exchanges)
+        #expect(report.checked == exchanges.count)
+        #expect(report.failures == [], "answers that contradict openapi.yaml")
     }
 }

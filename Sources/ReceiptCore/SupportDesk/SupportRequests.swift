@@ -167,13 +167,17 @@ public struct RenewalExtensionResult: Sendable, Equatable {
     /// The new renewal date.
     public var effectiveDate: Date?
     public var webOrderLineItemID: String?
+    /// Whether receiptq queued the subscription to be read again (it stores it, and it was extended),
+    /// so its stored renewal date follows without waiting for a notification or a re-poll.
+    public var refreshQueued: Bool
 
     /// Creates a result.
-    public init(originalTransactionID: String, succeeded: Bool, effectiveDate: Date?, webOrderLineItemID: String?) {
+    public init(originalTransactionID: String, succeeded: Bool, effectiveDate: Date?, webOrderLineItemID: String?, refreshQueued: Bool = false) {
         self.originalTransactionID = originalTransactionID
         self.succeeded = succeeded
         self.effectiveDate = effectiveDate
         self.webOrderLineItemID = webOrderLineItemID
+        self.refreshQueued = refreshQueued
     }
 }
 
