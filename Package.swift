@@ -117,6 +117,7 @@ let package = Package(
             name: "AppStoreClient",
             dependencies: [
                 "ReceiptCore", "Curl", "OpenSSL", .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "Metrics", package: "swift-metrics"),
             ],
             swiftSettings: swiftSettings
         ),

@@ -109,18 +109,19 @@ final class ServerAPIAttempt: Sendable {
     /// the attempt or switches environment.
     private func call(_ path: String, endpoint: ServerAPIEndpoint, then: @escaping @Sendable (JSONValue) -> Void) {
         let environment = state.withLock { $0.environment }
-        guard let throttle = client.throttle else { return send(path, environment: environment, then: then) }
+        guard let throttle = client.throttle else { return send(path, endpoint: endpoint, environment: environment, then: then) }
         let now = client.now()
         throttle.reserve(
-            app: query.bundleID, endpoint: endpoint, environment: environment, now: now, bookingAhead: Self.maximumInlineWait
+            app: query.bundleID, endpoint: endpoint, environment: environment, purpose: query.purpose, now: now,
+            bookingAhead: Self.maximumInlineWait
         ) { slot in
             switch slot {
             case .now:
-                self.send(path, environment: environment, then: then)
+                self.send(path, endpoint: endpoint, environment: environment, then: then)
             case .booked(let at):
                 // The slot is this call's: go at its time without asking again.
                 DispatchQueue.global().asyncAfter(deadline: .now() + max(0, at.timeIntervalSince(now))) {
-                    self.send(path, environment: environment, then: then)
+                    self.send(path, endpoint: endpoint, environment: environment, then: then)
                 }
             case .later(let until):
                 self.finish(.transient, code: .rateLimited, rateLimitedUntil: until)
@@ -128,8 +129,10 @@ final class ServerAPIAttempt: Sendable {
         }
     }
 
-    private func send(_ path: String, environment: AppStoreEnvironment, then: @escaping @Sendable (JSONValue) -> Void) {
-        client.get(path, environment: environment, query: query) { outcome, call in
+    private func send(
+        _ path: String, endpoint: ServerAPIEndpoint, environment: AppStoreEnvironment, then: @escaping @Sendable (JSONValue) -> Void
+    ) {
+        client.get(path, endpoint: endpoint, environment: environment, query: query) { outcome, call in
             self.state.withLock { $0.calls.append(call) }
             switch outcome {
             case .answered(let json):

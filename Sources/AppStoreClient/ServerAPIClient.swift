@@ -1,6 +1,7 @@
 import Curl
 import Dispatch
 import Foundation
+import Metrics
 import ReceiptCore
 import ServiceLifecycle
 
@@ -78,6 +79,7 @@ public final class ServerAPIClient: Service, Sendable {
     let tokens: TokenSource
     let verifyPayload: PayloadVerifier
     let throttle: ServerAPIThrottle?
+    let meter: AppleCallMeter
     let now: @Sendable () -> Date
 
     /// Creates a client; its HTTP engine starts with ``run()``.
@@ -85,12 +87,15 @@ public final class ServerAPIClient: Service, Sendable {
     ///   - tokens: signs the JWT for a query (from the app's key).
     ///   - verifyPayload: checks each JWS of Apple's answers.
     ///   - throttle: the deployment-wide rate limit (nil: only Apple's `429` limits the calls).
+    ///   - meter: counts every call sent, by app, endpoint and purpose.
     public init(
         configuration: Configuration, tokens: @escaping TokenSource, verifyPayload: @escaping PayloadVerifier,
-        throttle: ServerAPIThrottle? = nil, now: @escaping @Sendable () -> Date = { Date() }
+        throttle: ServerAPIThrottle? = nil, meter: AppleCallMeter = AppleCallMeter(factory: MetricsSystem.factory),
+        now: @escaping @Sendable () -> Date = { Date() }
     ) {
         self.configuration = configuration
         self.throttle = throttle
+        self.meter = meter
         self.tokens = tokens
         self.verifyPayload = verifyPayload
         self.now = now
@@ -114,7 +119,7 @@ public final class ServerAPIClient: Service, Sendable {
 
     /// One GET with the bearer token; the outcome, the audit record, on the engine's thread.
     func get(
-        _ path: String, environment: AppStoreEnvironment, query: ServerAPIQuery,
+        _ path: String, endpoint: ServerAPIEndpoint, environment: AppStoreEnvironment, query: ServerAPIQuery,
         completion: @escaping @Sendable (ServerAPIOutcome, AppleCall) -> Void
     ) {
         let token: String
@@ -132,6 +137,7 @@ public final class ServerAPIClient: Service, Sendable {
             headers: [(name: "Authorization", value: "Bearer \(token)"), (name: "Accept", value: "application/json")])
         let started = ContinuousClock.now
         let now = self.now
+        meter.sent(app: query.bundleID, endpoint: endpoint, purpose: query.purpose, environment: environment)
         engine.send(request) { result in
             let latency = Int(((ContinuousClock.now - started).seconds * 1000).rounded())
             let response = try? result.get()

@@ -21,14 +21,27 @@ public final class ServerAPIThrottle: @unchecked Sendable {
     /// Asks for one call (booking up to `bookingAhead` seconds ahead); `completion` gets the
     /// slot on the throttle's queue (`.now` when Redis cannot be asked).
     func reserve(
-        app: String, endpoint: ServerAPIEndpoint, environment: AppStoreEnvironment, now: Date, bookingAhead: TimeInterval,
-        completion: @escaping @Sendable (ServerAPISlot) -> Void
+        app: String, endpoint: ServerAPIEndpoint, environment: AppStoreEnvironment, purpose: ApplePurpose, now: Date,
+        bookingAhead: TimeInterval, completion: @escaping @Sendable (ServerAPISlot) -> Void
     ) {
         queue.async {
             completion(
                 self.withLimiter {
-                    try $0.reserve(app: app, endpoint: endpoint, environment: environment, now: now, bookingAhead: bookingAhead)
+                    try $0.reserve(
+                        app: app, endpoint: endpoint, environment: environment, purpose: purpose, now: now, bookingAhead: bookingAhead)
                 } ?? .now)
+        }
+    }
+
+    /// The same, awaited.
+    func reserve(
+        app: String, endpoint: ServerAPIEndpoint, environment: AppStoreEnvironment, purpose: ApplePurpose, now: Date,
+        bookingAhead: TimeInterval
+    ) async -> ServerAPISlot {
+        await withCheckedContinuation { continuation in
+            reserve(app: app, endpoint: endpoint, environment: environment, purpose: purpose, now: now, bookingAhead: bookingAhead) {
+                continuation.resume(returning: $0)
+            }
         }
     }
 

@@ -1,5 +1,6 @@
 import Curl
 import Foundation
+import Metrics
 import ReceiptCore
 import ServiceLifecycle
 
@@ -37,11 +38,18 @@ public final class ServerNotificationsClient: NotificationHistorySource, Service
     private let configuration: ServerAPIClient.Configuration
     private let client: HTTPClient
     private let tokens: ServerAPITokenIssuer
+    private let meter: AppleCallMeter
 
     /// Creates the client.
-    public init(configuration: ServerAPIClient.Configuration, tokens: ServerAPITokenIssuer = ServerAPITokenIssuer()) throws {
+    /// - Parameter meter: counts every call sent (the sweep's rate and budget are its caller's
+    ///   `HistoryThrottle`).
+    public init(
+        configuration: ServerAPIClient.Configuration, tokens: ServerAPITokenIssuer = ServerAPITokenIssuer(),
+        meter: AppleCallMeter = AppleCallMeter(factory: MetricsSystem.factory)
+    ) throws {
         self.configuration = configuration
         self.tokens = tokens
+        self.meter = meter
         self.client = try HTTPClient(options: configuration.curlOptions, lanes: 2)
     }
 
@@ -53,6 +61,7 @@ public final class ServerNotificationsClient: NotificationHistorySource, Service
     ) async throws -> NotificationHistoryPage {
         let body = JSONValue.object(["startDate": .number(Self.ms(start)), "endDate": .number(Self.ms(end))])
         let query = paginationToken.map { "?paginationToken=\($0.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? "")" } ?? ""
+        meter.sent(app: app.bundleID, endpoint: .notificationHistory, purpose: .historySweep, environment: environment)
         let answer = try await call("POST", "/inApps/v1/notifications/history\(query)", app: app, environment: environment, body: body)
         guard let items = answer["notificationHistory"]?.arrayValue else { throw Failure(code: .malformedAnswer) }
         return NotificationHistoryPage(

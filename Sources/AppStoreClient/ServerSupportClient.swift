@@ -1,5 +1,6 @@
 import Curl
 import Foundation
+import Metrics
 import ReceiptCore
 import ServiceLifecycle
 
@@ -16,21 +17,20 @@ import ServiceLifecycle
 /// worker's does).
 ///
 /// **Trust.** Every JWS Apple returns is checked with `verifyPayload` (Apple's chain, the app's
-/// bundle id) before anything is done with it. Each call is reported to `record` as an
-/// ``AppleCall``, with its endpoint, for accounting.
+/// bundle id) before anything is done with it.
+///
+/// **Accounting.** Each call takes its slot and is counted (``AppleCallMeter``) with the purpose
+/// `support`, which may spend an app's whole hourly budget, as a customer's purchase may.
 ///
 /// Few calls, made by people: the async client, no thread of its own. A `Service` only to close
 /// its kept-alive connections at shutdown.
 public final class ServerSupportClient: Service, Sendable {
-    /// Reports one call to Apple (never its token or body).
-    public typealias CallRecorder = @Sendable (_ app: String, _ endpoint: ServerAPIEndpoint, _ call: AppleCall) -> Void
-
     private let configuration: ServerAPIClient.Configuration
     private let client: HTTPClient
     private let tokens: ServerAPITokenIssuer
     private let verifyPayload: ServerAPIClient.PayloadVerifier
     private let throttle: ServerAPIThrottle?
-    private let record: CallRecorder
+    private let meter: AppleCallMeter
     private let now: @Sendable () -> Date
     /// The longest a call waits for its booked slot before it answers "rate limited" instead.
     public let maximumWait: TimeInterval
@@ -40,10 +40,11 @@ public final class ServerSupportClient: Service, Sendable {
     ///   - verifyPayload: checks each JWS of Apple's answers (the workers' verifier).
     ///   - throttle: the deployment-wide buckets (nil: only Apple's `429` limits the calls).
     ///   - maximumWait: how long a call may wait for its slot (the admin API: 2 s; the CLI longer).
-    ///   - record: told of every call (the Prometheus counter of support calls).
+    ///   - meter: counts every call sent, by app, endpoint and purpose (`support`).
     public init(
         configuration: ServerAPIClient.Configuration, verifyPayload: @escaping ServerAPIClient.PayloadVerifier, throttle: ServerAPIThrottle?,
-        maximumWait: TimeInterval, tokens: ServerAPITokenIssuer = ServerAPITokenIssuer(), record: @escaping CallRecorder,
+        maximumWait: TimeInterval, meter: AppleCallMeter = AppleCallMeter(factory: MetricsSystem.factory),
+        tokens: ServerAPITokenIssuer = ServerAPITokenIssuer(),
         now: @escaping @Sendable () -> Date = { Date() }
     ) throws {
         self.configuration = configuration
@@ -52,7 +53,7 @@ public final class ServerSupportClient: Service, Sendable {
         self.verifyPayload = verifyPayload
         self.throttle = throttle
         self.maximumWait = max(0, maximumWait)
-        self.record = record
+        self.meter = meter
         self.now = now
     }
 
@@ -209,49 +210,34 @@ public final class ServerSupportClient: Service, Sendable {
         let base = environment == .production ? configuration.productionURL : configuration.sandboxURL
         var headers: [(name: String, value: String)] = [("Authorization", "Bearer \(token)"), ("Accept", "application/json")]
         if body != nil { headers.append(("Content-Type", "application/json")) }
-        let started = ContinuousClock.now
+        meter.sent(app: app.bundleID, endpoint: endpoint, purpose: .support, environment: environment)
         let response: Curl.HTTPResponse
         do {
             response = try await client.send(
                 Curl.HTTPRequest(method: method, url: base + path, headers: headers, body: body.map { Array($0.encodedText.utf8) } ?? []))
         } catch {
-            record(
-                app.bundleID, endpoint,
-                call(environment, started, status: nil, appleCode: nil, error: .transport((error as? CurlError).map(TransportFailure.init) ?? .other))
-            )
             throw .appleUnavailable
         }
         let json = JSONValue.parseAnswer(response.body)
-        let appleCode = json?["errorCode"]?.intValue
         switch response.status {
         case 200..<300:
-            record(app.bundleID, endpoint, call(environment, started, status: response.status, appleCode: nil, error: nil))
             if emptyAnswer { return json ?? .object([:]) }
             guard let json, json.objectValue != nil else { throw .malformedAnswer }
             return json
         case 429:
-            record(app.bundleID, endpoint, call(environment, started, status: 429, appleCode: appleCode, error: .rateLimited))
             let until = ServerAPIOutcome.retryAt(response.header("Retry-After"), now: now())
             throttle?.pause(app: app.bundleID, environment: environment, until: until, now: now())
             throw .rateLimited(until: until)
         default:
-            record(
-                app.bundleID, endpoint,
-                call(
-                    environment, started, status: response.status, appleCode: appleCode, error: appleCode.map { .apple($0) } ?? .http(response.status)
-                ))
-            throw SupportFailure.classify(status: response.status, appleCode: appleCode, notFound: notFound)
+            throw SupportFailure.classify(status: response.status, appleCode: json?["errorCode"]?.intValue, notFound: notFound)
         }
     }
 
     private func waitForSlot(app: String, endpoint: ServerAPIEndpoint, environment: AppStoreEnvironment) async throws(SupportFailure) {
         guard let throttle else { return }
         let at = now()
-        let slot = await withCheckedContinuation { continuation in
-            throttle.reserve(app: app, endpoint: endpoint, environment: environment, now: at, bookingAhead: maximumWait) {
-                continuation.resume(returning: $0)
-            }
-        }
+        let slot = await throttle.reserve(
+            app: app, endpoint: endpoint, environment: environment, purpose: .support, now: at, bookingAhead: maximumWait)
         switch slot {
         case .now: return
         case .booked(let when):
@@ -260,15 +246,6 @@ public final class ServerSupportClient: Service, Sendable {
         case .later(let until):
             throw .rateLimited(until: until)
         }
-    }
-
-    private func call(
-        _ environment: AppStoreEnvironment, _ started: ContinuousClock.Instant, status: Int?, appleCode: Int?, error: FailureCode?
-    ) -> AppleCall {
-        AppleCall(
-            endpoint: environment, httpStatus: status, appleStatus: appleCode,
-            isRetryable: appleCode.map { ServerAPIOutcome.retryableCodes.contains($0) },
-            latencyMs: Int(((ContinuousClock.now - started).seconds * 1000).rounded()), errorCode: error)
     }
 
     /// Apple's dates are UNIX milliseconds (a number or a numeric string).

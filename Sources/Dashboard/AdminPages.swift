@@ -36,6 +36,7 @@ public struct AdminPages: Sendable {
     let notifications: (any NotificationLog)?
     /// The customer look-up (nil: no customer view).
     let customers: (any CustomerDirectory)?
+    let appleCalls: (any AppleCallLedger)?
     /// The App Store Server API's support endpoints (nil: no support actions on the customer view).
     let support: (any SupportDesk)?
     let now: @Sendable () -> Date
@@ -65,11 +66,13 @@ public struct AdminPages: Sendable {
         dead: any JobSetStore, retries: any JobSetStore, overview: any QueueOverview, authenticator: OperatorAuthenticator,
         sessions: AdminSessions, audit: (any AuditLog)? = nil, webhooks: (any WebhookAdministration)? = nil,
         apps: @escaping @Sendable () async throws -> [AppRecord] = { [] }, notifications: (any NotificationLog)? = nil,
-        customers: (any CustomerDirectory)? = nil, support: (any SupportDesk)? = nil, now: @escaping @Sendable () -> Date = { Date() }
+        customers: (any CustomerDirectory)? = nil, appleCalls: (any AppleCallLedger)? = nil, support: (any SupportDesk)? = nil,
+        now: @escaping @Sendable () -> Date = { Date() }
     ) throws {
         self.support = support
         self.notifications = notifications
         self.customers = customers
+        self.appleCalls = appleCalls
         self.dead = dead
         self.retries = retries
         self.overview = overview
@@ -81,7 +84,8 @@ public struct AdminPages: Sendable {
         self.now = now
         var library = MustacheLibrary()
         for name in [
-            "layout", "login", "overview", "list", "detail", "notifications", "notification", "customer", "webhooks", "audit", "support",
+            "layout", "login", "overview", "list", "detail", "notifications", "notification", "customer", "webhooks", "audit", "apple-calls",
+            "support",
         ] {
             guard let url = Bundle.module.url(forResource: name, withExtension: "mustache", subdirectory: "Templates") else {
                 throw DashboardError(code: "template_missing", message: "Templates/\(name).mustache is not in the bundle")
@@ -117,6 +121,7 @@ public struct AdminPages: Sendable {
         }
         if notifications != nil { addNotificationRoutes(to: router) }
         if customers != nil { addCustomerRoutes(to: router) }
+        if appleCalls != nil { addAppleCallRoutes(to: router) }
         if support != nil { addSupportRoutes(to: router) }
         addAuditRoutes(to: router)
         if webhooks != nil { addWebhookRoutes(to: router) }
@@ -310,7 +315,7 @@ public struct AdminPages: Sendable {
     func base(_ user: Operator, _ session: AdminSessions.Session, counts: (dead: Int, retries: Int)? = nil) -> [String: Any] {
         var values: [String: Any] = [
             "csrf": sessions.csrfToken(for: session), "username": user.username, "role": user.role.rawValue,
-            "hasWebhooks": webhooks != nil,
+            "hasWebhooks": webhooks != nil, "hasAppleCalls": appleCalls != nil,
         ]
         if let counts {
             values["dead"] = counts.dead

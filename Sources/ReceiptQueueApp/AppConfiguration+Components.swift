@@ -83,6 +83,10 @@ extension AppConfiguration {
         public var verifyReceipt: AppStoreClient.Configuration
         /// The App Store Server API (`APPSTORE_SERVER_API_PRODUCTION_URL` / `_SANDBOX_URL`; default: the mock).
         public var serverAPI: ServerAPIClient.Configuration
+        /// `SERVER_API_DEFERRABLE_PERCENT` (80): the share of each app's hourly Server API budget per
+        /// endpoint that work nobody waits on (re-polls, imports, the history sweep) may spend; the
+        /// rest is kept for validations and support.
+        public var hourlyBudget: HourlyCallBudget
 
         init(_ environment: EnvironmentReader) throws {
             mockPort = try environment.int("MOCK_APPSTORE_PORT", 9090, range: 0...65535)
@@ -103,6 +107,8 @@ extension AppConfiguration {
                 productionURL: environment.string("APPSTORE_SERVER_API_PRODUCTION_URL", serverAPIDefault.productionURL),
                 sandboxURL: environment.string("APPSTORE_SERVER_API_SANDBOX_URL", serverAPIDefault.sandboxURL),
                 connectTimeout: verifyReceipt.connectTimeout, requestTimeout: verifyReceipt.requestTimeout, caInfo: verifyReceipt.caInfo)
+            hourlyBudget = HourlyCallBudget(
+                deferrableShare: Double(try environment.int("SERVER_API_DEFERRABLE_PERCENT", 80, range: 0...100)) / 100)
         }
     }
 

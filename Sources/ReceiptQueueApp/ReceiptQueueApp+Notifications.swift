@@ -45,7 +45,7 @@ extension ReceiptQueueApp {
             intake: intake, catalog: PostgresCatalog(pool: postgresPool), authenticity: ReceiptSignatureVerifier(trustStore: roots),
             signedPayloads: JWSVerifier(trustStore: roots), syncWait: .zero, now: now)
         let throttle = HistoryThrottle(configuration: configuration, logger: logger)
-        let client = try ServerNotificationsClient(configuration: configuration.apple.serverAPI)
+        let client = try ServerNotificationsClient(configuration: configuration.apple.serverAPI, meter: AppleCallMeter(factory: metrics))
         let sweep = NotificationHistorySweep(
             configuration: .init(interval: configuration.scheduler.notificationHistoryInterval),
             source: client,
@@ -110,11 +110,12 @@ final class HistoryThrottle: @unchecked Sendable {
                     if self.limiter == nil {
                         self.limiter = RedisServerAPIRateLimiter(
                             connection: try RedisConnection(configuration: self.configuration.redis, label: "history-throttle", logger: self.logger),
-                            keys: self.configuration.keys)
+                            keys: self.configuration.keys, budget: self.configuration.apple.hourlyBudget)
                     }
                     continuation.resume(
                         returning: try self.limiter?.reserve(
-                            app: app.bundleID, endpoint: .notificationHistory, environment: environment, now: now, bookingAhead: 2) ?? .now)
+                            app: app.bundleID, endpoint: .notificationHistory, environment: environment, purpose: .historySweep, now: now,
+                            bookingAhead: 2) ?? .now)
                 } catch {
                     self.limiter = nil
                     continuation.resume(returning: .now)

@@ -121,7 +121,7 @@ public enum ReceiptQueueApp {
             dead: dead, retries: retries, overview: overview, authenticator: authenticator, sessions: configuration.dashboard.sessions,
             audit: operators, webhooks: webhooks, apps: { try await catalog.apps() },
             notifications: PostgresNotificationLog(pool: postgresPool), customers: PostgresCustomerDirectory(pool: postgresPool),
-            support: support
+            appleCalls: RedisAppleCallLedger(pool: redisPool, keys: configuration.keys), support: support
         ).addRoutes(to: router)
         // Last, with the finished route table: it joins only the not-found chain (see its doc).
         router.add(middleware: MethodNotAllowedMiddleware(routes: router.routes.map { ($0.method.rawValue, $0.path.description) }))
@@ -183,7 +183,7 @@ public enum ReceiptQueueApp {
         // Every call in flight holds a socket; many systems start processes with a soft limit of 1,024.
         raiseOpenFileLimit(to: configuration.worker.concurrency + 256, logger: logger)
         let secrets = try configuration.secretsKey.map { try SecretBox(key: $0) }
-        let serverAPI = makeServerAPIClient(configuration, logger: logger)
+        let serverAPI = makeServerAPIClient(configuration, meter: AppleCallMeter(factory: metrics), logger: logger)
         let verifyReceipt = AppStoreClient(configuration: appStore)
         let webhooks = WebhookClient(
             configuration: .init(

@@ -168,14 +168,13 @@ extension ReceiptQueueApp {
     ) throws -> (desk: SupportService, client: ServerSupportClient)? {
         guard let roots = try? trustStore(configuration) else { return nil }
         let verifier = JWSVerifier(trustStore: roots)
-        let calls = SupportCallCounter(metrics: metrics)
         let client = try ServerSupportClient(
             configuration: configuration.apple.serverAPI, verifyPayload: { verifier.verify($0).map(\.payload) },
             throttle: ServerAPIThrottle {
                 RedisServerAPIRateLimiter(
                     connection: try RedisConnection(configuration: configuration.redis, label: "support-throttle", logger: logger),
                     keys: configuration.keys)
-            }, maximumWait: maximumWait, record: { _, endpoint, call in calls.count(endpoint, call) })
+            }, maximumWait: maximumWait, meter: AppleCallMeter(factory: metrics))
         let ingestion = ReceiptIngestion(
             intake: intake, catalog: PostgresCatalog(pool: pool), authenticity: ReceiptSignatureVerifier(trustStore: roots),
             signedPayloads: verifier, syncWait: .zero, now: { Date() })
@@ -183,18 +182,5 @@ extension ReceiptQueueApp {
             client: client, pool: pool, secrets: try configuration.secretsKey.map { try SecretBox(key: $0) }, ingestion: ingestion, origin: origin,
             logger: logger)
         return (desk, client)
-    }
-}
-
-/// `receiptq_apple_support_calls_total{endpoint, status_class}`: the support desk's calls to
-/// Apple, until the accounting of every Apple call per purpose takes them over.
-struct SupportCallCounter: Sendable {
-    let metrics: any MetricsFactory
-
-    func count(_ endpoint: ServerAPIEndpoint, _ call: AppleCall) {
-        let statusClass = call.httpStatus.map { "\(min(5, max(2, $0 / 100)))xx" } ?? "transport"
-        Counter(
-            label: MetricCatalog.appleSupportCalls, dimensions: [("endpoint", endpoint.rawValue), ("status_class", statusClass)], factory: metrics
-        ).increment()
     }
 }

@@ -72,6 +72,15 @@ public struct RedisKeys: Sendable, Equatable {
     public func serverAPIBucket(app: String, environment: String, endpoint: String) -> String {
         "\(prefix):serverapi:bucket:\(app):\(environment):\(endpoint)"
     }
+    /// An app's granted Server API calls in one UTC hour (`hour`: seconds since 1970 ÷ 3600): a
+    /// field per endpoint (the hour's total) and per `endpoint|purpose`.
+    public func serverAPIHour(app: String, environment: String, hour: Int64) -> String {
+        "\(prefix):serverapi:calls:\(app):\(environment):h:\(hour)"
+    }
+    /// The same for one minute (`minute`: seconds since 1970 ÷ 60), kept three minutes.
+    public func serverAPIMinute(app: String, environment: String, minute: Int64) -> String {
+        "\(prefix):serverapi:calls:\(app):\(environment):m:\(minute)"
+    }
     /// Set after a `429`: the app's calls wait until this time (ms).
     public func serverAPIPause(app: String, environment: String) -> String { "\(prefix):serverapi:pause:\(app):\(environment)" }
 

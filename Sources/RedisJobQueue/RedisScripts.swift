@@ -186,16 +186,20 @@ enum RedisScripts {
             return requeued
             """)
 
-    /// An app's Server API (and import) token bucket.
+    /// An app's Server API (and import) token bucket, and its hourly accounts.
     ///
     /// `reserve`: refill at the rate, take a token, or book one of the next `ahead` ms (the
     /// bucket goes below zero: later callers queue behind it), or say when to ask again (a
-    /// positive time; a booked slot comes back negative); a pause wins.
+    /// positive time; a booked slot comes back negative); a pause wins. With an endpoint field, a
+    /// purpose whose hourly limit is spent asks again at the next hour, and a granted call is
+    /// counted in the hour's and the minute's hashes (the dashboard's and the budget's figures).
     /// `pause`: extend the app's pause to `until` (never shorten it).
     static let serverAPIBucket = RedisScript(
-        name: "serverapi-bucket", version: 2,
+        name: "serverapi-bucket", version: 3,
         body: """
-            -- KEYS: bucket hash, app pause. ARGV: op, now ms, rate per second, burst / pause until ms, booking ms.
+            -- KEYS: bucket hash, app pause, hour hash, minute hash.
+            -- ARGV: op, now ms, rate per second, burst / pause until ms, booking ms,
+            --       endpoint field ('' counts nothing), endpoint|purpose field, the endpoint's hour limit for this purpose, next hour ms.
             local op, now = ARGV[1], tonumber(ARGV[2])
             local paused = tonumber(redis.call('GET', KEYS[2]) or '0')
             if op == 'pause' then
@@ -206,6 +210,11 @@ enum RedisScripts {
               return 0
             end
             if paused > now then return paused end
+            local counted = ARGV[6] ~= nil and ARGV[6] ~= ''
+            if counted and tonumber(redis.call('HGET', KEYS[3], ARGV[6]) or '0') >= tonumber(ARGV[8]) then
+              -- The endpoint's hour is spent as far as this purpose may spend it: its work waits for the next hour.
+              return tonumber(ARGV[9])
+            end
             local rate, burst = tonumber(ARGV[3]), tonumber(ARGV[4])
             local tokens = tonumber(redis.call('HGET', KEYS[1], 't') or ARGV[4])
             local last = tonumber(redis.call('HGET', KEYS[1], 'ts') or ARGV[2])
@@ -218,6 +227,13 @@ enum RedisScripts {
             -- Kept until it has refilled (a booked bucket is below zero).
             redis.call('PEXPIRE', KEYS[1], math.ceil((burst - tokens) / rate * 1000) + 1000)
             if not take then return now + wait end
+            if counted then
+              redis.call('HINCRBY', KEYS[3], ARGV[6], 1)
+              redis.call('HINCRBY', KEYS[3], ARGV[7], 1)
+              redis.call('PEXPIRE', KEYS[3], 7200000)
+              redis.call('HINCRBY', KEYS[4], ARGV[7], 1)
+              redis.call('PEXPIRE', KEYS[4], 180000)
+            end
             if wait == 0 then return 0 end
             return -(now + wait)
             """)

@@ -39,6 +39,7 @@ public enum MetricCatalog {
     public static let jobsProcessed = "receiptq_jobs_processed_total"
     public static let appleCalls = "receiptq_apple_calls_total"
     public static let appleCallDuration = "receiptq_apple_call_duration_seconds"
+    public static let serverAPICalls = "receiptq_server_api_calls_total"
     public static let jobLatency = "receiptq_job_latency_seconds"
     public static let jobStage = "receiptq_job_stage_seconds"
     public static let circuitState = "receiptq_circuit_state"
@@ -49,7 +50,6 @@ public enum MetricCatalog {
     public static let importItems = "receiptq_import_items_total"
     public static let importBudgetDeferred = "receiptq_import_budget_deferred_total"
     public static let redisReplicationTimeouts = "receiptq_redis_replication_timeouts_total"
-    public static let appleSupportCalls = "receiptq_apple_support_calls_total"
     public static let redisReplicas = "receiptq_redis_replicas"
     public static let redisReplicaLagSeconds = "receiptq_redis_replica_lag_seconds"
     public static let redisReplicaLagBytes = "receiptq_redis_replica_lag_bytes"
@@ -86,6 +86,14 @@ public enum MetricCatalog {
         Entry(
             appleCalls, .counter, "Calls to Apple's verifyReceipt, by endpoint and HTTP status class (transport = no answer).",
             labels: ["endpoint": ["production", "sandbox"], "status_class": ["2xx", "3xx", "4xx", "5xx", "transport"]]),
+        Entry(
+            serverAPICalls, .counter,
+            "Calls sent to the App Store Server API, by app (bundle id), endpoint, purpose and environment.",
+            labels: [
+                "app": nil,
+                "endpoint": ServerAPIEndpoint.allCases.map(\.rawValue), "purpose": ApplePurpose.allCases.map(\.rawValue),
+                "environment": AppStoreEnvironment.allCases.map(\.rawValue),
+            ]),
         Entry(
             appleCallDuration, .histogram, "Duration of one call to Apple.", labels: ["endpoint": ["production", "sandbox"]],
             // Apple answers in 100 ms to 2 s; the request timeout is 30 s by default.
@@ -179,16 +187,6 @@ public enum MetricCatalog {
             httpConnectionsTimedOut, .counter,
             "Connections an HTTP listener closed because the client was too slow: header (HTTP_HEADER_TIMEOUT_MS), body (HTTP_BODY_TIMEOUT_MS and HTTP_BODY_MIN_BYTES_PER_SECOND) or idle between requests (HTTP_IDLE_TIMEOUT_MS).",
             labels: ["listener": httpListeners, "phase": ["header", "body", "idle"]]),
-        Entry(
-            appleSupportCalls, .counter,
-            "Calls to the App Store Server API's support endpoints (admin API, dashboard, receiptq support), by endpoint and HTTP status class.",
-            labels: [
-                "endpoint": [
-                    "look_up_order_id", "refund_history", "extend_renewal_date", "set_app_account_token", "mass_extend_renewal_date",
-                    "mass_extension_status", "test_notification", "test_notification_status",
-                ],
-                "status_class": ["2xx", "3xx", "4xx", "5xx", "transport"],
-            ]),
     ]
 
     /// The entry for a name, nil for a name receiptq does not export.

@@ -60,7 +60,7 @@ struct ServerAPIClientTests {
     }
 
     func query(_ fixture: Fixture, _ id: String, operation: ServerAPIQuery.Operation = .history) -> ServerAPIQuery {
-        ServerAPIQuery(operation: operation, transactionID: id, bundleID: bundleID, key: fixture.key)
+        ServerAPIQuery(operation: operation, transactionID: id, bundleID: bundleID, key: fixture.key, purpose: .validation)
     }
 
     @Test("History of 500 transactions: every page followed once, every transaction once, with a valid JWT on each call")

@@ -20,14 +20,6 @@ struct ServerSupportClientTests {
         let mock: RunningMockAppStore
         let client: ServerSupportClient
         let app: AppRecord
-        let calls: CallLog
-    }
-
-    /// The calls the client reported, by endpoint.
-    final class CallLog: Sendable {
-        private let calls = Mutex<[(ServerAPIEndpoint, AppleCall)]>([])
-        func add(_ endpoint: ServerAPIEndpoint, _ call: AppleCall) { calls.withLock { $0.append((endpoint, call)) } }
-        var all: [(ServerAPIEndpoint, AppleCall)] { calls.withLock { $0 } }
     }
 
     /// A bucket that never has a slot: the client must not call Apple.
@@ -35,10 +27,9 @@ struct ServerSupportClientTests {
         let until: Date
         init(until: Date) { self.until = until }
         func reserve(
-            app: String, endpoint: ServerAPIEndpoint, environment: AppStoreEnvironment, now: Date, bookingAhead: TimeInterval
-        ) throws
-            -> ServerAPISlot
-        { .later(until) }
+            app: String, endpoint: ServerAPIEndpoint, environment: AppStoreEnvironment, purpose: ApplePurpose, now: Date,
+            bookingAhead: TimeInterval
+        ) throws -> ServerAPISlot { .later(until) }
         func pause(app: String, environment: AppStoreEnvironment, until: Date, now: Date) throws {}
     }
 
@@ -48,13 +39,11 @@ struct ServerSupportClientTests {
         let key = ServerAPIKey(issuerID: "issuer-s", keyID: "SUP\(UInt16.random(in: 0...9999))", privateKeyPEM: try signingKey.pemPKCS8())
         mock.state.serverAPI.addKey(issuerID: key.issuerID, keyID: key.keyID, bundleID: bundleID, publicKey: try signingKey.publicKey)
         let verifier = JWSVerifier(trustStore: TrustStore(roots: [mock.state.serverAPI.authority.root]))
-        let calls = CallLog()
         let client = try ServerSupportClient(
             configuration: .init(productionURL: mock.serverAPIProductionURL, sandboxURL: mock.serverAPISandboxURL, requestTimeout: .seconds(10)),
-            verifyPayload: { verifier.verify($0).map(\.payload) }, throttle: throttle, maximumWait: 2,
-            record: { _, endpoint, call in calls.add(endpoint, call) })
+            verifyPayload: { verifier.verify($0).map(\.payload) }, throttle: throttle, maximumWait: 2)
         let app = AppRecord(id: UUID(), name: "support", bundleID: bundleID, sharedSecret: nil, serverAPIKey: key)
-        return Fixture(mock: mock, client: client, app: app, calls: calls)
+        return Fixture(mock: mock, client: client, app: app)
     }
 
     /// A monthly subscription (renewing in `days`) and a non-consumable of one customer.
@@ -88,7 +77,6 @@ struct ServerSupportClientTests {
         // Not an order id at all: refused before any call.
         await #expect(throws: SupportFailure.orderNotFound) { try await f.client.lookUpOrder("../x", app: f.app, environment: .production) }
         #expect(f.mock.state.serverAPI.calls("production lookup") == 2)
-        #expect(f.calls.all.map(\.0) == [.lookUpOrderID, .lookUpOrderID])
     }
 
     @Test("Extend a renewal date: the subscription renews later, once per request identifier; Apple's 4040005 is transactionNotFound")
@@ -118,7 +106,7 @@ struct ServerSupportClientTests {
         await #expect(throws: SupportFailure.rateLimited(until: Date(timeIntervalSince1970: Double(retryAt) / 1000))) {
             try await f.client.setAppAccountToken(UUID(), originalTransactionID: "5000000001", app: f.app, environment: .production)
         }
-        #expect(f.calls.all.last?.1.httpStatus == 429)
+        #expect(f.mock.state.serverAPI.calls("production app_account_token") == 1)
 
         let until = Date().addingTimeInterval(60)
         let limited = try await fixture(throttle: ServerAPIThrottle { FullBucket(until: until) })

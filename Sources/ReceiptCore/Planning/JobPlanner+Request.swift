@@ -103,7 +103,7 @@ extension JobPlanner {
                 .serverAPI(
                     ServerAPIQuery(
                         operation: .statuses, transactionID: job.target.originalTransactionID, bundleID: bundleID, key: key,
-                        environment: environment)),
+                        environment: environment, purpose: .repoll)),
                 switchesApp: false)
         case .purchase(let job):
             purchase = job
@@ -130,8 +130,15 @@ extension JobPlanner {
             .serverAPI(
                 ServerAPIQuery(
                     operation: .history, transactionID: transactionID, bundleID: bundleID, key: key,
-                    environment: source == .receipt ? nil : environment)),
+                    environment: source == .receipt ? nil : environment, purpose: purpose(of: envelope))),
             switchesApp: false)
+    }
+
+    /// What a purchase's calls are spent on: an import's wait for the hour when the budget runs
+    /// short; everything else a device or backend posted is a validation someone waits for.
+    private func purpose(of envelope: JobEnvelope) -> ApplePurpose {
+        if case .importItem = envelope.payload { return .import }
+        return .validation
     }
 
     /// Marks a request (and so its result) as one that records its app's switch.

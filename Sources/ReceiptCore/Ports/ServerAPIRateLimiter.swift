@@ -50,10 +50,14 @@ public protocol ServerAPIRateLimiter: AnyObject {
     /// seconds: a call over the limit then waits once, for its own slot, instead of asking again
     /// and again with every other waiting call (which cost ~100 Redis round trips per call when
     /// an app ran far over its limit).
+    ///
+    /// A granted call (now or booked) is counted for `purpose` in the app's hour, and a purpose
+    /// whose share of the hour (``HourlyCallBudget``) is spent gets `.later` at the next hour.
     /// - Parameters:
     ///   - app: the app's bundle id (Apple's limits are per app).
     func reserve(
-        app: String, endpoint: ServerAPIEndpoint, environment: AppStoreEnvironment, now: Date, bookingAhead: TimeInterval
+        app: String, endpoint: ServerAPIEndpoint, environment: AppStoreEnvironment, purpose: ApplePurpose, now: Date,
+        bookingAhead: TimeInterval
     ) throws -> ServerAPISlot
     /// Apple answered `429` for `app`: every endpoint of it waits until `until` (a later pause wins).
     func pause(app: String, environment: AppStoreEnvironment, until: Date, now: Date) throws
@@ -62,8 +66,10 @@ public protocol ServerAPIRateLimiter: AnyObject {
 extension ServerAPIRateLimiter {
     /// Takes one call from the bucket, booking nothing ahead.
     /// - Returns: nil when the call may go now; otherwise the earliest time to ask again.
-    public func reserve(app: String, endpoint: ServerAPIEndpoint, environment: AppStoreEnvironment, now: Date) throws -> Date? {
-        switch try reserve(app: app, endpoint: endpoint, environment: environment, now: now, bookingAhead: 0) {
+    public func reserve(
+        app: String, endpoint: ServerAPIEndpoint, environment: AppStoreEnvironment, purpose: ApplePurpose, now: Date
+    ) throws -> Date? {
+        switch try reserve(app: app, endpoint: endpoint, environment: environment, purpose: purpose, now: now, bookingAhead: 0) {
         case .now: nil
         case .booked(let at), .later(let at): at
         }

@@ -64,14 +64,20 @@ public struct ServerAPIQuery: Sendable, Equatable {
     /// The environment to ask first when the job already knows it (a re-poll, a signed
     /// transaction); nil: production first, sandbox on `4040010`.
     public var environment: AppStoreEnvironment?
+    /// What the calls are spent on: their account, and their place in the app's hourly budget.
+    public var purpose: ApplePurpose
 
     /// Creates a query.
-    public init(operation: Operation, transactionID: String, bundleID: String, key: ServerAPIKey, environment: AppStoreEnvironment? = nil) {
+    public init(
+        operation: Operation, transactionID: String, bundleID: String, key: ServerAPIKey, environment: AppStoreEnvironment? = nil,
+        purpose: ApplePurpose
+    ) {
         self.operation = operation
         self.transactionID = transactionID
         self.bundleID = bundleID
         self.key = key
         self.environment = environment
+        self.purpose = purpose
     }
 }
 
