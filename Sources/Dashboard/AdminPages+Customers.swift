@@ -24,6 +24,17 @@ extension AdminPages {
         values["apps"] = known.map { app -> [String: Any] in
             ["id": app.id.canonical, "name": app.name, "bundleID": app.bundleID, "selected": app.id == query.appID]
         }
+        if support != nil, !known.isEmpty {
+            values["hasSupport"] = true
+            let massExtensions = try await massExtensionRows(appID: query.appID)
+            values["massExtensions"] = massExtensions
+            values["hasMassExtensions"] = !massExtensions.isEmpty
+            if user.role >= .operator {
+                values["supportForms"] = [
+                    "forms": Self.supportForms(user: by == "transaction" ? "" : term, transaction: by == "transaction" ? term : "")
+                ]
+            }
+        }
         if let problem {
             values["problem"] = problem
             return html(.unprocessableContent, "customer", values)
@@ -49,6 +60,46 @@ extension AdminPages {
             values["has\(key)"] = list > 0
         }
         return html(.ok, "customer", values)
+    }
+
+    /// The support forms of the customer view, pre-filled with the customer looked up.
+    private static func supportForms(user: String, transaction: String) -> [[String: Any]] {
+        func field(_ name: String, _ label: String, _ hint: String, value: String = "", required: Bool = true) -> [String: Any] {
+            ["name": name, "label": label, "hint": hint, "value": value, "required": required]
+        }
+        let days = field("extend_by_days", "Days", "1–90")
+        let reason = field("extend_reason_code", "Reason", "0–3", value: "1")
+        return [
+            [
+                "action": "order-lookup", "title": "Look up an order id", "button": "Look up and store",
+                "fields": [
+                    field("order_id", "Order id", "from the customer's e-mail"),
+                    field("user_identifier", "For user", "", value: user, required: false),
+                ],
+            ],
+            [
+                "action": "refund-history", "title": "Refund history", "button": "Show and apply",
+                "fields": [field("transaction_id", "Transaction id", "any of the customer's", value: transaction)],
+            ],
+            [
+                "action": "extend", "title": "Extend a subscription", "button": "Extend",
+                "fields": [field("original_transaction_id", "Original transaction", "", value: transaction), days, reason],
+            ],
+            [
+                "action": "mass-extend", "title": "Extend every subscriber of a product", "button": "Extend all",
+                "fields": [
+                    field("product_id", "Product", ""), days, reason,
+                    field("storefront_country_codes", "Storefronts", "USA, FRA (empty: all)", required: false),
+                ],
+            ],
+            [
+                "action": "app-account-token", "title": "Set the app account token", "button": "Set",
+                "fields": [
+                    field("original_transaction_id", "Original transaction", "", value: transaction), field("app_account_token", "Token", "a UUID"),
+                ],
+            ],
+            ["action": "test-notification", "title": "Test notification", "button": "Ask Apple to send one", "fields": [[String: Any]]()],
+        ]
     }
 
     /// The look-up a customer page's query parameters ask for (`app_id`, `q`, `by`), the term and how

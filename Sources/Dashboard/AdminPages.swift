@@ -37,6 +37,8 @@ public struct AdminPages: Sendable {
     /// The customer look-up (nil: no customer view).
     let customers: (any CustomerDirectory)?
     let appleCalls: (any AppleCallLedger)?
+    /// The App Store Server API's support endpoints (nil: no support actions on the customer view).
+    let support: (any SupportDesk)?
     let now: @Sendable () -> Date
     let library: MustacheLibrary
     let stylesheet: [UInt8]
@@ -57,14 +59,17 @@ public struct AdminPages: Sendable {
     ///   - apps: the registered apps, for the app filter (an error shows a plain text field instead).
     ///   - notifications: the stored notifications (Postgres), for their pages and the overview's counts.
     ///   - customers: the customer look-up (Postgres), for the customer view.
+    ///   - support: the support endpoints, as actions on the customer view.
     ///   - now: the injected clock.
     /// - Throws: when a template is missing or does not parse (a broken build).
     public init(
         dead: any JobSetStore, retries: any JobSetStore, overview: any QueueOverview, authenticator: OperatorAuthenticator,
         sessions: AdminSessions, audit: (any AuditLog)? = nil, webhooks: (any WebhookAdministration)? = nil,
         apps: @escaping @Sendable () async throws -> [AppRecord] = { [] }, notifications: (any NotificationLog)? = nil,
-        customers: (any CustomerDirectory)? = nil, appleCalls: (any AppleCallLedger)? = nil, now: @escaping @Sendable () -> Date = { Date() }
+        customers: (any CustomerDirectory)? = nil, appleCalls: (any AppleCallLedger)? = nil, support: (any SupportDesk)? = nil,
+        now: @escaping @Sendable () -> Date = { Date() }
     ) throws {
+        self.support = support
         self.notifications = notifications
         self.customers = customers
         self.appleCalls = appleCalls
@@ -80,6 +85,7 @@ public struct AdminPages: Sendable {
         var library = MustacheLibrary()
         for name in [
             "layout", "login", "overview", "list", "detail", "notifications", "notification", "customer", "webhooks", "audit", "apple-calls",
+            "support",
         ] {
             guard let url = Bundle.module.url(forResource: name, withExtension: "mustache", subdirectory: "Templates") else {
                 throw DashboardError(code: "template_missing", message: "Templates/\(name).mustache is not in the bundle")
@@ -116,6 +122,7 @@ public struct AdminPages: Sendable {
         if notifications != nil { addNotificationRoutes(to: router) }
         if customers != nil { addCustomerRoutes(to: router) }
         if appleCalls != nil { addAppleCallRoutes(to: router) }
+        if support != nil { addSupportRoutes(to: router) }
         addAuditRoutes(to: router)
         if webhooks != nil { addWebhookRoutes(to: router) }
         for kind in JobSetKind.allCases {

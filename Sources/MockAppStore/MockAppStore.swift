@@ -64,6 +64,7 @@ public enum MockAppStore {
         MockNotificationControl.addRoutes(to: router, state: state)
         MockServerAPI.addNotificationRoutes(to: router, state: state)
         MockServerAPI.addAppTransactionRoutes(to: router, state: state)
+        MockServerAPI.addSupportRoutes(to: router, state: state)
         router.post("/mock/secrets") { request, context -> Response in
             struct SecretBody: Decodable {
                 var bundle_id: String

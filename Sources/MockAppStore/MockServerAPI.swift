@@ -51,15 +51,7 @@ enum MockServerAPI {
                 ])
             }
         }
-        router.get("/storekit/{environment}/inApps/v1/lookup/{id}") { request, context in
-            try await answer(request, context, state: state, operation: "lookup") { environment, id, _ in
-                // The mock's order ids are its transaction ids.
-                guard let transactions = api.history(of: id, in: environment) else { return json(["status": .number(1)]) }
-                return json([
-                    "status": .number(0), "signedTransactions": .array(try transactions.map { .string(try api.authority.sign(signed($0))) }),
-                ])
-            }
-        }
+        // Look Up Order ID: MockServerAPI+Support.swift (order ids are letters and digits).
         router.get("/storekit/{environment}/inApps/v2/refund/lookup/{id}") { request, context in
             try await answer(request, context, state: state, operation: "refunds") { environment, id, _ in
                 guard let transactions = api.history(of: id, in: environment) else { return notFound() }

@@ -113,6 +113,9 @@ public final class MockServerAPIState: Sendable {
     /// The chain the mock signs with; a deployment trusting the mock trusts `authority.root`.
     public let authority: MockAppleJWSAuthority
 
+    /// Extensions' request identifiers and mass extensions (`MockServerAPI+Support.swift`).
+    public let support = MockSupportState()
+
     /// Creates an empty world signing with `authority`.
     public init(authority: MockAppleJWSAuthority) {
         self.authority = authority

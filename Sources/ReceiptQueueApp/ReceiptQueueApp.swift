@@ -113,13 +113,17 @@ public enum ReceiptQueueApp {
             pool: postgresPool, secrets: try configuration.secretsKey.map { try SecretBox(key: $0) },
             resolvesOnlyPrivately: PublicAddressPolicy.resolvesOnlyPrivately,
             sendTest: { try await WebhookClient.sendTest(to: $0, origin: "the receiptq dashboard", configuration: webhookClient) })
-        AdminAPI(dead: dead, retries: retries, overview: overview, authenticator: authenticator, audit: operators, webhooks: webhooks)
-            .addRoutes(to: router)
+        // Its HTTP client needs no thread of its own; its few connections close with the process.
+        let support = try makeSupportDesk(
+            configuration, pool: postgresPool, intake: intake, maximumWait: 2, origin: .dashboard, metrics: metrics, logger: logger)?.desk
+        AdminAPI(
+            dead: dead, retries: retries, overview: overview, authenticator: authenticator, audit: operators, webhooks: webhooks, support: support
+        ).addRoutes(to: router)
         try AdminPages(
             dead: dead, retries: retries, overview: overview, authenticator: authenticator, sessions: configuration.dashboard.sessions,
             audit: operators, webhooks: webhooks, apps: { try await catalog.apps() },
             notifications: PostgresNotificationLog(pool: postgresPool), customers: PostgresCustomerDirectory(pool: postgresPool),
-            appleCalls: RedisAppleCallLedger(pool: redisPool, keys: configuration.keys)
+            appleCalls: RedisAppleCallLedger(pool: redisPool, keys: configuration.keys), support: support
         ).addRoutes(to: router)
         // Last, with the finished route table: it joins only the not-found chain (see its doc).
         router.add(middleware: MethodNotAllowedMiddleware(routes: router.routes.map { ($0.method.rawValue, $0.path.description) }))

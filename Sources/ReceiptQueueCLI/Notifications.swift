@@ -6,7 +6,7 @@ import ReceiptQueueApp
 struct NotificationsCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "notifications", abstract: "App Store Server Notifications: check that Apple's reach receiptq.",
-        subcommands: [Test.self])
+        subcommands: [Test.self, NotificationStatus.self])
 
     struct Test: AsyncParsableCommand {
         static let configuration = CommandConfiguration(

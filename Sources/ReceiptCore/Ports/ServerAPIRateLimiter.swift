@@ -8,15 +8,24 @@ public enum ServerAPIEndpoint: String, Sendable, CaseIterable {
     case notificationHistory = "notification_history"
     case lookUpOrderID = "look_up_order_id"
     case refundHistory = "refund_history"
+    case extendRenewalDate = "extend_renewal_date"
+    case setAppAccountToken = "set_app_account_token"
+    case massExtendRenewalDate = "mass_extend_renewal_date"
+    case massExtensionStatus = "mass_extension_status"
+    case testNotification = "test_notification"
+    case testNotificationStatus = "test_notification_status"
 
     /// Apple's per-app limit in requests per second (enforced per hour): 50 for transaction info,
-    /// history, statuses and notification history, 10 for order look-up and refund history; the
-    /// sandbox allows a tenth of production.
+    /// history, statuses and notification history, 20 for renewal extensions and app account
+    /// tokens, 10 for order look-up and refund history, 1 for mass extensions and test
+    /// notifications (and their statuses); the sandbox allows a tenth of production.
     public func ratePerSecond(in environment: AppStoreEnvironment) -> Double {
         let production: Double =
             switch self {
             case .transactionInfo, .transactionHistory, .subscriptionStatuses, .notificationHistory: 50
             case .lookUpOrderID, .refundHistory: 10
+            case .extendRenewalDate, .setAppAccountToken: 20
+            case .massExtendRenewalDate, .massExtensionStatus, .testNotification, .testNotificationStatus: 1
             }
         return environment == .sandbox ? production / 10 : production
     }

@@ -1,0 +1,182 @@
+import DevTools
+import Foundation
+import HTTPTypes
+import Hummingbird
+import ReceiptCore
+import Synchronization
+
+/// The mock's support endpoints of the App Store Server API, in Apple's shapes, with the same JWT
+/// check, scripted rules (any status, error code, `429` with a millisecond `Retry-After`) and call
+/// counts as the rest of it:
+///
+/// - `GET …/inApps/v1/lookup/{orderId}`: Look Up Order ID (the mock's order ids are its transaction
+///   ids; any other is `status` 1).
+/// - `PUT …/inApps/v1/subscriptions/extend/{originalTransactionId}` `{"extendByDays", "extendReasonCode",
+///   "requestIdentifier"}`: moves the subscription's latest `expiresDate` (once per request identifier);
+///   `4000009` over 90 days, `4000010` a bad reason, `4000011` a bad identifier, `4040005` unknown,
+///   `success: false` for a revoked or expired subscription.
+/// - `POST …/inApps/v1/subscriptions/extend/mass` `{"extendByDays", "extendReasonCode", "requestIdentifier",
+///   "productId", "storefrontCountryCodes"?}`; `GET …/extend/mass/{productId}/{requestIdentifier}`:
+///   `complete: false` the first time it is asked, then complete (the mock records the request and
+///   extends nobody: its counts are 0).
+/// - `PUT …/inApps/v1/transactions/{originalTransactionId}/appAccountToken` `{"appAccountToken"}`:
+///   `4000183` for a token that is not a UUID, `4040010` unknown.
+extension MockServerAPI {
+    static func addSupportRoutes(to router: Router<BasicRequestContext>, state: MockAppStoreState) {
+        let api = state.serverAPI
+        let support = api.support
+        router.get("/storekit/{environment}/inApps/v1/lookup/{id}") { request, context in
+            try await supportCall(request, context, state: state, operation: "lookup") { environment, _ in
+                // The mock's order ids are its transaction ids; any other order id (letters and
+                // digits, as Apple's are) is one Apple does not know: `status` 1, HTTP 200.
+                guard let id = context.parameters.get("id"), let transactions = api.history(of: id, in: environment) else {
+                    return json(["status": .number(1)])
+                }
+                return json([
+                    "status": .number(0), "signedTransactions": .array(try transactions.map { .string(try api.authority.sign(signed($0))) }),
+                ])
+            }
+        }
+        router.put("/storekit/{environment}/inApps/v1/subscriptions/extend/{id}") { request, context in
+            try await supportCall(request, context, state: state, operation: "extend") { environment, bundleID in
+                let body = try await request.decode(as: JSONValue.self, context: context)
+                guard let id = context.parameters.get("id"), !id.isEmpty, id.utf8.allSatisfy({ (48...57).contains($0) }) else {
+                    return error(400, 4_000_008)
+                }
+                if let failure = extensionProblem(body) { return failure }
+                guard let history = api.history(of: id, in: environment),
+                    let latest = history.filter({ $0["originalTransactionId"]?.stringValue == id && $0["expiresDate"] != nil })
+                        .max(by: { expires($0) < expires($1) }),
+                    latest["bundleId"]?.stringValue == bundleID, let latestID = latest["transactionId"]?.stringValue
+                else { return error(404, 4_040_005) }
+                let days = body["extendByDays"]?.intValue ?? 0
+                let requestID = body["requestIdentifier"]?.stringValue ?? ""
+                let eligible = latest["revocationDate"] == nil && expires(latest) > Date().timeIntervalSince1970 * 1000
+                var effective = expires(latest)
+                if eligible && support.firstUse(of: requestID) {
+                    effective += Double(days) * 86_400_000
+                    api.update(transaction: latestID, in: environment) { $0["expiresDate"] = .number(effective) }
+                }
+                return json([
+                    "originalTransactionId": .string(id), "webOrderLineItemId": latest["webOrderLineItemId"] ?? .string(latestID),
+                    "success": .bool(eligible), "effectiveDate": .number(effective),
+                ])
+            }
+        }
+        router.post("/storekit/{environment}/inApps/v1/subscriptions/extend/mass") { request, context in
+            try await supportCall(request, context, state: state, operation: "mass_extend") { environment, bundleID in
+                let body = try await request.decode(as: JSONValue.self, context: context)
+                if let failure = extensionProblem(body) { return failure }
+                guard let product = body["productId"]?.stringValue, !product.isEmpty else { return error(400, 4_000_023) }
+                support.startMass(
+                    requestIdentifier: body["requestIdentifier"]?.stringValue?.lowercased() ?? "", productID: product, bundleID: bundleID,
+                    environment: environment)
+                return json(["requestIdentifier": body["requestIdentifier"] ?? .null])
+            }
+        }
+        router.get("/storekit/{environment}/inApps/v1/subscriptions/extend/mass/{product}/{request}") { request, context in
+            try await supportCall(request, context, state: state, operation: "mass_extend_status") { environment, bundleID in
+                guard let product = context.parameters.get("product"), let requestID = context.parameters.get("request")?.lowercased(),
+                    let status = support.massStatus(requestIdentifier: requestID, productID: product, bundleID: bundleID, environment: environment)
+                else { return error(404, 4_040_009) }
+                var answer: [String: JSONValue] = ["requestIdentifier": .string(requestID), "complete": .bool(status.complete)]
+                if status.complete {
+                    answer["completeDate"] = .number((Date().timeIntervalSince1970 * 1000).rounded())
+                    answer["succeededCount"] = .number(0)
+                    answer["failedCount"] = .number(0)
+                }
+                return json(answer)
+            }
+        }
+        router.put("/storekit/{environment}/inApps/v1/transactions/{id}/appAccountToken") { request, context in
+            try await supportCall(request, context, state: state, operation: "app_account_token") { environment, bundleID in
+                let body = try await request.decode(as: JSONValue.self, context: context)
+                guard let token = body["appAccountToken"]?.stringValue, UUID(uuidString: token) != nil else { return error(400, 4_000_183) }
+                guard let id = context.parameters.get("id"), let history = api.history(of: id, in: environment),
+                    history.first?["bundleId"]?.stringValue == bundleID
+                else { return error(404, 4_040_010) }
+                for transaction in history where transaction["originalTransactionId"]?.stringValue == id {
+                    guard let transactionID = transaction["transactionId"]?.stringValue else { continue }
+                    api.update(transaction: transactionID, in: environment) { $0["appAccountToken"] = .string(token.lowercased()) }
+                }
+                return Response(status: .ok)
+            }
+        }
+    }
+
+    /// Apple's checks of an extension's body: days 1–90, reason 0–3, a UUID request identifier.
+    private static func extensionProblem(_ body: JSONValue) -> Response? {
+        guard let days = body["extendByDays"]?.intValue, (1...90).contains(days) else { return error(400, 4_000_009) }
+        guard let reason = body["extendReasonCode"]?.intValue, (0...3).contains(reason) else { return error(400, 4_000_010) }
+        guard let id = body["requestIdentifier"]?.stringValue, UUID(uuidString: id) != nil else { return error(400, 4_000_011) }
+        return nil
+    }
+
+    /// Counts the call, applies a scripted rule (delay, status, error code, `Retry-After`) and
+    /// checks the JWT, as every Server API route does; then `body`.
+    private static func supportCall(
+        _ request: Request, _ context: BasicRequestContext, state: MockAppStoreState, operation: String,
+        body: (AppStoreEnvironment, String) async throws -> Response
+    ) async throws -> Response {
+        let api = state.serverAPI
+        guard let name = context.parameters.get("environment"), let environment = AppStoreEnvironment(rawValue: name) else {
+            return Response(status: .notFound)
+        }
+        api.count("\(environment.rawValue) \(operation)")
+        api.count("\(environment.rawValue) all")
+        let rule = api.takeRule(path: request.uri.path.replacingOccurrences(of: "/storekit/\(environment.rawValue)", with: ""))
+        if let delay = rule?.delayMs, delay > 0 { try await Task.sleep(for: .milliseconds(delay)) }
+        guard let bundleID = authorizedBundle(request, api: api) else { return Response(status: .unauthorized) }
+        if let rule, rule.httpStatus != nil || rule.errorCode != nil {
+            var response = error(rule.httpStatus ?? 500, rule.errorCode)
+            if let retryAfter = rule.retryAfterMs, let header = HTTPField.Name("Retry-After") { response.headers[header] = String(retryAfter) }
+            return response
+        }
+        return try await body(environment, bundleID)
+    }
+}
+
+/// The mock's memory of support requests: the request identifiers already used (an extension
+/// is applied once) and the mass extensions with how often their status was asked. Thread-safe.
+public final class MockSupportState: Sendable {
+    struct Mass {
+        var productID: String
+        var bundleID: String
+        var environment: AppStoreEnvironment
+        var asked = 0
+    }
+
+    private let storage = Mutex((used: Set<String>(), mass: [String: Mass]()))
+
+    /// Whether `requestIdentifier` is used for the first time (and marks it used).
+    func firstUse(of requestIdentifier: String) -> Bool {
+        storage.withLock { $0.used.insert(requestIdentifier.lowercased()).inserted }
+    }
+
+    func startMass(requestIdentifier: String, productID: String, bundleID: String, environment: AppStoreEnvironment) {
+        storage.withLock { storage in
+            if storage.mass[requestIdentifier] == nil {
+                storage.mass[requestIdentifier] = Mass(productID: productID, bundleID: bundleID, environment: environment)
+            }
+        }
+    }
+
+    /// A mass extension's status: in progress the first time it is asked, then complete.
+    func massStatus(
+        requestIdentifier: String, productID: String, bundleID: String, environment: AppStoreEnvironment
+    ) -> (complete: Bool, asked: Int)? {
+        let asked: Int? = storage.withLock { storage in
+            guard var mass = storage.mass[requestIdentifier], mass.productID == productID, mass.bundleID == bundleID,
+                mass.environment == environment
+            else { return nil }
+            mass.asked += 1
+            storage.mass[requestIdentifier] = mass
+            return mass.asked
+        }
+        guard let asked else { return nil }
+        return (asked > 1, asked)
+    }
+
+    /// The mass extensions asked for so far.
+    public var massRequests: Int { storage.withLock { $0.mass.count } }
+}
