@@ -114,19 +114,28 @@ public final class PostgresSubscriptionSchedule: SubscriptionSchedule {
 
     /// Gives the subscriptions skipped for an app whose notifications stopped arriving their skipped
     /// poll back: today's schedule, due at once if that poll has passed. Apps that never had a
-    /// notification have no skipped rows; the partial index holds only skipped ones.
+    /// notification have no skipped rows; the partial index holds only skipped ones. At most
+    /// `restoreBatch` rows a claim, and none another replica holds (`SKIP LOCKED`: two replicas
+    /// restoring the same app neither wait for each other nor deadlock); the next claims take the rest.
     private func restoreSkippedPolls(now: Date, safetyNet: RepollSafetyNet, scope: String?, on connection: PostgresConnection) throws {
         let freshSince: Date? = safetyNet.freshWindow > .zero ? safetyNet.freshSince(now) : nil
         _ = try connection.query(
             """
             UPDATE subscriptions s SET next_poll_at = LEAST(s.next_poll_at, s.skipped_poll_at), skipped_poll_at = NULL,
                 updated_at = now()
-            FROM app_notification_activity a
-            WHERE s.app_id = a.app_id AND s.environment = a.environment AND s.skipped_poll_at IS NOT NULL
-              AND (\(freshSince)::timestamptz IS NULL OR a.last_notification_at < \(freshSince))
-              AND (\(scope)::uuid[] IS NULL OR s.app_id = ANY(\(scope)::uuid[]))
+            WHERE (s.app_id, s.environment, s.original_transaction_id) IN (
+                SELECT t.app_id, t.environment, t.original_transaction_id
+                FROM subscriptions t JOIN app_notification_activity a ON a.app_id = t.app_id AND a.environment = t.environment
+                WHERE t.skipped_poll_at IS NOT NULL
+                  AND (\(freshSince)::timestamptz IS NULL OR a.last_notification_at < \(freshSince))
+                  AND (\(scope)::uuid[] IS NULL OR t.app_id = ANY(\(scope)::uuid[]))
+                LIMIT \(Self.restoreBatch)
+                FOR UPDATE OF t SKIP LOCKED)
             """)
     }
+
+    /// The most skipped polls one claim gives back.
+    static let restoreBatch = 10_000
 
     public func countDue(now: Date, limit: Int) throws -> Int {
         let scope = apps.map { PostgresArray.literal($0.map(\.uuidString)) }
