@@ -49,6 +49,7 @@ public final class PostgresReceiptStore: ReceiptStore {
                 for group in Self.conflictFreeGroups(records) {
                     changes.merge(try write(NotificationRows.prepare(group, on: connection), on: connection))
                 }
+                try NotificationActivityRows.touch(records, on: connection)
                 let resources = try ReceiptRows.resources(
                     connection, ids: records.filter { !$0.isRepoll && !$0.isNotification }.map(\.envelope.id))
                 if writesEvents {

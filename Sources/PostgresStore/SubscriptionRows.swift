@@ -44,6 +44,8 @@ enum SubscriptionRows {
                             .bool(state.isTrial), .bool(state.isIntro), .text(state.ownershipType), .text(state.latestTransactionID),
                             .date(state.revokedAt), .int(state.cancellationReason), .text(record.userIdentifier),
                             .uuid(record.receiptID), .date(state.observedAt), .date(planned.nextPollAt),
+                            // A V2 notification's state: notifications now cover the subscription (RepollSafetyNet).
+                            .date(record.notification?.version == .v2 ? record.validatedAt : nil),
                         ]
                     ))
             }
@@ -52,7 +54,7 @@ enum SubscriptionRows {
         // for each other instead of deadlocking.
         var states = ColumnBatch([
             .uuid, .text, .text, .text, .text, .timestamptz, .timestamptz, .timestamptz, .bool, .text, .bool, .timestamptz,
-            .int4, .bool, .bool, .text, .text, .timestamptz, .int4, .text, .uuid, .timestamptz, .timestamptz,
+            .int4, .bool, .bool, .text, .text, .timestamptz, .int4, .text, .uuid, .timestamptz, .timestamptz, .timestamptz,
         ])
         for row in rows.sorted(by: { $0.key.lexicographicallyPrecedes($1.key) }) { states.append(row.values) }
         if !outcomes.isEmpty {
@@ -73,13 +75,13 @@ enum SubscriptionRows {
             INSERT INTO subscriptions AS s (app_id, environment, original_transaction_id, product_id, state, expires_at,
                 purchased_at, original_purchase_date, auto_renew_status, auto_renew_product_id, is_in_billing_retry,
                 grace_period_expires_at, expiration_intent, is_trial, is_intro, ownership_type, latest_transaction_id,
-                revoked_at, cancellation_reason, user_identifier, receipt_id, observed_at, next_poll_at)
+                revoked_at, cancellation_reason, user_identifier, receipt_id, observed_at, next_poll_at, notified_at)
             SELECT * FROM unnest(\(states[0])::uuid[], \(states[1])::text[], \(states[2])::text[], \(states[3])::text[],
                 \(states[4])::text[], \(states[5])::timestamptz[], \(states[6])::timestamptz[], \(states[7])::timestamptz[],
                 \(states[8])::boolean[], \(states[9])::text[], \(states[10])::boolean[], \(states[11])::timestamptz[],
                 \(states[12])::int[], \(states[13])::boolean[], \(states[14])::boolean[], \(states[15])::text[],
                 \(states[16])::text[], \(states[17])::timestamptz[], \(states[18])::int[], \(states[19])::text[],
-                \(states[20])::uuid[], \(states[21])::timestamptz[], \(states[22])::timestamptz[])
+                \(states[20])::uuid[], \(states[21])::timestamptz[], \(states[22])::timestamptz[], \(states[23])::timestamptz[])
             ON CONFLICT (app_id, environment, original_transaction_id) DO UPDATE SET
                 product_id = EXCLUDED.product_id, state = EXCLUDED.state, expires_at = EXCLUDED.expires_at,
                 purchased_at = EXCLUDED.purchased_at, original_purchase_date = EXCLUDED.original_purchase_date,
@@ -91,6 +93,8 @@ enum SubscriptionRows {
                 -- The first user to present the subscription keeps it, as in the ledger.
                 user_identifier = COALESCE(s.user_identifier, EXCLUDED.user_identifier),
                 receipt_id = EXCLUDED.receipt_id, observed_at = EXCLUDED.observed_at, next_poll_at = EXCLUDED.next_poll_at,
+                -- A new state plans its own poll: a poll skipped for the old one is moot.
+                notified_at = COALESCE(EXCLUDED.notified_at, s.notified_at), skipped_poll_at = NULL,
                 updated_at = now()
             WHERE s.observed_at <= EXCLUDED.observed_at
             RETURNING \(unescaped: columns)

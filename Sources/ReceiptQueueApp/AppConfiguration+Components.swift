@@ -191,6 +191,10 @@ extension AppConfiguration {
         /// When subscriptions are polled again (`REPOLL_LEAD_*`, `REPOLL_JITTER`,
         /// `REPOLL_TROUBLE_INTERVAL_SECONDS`); the worker plans each next poll with it.
         public var repollPolicy: RepollPolicy
+        /// Which due re-polls Server Notifications V2 make unnecessary
+        /// (`REPOLL_NOTIFICATIONS_FRESH_WINDOW_SECONDS`, default 21600, 0 turns it off;
+        /// `REPOLL_SAFETY_NET_GRACE_SECONDS`, default 86400).
+        public var repollSafetyNet: RepollSafetyNet
         /// Re-polls per second across every scheduler replica (`REPOLL_RATE_PER_SECOND`).
         public var repollRatePerSecond: Double
         /// Subscriptions per scheduler claim (`REPOLL_BATCH_SIZE`).
@@ -205,6 +209,9 @@ extension AppConfiguration {
                 maxLead: .seconds(try environment.int("REPOLL_MAX_LEAD_SECONDS", 86_400, range: 1...(30 * 86_400))),
                 troubleInterval: .seconds(try environment.int("REPOLL_TROUBLE_INTERVAL_SECONDS", 86_400, range: 60...(30 * 86_400))),
                 jitter: try environment.double("REPOLL_JITTER", 0.25, range: 0...1))
+            repollSafetyNet = RepollSafetyNet(
+                freshWindow: .seconds(try environment.int("REPOLL_NOTIFICATIONS_FRESH_WINDOW_SECONDS", 21_600, range: 0...(30 * 86_400))),
+                grace: .seconds(try environment.int("REPOLL_SAFETY_NET_GRACE_SECONDS", 86_400, range: 0...(30 * 86_400))))
             repollRatePerSecond = try environment.double("REPOLL_RATE_PER_SECOND", 50, range: 0.01...100_000)
             repollBatchSize = try environment.int("REPOLL_BATCH_SIZE", 500, range: 1...10_000)
             notificationHistoryInterval = .seconds(try environment.int("NOTIFICATION_HISTORY_INTERVAL_SECONDS", 900, range: 10...86_400))

@@ -273,7 +273,8 @@ public enum ReceiptQueueApp {
                 janitorInterval: .seconds(max(1, configuration.worker.heartbeatTTLSeconds / 2)),
                 repollBatch: configuration.scheduler.repollBatchSize,
                 // Past the retry budget: a re-poll still retrying is not queued a second time.
-                repollLease: configuration.worker.retryPolicy.maxAge + .seconds(3600)),
+                repollLease: configuration.worker.retryPolicy.maxAge + .seconds(3600),
+                safetyNet: configuration.scheduler.repollSafetyNet),
             makeMaintenance: {
                 RedisMaintenance(
                     connection: try RedisConnection(configuration: configuration.redis, label: "scheduler", logger: logger),

@@ -25,19 +25,23 @@ public final class Scheduler: Service, Sendable {
         public var repollLease: Duration
         /// How often the due re-polls are counted for `receiptq_repolls_due` (one index scan each).
         public var dueCountInterval: Duration
+        /// Which due subscriptions Server Notifications V2 cover (skipped until their safety net).
+        public var safetyNet: RepollSafetyNet
 
         /// Creates a configuration (defaults: 1 s ticks, janitor every 15 s, re-polls in batches
         /// of 500 with a 73 h lease: longer than the default retry budget; due re-polls counted
-        /// every 15 s).
+        /// every 15 s; ``RepollSafetyNet``'s defaults).
         public init(
             tickInterval: Duration = .seconds(1), janitorInterval: Duration = .seconds(15), repollBatch: Int = 500,
-            repollLease: Duration = .seconds(73 * 3600), dueCountInterval: Duration = .seconds(15)
+            repollLease: Duration = .seconds(73 * 3600), dueCountInterval: Duration = .seconds(15),
+            safetyNet: RepollSafetyNet = RepollSafetyNet()
         ) {
             self.tickInterval = tickInterval
             self.janitorInterval = janitorInterval
             self.repollBatch = repollBatch
             self.repollLease = repollLease
             self.dueCountInterval = dueCountInterval
+            self.safetyNet = safetyNet
         }
     }
 
@@ -49,6 +53,7 @@ public final class Scheduler: Service, Sendable {
     private let stopping = Atomic<Bool>(false)
     private let repollsEnqueued: Counter
     private let repollsDue: Gauge
+    private let metrics: any MetricsFactory
 
     /// Creates a scheduler.
     /// - Parameters:
@@ -71,6 +76,7 @@ public final class Scheduler: Service, Sendable {
         self.logger = logger
         repollsEnqueued = Counter(label: "receiptq_repolls_enqueued_total", factory: metrics)
         repollsDue = Gauge(label: "receiptq_repolls_due", factory: metrics)
+        self.metrics = metrics
     }
 
     public func run() async throws {
@@ -89,6 +95,18 @@ public final class Scheduler: Service, Sendable {
         // Pacing uses the machine's clock: an injected clock that stands still would stop the counts.
         var lastDueCount: ContinuousClock.Instant?
         var rng = SystemRandomNumberGenerator()
+        // `receiptq_repolls_total`, one counter per app and outcome, made as apps show up.
+        var perApp: [String: Counter] = [:]
+        func count(_ counts: [UUID: Int], _ outcome: String) {
+            for (app, n) in counts where n > 0 {
+                let key = "\(app)\u{0}\(outcome)"
+                let counter =
+                    perApp[key]
+                    ?? Counter(label: "receiptq_repolls_total", dimensions: [("app", app.canonical), ("outcome", outcome)], factory: metrics)
+                perApp[key] = counter
+                counter.increment(by: n)
+            }
+        }
         while !stopping.load(ordering: .relaxed) {
             do {
                 if maintenance == nil { maintenance = try makeMaintenance() }
@@ -109,14 +127,20 @@ public final class Scheduler: Service, Sendable {
                     if repoller == nil {
                         let (schedule, queue) = try makeRepolls()
                         repoller = Repoller(
-                            schedule: schedule, queue: queue, batchSize: configuration.repollBatch, lease: configuration.repollLease)
+                            schedule: schedule, queue: queue, batchSize: configuration.repollBatch, lease: configuration.repollLease,
+                            safetyNet: configuration.safetyNet)
                     }
                     // Bounded per tick so that promotion and the janitor keep their pace during a
                     // backlog; the global budget bounds it across replicas anyway.
-                    let queued = try repoller?.drain(now: now(), limit: 20 * configuration.repollBatch, using: &rng) ?? 0
-                    if queued > 0 {
-                        repollsEnqueued.increment(by: queued)
-                        logger.debug("Queued subscription re-polls", metadata: ["repolls.count": "\(queued)"])
+                    let tally = try repoller?.drain(now: now(), limit: 20 * configuration.repollBatch, using: &rng) ?? RepollTally()
+                    count(tally.made, "made")
+                    count(tally.skipped, "skipped")
+                    let queued = tally.queued
+                    let skipped = tally.skipped.values.reduce(0, +)
+                    if queued > 0 { repollsEnqueued.increment(by: queued) }
+                    if queued > 0 || skipped > 0 {
+                        logger.debug(
+                            "Queued subscription re-polls", metadata: ["repolls.count": "\(queued)", "repolls.skipped": "\(skipped)"])
                     }
                     if let repoller, lastDueCount.map({ ContinuousClock.now - $0 >= configuration.dueCountInterval }) ?? true {
                         repollsDue.record(try repoller.countDue(now: now()))

@@ -55,6 +55,7 @@ public enum MetricCatalog {
     public static let redisReplicaLagBytes = "receiptq_redis_replica_lag_bytes"
     public static let repollsDue = "receiptq_repolls_due"
     public static let repollsEnqueued = "receiptq_repolls_enqueued_total"
+    public static let repolls = "receiptq_repolls_total"
     public static let notificationsReceived = "receiptq_notifications_received_total"
     public static let notificationsStored = "receiptq_notifications_stored_total"
     public static let notificationAppsSilent = "receiptq_notification_apps_silent"
@@ -141,6 +142,10 @@ public enum MetricCatalog {
             "The most bytes of the Redis primary's replication stream one of its replicas has not acknowledged."),
         Entry(repollsDue, .gauge, "Subscriptions whose next poll is due and not yet queued."),
         Entry(repollsEnqueued, .counter, "Re-poll jobs queued by the schedulers."),
+        Entry(
+            repolls, .counter,
+            "Due re-polls per app: made (queued) or skipped because Server Notifications V2 cover the subscription.",
+            labels: ["app": nil, "outcome": ["made", "skipped"]]),
         Entry(
             notificationsReceived, .counter,
             "App Store Server Notifications posted to serve, by answer (accepted, duplicate, forged, unauthorized, invalid, not_found, unavailable).",

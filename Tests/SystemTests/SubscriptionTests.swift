@@ -235,7 +235,8 @@ struct SubscriptionTests {
         // Its own app only: other suites share the database (and their subscriptions are due before `base`).
         let schedule = PostgresSubscriptionSchedule(connection: connection, apps: [app.id])
         var rng = SeededGenerator(seed: 1)
-        let dying = Repoller(schedule: schedule, queue: DyingQueue(queue), batchSize: 1000, lease: .seconds(3600))
+        let dying = Repoller(
+            schedule: schedule, queue: DyingQueue(queue), batchSize: 1000, lease: .seconds(3600), safetyNet: RepollSafetyNet())
         // receiptq_repolls_due: what is due, bounded by the limit.
         #expect(try dying.countDue(now: Self.base) >= 40)
         #expect(try dying.countDue(now: Self.base, limit: 10) == 10)
@@ -245,8 +246,8 @@ struct SubscriptionTests {
         #expect(try length() >= 40)
         let before = try length()
         // The rows were not advanced (rolled back): they are claimed again, and nothing new is queued.
-        let queuedAgain = try Repoller(schedule: schedule, queue: queue, batchSize: 1000, lease: .seconds(3600))
-            .drain(now: Self.base, limit: 10_000, using: &rng)
+        let queuedAgain = try Repoller(schedule: schedule, queue: queue, batchSize: 1000, lease: .seconds(3600), safetyNet: RepollSafetyNet())
+            .drain(now: Self.base, limit: 10_000, using: &rng).queued
         #expect(queuedAgain >= 40)
         #expect(try length() == before)
         #expect(try schedule.countDue(now: Self.base, limit: 1_000_000) == 0, "claimed rows wait for their lease")

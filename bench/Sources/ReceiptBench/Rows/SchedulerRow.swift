@@ -260,7 +260,8 @@ enum SchedulerRow: BenchRow {
                 connection: try RedisConnection(configuration: configuration.redis, label: "bench-scheduler"), keys: keys,
                 ratePerSecond: 1_000_000_000))
         let repoller = Repoller(
-            schedule: PostgresSubscriptionSchedule(connection: connection), queue: queue, batchSize: settings.batch, lease: lease)
+            schedule: PostgresSubscriptionSchedule(connection: connection), queue: queue, batchSize: settings.batch, lease: lease,
+            safetyNet: RepollSafetyNet())
         var generator = SystemRandomNumberGenerator()
         let repollQueue = keys.queue(JobKind.repoll.rawValue)
 
@@ -275,7 +276,7 @@ enum SchedulerRow: BenchRow {
 
         FileHandle.standardError.write(Data("scheduler: \(sizeLabel(size)): \(settings.warmup) warm-up batches…\n".utf8))
         for _ in 0..<settings.warmup {
-            try check(try repoller.runBatch(now: Date(), using: &generator))
+            try check(try repoller.runBatch(now: Date(), using: &generator).queued.count)
         }
         FileHandle.standardError.write(Data("scheduler: \(sizeLabel(size)): \(settings.iterations) samples…\n".utf8))
         var wall: [UInt64] = []
@@ -294,7 +295,7 @@ enum SchedulerRow: BenchRow {
             queue.nanoseconds = 0
             let cpu0 = ProcessStats.selfCPUMicros()
             let wall0 = BenchClock.wall()
-            let queued = try repoller.runBatch(now: Date(), using: &generator)
+            let queued = try repoller.runBatch(now: Date(), using: &generator).queued.count
             let wall1 = BenchClock.wall()
             let cpu1 = ProcessStats.selfCPUMicros()
             try check(queued)
@@ -320,7 +321,7 @@ enum SchedulerRow: BenchRow {
                 """)
             notices.removeAll()
             let explainWall0 = BenchClock.wall()
-            let queued = try repoller.runBatch(now: Date(), using: &generator)
+            let queued = try repoller.runBatch(now: Date(), using: &generator).queued.count
             let explainWall = Double(BenchClock.wall() &- explainWall0) / 1_000_000
             try connection.execute("SET auto_explain.log_min_duration = -1")
             try check(queued)
