@@ -16,6 +16,7 @@ import ReceiptCore
 ///   `{"all": true, "error_code"?, "app_id"?, "q"?}` (role `operator`).
 /// - `GET|POST /admin/api/webhooks`, `POST /admin/api/webhooks/{id}/{pause|resume|rotate-secret|remove|test}`
 ///   (changes: role `admin`), `GET /admin/api/audit` (see `AdminAPI+Webhooks.swift`).
+/// - `POST /admin/api/history/resync` (role `operator`, see `AdminAPI+Resync.swift`).
 ///
 /// Every request needs an operator's credentials (HTTP Basic): a refusal is a bare 401, a role
 /// too low for the action a 403 naming the role it needs. Every action is written to the audit
@@ -29,6 +30,8 @@ public struct AdminAPI: Sendable {
     let authenticator: OperatorAuthenticator
     let actions: AuditedActions
     let webhooks: (any WebhookAdministration)?
+    /// Queues history resyncs (nil: no resync route).
+    let resync: (any HistoryResync)?
     let now: @Sendable () -> Date
 
     /// The most entries one page may hold.
@@ -43,11 +46,14 @@ public struct AdminAPI: Sendable {
     ///   - authenticator: who may use it, with which role.
     ///   - audit: the audit log (nil only where there is no Postgres: actions then go unrecorded).
     ///   - webhooks: the webhook endpoints' administration (nil: no webhook routes).
+    ///   - resync: queues history resyncs (nil: no resync route).
     ///   - now: the injected clock (ages).
     public init(
         dead: any JobSetStore, retries: any JobSetStore, overview: any QueueOverview, authenticator: OperatorAuthenticator,
-        audit: (any AuditLog)? = nil, webhooks: (any WebhookAdministration)? = nil, now: @escaping @Sendable () -> Date = { Date() }
+        audit: (any AuditLog)? = nil, webhooks: (any WebhookAdministration)? = nil, resync: (any HistoryResync)? = nil,
+        now: @escaping @Sendable () -> Date = { Date() }
     ) {
+        self.resync = resync
         self.dead = dead
         self.retries = retries
         self.overview = overview
@@ -66,6 +72,7 @@ public struct AdminAPI: Sendable {
             }
         }
         addWebhookRoutes(to: group)
+        addResyncRoutes(to: group)
         group.get("{set}") { request, context in
             await authorized(request, context, .viewer) { _ in
                 guard let (store, kind) = set(context) else { return notFound() }
@@ -153,6 +160,7 @@ public struct AdminAPI: Sendable {
         "GET /admin/api/{set}/{id}": [], "POST /admin/api/{set}/retry": [], "POST /admin/api/{set}/delete": [],
         "GET /admin/api/webhooks": ["app_id"], "POST /admin/api/webhooks": [], "POST /admin/api/webhooks/{id}/{action}": [],
         "GET /admin/api/audit": ["actor", "action", "user_identifier", "before", "limit"],
+        "POST /admin/api/history/resync": [],
     ]
 
     /// `error_code`, `app_id`, `q`, `offset`, `limit` from the query string (the pages' too).

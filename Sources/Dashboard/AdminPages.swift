@@ -36,6 +36,8 @@ public struct AdminPages: Sendable {
     let notifications: (any NotificationLog)?
     /// The customer look-up (nil: no customer view).
     let customers: (any CustomerDirectory)?
+    /// Queues history resyncs from the customer view (nil: no resync button).
+    let resync: (any HistoryResync)?
     let now: @Sendable () -> Date
     let library: MustacheLibrary
     let stylesheet: [UInt8]
@@ -56,14 +58,16 @@ public struct AdminPages: Sendable {
     ///   - apps: the registered apps, for the app filter (an error shows a plain text field instead).
     ///   - notifications: the stored notifications (Postgres), for their pages and the overview's counts.
     ///   - customers: the customer look-up (Postgres), for the customer view.
+    ///   - resync: queues history resyncs (the customer view's button; nil: none).
     ///   - now: the injected clock.
     /// - Throws: when a template is missing or does not parse (a broken build).
     public init(
         dead: any JobSetStore, retries: any JobSetStore, overview: any QueueOverview, authenticator: OperatorAuthenticator,
         sessions: AdminSessions, audit: (any AuditLog)? = nil, webhooks: (any WebhookAdministration)? = nil,
         apps: @escaping @Sendable () async throws -> [AppRecord] = { [] }, notifications: (any NotificationLog)? = nil,
-        customers: (any CustomerDirectory)? = nil, now: @escaping @Sendable () -> Date = { Date() }
+        customers: (any CustomerDirectory)? = nil, resync: (any HistoryResync)? = nil, now: @escaping @Sendable () -> Date = { Date() }
     ) throws {
+        self.resync = resync
         self.notifications = notifications
         self.customers = customers
         self.dead = dead
@@ -112,7 +116,10 @@ public struct AdminPages: Sendable {
             await page(request, context: context) { user, session in try await overviewPage(user, session) }
         }
         if notifications != nil { addNotificationRoutes(to: router) }
-        if customers != nil { addCustomerRoutes(to: router) }
+        if customers != nil {
+            addCustomerRoutes(to: router)
+            addResyncRoutes(to: router)
+        }
         addAuditRoutes(to: router)
         if webhooks != nil { addWebhookRoutes(to: router) }
         for kind in JobSetKind.allCases {

@@ -111,12 +111,15 @@ public enum ReceiptQueueApp {
             pool: postgresPool, secrets: try configuration.secretsKey.map { try SecretBox(key: $0) },
             resolvesOnlyPrivately: PublicAddressPolicy.resolvesOnlyPrivately,
             sendTest: { try await WebhookClient.sendTest(to: $0, origin: "the receiptq dashboard", configuration: webhookClient) })
-        AdminAPI(dead: dead, retries: retries, overview: overview, authenticator: authenticator, audit: operators, webhooks: webhooks)
-            .addRoutes(to: router)
+        let resync = QueuedResync(intake: intake, app: { id in try await catalog.apps().first { $0.id == id } })
+        AdminAPI(
+            dead: dead, retries: retries, overview: overview, authenticator: authenticator, audit: operators, webhooks: webhooks, resync: resync
+        ).addRoutes(to: router)
         try AdminPages(
             dead: dead, retries: retries, overview: overview, authenticator: authenticator, sessions: configuration.dashboard.sessions,
             audit: operators, webhooks: webhooks, apps: { try await catalog.apps() },
-            notifications: PostgresNotificationLog(pool: postgresPool), customers: PostgresCustomerDirectory(pool: postgresPool)
+            notifications: PostgresNotificationLog(pool: postgresPool), customers: PostgresCustomerDirectory(pool: postgresPool),
+            resync: resync
         ).addRoutes(to: router)
         // Last, with the finished route table: it joins only the not-found chain (see its doc).
         router.add(middleware: MethodNotAllowedMiddleware(routes: router.routes.map { ($0.method.rawValue, $0.path.description) }))
