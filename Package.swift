@@ -331,7 +331,7 @@ let package = Package(
             name: "ReceiptWorkerTests",
             dependencies: [
                 "SystemTesting",
-                "ReceiptWorker", "ReceiptTesting", "AppStoreClient",
+                "ReceiptWorker", "ReceiptTesting", "AppStoreClient", "DevTools",
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
             swiftSettings: swiftSettings

@@ -13,6 +13,8 @@ final class ServerAPIAttempt: Sendable {
         var calls: [AppleCall] = []
         var signedTransactions: [String] = []
         var pages = 0
+        /// The revision of the last history page read (where the next read starts).
+        var revision: String?
     }
 
     private let client: ServerAPIClient
@@ -32,9 +34,17 @@ final class ServerAPIAttempt: Sendable {
         guard !query.transactionID.isEmpty, query.transactionID.count <= 64, query.transactionID.utf8.allSatisfy({ (48...57).contains($0) })
         else { return finish(.invalid, code: .invalidTransactionID) }
         switch query.operation {
-        case .history: historyPage(revision: nil)
+        case .history: historyPage(revision: startRevision())
         case .statuses: statuses(transactions: [])
+        case .transactionInfo: transactionInfo()
         }
+    }
+
+    /// The stored revision to read on from, when the attempt asks the environment it belongs to
+    /// (Apple's revisions mean nothing in the other one).
+    private func startRevision() -> String? {
+        guard let cursor = query.historyCursor else { return nil }
+        return state.withLock { $0.environment } == cursor.environment ? cursor.revision : nil
     }
 
     // MARK: Steps
@@ -49,6 +59,7 @@ final class ServerAPIAttempt: Sendable {
             let pages = self.state.withLock { state in
                 state.signedTransactions += page
                 state.pages += 1
+                if let revision = json["revision"]?.stringValue, !revision.isEmpty { state.revision = revision }
                 return state.pages
             }
             if json["hasMore"]?.boolValue == true, let next = json["revision"]?.stringValue, !next.isEmpty {
@@ -64,10 +75,30 @@ final class ServerAPIAttempt: Sendable {
                     guard let payload = self.payload(jws, as: .transaction) else { return }
                     transactions.append(payload)
                 }
-                let hasSubscriptions = transactions.contains {
-                    $0["expiresDate"] != nil || $0["type"]?.stringValue == "Auto-Renewable Subscription"
-                }
+                let hasSubscriptions = transactions.contains(where: Self.isSubscription)
                 if hasSubscriptions { self.statuses(transactions: transactions) } else { self.finishValid(transactions: transactions, statuses: []) }
+            }
+        }
+    }
+
+    private static func isSubscription(_ transaction: JSONValue) -> Bool {
+        transaction["expiresDate"] != nil || transaction["type"]?.stringValue == "Auto-Renewable Subscription"
+    }
+
+    /// Get Transaction Info: the one call for a purchase of a customer already seen; the statuses
+    /// follow only when it is an auto-renewable subscription (whose state they hold).
+    private func transactionInfo() {
+        call("/inApps/v1/transactions/\(query.transactionID)", endpoint: .transactionInfo) { json in
+            self.decodeOffEngine {
+                guard let signed = json["signedTransactionInfo"]?.stringValue else {
+                    return self.finish(.outage, code: .nonJSONBody)
+                }
+                guard let transaction = self.payload(signed, as: .transaction) else { return }
+                if Self.isSubscription(transaction) {
+                    self.statuses(transactions: [transaction])
+                } else {
+                    self.finishValid(transactions: [transaction], statuses: [])
+                }
             }
         }
     }
@@ -167,6 +198,7 @@ final class ServerAPIAttempt: Sendable {
             state.environment = target
             state.signedTransactions = []
             state.pages = 0
+            state.revision = nil
             return true
         }
     }
@@ -204,10 +236,17 @@ final class ServerAPIAttempt: Sendable {
     // MARK: Endings
 
     private func finishValid(transactions: [JSONValue], statuses: [ServerAPIStatusItem]) {
-        let (environment, calls) = state.withLock { ($0.environment, $0.calls) }
+        let (environment, calls, revision) = state.withLock { ($0.environment, $0.calls, $0.revision) }
         let ledger = ServerAPILedger.build(
             environment: environment.rawValue, transactions: transactions, statuses: statuses, at: client.now())
-        completion(ValidationOutcome(ledger: ledger, calls: calls))
+        completion(ValidationOutcome(ledger: ledger, calls: calls, historyCursor: cursor(revision: revision, environment: environment)))
+    }
+
+    /// Where this attempt's history read ended, for the next one, filed under the customer the
+    /// planner names.
+    private func cursor(revision: String?, environment: AppStoreEnvironment) -> HistoryCursor? {
+        guard query.operation == .history, let revision, let key = query.historyKey else { return nil }
+        return HistoryCursor(originalTransactionID: key, environment: environment, revision: revision)
     }
 
     private func finish(_ verdict: AppleVerdict, code: FailureCode, rateLimitedUntil: Date? = nil) {

@@ -17,6 +17,7 @@ import ReceiptCore
 /// - `GET|POST /admin/api/webhooks`, `POST /admin/api/webhooks/{id}/{pause|resume|rotate-secret|remove|test}`
 ///   (changes: role `admin`), `GET /admin/api/audit` (see `AdminAPI+Webhooks.swift`).
 /// - `/admin/api/apps/{app_id}/…`: the App Store Server API's support endpoints (see `AdminAPI+Support.swift`).
+/// - `POST /admin/api/history/resync` (role `operator`, see `AdminAPI+Resync.swift`).
 ///
 /// Every request needs an operator's credentials (HTTP Basic): a refusal is a bare 401, a role
 /// too low for the action a 403 naming the role it needs. Every action is written to the audit
@@ -32,6 +33,8 @@ public struct AdminAPI: Sendable {
     let webhooks: (any WebhookAdministration)?
     /// The App Store Server API's support endpoints (nil: no support routes).
     let support: (any SupportDesk)?
+    /// Queues history resyncs (nil: no resync route).
+    let resync: (any HistoryResync)?
     let now: @Sendable () -> Date
 
     /// The most entries one page may hold.
@@ -47,13 +50,15 @@ public struct AdminAPI: Sendable {
     ///   - audit: the audit log (nil only where there is no Postgres: actions then go unrecorded).
     ///   - webhooks: the webhook endpoints' administration (nil: no webhook routes).
     ///   - support: the support endpoints (nil: no support routes; see `AdminAPI+Support.swift`).
+    ///   - resync: queues history resyncs (nil: no resync route).
     ///   - now: the injected clock (ages).
     public init(
         dead: any JobSetStore, retries: any JobSetStore, overview: any QueueOverview, authenticator: OperatorAuthenticator,
         audit: (any AuditLog)? = nil, webhooks: (any WebhookAdministration)? = nil, support: (any SupportDesk)? = nil,
-        now: @escaping @Sendable () -> Date = { Date() }
+        resync: (any HistoryResync)? = nil, now: @escaping @Sendable () -> Date = { Date() }
     ) {
         self.support = support
+        self.resync = resync
         self.dead = dead
         self.retries = retries
         self.overview = overview
@@ -73,6 +78,7 @@ public struct AdminAPI: Sendable {
         }
         addWebhookRoutes(to: group)
         addSupportRoutes(to: group)
+        addResyncRoutes(to: group)
         group.get("{set}") { request, context in
             await authorized(request, context, .viewer) { _ in
                 guard let (store, kind) = set(context) else { return notFound() }
@@ -165,6 +171,7 @@ public struct AdminAPI: Sendable {
         "GET /admin/api/apps/{app_id}/mass-extensions": [], "GET /admin/api/apps/{app_id}/mass-extensions/{request_identifier}": [],
         "POST /admin/api/apps/{app_id}/app-account-token": [], "POST /admin/api/apps/{app_id}/test-notifications": [],
         "GET /admin/api/apps/{app_id}/test-notifications/{token}": ["environment"],
+        "POST /admin/api/history/resync": [],
     ]
 
     /// `error_code`, `app_id`, `q`, `offset`, `limit` from the query string (the pages' too).

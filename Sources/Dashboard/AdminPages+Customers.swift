@@ -20,6 +20,11 @@ extension AdminPages {
         let (query, term, by, problem) = Self.customerQuery(request)
         values["q"] = term
         values["byTransaction"] = by == "transaction"
+        values["by"] = by
+        values["canResync"] = resync != nil && user.role >= .operator
+        if let notice = Self.resyncNotice(request.uri.queryParameters["resync"].map(String.init)) {
+            values[notice.isProblem ? "problem" : "notice"] = notice.text
+        }
         values["hasApps"] = !known.isEmpty
         values["apps"] = known.map { app -> [String: Any] in
             ["id": app.id.canonical, "name": app.name, "bundleID": app.bundleID, "selected": app.id == query.appID]
@@ -139,7 +144,8 @@ extension AdminPages {
         }
         values["purchases"] = found.purchases.map { purchase -> [String: Any] in
             [
-                "app": app(purchase.appID), "transaction": purchase.transactionID, "original": purchase.originalTransactionID,
+                "app": app(purchase.appID), "appID": purchase.appID.canonical, "transaction": purchase.transactionID,
+                "original": purchase.originalTransactionID,
                 "product": purchase.productID, "environment": purchase.environment, "user": purchase.userIdentifier ?? "—",
                 "purchased": Self.utc(purchase.purchaseDate), "expires": purchase.expiresDate.map { Self.utc($0) } ?? "—",
                 "refunded": purchase.cancellationDate.map { Self.utc($0) } ?? "", "conflict": purchase.conflictUserIdentifier ?? "",

@@ -39,6 +39,8 @@ public struct AdminPages: Sendable {
     let appleCalls: (any AppleCallLedger)?
     /// The App Store Server API's support endpoints (nil: no support actions on the customer view).
     let support: (any SupportDesk)?
+    /// Queues history resyncs from the customer view (nil: no resync button).
+    let resync: (any HistoryResync)?
     let now: @Sendable () -> Date
     let library: MustacheLibrary
     let stylesheet: [UInt8]
@@ -60,6 +62,7 @@ public struct AdminPages: Sendable {
     ///   - notifications: the stored notifications (Postgres), for their pages and the overview's counts.
     ///   - customers: the customer look-up (Postgres), for the customer view.
     ///   - support: the support endpoints, as actions on the customer view.
+    ///   - resync: queues history resyncs (the customer view's button; nil: none).
     ///   - now: the injected clock.
     /// - Throws: when a template is missing or does not parse (a broken build).
     public init(
@@ -67,9 +70,10 @@ public struct AdminPages: Sendable {
         sessions: AdminSessions, audit: (any AuditLog)? = nil, webhooks: (any WebhookAdministration)? = nil,
         apps: @escaping @Sendable () async throws -> [AppRecord] = { [] }, notifications: (any NotificationLog)? = nil,
         customers: (any CustomerDirectory)? = nil, appleCalls: (any AppleCallLedger)? = nil, support: (any SupportDesk)? = nil,
-        now: @escaping @Sendable () -> Date = { Date() }
+        resync: (any HistoryResync)? = nil, now: @escaping @Sendable () -> Date = { Date() }
     ) throws {
         self.support = support
+        self.resync = resync
         self.notifications = notifications
         self.customers = customers
         self.appleCalls = appleCalls
@@ -120,7 +124,10 @@ public struct AdminPages: Sendable {
             await page(request, context: context) { user, session in try await overviewPage(user, session) }
         }
         if notifications != nil { addNotificationRoutes(to: router) }
-        if customers != nil { addCustomerRoutes(to: router) }
+        if customers != nil {
+            addCustomerRoutes(to: router)
+            addResyncRoutes(to: router)
+        }
         if appleCalls != nil { addAppleCallRoutes(to: router) }
         if support != nil { addSupportRoutes(to: router) }
         addAuditRoutes(to: router)

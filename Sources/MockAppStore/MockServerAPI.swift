@@ -32,6 +32,8 @@ enum MockServerAPI {
                 if request.uri.queryParameters["sort"].map(String.init) == "DESCENDING" { transactions.reverse() }
                 let start = request.uri.queryParameters["revision"].flatMap { Int(String($0)) } ?? 0
                 guard start >= 0, start <= transactions.count else { return error(400, 4_000_005) }
+                // Where each read started: a test checks an incremental read sent the stored revision.
+                api.count("\(environment.rawValue) history from \(start)")
                 let page = transactions[start..<min(start + pageSize, transactions.count)]
                 let next = start + page.count
                 return json([

@@ -188,7 +188,8 @@ public struct AppAdmin {
     static let appColumns = """
         apps.id, apps.name, apps.bundle_id, apps.other_bundle_ids::text AS other_bundle_ids, apps.shared_secret,
         apps.exclude_old_transactions, apps.validation_backend, apps.switched_to_server_api_at, apps.app_apple_id,
-        apps.sandbox_policy, apps.device_check, k.issuer_id, k.key_id, k.sealed_key
+        apps.sandbox_policy, apps.device_check, k.issuer_id, k.key_id, k.sealed_key, apps.jws_trust, apps.jws_freshness_seconds,
+        apps.notification_token_sha256 IS NOT NULL AS receives_notifications
         """
     /// The tables ``appColumns`` come from.
     static let appTables = "FROM apps LEFT JOIN app_server_api_keys k ON k.app_id = apps.id"
@@ -204,6 +205,10 @@ public struct AppAdmin {
             switchedToServerAPIAt: row.date("switched_to_server_api_at"), appAppleID: row.string("app_apple_id").flatMap { Int64($0) },
             sandboxPolicy: row.string("sandbox_policy").flatMap(SandboxPolicy.init(rawValue:)) ?? .accept,
             checksDevice: row.bool("device_check") ?? true)
+        record.jwsTrust = JWSTrustSettings(
+            trust: row.string("jws_trust").flatMap(JWSTrust.init(rawValue:)),
+            freshness: row.string("jws_freshness_seconds").flatMap(TimeInterval.init) ?? JWSTrustSettings.defaultFreshness)
+        record.receivesNotifications = row.bool("receives_notifications") ?? false
         if let issuer = row.string("issuer_id"), let keyID = row.string("key_id") {
             record.serverAPIKeyID = keyID
             // Unreadable without the right RECEIPTQ_SECRETS_KEY: the key id still says one is set,

@@ -40,6 +40,14 @@ public final class PostgresReceiptStore: ReceiptStore {
         return record
     }
 
+    public func historyCursor(appID: UUID, originalTransactionID: String) throws -> HistoryCursor? {
+        do {
+            return try HistoryCursorRows.read(appID: appID, originalTransactionID: originalTransactionID, on: connection)
+        } catch let error as PostgresError {
+            throw Self.failure(error)
+        }
+    }
+
     public func save(_ records: [ValidationRecord]) throws -> [Result<ReceiptResource?, StoreFailure>] {
         guard !records.isEmpty else { return [] }
         do {
@@ -135,6 +143,7 @@ public final class PostgresReceiptStore: ReceiptStore {
         if !purchases.isEmpty { changes.purchases = try writePurchases(purchases, on: connection) }
         if writesEvents { changes.consents = try NotificationRows.consents(records, on: connection) }
         if !attempts.isEmpty { try writeAttempts(attempts, on: connection) }
+        try HistoryCursorRows.write(records, on: connection)
         for after in try SubscriptionRows.write(records, on: connection) {
             guard let app = after.appID else { continue }
             let key = EventRows.key(app, after.resource.environment, after.resource.state.originalTransactionID)

@@ -71,7 +71,7 @@ extension Apps {
 
         func run() async throws {
             let backend = try backend.map { text in
-                guard let value = ValidationBackend(rawValue: text) else {
+                guard let value = ValidationBackend(rawValue: text), value != .localJWS else {
                     throw ValidationError("--backend must be verify_receipt, server_api or auto")
                 }
                 return value

@@ -8,7 +8,7 @@ struct Apps: AsyncParsableCommand {
         abstract: "Registers apps and manages their API tokens.",
         subcommands: [
             Add.self, List.self, RotateToken.self, RevokeToken.self, SetSoftphoneCredentials.self, SetServerAPIKey.self,
-            SetValidation.self, NotificationURL.self,
+            SetValidation.self, NotificationURL.self, SetJWSTrust.self, Resync.self,
         ])
 
     struct Add: AsyncParsableCommand {
@@ -51,6 +51,8 @@ struct Apps: AsyncParsableCommand {
                     "\(app.id.uuidString.lowercased())  \(app.name)  \(app.bundleIDs.joined(separator: ","))  secret: \(app.sharedSecret == nil ? "no" : "yes")"
                         + "  backend: \(app.backend.rawValue)\(app.effectiveBackend == .serverAPI && app.backend == .auto ? " (switched to server_api)" : "")"
                         + "  server-api-key: \(app.serverAPIKeyID ?? "none")  sandbox: \(app.sandboxPolicy.rawValue)"
+                        + "  jws_trust: \(app.effectiveJWSTrust.rawValue)\(app.jwsTrust.trust == nil ? " (default)" : "")"
+                        + " (fresh \(Int(app.jwsTrust.freshness / 3600))h)"
                         + "  tokens: \(active.count) active\(prefixes), \(appTokens.count - active.count) revoked")
             }
         }

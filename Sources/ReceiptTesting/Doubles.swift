@@ -130,6 +130,15 @@ public final class MemoryReceiptStore: ReceiptStore, DeliveryLog, @unchecked Sen
         }
     }
 
+    public func historyCursor(appID: UUID, originalTransactionID: String) throws -> HistoryCursor? {
+        try lock.withLock {
+            if let failure { throw failure }
+            // The last saved record that read this customer's history, as Postgres keeps the last one.
+            return saved.last { $0.envelope.appID == appID && $0.historyCursor?.originalTransactionID == originalTransactionID }?
+                .historyCursor
+        }
+    }
+
     public func save(_ records: [ValidationRecord]) throws -> [Result<ReceiptResource?, StoreFailure>] {
         try lock.withLock {
             if let failure { throw failure }

@@ -234,15 +234,22 @@ extension WorkerEngine {
             return decide(token, job, planner.deferred(envelope, until: until, using: &generator))
         }
         let app: AppRecord?
+        var cursor: HistoryCursor?
         do {
             guard let store else { throw StoreFailure(code: .unavailable, message: "no connection") }
             app = try store.app(id: envelope.appID)
+            // The call budget: a customer whose history was read costs one call, not the history.
+            if let app, let key = planner.historyKey(envelope, validation, app: app) {
+                cursor = try store.historyCursor(appID: app.id, originalTransactionID: key)
+            }
         } catch {
             return decide(token, job, planner.storeUnavailable(envelope, calls: [], using: &generator))
         }
         guard let app else { return decide(token, job, planner.unknownApp(envelope)) }
         let isProbe = permission == .probe
-        guard let (request, switchesApp) = request(token, job, envelope, validation, app: app, lifecycle: lifecycle) else { return }
+        guard let (request, switchesApp) = request(token, job, envelope, validation, app: app, lifecycle: lifecycle, cursor: cursor) else {
+            return
+        }
         let canMove = app.backend == .auto && app.serverAPIKey != nil
         let call: @Sendable () -> Void = {
             self.call(
@@ -258,11 +265,12 @@ extension WorkerEngine {
     /// The call the planner makes of a started job (and whether it records the app's switch),
     /// raising the app's alarms once; nil when the planner settled the job instead (decided here).
     private func request(
-        _ token: Int, _ job: ReservedJob, _ envelope: JobEnvelope, _ validation: ValidationJob, app: AppRecord, lifecycle: VerifyReceiptGate
+        _ token: Int, _ job: ReservedJob, _ envelope: JobEnvelope, _ validation: ValidationJob, app: AppRecord, lifecycle: VerifyReceiptGate,
+        cursor: HistoryCursor?
     ) -> (ValidationRequest, switchesApp: Bool)? {
         let request: ValidationRequest
         let switchesApp: Bool
-        switch planner.start(envelope, validation, app: app, verifyReceipt: lifecycle.lifecycle) {
+        switch planner.start(envelope, validation, app: app, verifyReceipt: lifecycle.lifecycle, historyCursor: cursor) {
         case .call(let call, let switches): (request, switchesApp) = (call, switches)
         case .settle(let plan):
             if case .bury(let failed?) = plan, let code = failed.errorCode, ConfigurationAlarm.raiseOnce(appID: app.id) {

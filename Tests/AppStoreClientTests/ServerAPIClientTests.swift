@@ -177,6 +177,63 @@ struct ServerAPIClientTests {
         #expect(report.calls.count == 1)
     }
 
+    @Test("Incremental history: a read ends with its revision, the next read sends it and decodes only the new transactions")
+    func incrementalHistory() async throws {
+        let f = try await fixture()
+        defer { Task { await f.stop() } }
+        let customer = transactions(25, start: 3_100_000_000)
+        f.mock.state.serverAPI.add(transactions: customer, environment: .production)
+        var first = query(f, "3100000000")
+        first.historyKey = "3100000000"
+        let full = await verify(f, first)
+        #expect(full.verdict == .valid)
+        #expect(full.purchases.count == 25)
+        #expect(f.mock.state.serverAPI.calls("production history from 0") == 1)
+        let cursor = try #require(full.historyCursor)
+        #expect(cursor == HistoryCursor(originalTransactionID: "3100000000", environment: .production, revision: "25"))
+
+        // Three new transactions of the same customer: the next read starts at the stored revision.
+        let added = transactions(3, start: 3_100_000_100).map { transaction -> JSONValue in
+            var object = transaction.objectValue ?? [:]
+            object["originalTransactionId"] = .string("3100000000")
+            return .object(object)
+        }
+        f.mock.state.serverAPI.add(transactions: added, environment: .production)
+        var next = query(f, "3100000000")
+        next.historyCursor = cursor
+        next.historyKey = "3100000000"
+        let incremental = await verify(f, next)
+        #expect(incremental.verdict == .valid)
+        #expect(f.mock.state.serverAPI.calls("production history from 25") == 1)
+        #expect(incremental.calls.count == 1)
+        #expect(Set(incremental.purchases.map(\.transactionID)) == ["3100000100", "3100000101", "3100000102"])
+        #expect(incremental.historyCursor?.revision == "28")
+        // A cursor of the other environment means nothing here: the read starts from the first page.
+        var stale = query(f, "3100000000")
+        stale.historyCursor = HistoryCursor(originalTransactionID: "3100000000", environment: .sandbox, revision: "20")
+        #expect(await verify(f, stale).purchases.count == 28)
+        #expect(f.mock.state.serverAPI.calls("production history from 0") == 2)
+    }
+
+    @Test("Get Transaction Info: one call for a one-time purchase; a subscription's answer is followed by its statuses")
+    func transactionInfo() async throws {
+        let f = try await fixture()
+        defer { Task { await f.stop() } }
+        f.mock.state.serverAPI.add(transactions: transactions(1, start: 3_200_000_000), environment: .production)
+        let one = await verify(f, query(f, "3200000000", operation: .transactionInfo))
+        #expect(one.verdict == .valid)
+        #expect(one.calls.count == 1)
+        #expect(one.purchases.map(\.transactionID) == ["3200000000"])
+        #expect(one.historyCursor == nil)
+        #expect(f.mock.state.serverAPI.calls("production info") == 1)
+        f.mock.state.serverAPI.add(transactions: transactions(2, start: 3_300_000_000, subscription: true), environment: .production)
+        let subscription = await verify(f, query(f, "3300000001", operation: .transactionInfo))
+        #expect(subscription.verdict == .valid)
+        #expect(subscription.calls.count == 2)
+        #expect(subscription.subscriptions.first?.originalTransactionID == "3300000000")
+        #expect(f.mock.state.serverAPI.calls("production statuses") == 1)
+    }
+
     func verify(_ fixture: Fixture, _ query: ServerAPIQuery) async -> ValidationOutcome {
         await withCheckedContinuation { continuation in fixture.client.verify(query) { continuation.resume(returning: $0) } }
     }

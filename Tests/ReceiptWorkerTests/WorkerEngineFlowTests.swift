@@ -53,6 +53,9 @@ struct WorkerEngineFlowTests {
         var batchSizes: [Int] { lock.withLock { sizes } }
 
         func app(id: UUID) throws -> AppRecord? { try inner.app(id: id) }
+        func historyCursor(appID: UUID, originalTransactionID: String) throws -> HistoryCursor? {
+            try inner.historyCursor(appID: appID, originalTransactionID: originalTransactionID)
+        }
 
         func save(_ records: [ValidationRecord]) throws -> [Result<ReceiptResource?, StoreFailure>] {
             let first = lock.withLock {

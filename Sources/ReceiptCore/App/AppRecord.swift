@@ -27,6 +27,10 @@ public struct AppRecord: Sendable, Equatable, CustomStringConvertible {
     public var sandboxPolicy: SandboxPolicy
     /// Whether `identifier_for_vendor` is checked against the receipt's device hash.
     public var checksDevice: Bool
+    /// The call budget's settings: how far a door-verified StoreKit 2 transaction is trusted.
+    public var jwsTrust: JWSTrustSettings = JWSTrustSettings()
+    /// Whether the app's App Store Server Notifications V2 URL is set up (a token issued).
+    public var receivesNotifications: Bool = false
 
     /// Creates an app record.
     public init(
@@ -56,8 +60,13 @@ public struct AppRecord: Sendable, Equatable, CustomStringConvertible {
         case .verifyReceipt: .verifyReceipt
         case .serverAPI: .serverAPI
         case .auto: switchedToServerAPIAt != nil && serverAPIKey != nil ? .serverAPI : .verifyReceipt
+        // Never an app's backend (the store refuses it): the Server API is what such an app uses.
+        case .localJWS: .serverAPI
         }
     }
+
+    /// The trust this app gives a door-verified JWS now (its setting, or the default).
+    public var effectiveJWSTrust: JWSTrust { jwsTrust.effective(receivesNotifications: receivesNotifications) }
 
     /// Whether a receipt of `bundleID` belongs to this app.
     public func owns(bundleID: String?) -> Bool {

@@ -14,6 +14,9 @@ public enum JobOrigin: String, Sendable, Codable {
     case history
     /// The webhook dispatcher, from the events outbox.
     case outbox
+    /// An operator's resync (admin API, dashboard, command line): the customer's whole history is
+    /// read again from its start, whatever revision was stored.
+    case resync
 }
 
 /// What every job has, whatever it does: its identity, where it came from, who waits for it, and its

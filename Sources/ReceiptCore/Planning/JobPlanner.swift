@@ -130,14 +130,15 @@ public struct JobPlanner: Sendable {
         switch outcome.verdict {
         case .valid, .invalid:
             let at = now()
-            return .store(
-                ValidationRecord(
-                    envelope: envelope, status: outcome.verdict == .valid ? .valid : .invalid, environment: outcome.environment,
-                    appleStatus: outcome.appleStatus, purchases: outcome.purchases, latestReceipt: outcome.latestReceipt, calls: outcome.calls,
-                    validatedAt: at,
-                    subscriptions: outcome.subscriptions.map {
-                        PlannedSubscription(state: $0, nextPollAt: repollPolicy.nextPoll(for: $0, at: at, using: &generator))
-                    }, errorCode: outcome.verdict == .invalid ? code : nil, validatedBy: outcome.backend))
+            var record = ValidationRecord(
+                envelope: envelope, status: outcome.verdict == .valid ? .valid : .invalid, environment: outcome.environment,
+                appleStatus: outcome.appleStatus, purchases: outcome.purchases, latestReceipt: outcome.latestReceipt, calls: outcome.calls,
+                validatedAt: at,
+                subscriptions: outcome.subscriptions.map {
+                    PlannedSubscription(state: $0, nextPollAt: repollPolicy.nextPoll(for: $0, at: at, using: &generator))
+                }, errorCode: outcome.verdict == .invalid ? code : nil, validatedBy: outcome.backend)
+            record.historyCursor = outcome.historyCursor
+            return .store(record)
         case .configurationError:
             return .bury(
                 envelope.failed(

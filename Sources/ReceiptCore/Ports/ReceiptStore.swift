@@ -4,6 +4,9 @@ import Foundation
 public protocol ReceiptStore: AnyObject {
     /// The app a job belongs to.
     func app(id: UUID) throws -> AppRecord?
+    /// Where the history of a customer (`originalTransactionID` of the app) was last read up to;
+    /// nil when it never was (a first sight).
+    func historyCursor(appID: UUID, originalTransactionID: String) throws -> HistoryCursor?
     /// Stores results in one transaction where it can (group commit), idempotently (replaying the
     /// same job changes nothing), and returns each receipt resource as the API shows it, in order
     /// (nil for a `repoll` job, which updates subscriptions rather than a receipt of its own).

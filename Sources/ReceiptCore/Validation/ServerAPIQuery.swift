@@ -8,6 +8,9 @@ public enum ValidationBackend: String, Sendable, Codable, CaseIterable {
     case serverAPI = "server_api"
     /// `verifyReceipt` while it answers; the Server API once it is gone (an app with a key only).
     case auto
+    /// A record's only, never an app's: the device's StoreKit 2 transaction, verified at the door
+    /// and fresh, was stored without asking Apple (the app's `jws_trust` is `local`).
+    case localJWS = "local_jws"
 }
 
 /// Where an accepted job came from: what `JobEnvelope.receipt` holds.
@@ -51,8 +54,14 @@ public struct ServerAPIQuery: Sendable, Equatable {
         /// Get Transaction History (every page), then Get All Subscription Statuses when the
         /// history holds auto-renewable subscriptions: a first validation.
         case history
-        /// Get All Subscription Statuses only: a re-poll of one subscription.
+        /// Get All Subscription Statuses only: a re-poll of one subscription, or a new
+        /// subscription purchase of a customer already seen (the statuses hold the latest
+        /// transaction and renewal info of each of the customer's subscriptions: one call).
         case statuses
+        /// Get Transaction Info (`/inApps/v1/transactions/{id}`): a purchase of a customer already
+        /// seen that is not (known to be) a subscription; followed by the statuses only when the
+        /// answer turns out to be an auto-renewable subscription.
+        case transactionInfo = "transaction_info"
     }
 
     public var operation: Operation
@@ -66,18 +75,26 @@ public struct ServerAPIQuery: Sendable, Equatable {
     public var environment: AppStoreEnvironment?
     /// What the calls are spent on: their account, and their place in the app's hourly budget.
     public var purpose: ApplePurpose
+    /// For `history`: where the customer's last read ended; the read starts there (only new
+    /// transactions) when Apple answers in the cursor's environment. Nil: from the first page.
+    public var historyCursor: HistoryCursor?
+    /// For `history`: the customer the read's cursor is filed under (the original transaction id
+    /// the planner looked the cursor up by); nil: the read's end is not kept.
+    public var historyKey: String?
 
     /// Creates a query.
     public init(
         operation: Operation, transactionID: String, bundleID: String, key: ServerAPIKey, environment: AppStoreEnvironment? = nil,
-        purpose: ApplePurpose
+        historyCursor: HistoryCursor? = nil, historyKey: String? = nil, purpose: ApplePurpose
     ) {
+        self.historyKey = historyKey
         self.operation = operation
         self.transactionID = transactionID
         self.bundleID = bundleID
         self.key = key
         self.environment = environment
         self.purpose = purpose
+        self.historyCursor = historyCursor
     }
 }
 

@@ -66,6 +66,8 @@ public struct ValidationOutcome: Sendable, Equatable {
     public var backend: ValidationBackend
     /// What `verifyReceipt` said about itself (gone, deprecation and sunset dates), when it did.
     public var notice: VerifyReceiptNotice?
+    /// Where a Server API history read ended (nil: none was read).
+    public var historyCursor: HistoryCursor?
 
     /// Creates an outcome.
     public init(
@@ -101,10 +103,12 @@ public struct ValidationOutcome: Sendable, Equatable {
     }
 
     /// The outcome of a Server API answer reduced to its ledger.
-    public init(ledger: ServerAPILedger, calls: [AppleCall]) {
+    /// - Parameter historyCursor: where the history read ended, when one was read.
+    public init(ledger: ServerAPILedger, calls: [AppleCall], historyCursor: HistoryCursor? = nil) {
         self.init(
             verdict: .valid, environment: ledger.environment, purchases: ledger.purchases, subscriptions: ledger.subscriptions, calls: calls,
             backend: .serverAPI)
+        self.historyCursor = historyCursor
     }
 }
 

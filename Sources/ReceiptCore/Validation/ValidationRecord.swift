@@ -34,6 +34,9 @@ public struct ValidationRecord: Sendable, Equatable {
     public var userIdentifier: String?
     /// For a `notification` job: the transaction it states.
     public var notificationTransactionID: String?
+    /// Where this validation's Get Transaction History read ended, stored for the next read (nil:
+    /// no history was read).
+    public var historyCursor: HistoryCursor?
 
     /// Creates a record.
     public init(

@@ -16,7 +16,7 @@ extension PipelineRow {
         let run = "\(level["run"] ?? 1)"
         let load = (level["load_average_before"] as? [Double])?.first.map { String(format: "%.2f", $0) } ?? "-"
         guard level["rps"] != nil else {
-            return [key, run, "-", "error", Format.rate(value("ideal_rps")), "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", load]
+            return [key, run, "-", "error", Format.rate(value("ideal_rps")), "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", load]
         }
         let byProcess = level["cpu_us_per_job_by_process"] as? [String: Double] ?? [:]
         let machine = level["machine_cpu_pct"] as? [String: Double] ?? [:]
@@ -25,7 +25,8 @@ extension PipelineRow {
             Format.micros(value("pct_of_ideal")), Format.micros(value("p50_ms")), Format.micros(value("p99_ms")),
             Format.micros(value("cpu_us_per_job")), Format.micros(value("rss_mb")), Format.micros(byProcess["postgres"] ?? .nan),
             Format.micros(byProcess["redis"] ?? .nan), Format.micros(byProcess["mock_appstore"] ?? .nan),
-            Format.micros(byProcess["bench"] ?? .nan), Format.micros(machine["busy"] ?? .nan), load,
+            Format.micros(byProcess["bench"] ?? .nan), Format.micros(machine["busy"] ?? .nan),
+            String(format: "%.2f", value("apple_calls_per_validation")), load,
         ]
     }
 

@@ -266,7 +266,7 @@ enum PipelineRow: BenchRow {
                 + "synchronous_commit on); \(Format.json(context.warmup)) s warm-up, \(Format.json(context.seconds)) s window",
             headers: [
                 "level", "run", "threads", "rps", "ideal", "% ideal", "p50 ms", "p99 ms", "worker µs/job", "rss MB", "pg µs/job",
-                "redis µs/job", "mock µs/job", "bench µs/job", "machine busy %", "load 1m",
+                "redis µs/job", "mock µs/job", "bench µs/job", "machine busy %", "Apple calls/job", "load 1m",
             ])
         var profile: [String: Any]?
         var details: [String] = []

@@ -203,6 +203,9 @@ final class InstantStore: ReceiptStore, DeliveryLog {
 
     func app(id: UUID) throws -> AppRecord? { id == known.id ? known : nil }
 
+    /// The queue-only row's jobs are receipts of a verifyReceipt app: no history is ever read.
+    func historyCursor(appID: UUID, originalTransactionID: String) throws -> HistoryCursor? { nil }
+
     func save(_ records: [ValidationRecord]) throws -> [Result<ReceiptResource?, StoreFailure>] {
         records.map { record in
             var resource = ReceiptResource.pending(record.envelope, purchases: record.purchases)
