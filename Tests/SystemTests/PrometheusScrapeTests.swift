@@ -53,13 +53,16 @@ struct PrometheusScrapeTests {
             let (status, _) = try await system.post(#"{"receipt":"\#(receipt)"}"#)
             #expect(status == 200)
         }
+        // And a StoreKit 2 purchase, so that the App Store Server API's calls are counted too.
+        let transaction = try system.signedTransaction()
+        #expect([200, 206].contains(try await system.post(#"{"signed_transaction":"\#(transaction.jws)"}"#, path: "/client/transactions").0))
         // Prometheus has scraped the settled jobs, and holds enough samples for a rate.
         let scraped = try await eventually(timeout: .seconds(60)) {
             let value = try? await api.scalar("sum(receiptq_jobs_processed_total{outcome=\"validated\"})")
-            return value == 5
+            return value == 6
         }
         let logText = (try? String(contentsOf: log, encoding: .utf8)) ?? ""
-        try #require(scraped, "Prometheus never saw the five validations: \(logText.suffix(2000))")
+        try #require(scraped, "Prometheus never saw the six validations: \(logText.suffix(2000))")
         // Three more successful scrapes, however long they take on a loaded machine (a scrape that
         // times out is no sample, and a rate needs two): a fixed pause was too short under the full run.
         let successful = "sum_over_time(up{job=\"receiptq\"}[5m])"
