@@ -29,6 +29,7 @@ public struct AdminAPI: Sendable {
     let authenticator: OperatorAuthenticator
     let actions: AuditedActions
     let webhooks: (any WebhookAdministration)?
+    let entitlements: (any EntitlementAdministration)?
     let now: @Sendable () -> Date
 
     /// The most entries one page may hold.
@@ -46,7 +47,8 @@ public struct AdminAPI: Sendable {
     ///   - now: the injected clock (ages).
     public init(
         dead: any JobSetStore, retries: any JobSetStore, overview: any QueueOverview, authenticator: OperatorAuthenticator,
-        audit: (any AuditLog)? = nil, webhooks: (any WebhookAdministration)? = nil, now: @escaping @Sendable () -> Date = { Date() }
+        audit: (any AuditLog)? = nil, webhooks: (any WebhookAdministration)? = nil, entitlements: (any EntitlementAdministration)? = nil,
+        now: @escaping @Sendable () -> Date = { Date() }
     ) {
         self.dead = dead
         self.retries = retries
@@ -54,6 +56,7 @@ public struct AdminAPI: Sendable {
         self.authenticator = authenticator
         actions = AuditedActions(log: audit)
         self.webhooks = webhooks
+        self.entitlements = entitlements
         self.now = now
     }
 
@@ -66,6 +69,7 @@ public struct AdminAPI: Sendable {
             }
         }
         addWebhookRoutes(to: group)
+        addEntitlementRoutes(to: group)
         group.get("{set}") { request, context in
             await authorized(request, context, .viewer) { _ in
                 guard let (store, kind) = set(context) else { return notFound() }

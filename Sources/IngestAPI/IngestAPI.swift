@@ -36,6 +36,8 @@ public struct IngestAPI: Sendable {
     let subscriptions: (any SubscriptionCatalog)?
     /// The events API's read side; nil leaves `/client/events` out.
     let events: (any EventCatalog)?
+    /// The customer API's read side; nil leaves `/client/customers/{user}` out.
+    let customers: (any CustomerCatalog)?
     let configuration: Configuration
     /// The rules shared with the Cloud Softphone web service.
     public let ingestion: ReceiptIngestion
@@ -55,6 +57,7 @@ public struct IngestAPI: Sendable {
     ///   - signedPayloads: the JWS check of StoreKit 2 signed transactions (402 when it fails).
     ///   - subscriptions: Postgres, for the entitlement API (nil: no `/client/subscriptions`).
     ///   - events: Postgres, for the events API (nil: no `/client/events`).
+    ///   - customers: Postgres, for the customer API (nil: no `/client/customers/{user}`).
     ///   - gate: the doors' failure throttle and security log.
     ///   - configuration: settings.
     ///   - metrics: the process's metrics backend (default: the bootstrapped one).
@@ -62,7 +65,7 @@ public struct IngestAPI: Sendable {
     public init(
         intake: any ReceiptIntake, catalog: any ReceiptCatalog, authenticity: any ReceiptAuthenticity,
         signedPayloads: (any SignedPayloadVerifier)? = nil, subscriptions: (any SubscriptionCatalog)? = nil,
-        events: (any EventCatalog)? = nil, gate: AuthGate, configuration: Configuration = Configuration(),
+        events: (any EventCatalog)? = nil, customers: (any CustomerCatalog)? = nil, gate: AuthGate, configuration: Configuration = Configuration(),
         metrics: any MetricsFactory = MetricsSystem.factory, now: @escaping @Sendable () -> Date = { Date() }
     ) {
         self.metrics = IngestMetrics(factory: metrics)
@@ -71,6 +74,7 @@ public struct IngestAPI: Sendable {
         self.catalog = catalog
         self.subscriptions = subscriptions
         self.events = events
+        self.customers = customers
         self.now = now
         self.configuration = configuration
         self.readiness = Readiness(intake: intake, catalog: catalog)
@@ -85,7 +89,7 @@ public struct IngestAPI: Sendable {
         "POST /client/itunes_connect/receipts": [], "POST /client/itunes_connect/receipts/batch": [], "GET /client/itunes_connect/receipts/{id}": [],
         "POST /client/transactions": [], "POST /client/transactions/batch": [],
         "GET /client/subscriptions": ["user_identifier"], "GET /client/subscriptions/{original_transaction_id}": ["environment"],
-        "GET /client/events": ["after", "limit", "type", "user_identifier"],
+        "GET /client/events": ["after", "limit", "type", "user_identifier"], "GET /client/customers/{user_identifier}": [],
         "GET /health/live": [], "GET /health/ready": [], "GET /openapi.yaml": [], "POST /apple/notifications/{app}/{token}": [],
     ]
 
@@ -111,6 +115,7 @@ public struct IngestAPI: Sendable {
         }
         if let subscriptions { addSubscriptionRoutes(to: router, catalog: subscriptions) }
         if let events { addEventRoutes(to: router, catalog: events) }
+        if let customers { addCustomerRoutes(to: router, catalog: customers) }
         router.get("/health/live") { _, _ in
             json(.ok, ["status": .string("ok")])
         }

@@ -83,7 +83,8 @@ public enum ReceiptQueueApp {
             policy: configuration.api.guessing, log: SecurityLog(logger: logger, metrics: metrics))
         let api = IngestAPI(
             intake: intake, catalog: catalog, authenticity: verifier, signedPayloads: JWSVerifier(trustStore: roots), subscriptions: catalog,
-            events: PostgresEventCatalog(pool: postgresPool), gate: gate, configuration: configuration.api.ingest, metrics: metrics)
+            events: PostgresEventCatalog(pool: postgresPool), customers: PostgresEntitlements(pool: postgresPool), gate: gate,
+            configuration: configuration.api.ingest, metrics: metrics)
         let router = Router(context: IngestRequestContext.self)
         // First, so that it also times the requests the other middleware refuses.
         router.add(middleware: HTTPMetricsMiddleware(factory: metrics))
@@ -111,8 +112,10 @@ public enum ReceiptQueueApp {
             pool: postgresPool, secrets: try configuration.secretsKey.map { try SecretBox(key: $0) },
             resolvesOnlyPrivately: PublicAddressPolicy.resolvesOnlyPrivately,
             sendTest: { try await WebhookClient.sendTest(to: $0, origin: "the receiptq dashboard", configuration: webhookClient) })
-        AdminAPI(dead: dead, retries: retries, overview: overview, authenticator: authenticator, audit: operators, webhooks: webhooks)
-            .addRoutes(to: router)
+        AdminAPI(
+            dead: dead, retries: retries, overview: overview, authenticator: authenticator, audit: operators, webhooks: webhooks,
+            entitlements: PostgresEntitlements(pool: postgresPool)
+        ).addRoutes(to: router)
         try AdminPages(
             dead: dead, retries: retries, overview: overview, authenticator: authenticator, sessions: configuration.dashboard.sessions,
             audit: operators, webhooks: webhooks, apps: { try await catalog.apps() },

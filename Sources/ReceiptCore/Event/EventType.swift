@@ -37,6 +37,10 @@ public enum EventType: String, Sendable, Equatable, CaseIterable, Codable {
     case subscriptionUpgraded = "subscription.upgraded"
     /// Apple extended the current period (a renewal-date extension), without a charge.
     case subscriptionExtended = "subscription.extended"
+    /// An operator granted the user an entitlement (until a date, or until revoked).
+    case entitlementGranted = "entitlement.granted"
+    /// An operator revoked a grant.
+    case entitlementRevoked = "entitlement.revoked"
 
     /// Whether a filter entry selects this type: the exact name, `*`, or a family such as `subscription.*`.
     public func matches(_ pattern: String) -> Bool {
