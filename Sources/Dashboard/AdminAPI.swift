@@ -35,6 +35,7 @@ public struct AdminAPI: Sendable {
     let support: (any SupportDesk)?
     /// Queues history resyncs (nil: no resync route).
     let resync: (any HistoryResync)?
+    let entitlements: (any EntitlementAdministration)?
     let now: @Sendable () -> Date
 
     /// The most entries one page may hold.
@@ -55,7 +56,8 @@ public struct AdminAPI: Sendable {
     public init(
         dead: any JobSetStore, retries: any JobSetStore, overview: any QueueOverview, authenticator: OperatorAuthenticator,
         audit: (any AuditLog)? = nil, webhooks: (any WebhookAdministration)? = nil, support: (any SupportDesk)? = nil,
-        resync: (any HistoryResync)? = nil, now: @escaping @Sendable () -> Date = { Date() }
+        resync: (any HistoryResync)? = nil, entitlements: (any EntitlementAdministration)? = nil,
+        now: @escaping @Sendable () -> Date = { Date() }
     ) {
         self.support = support
         self.resync = resync
@@ -65,6 +67,7 @@ public struct AdminAPI: Sendable {
         self.authenticator = authenticator
         actions = AuditedActions(log: audit)
         self.webhooks = webhooks
+        self.entitlements = entitlements
         self.now = now
     }
 
@@ -79,6 +82,7 @@ public struct AdminAPI: Sendable {
         addWebhookRoutes(to: group)
         addSupportRoutes(to: group)
         addResyncRoutes(to: group)
+        addEntitlementRoutes(to: group)
         group.get("{set}") { request, context in
             await authorized(request, context, .viewer) { _ in
                 guard let (store, kind) = set(context) else { return notFound() }

@@ -115,3 +115,18 @@ enum AdminJSON {
         return Array((try? encoder.encode(value)) ?? Data("{}".utf8))
     }
 }
+
+extension AdminJSON {
+    /// One entitlement of an app's catalogue.
+    static func entitlement(_ definition: EntitlementDefinition) -> JSONValue {
+        .object([
+            "entitlement": .string(definition.id), "products": .array(definition.products.map(JSONValue.string)),
+            "description": optional(definition.description),
+        ])
+    }
+
+    /// One grant, with whether it entitles at `now`.
+    static func grant(_ grant: EntitlementGrant, at now: Date) -> JSONValue {
+        (try? JSONDecoder().decode(JSONValue.self, from: Data(grant.encoded(at: now)))) ?? .null
+    }
+}

@@ -38,6 +38,8 @@ public struct IngestAPI: Sendable {
     let events: (any EventCatalog)?
     /// The app transaction API's store; nil leaves `/client/app-transactions` out.
     let appTransactions: (any AppTransactionCatalog)?
+    /// The customer API's read side; nil leaves `/client/customers/{user}` out.
+    let customers: (any CustomerCatalog)?
     let configuration: Configuration
     /// The rules shared with the Cloud Softphone web service.
     public let ingestion: ReceiptIngestion
@@ -58,6 +60,7 @@ public struct IngestAPI: Sendable {
     ///   - subscriptions: Postgres, for the entitlement API (nil: no `/client/subscriptions`).
     ///   - events: Postgres, for the events API (nil: no `/client/events`).
     ///   - appTransactions: Postgres, for the app transaction API (nil: no `/client/app-transactions`).
+    ///   - customers: Postgres, for the customer API (nil: no `/client/customers/{user}`).
     ///   - gate: the doors' failure throttle and security log.
     ///   - configuration: settings.
     ///   - metrics: the process's metrics backend (default: the bootstrapped one).
@@ -65,8 +68,8 @@ public struct IngestAPI: Sendable {
     public init(
         intake: any ReceiptIntake, catalog: any ReceiptCatalog, authenticity: any ReceiptAuthenticity,
         signedPayloads: (any SignedPayloadVerifier)? = nil, subscriptions: (any SubscriptionCatalog)? = nil,
-        events: (any EventCatalog)? = nil, appTransactions: (any AppTransactionCatalog)? = nil, gate: AuthGate,
-        configuration: Configuration = Configuration(),
+        events: (any EventCatalog)? = nil, appTransactions: (any AppTransactionCatalog)? = nil, customers: (any CustomerCatalog)? = nil,
+        gate: AuthGate, configuration: Configuration = Configuration(),
         metrics: any MetricsFactory = MetricsSystem.factory, now: @escaping @Sendable () -> Date = { Date() }
     ) {
         self.metrics = IngestMetrics(factory: metrics)
@@ -76,6 +79,7 @@ public struct IngestAPI: Sendable {
         self.subscriptions = subscriptions
         self.events = events
         self.appTransactions = appTransactions
+        self.customers = customers
         self.now = now
         self.configuration = configuration
         self.readiness = Readiness(intake: intake, catalog: catalog)
@@ -92,6 +96,7 @@ public struct IngestAPI: Sendable {
         "GET /client/subscriptions": ["user_identifier"], "GET /client/subscriptions/{original_transaction_id}": ["environment"],
         "GET /client/events": ["after", "limit", "type", "user_identifier"],
         "POST /client/app-transactions": [], "GET /client/app-transactions": ["user_identifier"],
+        "GET /client/customers/{user_identifier}": [],
         "GET /health/live": [], "GET /health/ready": [], "GET /openapi.yaml": [], "POST /apple/notifications/{app}/{token}": [],
     ]
 
@@ -118,6 +123,7 @@ public struct IngestAPI: Sendable {
         if let subscriptions { addSubscriptionRoutes(to: router, catalog: subscriptions) }
         if let events { addEventRoutes(to: router, catalog: events) }
         if let appTransactions { addAppTransactionRoutes(to: router, store: appTransactions) }
+        if let customers { addCustomerRoutes(to: router, catalog: customers) }
         router.get("/health/live") { _, _ in
             json(.ok, ["status": .string("ok")])
         }

@@ -28,7 +28,7 @@ struct AdminAPITests {
     ) async throws -> Answer {
         var headers: [(name: String, value: String)] = []
         if let authorization { headers.append((name: "Authorization", value: authorization)) }
-        if let contentType, method == "POST" { headers.append((name: "Content-Type", value: contentType)) }
+        if let contentType, method == "POST" || method == "PUT" { headers.append((name: "Content-Type", value: contentType)) }
         let response = try await system.client.send(
             Curl.HTTPRequest(method: method, url: "http://127.0.0.1:\(system.apiPort)\(path)", headers: headers, body: Array(body.utf8)))
         return Answer(status: response.status, headers: response.headers, body: response.body)

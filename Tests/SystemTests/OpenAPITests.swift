@@ -55,7 +55,8 @@ struct OpenAPITests {
     @Test("The events API's type filter admits exactly the event types and families receiptq accepts")
     func eventTypesMatchTheDocument() throws {
         let document = String(decoding: OpenAPIDocument.yaml, as: UTF8.self)
-        let line = try #require(document.split(separator: "\n").first { $0.contains(#"pattern: "^(\\*|(receipt|purchase|subscription|customer)"#) })
+        let line = try #require(
+            document.split(separator: "\n").first { $0.contains(#"pattern: "^(\\*|(receipt|purchase|subscription|customer|entitlement)"#) })
         // The YAML double-quoted string, unescaped: `\\` is one backslash.
         let quoted = line.drop { $0 != "\"" }.dropFirst().dropLast()
         let pattern = try NSRegularExpression(pattern: quoted.replacingOccurrences(of: #"\\"#, with: #"\"#))

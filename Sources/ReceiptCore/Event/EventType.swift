@@ -40,6 +40,10 @@ public enum EventType: String, Sendable, Equatable, CaseIterable, Codable {
     /// A parent or guardian withdrew consent for the child's use of the app (Apple's
     /// `RESCIND_CONSENT`): the backend should stop serving that account.
     case consentRescinded = "customer.consent_rescinded"
+    /// An operator granted the user an entitlement (until a date, or until revoked).
+    case entitlementGranted = "entitlement.granted"
+    /// An operator revoked a grant.
+    case entitlementRevoked = "entitlement.revoked"
 
     /// Whether a filter entry selects this type: the exact name, `*`, or a family such as `subscription.*`.
     public func matches(_ pattern: String) -> Bool {
