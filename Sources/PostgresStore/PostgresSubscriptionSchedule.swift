@@ -33,7 +33,7 @@ public final class PostgresSubscriptionSchedule: SubscriptionSchedule {
             let rows = try connection.query(
                 """
                 SELECT s.app_id, s.environment, s.original_transaction_id, s.poll_seq, s.receipt_id, s.user_identifier,
-                       COALESCE(r.latest_receipt, r.receipt_data) AS receipt, r.style, r.bundle_id,
+                       COALESCE(r.latest_receipt, r.receipt_data) AS receipt, r.style, r.bundle_id, r.source,
                        s.state, s.expires_at, s.purchased_at, s.grace_period_expires_at, s.notified_at, s.last_polled_at,
                        a.last_notification_at
                 FROM subscriptions s JOIN receipts r ON r.id = s.receipt_id
@@ -56,7 +56,7 @@ public final class PostgresSubscriptionSchedule: SubscriptionSchedule {
                     appID: app, environment: environment, originalTransactionID: originalTransactionID,
                     pollSequence: row.int("poll_seq") ?? 0, receiptID: receiptID, receipt: receipt,
                     style: row.string("style").flatMap(ReceiptStyle.init(rawValue:)), bundleID: row.string("bundle_id"),
-                    userIdentifier: row.string("user_identifier"))
+                    userIdentifier: row.string("user_identifier"), source: Self.repollSource(row.string("source")))
                 switch safetyNet.decide(Self.candidate(row), at: now) {
                 case .poll: due.append(subscription)
                 case .skip(let until): skipped.append((subscription, until))
@@ -150,5 +150,17 @@ public final class PostgresSubscriptionSchedule: SubscriptionSchedule {
             ) d
             """
         ).rows.first?.int("due") ?? 0
+    }
+
+extension PostgresSubscriptionSchedule {
+    /// The re-poll's source from its receipt row's: a StoreKit 2 transaction (signed, or a bare id)
+    /// keeps its source, so the planner asks the Server API for it; anything else re-polls as a
+    /// receipt (a notification's row included: it re-polls as its app's backend does, as before).
+    static func repollSource(_ stored: String?) -> JobSource {
+        switch stored.flatMap(JobSource.init(rawValue:)) {
+        case .signedTransaction?: .signedTransaction
+        case .transactionID?: .transactionID
+        case .receipt?, .notification?, nil: .receipt
+        }
     }
 }

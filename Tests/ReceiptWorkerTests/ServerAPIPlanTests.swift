@@ -110,6 +110,30 @@ struct ServerAPIPlanTests {
         #expect(request.serverAPI?.environment == .sandbox)
     }
 
+    @Test("A re-poll of a StoreKit 2 subscription asks the Server API even when the app's receipts go to verifyReceipt; a receipt's re-poll does not")
+    func storeKit2Repoll() throws {
+        let target = RepollTarget(originalTransactionID: "1000000000000002", receiptID: UUID(), pollSequence: 1)
+        for source in [JobSource.signedTransaction, .transactionID] {
+            let envelope = JobEnvelope(
+                id: JobID.make(), appID: UUID(), enqueuedAt: clock.now, origin: .scheduler,
+                payload: .repoll(RepollJob(target: target, latestReceipt: "eyJ.a.b", bundleID: "com.example.a", environment: "sandbox", source: source)))
+            // The wire keeps the source: a re-poll read back from Redis asks the same API.
+            let decoded = try JobEnvelope.decode(envelope.encoded())
+            guard case .call(let request, _) = planner.start(decoded, app: app(backend: .verifyReceipt, key: key)) else {
+                Issue.record("a re-poll is a call")
+                return
+            }
+            #expect(request.serverAPI?.operation == .statuses, "\(source)")
+            #expect(request.serverAPI?.transactionID == "1000000000000002")
+            #expect(request.serverAPI?.purpose == .repoll)
+        }
+        guard case .call(let legacy, _) = planner.start(job(target: target), app: app(backend: .verifyReceipt, key: key)) else {
+            Issue.record("a re-poll is a call")
+            return
+        }
+        #expect(legacy.serverAPI == nil, "a receipt's subscription re-polls with verifyReceipt, as its app validates receipts")
+    }
+
     @Test("A ledger is stored valid with its purchases and states; a 429 waits until Retry-After without spending an attempt")
     func ledgerAndRateLimit() throws {
         var rng = SeededGenerator(seed: 7)

@@ -89,7 +89,7 @@ extension JobEnvelope {
             return .repoll(
                 RepollJob(
                     target: target, latestReceipt: wire.receipt, style: wire.style, bundleID: wire.bundleID, environment: wire.environment,
-                    userIdentifier: wire.submission.userIdentifier))
+                    userIdentifier: wire.submission.userIdentifier, source: wire.source ?? .receipt))
         case .notification:
             guard let id = wire.notificationID else { throw WireMismatch(description: "a notification job without its notification id") }
             return .notification(NotificationJob(notificationID: id, body: wire.receipt, bundleID: wire.bundleID, environment: wire.environment))
@@ -139,6 +139,8 @@ extension JobEnvelope {
             wire.environment = job.environment
             wire.submission = Submission(userIdentifier: job.userIdentifier)
             wire.subscription = job.target
+            // Absent for a receipt, as for validations: the jobs queued before this field still read.
+            wire.source = job.source == .receipt ? nil : job.source
         case .notification(let job):
             wire.receipt = job.body
             wire.bundleID = job.bundleID

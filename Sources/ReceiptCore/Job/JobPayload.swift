@@ -193,12 +193,16 @@ public struct RepollJob: Sendable, Equatable {
     public var environment: String?
     /// The user the subscription's receipt was posted for.
     public var userIdentifier: String?
+    /// How the subscription's stored receipt came in: a StoreKit 2 transaction (signed, or an id)
+    /// is known to the App Store Server API only, whatever the app's backend for receipts.
+    public var source: JobSource
 
     /// Creates a re-poll.
     public init(
         target: RepollTarget, latestReceipt: String, style: ReceiptStyle? = nil, bundleID: String? = nil, environment: String? = nil,
-        userIdentifier: String? = nil
+        userIdentifier: String? = nil, source: JobSource = .receipt
     ) {
+        self.source = source
         self.target = target
         self.latestReceipt = latestReceipt
         self.style = style

@@ -23,7 +23,7 @@ public enum ValidationJob: Sendable, Equatable {
     var source: JobSource {
         switch self {
         case .purchase(let job): job.source
-        case .repoll: .receipt
+        case .repoll(let job): job.source
         }
     }
 

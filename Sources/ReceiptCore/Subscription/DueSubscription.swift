@@ -14,12 +14,16 @@ public struct DueSubscription: Sendable, Equatable, CustomStringConvertible {
     public var style: ReceiptStyle?
     public var bundleID: String?
     public var userIdentifier: String?
+    /// How the stored receipt came in (``RepollJob/source``): a StoreKit 2 transaction's
+    /// subscription is re-polled with the Server API whatever the app's backend for receipts.
+    public var source: JobSource
 
     /// Creates a due subscription.
     public init(
         appID: UUID, environment: String, originalTransactionID: String, pollSequence: Int, receiptID: UUID, receipt: String,
-        style: ReceiptStyle? = nil, bundleID: String? = nil, userIdentifier: String? = nil
+        style: ReceiptStyle? = nil, bundleID: String? = nil, userIdentifier: String? = nil, source: JobSource = .receipt
     ) {
+        self.source = source
         self.appID = appID
         self.environment = environment
         self.originalTransactionID = originalTransactionID
@@ -43,6 +47,7 @@ public struct DueSubscription: Sendable, Equatable, CustomStringConvertible {
             payload: .repoll(
                 RepollJob(
                     target: RepollTarget(originalTransactionID: originalTransactionID, receiptID: receiptID, pollSequence: pollSequence),
-                    latestReceipt: receipt, style: style, bundleID: bundleID, environment: environment, userIdentifier: userIdentifier)))
+                    latestReceipt: receipt, style: style, bundleID: bundleID, environment: environment, userIdentifier: userIdentifier,
+                    source: source)))
     }
 }
