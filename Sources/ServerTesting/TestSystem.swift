@@ -64,6 +64,9 @@ public final class TestSystem: Sendable {
         var environment = [
             "POSTGRES_HOSTNAME": TestEnvironment.postgresHost, "POSTGRES_PORT": String(TestEnvironment.postgresPort),
             "POSTGRES_USER": TestEnvironment.postgresUser, "POSTGRES_DB": TestEnvironment.postgresDatabase,
+            // The tests' Redis too: a caller that also takes `redis` from it must not fall back to the
+            // default port (a fresh run's servers may listen elsewhere).
+            "REDIS_HOSTNAME": TestEnvironment.redisHost, "REDIS_PORT": String(TestEnvironment.redisPort),
         ]
         if let password = TestEnvironment.postgresPassword { environment["POSTGRES_PASSWORD"] = password }
         let configuration = try AppConfiguration(environment: environment)
