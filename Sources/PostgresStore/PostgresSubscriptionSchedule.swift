@@ -151,6 +151,7 @@ public final class PostgresSubscriptionSchedule: SubscriptionSchedule {
             """
         ).rows.first?.int("due") ?? 0
     }
+}
 
 extension PostgresSubscriptionSchedule {
     /// The re-poll's source from its receipt row's: a StoreKit 2 transaction (signed, or a bare id)

@@ -116,7 +116,8 @@ struct ServerAPIPlanTests {
         for source in [JobSource.signedTransaction, .transactionID] {
             let envelope = JobEnvelope(
                 id: JobID.make(), appID: UUID(), enqueuedAt: clock.now, origin: .scheduler,
-                payload: .repoll(RepollJob(target: target, latestReceipt: "eyJ.a.b", bundleID: "com.example.a", environment: "sandbox", source: source)))
+                payload: .repoll(
+                    RepollJob(target: target, latestReceipt: "eyJ.a.b", bundleID: "com.example.a", environment: "sandbox", source: source)))
             // The wire keeps the source: a re-poll read back from Redis asks the same API.
             let decoded = try JobEnvelope.decode(envelope.encoded())
             guard case .call(let request, _) = planner.start(decoded, app: app(backend: .verifyReceipt, key: key)) else {
