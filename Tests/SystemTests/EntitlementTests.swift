@@ -70,8 +70,13 @@ struct EntitlementTests {
         #expect(try await admin.send(system, "POST", "/admin/api/customers/\(app)/ent-guest/grants/\(grantID)/revoke").status == 200)
         #expect(try await customer(system, "ent-guest")["entitlements"]?.arrayValue?.isEmpty == true)
 
-        let (_, events) = try await system.get(path: "/client/events?user_identifier=ent-guest&type=entitlement.*")
-        #expect(events?["events"]?.arrayValue?.compactMap { $0["type"]?.stringValue } == ["entitlement.granted", "entitlement.revoked"])
+        // The events API lists an event once no transaction that began before its commit is still
+        // open (so none can appear behind it later): on a busy database that takes a moment.
+        let listed = try await eventually(timeout: .seconds(30)) {
+            let (_, events) = try await system.get(path: "/client/events?user_identifier=ent-guest&type=entitlement.*")
+            return events?["events"]?.arrayValue?.compactMap { $0["type"]?.stringValue } == ["entitlement.granted", "entitlement.revoked"]
+        }
+        #expect(listed, "one entitlement.granted, then one entitlement.revoked")
         let pg = try system.postgres()
         defer { pg.close() }
         let audit = try await pg.query(
