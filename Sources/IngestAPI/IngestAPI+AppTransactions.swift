@@ -79,11 +79,10 @@ extension IngestAPI {
         case .success(let found): app = found
         case .failure(let refusal): return refusal.response
         }
-        guard let user = request.uri.queryParameters.get("user_identifier"), !user.isEmpty else {
-            return unprocessable([FieldError(field: "user_identifier", reason: "is required")])
-        }
-        guard user.unicodeScalars.count <= 255 else {
-            return unprocessable([FieldError(field: "user_identifier", reason: "must be at most 255 characters")])
+        let user: String
+        switch Self.userIdentifier(request.uri.queryParameters.get("user_identifier")) {
+        case .success(let value): user = value
+        case .failure(let refusal): return unprocessable([refusal])
         }
         do {
             let found = try await store.appTransactions(appID: app.id, userIdentifier: user)

@@ -14,11 +14,10 @@ extension IngestAPI {
             case .failure(let refusal): return refusal.response
             }
             // The router hands the segment over as sent: `a%20b` is the user `a b`.
-            guard let user = context.parameters.get("user_identifier")?.removingPercentEncoding, !user.isEmpty else {
-                return unprocessable([FieldError(field: "user_identifier", reason: "must be percent-encoded UTF-8, 1 to 255 characters")])
-            }
-            guard user.unicodeScalars.count <= 255 else {
-                return unprocessable([FieldError(field: "user_identifier", reason: "must be at most 255 characters")])
+            let user: String
+            switch Self.userIdentifier(context.parameters.get("user_identifier")?.removingPercentEncoding) {
+            case .success(let value): user = value
+            case .failure(let refusal): return unprocessable([refusal])
             }
             do {
                 let customer = try await catalog.customer(appID: app.id, userIdentifier: user)

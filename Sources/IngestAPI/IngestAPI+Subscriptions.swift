@@ -25,11 +25,10 @@ extension IngestAPI {
         case .success(let found): app = found
         case .failure(let refusal): return refusal.response
         }
-        guard let user = request.uri.queryParameters.get("user_identifier"), !user.isEmpty else {
-            return unprocessable([FieldError(field: "user_identifier", reason: "is required")])
-        }
-        guard user.unicodeScalars.count <= 255 else {
-            return unprocessable([FieldError(field: "user_identifier", reason: "must be at most 255 characters")])
+        let user: String
+        switch Self.userIdentifier(request.uri.queryParameters.get("user_identifier")) {
+        case .success(let value): user = value
+        case .failure(let refusal): return unprocessable([refusal])
         }
         do {
             let listing = try await catalog.entitlements(appID: app.id, userIdentifier: user)
@@ -37,6 +36,16 @@ extension IngestAPI {
         } catch {
             return lookupFailed(error, field: "user_identifier", logger: context.logger)
         }
+    }
+
+    /// A user identifier the client API is asked about (in the query or the path): present and at
+    /// most 255 characters, as receipts are stored with it; else the field's error.
+    static func userIdentifier(_ value: String?) -> Result<String, FieldError> {
+        guard let value, !value.isEmpty else { return .failure(FieldError(field: "user_identifier", reason: "is required")) }
+        guard value.unicodeScalars.count <= 255 else {
+            return .failure(FieldError(field: "user_identifier", reason: "must be at most 255 characters"))
+        }
+        return .success(value)
     }
 
     func subscription(_ request: Request, context: IngestRequestContext, catalog: any SubscriptionCatalog) async throws -> Response {

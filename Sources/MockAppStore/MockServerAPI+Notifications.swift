@@ -1,4 +1,5 @@
 import Foundation
+import HTTPTypes
 import Hummingbird
 import ReceiptCore
 
@@ -72,9 +73,11 @@ extension MockServerAPI {
             })
     }
 
-    /// Counts the call and checks the JWT as every Server API route does; then `body`.
-    private static func authorized(
-        _ request: Request, _ context: BasicRequestContext, state: MockAppStoreState, operation: String,
+    /// Counts the call and checks the JWT as every Server API route does; then `body`. With
+    /// `scripted`, a rule a test set for the path applies first (delay; status, error code and
+    /// `Retry-After` instead of the answer).
+    static func authorized(
+        _ request: Request, _ context: BasicRequestContext, state: MockAppStoreState, operation: String, scripted: Bool = false,
         body: (AppStoreEnvironment, String) async throws -> Response
     ) async throws -> Response {
         let api = state.serverAPI
@@ -83,7 +86,14 @@ extension MockServerAPI {
         }
         api.count("\(environment.rawValue) \(operation)")
         api.count("\(environment.rawValue) all")
+        let rule = scripted ? api.takeRule(path: request.uri.path.replacingOccurrences(of: "/storekit/\(environment.rawValue)", with: "")) : nil
+        if let delay = rule?.delayMs, delay > 0 { try await Task.sleep(for: .milliseconds(delay)) }
         guard let bundleID = authorizedBundle(request, api: api) else { return Response(status: .unauthorized) }
+        if let rule, rule.httpStatus != nil || rule.errorCode != nil {
+            var response = error(rule.httpStatus ?? 500, rule.errorCode)
+            if let retryAfter = rule.retryAfterMs, let header = HTTPField.Name("Retry-After") { response.headers[header] = String(retryAfter) }
+            return response
+        }
         return try await body(environment, bundleID)
     }
 }

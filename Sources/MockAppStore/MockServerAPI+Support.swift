@@ -26,7 +26,7 @@ extension MockServerAPI {
         let api = state.serverAPI
         let support = api.support
         router.get("/storekit/{environment}/inApps/v1/lookup/{id}") { request, context in
-            try await supportCall(request, context, state: state, operation: "lookup") { environment, _ in
+            try await authorized(request, context, state: state, operation: "lookup", scripted: true) { environment, _ in
                 // The mock's order ids are its transaction ids; any other order id (letters and
                 // digits, as Apple's are) is one Apple does not know: `status` 1, HTTP 200.
                 guard let id = context.parameters.get("id"), let transactions = api.history(of: id, in: environment) else {
@@ -38,7 +38,7 @@ extension MockServerAPI {
             }
         }
         router.put("/storekit/{environment}/inApps/v1/subscriptions/extend/{id}") { request, context in
-            try await supportCall(request, context, state: state, operation: "extend") { environment, bundleID in
+            try await authorized(request, context, state: state, operation: "extend", scripted: true) { environment, bundleID in
                 let body = try await request.decode(as: JSONValue.self, context: context)
                 guard let id = context.parameters.get("id"), !id.isEmpty, id.utf8.allSatisfy({ (48...57).contains($0) }) else {
                     return error(400, 4_000_008)
@@ -64,7 +64,7 @@ extension MockServerAPI {
             }
         }
         router.post("/storekit/{environment}/inApps/v1/subscriptions/extend/mass") { request, context in
-            try await supportCall(request, context, state: state, operation: "mass_extend") { environment, bundleID in
+            try await authorized(request, context, state: state, operation: "mass_extend", scripted: true) { environment, bundleID in
                 let body = try await request.decode(as: JSONValue.self, context: context)
                 if let failure = extensionProblem(body) { return failure }
                 guard let product = body["productId"]?.stringValue, !product.isEmpty else { return error(400, 4_000_023) }
@@ -75,7 +75,7 @@ extension MockServerAPI {
             }
         }
         router.get("/storekit/{environment}/inApps/v1/subscriptions/extend/mass/{product}/{request}") { request, context in
-            try await supportCall(request, context, state: state, operation: "mass_extend_status") { environment, bundleID in
+            try await authorized(request, context, state: state, operation: "mass_extend_status", scripted: true) { environment, bundleID in
                 guard let product = context.parameters.get("product"), let requestID = context.parameters.get("request")?.lowercased(),
                     let status = support.massStatus(requestIdentifier: requestID, productID: product, bundleID: bundleID, environment: environment)
                 else { return error(404, 4_040_009) }
@@ -89,7 +89,7 @@ extension MockServerAPI {
             }
         }
         router.put("/storekit/{environment}/inApps/v1/transactions/{id}/appAccountToken") { request, context in
-            try await supportCall(request, context, state: state, operation: "app_account_token") { environment, bundleID in
+            try await authorized(request, context, state: state, operation: "app_account_token", scripted: true) { environment, bundleID in
                 let body = try await request.decode(as: JSONValue.self, context: context)
                 guard let token = body["appAccountToken"]?.stringValue, UUID(uuidString: token) != nil else { return error(400, 4_000_183) }
                 guard let id = context.parameters.get("id"), let history = api.history(of: id, in: environment),
@@ -110,29 +110,6 @@ extension MockServerAPI {
         guard let reason = body["extendReasonCode"]?.intValue, (0...3).contains(reason) else { return error(400, 4_000_010) }
         guard let id = body["requestIdentifier"]?.stringValue, UUID(uuidString: id) != nil else { return error(400, 4_000_011) }
         return nil
-    }
-
-    /// Counts the call, applies a scripted rule (delay, status, error code, `Retry-After`) and
-    /// checks the JWT, as every Server API route does; then `body`.
-    private static func supportCall(
-        _ request: Request, _ context: BasicRequestContext, state: MockAppStoreState, operation: String,
-        body: (AppStoreEnvironment, String) async throws -> Response
-    ) async throws -> Response {
-        let api = state.serverAPI
-        guard let name = context.parameters.get("environment"), let environment = AppStoreEnvironment(rawValue: name) else {
-            return Response(status: .notFound)
-        }
-        api.count("\(environment.rawValue) \(operation)")
-        api.count("\(environment.rawValue) all")
-        let rule = api.takeRule(path: request.uri.path.replacingOccurrences(of: "/storekit/\(environment.rawValue)", with: ""))
-        if let delay = rule?.delayMs, delay > 0 { try await Task.sleep(for: .milliseconds(delay)) }
-        guard let bundleID = authorizedBundle(request, api: api) else { return Response(status: .unauthorized) }
-        if let rule, rule.httpStatus != nil || rule.errorCode != nil {
-            var response = error(rule.httpStatus ?? 500, rule.errorCode)
-            if let retryAfter = rule.retryAfterMs, let header = HTTPField.Name("Retry-After") { response.headers[header] = String(retryAfter) }
-            return response
-        }
-        return try await body(environment, bundleID)
     }
 }
 
