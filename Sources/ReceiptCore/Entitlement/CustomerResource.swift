@@ -55,13 +55,14 @@ public struct CustomerResource: Sendable, Equatable {
                     kind: .subscription, productID: state.productID, reference: state.originalTransactionID, expiresAt: until,
                     environment: subscription.environment))
         }
+        // A subscription's own transactions are in the purchases too: its subscription row is the
+        // source that knows about renewals, grace and refunds.
+        let subscribed = Set(holdings.subscriptions.map(\.state.originalTransactionID))
         for purchase in holdings.purchases where purchase.cancellationDate == nil && !purchase.isConflict {
             if sandboxPolicy == .reject && purchase.environment == "sandbox" { continue }
             let until = purchase.expiresDate?.date
             if let until, until <= now { continue }
-            // A subscription's own transactions are in the purchases too: its subscription row is
-            // the source that knows about renewals, grace and refunds.
-            if holdings.subscriptions.contains(where: { $0.state.originalTransactionID == purchase.originalTransactionID }) { continue }
+            if subscribed.contains(purchase.originalTransactionID) { continue }
             sourcesByProduct[purchase.productID, default: []].append(
                 .init(
                     kind: .purchase, productID: purchase.productID, reference: purchase.transactionID, expiresAt: until,
