@@ -74,17 +74,7 @@ extension IngestAPI {
     }
 
     func appTransactions(_ request: Request, context: IngestRequestContext, store: any AppTransactionCatalog) async throws -> Response {
-        let app: AppRecord
-        switch await authorize(request, context: context) {
-        case .success(let found): app = found
-        case .failure(let refusal): return refusal.response
-        }
-        let user: String
-        switch Self.userIdentifier(request.uri.queryParameters.get("user_identifier")) {
-        case .success(let value): user = value
-        case .failure(let refusal): return unprocessable([refusal])
-        }
-        do {
+        await userLookup(request, context: context, user: request.uri.queryParameters.get("user_identifier")) { app, user in
             let found = try await store.appTransactions(appID: app.id, userIdentifier: user)
             var writer = JSONWriter(capacity: 1024)
             writer.openObject()
@@ -94,9 +84,7 @@ extension IngestAPI {
             writer.closeArray()
             writer.member("user_identifier", user)
             writer.closeObject()
-            return jsonBytes(.ok, writer.bytes)
-        } catch {
-            return lookupFailed(error, field: "user_identifier", logger: context.logger)
+            return writer.bytes
         }
     }
 

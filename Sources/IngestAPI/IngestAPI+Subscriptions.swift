@@ -20,19 +20,29 @@ extension IngestAPI {
     }
 
     func entitlements(_ request: Request, context: IngestRequestContext, catalog: any SubscriptionCatalog) async throws -> Response {
+        await userLookup(request, context: context, user: request.uri.queryParameters.get("user_identifier")) { app, user in
+            try await catalog.entitlements(appID: app.id, userIdentifier: user).encoded(at: now(), sandboxPolicy: app.sandboxPolicy)
+        }
+    }
+
+    /// A look-up about one user of the token's app (the subscriptions, app transactions and customer
+    /// routes): the token checked, the user identifier checked (422 naming it), `body`'s JSON as a
+    /// 200, and a store that cannot answer as the client API's look-up failure.
+    func userLookup(
+        _ request: Request, context: IngestRequestContext, user: String?, body: (AppRecord, String) async throws -> [UInt8]
+    ) async -> Response {
         let app: AppRecord
         switch await authorize(request, context: context) {
         case .success(let found): app = found
         case .failure(let refusal): return refusal.response
         }
-        let user: String
-        switch Self.userIdentifier(request.uri.queryParameters.get("user_identifier")) {
-        case .success(let value): user = value
+        let checked: String
+        switch Self.userIdentifier(user) {
+        case .success(let value): checked = value
         case .failure(let refusal): return unprocessable([refusal])
         }
         do {
-            let listing = try await catalog.entitlements(appID: app.id, userIdentifier: user)
-            return jsonBytes(.ok, listing.encoded(at: now(), sandboxPolicy: app.sandboxPolicy))
+            return jsonBytes(.ok, try await body(app, checked))
         } catch {
             return lookupFailed(error, field: "user_identifier", logger: context.logger)
         }
