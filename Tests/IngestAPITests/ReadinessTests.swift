@@ -77,7 +77,11 @@ struct ReadinessTests {
         let (started, startedContinuation) = AsyncStream<Void>.makeStream()
         let (release, releaseContinuation) = AsyncStream<Void>.makeStream()
         catalog.gate.withLock { $0 = (startedContinuation, release) }
-        let readiness = Readiness(intake: StubIntake(.queued), catalog: catalog, now: HandClock().now)
+        // The check waits for the twenty probes to arrive, which on a loaded machine took longer than
+        // the default 2 s patience once (every probe then read "postgres unreachable"); this test is
+        // about sharing one check, so its patience is out of the way.
+        let readiness = Readiness(
+            intake: StubIntake(.queued), catalog: catalog, patience: .seconds(300), now: HandClock().now)
         await withTaskGroup(of: Bool.self) { group in
             group.addTask { await readiness.report().isReady }
             for await _ in started { break }
