@@ -21,8 +21,8 @@ enum MockServerAPI {
     static func addRoutes(to router: Router<BasicRequestContext>, state: MockAppStoreState) {
         let api = state.serverAPI
         router.get("/storekit/{environment}/inApps/v1/transactions/{id}") { request, context in
-            try await answer(request, context, state: state, operation: "info") { environment, id, _ in
-                guard let transaction = api.transaction(id, in: environment) else { return notFound() }
+            try await answer(request, context, state: state, operation: "info") { environment, id, bundleID in
+                guard let transaction = api.transaction(id, in: environment, bundleID: bundleID) else { return notFound() }
                 return json(["signedTransactionInfo": .string(try api.authority.sign(signed(transaction)))])
             }
         }

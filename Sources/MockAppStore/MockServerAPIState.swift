@@ -265,6 +265,13 @@ public final class MockServerAPIState: Sendable {
         ]
     }
 
+    /// The transaction `id`: recorded, or synthesized when that is on. Get Transaction Info must
+    /// know every id the history knows: a worker asks it for a customer it has seen (a replayed
+    /// job after a crash does), and a 4040010 there would store the purchase as invalid.
+    func transaction(_ id: String, in environment: AppStoreEnvironment, bundleID: String) -> JSONValue? {
+        transaction(id, in: environment) ?? history(of: id, in: environment, bundleID: bundleID)?.first { $0["transactionId"]?.stringValue == id }
+    }
+
     // MARK: Keys, releases, rules, calls
 
     /// Accepts JWTs signed by `publicKey` under `keyID` for `bundleID`.

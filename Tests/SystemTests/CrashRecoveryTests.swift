@@ -106,6 +106,32 @@ struct CrashRecoveryTests {
         #expect(second.terminationReason == .exit && second.terminationStatus == 0)
     }
 
+    @Test("Server API path: committed jobs run again (a crash between commit and acknowledgement) keep their verdict")
+    func replayedServerAPIJobsKeepTheirVerdict() async throws {
+        let jobs = 20
+        let fixture = try await WorkerProcessFixture(
+            jobs: jobs, appleDelay: .milliseconds(1), worker: ["WORKER_CONCURRENCY": "8", "WORKER_SHUTDOWN_TIMEOUT_SECONDS": "10"],
+            serverAPI: true)
+        defer { Task { await fixture.close() } }
+        let worker = try fixture.startWorker()
+        #expect(try await eventually(timeout: .seconds(120)) { try fixture.stored() == jobs })
+        // The janitor's requeue of jobs a killed worker had committed but not acknowledged: the
+        // same envelopes again. The customer is known now, so each replay is one Get Transaction
+        // Info, not the history (a full run once stored two such replays as invalid: the mock
+        // knew its synthesized purchases only in the history).
+        let infoBefore = fixture.mock.state.serverAPI.calls("production info")
+        try fixture.push(fixture.pushed)
+        #expect(
+            try await eventually(timeout: .seconds(120)) {
+                try fixture.queued() == 0 && fixture.inProcessing() == 0 && fixture.mock.state.serverAPI.calls("production info") >= infoBefore + jobs
+            }, "every replay asked Apple once: \((try? fixture.whereabouts()) ?? "")")
+        let statuses = try await fixture.pg.query("SELECT status, count(*) AS n FROM receipts WHERE app_id = \(fixture.app.id) GROUP BY status").rows
+        #expect(statuses.map { "\($0.string("status") ?? "?"): \($0.int("n") ?? 0)" } == ["valid: \(jobs)"])
+        kill(worker.processIdentifier, SIGTERM)
+        worker.waitUntilExit()
+        #expect(worker.terminationReason == .exit && worker.terminationStatus == 0)
+    }
+
     @Test("1,000 jobs in flight on a few threads; SIGTERM mid-batch drains them, exits 0 and leaves nothing held")
     func sigtermMidBatch() async throws {
         let jobs = 3000
@@ -183,6 +209,8 @@ struct WorkerProcessFixture {
     let pg: PostgresConnection
     let redis: RedisConnection
     let keys: RedisKeys
+    /// The queued jobs' envelopes as pushed, to push again (a replay after a crash).
+    let pushed: [[UInt8]]
 
     /// - Parameter serverAPI: StoreKit 2 jobs (a transaction id each) of an app on the Server API
     ///   backend, which the mock answers with a subscription each (two calls: history, statuses).
@@ -225,17 +253,25 @@ struct WorkerProcessFixture {
         let data = Data(try ReceiptForger.unified(receipt, authority: try TestCertificateAuthority.generate())).base64EncodedString()
         redis = try RedisConnection(configuration: configuration.redis)
         keys = configuration.keys
-        for batch in stride(from: 0, to: jobs, by: 500) {
+        pushed = (0..<jobs).map { [app] index in
+            let envelope =
+                serverAPI
+                ? JobEnvelope(
+                    id: JobID.make(), appID: app.id, enqueuedAt: Date(), origin: .api,
+                    payload: .transaction(
+                        TransactionJob(signedTransaction: nil, transactionID: String(7_000_000_000 + index), bundleID: app.bundleID)))
+                : JobEnvelope(id: JobID.make(), appID: app.id, enqueuedAt: Date(), origin: .api, payload: .receipt(ReceiptJob(receipt: data)))
+            return envelope.encoded()
+        }
+        try push(pushed)
+    }
+
+    /// Pushes encoded envelopes onto the validate queue, 500 to a round trip.
+    func push(_ envelopes: [[UInt8]]) throws {
+        for batch in stride(from: 0, to: envelopes.count, by: 500) {
             _ = try redis.pipeline(
-                bytes: (batch..<min(batch + 500, jobs)).map { [app, keys] index in
-                    let envelope =
-                        serverAPI
-                        ? JobEnvelope(
-                            id: JobID.make(), appID: app.id, enqueuedAt: Date(), origin: .api,
-                            payload: .transaction(
-                                TransactionJob(signedTransaction: nil, transactionID: String(7_000_000_000 + index), bundleID: app.bundleID)))
-                        : JobEnvelope(id: JobID.make(), appID: app.id, enqueuedAt: Date(), origin: .api, payload: .receipt(ReceiptJob(receipt: data)))
-                    return [Array("LPUSH".utf8), Array(keys.queue("validate").utf8), envelope.encoded()]
+                bytes: envelopes[batch..<min(batch + 500, envelopes.count)].map { [keys] envelope in
+                    [Array("LPUSH".utf8), Array(keys.queue("validate").utf8), envelope]
                 })
         }
     }
@@ -260,7 +296,12 @@ struct WorkerProcessFixture {
         let dead = try redis.send(["ZCARD", keys.dead]).int ?? -1
         let lists = try redis.send(["KEYS", keys.processing("*")]).array ?? []
         let held = try lists.compactMap(\.string).map { "\($0): \(try redis.send(["LLEN", $0]).int ?? -1)" }
-        return "retrying \(retrying.count) \(codes), dead \(dead), processing lists \(held)"
+        let queued = try queued()
+        // Stored but not valid: a job can end in Postgres with another status (invalid, failed).
+        let rows = try pg.query(
+            "SELECT status, coalesce(error_code, '-') AS code, coalesce(apple_status, -1) AS apple, count(*) AS n FROM receipts WHERE app_id = \(app.id) GROUP BY 1, 2, 3"
+        ).rows.map { "\($0.string("status") ?? "?")/\($0.string("code") ?? "?")/\($0.int("apple") ?? 0): \($0.int("n") ?? 0)" }
+        return "queued \(queued), retrying \(retrying.count) \(codes), dead \(dead), processing lists \(held), receipts \(rows)"
     }
 
     /// Receipts of the app stored as valid.
