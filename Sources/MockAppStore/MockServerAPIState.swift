@@ -251,18 +251,23 @@ public final class MockServerAPIState: Sendable {
         guard environment == .production, synthesizesUnknownTransactions, !id.isEmpty, id.utf8.allSatisfy({ (48...57).contains($0) }) else {
             return nil
         }
-        let now = (Date().timeIntervalSince1970 * 1000).rounded()
-        return [
-            .object([
-                "transactionId": .string(id), "originalTransactionId": .string(id), "webOrderLineItemId": .string(id),
-                "bundleId": .string(bundleID), "productId": .string("\(bundleID).monthly"),
-                "subscriptionGroupIdentifier": .string("group-\(bundleID)"), "purchaseDate": .number(now - 86_400_000),
-                "originalPurchaseDate": .number(now - 86_400_000), "expiresDate": .number(now + 29 * 86_400_000), "quantity": .number(1),
-                "type": .string("Auto-Renewable Subscription"), "inAppOwnershipType": .string("PURCHASED"),
-                "transactionReason": .string("PURCHASE"), "environment": .string("Production"), "storefront": .string("USA"),
-                "storefrontId": .string("143441"),
-            ])
-        ]
+        return [Self.synthesizedTransaction(id: id, bundleID: bundleID, at: Date())]
+    }
+
+    /// The purchase production synthesizes for an unknown `id` of `bundleID` (a monthly
+    /// subscription bought a day before `date`, renewing in 29 days): what a load test's devices
+    /// hold signed, and what Apple's answers then say about it.
+    public static func synthesizedTransaction(id: String, bundleID: String, at date: Date) -> JSONValue {
+        let now = (date.timeIntervalSince1970 * 1000).rounded()
+        return .object([
+            "transactionId": .string(id), "originalTransactionId": .string(id), "webOrderLineItemId": .string(id),
+            "bundleId": .string(bundleID), "productId": .string("\(bundleID).monthly"),
+            "subscriptionGroupIdentifier": .string("group-\(bundleID)"), "purchaseDate": .number(now - 86_400_000),
+            "originalPurchaseDate": .number(now - 86_400_000), "expiresDate": .number(now + 29 * 86_400_000), "quantity": .number(1),
+            "type": .string("Auto-Renewable Subscription"), "inAppOwnershipType": .string("PURCHASED"),
+            "transactionReason": .string("PURCHASE"), "environment": .string("Production"), "storefront": .string("USA"),
+            "storefrontId": .string("143441"),
+        ])
     }
 
     /// The transaction `id`: recorded, or synthesized when that is on. Get Transaction Info must

@@ -61,11 +61,16 @@ extension PipelineRow {
     static func runLevel(_ spec: Level, context: Context, profile: Bool) throws -> [String: Any] {
         let concurrency = spec.concurrency
         let processes = spec.processes
-        // A Server API job makes two calls (history, then statuses), each at the mock's latency.
-        let ideal = Double(processes * concurrency) * context.idealPerLane / (spec.serverAPI ? 2 : 1)
+        // A Server API job makes its calls one after the other, each at the mock's latency; a job
+        // that makes none (local trust) waits on nothing, so only the CPU bounds it: no ideal, and
+        // the feeder is sized as for one call.
+        let callsPerJob = spec.serverAPIJobs?.calls ?? 1
+        let ideal = Double(processes * concurrency) * context.idealPerLane / Double(max(1, callsPerJob))
         var level: [String: Any] = [
-            "concurrency": concurrency, "processes": processes, "in_flight_max": processes * concurrency, "ideal_rps": Format.json(ideal),
+            "concurrency": concurrency, "processes": processes, "in_flight_max": processes * concurrency,
+            "ideal_rps": callsPerJob == 0 ? -1 : Format.json(ideal),
         ]
+        if let jobs = spec.serverAPIJobs { level["server_api_jobs"] = jobs.rawValue }
 
         // The shared machine first: other people's builds would otherwise be measured with us.
         let quiet = waitForQuiet(context, key: spec.key)
@@ -75,17 +80,22 @@ extension PipelineRow {
 
         let label = spec.key.replacingOccurrences(of: "_", with: "-")
         let apps: [AppRecord]
-        if spec.serverAPI {
+        guard let receipt = context.receipt else { throw BenchFailure(description: "no receipt template") }
+        var signedPool: [String]?
+        if let jobs = spec.serverAPIJobs {
             guard let setup = context.serverAPI else { throw BenchFailure(description: "no Server API setup") }
-            apps = try makeServerAPIApps(context, setup, label: label)
+            apps = try makeServerAPIApps(context, setup, label: label, jobs: jobs)
             level["apps"] = apps.count
+            if jobs != .first {
+                signedPool = try signServerAPIPool(context, setup, apps: apps, tag: receipt.tag, knownCustomers: jobs == .known)
+                level["signed_pool"] = signedPool?.count
+            }
         } else {
             apps = [try context.makeApp(label)]
         }
         // The level's receipts, whichever apps they belong to.
         let scope = "{" + apps.map(\.id.uuidString).joined(separator: ",") + "}"
-        guard let receipt = context.receipt else { throw BenchFailure(description: "no receipt template") }
-        let factory = try JobFactory(receipt: receipt, appIDs: apps.map(\.id), transactionIDs: spec.serverAPI)
+        let factory = try JobFactory(receipt: receipt, appIDs: apps.map(\.id), transactionIDs: spec.serverAPI, signedPool: signedPool)
         let prefix = "{rqb-\(String(UInt32.random(in: 0...UInt32.max), radix: 16))}"
         let keys = RedisKeys(prefix: prefix)
         defer { _ = try? RedisCleanup.deleteKeys(prefix: prefix, context.redis) }
@@ -297,7 +307,7 @@ extension PipelineRow {
             [
                 "stages_ms": WorkerStages.json(stages ?? [:]),
                 "rps": Format.json(rps),
-                "pct_of_ideal": Format.json(100 * rps / ideal),
+                "pct_of_ideal": callsPerJob == 0 ? -1 : Format.json(100 * rps / ideal),
                 "p50_ms": Format.json(done.p50 / 1_000, places: 100),
                 "p99_ms": Format.json(done.p99 / 1_000, places: 100),
                 "latency_samples": done.count,

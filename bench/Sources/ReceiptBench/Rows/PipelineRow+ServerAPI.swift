@@ -2,6 +2,7 @@ import Curl
 import DevTools
 import Foundation
 import Libpq
+import MockAppStore
 import OpenSSL
 import PostgresStore
 import ReceiptCore
@@ -54,8 +55,9 @@ extension PipelineRow {
         guard response.status == 201 else { throw BenchFailure(description: "mock /mock/server-api/keys answered \(response.status)") }
     }
 
-    /// `setup.apps` fresh apps on the Server API backend, each with the bench key (sealed).
-    static func makeServerAPIApps(_ context: Context, _ setup: ServerAPISetup, label: String) throws -> [AppRecord] {
+    /// `setup.apps` fresh apps on the Server API backend, each with the bench key (sealed), and
+    /// the JWS trust `jobs` needs: `local` for jobs stored as the door read them, else `apple`.
+    static func makeServerAPIApps(_ context: Context, _ setup: ServerAPISetup, label: String, jobs: ServerAPIJobs) throws -> [AppRecord] {
         let admin = AppAdmin(connection: context.postgres, secrets: try SecretBox(key: setup.secretsKey))
         return try (0..<setup.apps).map { index in
             let bundleID = "\(Context.bundleID).sk2.\(label).\(index)"
@@ -64,8 +66,41 @@ extension PipelineRow {
             try registerServerAPIKey(context, setup, keyID: keyID, bundleID: bundleID)
             try admin.setServerAPIKey(appID: app.id, issuerID: setup.issuerID, keyID: keyID, privateKeyPEM: setup.privateKeyPEM)
             try admin.setValidation(appID: app.id, backend: .serverAPI)
+            try admin.setJWSTrust(appID: app.id, trust: jobs == .local ? .local : .apple, freshness: 24 * 3_600)
             return app
         }
+    }
+
+    /// Transactions signed per app as devices hold them (the mock's synthesized monthly
+    /// subscription, signed now by the mock's chain), `poolPerApp` each: entry `i` is the purchase
+    /// `tag + serial(i)` of app `i % apps.count`, as ``JobFactory`` reads the pool. For
+    /// `knownCustomers`, each customer's history cursor is stored, as after a first validation.
+    /// Signed before the level (~0.1 ms each), so the feeder's CPU is not the signer's.
+    static func signServerAPIPool(
+        _ context: Context, _ setup: ServerAPISetup, apps: [AppRecord], tag: String, knownCustomers: Bool, poolPerApp: Int = 200
+    ) throws -> [String] {
+        let authority = try MockAppleJWSAuthority.loadOrCreate(directory: setup.jwsDirectory)
+        let now = Date()
+        var pool: [String] = []
+        var cursors: [JSONValue] = []
+        for index in 0..<(apps.count * poolPerApp) {
+            let app = apps[index % apps.count]
+            let id = "\(tag)\(JobFactory.serial(index))"
+            var payload = MockServerAPIState.synthesizedTransaction(id: id, bundleID: app.bundleID, at: now).objectValue ?? [:]
+            payload["signedDate"] = .number((now.timeIntervalSince1970 * 1000).rounded())
+            pool.append(try authority.sign(.object(payload)))
+            cursors.append(.object(["app_id": .string(app.id.uuidString), "id": .string(id)]))
+        }
+        if knownCustomers {
+            let rows = String(decoding: try JSONEncoder().encode(JSONValue.array(cursors)), as: UTF8.self)
+            _ = try context.postgres.query(
+                """
+                INSERT INTO transaction_history_cursors (app_id, original_transaction_id, environment, revision)
+                SELECT app_id, id, 'production', '1' FROM jsonb_to_recordset(\(rows)::jsonb) AS c(app_id uuid, id text)
+                ON CONFLICT DO NOTHING
+                """)
+        }
+        return pool
     }
 
     /// The worker settings a server_api level adds: the secrets key, the mock's Server API, and

@@ -58,6 +58,12 @@ enum PipelineRow: BenchRow {
             name: "--server-api-concurrency", takesValue: true,
             help: "also run StoreKit 2 jobs through the Server API at these concurrencies (pipeline: 100; 0 = none)"),
         OptionSpec(
+            name: "--server-api-jobs", takesValue: true,
+            help: "which server_api levels, comma-separated: first (history + statuses), known (one call), local (none) (default all)"),
+        OptionSpec(
+            name: "--profile-level", takesValue: true,
+            help: "profile this level's first run instead (e.g. server_api_known_c100); its perf record goes to profile_<level>"),
+        OptionSpec(
             name: "--server-api-apps", takesValue: true,
             help: "apps the server_api jobs are spread over (default 40; Apple allows 50 calls/s per app)"),
         OptionSpec(name: "--warmup-seconds", takesValue: true, help: "load before the window (default 4)"),
@@ -168,8 +174,34 @@ enum PipelineRow: BenchRow {
         var processes: Int
         var concurrency: Int
         var key: String
-        /// StoreKit 2 jobs through the Server API (two calls each) instead of receipts through verifyReceipt.
-        var serverAPI = false
+        /// StoreKit 2 jobs through the Server API instead of receipts through verifyReceipt, and which.
+        var serverAPIJobs: ServerAPIJobs?
+        var serverAPI: Bool { serverAPIJobs != nil }
+    }
+
+    /// The StoreKit 2 jobs of a `server_api` level: what each costs at Apple is the call budget
+    /// of issue 42 (a first sight reads the history, a customer already seen is one call, a fresh
+    /// door-verified JWS of a `local` app none).
+    enum ServerAPIJobs: String, CaseIterable {
+        /// Bare transaction ids never seen: the history, then the statuses (two calls).
+        case first
+        /// Door-verified signed transactions of customers already seen (their history cursor
+        /// stored), apps on `jws_trust: apple`: Get All Subscription Statuses alone (one call).
+        case known
+        /// Door-verified signed transactions signed just now, apps on `jws_trust: local`: stored as
+        /// read at the door (no call).
+        case local
+
+        /// Apple calls a job makes, each at the mock's latency.
+        var calls: Int {
+            switch self {
+            case .first: 2
+            case .known: 1
+            case .local: 0
+            }
+        }
+
+        func key(concurrency: Int) -> String { self == .first ? "server_api_c\(concurrency)" : "server_api_\(rawValue)_c\(concurrency)" }
     }
 
     static func run(_ options: BenchOptions) throws -> [String: Any] { try run(options, defaults: .pipeline) }
@@ -188,6 +220,14 @@ enum PipelineRow: BenchRow {
                 }
                 return value
             }.filter { $0 > 0 }
+        let serverAPIJobs = try (options.extra["--server-api-jobs"] ?? ServerAPIJobs.allCases.map(\.rawValue).joined(separator: ","))
+            .split(separator: ",").map { text -> ServerAPIJobs in
+                guard let jobs = ServerAPIJobs(rawValue: text.trimmingCharacters(in: .whitespaces)) else {
+                    throw BenchFailure(description: "--server-api-jobs takes first, known or local, not \(text)")
+                }
+                return jobs
+            }
+        let profileLevel = options.extra["--profile-level"]
         let processCounts = try options.positiveList("--processes", default: defaults.processes)
         let nameProcesses = defaults.alwaysNameProcesses || processCounts != [1]
         let levels =
@@ -198,7 +238,9 @@ enum PipelineRow: BenchRow {
                         key: nameProcesses ? "p\(processes)_c\(concurrency)" : "c\(concurrency)")
                 }
             }
-            + serverAPIConcurrencies.map { Level(processes: 1, concurrency: $0, key: "server_api_c\($0)", serverAPI: true) }
+            + serverAPIConcurrencies.flatMap { concurrency in
+                serverAPIJobs.map { Level(processes: 1, concurrency: concurrency, key: $0.key(concurrency: concurrency), serverAPIJobs: $0) }
+            }
         let runs = options.iterations(default: defaults.iterations)
         let latencyMs = Int(try number("--latency-ms", 50))
         let profileAt = Int(try number("--profile-at", Double(defaults.profileAt)))
@@ -277,7 +319,10 @@ enum PipelineRow: BenchRow {
                     FileHandle.standardError.write(Data("\(defaults.row): \(level.key), run \(run) of \(runs)…\n".utf8))
                     // The receipts' level only: the Server API level at the same concurrency would
                     // record its own profile over it, under the receipts' title.
-                    let profiling = run == 1 && level.concurrency == profileAt && level.processes == processCounts[0] && !level.serverAPI
+                    let profiling =
+                        run == 1
+                        && (profileLevel.map { $0 == level.key }
+                            ?? (level.concurrency == profileAt && level.processes == processCounts[0] && !level.serverAPI))
                     var outcome = try runLevel(level, context: context, profile: profiling)
                     outcome["run"] = run
                     if profiling, let perf = outcome.removeValue(forKey: "perf") {
@@ -299,7 +344,8 @@ enum PipelineRow: BenchRow {
             throw error
         }
         for level in levels { result[level.key] = combine(measured[level.key] ?? []) }
-        if let profile { result["profile_c\(profileAt)"] = profile }
+        let profiled = profileLevel ?? "c\(profileAt)"
+        if let profile { result["profile_\(profiled)"] = profile }
         // The issue's targets, judged on this run.
         let rates = levels.filter { !$0.serverAPI }.compactMap { level -> (String, Double)? in
             guard let entry = result[level.key] as? [String: Any], entry["error"] == nil, let rps = entry["rps"] as? Double else { return nil }
@@ -355,7 +401,7 @@ enum PipelineRow: BenchRow {
         if runs > 1 || processCounts.count > 1 { print(coresTable(levels: levels, result: result, runs: runs).render()) }
         if let peer { print(peer.table.render()) }
         if let perf = profile?["perf"] as? [String: Any] {
-            for note in PerfProfile.notes(perf, title: "workers, Postgres, Redis and mock at c\(profileAt)") { print(note) }
+            for note in PerfProfile.notes(perf, title: "workers, Postgres, Redis and mock at \(profiled)") { print(note) }
         }
         // The workers' and the mock's logs are kept only when the row fails.
         context.mock?.stop()

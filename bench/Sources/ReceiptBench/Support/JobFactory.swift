@@ -28,6 +28,7 @@ struct JobFactory: Sendable {
     /// 2100-01-01T00:00:00Z: 13 digits in milliseconds, like any date of this century, and exact in binary.
     private static let placeholderDate = Date(timeIntervalSince1970: 4_102_444_800)
     private static let placeholderReceipt = "@@RECEIPT@@"
+    private static let placeholderSigned = "@@SIGNED@@"
 
     let receipt: ReceiptTemplate
     /// The apps the jobs belong to, in turn (job `serial` is app `serial % count`'s).
@@ -35,11 +36,15 @@ struct JobFactory: Sendable {
     /// StoreKit 2 jobs (a transaction id each, for the Server API) instead of receipts: the id is
     /// the template's tag and the job's serial, so every job is its own purchase at the mock.
     let transactionIDs: Bool
+    /// Signed transactions the jobs carry, as the door leaves a verified JWS (entry `i` is the
+    /// purchase `tag + serial(i)` of app `i % appIDs.count`); job `serial` carries entry
+    /// `serial % count`. Nil: bare ids (or receipts).
+    let signedPool: [String]?
     /// Per app: the envelope's bytes between the placeholders, and which value follows each segment.
     private let templates: [(segments: [[UInt8]], slots: [Slot])]
 
     private enum Slot: Sendable {
-        case id, enqueuedAt, receipt
+        case id, enqueuedAt, receipt, signed
     }
 
     /// Forges and signs the receipt (two RSA key generations and one signature: about a second).
@@ -66,40 +71,47 @@ struct JobFactory: Sendable {
         try self.init(receipt: receipt, appIDs: [appID], transactionIDs: transactionIDs)
     }
 
-    init(receipt: ReceiptTemplate, appIDs: [UUID], transactionIDs: Bool = false) throws {
+    init(receipt: ReceiptTemplate, appIDs: [UUID], transactionIDs: Bool = false, signedPool: [String]? = nil) throws {
         guard !appIDs.isEmpty else { throw BenchFailure(description: "a job factory needs at least one app") }
+        if let signedPool, signedPool.isEmpty || signedPool.count % appIDs.count != 0 {
+            throw BenchFailure(description: "a signed pool holds the same number of transactions for every app")
+        }
         self.receipt = receipt
         self.appIDs = appIDs
-        self.transactionIDs = transactionIDs
-        templates = try appIDs.map { try Self.template(receipt: receipt, appID: $0, transactionIDs: transactionIDs) }
+        self.transactionIDs = transactionIDs || signedPool != nil
+        self.signedPool = signedPool
+        templates = try appIDs.map { try Self.template(receipt: receipt, appID: $0, transactionIDs: transactionIDs, signed: signedPool != nil) }
 
         // The splice must round-trip, or every measured job would be a poison job.
         for serial in appIDs.indices.map({ 42 + $0 }) {
             let probe = makeJob(serial: serial, now: Date(timeIntervalSince1970: 1_763_700_000.5))
             let decoded = try JobEnvelope.decode(probe.bytes)
             let spliced =
-                transactionIDs
+                self.transactionIDs
                 ? decoded.payload.purchase?.transactionID
                 : try ReceiptDecoder.decode(base64: decoded.payload.purchase?.receiptData ?? "").inApp.first?.transactionID
+            let signed: String? =
+                if case .transaction(let job) = decoded.payload { job.signedTransaction } else { nil }
             guard decoded.id == probe.id, decoded.appID == appIDs[serial % appIDs.count],
                 Self.milliseconds(decoded.enqueuedAt) == 1_763_700_000_500,
-                spliced == "\(receipt.tag)\(Self.serial(serial))" + (transactionIDs ? "" : "01")
+                spliced == transactionID(serial: serial) + (self.transactionIDs ? "" : "01"),
+                signed == signedPool.map({ $0[serial % $0.count] })
             else { throw BenchFailure(description: "the spliced envelope does not decode to what was spliced in") }
         }
     }
 
     private static func template(
-        receipt: ReceiptTemplate, appID: UUID, transactionIDs: Bool
+        receipt: ReceiptTemplate, appID: UUID, transactionIDs: Bool, signed: Bool
     ) throws -> (segments: [[UInt8]], slots: [Slot]) {
         let templateEnvelope =
-            transactionIDs
+            transactionIDs || signed
             ? JobEnvelope(
                 id: Self.placeholderID, appID: appID, enqueuedAt: Self.placeholderDate, origin: .api,
                 payload: .transaction(
                     TransactionJob(
                         // No bundle id: each app's own, as the door leaves it for a bare transaction id.
-                        signedTransaction: nil, transactionID: Self.placeholderReceipt, environment: "production",
-                        submission: Submission(userIdentifier: "bench-user", countryCode: "US"))))
+                        signedTransaction: signed ? Self.placeholderSigned : nil, transactionID: Self.placeholderReceipt,
+                        environment: "production", submission: Submission(userIdentifier: "bench-user", countryCode: "US"))))
             : JobEnvelope(
                 id: Self.placeholderID, appID: appID, enqueuedAt: Self.placeholderDate, origin: .api,
                 payload: .receipt(
@@ -110,11 +122,12 @@ struct JobFactory: Sendable {
         var envelope = templateEnvelope
         envelope.replyTo = Self.resultNode
         let template = envelope.encoded()
-        let markers: [(Slot, [UInt8])] = [
-            (.id, Array(Self.placeholderID.canonical.utf8)),
-            (.enqueuedAt, Array(String(Self.milliseconds(Self.placeholderDate)).utf8)),
-            (.receipt, Array(Self.placeholderReceipt.utf8)),
-        ]
+        let markers: [(Slot, [UInt8])] =
+            [
+                (.id, Array(Self.placeholderID.canonical.utf8)),
+                (.enqueuedAt, Array(String(Self.milliseconds(Self.placeholderDate)).utf8)),
+                (.receipt, Array(Self.placeholderReceipt.utf8)),
+            ] + (signed ? [(.signed, Array(Self.placeholderSigned.utf8))] : [])
         var found: [(offset: Int, length: Int, slot: Slot)] = []
         for (slot, marker) in markers {
             let at = Self.occurrences(of: marker, in: template)
@@ -148,10 +161,11 @@ struct JobFactory: Sendable {
     /// The envelope bytes of job `serial`, enqueued `now`.
     func makeJob(serial: Int, now: Date = Date()) -> (id: UUID, bytes: [UInt8]) {
         let id = JobID.make(at: now)
-        let values: [Slot: [UInt8]] = [
+        var values: [Slot: [UInt8]] = [
             .id: Array(id.canonical.utf8), .enqueuedAt: Array(String(Self.milliseconds(now)).utf8),
-            .receipt: Array((transactionIDs ? "\(receipt.tag)\(Self.serial(serial))" : receiptBase64(serial: serial)).utf8),
+            .receipt: Array((transactionIDs ? transactionID(serial: serial) : receiptBase64(serial: serial)).utf8),
         ]
+        if let signedPool { values[.signed] = Array(signedPool[serial % signedPool.count].utf8) }
         let (segments, slots) = templates[serial % templates.count]
         var bytes: [UInt8] = []
         bytes.reserveCapacity(segments.reduce(0) { $0 + $1.count } + 4_096)
@@ -160,6 +174,11 @@ struct JobFactory: Sendable {
             if index < slots.count, let value = values[slots[index]] { bytes += value }
         }
         return (id, bytes)
+    }
+
+    /// The transaction id job `serial` asks about: its own, or its signed pool entry's.
+    func transactionID(serial: Int) -> String {
+        "\(receipt.tag)\(Self.serial(signedPool.map { serial % $0.count } ?? serial))"
     }
 
     static func serial(_ value: Int) -> String {
