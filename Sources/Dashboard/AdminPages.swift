@@ -41,6 +41,10 @@ public struct AdminPages: Sendable {
     let support: (any SupportDesk)?
     /// Queues history resyncs from the customer view (nil: no resync button).
     let resync: (any HistoryResync)?
+    /// The entitlement catalogue and grants (nil: no entitlements page).
+    let entitlements: (any EntitlementAdministration)?
+    /// A user's entitlements by name, for the entitlements page.
+    let customerEntitlements: (any CustomerCatalog)?
     let now: @Sendable () -> Date
     let library: MustacheLibrary
     let stylesheet: [UInt8]
@@ -63,6 +67,8 @@ public struct AdminPages: Sendable {
     ///   - customers: the customer look-up (Postgres), for the customer view.
     ///   - support: the support endpoints, as actions on the customer view.
     ///   - resync: queues history resyncs (the customer view's button; nil: none).
+    ///   - entitlements: the catalogue and grants (the entitlements page; nil: none).
+    ///   - customerEntitlements: a user's entitlements by name, shown on that page.
     ///   - now: the injected clock.
     /// - Throws: when a template is missing or does not parse (a broken build).
     public init(
@@ -70,10 +76,13 @@ public struct AdminPages: Sendable {
         sessions: AdminSessions, audit: (any AuditLog)? = nil, webhooks: (any WebhookAdministration)? = nil,
         apps: @escaping @Sendable () async throws -> [AppRecord] = { [] }, notifications: (any NotificationLog)? = nil,
         customers: (any CustomerDirectory)? = nil, appleCalls: (any AppleCallLedger)? = nil, support: (any SupportDesk)? = nil,
-        resync: (any HistoryResync)? = nil, now: @escaping @Sendable () -> Date = { Date() }
+        resync: (any HistoryResync)? = nil, entitlements: (any EntitlementAdministration)? = nil,
+        customerEntitlements: (any CustomerCatalog)? = nil, now: @escaping @Sendable () -> Date = { Date() }
     ) throws {
         self.support = support
         self.resync = resync
+        self.entitlements = entitlements
+        self.customerEntitlements = customerEntitlements
         self.notifications = notifications
         self.customers = customers
         self.appleCalls = appleCalls
@@ -89,7 +98,7 @@ public struct AdminPages: Sendable {
         var library = MustacheLibrary()
         for name in [
             "layout", "login", "overview", "list", "detail", "notifications", "notification", "customer", "webhooks", "audit", "apple-calls",
-            "support",
+            "support", "entitlements",
         ] {
             guard let url = Bundle.module.url(forResource: name, withExtension: "mustache", subdirectory: "Templates") else {
                 throw DashboardError(code: "template_missing", message: "Templates/\(name).mustache is not in the bundle")
@@ -132,6 +141,7 @@ public struct AdminPages: Sendable {
         if support != nil { addSupportRoutes(to: router) }
         addAuditRoutes(to: router)
         if webhooks != nil { addWebhookRoutes(to: router) }
+        addEntitlementRoutes(to: router)
         for kind in JobSetKind.allCases {
             let path = Self.path(kind)
             router.get("/admin/\(path)") { request, context in
@@ -322,7 +332,7 @@ public struct AdminPages: Sendable {
     func base(_ user: Operator, _ session: AdminSessions.Session, counts: (dead: Int, retries: Int)? = nil) -> [String: Any] {
         var values: [String: Any] = [
             "csrf": sessions.csrfToken(for: session), "username": user.username, "role": user.role.rawValue,
-            "hasWebhooks": webhooks != nil, "hasAppleCalls": appleCalls != nil,
+            "hasWebhooks": webhooks != nil, "hasAppleCalls": appleCalls != nil, "hasEntitlements": entitlements != nil,
         ]
         if let counts {
             values["dead"] = counts.dead

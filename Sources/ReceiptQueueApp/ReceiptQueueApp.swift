@@ -116,15 +116,17 @@ public enum ReceiptQueueApp {
         let support = try makeSupportDesk(
             configuration, pool: postgresPool, intake: intake, maximumWait: 2, origin: .dashboard, metrics: metrics, logger: logger)?.desk
         let resync = QueuedResync(intake: intake, app: { id in try await catalog.apps().first { $0.id == id } })
+        let entitlements = PostgresEntitlements(pool: postgresPool)
         AdminAPI(
             dead: dead, retries: retries, overview: overview, authenticator: authenticator, audit: operators, webhooks: webhooks, support: support,
-            resync: resync, entitlements: PostgresEntitlements(pool: postgresPool)
+            resync: resync, entitlements: entitlements
         ).addRoutes(to: router)
         try AdminPages(
             dead: dead, retries: retries, overview: overview, authenticator: authenticator, sessions: configuration.dashboard.sessions,
             audit: operators, webhooks: webhooks, apps: { try await catalog.apps() },
             notifications: PostgresNotificationLog(pool: postgresPool), customers: PostgresCustomerDirectory(pool: postgresPool),
-            appleCalls: RedisAppleCallLedger(pool: redisPool, keys: configuration.keys), support: support, resync: resync
+            appleCalls: RedisAppleCallLedger(pool: redisPool, keys: configuration.keys), support: support, resync: resync,
+            entitlements: entitlements, customerEntitlements: entitlements
         ).addRoutes(to: router)
         // Last, with the finished route table: it joins only the not-found chain (see its doc).
         router.add(middleware: MethodNotAllowedMiddleware(routes: router.routes.map { ($0.method.rawValue, $0.path.description) }))

@@ -113,4 +113,70 @@ struct EntitlementTests {
         let long = String(repeating: "x", count: 256)
         #expect(try await system.get(path: "/client/customers/\(long)").0 == 422)
     }
+
+    @Test("The dashboard's entitlements page: an admin defines, grants and revokes from forms; a mistake names its field; each change audited")
+    func dashboardPage() async throws {
+        let system = try await TestSystem.start()
+        defer { Task { await system.stop() } }
+        let app = system.app.id.canonical
+        let browser = DashboardPagesTests.Browser(system)
+        _ = try await browser.logIn()
+        let empty = try await browser.get("/admin/entitlements?app_id=\(app)")
+        #expect(empty.status == 200 && empty.text.contains("id=\"catalogue-empty\""))
+        let csrf = try #require(empty.csrf)
+
+        // A mistake names its field and changes nothing.
+        let bad = try await browser.post(
+            "/admin/entitlements/define", [("csrf", csrf), ("app_id", app), ("entitlement", "Gold!"), ("products", "com.example.gold")])
+        #expect(bad.status == 422 && bad.text.contains("entitlement must be"))
+        let defined = try await browser.post(
+            "/admin/entitlements/define",
+            [
+                ("csrf", csrf), ("app_id", app), ("entitlement", "gold"), ("products", "com.example.gold, com.example.gold.yearly"),
+                ("description", "All of it"),
+            ])
+        #expect(defined.status == 303 && defined.location?.contains("done=defined") == true)
+
+        // A user with a space in their id: the grant form keeps it whole.
+        let user = "page user"
+        let userPage = try await browser.get("/admin/entitlements?app_id=\(app)&user=page%20user")
+        #expect(userPage.text.contains("id=\"entitlement-gold\"") && userPage.text.contains("com.example.gold.yearly"))
+        #expect(userPage.text.contains("id=\"held-empty\"") && userPage.text.contains("id=\"grants-empty\""))
+        let pastDay = try await browser.post(
+            "/admin/entitlements/grant", [("csrf", csrf), ("app_id", app), ("user", user), ("entitlement", "gold"), ("expires_on", "2020-01-01")])
+        #expect(pastDay.status == 422 && pastDay.text.contains("expires_on must be in the future"))
+        let day = ISO8601DateFormatter.string(from: Date().addingTimeInterval(10 * 86_400), timeZone: .gmt, formatOptions: [.withFullDate])
+        let granted = try await browser.post(
+            "/admin/entitlements/grant",
+            [("csrf", csrf), ("app_id", app), ("user", user), ("entitlement", "gold"), ("expires_on", day), ("reason", "ticket 7")])
+        #expect(granted.status == 303, "\(granted.text)")
+        let (_, customer) = try await system.get(path: "/client/customers/page%20user")
+        #expect(customer?["entitlements"]?.arrayValue?.first?["id"]?.stringValue == "gold")
+        let grantID = try #require(customer?["grants"]?.arrayValue?.first?["id"]?.stringValue)
+        let held = try await browser.get(try #require(granted.location))
+        #expect(held.text.contains("id=\"held-gold\"") && held.text.contains("\(day) 23:59:59") && held.text.contains("ticket 7"))
+        #expect(held.text.contains("id=\"revoke-\(grantID)\""))
+
+        let revoked = try await browser.post(
+            "/admin/entitlements/revoke", [("csrf", csrf), ("app_id", app), ("user", user), ("grant", grantID)])
+        #expect(revoked.status == 303 && revoked.location?.contains("done=revoked") == true)
+        let after = try await browser.get(try #require(revoked.location))
+        #expect(after.text.contains("id=\"held-empty\"") && !after.text.contains("id=\"revoke-\(grantID)\""))
+        #expect(after.text.contains("Revoked, with an entitlement.revoked event."))
+
+        let unconfirmed = try await browser.post("/admin/entitlements/remove", [("csrf", csrf), ("app_id", app), ("entitlement", "gold")])
+        #expect(unconfirmed.location?.contains("done=unconfirmed") == true)
+        let removed = try await browser.post(
+            "/admin/entitlements/remove", [("csrf", csrf), ("app_id", app), ("entitlement", "gold"), ("confirm", "1")])
+        #expect(removed.location?.contains("done=removed") == true)
+        #expect(try await browser.get("/admin/entitlements?app_id=\(app)").text.contains("id=\"catalogue-empty\""))
+
+        let pg = try system.postgres()
+        defer { pg.close() }
+        let audit = try await pg.query(
+            "SELECT action, source FROM audit_log WHERE app_id = \(system.app.id) AND action LIKE 'entitlement.%' ORDER BY id"
+        ).rows.map { "\($0.string("action") ?? "?") \($0.string("source") ?? "?")" }
+        #expect(
+            audit == ["entitlement.define dashboard", "entitlement.grant dashboard", "entitlement.revoke dashboard", "entitlement.remove dashboard"])
+    }
 }
