@@ -22,19 +22,6 @@ public final class ServerNotificationsClient: NotificationHistorySource, Service
         public var description: String { "ServerNotificationsClient.Failure(\(code))" }
     }
 
-    /// What Apple says of a test notification.
-    public struct TestStatus: Sendable, Equatable {
-        /// The notification as sent.
-        public var signedPayload: String?
-        /// Each attempt to reach the app's URL: when, and the result (`SUCCESS`, `NO_RESPONSE`, …).
-        public var attempts: [Attempt]
-
-        public struct Attempt: Sendable, Equatable {
-            public var date: Date
-            public var result: String
-        }
-    }
-
     private let configuration: ServerAPIClient.Configuration
     private let client: HTTPClient
     private let tokens: ServerAPITokenIssuer
@@ -67,27 +54,6 @@ public final class ServerNotificationsClient: NotificationHistorySource, Service
         return NotificationHistoryPage(
             signedPayloads: items.compactMap { $0["signedPayload"]?.stringValue }, paginationToken: answer["paginationToken"]?.stringValue,
             hasMore: answer["hasMore"]?.boolValue ?? false)
-    }
-
-    /// Asks Apple to send the app a TEST notification.
-    /// - Returns: the `testNotificationToken` to ask about it.
-    public func requestTest(app: AppRecord, environment: AppStoreEnvironment) async throws -> String {
-        let answer = try await call("POST", "/inApps/v1/notifications/test", app: app, environment: environment, body: .object([:]))
-        guard let token = answer["testNotificationToken"]?.stringValue else { throw Failure(code: .malformedAnswer) }
-        return token
-    }
-
-    /// What became of a test notification.
-    public func testStatus(app: AppRecord, environment: AppStoreEnvironment, token: String) async throws -> TestStatus {
-        let path = "/inApps/v1/notifications/test/\(token.addingPercentEncoding(withAllowedCharacters: .alphanumerics.union(["-"])) ?? "")"
-        let answer = try await call("GET", path, app: app, environment: environment, body: nil)
-        let attempts = (answer["sendAttempts"]?.arrayValue ?? []).compactMap { item -> TestStatus.Attempt? in
-            guard let ms = item["attemptDate"]?.stringValue.flatMap(Double.init), let result = item["sendAttemptResult"]?.stringValue else {
-                return nil
-            }
-            return TestStatus.Attempt(date: Date(timeIntervalSince1970: ms / 1000), result: result)
-        }
-        return TestStatus(signedPayload: answer["signedPayload"]?.stringValue, attempts: attempts)
     }
 
     private func call(

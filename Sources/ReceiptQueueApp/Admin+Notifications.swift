@@ -1,36 +1,35 @@
-import AppStoreClient
 import Foundation
 import PostgresStore
 import ReceiptCore
 
 extension ReceiptQueueApp.Admin {
-    /// `receiptq notifications test`: asks Apple for a TEST notification with the app's In-App
-    /// Purchase key, then waits until the notification is stored, or `timeout` seconds.
+    /// `receiptq notifications test`: asks Apple for a TEST notification through `session`'s
+    /// support desk (the app's In-App Purchase key, the shared rate limit and call accounting, an
+    /// audit line), then waits until the notification is stored, or `timeout` seconds.
     /// - Parameters:
     ///   - app: an app whose key is open (``AppRecord/serverAPIKey``).
     ///   - say: told each line to show the operator (the request, the arrival, Apple's attempts).
     /// - Returns: whether the notification arrived in time (false too when Apple refused the request).
     public func testNotification(
-        app: AppRecord, environment: AppStoreEnvironment, timeout: Int, say: (String) -> Void
+        app: AppRecord, environment: AppStoreEnvironment, timeout: Int, session: ReceiptQueueApp.SupportSession, say: (String) -> Void
     ) async throws -> Bool {
-        let client = try ServerNotificationsClient(configuration: configuration.apple.serverAPI)
+        let desk = session.desk
         let started = Date()
         let token: String
         do {
-            token = try await client.requestTest(app: app, environment: environment)
+            let action = AuditAction.commandLine("support.test_notification").on(app: app.id, target: environment.rawValue)
+            token = try await session.run(action) { try await desk.requestTestNotification(appID: app.id, environment: environment) }
         } catch {
             say("Apple refused the request: \(error)")
             return false
         }
         say("Asked Apple (\(environment.rawValue)) for a TEST notification.")
-        var attempts: [ServerNotificationsClient.TestStatus.Attempt] = []
+        var attempts: [TestNotificationStatus.Attempt] = []
         var uuid: String?
         while Date().timeIntervalSince(started) < Double(timeout) {
-            if uuid == nil, let status = try? await client.testStatus(app: app, environment: environment, token: token) {
+            if uuid == nil, let status = try? await desk.testNotificationStatus(appID: app.id, token: token, environment: environment) {
                 attempts = status.attempts
-                uuid =
-                    status.signedPayload.flatMap { try? CompactJWS($0) }.flatMap { try? JSONValue.parse($0.payload) }?[
-                        "notificationUUID"]?.stringValue
+                uuid = status.notificationUUID
             }
             if let uuid, let arrival = try await PostgresNotificationLog.arrival(appID: app.id, notificationUUID: uuid, on: connection) {
                 let seconds = String(format: "%.1f", arrival.storedAt.timeIntervalSince(started))
@@ -39,7 +38,9 @@ extension ReceiptQueueApp.Admin {
             }
             try await Task.sleep(for: .milliseconds(500))
         }
-        if let status = try? await client.testStatus(app: app, environment: environment, token: token) { attempts = status.attempts }
+        if let status = try? await desk.testNotificationStatus(appID: app.id, token: token, environment: environment) {
+            attempts = status.attempts
+        }
         say("Not stored within \(timeout) s.")
         if attempts.isEmpty {
             say("Apple has not tried to send it yet.")

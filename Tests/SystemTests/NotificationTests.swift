@@ -10,6 +10,7 @@ import ReceiptCore
 import ReceiptQueueApp
 import ReceiptScheduler
 import ReceiptTesting
+import RedisJobQueue
 import ServerTesting
 import SystemTesting
 import Testing
@@ -69,7 +70,10 @@ struct NotificationTests {
             for (key, value) in [
                 "POSTGRES_HOSTNAME": TestEnvironment.postgresHost, "POSTGRES_PORT": String(TestEnvironment.postgresPort),
                 "POSTGRES_USER": TestEnvironment.postgresUser, "POSTGRES_DB": TestEnvironment.postgresDatabase,
+                "REDIS_HOSTNAME": TestEnvironment.redisHost, "REDIS_PORT": String(TestEnvironment.redisPort),
+                "REDIS_KEY_PREFIX": system.configuration.keys.prefix,
                 "RECEIPTQ_SECRETS_KEY": Data(try #require(system.configuration.secretsKey)).base64EncodedString(),
+                "RECEIPTQ_TRUST_ROOTS_DIR": try #require(system.configuration.trustRootsDirectory),
                 "APPSTORE_SERVER_API_PRODUCTION_URL": system.configuration.apple.serverAPI.productionURL,
                 "APPSTORE_SERVER_API_SANDBOX_URL": system.configuration.apple.serverAPI.sandboxURL,
             ] {
@@ -89,6 +93,13 @@ struct NotificationTests {
         let heard = try await command(timeout: 30)
         #expect(heard.status == 0, "\(heard.output)")
         #expect(heard.output.contains("Arrived: notification"), "\(heard.output)")
+        // Through the support desk: each request is an audit line, and the shared limiter counted it.
+        let pg = try system.postgres()
+        defer { pg.close() }
+        let lines = try await pg.query(
+            "SELECT count(*) AS n FROM audit_log WHERE app_id = \(system.app.id) AND action = 'support.test_notification' AND source = 'cli'"
+        ).rows.first?.int("n")
+        #expect(lines == 2)
     }
 
     @Test("A refund of a non-consumable sent three times: the entitlement API stops listing it, one audit row, the ledger has the reason")
