@@ -347,7 +347,8 @@ private struct ReceiptColumns {
         let purchase = envelope.payload.purchase
         var submission = purchase?.submission ?? Submission()
         submission.userIdentifier = record.userIdentifier
-        let source = purchase?.source ?? .receipt
+        // A notification's own row (what it carried, for its subscription's re-polls) says so.
+        let source: JobSource = purchase?.source ?? (record.isNotification ? .notification : .receipt)
         let receipt = record.envelope.payload.carriedText
         let metadata = submission.metadata.flatMap { try? JSONEncoder().encode($0) }.map { String(decoding: $0, as: UTF8.self) }
         let transactionIDs = (try? JSONEncoder().encode(record.purchases.map(\.transactionID))).map { String(decoding: $0, as: UTF8.self) }

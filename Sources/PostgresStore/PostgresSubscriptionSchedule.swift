@@ -56,7 +56,7 @@ public final class PostgresSubscriptionSchedule: SubscriptionSchedule {
                     appID: app, environment: environment, originalTransactionID: originalTransactionID,
                     pollSequence: row.int("poll_seq") ?? 0, receiptID: receiptID, receipt: receipt,
                     style: row.string("style").flatMap(ReceiptStyle.init(rawValue:)), bundleID: row.string("bundle_id"),
-                    userIdentifier: row.string("user_identifier"), source: Self.repollSource(row.string("source")))
+                    userIdentifier: row.string("user_identifier"), source: Self.repollSource(row.string("source"), receipt: receipt))
                 switch safetyNet.decide(Self.candidate(row), at: now) {
                 case .poll: due.append(subscription)
                 case .skip(let until): skipped.append((subscription, until))
@@ -155,13 +155,18 @@ public final class PostgresSubscriptionSchedule: SubscriptionSchedule {
 
 extension PostgresSubscriptionSchedule {
     /// The re-poll's source from its receipt row's: a StoreKit 2 transaction (signed, or a bare id)
-    /// keeps its source, so the planner asks the Server API for it; anything else re-polls as a
-    /// receipt (a notification's row included: it re-polls as its app's backend does, as before).
-    static func repollSource(_ stored: String?) -> JobSource {
+    /// keeps its source, so the planner asks the Server API for it. A notification's row holds a
+    /// V2 notification's signed payload (a compact JWS: only the Server API can poll its
+    /// subscription, even for an app on `verifyReceipt`, which would answer 21002) or a V1
+    /// notification's latest receipt (polled as a receipt, as its app's backend does). Rows stored
+    /// before notifications' rows were marked say `receipt`: their text tells them apart too.
+    static func repollSource(_ stored: String?, receipt: String) -> JobSource {
         switch stored.flatMap(JobSource.init(rawValue:)) {
         case .signedTransaction?: .signedTransaction
         case .transactionID?: .transactionID
-        case .receipt?, .notification?, nil: .receipt
+        case .notification?, .receipt?, nil:
+            // Base64 has no dot; a compact JWS has exactly two, after a JSON header ("eyJ" = `{"`).
+            receipt.hasPrefix("eyJ") && receipt.utf8.lazy.filter { $0 == UInt8(ascii: ".") }.count == 2 ? .signedTransaction : .receipt
         }
     }
 }

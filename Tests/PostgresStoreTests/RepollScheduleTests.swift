@@ -148,6 +148,33 @@ struct RepollScheduleTests {
         #expect(polled.date("skipped_poll_at") == nil)
     }
 
+    @Test("A subscription Apple told of only in a V2 notification re-polls through the Server API whatever its app's backend; a V1 one as a receipt")
+    func notificationOnlySubscriptionsRepollAtTheServerAPI() throws {
+        let v2 = "v2-\(UUID().uuidString.prefix(8))"
+        let v1 = "v1-\(UUID().uuidString.prefix(8))"
+        let receipt = "r-\(UUID().uuidString.prefix(8))"
+        let expires = Self.base.addingTimeInterval(10 * 86_400)
+        var signed = notification(v2, expires: expires, nextPoll: Self.base, at: Self.base)
+        signed.envelope.payload = .notification(
+            NotificationJob(notificationID: UUID().uuidString, body: "eyJhbGciOiJFUzI1NiJ9.eyJ9.c2ln", environment: "sandbox"))
+        var old = notification(v1, expires: expires, nextPoll: Self.base, at: Self.base, version: .v1)
+        old.envelope.payload = .notification(NotificationJob(notificationID: UUID().uuidString, body: "MIIlatest-receipt", environment: "sandbox"))
+        try save([signed, old, validation(receipt, expires: expires, nextPoll: Self.base, at: Self.base)])
+        let stored = try connection.query(
+            "SELECT s.original_transaction_id AS id, r.source FROM subscriptions s JOIN receipts r ON r.id = s.receipt_id WHERE s.app_id = \(app.id)"
+        ).rows
+        #expect(stored.first { $0.string("id") == v2 }?.string("source") == "notification")
+        // Past the expiry and the grace: the V2-covered one is polled too (its safety net).
+        let now = expires.addingTimeInterval(86_400 + 1)
+        var queued: [DueSubscription] = []
+        _ = try schedule.claimDue(now: now, limit: 100, lease: now.addingTimeInterval(3600), safetyNet: net) {
+            queued = $0
+            return $0.count
+        }
+        let sources = Dictionary(uniqueKeysWithValues: queued.map { ($0.originalTransactionID, $0.source) })
+        #expect(sources == [v2: .signedTransaction, v1: .receipt, receipt: .receipt])
+    }
+
     @Test("An app whose notifications stopped: the polls it passed over come back, today's schedule")
     func fallback() throws {
         let original = "f-\(UUID().uuidString.prefix(8))"
