@@ -72,21 +72,22 @@ enum IdentityRows {
             """
         ).rows.first?.string("user_identifier")
         guard mapped == customer else { throw CustomerIdentityError.tokenTaken }
-        let attached = try connection.query(
-            """
-            WITH attached AS (
-                UPDATE in_app_purchases SET user_identifier = \(customer), updated_at = now()
-                WHERE app_id = \(appID) AND app_account_token = \(token) AND user_identifier IS NULL
-                RETURNING environment, original_transaction_id
-            ), subscribed AS (
-                UPDATE subscriptions s SET user_identifier = \(customer), updated_at = now()
-                FROM (SELECT DISTINCT environment, original_transaction_id FROM attached) a
-                WHERE s.app_id = \(appID) AND s.environment = a.environment AND s.original_transaction_id = a.original_transaction_id
-                  AND s.user_identifier IS NULL
-            )
-            SELECT count(*) AS attached FROM attached
-            """
-        ).rows.first?.int("attached") ?? 0
+        let attached =
+            try connection.query(
+                """
+                WITH attached AS (
+                    UPDATE in_app_purchases SET user_identifier = \(customer), updated_at = now()
+                    WHERE app_id = \(appID) AND app_account_token = \(token) AND user_identifier IS NULL
+                    RETURNING environment, original_transaction_id
+                ), subscribed AS (
+                    UPDATE subscriptions s SET user_identifier = \(customer), updated_at = now()
+                    FROM (SELECT DISTINCT environment, original_transaction_id FROM attached) a
+                    WHERE s.app_id = \(appID) AND s.environment = a.environment AND s.original_transaction_id = a.original_transaction_id
+                      AND s.user_identifier IS NULL
+                )
+                SELECT count(*) AS attached FROM attached
+                """
+            ).rows.first?.int("attached") ?? 0
         return TokenRegistration(appAccountToken: token, userIdentifier: customer, attachedPurchases: attached)
     }
 

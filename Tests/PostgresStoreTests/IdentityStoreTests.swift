@@ -22,13 +22,14 @@ struct IdentityStoreTests {
     }
 
     /// A subscription transaction presented by `user` (`repollOf`: that stored receipt re-polled instead).
-    func record(user: String?, transaction: String, subscription: Bool = true, token: UUID? = nil, repollOf receipt: UUID? = nil) -> ValidationRecord {
+    func record(user: String?, transaction: String, subscription: Bool = true, token: UUID? = nil, repollOf receipt: UUID? = nil) -> ValidationRecord
+    {
         let payload: JobPayload =
             if let receipt {
                 .repoll(
-                RepollJob(
-                    target: RepollTarget(originalTransactionID: transaction, receiptID: receipt, pollSequence: 1), latestReceipt: "MIIr",
-                    environment: "sandbox", userIdentifier: user))
+                    RepollJob(
+                        target: RepollTarget(originalTransactionID: transaction, receiptID: receipt, pollSequence: 1), latestReceipt: "MIIr",
+                        environment: "sandbox", userIdentifier: user))
             } else {
                 .receipt(ReceiptJob(receipt: "MIIr", style: .unified, bundleID: "com.example.identity", submission: Submission(userIdentifier: user)))
             }
@@ -50,7 +51,8 @@ struct IdentityStoreTests {
     }
 
     func owners(_ transaction: String) throws -> (purchase: String?, subscription: String?, conflict: Bool?) {
-        let purchase = try connection.query("SELECT user_identifier, is_conflict FROM in_app_purchases WHERE transaction_id = \(transaction)").rows.first
+        let purchase = try connection.query("SELECT user_identifier, is_conflict FROM in_app_purchases WHERE transaction_id = \(transaction)").rows
+            .first
         let subscription = try connection.query(
             "SELECT user_identifier FROM subscriptions WHERE app_id = \(app.id) AND original_transaction_id = \(transaction)"
         ).rows.first
@@ -72,7 +74,9 @@ struct IdentityStoreTests {
         return try await body(PostgresIdentity(pool: pool))
     }
 
-    @Test("keep_first flags the second user; transfer_to_latest moves the row and its subscription, told to both, and a re-poll of the loser's receipt does not move it back")
+    @Test(
+        "keep_first flags the second user; transfer_to_latest moves the row and its subscription, told to both, and a re-poll of the loser's receipt does not move it back"
+    )
     func transferToLatest() async throws {
         let kept = "keep-\(UUID())"
         try save(record(user: "alice", transaction: kept))

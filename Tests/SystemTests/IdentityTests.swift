@@ -117,7 +117,9 @@ struct IdentityTests {
         #expect(try await entitlementIDs(system, "someone-else").isEmpty)
     }
 
-    @Test("Bad input names its field: an app account token that is not a UUID (body of a transaction or the registration), an unknown member, an alias equal to the user")
+    @Test(
+        "Bad input names its field: an app account token that is not a UUID (body of a transaction or the registration), an unknown member, an alias equal to the user"
+    )
     func refusals() async throws {
         let system = try await TestSystem.start()
         defer { Task { await system.stop() } }
@@ -162,7 +164,8 @@ struct IdentityTests {
         defer { Task { await system.stop() } }
         try await define(system, "pro", products: ["com.example.yearly"])
         try await define(system, "lifetime", products: ["com.example.lifetime"])
-        #expect(try await admin.send(system, "PUT", "/admin/api/apps/\(system.app.id.canonical)/transfer-rule", body: #"{"rule": "all"}"#).status == 422)
+        #expect(
+            try await admin.send(system, "PUT", "/admin/api/apps/\(system.app.id.canonical)/transfer-rule", body: #"{"rule": "all"}"#).status == 422)
         try await setRule(system, "transfer_to_latest")
 
         let (_, subscription) = try system.signedTransaction()
