@@ -36,10 +36,13 @@ extension IngestAPI {
         router.post("/client/users/{user_identifier}/aliases") { request, context in
             try await identityChange(request, context: context, fields: ["alias"]) { app, user, body in
                 let alias: String
-                switch body["alias"].map({ Self.userIdentifier($0.stringValue) }) {
-                case .success(let value)?: alias = value
-                case .failure(let error)?: return unprocessable([FieldError(field: "alias", reason: error.reason)])
-                case nil: return unprocessable([FieldError(field: "alias", reason: "is required")])
+                // A JSON string only: `stringValue` would read `false` or `7` as text.
+                guard case .string(let text)? = body["alias"] else {
+                    return unprocessable([FieldError(field: "alias", reason: "is required (a string)")])
+                }
+                switch Self.userIdentifier(text) {
+                case .success(let value): alias = value
+                case .failure(let error): return unprocessable([FieldError(field: "alias", reason: error.reason)])
                 }
                 guard alias != user else { return unprocessable([FieldError(field: "alias", reason: "must differ from the user")]) }
                 do {

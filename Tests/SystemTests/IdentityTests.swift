@@ -139,6 +139,8 @@ struct IdentityTests {
         #expect(same.status == 422)
         #expect(same.json?["errors"]?.arrayValue?.first?["field"]?.stringValue == "alias")
         #expect(try await client(system, "POST", "/client/users/u/aliases", body: #"{}"#).status == 422)
+        // Not a string (JSON's `false` is no user id "false").
+        #expect(try await client(system, "POST", "/client/users/u/aliases", body: #"{"alias": false}"#).status == 422)
     }
 
     /// The same transaction presented by `user`, signed again (a later `signedDate`), so the door
