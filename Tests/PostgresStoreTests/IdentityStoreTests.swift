@@ -181,5 +181,11 @@ struct IdentityStoreTests {
         }
         let again = try await withIdentity { try await $0.alias("gus", userIdentifier: "hal", appID: app.id, at: Date()) }
         #expect(again.created == false)
+        // The dashboard's customer view of any id shows the whole customer.
+        let pool = PostgresConnectionPool(configuration: configuration.postgres, size: 1)
+        defer { pool.close() }
+        let view = try await PostgresCustomerDirectory(pool: pool).customer(CustomerQuery(appID: app.id, userIdentifier: "gus"))
+        #expect(view.userIdentifiers == ["gus", "gus-phone", "hal"])
+        #expect(Set(view.purchases.map(\.transactionID)) == [contested, own])
     }
 }
