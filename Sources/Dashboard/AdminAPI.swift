@@ -36,6 +36,8 @@ public struct AdminAPI: Sendable {
     /// Queues history resyncs (nil: no resync route).
     let resync: (any HistoryResync)?
     let entitlements: (any EntitlementAdministration)?
+    /// The apps' transfer rules (nil: no transfer-rule routes).
+    let transferRules: (any TransferRuleAdministration)?
     let now: @Sendable () -> Date
 
     /// The most entries one page may hold.
@@ -52,12 +54,13 @@ public struct AdminAPI: Sendable {
     ///   - webhooks: the webhook endpoints' administration (nil: no webhook routes).
     ///   - support: the support endpoints (nil: no support routes; see `AdminAPI+Support.swift`).
     ///   - resync: queues history resyncs (nil: no resync route).
+    ///   - transferRules: the apps' transfer rules (nil: no transfer-rule routes).
     ///   - now: the injected clock (ages).
     public init(
         dead: any JobSetStore, retries: any JobSetStore, overview: any QueueOverview, authenticator: OperatorAuthenticator,
         audit: (any AuditLog)? = nil, webhooks: (any WebhookAdministration)? = nil, support: (any SupportDesk)? = nil,
         resync: (any HistoryResync)? = nil, entitlements: (any EntitlementAdministration)? = nil,
-        now: @escaping @Sendable () -> Date = { Date() }
+        transferRules: (any TransferRuleAdministration)? = nil, now: @escaping @Sendable () -> Date = { Date() }
     ) {
         self.support = support
         self.resync = resync
@@ -68,6 +71,7 @@ public struct AdminAPI: Sendable {
         actions = AuditedActions(log: audit)
         self.webhooks = webhooks
         self.entitlements = entitlements
+        self.transferRules = transferRules
         self.now = now
     }
 
@@ -83,6 +87,7 @@ public struct AdminAPI: Sendable {
         addSupportRoutes(to: group)
         addResyncRoutes(to: group)
         addEntitlementRoutes(to: group)
+        addTransferRuleRoutes(to: group)
         group.get("{set}") { request, context in
             await authorized(request, context, .viewer) { _ in
                 guard let (store, kind) = set(context) else { return notFound() }

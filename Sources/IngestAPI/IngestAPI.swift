@@ -40,6 +40,8 @@ public struct IngestAPI: Sendable {
     let appTransactions: (any AppTransactionCatalog)?
     /// The customer API's read side; nil leaves `/client/customers/{user}` out.
     let customers: (any CustomerCatalog)?
+    /// The identity API's store; nil leaves `/client/users/{user}/…` out.
+    let identity: (any CustomerIdentity)?
     let configuration: Configuration
     /// The rules shared with the Cloud Softphone web service.
     public let ingestion: ReceiptIngestion
@@ -61,6 +63,7 @@ public struct IngestAPI: Sendable {
     ///   - events: Postgres, for the events API (nil: no `/client/events`).
     ///   - appTransactions: Postgres, for the app transaction API (nil: no `/client/app-transactions`).
     ///   - customers: Postgres, for the customer API (nil: no `/client/customers/{user}`).
+    ///   - identity: Postgres, for app account tokens and aliases (nil: no `/client/users/{user}/…`).
     ///   - gate: the doors' failure throttle and security log.
     ///   - configuration: settings.
     ///   - metrics: the process's metrics backend (default: the bootstrapped one).
@@ -69,7 +72,7 @@ public struct IngestAPI: Sendable {
         intake: any ReceiptIntake, catalog: any ReceiptCatalog, authenticity: any ReceiptAuthenticity,
         signedPayloads: (any SignedPayloadVerifier)? = nil, subscriptions: (any SubscriptionCatalog)? = nil,
         events: (any EventCatalog)? = nil, appTransactions: (any AppTransactionCatalog)? = nil, customers: (any CustomerCatalog)? = nil,
-        gate: AuthGate, configuration: Configuration = Configuration(),
+        identity: (any CustomerIdentity)? = nil, gate: AuthGate, configuration: Configuration = Configuration(),
         metrics: any MetricsFactory = MetricsSystem.factory, now: @escaping @Sendable () -> Date = { Date() }
     ) {
         self.metrics = IngestMetrics(factory: metrics)
@@ -80,6 +83,7 @@ public struct IngestAPI: Sendable {
         self.events = events
         self.appTransactions = appTransactions
         self.customers = customers
+        self.identity = identity
         self.now = now
         self.configuration = configuration
         self.readiness = Readiness(intake: intake, catalog: catalog)
@@ -97,6 +101,7 @@ public struct IngestAPI: Sendable {
         "GET /client/events": ["after", "limit", "type", "user_identifier"],
         "POST /client/app-transactions": [], "GET /client/app-transactions": ["user_identifier"],
         "GET /client/customers/{user_identifier}": [],
+        "PUT /client/users/{user_identifier}/app-account-token": [], "POST /client/users/{user_identifier}/aliases": [],
         "GET /health/live": [], "GET /health/ready": [], "GET /openapi.yaml": [], "POST /apple/notifications/{app}/{token}": [],
     ]
 
@@ -124,6 +129,7 @@ public struct IngestAPI: Sendable {
         if let events { addEventRoutes(to: router, catalog: events) }
         if let appTransactions { addAppTransactionRoutes(to: router, store: appTransactions) }
         if let customers { addCustomerRoutes(to: router, catalog: customers) }
+        if let identity { addIdentityRoutes(to: router, identity: identity) }
         router.get("/health/live") { _, _ in
             json(.ok, ["status": .string("ok")])
         }

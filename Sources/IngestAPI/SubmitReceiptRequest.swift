@@ -41,7 +41,8 @@ public struct SubmitReceiptRequest: Sendable, Equatable {
     }
 
     /// The fields every submission carries (`user_identifier`, `country_code`,
-    /// `identifier_for_vendor`, `ip_address`, `metadata`), validated; errors are appended.
+    /// `identifier_for_vendor`, `ip_address`, `metadata`, `app_account_token`), validated; errors
+    /// are appended.
     /// - Returns: the submission, and whether `ip_address` was absent (the peer's address applies).
     static func parseSubmission(_ object: [String: JSONValue], _ errors: inout [FieldError]) -> (Submission, ipAddressOmitted: Bool) {
         var submission = Submission()
@@ -58,6 +59,13 @@ public struct SubmitReceiptRequest: Sendable, Equatable {
                 submission.identifierForVendor = uuid.canonical
             } else {
                 errors.append(FieldError(field: "identifier_for_vendor", reason: "must be a UUID"))
+            }
+        }
+        if let token = optionalString(object, "app_account_token", maxLength: 36, &errors) {
+            if let uuid = UUID(uuidString: token) {
+                submission.appAccountToken = uuid
+            } else {
+                errors.append(FieldError(field: "app_account_token", reason: "must be a UUID"))
             }
         }
         let ipOmitted = object["ip_address"] == nil

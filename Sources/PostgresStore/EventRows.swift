@@ -51,6 +51,8 @@ enum EventRows {
         var purchase: InAppPurchase
         var owner: String?
         var conflictUser: String?
+        /// For a transfer: the user who had it.
+        var previousOwner: String? = nil
         var receiptID: UUID?
         var occurredAt: Date
     }
@@ -124,7 +126,21 @@ enum EventRows {
         for change in changes.subscriptions {
             events += NewEvent.subscription(before: change.before, after: change.after, appID: change.appID, at: now) { ids.next(at: now) }
         }
-        for change in changes.purchases {
+        // A transfer is told once per subscription (or purchase) and pair of users, to each user:
+        // a receipt carries every renewal of a subscription, and each row moved.
+        var transfers = Set<String>()
+        for change in changes.purchases where change.type == .customerTransferred {
+            guard let from = change.previousOwner, let to = change.owner,
+                transfers.insert("\(change.appID)|\(change.environment)|\(change.purchase.originalTransactionID)|\(from)|\(to)").inserted
+            else { continue }
+            for side in [NewEvent.TransferSide.from, .to] {
+                events.append(
+                    NewEvent.transferred(
+                        purchase: change.purchase, environment: change.environment, appID: change.appID, from: from, to: to, side: side,
+                        receiptID: change.receiptID, occurredAt: change.occurredAt, id: ids.next(at: now)))
+            }
+        }
+        for change in changes.purchases where change.type != .customerTransferred {
             events.append(
                 NewEvent.purchase(
                     change.type, purchase: change.purchase, environment: change.environment, appID: change.appID,

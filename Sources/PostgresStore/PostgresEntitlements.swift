@@ -46,10 +46,11 @@ public struct PostgresEntitlements: EntitlementAdministration, CustomerCatalog {
         try await pool.withConnection(.readOnly) { connection in
             // One transaction: the three reads see one another's commits alike.
             try connection.transaction { connection in
-                CustomerResource(
-                    holdings: try SubscriptionRows.entitlements(connection, appID: appID, userIdentifier: userIdentifier),
-                    catalogue: try EntitlementAdmin.catalogue(appID: appID, on: connection),
-                    grants: try EntitlementAdmin.grants(appID: appID, userIdentifier: userIdentifier, on: connection))
+                // An alias answers as its customer: the canonical id's holdings and grants.
+                let holdings = try SubscriptionRows.entitlements(connection, appID: appID, userIdentifier: userIdentifier)
+                return CustomerResource(
+                    holdings: holdings, catalogue: try EntitlementAdmin.catalogue(appID: appID, on: connection),
+                    grants: try EntitlementAdmin.grants(appID: appID, userIdentifier: holdings.userIdentifier, on: connection))
             }
         }
     }

@@ -55,7 +55,8 @@ public final class PostgresReceiptStore: ReceiptStore {
                 if writesEvents { try EventRows.lock(records, on: connection) }
                 var changes = EventRows.Changes()
                 for group in Self.conflictFreeGroups(records) {
-                    changes.merge(try write(NotificationRows.prepare(group, on: connection), on: connection))
+                    let prepared = try IdentityRows.resolve(NotificationRows.prepare(group, on: connection), on: connection)
+                    changes.merge(try write(prepared, on: connection))
                 }
                 try NotificationActivityRows.touch(records, on: connection)
                 let resources = try ReceiptRows.resources(
@@ -149,6 +150,8 @@ public final class PostgresReceiptStore: ReceiptStore {
             let key = EventRows.key(app, after.resource.environment, after.resource.state.originalTransactionID)
             changes.subscriptions.append((app, before[key], after.resource))
         }
+        // A transferred transaction takes its subscription along.
+        try IdentityRows.moveSubscriptions(changes.purchases.filter { $0.type == .customerTransferred }, on: connection)
         return changes
     }
 
@@ -168,43 +171,67 @@ public final class PostgresReceiptStore: ReceiptStore {
         for id in switching { UUID(uuidString: id).map { apps[$0] = nil } }
     }
 
-    /// The ledger's rows for the batch, upserted in one statement; returns the new refunds and
-    /// conflicts among them, for the events.
+    /// The ledger's rows for the batch, upserted in one statement; returns the new refunds,
+    /// conflicts and transfers among them, for the events.
+    ///
+    /// Who owns a row a second user presents is the app's transfer rule (read only for such a
+    /// row): `keep_first` flags the second user (`is_conflict`), `transfer_to_latest` gives the row
+    /// to them, `share` keeps the owner and records the second user in `purchase_shares`. Only a
+    /// client's own presentation claims: a re-poll or a notification keeps the stored owner.
     private func writePurchases(_ purchases: PurchaseColumns, on connection: PostgresConnection) throws -> [EventRows.PurchaseChange] {
-        // The old refund and conflict flags come along, so that only a new refund or a new
-        // conflict becomes an event (a replay rewrites nothing and returns nothing).
+        // The old refund, conflict and owner come along, so that only a new refund, a new
+        // conflict or a new owner becomes an event (a replay rewrites nothing and returns nothing).
         let rows = try connection.query(
             """
-            WITH input AS (
+            WITH raw AS (
                 SELECT * FROM unnest(\(purchases.appID)::uuid[], \(purchases.receiptID)::uuid[], \(purchases.environment)::text[],
                     \(purchases.transactionID)::text[], \(purchases.originalTransactionID)::text[], \(purchases.productID)::text[],
                     \(purchases.quantity)::int[], \(purchases.purchaseDate)::timestamptz[],
                     \(purchases.originalPurchaseDate)::timestamptz[], \(purchases.expiresDate)::timestamptz[],
                     \(purchases.cancellationDate)::timestamptz[], \(purchases.webOrderLineItemID)::text[],
                     \(purchases.isTrialPeriod)::boolean[], \(purchases.isInIntroOfferPeriod)::boolean[],
-                    \(purchases.userIdentifier)::text[], \(purchases.cancellationReason)::int[], \(purchases.signedAt)::timestamptz[])
+                    \(purchases.userIdentifier)::text[], \(purchases.cancellationReason)::int[], \(purchases.signedAt)::timestamptz[],
+                    \(purchases.appAccountToken)::uuid[], \(purchases.claims)::boolean[])
                   AS u(app_id, receipt_id, environment, transaction_id, original_transaction_id, product_id, quantity,
                        purchase_date, original_purchase_date, expires_date, cancellation_date, web_order_line_item_id,
-                       is_trial_period, is_in_intro_offer_period, user_identifier, cancellation_reason, signed_at)
+                       is_trial_period, is_in_intro_offer_period, user_identifier, cancellation_reason, signed_at,
+                       app_account_token, claims)
             ), old AS (
-                SELECT p.environment, p.transaction_id, p.cancellation_date, p.is_conflict, p.conflict_user_identifier
-                FROM in_app_purchases p JOIN input i ON p.environment = i.environment AND p.transaction_id = i.transaction_id
+                SELECT p.environment, p.transaction_id, p.cancellation_date, p.is_conflict, p.conflict_user_identifier,
+                       p.user_identifier
+                FROM in_app_purchases p JOIN raw i ON p.environment = i.environment AND p.transaction_id = i.transaction_id
+            ), input AS (
+                -- A row that does not claim (a re-poll's, a notification's) is written for its stored owner.
+                SELECT i.app_id, i.receipt_id, i.environment, i.transaction_id, i.original_transaction_id, i.product_id, i.quantity,
+                       i.purchase_date, i.original_purchase_date, i.expires_date, i.cancellation_date, i.web_order_line_item_id,
+                       i.is_trial_period, i.is_in_intro_offer_period,
+                       CASE WHEN i.claims OR o.user_identifier IS NULL THEN i.user_identifier ELSE o.user_identifier END,
+                       i.cancellation_reason, i.signed_at, i.app_account_token
+                FROM raw i LEFT JOIN old o ON o.environment = i.environment AND o.transaction_id = i.transaction_id
             ), written AS (
             INSERT INTO in_app_purchases AS in_app_purchases (app_id, receipt_id, environment, transaction_id, original_transaction_id,
                 product_id, quantity, purchase_date, original_purchase_date, expires_date, cancellation_date,
-                web_order_line_item_id, is_trial_period, is_in_intro_offer_period, user_identifier, cancellation_reason, signed_at)
+                web_order_line_item_id, is_trial_period, is_in_intro_offer_period, user_identifier, cancellation_reason, signed_at,
+                app_account_token)
             SELECT * FROM input
             ON CONFLICT (environment, transaction_id) DO UPDATE SET
                 expires_date = EXCLUDED.expires_date,
                 cancellation_date = EXCLUDED.cancellation_date,
                 cancellation_reason = EXCLUDED.cancellation_reason,
                 signed_at = COALESCE(EXCLUDED.signed_at, in_app_purchases.signed_at),
-                user_identifier = COALESCE(in_app_purchases.user_identifier, EXCLUDED.user_identifier),
-                is_conflict = in_app_purchases.is_conflict OR COALESCE(
-                    in_app_purchases.user_identifier <> EXCLUDED.user_identifier, false),
+                user_identifier = CASE
+                    WHEN COALESCE(in_app_purchases.user_identifier <> EXCLUDED.user_identifier, false) THEN
+                        CASE WHEN (SELECT a.transfer_rule FROM apps a WHERE a.id = in_app_purchases.app_id) = 'transfer_to_latest'
+                             THEN EXCLUDED.user_identifier ELSE in_app_purchases.user_identifier END
+                    ELSE COALESCE(in_app_purchases.user_identifier, EXCLUDED.user_identifier) END,
+                is_conflict = in_app_purchases.is_conflict OR CASE
+                    WHEN COALESCE(in_app_purchases.user_identifier <> EXCLUDED.user_identifier, false)
+                    THEN (SELECT a.transfer_rule FROM apps a WHERE a.id = in_app_purchases.app_id) = 'keep_first'
+                    ELSE false END,
                 conflict_user_identifier = CASE
                     WHEN COALESCE(in_app_purchases.user_identifier <> EXCLUDED.user_identifier, false)
                     THEN EXCLUDED.user_identifier ELSE in_app_purchases.conflict_user_identifier END,
+                app_account_token = COALESCE(in_app_purchases.app_account_token, EXCLUDED.app_account_token),
                 updated_at = now()
             -- A notification signed before the one that last wrote the row changes nothing: a late
             -- retry of an old notification must not undo a refund (a validation always writes).
@@ -214,19 +241,30 @@ public final class PostgresReceiptStore: ReceiptStore {
                       IS DISTINCT FROM (EXCLUDED.expires_date, EXCLUDED.cancellation_date, EXCLUDED.cancellation_reason)
                OR in_app_purchases.signed_at IS DISTINCT FROM COALESCE(EXCLUDED.signed_at, in_app_purchases.signed_at)
                OR (in_app_purchases.user_identifier IS NULL AND EXCLUDED.user_identifier IS NOT NULL)
+               OR (in_app_purchases.app_account_token IS NULL AND EXCLUDED.app_account_token IS NOT NULL)
                OR COALESCE(in_app_purchases.user_identifier <> EXCLUDED.user_identifier, false)
                   AND in_app_purchases.conflict_user_identifier IS DISTINCT FROM EXCLUDED.user_identifier)
             RETURNING in_app_purchases.*
+            ), shared AS (
+                -- Under `share`, the second user is entitled too.
+                INSERT INTO purchase_shares (app_id, environment, transaction_id, user_identifier)
+                SELECT w.app_id, w.environment, w.transaction_id, w.conflict_user_identifier
+                FROM written w JOIN apps a ON a.id = w.app_id
+                WHERE w.conflict_user_identifier IS NOT NULL AND w.conflict_user_identifier <> w.user_identifier
+                  AND a.transfer_rule = 'share'
+                ON CONFLICT DO NOTHING
             )
             SELECT w.app_id, w.receipt_id, w.environment, w.transaction_id, w.original_transaction_id, w.product_id, w.quantity,
                    w.purchase_date, w.original_purchase_date, w.expires_date, w.cancellation_date, w.web_order_line_item_id,
                    w.is_trial_period, w.is_in_intro_offer_period, w.user_identifier, w.cancellation_reason,
-                   w.conflict_user_identifier, w.signed_at,
+                   w.conflict_user_identifier, w.signed_at, o.user_identifier AS previous_owner,
                    (w.cancellation_date IS NOT NULL AND o.cancellation_date IS NULL AND w.expires_date IS NULL) AS refunded,
-                   (w.is_conflict AND w.conflict_user_identifier IS DISTINCT FROM o.conflict_user_identifier) AS conflicted
+                   (w.is_conflict AND w.conflict_user_identifier IS DISTINCT FROM o.conflict_user_identifier) AS conflicted,
+                   (o.user_identifier IS NOT NULL AND w.user_identifier IS DISTINCT FROM o.user_identifier) AS transferred
             FROM written w LEFT JOIN old o ON o.environment = w.environment AND o.transaction_id = w.transaction_id
             WHERE (w.cancellation_date IS NOT NULL AND o.cancellation_date IS NULL AND w.expires_date IS NULL)
                OR (w.is_conflict AND w.conflict_user_identifier IS DISTINCT FROM o.conflict_user_identifier)
+               OR (o.user_identifier IS NOT NULL AND w.user_identifier IS DISTINCT FROM o.user_identifier)
             """
         ).rows
         return rows.flatMap(Self.purchaseChanges)
@@ -269,6 +307,12 @@ public final class PostgresReceiptStore: ReceiptStore {
                 EventRows.PurchaseChange(
                     type: .purchaseConflict, appID: app, environment: environment, purchase: purchase, owner: owner, conflictUser: other,
                     receiptID: row.uuid("receipt_id"), occurredAt: Date()))
+        }
+        if row.bool("transferred") == true, let previous = row.string("previous_owner") {
+            changes.append(
+                EventRows.PurchaseChange(
+                    type: .customerTransferred, appID: app, environment: environment, purchase: purchase, owner: owner,
+                    conflictUser: nil, previousOwner: previous, receiptID: row.uuid("receipt_id"), occurredAt: Date()))
         }
         return changes
     }
@@ -346,7 +390,8 @@ private struct ReceiptColumns {
         let envelope = record.envelope
         let purchase = envelope.payload.purchase
         var submission = purchase?.submission ?? Submission()
-        submission.userIdentifier = record.userIdentifier
+        // The user as posted (an alias stays an alias here); a notification's own row, its owner's.
+        submission.userIdentifier = submission.userIdentifier ?? record.userIdentifier
         // A notification's own row (what it carried, for its subscription's re-polls) says so.
         let source: JobSource = purchase?.source ?? (record.isNotification ? .notification : .receipt)
         let receipt = record.envelope.payload.carriedText
@@ -398,7 +443,7 @@ private struct ReceiptColumns {
 private struct PurchaseColumns {
     private var columns = ColumnBatch([
         .uuid, .uuid, .text, .text, .text, .text, .int4, .timestamptz, .timestamptz, .timestamptz, .timestamptz, .text, .bool,
-        .bool, .text, .int4, .timestamptz,
+        .bool, .text, .int4, .timestamptz, .uuid, .bool,
     ])
 
     mutating func append(_ record: ValidationRecord) {
@@ -411,7 +456,9 @@ private struct PurchaseColumns {
                 .text(purchase.originalTransactionID), .text(purchase.productID), .int(purchase.quantity), .date(purchase.purchaseDate),
                 .date(purchase.originalPurchaseDate), .date(purchase.expiresDate), .date(purchase.cancellationDate),
                 .text(purchase.webOrderLineItemID), .bool(purchase.isTrialPeriod), .bool(purchase.isInIntroOfferPeriod),
-                .text(record.userIdentifier), .int(purchase.cancellationReason), .date(signedAt),
+                .text(record.userIdentifier), .int(purchase.cancellationReason), .date(signedAt), .uuid(purchase.appAccountToken),
+                // Only a client's own presentation claims the transaction (see writePurchases).
+                .bool(!record.isRepoll && !record.isNotification),
             ]
             columns.append(values)
         }
@@ -436,6 +483,8 @@ private struct PurchaseColumns {
     var userIdentifier: PostgresBinaryArray { column(14) }
     var cancellationReason: PostgresBinaryArray { column(15) }
     var signedAt: PostgresBinaryArray { column(16) }
+    var appAccountToken: PostgresBinaryArray { column(17) }
+    var claims: PostgresBinaryArray { column(18) }
 }
 
 /// The columns of a batch of `validation_attempts` rows: one per call to Apple.

@@ -172,24 +172,44 @@ extension SubscriptionRows {
         ).rows.first.flatMap(resource)
     }
 
-    /// A user's subscriptions (newest expiry first) and other purchases (newest first), in two statements.
-    static func entitlements(_ connection: PostgresConnection, appID: UUID, userIdentifier: String) throws -> UserEntitlements {
+    /// A customer's subscriptions (newest expiry first) and other purchases (newest first): the
+    /// user's own (by its canonical id when it is an alias) and those shared with it under the
+    /// `share` rule; three statements.
+    static func entitlements(_ connection: PostgresConnection, appID: UUID, userIdentifier requested: String) throws -> UserEntitlements {
+        let userIdentifier = try IdentityRows.canonical(appID: appID, userIdentifier: requested, on: connection)
         let subscriptions = try connection.query(
             """
-            SELECT \(unescaped: columns) FROM subscriptions s
-            WHERE s.app_id = \(appID) AND s.user_identifier = \(userIdentifier)
+            SELECT * FROM (
+                SELECT \(unescaped: columns) FROM subscriptions s
+                WHERE s.app_id = \(appID) AND s.user_identifier = \(userIdentifier)
+                UNION
+                SELECT \(unescaped: columns) FROM purchase_shares sh
+                JOIN in_app_purchases p ON p.environment = sh.environment AND p.transaction_id = sh.transaction_id
+                JOIN subscriptions s ON s.app_id = p.app_id AND s.environment = p.environment
+                     AND s.original_transaction_id = p.original_transaction_id
+                WHERE sh.app_id = \(appID) AND sh.user_identifier = \(userIdentifier)
+            ) s
             ORDER BY s.expires_at DESC NULLS LAST, s.original_transaction_id
             LIMIT 1000
             """
         ).rows.compactMap(resource)
         let purchases = try connection.query(
             """
-            SELECT environment, transaction_id, original_transaction_id, product_id, quantity, purchase_date,
-                   original_purchase_date, cancellation_date, web_order_line_item_id, is_trial_period, is_in_intro_offer_period
-            FROM in_app_purchases
-            WHERE app_id = \(appID) AND user_identifier = \(userIdentifier) AND expires_date IS NULL
-              -- Refunded or revoked (a notification, or Apple's answer, says when): no longer owned.
-              AND cancellation_date IS NULL
+            SELECT * FROM (
+                SELECT environment, transaction_id, original_transaction_id, product_id, quantity, purchase_date,
+                       original_purchase_date, cancellation_date, web_order_line_item_id, is_trial_period, is_in_intro_offer_period
+                FROM in_app_purchases
+                WHERE app_id = \(appID) AND user_identifier = \(userIdentifier) AND expires_date IS NULL
+                  -- Refunded or revoked (a notification, or Apple's answer, says when): no longer owned.
+                  AND cancellation_date IS NULL
+                UNION
+                SELECT p.environment, p.transaction_id, p.original_transaction_id, p.product_id, p.quantity, p.purchase_date,
+                       p.original_purchase_date, p.cancellation_date, p.web_order_line_item_id, p.is_trial_period,
+                       p.is_in_intro_offer_period
+                FROM purchase_shares sh JOIN in_app_purchases p ON p.environment = sh.environment AND p.transaction_id = sh.transaction_id
+                WHERE sh.app_id = \(appID) AND sh.user_identifier = \(userIdentifier) AND p.expires_date IS NULL
+                  AND p.cancellation_date IS NULL
+            ) p
             ORDER BY purchase_date DESC NULLS LAST, transaction_id
             LIMIT 1000
             """

@@ -84,7 +84,8 @@ public enum ReceiptQueueApp {
         let api = IngestAPI(
             intake: intake, catalog: catalog, authenticity: verifier, signedPayloads: jwsVerifier(configuration, roots: roots, metrics: metrics),
             subscriptions: catalog, events: PostgresEventCatalog(pool: postgresPool), appTransactions: catalog,
-            customers: PostgresEntitlements(pool: postgresPool), gate: gate, configuration: configuration.api.ingest, metrics: metrics)
+            customers: PostgresEntitlements(pool: postgresPool), identity: PostgresIdentity(pool: postgresPool), gate: gate,
+            configuration: configuration.api.ingest, metrics: metrics)
         let router = Router(context: IngestRequestContext.self)
         // First, so that it also times the requests the other middleware refuses.
         router.add(middleware: HTTPMetricsMiddleware(factory: metrics))
@@ -119,7 +120,7 @@ public enum ReceiptQueueApp {
         let entitlements = PostgresEntitlements(pool: postgresPool)
         AdminAPI(
             dead: dead, retries: retries, overview: overview, authenticator: authenticator, audit: operators, webhooks: webhooks, support: support,
-            resync: resync, entitlements: entitlements
+            resync: resync, entitlements: entitlements, transferRules: PostgresIdentity(pool: postgresPool)
         ).addRoutes(to: router)
         try AdminPages(
             dead: dead, retries: retries, overview: overview, authenticator: authenticator, sessions: configuration.dashboard.sessions,

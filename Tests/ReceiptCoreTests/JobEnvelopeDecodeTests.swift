@@ -84,7 +84,9 @@ struct JobEnvelopeDecodeTests {
         func submission() -> Submission {
             Submission(
                 userIdentifier: text(), identifierForVendor: text(), countryCode: text(), ipAddress: text(),
-                metadata: Bool.random(using: &generator) ? .object(["k": .string(some()), "n": .number(2)]) : nil)
+                metadata: Bool.random(using: &generator) ? .object(["k": .string(some()), "n": .number(2)]) : nil,
+                // The app account token the app posted with it (issue 43): a UUID either way.
+                appAccountToken: Bool.random(using: &generator) ? UUID(uuid: (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16)) : nil)
         }
         func purchase() -> PurchaseJob {
             if Bool.random(using: &generator) {

@@ -44,6 +44,11 @@ public enum EventType: String, Sendable, Equatable, CaseIterable, Codable {
     case entitlementGranted = "entitlement.granted"
     /// An operator revoked a grant.
     case entitlementRevoked = "entitlement.revoked"
+    /// A transaction (and its subscription) moved to another user under the app's
+    /// `transfer_to_latest` rule: sent to both users, the one who lost it and the one who has it.
+    case customerTransferred = "customer.transferred"
+    /// Two user ids were merged into one customer (`POST /client/users/{user}/aliases`).
+    case customerAliased = "customer.aliased"
 
     /// Whether a filter entry selects this type: the exact name, `*`, or a family such as `subscription.*`.
     public func matches(_ pattern: String) -> Bool {

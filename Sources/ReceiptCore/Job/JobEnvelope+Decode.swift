@@ -97,13 +97,14 @@ private enum EnvelopeReader {
             case let userIdentifier? = optional(fields["user_identifier"], string),
             case let identifierForVendor? = optional(fields["identifier_for_vendor"], string),
             case let countryCode? = optional(fields["country_code"], string),
-            case let ipAddress? = optional(fields["ip_address"], string)
+            case let ipAddress? = optional(fields["ip_address"], string),
+            case let token? = optional(fields["app_account_token"], uuid)
         else { return nil }
         // Any JSON value is metadata; `null` is none, as `decodeIfPresent` reads it.
         let metadata = fields["metadata"].flatMap { $0 == .null ? nil : $0 }
         return Submission(
             userIdentifier: userIdentifier, identifierForVendor: identifierForVendor, countryCode: countryCode, ipAddress: ipAddress,
-            metadata: metadata)
+            metadata: metadata, appAccountToken: token)
     }
 
     static func appleCall(_ value: JSONValue) -> AppleCall? {

@@ -240,6 +240,7 @@ extension JobWire {
         writer.member("style", style?.rawValue)
         writer.key("submission")
         writer.openObject()
+        writer.member("app_account_token", submission.appAccountToken?.canonical)
         writer.member("country_code", submission.countryCode)
         writer.member("identifier_for_vendor", submission.identifierForVendor)
         writer.member("ip_address", submission.ipAddress)

@@ -318,8 +318,12 @@ public struct Submission: Sendable, Equatable, Codable {
     /// The end user's address; nil when the client sent JSON `null` to keep it unstored.
     public var ipAddress: String?
     public var metadata: JSONValue?
+    /// The app account token the app set at purchase for this user: the worker registers the
+    /// mapping (token → user) with the result.
+    public var appAccountToken: UUID?
 
     enum CodingKeys: String, CodingKey {
+        case appAccountToken = "app_account_token"
         case userIdentifier = "user_identifier"
         case identifierForVendor = "identifier_for_vendor"
         case countryCode = "country_code"
@@ -330,8 +334,9 @@ public struct Submission: Sendable, Equatable, Codable {
     /// Creates a submission.
     public init(
         userIdentifier: String? = nil, identifierForVendor: String? = nil, countryCode: String? = nil,
-        ipAddress: String? = nil, metadata: JSONValue? = nil
+        ipAddress: String? = nil, metadata: JSONValue? = nil, appAccountToken: UUID? = nil
     ) {
+        self.appAccountToken = appAccountToken
         self.userIdentifier = userIdentifier
         self.identifierForVendor = identifierForVendor
         self.countryCode = countryCode

@@ -94,6 +94,9 @@ public struct InAppPurchase: Sendable, Equatable, Codable {
     public var subscriptionGroupIdentifier: String?
     /// In-app attributes this module does not model, in payload order.
     public var unknownAttributes: [ReceiptAttribute]
+    /// The UUID the app set at purchase to name its user (the Server API's `appAccountToken`,
+    /// verifyReceipt's `app_account_token`); receipts themselves carry none.
+    public var appAccountToken: UUID?
 
     /// Creates a purchase; optional fields default to absent.
     public init(

@@ -111,6 +111,7 @@ extension InAppPurchase {
         if offerType == 2 { promotionalOfferID = json["offerIdentifier"]?.stringValue }
         cancellationReason = cancellationDate == nil ? nil : json["revocationReason"]?.intValue
         subscriptionGroupIdentifier = json["subscriptionGroupIdentifier"]?.stringValue
+        appAccountToken = json["appAccountToken"]?.stringValue.flatMap(UUID.init(uuidString:))
     }
 }
 

@@ -24,6 +24,7 @@ extension InAppPurchase {
             isInIntroOfferPeriod: json["is_in_intro_offer_period"]?.boolValue ?? false
         )
         cancellationReason = cancellationDate == nil ? nil : json["cancellation_reason"]?.intValue
+        appAccountToken = json["app_account_token"]?.stringValue.flatMap(UUID.init(uuidString:))
     }
 
     /// This purchase in Apple's `verifyReceipt` JSON shape (iOS 7 style), as the mock App Store answers.
