@@ -89,23 +89,28 @@ def shot(driver, name):
     driver.set_window_size(1280, 900)
 
 
-def navigate(driver, find):
+def navigate(driver, find, expect=None):
     """Clicks the element `find()` returns and waits for the page it leads to: a click returns before
     a form's POST and its redirect are done, and on a busy machine the old page would still be the
     one read. Found afresh for each try: on a loaded run Chromium once replaced the document between
     the finding and the click ("Node with given id does not belong to the document"), and the click
-    then never happened, so it is tried again on the page that is there."""
+    then never happened, so it is tried again on the page that is there. With `expect`, the page
+    reached must have it in its URL, else the click is made again: the overview refreshes itself
+    every 10 s, and a refresh that lands first replaces the page the click was made on."""
     for attempt in range(5):
         old = driver.find_element(By.TAG_NAME, "html")
         try:
             find().click()
-            break
         except WebDriverException as error:
             if not replaced(error) or attempt == 4:
                 raise
             loaded(driver)
-    WebDriverWait(driver, 20).until(expected_conditions.staleness_of(old))
-    loaded(driver)
+            continue
+        WebDriverWait(driver, 20).until(expected_conditions.staleness_of(old))
+        loaded(driver)
+        if expect is None or expect in driver.current_url:
+            return
+    raise CheckFailed("no page with %r in its URL after 5 clicks (at %s)" % (expect, driver.current_url))
 
 
 def loaded(driver):
@@ -182,7 +187,7 @@ def run(driver):
     shot(driver, "02-overview")
 
     # 3. The dead letters, filtered by app and error code through the form.
-    navigate(driver, lambda: driver.find_element(By.LINK_TEXT, "Dead letters " + text(driver, "#nav-dead")))
+    navigate(driver, lambda: driver.find_element(By.LINK_TEXT, "Dead letters " + text(driver, "#nav-dead")), expect="/admin/dead")
     check("/admin/dead" in driver.current_url, "on the dead letters")
     Select(driver.find_element(By.ID, "filter-app")).select_by_value(APP_ID)
     code = driver.find_element(By.ID, "filter-error-code")
@@ -242,15 +247,26 @@ def run(driver):
     legend = {item.rsplit(" ", 1)[0]: item.rsplit(" ", 1)[-1] for item in items}
     check(int(legend.get("valid", "0")) >= len(JOB_IDS), "the chart counts the validations: %r" % legend)
     shot(driver, "07-overview-after")
-    navigate(driver, lambda: driver.find_element(By.LINK_TEXT, "Retries " + text(driver, "#nav-retries")))
+    navigate(driver, lambda: driver.find_element(By.LINK_TEXT, "Retries " + text(driver, "#nav-retries")), expect="/admin/retries")
     check("/admin/retries" in driver.current_url, "on the retries")
     shot(driver, "08-retries")
 
-    # 7. Nothing the pages needed was blocked by the CSP.
+    # 7. The entitlements page: the admin names what the app unlocks, through the form.
+    navigate(driver, lambda: driver.find_element(By.LINK_TEXT, "Entitlements"), expect="/admin/entitlements")
+    Select(driver.find_element(By.ID, "entitlements-app")).select_by_value(APP_ID)
+    navigate(driver, lambda: driver.find_element(By.ID, "entitlements-show"))
+    driver.find_element(By.ID, "define-id").send_keys("browser_pro")
+    driver.find_element(By.ID, "define-products").send_keys("com.example.browser.monthly, com.example.browser.yearly")
+    navigate(driver, lambda: driver.find_element(By.ID, "define-save"))
+    check(text(driver, "#notice").startswith("Saved"), "the entitlement was saved")
+    check("com.example.browser.yearly" in text(driver, "#entitlement-browser_pro"), "the catalogue lists its products")
+    shot(driver, "09-entitlements")
+
+    # 8. Nothing the pages needed was blocked by the CSP.
     violations = csp_violations(driver)
     check(not violations, "no Content-Security-Policy violation: %r" % violations)
 
-    # 8. Log out: the dashboard is closed again.
+    # 9. Log out: the dashboard is closed again.
     driver.get(BASE + "/admin")
     navigate(driver, lambda: driver.find_element(By.CSS_SELECTOR, "form.logout button"))
     check(driver.current_url.endswith("/admin/login"), "logged out")
