@@ -402,6 +402,29 @@ public final class ThrowawayPostgres: @unchecked Sendable {
         try admin.execute("CREATE DATABASE \(database) OWNER \(user)")
     }
 
+    /// `pg_dump -Fc` of `database` while it runs (one snapshot: what had committed when the dump
+    /// began), as ops/postgres/README.md tells operators to take it; returns the dump's file.
+    public func dump(database: String, named name: String) throws -> URL {
+        let file = directory.appendingPathComponent("\(name).dump")
+        let status = try runCommand(
+            asServerUser + ["\(bin)/pg_dump", "-h", "127.0.0.1", "-p", String(port), "-U", "postgres", "-Fc", "-f", file.path, database],
+            log: commandLog)
+        guard status == 0 else { throw RestartTestError("pg_dump failed: \(tail(commandLog))") }
+        return file
+    }
+
+    /// `pg_restore` of a ``dump(database:named:)`` into a new `database` owned by `owner`, in one
+    /// transaction (a restore that fails leaves nothing half-done).
+    public func restore(_ file: URL, into database: String, owner: String) throws {
+        try execute("CREATE DATABASE \(database) OWNER \(owner)")
+        let status = try runCommand(
+            asServerUser + [
+                "\(bin)/pg_restore", "-h", "127.0.0.1", "-p", String(port), "-U", "postgres", "--single-transaction", "--exit-on-error",
+                "--no-owner", "--role", owner, "-d", database, file.path,
+            ], log: commandLog)
+        guard status == 0 else { throw RestartTestError("pg_restore failed: \(tail(commandLog))") }
+    }
+
     /// Stops the server if it runs (immediate: it is thrown away) and deletes the cluster. Idempotent.
     public func destroy() {
         if FileManager.default.fileExists(atPath: "\(data)/postmaster.pid") {
