@@ -184,25 +184,16 @@ extension SubscriptionRows {
         ).rows.compactMap(resource)
         let purchases = try connection.query(
             """
-            SELECT environment, transaction_id, original_transaction_id, product_id, quantity, purchase_date,
-                   original_purchase_date, cancellation_date, web_order_line_item_id, is_trial_period, is_in_intro_offer_period
-            FROM in_app_purchases
-            WHERE app_id = \(appID) AND user_identifier = \(userIdentifier) AND expires_date IS NULL
+            SELECT \(unescaped: PurchaseRows.columns("p"))
+            FROM in_app_purchases p
+            WHERE p.app_id = \(appID) AND p.user_identifier = \(userIdentifier) AND p.expires_date IS NULL
               -- Refunded or revoked (a notification, or Apple's answer, says when): no longer owned.
-              AND cancellation_date IS NULL
-            ORDER BY purchase_date DESC NULLS LAST, transaction_id
+              -- A prorated refund leaves it owned, with its remaining quantity.
+              AND p.cancellation_date IS NULL
+            ORDER BY p.purchase_date DESC NULLS LAST, p.transaction_id
             LIMIT 1000
             """
-        ).rows.map { row in
-            InAppPurchaseResource(
-                InAppPurchase(
-                    quantity: row.int("quantity") ?? 1, productID: row.string("product_id") ?? "",
-                    transactionID: row.string("transaction_id") ?? "", originalTransactionID: row.string("original_transaction_id") ?? "",
-                    purchaseDate: row.date("purchase_date"), originalPurchaseDate: row.date("original_purchase_date"),
-                    cancellationDate: row.date("cancellation_date"), webOrderLineItemID: row.string("web_order_line_item_id"),
-                    isTrialPeriod: row.bool("is_trial_period") ?? false, isInIntroOfferPeriod: row.bool("is_in_intro_offer_period") ?? false),
-                environment: row.string("environment"))
-        }
+        ).rows.map { row in InAppPurchaseResource(PurchaseRows.purchase(row), environment: row.string("environment")) }
         return UserEntitlements(userIdentifier: userIdentifier, subscriptions: subscriptions, purchases: purchases)
     }
 }
