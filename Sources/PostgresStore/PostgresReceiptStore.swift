@@ -221,20 +221,7 @@ public final class PostgresReceiptStore: ReceiptStore {
                 offer_period = COALESCE(EXCLUDED.offer_period, in_app_purchases.offer_period),
                 billing_plan_type = COALESCE(EXCLUDED.billing_plan_type, in_app_purchases.billing_plan_type),
                 ownership_type = COALESCE(EXCLUDED.ownership_type, in_app_purchases.ownership_type),
-                -- The refund is as the newest source states it (a reversal clears it); a source that
-                -- knows no kind or share (verifyReceipt) of the same revocation keeps the signed one's.
-                revocation_type = CASE WHEN EXCLUDED.revocation_type IS NULL AND EXCLUDED.cancellation_date IS NOT NULL
-                    AND in_app_purchases.cancellation_date IS NOT NULL THEN in_app_purchases.revocation_type
-                    ELSE EXCLUDED.revocation_type END,
-                revocation_percentage = CASE WHEN EXCLUDED.revocation_type IS NULL AND EXCLUDED.cancellation_date IS NOT NULL
-                    AND in_app_purchases.cancellation_date IS NOT NULL THEN in_app_purchases.revocation_percentage
-                    ELSE EXCLUDED.revocation_percentage END,
-                refunded_quantity = CASE WHEN EXCLUDED.revocation_type IS NULL AND EXCLUDED.cancellation_date IS NOT NULL
-                    AND in_app_purchases.cancellation_date IS NOT NULL THEN in_app_purchases.refunded_quantity
-                    ELSE EXCLUDED.refunded_quantity END,
-                refunded_milli = CASE WHEN EXCLUDED.revocation_type IS NULL AND EXCLUDED.cancellation_date IS NOT NULL
-                    AND in_app_purchases.cancellation_date IS NOT NULL THEN in_app_purchases.refunded_milli
-                    ELSE EXCLUDED.refunded_milli END,
+                \(unescaped: Self.revocationUpdates),
                 signed_at = COALESCE(EXCLUDED.signed_at, in_app_purchases.signed_at),
                 user_identifier = COALESCE(in_app_purchases.user_identifier, EXCLUDED.user_identifier),
                 is_conflict = in_app_purchases.is_conflict OR COALESCE(
@@ -277,6 +264,18 @@ public final class PostgresReceiptStore: ReceiptStore {
         ).rows
         return rows.flatMap(Self.purchaseChanges)
     }
+
+    /// The ledger's refund columns as the newest source states them (a reversal clears them), except
+    /// that a source knowing no kind or share (verifyReceipt) of a revocation already stored keeps
+    /// the signed transaction's: `SET` clauses of the ledger's upsert.
+    private static let revocationUpdates = ["revocation_type", "revocation_percentage", "refunded_quantity", "refunded_milli"]
+        .map { column in
+            """
+            \(column) = CASE WHEN EXCLUDED.revocation_type IS NULL AND EXCLUDED.cancellation_date IS NOT NULL
+                AND in_app_purchases.cancellation_date IS NOT NULL THEN in_app_purchases.\(column) ELSE EXCLUDED.\(column) END
+            """
+        }
+        .joined(separator: ",\n")
 
     /// The batch's calls to Apple, for the audit trail (a replayed call is not written twice).
     private func writeAttempts(_ attempts: AttemptColumns, on connection: PostgresConnection) throws {

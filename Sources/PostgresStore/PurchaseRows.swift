@@ -39,13 +39,11 @@ enum PurchaseRows {
         if purchase.offer?.type == .promotional { purchase.promotionalOfferID = purchase.offer?.identifier }
         purchase.billingPlanType = row.string("billing_plan_type")
         purchase.ownershipType = row.string("ownership_type")
-        let kind = row.string("revocation_type").flatMap(RevocationKind.init(rawValue:))
-        let refundedQuantity = row.int("refunded_quantity")
-        if kind != nil || refundedQuantity != nil || purchase.cancellationDate != nil {
-            purchase.revocation = PurchaseRevocation(
-                kind: kind, percentageMilli: row.int("revocation_percentage"), quantity: refundedQuantity,
-                amountMilli: row.int("refunded_milli").map(Int64.init))
-        }
+        let revocation = PurchaseRevocation(
+            kind: row.string("revocation_type").flatMap(RevocationKind.init(rawValue:)), percentageMilli: row.int("revocation_percentage"),
+            quantity: row.int("refunded_quantity"), amountMilli: row.int("refunded_milli").map(Int64.init))
+        // A cancellation verifyReceipt reported states no revocation: the row reads back as written.
+        if revocation != PurchaseRevocation(kind: nil) { purchase.revocation = revocation }
         return purchase
     }
 }
@@ -57,8 +55,9 @@ extension InAppPurchase {
     /// refunded_quantity, refunded_milli.
     var moneyColumns: [ColumnValue] {
         [
-            .int(price.map { Int($0.milli) }), .text(price?.currency.rawValue), .text(storefront), .int(offer?.type.appleCode),
-            .text(offer?.identifier), .text(offer?.discountType), .text(offer?.period), .text(billingPlanType), .text(ownershipType),
+            .int(price.map { Int($0.milli) }), .text(price?.currency.rawValue), .text(storefront), .int(statedOffer?.type.appleCode),
+            .text(statedOffer?.identifier), .text(statedOffer?.discountType), .text(statedOffer?.period), .text(billingPlanType),
+            .text(ownershipType),
             .text(revocation?.kind?.rawValue), .int(revocation?.percentageMilli), .int(revocation?.quantity),
             .int(revocation?.amountMilli.map { Int($0) }),
         ]

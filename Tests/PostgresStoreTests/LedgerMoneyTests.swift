@@ -115,7 +115,6 @@ struct LedgerMoneyTests {
         _ = try store.save([record(refunded)])
         var seen = purchase(id)
         seen.cancellationDate = refunded.cancellationDate
-        seen.revocation = PurchaseRevocation(kind: nil, percentageMilli: nil, quantity: 1, price: nil)
         let stored = try #require(try store.save([record(seen)]).first?.get()?.inAppPurchases.first)
         #expect(stored.revocationType == "REFUND_FULL" && stored.refundedMilli == 990 && stored.remainingQuantity == 0)
         #expect(try refundEvents(id).count == 1)

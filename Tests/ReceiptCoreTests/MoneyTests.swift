@@ -156,14 +156,15 @@ struct MoneyTests {
         #expect(purchases.contains { $0.ownershipType == "PURCHASED" })
         // Each transaction in an introductory period reads as an introductory offer.
         for purchase in purchases {
-            #expect((purchase.offer?.type == .introductory) == (purchase.isInIntroOfferPeriod || purchase.isTrialPeriod))
+            #expect((purchase.statedOffer?.type == .introductory) == (purchase.isInIntroOfferPeriod || purchase.isTrialPeriod))
         }
         // The fields verifyReceipt names, when a transaction carries them.
         let code = try #require(InAppPurchase(appleJSON: try Self.object(#"{"transaction_id":"1","product_id":"p","offer_code_ref_name":"WINTER"}"#)))
         #expect(code.offer == PurchaseOffer(type: .offerCode, identifier: "WINTER"))
         let promo = try #require(InAppPurchase(appleJSON: try Self.object(#"{"transaction_id":"1","product_id":"p","promotional_offer_id":"P1"}"#)))
-        #expect(promo.offer == PurchaseOffer(type: .promotional, identifier: "P1") && promo.promotionalOfferID == "P1")
+        #expect(promo.statedOffer == PurchaseOffer(type: .promotional, identifier: "P1") && promo.promotionalOfferID == "P1")
         // Round trip through the mock's verifyReceipt shape.
-        #expect(InAppPurchase(appleJSON: code.appleJSON)?.offer == code.offer)
+        #expect(InAppPurchase(appleJSON: code.appleJSON) == code)
+        #expect(InAppPurchase(appleJSON: promo.appleJSON) == promo)
     }
 }

@@ -16,26 +16,8 @@ import Testing
 struct MoneyTests {
     static let usd = CurrencyCode(rawValue: "USD")!
 
-    /// Sends this app's notifications (signed by the mock's chain) to receiptq.
-    func subscribe(_ system: TestSystem) throws {
-        let connection = try system.postgres()
-        defer { connection.close() }
-        let token = try AppAdmin(connection: connection).rotateNotificationToken(appID: system.app.id)
-        system.mock.state.notifications.setTarget(
-            .init(url: "http://127.0.0.1:\(system.apiPort)/apple/notifications/\(system.app.name)/\(token)", version: "v2"),
-            bundleID: system.app.bundleID)
-    }
-
-    /// A signed transaction posted for `user`; its payload.
-    func buy(
-        _ system: TestSystem, user: String, product: String, days: Double? = nil, price: Money?, fields: [String: JSONValue] = [:]
-    ) async throws -> JSONValue {
-        let (jws, payload) = try system.signedTransaction(product: product, days: days, price: price, fields: fields)
-        let body = JSONValue.object(["signed_transaction": .string(jws), "user_identifier": .string(user)]).encodedText
-        let (status, answer) = try await system.post(body, path: "/client/transactions")
-        #expect(status == 200, "\(String(describing: answer))")
-        return payload
-    }
+    /// Notifications to receiptq, and purchases posted, as the notification tests do them.
+    let notifications = NotificationTests()
 
     func customer(_ system: TestSystem, _ user: String) async throws -> JSONValue? {
         try await system.get(path: "/client/customers/\(user)").1
@@ -67,12 +49,11 @@ struct MoneyTests {
     func introOfferThenRenewal() async throws {
         let system = try await TestSystem.start()
         defer { Task { await system.stop() } }
-        try subscribe(system)
+        _ = try notifications.subscribe(system)
         let user = "money-sub"
-        let first = try await buy(
+        let original = try await notifications.purchase(
             system, user: user, product: "com.example.monthly", days: 30, price: Money(milli: 990, currency: Self.usd),
             fields: ["offerType": .number(1), "offerDiscountType": .string("PAY_UP_FRONT"), "offerPeriod": .string("P1M")])
-        let original = try #require(first["transactionId"]?.stringValue)
         system.mock.state.serverAPI.setRenewal(["renewalPrice": .number(9990)], originalTransactionID: original, environment: .sandbox)
         try system.mock.state.notifications.event(type: "DID_RENEW", transactionID: original, environment: .sandbox)
 
@@ -107,12 +88,11 @@ struct MoneyTests {
     func proratedRefund() async throws {
         let system = try await TestSystem.start()
         defer { Task { await system.stop() } }
-        try subscribe(system)
+        _ = try notifications.subscribe(system)
         let user = "money-coins"
-        let bought = try await buy(
+        let id = try await notifications.purchase(
             system, user: user, product: "com.example.coins", price: Money(milli: 29_970, currency: Self.usd),
             fields: ["quantity": .number(3), "type": .string("Consumable")])
-        let id = try #require(bought["transactionId"]?.stringValue)
         let before = try await customer(system, user)?["purchases"]?.arrayValue?.first
         #expect(before?["price_milli"] == .number(29_970) && before?["remaining_quantity"] == .number(3))
 
@@ -155,13 +135,12 @@ struct MoneyTests {
     func familyRevoke() async throws {
         let system = try await TestSystem.start()
         defer { Task { await system.stop() } }
-        try subscribe(system)
-        let owner = try await buy(system, user: "money-parent", product: "com.example.lifetime", price: Money(milli: 4990, currency: Self.usd))
-        let member = try await buy(
+        _ = try notifications.subscribe(system)
+        let ownerID = try await notifications.purchase(
+            system, user: "money-parent", product: "com.example.lifetime", price: Money(milli: 4990, currency: Self.usd))
+        let memberID = try await notifications.purchase(
             system, user: "money-child", product: "com.example.lifetime", price: Money(milli: 4990, currency: Self.usd),
             fields: ["inAppOwnershipType": .string("FAMILY_SHARED")])
-        let memberID = try #require(member["transactionId"]?.stringValue)
-        let ownerID = try #require(owner["transactionId"]?.stringValue)
 
         try system.mock.state.notifications.event(type: "REVOKE", transactionID: memberID, environment: .sandbox)
         let revoked = try #require(try await events(system, user: "money-child", type: "purchase.refunded", count: 1))

@@ -93,3 +93,15 @@ public struct PurchaseOffer: Hashable, Sendable, Codable {
         self.period = period
     }
 }
+
+extension InAppPurchase {
+    /// The offer the purchase was bought under: as Apple signed it, else as verifyReceipt's fields
+    /// say it (`promotional_offer_id`, `is_trial_period`, `is_in_intro_offer_period`, which it
+    /// keeps in ``promotionalOfferID``, ``isTrialPeriod`` and ``isInIntroOfferPeriod``).
+    public var statedOffer: PurchaseOffer? {
+        if let offer { return offer }
+        if let promotionalOfferID { return PurchaseOffer(type: .promotional, identifier: promotionalOfferID) }
+        if isTrialPeriod { return PurchaseOffer(type: .introductory, discountType: "FREE_TRIAL") }
+        return isInIntroOfferPeriod ? PurchaseOffer(type: .introductory) : nil
+    }
+}

@@ -187,10 +187,10 @@ public struct InAppPurchaseResource: Sendable, Equatable, Codable {
         priceMilli = purchase.price?.milli
         currency = purchase.price?.currency.rawValue
         storefront = purchase.storefront
-        offerType = purchase.offer?.type.rawValue
-        offerIdentifier = purchase.offer?.identifier
-        offerDiscountType = purchase.offer?.discountType
-        offerPeriod = purchase.offer?.period
+        offerType = purchase.statedOffer?.type.rawValue
+        offerIdentifier = purchase.statedOffer?.identifier
+        offerDiscountType = purchase.statedOffer?.discountType
+        offerPeriod = purchase.statedOffer?.period
         billingPlanType = purchase.billingPlanType
         ownershipType = purchase.ownershipType
         revocationType = purchase.revocation?.kind?.rawValue

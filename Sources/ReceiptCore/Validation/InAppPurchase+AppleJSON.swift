@@ -26,19 +26,11 @@ extension InAppPurchase {
         cancellationReason = cancellationDate == nil ? nil : json["cancellation_reason"]?.intValue
         promotionalOfferID = json["promotional_offer_id"]?.stringValue
         ownershipType = json["in_app_ownership_type"]?.stringValue
-        offer = Self.offer(verifyReceipt: json, isTrial: isTrialPeriod, isIntro: isInIntroOfferPeriod)
-        // verifyReceipt says nothing of the kind or share of a refund: a cancellation is whole.
-        if cancellationDate != nil { revocation = PurchaseRevocation(kind: nil, percentageMilli: nil, quantity: quantity, price: nil) }
-    }
-
-    /// The offer a `verifyReceipt` transaction names: an offer code (`offer_code_ref_name`), a
-    /// promotional offer (`promotional_offer_id`), else an introductory one (a free trial when
-    /// `is_trial_period`); verifyReceipt has no price, discount period or win-back.
-    static func offer(verifyReceipt json: JSONValue, isTrial: Bool, isIntro: Bool) -> PurchaseOffer? {
-        if let code = json["offer_code_ref_name"]?.stringValue { return PurchaseOffer(type: .offerCode, identifier: code) }
-        if let id = json["promotional_offer_id"]?.stringValue { return PurchaseOffer(type: .promotional, identifier: id) }
-        if isTrial { return PurchaseOffer(type: .introductory, discountType: "FREE_TRIAL") }
-        return isIntro ? PurchaseOffer(type: .introductory) : nil
+        // An offer code has no other home; the other offers are in the flags and the promotional id
+        // (``statedOffer`` reads them).
+        offer = json["offer_code_ref_name"]?.stringValue.map { PurchaseOffer(type: .offerCode, identifier: $0) }
+        // verifyReceipt says nothing of the kind or share of a refund: its cancellation is whole,
+        // and no revocation is stated (the ledger keeps a signed transaction's).
     }
 
     /// This purchase in Apple's `verifyReceipt` JSON shape (iOS 7 style), as the mock App Store answers.
@@ -62,11 +54,8 @@ extension InAppPurchase {
         put("cancellation_date", cancellationDate)
         if let webOrderLineItemID { object["web_order_line_item_id"] = .string(webOrderLineItemID) }
         if let ownershipType { object["in_app_ownership_type"] = .string(ownershipType) }
-        switch offer?.type {
-        case .offerCode?: object["offer_code_ref_name"] = offer?.identifier.map(JSONValue.string)
-        case .promotional?: object["promotional_offer_id"] = offer?.identifier.map(JSONValue.string)
-        default: break
-        }
+        if offer?.type == .offerCode { object["offer_code_ref_name"] = offer?.identifier.map(JSONValue.string) }
+        if let promotionalOfferID { object["promotional_offer_id"] = .string(promotionalOfferID) }
         return .object(object)
     }
 }
