@@ -167,4 +167,21 @@ struct MoneyTests {
         #expect(InAppPurchase(appleJSON: code.appleJSON) == code)
         #expect(InAppPurchase(appleJSON: promo.appleJSON) == promo)
     }
+
+    @Test(
+        "A real signed transaction of Apple's (2023, before prices were signed): storefront and ownership read, no price invented",
+        .enabled(if: TestEnvironment.appStoreTestData != nil))
+    func realSignedTransaction() throws {
+        let root = try #require(TestEnvironment.appStoreTestData)
+        let body = try JSONDecoder().decode(
+            JSONValue.self, from: Data(contentsOf: root.appendingPathComponent("notifications/gopay-v2-consumption_request-production.json")))
+        let notification = try JSONValue.parse(try CompactJWS(try #require(body["signedPayload"]?.stringValue)).payload)
+        let nested = try #require(notification["data"]?["signedTransactionInfo"]?.stringValue)
+        let transaction = try JSONValue.parse(try CompactJWS(nested).payload)
+        _ = try JWSTransactionPayload(json: transaction)
+        let purchase = try #require(InAppPurchase(serverAPITransaction: transaction))
+        #expect(purchase.storefront == "CHN" && purchase.ownershipType == "PURCHASED")
+        #expect(purchase.price == nil && purchase.offer == nil && purchase.revocation == nil && purchase.remainingQuantity == 1)
+        #expect(InAppPurchaseResource(purchase).priceMilli == nil)
+    }
 }
