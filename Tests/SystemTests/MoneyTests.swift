@@ -64,10 +64,15 @@ struct MoneyTests {
         #expect(renewed["data"]?["transaction"]?["price_milli"] == .number(9990))
         #expect(renewed["data"]?["transaction"]?["currency"]?.stringValue == "USD")
         #expect(renewed["data"]?["transaction"]?["offer_type"] == nil)
+        #expect(renewed["data"]?["subscription"]?["price_milli"] == .number(9990))
+        // The subscription resource: the latest transaction's price.
+        let subscription = try await system.get(path: "/client/subscriptions?user_identifier=\(user)").1?["subscriptions"]?.arrayValue?.first
+        #expect(subscription?["price_milli"] == .number(9990) && subscription?["currency"]?.stringValue == "USD")
         let started = try #require(try await events(system, user: user, type: "subscription.started", count: 1)?.first)
         #expect(started["data"]?["transaction"]?["price_milli"] == .number(990))
         #expect(started["data"]?["transaction"]?["offer_type"]?.stringValue == "introductory")
         #expect(started["data"]?["transaction"]?["offer_period"]?.stringValue == "P1M")
+        #expect(started["data"]?["subscription"]?["price_milli"] == .number(990))
 
         // Stored per transaction, as integers.
         let bought = try #require(try ledger(system, original))

@@ -29,3 +29,8 @@ ALTER TABLE in_app_purchases
     ADD CONSTRAINT in_app_purchases_currency_iso4217 CHECK (currency ~ '^[A-Z]{3}$') NOT VALID,
     ADD CONSTRAINT in_app_purchases_revocation_percentage_range
         CHECK (revocation_percentage BETWEEN 0 AND 100000) NOT VALID;
+
+-- A subscription's latest transaction's price, for the subscription resources and their events.
+ALTER TABLE subscriptions
+    ADD COLUMN IF NOT EXISTS price_milli bigint,
+    ADD COLUMN IF NOT EXISTS currency text;

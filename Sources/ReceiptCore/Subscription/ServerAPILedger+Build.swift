@@ -86,7 +86,8 @@ extension ServerAPILedger {
             expirationIntent: mapped == .expired || mapped == .billingRetry ? renewal?["expirationIntent"]?.intValue : nil,
             isTrial: purchase.isTrialPeriod, isIntro: purchase.isInIntroOfferPeriod,
             ownershipType: item.transaction["inAppOwnershipType"]?.stringValue, latestTransactionID: purchase.transactionID,
-            revokedAt: purchase.cancellationDate, cancellationReason: item.transaction["revocationReason"]?.intValue, observedAt: date)
+            revokedAt: purchase.cancellationDate, cancellationReason: item.transaction["revocationReason"]?.intValue, observedAt: date,
+            price: purchase.price)
     }
 }
 
