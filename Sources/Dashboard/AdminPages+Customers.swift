@@ -130,6 +130,21 @@ extension AdminPages {
         return (query, term, by, problem)
     }
 
+    /// A purchase's refund as the page shows it: its kind, share, units and amount
+    /// (`REFUND_PRORATED 33.333 % · 1 of 3 · 3.33 USD`); empty when none.
+    static func refundText(_ purchase: CustomerRecord.Purchase) -> String {
+        guard let revocation = purchase.revocation else { return "" }
+        var parts = [revocation.kind?.rawValue ?? "revoked"]
+        if let share = revocation.percentageMilli {
+            parts[0] += " " + Money.decimalText(thousandths: Int64(share)) + " %"
+        }
+        if let units = revocation.quantity { parts.append("\(units) of \(purchase.quantity)") }
+        if let amount = revocation.amountMilli, let currency = purchase.price?.currency {
+            parts.append("\(Money(milli: amount, currency: currency).decimalText) \(currency)")
+        }
+        return parts.joined(separator: " · ")
+    }
+
     /// The found records as the page's rows (apps by name, times relative to `now`).
     private static func customerRows(_ found: CustomerRecord, appNames: [UUID: String], now: Date) -> [String: Any] {
         func app(_ id: UUID) -> String { appNames[id] ?? id.canonical }
@@ -149,6 +164,9 @@ extension AdminPages {
                 "product": purchase.productID, "environment": purchase.environment, "user": purchase.userIdentifier ?? "—",
                 "purchased": Self.utc(purchase.purchaseDate), "expires": purchase.expiresDate.map { Self.utc($0) } ?? "—",
                 "refunded": purchase.cancellationDate.map { Self.utc($0) } ?? "", "conflict": purchase.conflictUserIdentifier ?? "",
+                "price": purchase.price.map { "\($0.decimalText) \($0.currency)" } ?? "—", "quantity": purchase.quantity,
+                "offer": [purchase.offer?.type.rawValue, purchase.offer?.identifier].compactMap { $0 }.joined(separator: " "),
+                "refund": Self.refundText(purchase),
             ]
         }
         values["subscriptions"] = found.subscriptions.map { entry -> [String: Any] in

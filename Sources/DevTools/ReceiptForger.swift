@@ -139,11 +139,12 @@ public struct ForgeError: Error, CustomStringConvertible {
 extension ReceiptForger {
     /// A StoreKit 2 signed transaction as a device would send it, signed by `authority`: a new
     /// purchase of `productID` (an auto-renewable subscription expiring in `days` days when given)
-    /// with fresh ids.
+    /// with fresh ids, priced `price` (milli-units of `currency`, as Apple signs it; 9.99 USD
+    /// unless told), and `fields` set over the rest (an offer, a quantity, `FAMILY_SHARED`).
     /// - Returns: the compact JWS and its payload.
     public static func signedTransaction(
         bundleID: String, productID: String, days: Double? = nil, environment: String = "Sandbox", authority: MockAppleJWSAuthority,
-        now: Date = Date()
+        now: Date = Date(), price: Money? = defaultPrice, fields: [String: JSONValue] = [:]
     ) throws -> (jws: String, payload: JSONValue) {
         let milliseconds = (now.timeIntervalSince1970 * 1000).rounded()
         // Apple's ids are decimal and grow; time in microseconds plus randomness keeps them unique.
@@ -160,6 +161,14 @@ extension ReceiptForger {
             payload["webOrderLineItemId"] = .string(String(UInt64(id)! &+ 1))
             payload["subscriptionGroupIdentifier"] = .string("group-\(bundleID)")
         }
+        if let price {
+            payload["price"] = .number(Double(price.milli))
+            payload["currency"] = .string(price.currency.rawValue)
+        }
+        payload.merge(fields) { _, given in given }
         return (try authority.sign(.object(payload)), .object(payload))
     }
+
+    /// What a forged or mock transaction costs unless told: 9.99 USD.
+    public static let defaultPrice: Money? = Money(milli: 9990, currency: "USD")
 }

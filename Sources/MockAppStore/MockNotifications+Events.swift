@@ -5,9 +5,12 @@ extension MockNotificationCenter {
     /// Something happens to a purchase in the mock App Store, as it would at Apple: the ledger the
     /// Server API answers from changes, then the notification goes out.
     ///
-    /// - `REFUND` / `REVOKE`: the transaction gets `revocationDate` (now) and `revocationReason`
-    ///   (1 for a refund: an issue with the app; 0 for a revocation); `REFUND_REVERSED` removes them.
-    /// - `DID_RENEW`: a new transaction of the subscription, for the next period of the same length.
+    /// - `REFUND` / `REVOKE`: the transaction gets `revocationDate` (now), `revocationReason`
+    ///   (1 for a refund: an issue with the app; 0 for a revocation), `revocationType` and
+    ///   `revocationPercentage` (`revocation`, else `REFUND_FULL` at 100000 for a refund and
+    ///   `FAMILY_REVOKE` for a revocation); `REFUND_REVERSED` removes them.
+    /// - `DID_RENEW`: a new transaction of the subscription, for the next period of the same length,
+    ///   at the renewal info's `renewalPrice` (else the last price) and without the last offer.
     /// - `EXPIRED`: the latest period ends now and auto-renew is off (`expirationIntent` 1).
     /// - `DID_FAIL_TO_RENEW`: the period ends now, billing retry starts (`GRACE_PERIOD`: with 16
     ///   days of grace).
@@ -16,7 +19,8 @@ extension MockNotificationCenter {
     /// - Returns: the notification's UUID, or nil when the transaction is unknown.
     @discardableResult
     public func event(
-        type: String, subtype: String? = nil, transactionID: String, environment: AppStoreEnvironment, delivery: Delivery = Delivery()
+        type: String, subtype: String? = nil, transactionID: String, environment: AppStoreEnvironment, delivery: Delivery = Delivery(),
+        revocation: Revocation? = nil
     ) throws -> String? {
         guard var transaction = api.transaction(transactionID, in: environment) else { return nil }
         let now = (Date().timeIntervalSince1970 * 1000).rounded()
@@ -25,14 +29,16 @@ extension MockNotificationCenter {
         case "REFUND", "REVOKE":
             transaction =
                 api.update(transaction: transactionID, in: environment) {
+                    let revocation = revocation ?? (type == "REFUND" ? Revocation(type: "REFUND_FULL", percentageMilli: 100_000) : .familyRevoke)
                     $0["revocationDate"] = .number(now)
                     $0["revocationReason"] = .number(type == "REFUND" ? 1 : 0)
+                    $0["revocationType"] = .string(revocation.type)
+                    $0["revocationPercentage"] = revocation.percentageMilli.map { .number(Double($0)) }
                 } ?? transaction
         case "REFUND_REVERSED":
             transaction =
                 api.update(transaction: transactionID, in: environment) {
-                    $0["revocationDate"] = nil
-                    $0["revocationReason"] = nil
+                    for field in ["revocationDate", "revocationReason", "revocationType", "revocationPercentage"] { $0[field] = nil }
                 } ?? transaction
         case "DID_RENEW":
             let latest = api.subscription(original, among: api.history(of: transactionID, in: environment) ?? [], in: environment)?.latest
@@ -46,6 +52,9 @@ extension MockNotificationCenter {
             renewed["purchaseDate"] = .number(max(start, now - 1000))
             renewed["expiresDate"] = .number(max(start, now - 1000) + length)
             renewed["transactionReason"] = .string("RENEWAL")
+            // A renewal is charged the renewal price, past the offer the first period had.
+            for field in ["offerType", "offerIdentifier", "offerDiscountType", "offerPeriod"] { renewed[field] = nil }
+            if let price = api.renewal(of: original, in: environment)["renewalPrice"] { renewed["price"] = price }
             api.add(transactions: [.object(renewed)], environment: environment)
             api.setRenewal(["isInBillingRetryPeriod": .bool(false)], originalTransactionID: original, environment: environment)
             transaction = .object(renewed)
@@ -83,5 +92,26 @@ extension MockNotificationCenter {
             // A refund is about the refunded transaction; the rest about the subscription's latest.
             transaction: ["DID_RENEW", "REFUND", "REVOKE", "REFUND_REVERSED"].contains(type) ? transaction : current?.latest ?? transaction,
             renewal: current?.renewal, status: current?.status, bundleID: bundleID, environment: environment, delivery: delivery)
+    }
+}
+
+extension MockNotificationCenter {
+    /// How a `REFUND` or `REVOKE` takes the transaction back (Apple's `revocationType` and
+    /// `revocationPercentage`, milli-percent).
+    public struct Revocation: Sendable {
+        public var type: String
+        public var percentageMilli: Int?
+
+        /// Creates a revocation.
+        public init(type: String, percentageMilli: Int? = nil) {
+            self.type = type
+            self.percentageMilli = percentageMilli
+        }
+
+        /// A prorated refund of `percentageMilli` (33333: a third).
+        public static func prorated(_ percentageMilli: Int) -> Revocation { Revocation(type: "REFUND_PRORATED", percentageMilli: percentageMilli) }
+
+        /// A family member's access withdrawn.
+        public static let familyRevoke = Revocation(type: "FAMILY_REVOKE")
     }
 }

@@ -162,8 +162,14 @@ public final class MockServerAPIState: Sendable {
             "originalTransactionId": .string(purchase.originalTransactionID.isEmpty ? purchase.transactionID : purchase.originalTransactionID),
             "bundleId": .string(bundleID), "productId": .string(purchase.productID), "quantity": .number(Double(purchase.quantity)),
             "type": .string(purchase.expiresDate == nil ? "Non-Consumable" : "Auto-Renewable Subscription"),
-            "inAppOwnershipType": .string("PURCHASED"), "transactionReason": .string("PURCHASE"),
+            "inAppOwnershipType": .string(purchase.ownershipType ?? "PURCHASED"), "transactionReason": .string("PURCHASE"),
+            "storefront": .string(purchase.storefront ?? "USA"),
         ]
+        // Apple signs what the customer paid: the purchase's price, else the mock's 9.99 USD.
+        if let price = purchase.price ?? Money(milli: 9990, currency: "USD") {
+            object["price"] = .number(Double(price.milli))
+            object["currency"] = .string(price.currency.rawValue)
+        }
         func ms(_ date: Date?) -> JSONValue? { date.map { .number(($0.timeIntervalSince1970 * 1000).rounded()) } }
         object["purchaseDate"] = ms(purchase.purchaseDate ?? Date())
         object["originalPurchaseDate"] = ms(purchase.originalPurchaseDate ?? purchase.purchaseDate ?? Date())
@@ -171,7 +177,12 @@ public final class MockServerAPIState: Sendable {
         object["revocationDate"] = ms(purchase.cancellationDate)
         if let line = purchase.webOrderLineItemID { object["webOrderLineItemId"] = .string(line) }
         if purchase.expiresDate != nil { object["subscriptionGroupIdentifier"] = .string("group-\(bundleID)") }
-        if purchase.isInIntroOfferPeriod || purchase.isTrialPeriod {
+        if let offer = purchase.offer {
+            object["offerType"] = .number(Double(offer.type.appleCode))
+            object["offerIdentifier"] = offer.identifier.map(JSONValue.string)
+            object["offerDiscountType"] = offer.discountType.map(JSONValue.string)
+            object["offerPeriod"] = offer.period.map(JSONValue.string)
+        } else if purchase.isInIntroOfferPeriod || purchase.isTrialPeriod {
             object["offerType"] = .number(1)
             if purchase.isTrialPeriod { object["offerDiscountType"] = .string("FREE_TRIAL") }
         }
@@ -202,8 +213,9 @@ public final class MockServerAPIState: Sendable {
         let renewal = self.renewal(of: original, in: environment)
         let graceEnds = renewal["gracePeriodExpiresDate"].flatMap { $0.stringValue.flatMap(Double.init) } ?? 0
         let inRetry = renewal["isInBillingRetryPeriod"]?.boolValue ?? false
+        // A prorated refund leaves the subscription standing.
         let status =
-            latest["revocationDate"] != nil
+            latest["revocationDate"] != nil && latest["revocationType"]?.stringValue != "REFUND_PRORATED"
             ? 5
             : MockServerAPI.expires(latest) > now ? 1 : inRetry && graceEnds > now ? 4 : inRetry ? 3 : 2
         var info: [String: JSONValue] = [

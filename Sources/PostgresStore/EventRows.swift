@@ -16,6 +16,9 @@ enum EventRows {
         var purchases: [PurchaseChange] = []
         /// `RESCIND_CONSENT` notifications newly stored, with the user their app transaction names.
         var consents: [ConsentChange] = []
+        /// The subscription transactions the batch stated, by ``key(_:_:)`` of environment and
+        /// transaction id: a subscription's event carries its latest one's price and offer.
+        var transactions: [String: InAppPurchase] = [:]
 
         /// Forgets the changes these receipts brought (a quiet import's).
         mutating func drop(receipts: Set<UUID>) {
@@ -29,6 +32,16 @@ enum EventRows {
             subscriptions += other.subscriptions
             purchases += other.purchases
             consents += other.consents
+            transactions.merge(other.transactions) { _, new in new }
+        }
+
+        /// Keeps the subscription transactions of `records`, for their subscriptions' events.
+        mutating func keepTransactions(of records: [ValidationRecord]) {
+            for record in records {
+                for purchase in record.purchases where purchase.expiresDate != nil {
+                    transactions[EventRows.key(record.ledgerEnvironment, purchase.transactionID)] = purchase
+                }
+            }
         }
     }
 
@@ -112,6 +125,9 @@ enum EventRows {
         "\(app.uuidString)|\(environment)|\(originalTransactionID)"
     }
 
+    /// The key of one transaction in ``Changes/transactions``.
+    static func key(_ environment: String, _ transactionID: String) -> String { "\(environment)|\(transactionID)" }
+
     /// The events of a batch's changes, in the order a backend should apply them: verdicts first,
     /// then each subscription's changes, then purchases, then withdrawn consents.
     static func events(_ changes: Changes, resources: [UUID: ReceiptResource], now: Date) -> [NewEvent] {
@@ -124,7 +140,10 @@ enum EventRows {
             events.append(event)
         }
         for change in changes.subscriptions {
-            events += NewEvent.subscription(before: change.before, after: change.after, appID: change.appID, at: now) { ids.next(at: now) }
+            let transaction = changes.transactions[key(change.after.environment, change.after.state.latestTransactionID)]
+            events += NewEvent.subscription(before: change.before, after: change.after, transaction: transaction, appID: change.appID, at: now) {
+                ids.next(at: now)
+            }
         }
         // A transfer is told once per subscription (or purchase) and pair of users, to each user:
         // a receipt carries every renewal of a subscription, and each row moved.

@@ -231,18 +231,19 @@ public final class PostgresCustomerDirectory: CustomerDirectory {
     }
 
     private static let purchaseColumns = """
-        p.app_id, p.environment, p.transaction_id, p.original_transaction_id, p.product_id, p.user_identifier, p.purchase_date,
-        p.expires_date, p.cancellation_date, p.is_conflict, p.conflict_user_identifier
+        p.app_id, \(PurchaseRows.columns("p")), p.user_identifier, p.is_conflict, p.conflict_user_identifier
         """
 
     private static func purchase(_ row: PostgresRow) -> CustomerRecord.Purchase? {
-        guard let app = row.uuid("app_id"), let transaction = row.string("transaction_id") else { return nil }
+        guard let app = row.uuid("app_id"), row.string("transaction_id") != nil else { return nil }
+        let purchase = PurchaseRows.purchase(row)
         return CustomerRecord.Purchase(
-            appID: app, environment: row.string("environment") ?? "", transactionID: transaction,
-            originalTransactionID: row.string("original_transaction_id") ?? transaction, productID: row.string("product_id") ?? "",
-            userIdentifier: row.string("user_identifier"), purchaseDate: row.date("purchase_date"), expiresDate: row.date("expires_date"),
-            cancellationDate: row.date("cancellation_date"), isConflict: row.bool("is_conflict") ?? false,
-            conflictUserIdentifier: row.string("conflict_user_identifier"))
+            appID: app, environment: row.string("environment") ?? "", transactionID: purchase.transactionID,
+            originalTransactionID: purchase.originalTransactionID, productID: purchase.productID,
+            userIdentifier: row.string("user_identifier"), purchaseDate: purchase.purchaseDate, expiresDate: purchase.expiresDate,
+            cancellationDate: purchase.cancellationDate, isConflict: row.bool("is_conflict") ?? false,
+            conflictUserIdentifier: row.string("conflict_user_identifier"), quantity: purchase.quantity, price: purchase.price,
+            offer: purchase.offer, ownershipType: purchase.ownershipType, revocation: purchase.revocation)
     }
 
     private static func receipt(_ row: PostgresRow) -> CustomerRecord.Receipt? {

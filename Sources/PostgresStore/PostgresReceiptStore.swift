@@ -145,6 +145,7 @@ public final class PostgresReceiptStore: ReceiptStore {
         if writesEvents { changes.consents = try NotificationRows.consents(records, on: connection) }
         if !attempts.isEmpty { try writeAttempts(attempts, on: connection) }
         try HistoryCursorRows.write(records, on: connection)
+        if writesEvents { changes.keepTransactions(of: records) }
         for after in try SubscriptionRows.write(records, on: connection) {
             guard let app = after.appID else { continue }
             let key = EventRows.key(app, after.resource.environment, after.resource.state.originalTransactionID)
@@ -191,14 +192,20 @@ public final class PostgresReceiptStore: ReceiptStore {
                     \(purchases.cancellationDate)::timestamptz[], \(purchases.webOrderLineItemID)::text[],
                     \(purchases.isTrialPeriod)::boolean[], \(purchases.isInIntroOfferPeriod)::boolean[],
                     \(purchases.userIdentifier)::text[], \(purchases.cancellationReason)::int[], \(purchases.signedAt)::timestamptz[],
-                    \(purchases.appAccountToken)::uuid[], \(purchases.claims)::boolean[])
+                    \(purchases.money(0))::bigint[], \(purchases.money(1))::text[], \(purchases.money(2))::text[],
+                    \(purchases.money(3))::int[], \(purchases.money(4))::text[], \(purchases.money(5))::text[],
+                    \(purchases.money(6))::text[], \(purchases.money(7))::text[], \(purchases.money(8))::text[],
+                    \(purchases.money(9))::text[], \(purchases.money(10))::int[], \(purchases.money(11))::int[],
+                    \(purchases.money(12))::bigint[], \(purchases.appAccountToken)::uuid[], \(purchases.claims)::boolean[])
                   AS u(app_id, receipt_id, environment, transaction_id, original_transaction_id, product_id, quantity,
                        purchase_date, original_purchase_date, expires_date, cancellation_date, web_order_line_item_id,
                        is_trial_period, is_in_intro_offer_period, user_identifier, cancellation_reason, signed_at,
+                       price_milli, currency, storefront, offer_type, offer_identifier, offer_discount_type, offer_period,
+                       billing_plan_type, ownership_type, revocation_type, revocation_percentage, refunded_quantity, refunded_milli,
                        app_account_token, claims)
             ), old AS (
                 SELECT p.environment, p.transaction_id, p.cancellation_date, p.is_conflict, p.conflict_user_identifier,
-                       p.user_identifier
+                       p.user_identifier, p.revocation_type, p.revocation_percentage
                 FROM in_app_purchases p JOIN raw i ON p.environment = i.environment AND p.transaction_id = i.transaction_id
             ), input AS (
                 -- A row that does not claim (a re-poll's, a notification's) is written for its stored owner.
@@ -206,18 +213,35 @@ public final class PostgresReceiptStore: ReceiptStore {
                        i.purchase_date, i.original_purchase_date, i.expires_date, i.cancellation_date, i.web_order_line_item_id,
                        i.is_trial_period, i.is_in_intro_offer_period,
                        CASE WHEN i.claims OR o.user_identifier IS NULL THEN i.user_identifier ELSE o.user_identifier END,
-                       i.cancellation_reason, i.signed_at, i.app_account_token
+                       i.cancellation_reason, i.signed_at, i.price_milli, i.currency, i.storefront, i.offer_type, i.offer_identifier,
+                       i.offer_discount_type, i.offer_period, i.billing_plan_type, i.ownership_type, i.revocation_type,
+                       i.revocation_percentage, i.refunded_quantity, i.refunded_milli, i.app_account_token
                 FROM raw i LEFT JOIN old o ON o.environment = i.environment AND o.transaction_id = i.transaction_id
             ), written AS (
             INSERT INTO in_app_purchases AS in_app_purchases (app_id, receipt_id, environment, transaction_id, original_transaction_id,
                 product_id, quantity, purchase_date, original_purchase_date, expires_date, cancellation_date,
                 web_order_line_item_id, is_trial_period, is_in_intro_offer_period, user_identifier, cancellation_reason, signed_at,
+                price_milli, currency, storefront, offer_type, offer_identifier, offer_discount_type, offer_period,
+                billing_plan_type, ownership_type, revocation_type, revocation_percentage, refunded_quantity, refunded_milli,
                 app_account_token)
             SELECT * FROM input
             ON CONFLICT (environment, transaction_id) DO UPDATE SET
                 expires_date = EXCLUDED.expires_date,
                 cancellation_date = EXCLUDED.cancellation_date,
                 cancellation_reason = EXCLUDED.cancellation_reason,
+                -- What a transaction cost never changes: a source without it (verifyReceipt) keeps
+                -- what a signed transaction said.
+                price_milli = COALESCE(EXCLUDED.price_milli, in_app_purchases.price_milli),
+                currency = CASE WHEN EXCLUDED.price_milli IS NULL THEN in_app_purchases.currency ELSE EXCLUDED.currency END,
+                storefront = COALESCE(EXCLUDED.storefront, in_app_purchases.storefront),
+                offer_type = COALESCE(EXCLUDED.offer_type, in_app_purchases.offer_type),
+                offer_identifier = CASE WHEN EXCLUDED.offer_type IS NULL THEN in_app_purchases.offer_identifier
+                    ELSE EXCLUDED.offer_identifier END,
+                offer_discount_type = COALESCE(EXCLUDED.offer_discount_type, in_app_purchases.offer_discount_type),
+                offer_period = COALESCE(EXCLUDED.offer_period, in_app_purchases.offer_period),
+                billing_plan_type = COALESCE(EXCLUDED.billing_plan_type, in_app_purchases.billing_plan_type),
+                ownership_type = COALESCE(EXCLUDED.ownership_type, in_app_purchases.ownership_type),
+                \(unescaped: Self.revocationUpdates),
                 signed_at = COALESCE(EXCLUDED.signed_at, in_app_purchases.signed_at),
                 user_identifier = CASE
                     WHEN COALESCE(in_app_purchases.user_identifier <> EXCLUDED.user_identifier, false) THEN
@@ -239,6 +263,13 @@ public final class PostgresReceiptStore: ReceiptStore {
                    OR in_app_purchases.signed_at <= EXCLUDED.signed_at)
               AND ((in_app_purchases.expires_date, in_app_purchases.cancellation_date, in_app_purchases.cancellation_reason)
                       IS DISTINCT FROM (EXCLUDED.expires_date, EXCLUDED.cancellation_date, EXCLUDED.cancellation_reason)
+               -- A signed transaction brings the money or refund share an older row lacks.
+               OR (EXCLUDED.price_milli IS NOT NULL AND in_app_purchases.price_milli IS DISTINCT FROM EXCLUDED.price_milli)
+               OR (EXCLUDED.ownership_type IS NOT NULL AND in_app_purchases.ownership_type IS DISTINCT FROM EXCLUDED.ownership_type)
+               OR (EXCLUDED.offer_type IS NOT NULL AND in_app_purchases.offer_type IS DISTINCT FROM EXCLUDED.offer_type)
+               OR (EXCLUDED.revocation_type IS NOT NULL
+                   AND (in_app_purchases.revocation_type, in_app_purchases.revocation_percentage)
+                       IS DISTINCT FROM (EXCLUDED.revocation_type, EXCLUDED.revocation_percentage))
                OR in_app_purchases.signed_at IS DISTINCT FROM COALESCE(EXCLUDED.signed_at, in_app_purchases.signed_at)
                OR (in_app_purchases.user_identifier IS NULL AND EXCLUDED.user_identifier IS NOT NULL)
                OR (in_app_purchases.app_account_token IS NULL AND EXCLUDED.app_account_token IS NOT NULL)
@@ -254,21 +285,35 @@ public final class PostgresReceiptStore: ReceiptStore {
                   AND a.transfer_rule = 'share'
                 ON CONFLICT DO NOTHING
             )
-            SELECT w.app_id, w.receipt_id, w.environment, w.transaction_id, w.original_transaction_id, w.product_id, w.quantity,
-                   w.purchase_date, w.original_purchase_date, w.expires_date, w.cancellation_date, w.web_order_line_item_id,
-                   w.is_trial_period, w.is_in_intro_offer_period, w.user_identifier, w.cancellation_reason,
-                   w.conflict_user_identifier, w.signed_at, o.user_identifier AS previous_owner,
-                   (w.cancellation_date IS NOT NULL AND o.cancellation_date IS NULL AND w.expires_date IS NULL) AS refunded,
+            SELECT w.app_id, w.receipt_id, \(unescaped: PurchaseRows.columns("w")), w.user_identifier,
+                   w.conflict_user_identifier, w.signed_at, o.user_identifier AS previous_owner, refund.refunded,
                    (w.is_conflict AND w.conflict_user_identifier IS DISTINCT FROM o.conflict_user_identifier) AS conflicted,
                    (o.user_identifier IS NOT NULL AND w.user_identifier IS DISTINCT FROM o.user_identifier) AS transferred
             FROM written w LEFT JOIN old o ON o.environment = w.environment AND o.transaction_id = w.transaction_id
-            WHERE (w.cancellation_date IS NOT NULL AND o.cancellation_date IS NULL AND w.expires_date IS NULL)
-               OR (w.is_conflict AND w.conflict_user_identifier IS DISTINCT FROM o.conflict_user_identifier)
+            -- A one-time purchase newly revoked, or given a new share of a prorated refund.
+            CROSS JOIN LATERAL (SELECT w.expires_date IS NULL AND (
+                (w.cancellation_date IS NOT NULL AND o.cancellation_date IS NULL)
+                OR (w.cancellation_date IS NULL AND w.revocation_type = 'REFUND_PRORATED'
+                    AND (o.revocation_type, o.revocation_percentage) IS DISTINCT FROM (w.revocation_type, w.revocation_percentage)))
+                AS refunded) AS refund
+            WHERE refund.refunded OR (w.is_conflict AND w.conflict_user_identifier IS DISTINCT FROM o.conflict_user_identifier)
                OR (o.user_identifier IS NOT NULL AND w.user_identifier IS DISTINCT FROM o.user_identifier)
             """
         ).rows
         return rows.flatMap(Self.purchaseChanges)
     }
+
+    /// The ledger's refund columns as the newest source states them (a reversal clears them), except
+    /// that a source knowing no kind or share (verifyReceipt) of a revocation already stored keeps
+    /// the signed transaction's: `SET` clauses of the ledger's upsert.
+    private static let revocationUpdates = ["revocation_type", "revocation_percentage", "refunded_quantity", "refunded_milli"]
+        .map { column in
+            """
+            \(column) = CASE WHEN EXCLUDED.revocation_type IS NULL AND EXCLUDED.cancellation_date IS NOT NULL
+                AND in_app_purchases.cancellation_date IS NOT NULL THEN in_app_purchases.\(column) ELSE EXCLUDED.\(column) END
+            """
+        }
+        .joined(separator: ",\n")
 
     /// The batch's calls to Apple, for the audit trail (a replayed call is not written twice).
     private func writeAttempts(_ attempts: AttemptColumns, on connection: PostgresConnection) throws {
@@ -285,15 +330,9 @@ public final class PostgresReceiptStore: ReceiptStore {
 
     /// The events a returned purchase row states: a new refund, a new conflict, or both.
     private static func purchaseChanges(_ row: PostgresRow) -> [EventRows.PurchaseChange] {
-        guard let app = row.uuid("app_id"), let environment = row.string("environment"), let transactionID = row.string("transaction_id")
+        guard let app = row.uuid("app_id"), let environment = row.string("environment"), row.string("transaction_id") != nil
         else { return [] }
-        var purchase = InAppPurchase(
-            quantity: row.int("quantity") ?? 1, productID: row.string("product_id") ?? "", transactionID: transactionID,
-            originalTransactionID: row.string("original_transaction_id") ?? transactionID, purchaseDate: row.date("purchase_date"),
-            originalPurchaseDate: row.date("original_purchase_date"), expiresDate: row.date("expires_date"),
-            cancellationDate: row.date("cancellation_date"), webOrderLineItemID: row.string("web_order_line_item_id"),
-            isTrialPeriod: row.bool("is_trial_period") ?? false, isInIntroOfferPeriod: row.bool("is_in_intro_offer_period") ?? false)
-        purchase.cancellationReason = row.int("cancellation_reason")
+        let purchase = PurchaseRows.purchase(row)
         let owner = row.string("user_identifier")
         var changes: [EventRows.PurchaseChange] = []
         if row.bool("refunded") == true {
@@ -441,25 +480,29 @@ private struct ReceiptColumns {
 
 /// The columns of a batch of `in_app_purchases` rows.
 private struct PurchaseColumns {
-    private var columns = ColumnBatch([
-        .uuid, .uuid, .text, .text, .text, .text, .int4, .timestamptz, .timestamptz, .timestamptz, .timestamptz, .text, .bool,
-        .bool, .text, .int4, .timestamptz, .uuid, .bool,
-    ])
+    private var columns = ColumnBatch(
+        [
+            .uuid, .uuid, .text, .text, .text, .text, .int4, .timestamptz, .timestamptz, .timestamptz, .timestamptz, .text, .bool,
+            .bool, .text, .int4, .timestamptz,
+        ] + InAppPurchase.moneyColumnTypes + [.uuid, .bool])
 
     mutating func append(_ record: ValidationRecord) {
         let envelope = record.envelope
         let signedAt = record.notification?.signedDate
         let environment = record.ledgerEnvironment
         for purchase in record.purchases {
-            let values: [ColumnValue] = [
-                .uuid(envelope.appID), .uuid(record.receiptID), .text(environment), .text(purchase.transactionID),
-                .text(purchase.originalTransactionID), .text(purchase.productID), .int(purchase.quantity), .date(purchase.purchaseDate),
-                .date(purchase.originalPurchaseDate), .date(purchase.expiresDate), .date(purchase.cancellationDate),
-                .text(purchase.webOrderLineItemID), .bool(purchase.isTrialPeriod), .bool(purchase.isInIntroOfferPeriod),
-                .text(record.userIdentifier), .int(purchase.cancellationReason), .date(signedAt), .uuid(purchase.appAccountToken),
-                // Only a client's own presentation claims the transaction (see writePurchases).
-                .bool(!record.isRepoll && !record.isNotification),
-            ]
+            let values: [ColumnValue] =
+                [
+                    .uuid(envelope.appID), .uuid(record.receiptID), .text(environment), .text(purchase.transactionID),
+                    .text(purchase.originalTransactionID), .text(purchase.productID), .int(purchase.quantity), .date(purchase.purchaseDate),
+                    .date(purchase.originalPurchaseDate), .date(purchase.expiresDate), .date(purchase.cancellationDate),
+                    .text(purchase.webOrderLineItemID), .bool(purchase.isTrialPeriod), .bool(purchase.isInIntroOfferPeriod),
+                    .text(record.userIdentifier), .int(purchase.cancellationReason), .date(signedAt),
+                ] + purchase.moneyColumns + [
+                    .uuid(purchase.appAccountToken),
+                    // Only a client's own presentation claims the transaction (see writePurchases).
+                    .bool(!record.isRepoll && !record.isNotification),
+                ]
             columns.append(values)
         }
     }
@@ -483,8 +526,10 @@ private struct PurchaseColumns {
     var userIdentifier: PostgresBinaryArray { column(14) }
     var cancellationReason: PostgresBinaryArray { column(15) }
     var signedAt: PostgresBinaryArray { column(16) }
-    var appAccountToken: PostgresBinaryArray { column(17) }
-    var claims: PostgresBinaryArray { column(18) }
+    /// Column `index` of ``InAppPurchase/moneyColumns`` (price_milli is 0).
+    func money(_ index: Int) -> PostgresBinaryArray { column(17 + index) }
+    var appAccountToken: PostgresBinaryArray { column(17 + InAppPurchase.moneyColumnTypes.count) }
+    var claims: PostgresBinaryArray { column(18 + InAppPurchase.moneyColumnTypes.count) }
 }
 
 /// The columns of a batch of `validation_attempts` rows: one per call to Apple.

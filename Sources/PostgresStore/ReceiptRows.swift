@@ -84,9 +84,7 @@ enum ReceiptRows {
         guard !keys.isEmpty else { return [:] }
         let rows = try connection.query(
             """
-            SELECT p.environment, p.transaction_id, p.original_transaction_id, p.product_id, p.quantity, p.purchase_date,
-                   p.original_purchase_date, p.expires_date, p.cancellation_date, p.web_order_line_item_id,
-                   p.is_trial_period, p.is_in_intro_offer_period, p.user_identifier
+            SELECT \(unescaped: PurchaseRows.columns("p")), p.user_identifier
             FROM in_app_purchases p
             JOIN unnest(\(PostgresBinaryArray(texts: keys.map(\.environment)))::text[],
                         \(PostgresBinaryArray(texts: keys.map(\.transactionID)))::text[]) AS k(environment, transaction_id)
@@ -95,14 +93,7 @@ enum ReceiptRows {
         ).rows
         var result: [PurchaseKey: (purchase: InAppPurchase, owner: String?)] = [:]
         for row in rows {
-            let purchase = InAppPurchase(
-                quantity: row.int("quantity") ?? 1, productID: row.string("product_id") ?? "",
-                transactionID: row.string("transaction_id") ?? "",
-                originalTransactionID: row.string("original_transaction_id") ?? "",
-                purchaseDate: row.date("purchase_date"), originalPurchaseDate: row.date("original_purchase_date"),
-                expiresDate: row.date("expires_date"), cancellationDate: row.date("cancellation_date"),
-                webOrderLineItemID: row.string("web_order_line_item_id"), isTrialPeriod: row.bool("is_trial_period") ?? false,
-                isInIntroOfferPeriod: row.bool("is_in_intro_offer_period") ?? false)
+            let purchase = PurchaseRows.purchase(row)
             result[PurchaseKey(environment: row.string("environment") ?? "", transactionID: purchase.transactionID)] =
                 (purchase, row.string("user_identifier"))
         }

@@ -46,6 +46,7 @@ enum SubscriptionRows {
                             .uuid(record.receiptID), .date(state.observedAt), .date(planned.nextPollAt),
                             // A V2 notification's state: notifications now cover the subscription (RepollSafetyNet).
                             .date(record.notification?.version == .v2 ? record.validatedAt : nil),
+                            .int(state.price.map { Int($0.milli) }), .text(state.price?.currency.rawValue),
                         ]
                     ))
             }
@@ -55,6 +56,7 @@ enum SubscriptionRows {
         var states = ColumnBatch([
             .uuid, .text, .text, .text, .text, .timestamptz, .timestamptz, .timestamptz, .bool, .text, .bool, .timestamptz,
             .int4, .bool, .bool, .text, .text, .timestamptz, .int4, .text, .uuid, .timestamptz, .timestamptz, .timestamptz,
+            .int8, .text,
         ])
         for row in rows.sorted(by: { $0.key.lexicographicallyPrecedes($1.key) }) { states.append(row.values) }
         if !outcomes.isEmpty {
@@ -75,13 +77,15 @@ enum SubscriptionRows {
             INSERT INTO subscriptions AS s (app_id, environment, original_transaction_id, product_id, state, expires_at,
                 purchased_at, original_purchase_date, auto_renew_status, auto_renew_product_id, is_in_billing_retry,
                 grace_period_expires_at, expiration_intent, is_trial, is_intro, ownership_type, latest_transaction_id,
-                revoked_at, cancellation_reason, user_identifier, receipt_id, observed_at, next_poll_at, notified_at)
+                revoked_at, cancellation_reason, user_identifier, receipt_id, observed_at, next_poll_at, notified_at,
+                price_milli, currency)
             SELECT * FROM unnest(\(states[0])::uuid[], \(states[1])::text[], \(states[2])::text[], \(states[3])::text[],
                 \(states[4])::text[], \(states[5])::timestamptz[], \(states[6])::timestamptz[], \(states[7])::timestamptz[],
                 \(states[8])::boolean[], \(states[9])::text[], \(states[10])::boolean[], \(states[11])::timestamptz[],
                 \(states[12])::int[], \(states[13])::boolean[], \(states[14])::boolean[], \(states[15])::text[],
                 \(states[16])::text[], \(states[17])::timestamptz[], \(states[18])::int[], \(states[19])::text[],
-                \(states[20])::uuid[], \(states[21])::timestamptz[], \(states[22])::timestamptz[], \(states[23])::timestamptz[])
+                \(states[20])::uuid[], \(states[21])::timestamptz[], \(states[22])::timestamptz[], \(states[23])::timestamptz[],
+                \(states[24])::bigint[], \(states[25])::text[])
             ON CONFLICT (app_id, environment, original_transaction_id) DO UPDATE SET
                 product_id = EXCLUDED.product_id, state = EXCLUDED.state, expires_at = EXCLUDED.expires_at,
                 purchased_at = EXCLUDED.purchased_at, original_purchase_date = EXCLUDED.original_purchase_date,
@@ -90,6 +94,12 @@ enum SubscriptionRows {
                 expiration_intent = EXCLUDED.expiration_intent, is_trial = EXCLUDED.is_trial, is_intro = EXCLUDED.is_intro,
                 ownership_type = EXCLUDED.ownership_type, latest_transaction_id = EXCLUDED.latest_transaction_id,
                 revoked_at = EXCLUDED.revoked_at, cancellation_reason = EXCLUDED.cancellation_reason,
+                -- The latest transaction's price: a source without one (verifyReceipt) keeps what a
+                -- signed transaction said of the same transaction.
+                price_milli = CASE WHEN EXCLUDED.price_milli IS NULL AND EXCLUDED.latest_transaction_id = s.latest_transaction_id
+                    THEN s.price_milli ELSE EXCLUDED.price_milli END,
+                currency = CASE WHEN EXCLUDED.price_milli IS NULL AND EXCLUDED.latest_transaction_id = s.latest_transaction_id
+                    THEN s.currency ELSE EXCLUDED.currency END,
                 -- The first user to present the subscription keeps it, as in the ledger.
                 user_identifier = COALESCE(s.user_identifier, EXCLUDED.user_identifier),
                 receipt_id = EXCLUDED.receipt_id, observed_at = EXCLUDED.observed_at, next_poll_at = EXCLUDED.next_poll_at,
@@ -133,7 +143,7 @@ extension SubscriptionRows {
         s.original_purchase_date, s.auto_renew_status, s.auto_renew_product_id, s.is_in_billing_retry,
         s.grace_period_expires_at, s.expiration_intent, s.is_trial, s.is_intro, s.ownership_type, s.latest_transaction_id,
         s.revoked_at, s.cancellation_reason, s.user_identifier, s.receipt_id, s.observed_at, s.next_poll_at,
-        s.last_polled_at, s.last_poll_error, s.created_at, s.updated_at
+        s.last_polled_at, s.last_poll_error, s.created_at, s.updated_at, s.price_milli, s.currency
         """
 
     /// A row selected with ``columns``.
@@ -150,7 +160,8 @@ extension SubscriptionRows {
             gracePeriodExpiresAt: row.date("grace_period_expires_at"), expirationIntent: row.int("expiration_intent"),
             isTrial: row.bool("is_trial") ?? false, isIntro: row.bool("is_intro") ?? false, ownershipType: row.string("ownership_type"),
             latestTransactionID: row.string("latest_transaction_id") ?? "", revokedAt: row.date("revoked_at"),
-            cancellationReason: row.int("cancellation_reason"), observedAt: observedAt)
+            cancellationReason: row.int("cancellation_reason"), observedAt: observedAt,
+            price: Money(milli: row.int("price_milli").map(Int64.init), currency: row.string("currency")))
         return SubscriptionResource(
             state: state, environment: environment, userIdentifier: row.string("user_identifier"), receiptID: receiptID,
             nextPollAt: row.date("next_poll_at"), lastPolledAt: row.date("last_polled_at"), lastPollError: row.string("last_poll_error"),
@@ -196,16 +207,15 @@ extension SubscriptionRows {
         let purchases = try connection.query(
             """
             SELECT * FROM (
-                SELECT environment, transaction_id, original_transaction_id, product_id, quantity, purchase_date,
-                       original_purchase_date, cancellation_date, web_order_line_item_id, is_trial_period, is_in_intro_offer_period
-                FROM in_app_purchases
-                WHERE app_id = \(appID) AND user_identifier = \(userIdentifier) AND expires_date IS NULL
+                SELECT \(unescaped: PurchaseRows.columns("p"))
+                FROM in_app_purchases p
+                WHERE p.app_id = \(appID) AND p.user_identifier = \(userIdentifier) AND p.expires_date IS NULL
                   -- Refunded or revoked (a notification, or Apple's answer, says when): no longer owned.
-                  AND cancellation_date IS NULL
-                UNION
-                SELECT p.environment, p.transaction_id, p.original_transaction_id, p.product_id, p.quantity, p.purchase_date,
-                       p.original_purchase_date, p.cancellation_date, p.web_order_line_item_id, p.is_trial_period,
-                       p.is_in_intro_offer_period
+                  -- A prorated refund leaves it owned, with its remaining quantity.
+                  AND p.cancellation_date IS NULL
+                UNION ALL
+                -- Purchases shared with this user (the app's transfer rule `share`).
+                SELECT \(unescaped: PurchaseRows.columns("p"))
                 FROM purchase_shares sh JOIN in_app_purchases p ON p.environment = sh.environment AND p.transaction_id = sh.transaction_id
                 WHERE sh.app_id = \(appID) AND sh.user_identifier = \(userIdentifier) AND p.expires_date IS NULL
                   AND p.cancellation_date IS NULL
@@ -213,16 +223,7 @@ extension SubscriptionRows {
             ORDER BY purchase_date DESC NULLS LAST, transaction_id
             LIMIT 1000
             """
-        ).rows.map { row in
-            InAppPurchaseResource(
-                InAppPurchase(
-                    quantity: row.int("quantity") ?? 1, productID: row.string("product_id") ?? "",
-                    transactionID: row.string("transaction_id") ?? "", originalTransactionID: row.string("original_transaction_id") ?? "",
-                    purchaseDate: row.date("purchase_date"), originalPurchaseDate: row.date("original_purchase_date"),
-                    cancellationDate: row.date("cancellation_date"), webOrderLineItemID: row.string("web_order_line_item_id"),
-                    isTrialPeriod: row.bool("is_trial_period") ?? false, isInIntroOfferPeriod: row.bool("is_in_intro_offer_period") ?? false),
-                environment: row.string("environment"))
-        }
+        ).rows.map { row in InAppPurchaseResource(PurchaseRows.purchase(row), environment: row.string("environment")) }
         return UserEntitlements(userIdentifier: userIdentifier, subscriptions: subscriptions, purchases: purchases)
     }
 }

@@ -34,11 +34,13 @@ struct NotificationTests {
         return path
     }
 
-    /// A StoreKit 2 purchase known to the mock and validated by receiptq for `user`.
+    /// A StoreKit 2 purchase known to the mock and validated by receiptq for `user` (priced and
+    /// with `fields` as ``TestSystem/signedTransaction(product:days:environment:price:fields:)`` signs them).
     func purchase(
-        _ system: TestSystem, user: String, product: String = "com.example.lifetime", days: Double? = nil
+        _ system: TestSystem, user: String, product: String = "com.example.lifetime", days: Double? = nil,
+        price: Money? = ReceiptForger.defaultPrice, fields: [String: JSONValue] = [:]
     ) async throws -> String {
-        let (jws, payload) = try system.signedTransaction(product: product, days: days)
+        let (jws, payload) = try system.signedTransaction(product: product, days: days, price: price, fields: fields)
         let body = JSONValue.object(["signed_transaction": .string(jws), "user_identifier": .string(user)]).encodedText
         let (status, _) = try await system.post(body, path: "/client/transactions")
         #expect(status == 200)

@@ -43,9 +43,13 @@ public struct NewEvent: Sendable, Equatable {
 
     /// The events a subscription's change means (see ``SubscriptionChange/between(_:_:)``), each
     /// with the subscription after the change and the fields that changed.
-    /// - Parameter ids: makes the events' ids (UUIDv7, in order).
+    /// - Parameters:
+    ///   - transaction: the subscription's latest transaction as the change stated it, when the
+    ///     change carried it: its price, currency and offer go in the event as `transaction`.
+    ///   - ids: makes the events' ids (UUIDv7, in order).
     public static func subscription(
-        before: SubscriptionState?, after: SubscriptionResource, appID: UUID, at now: Date, ids: () -> UUID
+        before: SubscriptionState?, after: SubscriptionResource, transaction: InAppPurchase? = nil, appID: UUID, at now: Date,
+        ids: () -> UUID
     ) -> [NewEvent] {
         let changes = SubscriptionChange.between(before, after.state)
         guard !changes.isEmpty else { return [] }
@@ -63,6 +67,10 @@ public struct NewEvent: Sendable, Equatable {
         writer.closeObject()
         writer.key("subscription")
         after.write(to: &writer, at: now, sandboxPolicy: .accept)
+        if let transaction, transaction.transactionID == after.state.latestTransactionID {
+            writer.key("transaction")
+            InAppPurchaseResource(transaction, environment: after.environment).write(to: &writer)
+        }
         writer.closeObject()
         let data = String(decoding: writer.bytes, as: UTF8.self)
         return changes.map { change in
@@ -74,7 +82,8 @@ public struct NewEvent: Sendable, Equatable {
         }
     }
 
-    /// A one-time purchase refunded or revoked, or claimed by a second user (`conflictUser`).
+    /// A one-time purchase refunded (wholly or in part) or revoked, with the amounts refunded, or
+    /// claimed by a second user (`conflictUser`).
     public static func purchase(
         _ type: EventType, purchase: InAppPurchase, environment: String, appID: UUID, userIdentifier: String?, conflictUser: String?,
         receiptID: UUID?, occurredAt: Date, id: UUID
@@ -83,14 +92,29 @@ public struct NewEvent: Sendable, Equatable {
         writer.openObject()
         writer.member("cancellation_reason", purchase.cancellationReason)
         writer.member("conflict_user_identifier", conflictUser)
-        writer.key("purchase")
-        InAppPurchaseResource(purchase, isConflict: conflictUser != nil, environment: environment).write(to: &writer)
+        if type == .purchaseRefunded {
+            // The refund's amounts beside the purchase, so a backend books it without reading on.
+            let revocation = purchase.revocation
+            writer.member("currency", revocation?.amountMilli == nil ? nil : purchase.price?.currency.rawValue)
+            writer.key("purchase")
+            InAppPurchaseResource(purchase, isConflict: conflictUser != nil, environment: environment).write(to: &writer)
+            writer.member("refunded_milli", revocation?.amountMilli)
+            writer.member("refunded_quantity", revocation?.quantity)
+            writer.member("remaining_quantity", purchase.remainingQuantity)
+            writer.member("revocation_percentage", revocation?.percentageMilli)
+            writer.member("revocation_type", revocation?.kind?.rawValue)
+        } else {
+            writer.key("purchase")
+            InAppPurchaseResource(purchase, isConflict: conflictUser != nil, environment: environment).write(to: &writer)
+        }
         writer.closeObject()
         return NewEvent(
             id: id, type: type, appID: appID, environment: environment, userIdentifier: userIdentifier,
             subject: "purchase:\(purchase.transactionID)", originalTransactionID: purchase.originalTransactionID,
             transactionID: purchase.transactionID, receiptID: receiptID, occurredAt: occurredAt, data: String(decoding: writer.bytes, as: UTF8.self),
-            dedupeKey: "purchase:\(environment):\(purchase.transactionID):\(type.rawValue)\(conflictUser.map { ":\($0)" } ?? "")")
+            dedupeKey: "purchase:\(environment):\(purchase.transactionID):\(type.rawValue)\(conflictUser.map { ":\($0)" } ?? "")"
+                // Each further share of a prorated refund is news of its own.
+                + (purchase.cancellationDate == nil ? purchase.revocation?.percentageMilli.map { ":\($0)" } ?? "" : ""))
     }
 
     /// A parent's withdrawn consent (`RESCIND_CONSENT`), about the app transaction it names and the

@@ -33,8 +33,9 @@ extension AppleNotification {
     /// What this notification changes.
     ///
     /// V2: the signed transaction is written to the ledger as Apple states it now (a `REFUND` or
-    /// `REVOKE` carries `revocationDate` and `revocationReason`; a `REFUND_REVERSED` has none
-    /// again), and for an auto-renewable subscription its state is Apple's `data.status` (or, when
+    /// `REVOKE` carries `revocationDate`, `revocationReason`, `revocationType` and
+    /// `revocationPercentage`: a `REFUND_PRORATED` keeps the purchase with its refunded share; a
+    /// `REFUND_REVERSED` has none again), and for an auto-renewable subscription its state is Apple's `data.status` (or, when
     /// absent, the status the type implies) with the renewal info, exactly as a Get All
     /// Subscription Statuses answer is mapped. V1: the unified receipt is applied like a
     /// `verifyReceipt` answer. `TEST`, `CONSUMPTION_REQUEST`, `EXTERNAL_PURCHASE_TOKEN`, summaries
@@ -69,7 +70,8 @@ extension AppleNotification {
     /// (notifications signed before Apple added it).
     func impliedStatus(_ purchase: InAppPurchase) -> Int {
         switch type {
-        case "REFUND", "REVOKE": return 5
+        // A prorated refund leaves the purchase standing (no revocation date): judged by its dates.
+        case "REFUND" where purchase.cancellationDate != nil, "REVOKE" where purchase.cancellationDate != nil: return 5
         case "EXPIRED": return 2
         case "DID_FAIL_TO_RENEW": return subtype == "GRACE_PERIOD" ? 4 : 3
         case "GRACE_PERIOD_EXPIRED": return renewal?["isInBillingRetryPeriod"]?.boolValue == false ? 2 : 3

@@ -64,12 +64,27 @@ public struct CustomerRecord: Sendable, Equatable {
         public var cancellationDate: Date?
         public var isConflict: Bool
         public var conflictUserIdentifier: String?
+        public var quantity: Int
+        /// What the customer paid, when Apple said.
+        public var price: Money?
+        public var offer: PurchaseOffer?
+        /// `PURCHASED` or `FAMILY_SHARED`.
+        public var ownershipType: String?
+        /// The refund or revocation, whole or prorated.
+        public var revocation: PurchaseRevocation?
 
         /// Creates a row.
         public init(
             appID: UUID, environment: String, transactionID: String, originalTransactionID: String, productID: String, userIdentifier: String?,
-            purchaseDate: Date?, expiresDate: Date?, cancellationDate: Date?, isConflict: Bool, conflictUserIdentifier: String?
+            purchaseDate: Date?, expiresDate: Date?, cancellationDate: Date?, isConflict: Bool, conflictUserIdentifier: String?,
+            quantity: Int = 1, price: Money? = nil, offer: PurchaseOffer? = nil, ownershipType: String? = nil,
+            revocation: PurchaseRevocation? = nil
         ) {
+            self.quantity = quantity
+            self.price = price
+            self.offer = offer
+            self.ownershipType = ownershipType
+            self.revocation = revocation
             self.appID = appID
             self.environment = environment
             self.transactionID = transactionID

@@ -97,6 +97,20 @@ public struct InAppPurchase: Sendable, Equatable, Codable {
     /// The UUID the app set at purchase to name its user (the Server API's `appAccountToken`,
     /// verifyReceipt's `app_account_token`); receipts themselves carry none.
     public var appAccountToken: UUID?
+    /// What the customer paid (Apple's signed `price` and `currency`); nil when Apple did not say
+    /// (`verifyReceipt` answers and receipts carry no price).
+    public var price: Money?
+    /// Apple's `storefront`: the App Store country (ISO 3166-1 alpha-3, `USA`).
+    public var storefront: String?
+    /// The offer it was bought under, when any.
+    public var offer: PurchaseOffer?
+    /// Apple's `billingPlanType` as signed (`MONTHLY` with a 12-month commitment, 2026-04).
+    public var billingPlanType: String?
+    /// `PURCHASED` or `FAMILY_SHARED` (a family member's access to another's purchase), when Apple says.
+    public var ownershipType: String?
+    /// The refund or revocation Apple reported, when any: a full one also sets ``cancellationDate``;
+    /// a prorated one leaves the purchase standing with fewer units.
+    public var revocation: PurchaseRevocation?
 
     /// Creates a purchase; optional fields default to absent.
     public init(

@@ -81,6 +81,30 @@ public struct InAppPurchaseResource: Sendable, Equatable, Codable {
     /// `production` or `sandbox`: given where purchases of several receipts are listed together
     /// (the entitlement API); absent within a receipt, which has its own.
     public var environment: String?
+    /// What the customer paid, in milli-units of ``currency`` (an integer: 9.99 is 9990); absent
+    /// when Apple did not say (verifyReceipt).
+    public var priceMilli: Int64?
+    /// ISO 4217, with ``priceMilli``.
+    public var currency: String?
+    public var storefront: String?
+    /// `introductory`, `promotional`, `offer_code` or `win_back`.
+    public var offerType: String?
+    public var offerIdentifier: String?
+    public var offerDiscountType: String?
+    /// ISO 8601 duration.
+    public var offerPeriod: String?
+    public var billingPlanType: String?
+    /// `PURCHASED` or `FAMILY_SHARED`.
+    public var ownershipType: String?
+    /// `REFUND_FULL`, `REFUND_PRORATED` or `FAMILY_REVOKE`, once refunded or revoked.
+    public var revocationType: String?
+    /// The share refunded, in milli-percent (100000 is the whole).
+    public var revocationPercentage: Int?
+    public var refundedQuantity: Int?
+    /// The amount refunded, in milli-units of ``currency``.
+    public var refundedMilli: Int64?
+    /// The units still owned (``quantity`` less refunded units; 0 once revoked).
+    public var remainingQuantity: Int?
 
     enum CodingKeys: String, CodingKey {
         case productID = "product_id"
@@ -96,23 +120,50 @@ public struct InAppPurchaseResource: Sendable, Equatable, Codable {
         case isInIntroOfferPeriod = "is_in_intro_offer_period"
         case isConflict = "is_conflict"
         case environment
+        case priceMilli = "price_milli"
+        case currency, storefront
+        case offerType = "offer_type"
+        case offerIdentifier = "offer_identifier"
+        case offerDiscountType = "offer_discount_type"
+        case offerPeriod = "offer_period"
+        case billingPlanType = "billing_plan_type"
+        case ownershipType = "ownership_type"
+        case revocationType = "revocation_type"
+        case revocationPercentage = "revocation_percentage"
+        case refundedQuantity = "refunded_quantity"
+        case refundedMilli = "refunded_milli"
+        case remainingQuantity = "remaining_quantity"
     }
 
     /// - Parameter flagged: write `"sandbox_flagged": true` (a sandbox purchase of a `flag` app).
     func write(to writer: inout JSONWriter, flagged: Bool = false) {
         writer.openObject()
+        writer.member("billing_plan_type", billingPlanType)
         writer.member("cancellation_date", cancellationDate)
+        writer.member("currency", currency)
         writer.member("environment", environment)
         writer.member("expires_date", expiresDate)
         writer.member("is_conflict", isConflict)
         writer.member("is_in_intro_offer_period", isInIntroOfferPeriod)
         writer.member("is_trial_period", isTrialPeriod)
+        writer.member("offer_discount_type", offerDiscountType)
+        writer.member("offer_identifier", offerIdentifier)
+        writer.member("offer_period", offerPeriod)
+        writer.member("offer_type", offerType)
         writer.member("original_purchase_date", originalPurchaseDate)
         writer.member("original_transaction_id", originalTransactionID)
+        writer.member("ownership_type", ownershipType)
+        writer.member("price_milli", priceMilli)
         writer.member("product_id", productID)
         writer.member("purchase_date", purchaseDate)
         writer.member("quantity", quantity)
+        writer.member("refunded_milli", refundedMilli)
+        writer.member("refunded_quantity", refundedQuantity)
+        writer.member("remaining_quantity", remainingQuantity)
+        writer.member("revocation_percentage", revocationPercentage)
+        writer.member("revocation_type", revocationType)
         if flagged { writer.member("sandbox_flagged", true) }
+        writer.member("storefront", storefront)
         writer.member("transaction_id", transactionID)
         writer.member("web_order_line_item_id", webOrderLineItemID)
         writer.closeObject()
@@ -133,6 +184,20 @@ public struct InAppPurchaseResource: Sendable, Equatable, Codable {
         isInIntroOfferPeriod = purchase.isInIntroOfferPeriod
         self.isConflict = isConflict
         self.environment = environment
+        priceMilli = purchase.price?.milli
+        currency = purchase.price?.currency.rawValue
+        storefront = purchase.storefront
+        offerType = purchase.statedOffer?.type.rawValue
+        offerIdentifier = purchase.statedOffer?.identifier
+        offerDiscountType = purchase.statedOffer?.discountType
+        offerPeriod = purchase.statedOffer?.period
+        billingPlanType = purchase.billingPlanType
+        ownershipType = purchase.ownershipType
+        revocationType = purchase.revocation?.kind?.rawValue
+        revocationPercentage = purchase.revocation?.percentageMilli
+        refundedQuantity = purchase.revocation?.quantity
+        refundedMilli = purchase.revocation?.amountMilli
+        remainingQuantity = purchase.remainingQuantity
     }
 }
 

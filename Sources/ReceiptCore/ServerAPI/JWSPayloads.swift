@@ -44,6 +44,7 @@ public struct JWSTransactionPayload: Sendable, Equatable {
         "offerIdentifier": .string, "environment": .string, "storefront": .string, "storefrontId": .string,
         "transactionReason": .string, "currency": .string, "price": .integer, "offerDiscountType": .string,
         "appTransactionId": .string, "offerPeriod": .string, "revocationType": .string, "revocationPercentage": .integer,
+        "billingPlanType": .string,
     ]
 
     /// The whole payload as signed, unknown fields included.
@@ -84,6 +85,12 @@ public struct JWSTransactionPayload: Sendable, Equatable {
     public var appTransactionID: String? { json["appTransactionId"]?.stringValue }
     /// ISO 8601 duration of the offer, e.g. `P1M`.
     public var offerPeriod: String? { json["offerPeriod"]?.stringValue }
+    /// `MONTHLY` (a yearly commitment billed monthly, 2026-04), when Apple says.
+    public var billingPlanType: String? { json["billingPlanType"]?.stringValue }
+    /// How Apple took the transaction back, when it did and says (2025-12).
+    public var revocationType: RevocationKind? { json["revocationType"]?.stringValue.flatMap(RevocationKind.init(rawValue:)) }
+    /// The share refunded, in milli-percent (100000 is the whole), when Apple says.
+    public var revocationPercentage: Int64? { JWSFields.int(json["revocationPercentage"]) }
 
     /// Checks and wraps a decoded payload.
     /// - Throws: `malformed_payload` without a transaction id, original id, product, bundle or

@@ -86,7 +86,8 @@ extension ServerAPILedger {
             expirationIntent: mapped == .expired || mapped == .billingRetry ? renewal?["expirationIntent"]?.intValue : nil,
             isTrial: purchase.isTrialPeriod, isIntro: purchase.isInIntroOfferPeriod,
             ownershipType: item.transaction["inAppOwnershipType"]?.stringValue, latestTransactionID: purchase.transactionID,
-            revokedAt: purchase.cancellationDate, cancellationReason: item.transaction["revocationReason"]?.intValue, observedAt: date)
+            revokedAt: purchase.cancellationDate, cancellationReason: item.transaction["revocationReason"]?.intValue, observedAt: date,
+            price: purchase.price)
     }
 }
 
@@ -109,9 +110,26 @@ extension InAppPurchase {
             isTrialPeriod: offerType == 1 && (discount == nil || discount == "FREE_TRIAL"),
             isInIntroOfferPeriod: offerType == 1)
         if offerType == 2 { promotionalOfferID = json["offerIdentifier"]?.stringValue }
-        cancellationReason = cancellationDate == nil ? nil : json["revocationReason"]?.intValue
         subscriptionGroupIdentifier = json["subscriptionGroupIdentifier"]?.stringValue
         appAccountToken = json["appAccountToken"]?.stringValue.flatMap(UUID.init(uuidString:))
+        price = Money(milli: JWSFields.int(json["price"]), currency: json["currency"]?.stringValue)
+        storefront = json["storefront"]?.stringValue
+        offer = offerType.flatMap(OfferType.init(appleCode:)).map {
+            PurchaseOffer(
+                type: $0, identifier: json["offerIdentifier"]?.stringValue, discountType: discount,
+                period: json["offerPeriod"]?.stringValue)
+        }
+        billingPlanType = json["billingPlanType"]?.stringValue
+        ownershipType = json["inAppOwnershipType"]?.stringValue
+        if cancellationDate != nil {
+            let revocation = PurchaseRevocation(
+                kind: json["revocationType"]?.stringValue.flatMap(RevocationKind.init(rawValue:)),
+                percentageMilli: json["revocationPercentage"]?.intValue, quantity: quantity, price: price)
+            self.revocation = revocation
+            // A prorated refund leaves the purchase standing: only its refunded share is recorded.
+            if !revocation.revokesPurchase { cancellationDate = nil }
+        }
+        cancellationReason = cancellationDate == nil ? nil : json["revocationReason"]?.intValue
     }
 }
 

@@ -50,6 +50,8 @@ public struct SubscriptionState: Sendable, Equatable {
     public var cancellationReason: Int?
     /// When Apple gave the answer this state was computed from: a newer observation replaces an older one.
     public var observedAt: Date
+    /// What the latest transaction cost, when Apple signed it (verifyReceipt has no price).
+    public var price: Money?
 
     /// Creates a state (tests and the store build them; the worker computes them from Apple's answer).
     public init(
@@ -57,8 +59,9 @@ public struct SubscriptionState: Sendable, Equatable {
         originalPurchaseDate: Date? = nil, autoRenewStatus: Bool? = nil, autoRenewProductID: String? = nil,
         isInBillingRetry: Bool = false, gracePeriodExpiresAt: Date? = nil, expirationIntent: Int? = nil, isTrial: Bool = false,
         isIntro: Bool = false, ownershipType: String? = nil, latestTransactionID: String, revokedAt: Date? = nil,
-        cancellationReason: Int? = nil, observedAt: Date
+        cancellationReason: Int? = nil, observedAt: Date, price: Money? = nil
     ) {
+        self.price = price
         self.originalTransactionID = originalTransactionID
         self.productID = productID
         self.status = status

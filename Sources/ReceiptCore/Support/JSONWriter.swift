@@ -111,6 +111,13 @@ public struct JSONWriter {
         int(Int64(value))
     }
 
+    /// `"name": value`, or nothing when `value` is nil: an integer (amounts in milli-units).
+    public mutating func member(_ name: String, _ value: Int64?) {
+        guard let value else { return }
+        key(name)
+        int(value)
+    }
+
     /// `"name": value`, or nothing when `value` is nil.
     public mutating func member(_ name: String, _ value: Bool?) {
         guard let value else { return }

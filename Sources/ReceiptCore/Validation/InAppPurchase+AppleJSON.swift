@@ -25,6 +25,13 @@ extension InAppPurchase {
         )
         cancellationReason = cancellationDate == nil ? nil : json["cancellation_reason"]?.intValue
         appAccountToken = json["app_account_token"]?.stringValue.flatMap(UUID.init(uuidString:))
+        promotionalOfferID = json["promotional_offer_id"]?.stringValue
+        ownershipType = json["in_app_ownership_type"]?.stringValue
+        // An offer code has no other home; the other offers are in the flags and the promotional id
+        // (``statedOffer`` reads them).
+        offer = json["offer_code_ref_name"]?.stringValue.map { PurchaseOffer(type: .offerCode, identifier: $0) }
+        // verifyReceipt says nothing of the kind or share of a refund: its cancellation is whole,
+        // and no revocation is stated (the ledger keeps a signed transaction's).
     }
 
     /// This purchase in Apple's `verifyReceipt` JSON shape (iOS 7 style), as the mock App Store answers.
@@ -47,6 +54,9 @@ extension InAppPurchase {
         put("expires_date", expiresDate)
         put("cancellation_date", cancellationDate)
         if let webOrderLineItemID { object["web_order_line_item_id"] = .string(webOrderLineItemID) }
+        if let ownershipType { object["in_app_ownership_type"] = .string(ownershipType) }
+        if offer?.type == .offerCode { object["offer_code_ref_name"] = offer?.identifier.map(JSONValue.string) }
+        if let promotionalOfferID { object["promotional_offer_id"] = .string(promotionalOfferID) }
         return .object(object)
     }
 }
