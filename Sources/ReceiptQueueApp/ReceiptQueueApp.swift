@@ -187,6 +187,7 @@ public enum ReceiptQueueApp {
         raiseOpenFileLimit(to: configuration.worker.concurrency + 256, logger: logger)
         let secrets = try configuration.secretsKey.map { try SecretBox(key: $0) }
         let serverAPI = makeServerAPIClient(configuration, meter: AppleCallMeter(factory: metrics), logger: logger)
+        let consumption = try makeConsumptionSender(configuration, meter: AppleCallMeter(factory: metrics), logger: logger)
         let verifyReceipt = AppStoreClient(configuration: appStore)
         let webhooks = WebhookClient(
             configuration: .init(
@@ -230,7 +231,7 @@ public enum ReceiptQueueApp {
                     connection: try RedisConnection(configuration: configuration.redis, label: "worker-import-budget", logger: logger),
                     keys: configuration.keys)
             },
-            verifier: AppleValidation(verifyReceipt: verifyReceipt, serverAPI: serverAPI), webhooks: webhooks,
+            verifier: AppleValidation(verifyReceipt: verifyReceipt, serverAPI: serverAPI), webhooks: webhooks, consumption: consumption,
             requeueAbandoned: {
                 do {
                     let redis = try RedisConnection(configuration: configuration.redis, label: "worker-shutdown", logger: logger)
@@ -241,7 +242,7 @@ public enum ReceiptQueueApp {
                     logger.error("Could not requeue the jobs in hand at shutdown", error: error)
                 }
             }, metrics: metrics, logger: logger)
-        let clients: [(any Service)?] = [verifyReceipt, serverAPI, webhooks]
+        let clients: [(any Service)?] = [verifyReceipt, serverAPI, webhooks, consumption]
         return ServiceGroup(services: clients.compactMap { $0 } + [worker], logger: logger)
     }
 
