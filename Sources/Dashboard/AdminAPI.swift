@@ -36,6 +36,7 @@ public struct AdminAPI: Sendable {
     /// Queues history resyncs (nil: no resync route).
     let resync: (any HistoryResync)?
     let entitlements: (any EntitlementAdministration)?
+    let consumptionPolicies: (any ConsumptionPolicies)?
     let now: @Sendable () -> Date
 
     /// The most entries one page may hold.
@@ -52,12 +53,13 @@ public struct AdminAPI: Sendable {
     ///   - webhooks: the webhook endpoints' administration (nil: no webhook routes).
     ///   - support: the support endpoints (nil: no support routes; see `AdminAPI+Support.swift`).
     ///   - resync: queues history resyncs (nil: no resync route).
+    ///   - consumptionPolicies: the apps' refund-defence policies (nil: no consumption-policy routes).
     ///   - now: the injected clock (ages).
     public init(
         dead: any JobSetStore, retries: any JobSetStore, overview: any QueueOverview, authenticator: OperatorAuthenticator,
         audit: (any AuditLog)? = nil, webhooks: (any WebhookAdministration)? = nil, support: (any SupportDesk)? = nil,
         resync: (any HistoryResync)? = nil, entitlements: (any EntitlementAdministration)? = nil,
-        now: @escaping @Sendable () -> Date = { Date() }
+        consumptionPolicies: (any ConsumptionPolicies)? = nil, now: @escaping @Sendable () -> Date = { Date() }
     ) {
         self.support = support
         self.resync = resync
@@ -68,6 +70,7 @@ public struct AdminAPI: Sendable {
         actions = AuditedActions(log: audit)
         self.webhooks = webhooks
         self.entitlements = entitlements
+        self.consumptionPolicies = consumptionPolicies
         self.now = now
     }
 
@@ -83,6 +86,7 @@ public struct AdminAPI: Sendable {
         addSupportRoutes(to: group)
         addResyncRoutes(to: group)
         addEntitlementRoutes(to: group)
+        addConsumptionPolicyRoutes(to: group)
         group.get("{set}") { request, context in
             await authorized(request, context, .viewer) { _ in
                 guard let (store, kind) = set(context) else { return notFound() }
@@ -176,6 +180,7 @@ public struct AdminAPI: Sendable {
         "POST /admin/api/apps/{app_id}/app-account-token": [], "POST /admin/api/apps/{app_id}/test-notifications": [],
         "GET /admin/api/apps/{app_id}/test-notifications/{token}": ["environment"],
         "POST /admin/api/history/resync": [],
+        "GET /admin/api/apps/{app_id}/consumption-policy": [], "PUT /admin/api/apps/{app_id}/consumption-policy": [],
     ]
 
     /// `error_code`, `app_id`, `q`, `offset`, `limit` from the query string (the pages' too).

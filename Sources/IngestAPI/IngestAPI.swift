@@ -40,6 +40,7 @@ public struct IngestAPI: Sendable {
     let appTransactions: (any AppTransactionCatalog)?
     /// The customer API's read side; nil leaves `/client/customers/{user}` out.
     let customers: (any CustomerCatalog)?
+    let consumption: (any CustomerConsumptionLog)?
     let configuration: Configuration
     /// The rules shared with the Cloud Softphone web service.
     public let ingestion: ReceiptIngestion
@@ -61,6 +62,7 @@ public struct IngestAPI: Sendable {
     ///   - events: Postgres, for the events API (nil: no `/client/events`).
     ///   - appTransactions: Postgres, for the app transaction API (nil: no `/client/app-transactions`).
     ///   - customers: Postgres, for the customer API (nil: no `/client/customers/{user}`).
+    ///   - consumption: Postgres, for the refund defence's door (nil: no `/client/users/{user}/consumption`).
     ///   - gate: the doors' failure throttle and security log.
     ///   - configuration: settings.
     ///   - metrics: the process's metrics backend (default: the bootstrapped one).
@@ -69,7 +71,7 @@ public struct IngestAPI: Sendable {
         intake: any ReceiptIntake, catalog: any ReceiptCatalog, authenticity: any ReceiptAuthenticity,
         signedPayloads: (any SignedPayloadVerifier)? = nil, subscriptions: (any SubscriptionCatalog)? = nil,
         events: (any EventCatalog)? = nil, appTransactions: (any AppTransactionCatalog)? = nil, customers: (any CustomerCatalog)? = nil,
-        gate: AuthGate, configuration: Configuration = Configuration(),
+        consumption: (any CustomerConsumptionLog)? = nil, gate: AuthGate, configuration: Configuration = Configuration(),
         metrics: any MetricsFactory = MetricsSystem.factory, now: @escaping @Sendable () -> Date = { Date() }
     ) {
         self.metrics = IngestMetrics(factory: metrics)
@@ -80,6 +82,7 @@ public struct IngestAPI: Sendable {
         self.events = events
         self.appTransactions = appTransactions
         self.customers = customers
+        self.consumption = consumption
         self.now = now
         self.configuration = configuration
         self.readiness = Readiness(intake: intake, catalog: catalog)
@@ -96,7 +99,7 @@ public struct IngestAPI: Sendable {
         "GET /client/subscriptions": ["user_identifier"], "GET /client/subscriptions/{original_transaction_id}": ["environment"],
         "GET /client/events": ["after", "limit", "type", "user_identifier"],
         "POST /client/app-transactions": [], "GET /client/app-transactions": ["user_identifier"],
-        "GET /client/customers/{user_identifier}": [],
+        "GET /client/customers/{user_identifier}": [], "PUT /client/users/{user_identifier}/consumption": [],
         "GET /health/live": [], "GET /health/ready": [], "GET /openapi.yaml": [], "POST /apple/notifications/{app}/{token}": [],
     ]
 
@@ -124,6 +127,7 @@ public struct IngestAPI: Sendable {
         if let events { addEventRoutes(to: router, catalog: events) }
         if let appTransactions { addAppTransactionRoutes(to: router, store: appTransactions) }
         if let customers { addCustomerRoutes(to: router, catalog: customers) }
+        if let consumption { addConsumptionRoutes(to: router, log: consumption) }
         router.get("/health/live") { _, _ in
             json(.ok, ["status": .string("ok")])
         }

@@ -84,7 +84,8 @@ public enum ReceiptQueueApp {
         let api = IngestAPI(
             intake: intake, catalog: catalog, authenticity: verifier, signedPayloads: jwsVerifier(configuration, roots: roots, metrics: metrics),
             subscriptions: catalog, events: PostgresEventCatalog(pool: postgresPool), appTransactions: catalog,
-            customers: PostgresEntitlements(pool: postgresPool), gate: gate, configuration: configuration.api.ingest, metrics: metrics)
+            customers: PostgresEntitlements(pool: postgresPool), consumption: PostgresCustomerConsumption(pool: postgresPool), gate: gate,
+            configuration: configuration.api.ingest, metrics: metrics)
         let router = Router(context: IngestRequestContext.self)
         // First, so that it also times the requests the other middleware refuses.
         router.add(middleware: HTTPMetricsMiddleware(factory: metrics))
@@ -118,7 +119,8 @@ public enum ReceiptQueueApp {
         let resync = QueuedResync(intake: intake, app: { id in try await catalog.apps().first { $0.id == id } })
         AdminAPI(
             dead: dead, retries: retries, overview: overview, authenticator: authenticator, audit: operators, webhooks: webhooks, support: support,
-            resync: resync, entitlements: PostgresEntitlements(pool: postgresPool)
+            resync: resync, entitlements: PostgresEntitlements(pool: postgresPool),
+            consumptionPolicies: PostgresCustomerConsumption(pool: postgresPool)
         ).addRoutes(to: router)
         try AdminPages(
             dead: dead, retries: retries, overview: overview, authenticator: authenticator, sessions: configuration.dashboard.sessions,

@@ -20,13 +20,16 @@ struct RefundDefenceSystemTests {
     func prepare(_ system: TestSystem, user: String, policy: ConsumptionPolicy) async throws -> String {
         _ = try notifications.subscribe(system)
         let id = try await notifications.purchase(system, user: user)
-        let connection = try system.postgres()
-        defer { connection.close() }
-        let admin = AppAdmin(connection: connection)
-        try admin.setConsumptionPolicy(appID: system.app.id, policy: policy)
-        try admin.setCustomerConsumption(
-            CustomerConsumption(consented: true, consumptionPercentage: 25_000, sampleContentProvided: true, playTimeSeconds: 5400),
-            appID: system.app.id, userIdentifier: user)
+        // The operator sets the policy through the admin API (role admin, audited).
+        let path = "/admin/api/apps/\(system.app.id.canonical)/consumption-policy"
+        let set = try await AdminAPITests().send(system, "PUT", path, body: #"{"policy": "\#(policy.rawValue)"}"#)
+        #expect(set.status == 200, "\(String(decoding: set.body, as: UTF8.self))")
+        #expect(try await AdminAPITests().send(system, "GET", path).json?["policy"]?.stringValue == policy.rawValue)
+        // The app's backend posts the customer's consent and use through its door.
+        let statement = #"{"consented": true, "consumption_percentage": 25000, "sample_content_provided": true, "play_time_seconds": 5400}"#
+        let (status, stored) = try await system.post(statement, path: "/client/users/\(user)/consumption", method: "PUT")
+        #expect(status == 200)
+        #expect(stored?["consumption_percentage"]?.intValue == 25_000 && stored?["delivery_status"] == .null)
         return id
     }
 
@@ -82,6 +85,12 @@ struct RefundDefenceSystemTests {
         #expect(audit.count == 1)
         #expect(audit.first?.string("target")?.contains("DECLINE") == true)
         #expect(system.metric("receiptq_consumption_answers_total", ["outcome": "sent"]) == 1)
+        // The customer view shows the answer: its event and its audit line with the values sent.
+        let browser = DashboardPagesTests.Browser(system)
+        _ = try await browser.logIn()
+        let page = try await browser.get("/admin/customers?by=user&q=defended")
+        #expect(page.status == 200)
+        #expect(page.text.contains("refund.consumption_sent") && page.text.contains("DECLINE"))
     }
 
     @Test("A 5xx from Apple is retried: the answer gets through once")
@@ -98,6 +107,37 @@ struct RefundDefenceSystemTests {
         // Neutral: the facts without a preference.
         #expect(sent.first?.body["refundPreference"] == nil && sent.first?.body["deliveryStatus"]?.stringValue == "DELIVERED")
         #expect(system.mock.state.serverAPI.calls("sandbox consumption") == 3)
+    }
+
+    @Test("The consumption door refuses bad fields with 422 naming them, an unknown member included")
+    func doorRefusesBadFields() async throws {
+        let system = try await TestSystem.start()
+        defer { Task { await system.stop() } }
+        let body = #"{"consumption_percentage": 100001, "delivery_status": "LOST", "play_time_seconds": -1, "mood": "angry"}"#
+        let (status, answer) = try await system.post(body, path: "/client/users/someone/consumption", method: "PUT")
+        #expect(status == 422)
+        let fields = Set(answer?["errors"]?.arrayValue?.compactMap { $0["field"]?.stringValue } ?? [])
+        #expect(fields == ["consented", "consumption_percentage", "delivery_status", "play_time_seconds", "mood"])
+    }
+
+    @Test("The admin API refuses a policy it does not know (422) and an app that does not exist (404); a change is audited")
+    func policyThroughTheAdminAPI() async throws {
+        let system = try await TestSystem.start()
+        defer { Task { await system.stop() } }
+        let admin = AdminAPITests()
+        let path = "/admin/api/apps/\(system.app.id.canonical)/consumption-policy"
+        #expect(try await admin.send(system, "PUT", path, body: #"{"policy": "always_win"}"#).status == 422)
+        #expect(try await admin.send(system, "PUT", path, body: #"{"policy": "neutral", "why": "x"}"#).status == 422)
+        #expect(
+            try await admin.send(system, "PUT", "/admin/api/apps/\(UUID().canonical)/consumption-policy", body: #"{"policy": "off"}"#).status == 404)
+        #expect(try await admin.send(system, "PUT", path, body: #"{"policy": "prefer_grant"}"#).status == 200)
+        let connection = try system.postgres()
+        defer { connection.close() }
+        let audit = try await connection.query(
+            "SELECT target, outcome FROM audit_log WHERE app_id = \(system.app.id) AND action = 'app.consumption_policy'"
+        ).rows
+        #expect(audit.map { $0.string("target") } == ["consumption policy prefer_grant"])
+        #expect(audit.first?.string("outcome") == "done")
     }
 
     @Test("Policy off: the request is stored, nothing is sent, no event")
