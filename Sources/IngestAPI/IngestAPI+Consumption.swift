@@ -68,8 +68,8 @@ public enum CustomerConsumptionRequest {
         }
         switch object["consumption_percentage"] {
         case nil, .null?: break
-        case let value? where value.intValue.map({ (0...CustomerConsumption.fullConsumption).contains($0) }) == true:
-            statement.consumptionPercentage = value.intValue
+        case let value? where wholeNumber(value).map({ (0...CustomerConsumption.fullConsumption).contains($0) }) == true:
+            statement.consumptionPercentage = wholeNumber(value)
         default: errors.append(FieldError(field: "consumption_percentage", reason: "must be an integer from 0 to 100000 (milli-percent)"))
         }
         switch object["sample_content_provided"] {
@@ -79,10 +79,16 @@ public enum CustomerConsumptionRequest {
         }
         switch object["play_time_seconds"] {
         case nil, .null?: break
-        case let value? where (value.intValue ?? -1) >= 0: statement.playTimeSeconds = value.intValue.map(Int64.init)
+        case let value? where (wholeNumber(value) ?? -1) >= 0: statement.playTimeSeconds = wholeNumber(value).map(Int64.init)
         default: errors.append(FieldError(field: "play_time_seconds", reason: "must be a whole number of seconds, 0 or more"))
         }
         return errors.isEmpty ? .success(statement) : .failure(FieldErrors(errors))
+    }
+
+    /// A JSON number that is a whole number (not `2.5`, not a string: `intValue` reads both).
+    static func wholeNumber(_ value: JSONValue) -> Int? {
+        guard case .number(let number) = value, number.rounded() == number, abs(number) <= 9_007_199_254_740_992 else { return nil }
+        return Int(number)
     }
 
     /// The answer: what is stored.

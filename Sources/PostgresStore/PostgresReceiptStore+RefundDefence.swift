@@ -10,9 +10,13 @@ extension PostgresReceiptStore: RefundDefenceLog {
             .flatMap(ConsumptionPolicy.init(rawValue:)) ?? .off
         var facts = ConsumptionFacts(policy: policy)
         guard policy != .off else { return facts }
+        // Answered: Apple took it (a claim alone is a send under way, or one that failed).
         facts.alreadyAnswered =
             !(try connection.query(
-                "SELECT 1 AS found FROM consumption_answers WHERE app_id = \(appID) AND notification_id = \(notificationID)"
+                """
+                SELECT 1 AS found FROM consumption_answers
+                WHERE app_id = \(appID) AND notification_id = \(notificationID) AND sent_at IS NOT NULL
+                """
             ).rows.isEmpty)
         // The request's environment first; a purchase is unique per (environment, transaction id).
         let purchase = try connection.query(
@@ -47,19 +51,42 @@ extension PostgresReceiptStore: RefundDefenceLog {
         return facts
     }
 
+    public func claimConsumption(appID: UUID, notificationID: String, transactionID: String, job: UUID) throws -> Bool {
+        // One statement: the insert takes a free request; an existing row answers who holds it.
+        let holder = try connection.query(
+            """
+            WITH claimed AS (
+                INSERT INTO consumption_answers (app_id, notification_id, transaction_id, claimed_by)
+                VALUES (\(appID), \(notificationID), \(transactionID), \(job))
+                ON CONFLICT (app_id, notification_id) DO NOTHING
+                RETURNING claimed_by
+            )
+            SELECT claimed_by FROM claimed
+            UNION ALL
+            SELECT claimed_by FROM consumption_answers WHERE app_id = \(appID) AND notification_id = \(notificationID)
+            LIMIT 1
+            """
+        ).rows.first?.uuid("claimed_by")
+        return holder == job
+    }
+
     public func record(_ answers: [ConsumptionAnswer]) throws {
         guard !answers.isEmpty else { return }
         try connection.transaction { connection in
             var ids = MonotonicEventIDs()
             var events: [NewEvent] = []
             for answer in answers {
-                // Once per request: a replayed job's answer inserts nothing, states nothing, audits nothing.
+                // Once per request: a replayed job's answer changes nothing, states nothing, audits nothing.
                 let inserted = try connection.query(
                     """
-                    INSERT INTO consumption_answers (app_id, notification_id, transaction_id, environment, user_identifier, policy, answer, sent_at)
-                    VALUES (\(answer.appID), \(answer.notificationID), \(answer.transactionID), \(answer.environment),
+                    INSERT INTO consumption_answers (app_id, notification_id, transaction_id, claimed_by, environment, user_identifier,
+                        policy, answer, sent_at)
+                    VALUES (\(answer.appID), \(answer.notificationID), \(answer.transactionID), \(answer.jobID), \(answer.environment),
                             \(answer.userIdentifier), \(answer.policy.rawValue), \(answer.json.encodedText)::jsonb, \(answer.sentAt))
-                    ON CONFLICT (app_id, notification_id) DO NOTHING
+                    ON CONFLICT (app_id, notification_id) DO UPDATE SET
+                        environment = excluded.environment, user_identifier = excluded.user_identifier, policy = excluded.policy,
+                        answer = excluded.answer, sent_at = excluded.sent_at
+                    WHERE consumption_answers.sent_at IS NULL
                     RETURNING notification_id
                     """
                 ).rows

@@ -118,6 +118,7 @@ public final class MemoryReceiptStore: ReceiptStore, DeliveryLog, RefundDefenceL
     /// The facts every consumption request finds (the policy `off` unless a test sets them).
     public var consumptionFacts = ConsumptionFacts(policy: .off)
     public private(set) var answers: [ConsumptionAnswer] = []
+    private var claims: [String: UUID] = [:]
     /// When set, every call throws it.
     public var failure: (any Error)?
 
@@ -179,6 +180,15 @@ public final class MemoryReceiptStore: ReceiptStore, DeliveryLog, RefundDefenceL
             var facts = consumptionFacts
             facts.alreadyAnswered = answers.contains { $0.appID == appID && $0.notificationID == notificationID }
             return facts
+        }
+    }
+
+    public func claimConsumption(appID: UUID, notificationID: String, transactionID: String, job: UUID) throws -> Bool {
+        try lock.withLock {
+            if let failure { throw failure }
+            let key = "\(appID)/\(notificationID)"
+            if claims[key] == nil { claims[key] = job }
+            return claims[key] == job
         }
     }
 

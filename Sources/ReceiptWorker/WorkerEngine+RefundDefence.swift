@@ -18,6 +18,7 @@ extension WorkerEngine {
                 appID: envelope.appID, environment: consumption.environment, transactionID: consumption.transactionID,
                 notificationID: consumption.notificationID)
         } catch {
+            logger.warning("Consumption request's facts unreadable", error: error)
             return decide(token, job, planner.storeUnavailable(envelope, calls: [], using: &generator))
         }
         guard let app else { return decide(token, job, planner.unknownApp(envelope)) }
@@ -25,6 +26,18 @@ extension WorkerEngine {
         case .settle(let plan):
             return decide(token, job, plan)
         case .send(let body):
+            // Two copies of one request (Apple's retry, a replay) may both be stored and reach
+            // here together: the claim lets one of them send.
+            do {
+                guard
+                    try store?.claimConsumption(
+                        appID: envelope.appID, notificationID: consumption.notificationID, transactionID: consumption.transactionID,
+                        job: envelope.id) == true
+                else { return decide(token, job, .answer(envelope, nil)) }
+            } catch {
+                logger.warning("Consumption request's claim failed", error: error)
+                return decide(token, job, planner.storeUnavailable(envelope, calls: [], using: &generator))
+            }
             guard let sender = self.consumption else {
                 return decide(
                     token, job,

@@ -71,6 +71,9 @@ struct WorkerEngineFlowTests {
         func consumptionFacts(appID: UUID, environment: String?, transactionID: String, notificationID: String) throws -> ConsumptionFacts {
             try inner.consumptionFacts(appID: appID, environment: environment, transactionID: transactionID, notificationID: notificationID)
         }
+        func claimConsumption(appID: UUID, notificationID: String, transactionID: String, job: UUID) throws -> Bool {
+            try inner.claimConsumption(appID: appID, notificationID: notificationID, transactionID: transactionID, job: job)
+        }
         func record(_ answers: [ConsumptionAnswer]) throws { try inner.record(answers) }
     }
 

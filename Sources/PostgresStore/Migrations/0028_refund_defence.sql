@@ -22,15 +22,19 @@ CREATE TABLE customer_consumption (
     PRIMARY KEY (app_id, user_identifier)
 );
 
+-- One row per request: claimed by the answer job that sends (two copies of one request, both
+-- stored before either answered, send once), then filled when Apple took the answer.
 CREATE TABLE consumption_answers (
     app_id          uuid NOT NULL REFERENCES apps (id) ON DELETE CASCADE,
     notification_id text NOT NULL,
     transaction_id  text NOT NULL,
+    claimed_by      uuid NOT NULL,
+    claimed_at      timestamptz NOT NULL DEFAULT now(),
     environment     text,
     user_identifier text,
-    policy          text NOT NULL,
-    answer          jsonb NOT NULL,
-    sent_at         timestamptz NOT NULL,
+    policy          text,
+    answer          jsonb,
+    sent_at         timestamptz,
     PRIMARY KEY (app_id, notification_id)
 );
 

@@ -57,7 +57,8 @@ extension JobPlanner {
         case .accepted:
             var answered = envelope
             answered.attempt += 1
-            return .answer(answered, ConsumptionAnswer(appID: envelope.appID, job: job, facts: facts, body: body, sentAt: now()))
+            return .answer(
+                answered, ConsumptionAnswer(appID: envelope.appID, jobID: envelope.id, job: job, facts: facts, body: body, sentAt: now()))
         case .rateLimited(let until):
             guard until < job.deadline else { return deadlinePassed(envelope, calls: []) }
             return rateLimited(envelope, until: until, using: &generator)

@@ -5,6 +5,8 @@ import Foundation
 /// as a `refund.consumption_sent` event.
 public struct ConsumptionAnswer: Sendable, Equatable {
     public var appID: UUID
+    /// The answer job that sent it (the request's claim).
+    public var jobID: UUID
     /// The `CONSUMPTION_REQUEST`'s `notificationUUID`.
     public var notificationID: String
     public var transactionID: String
@@ -22,9 +24,10 @@ public struct ConsumptionAnswer: Sendable, Equatable {
 
     /// Creates an answer from the request's facts and the body sent.
     public init(
-        appID: UUID, job: ConsumptionJob, facts: ConsumptionFacts, body: ConsumptionInformation, sentAt: Date
+        appID: UUID, jobID: UUID, job: ConsumptionJob, facts: ConsumptionFacts, body: ConsumptionInformation, sentAt: Date
     ) {
         self.appID = appID
+        self.jobID = jobID
         self.notificationID = job.notificationID
         self.transactionID = job.transactionID
         self.environment = job.environment
