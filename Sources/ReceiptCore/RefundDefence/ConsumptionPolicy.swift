@@ -90,8 +90,6 @@ public struct ConsumptionFacts: Sendable, Equatable {
     public var purchaseKnown: Bool
     /// The purchase's user (nil: none known).
     public var userIdentifier: String?
-    /// The purchase's `appAccountToken`, when the app set one.
-    public var appAccountToken: String?
     /// What the customer spent in the app, in milli-units of ``currency``.
     public var lifetimeSpendMilli: Int64
     public var currency: String?
@@ -103,14 +101,13 @@ public struct ConsumptionFacts: Sendable, Equatable {
     /// Creates the facts.
     public init(
         policy: ConsumptionPolicy, alreadyAnswered: Bool = false, purchaseKnown: Bool = true, userIdentifier: String? = nil,
-        appAccountToken: String? = nil, lifetimeSpendMilli: Int64 = 0, currency: String? = nil, refundedPurchases: Int = 0,
+        lifetimeSpendMilli: Int64 = 0, currency: String? = nil, refundedPurchases: Int = 0,
         customer: CustomerConsumption? = nil
     ) {
         self.policy = policy
         self.alreadyAnswered = alreadyAnswered
         self.purchaseKnown = purchaseKnown
         self.userIdentifier = userIdentifier
-        self.appAccountToken = appAccountToken
         self.lifetimeSpendMilli = lifetimeSpendMilli
         self.currency = currency
         self.refundedPurchases = refundedPurchases
