@@ -85,6 +85,30 @@ struct RefundDefenceTests {
         return (JobEnvelope(id: JobID.make(), appID: UUID(), enqueuedAt: clock.now, origin: .api, payload: .consumption(job)), job)
     }
 
+    @Test("Apple's real CONSUMPTION_REQUEST (production, a consumable) becomes its answer's job, due 12 hours after Apple signed it")
+    func realRequestBecomesItsAnswersJob() throws {
+        let root = try #require(TestEnvironment.appStoreTestData)
+        let file = root.appendingPathComponent("notifications/gopay-v2-consumption_request-production.json")
+        let body = try JSONValue.parse(Array(try Data(contentsOf: file)))
+        let jws = try #require(body["signedPayload"]?.stringValue)
+        let decoded = try AppleNotification.v2(signedPayload: jws)
+        #expect(decoded.type == "CONSUMPTION_REQUEST" && decoded.environment == "production")
+        let transactionID = try #require(decoded.transaction?["transactionId"]?.stringValue)
+        let envelope = JobEnvelope(
+            id: JobID.make(), appID: UUID(), enqueuedAt: clock.now, origin: .apple,
+            payload: .notification(NotificationJob(notificationID: decoded.uuid, body: jws, environment: "production")))
+        var rng = SeededGenerator(seed: 3)
+        guard case .store(let record) = planner.notification(envelope, NotificationJob(notificationID: decoded.uuid, body: jws), using: &rng),
+            let next = record.followUp, case .consumption(let job) = next.payload
+        else {
+            Issue.record("no answer job")
+            return
+        }
+        #expect(job.notificationID == decoded.uuid && job.transactionID == transactionID && job.environment == "production")
+        #expect(job.deadline == decoded.signedDate.addingTimeInterval(12 * 3600))
+        #expect(next.id == envelope.id && next.kind == .notification && record.purchases.isEmpty)
+    }
+
     @Test("The job survives the queue's bytes: its deadline, transaction and request")
     func wire() throws {
         let (envelope, _) = job(deadlineIn: 3600)
