@@ -20,7 +20,8 @@ import ServiceLifecycle
 /// bundle id) before anything is done with it.
 ///
 /// **Accounting.** Each call takes its slot and is counted (``AppleCallMeter``) with the purpose
-/// `support`, which may spend an app's whole hourly budget, as a customer's purchase may.
+/// `support` (`refund_defence` for Send Consumption Information), which may spend an app's whole
+/// hourly budget, as a customer's purchase may.
 ///
 /// Few calls, made by people: the async client, no thread of its own. A `Service` only to close
 /// its kept-alive connections at shutdown.
@@ -199,25 +200,7 @@ public final class ServerSupportClient: Service, Sendable {
         _ method: String, _ path: String, endpoint: ServerAPIEndpoint, app: AppRecord, environment: AppStoreEnvironment, body: JSONValue? = nil,
         notFound: SupportFailure = .transactionNotFound, emptyAnswer: Bool = false
     ) async throws(SupportFailure) -> JSONValue {
-        guard let key = app.serverAPIKey else { throw .noServerAPIKey }
-        let token: String
-        do {
-            token = try tokens.token(for: key, bundleID: app.bundleID)
-        } catch {
-            throw .noServerAPIKey
-        }
-        try await waitForSlot(app: app.bundleID, endpoint: endpoint, environment: environment)
-        let base = environment == .production ? configuration.productionURL : configuration.sandboxURL
-        var headers: [(name: String, value: String)] = [("Authorization", "Bearer \(token)"), ("Accept", "application/json")]
-        if body != nil { headers.append(("Content-Type", "application/json")) }
-        meter.sent(app: app.bundleID, endpoint: endpoint, purpose: .support, environment: environment)
-        let response: Curl.HTTPResponse
-        do {
-            response = try await client.send(
-                Curl.HTTPRequest(method: method, url: base + path, headers: headers, body: body.map { Array($0.encodedText.utf8) } ?? []))
-        } catch {
-            throw .appleUnavailable
-        }
+        let response = try await exchange(method, path, endpoint: endpoint, app: app, environment: environment, body: body, purpose: .support)
         let json = JSONValue.parseAnswer(response.body)
         switch response.status {
         case 200..<300:
@@ -225,19 +208,53 @@ public final class ServerSupportClient: Service, Sendable {
             guard let json, json.objectValue != nil else { throw .malformedAnswer }
             return json
         case 429:
-            let until = ServerAPIOutcome.retryAt(response.header("Retry-After"), now: now())
-            throttle?.pause(app: app.bundleID, environment: environment, until: until, now: now())
-            throw .rateLimited(until: until)
+            throw .rateLimited(until: pause(app: app, environment: environment, response))
         default:
             throw SupportFailure.classify(status: response.status, appleCode: json?["errorCode"]?.intValue, notFound: notFound)
         }
     }
 
-    private func waitForSlot(app: String, endpoint: ServerAPIEndpoint, environment: AppStoreEnvironment) async throws(SupportFailure) {
+    /// Apple's `429`: every call of the app waits until its `Retry-After`, returned.
+    private func pause(app: AppRecord, environment: AppStoreEnvironment, _ response: Curl.HTTPResponse) -> Date {
+        let until = ServerAPIOutcome.retryAt(response.header("Retry-After"), now: now())
+        throttle?.pause(app: app.bundleID, environment: environment, until: until, now: now())
+        return until
+    }
+
+    /// One request with the app's key once the bucket allows it, counted for `purpose`: Apple's
+    /// answer whatever its status.
+    /// - Throws: `noServerAPIKey`, `rateLimited` (no slot in time), `appleUnavailable` (no answer).
+    private func exchange(
+        _ method: String, _ path: String, endpoint: ServerAPIEndpoint, app: AppRecord, environment: AppStoreEnvironment, body: JSONValue?,
+        purpose: ApplePurpose
+    ) async throws(SupportFailure) -> Curl.HTTPResponse {
+        guard let key = app.serverAPIKey else { throw .noServerAPIKey }
+        let token: String
+        do {
+            token = try tokens.token(for: key, bundleID: app.bundleID)
+        } catch {
+            throw .noServerAPIKey
+        }
+        try await waitForSlot(app: app.bundleID, endpoint: endpoint, environment: environment, purpose: purpose)
+        let base = environment == .production ? configuration.productionURL : configuration.sandboxURL
+        var headers: [(name: String, value: String)] = [("Authorization", "Bearer \(token)"), ("Accept", "application/json")]
+        if body != nil { headers.append(("Content-Type", "application/json")) }
+        meter.sent(app: app.bundleID, endpoint: endpoint, purpose: purpose, environment: environment)
+        do {
+            return try await client.send(
+                Curl.HTTPRequest(method: method, url: base + path, headers: headers, body: body.map { Array($0.encodedText.utf8) } ?? []))
+        } catch {
+            throw .appleUnavailable
+        }
+    }
+
+    private func waitForSlot(
+        app: String, endpoint: ServerAPIEndpoint, environment: AppStoreEnvironment, purpose: ApplePurpose
+    ) async throws(SupportFailure) {
         guard let throttle else { return }
         let at = now()
         let slot = await throttle.reserve(
-            app: app, endpoint: endpoint, environment: environment, purpose: .support, now: at, bookingAhead: maximumWait)
+            app: app, endpoint: endpoint, environment: environment, purpose: purpose, now: at, bookingAhead: maximumWait)
         switch slot {
         case .now: return
         case .booked(let when):
@@ -248,8 +265,49 @@ public final class ServerSupportClient: Service, Sendable {
         }
     }
 
+    // MARK: Refund defence
+
+    /// Send Consumption Information v2 (`PUT /inApps/v2/transactions/consumption/{transactionId}`),
+    /// counted for the purpose `refund_defence`: Apple's word as the worker's planner reads it.
+    public func sendConsumption(
+        _ body: ConsumptionInformation, transactionID: String, app: AppRecord, environment: AppStoreEnvironment
+    ) async -> ConsumptionReport {
+        // Transaction ids are digits; anything else would be spliced into the path.
+        guard !transactionID.isEmpty, transactionID.count <= 64, transactionID.allSatisfy({ $0.isASCII && $0.isNumber }) else {
+            return .refused(.invalidTransactionID)
+        }
+        let response: Curl.HTTPResponse
+        do {
+            response = try await exchange(
+                "PUT", "/inApps/v2/transactions/consumption/\(transactionID)", endpoint: .sendConsumptionInformation, app: app,
+                environment: environment, body: body.json, purpose: .refundDefence)
+        } catch {
+            switch error {
+            case .rateLimited(let until): return .rateLimited(until: until)
+            case .noServerAPIKey: return .refused(.serverAPIKeyMissing)
+            default: return .transient(.transport(.other))
+            }
+        }
+        switch response.status {
+        case 200..<300: return .accepted
+        case 429: return .rateLimited(until: pause(app: app, environment: environment, response))
+        case 401: return .refused(.serverAPIUnauthorized)
+        case 500..<600: return .transient(.http(response.status))
+        default: return .refused(.http(response.status))
+        }
+    }
+
     /// Apple's dates are UNIX milliseconds (a number or a numeric string).
     static func date(_ value: JSONValue?) -> Date? {
         value?.stringValue.flatMap(Double.init).map { Date(timeIntervalSince1970: $0 / 1000) }
+    }
+}
+
+extension ServerSupportClient: ConsumptionSender {
+    public func send(
+        _ body: ConsumptionInformation, transactionID: String, app: AppRecord, environment: AppStoreEnvironment,
+        completion: @escaping @Sendable (ConsumptionReport) -> Void
+    ) {
+        Task { completion(await sendConsumption(body, transactionID: transactionID, app: app, environment: environment)) }
     }
 }

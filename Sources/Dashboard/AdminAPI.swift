@@ -38,6 +38,7 @@ public struct AdminAPI: Sendable {
     let entitlements: (any EntitlementAdministration)?
     /// The apps' transfer rules (nil: no transfer-rule routes).
     let transferRules: (any TransferRuleAdministration)?
+    let consumptionPolicies: (any ConsumptionPolicies)?
     let now: @Sendable () -> Date
 
     /// The most entries one page may hold.
@@ -55,12 +56,14 @@ public struct AdminAPI: Sendable {
     ///   - support: the support endpoints (nil: no support routes; see `AdminAPI+Support.swift`).
     ///   - resync: queues history resyncs (nil: no resync route).
     ///   - transferRules: the apps' transfer rules (nil: no transfer-rule routes).
+    ///   - consumptionPolicies: the apps' refund-defence policies (nil: no consumption-policy routes).
     ///   - now: the injected clock (ages).
     public init(
         dead: any JobSetStore, retries: any JobSetStore, overview: any QueueOverview, authenticator: OperatorAuthenticator,
         audit: (any AuditLog)? = nil, webhooks: (any WebhookAdministration)? = nil, support: (any SupportDesk)? = nil,
         resync: (any HistoryResync)? = nil, entitlements: (any EntitlementAdministration)? = nil,
-        transferRules: (any TransferRuleAdministration)? = nil, now: @escaping @Sendable () -> Date = { Date() }
+        transferRules: (any TransferRuleAdministration)? = nil, consumptionPolicies: (any ConsumptionPolicies)? = nil,
+        now: @escaping @Sendable () -> Date = { Date() }
     ) {
         self.support = support
         self.resync = resync
@@ -72,6 +75,7 @@ public struct AdminAPI: Sendable {
         self.webhooks = webhooks
         self.entitlements = entitlements
         self.transferRules = transferRules
+        self.consumptionPolicies = consumptionPolicies
         self.now = now
     }
 
@@ -88,6 +92,7 @@ public struct AdminAPI: Sendable {
         addResyncRoutes(to: group)
         addEntitlementRoutes(to: group)
         addTransferRuleRoutes(to: group)
+        addConsumptionPolicyRoutes(to: group)
         group.get("{set}") { request, context in
             await authorized(request, context, .viewer) { _ in
                 guard let (store, kind) = set(context) else { return notFound() }
@@ -181,6 +186,7 @@ public struct AdminAPI: Sendable {
         "POST /admin/api/apps/{app_id}/app-account-token": [], "POST /admin/api/apps/{app_id}/test-notifications": [],
         "GET /admin/api/apps/{app_id}/test-notifications/{token}": ["environment"],
         "POST /admin/api/history/resync": [],
+        "GET /admin/api/apps/{app_id}/consumption-policy": [], "PUT /admin/api/apps/{app_id}/consumption-policy": [],
     ]
 
     /// `error_code`, `app_id`, `q`, `offset`, `limit` from the query string (the pages' too).

@@ -42,6 +42,7 @@ public struct IngestAPI: Sendable {
     let customers: (any CustomerCatalog)?
     /// The identity API's store; nil leaves `/client/users/{user}/…` out.
     let identity: (any CustomerIdentity)?
+    let consumption: (any CustomerConsumptionLog)?
     let configuration: Configuration
     /// The rules shared with the Cloud Softphone web service.
     public let ingestion: ReceiptIngestion
@@ -64,6 +65,7 @@ public struct IngestAPI: Sendable {
     ///   - appTransactions: Postgres, for the app transaction API (nil: no `/client/app-transactions`).
     ///   - customers: Postgres, for the customer API (nil: no `/client/customers/{user}`).
     ///   - identity: Postgres, for app account tokens and aliases (nil: no `/client/users/{user}/…`).
+    ///   - consumption: Postgres, for the refund defence's door (nil: no `/client/users/{user}/consumption`).
     ///   - gate: the doors' failure throttle and security log.
     ///   - configuration: settings.
     ///   - metrics: the process's metrics backend (default: the bootstrapped one).
@@ -72,7 +74,8 @@ public struct IngestAPI: Sendable {
         intake: any ReceiptIntake, catalog: any ReceiptCatalog, authenticity: any ReceiptAuthenticity,
         signedPayloads: (any SignedPayloadVerifier)? = nil, subscriptions: (any SubscriptionCatalog)? = nil,
         events: (any EventCatalog)? = nil, appTransactions: (any AppTransactionCatalog)? = nil, customers: (any CustomerCatalog)? = nil,
-        identity: (any CustomerIdentity)? = nil, gate: AuthGate, configuration: Configuration = Configuration(),
+        identity: (any CustomerIdentity)? = nil, consumption: (any CustomerConsumptionLog)? = nil, gate: AuthGate,
+        configuration: Configuration = Configuration(),
         metrics: any MetricsFactory = MetricsSystem.factory, now: @escaping @Sendable () -> Date = { Date() }
     ) {
         self.metrics = IngestMetrics(factory: metrics)
@@ -84,6 +87,7 @@ public struct IngestAPI: Sendable {
         self.appTransactions = appTransactions
         self.customers = customers
         self.identity = identity
+        self.consumption = consumption
         self.now = now
         self.configuration = configuration
         self.readiness = Readiness(intake: intake, catalog: catalog)
@@ -100,7 +104,7 @@ public struct IngestAPI: Sendable {
         "GET /client/subscriptions": ["user_identifier"], "GET /client/subscriptions/{original_transaction_id}": ["environment"],
         "GET /client/events": ["after", "limit", "type", "user_identifier"],
         "POST /client/app-transactions": [], "GET /client/app-transactions": ["user_identifier"],
-        "GET /client/customers/{user_identifier}": [],
+        "GET /client/customers/{user_identifier}": [], "PUT /client/users/{user_identifier}/consumption": [],
         "PUT /client/users/{user_identifier}/app-account-token": [], "POST /client/users/{user_identifier}/aliases": [],
         "GET /health/live": [], "GET /health/ready": [], "GET /openapi.yaml": [], "POST /apple/notifications/{app}/{token}": [],
     ]
@@ -130,6 +134,7 @@ public struct IngestAPI: Sendable {
         if let appTransactions { addAppTransactionRoutes(to: router, store: appTransactions) }
         if let customers { addCustomerRoutes(to: router, catalog: customers) }
         if let identity { addIdentityRoutes(to: router, identity: identity) }
+        if let consumption { addConsumptionRoutes(to: router, log: consumption) }
         router.get("/health/live") { _, _ in
             json(.ok, ["status": .string("ok")])
         }

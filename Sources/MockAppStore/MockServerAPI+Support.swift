@@ -21,6 +21,10 @@ import Synchronization
 ///   extends nobody: its counts are 0).
 /// - `PUT …/inApps/v1/transactions/{originalTransactionId}/appAccountToken` `{"appAccountToken"}`:
 ///   `4000183` for a token that is not a UUID, `4040010` unknown.
+/// - `PUT …/inApps/v2/transactions/consumption/{transactionId}` (Send Consumption Information v2)
+///   `{"customerConsented", "deliveryStatus", "sampleContentProvided", "consumptionPercentage"?,
+///   "refundPreference"?}`: `202` and the body recorded (``MockSupportState/consumptionRequests``);
+///   `400` for a body Apple refuses (consent not `true`, a value outside Apple's lists).
 extension MockServerAPI {
     static func addSupportRoutes(to router: Router<BasicRequestContext>, state: MockAppStoreState) {
         let api = state.serverAPI
@@ -102,6 +106,27 @@ extension MockServerAPI {
                 return Response(status: .ok)
             }
         }
+        router.put("/storekit/{environment}/inApps/v2/transactions/consumption/{id}") { request, context in
+            try await authorized(request, context, state: state, operation: "consumption", scripted: true) { environment, _ in
+                let body = try await request.decode(as: JSONValue.self, context: context)
+                guard let id = context.parameters.get("id"), !id.isEmpty, id.utf8.allSatisfy({ (48...57).contains($0) }) else {
+                    return error(400, 4_000_006)
+                }
+                guard consumptionBodyIsValid(body) else { return error(400, 4_000_183) }
+                support.received(MockConsumptionRequest(environment: environment, transactionID: id, body: body))
+                return Response(status: .accepted)
+            }
+        }
+    }
+
+    /// Apple's checks of a consumption body: consent `true`, the documented values only.
+    private static func consumptionBodyIsValid(_ body: JSONValue) -> Bool {
+        guard body["customerConsented"]?.boolValue == true, body["sampleContentProvided"]?.boolValue != nil,
+            let delivery = body["deliveryStatus"]?.stringValue, ConsumptionDeliveryStatus(rawValue: delivery) != nil
+        else { return false }
+        if let percentage = body["consumptionPercentage"], !(percentage.intValue.map { (0...100_000).contains($0) } ?? false) { return false }
+        if let preference = body["refundPreference"], preference.stringValue.flatMap(RefundPreference.init(rawValue:)) == nil { return false }
+        return true
     }
 
     /// Apple's checks of an extension's body: days 1–90, reason 0–3, a UUID request identifier.
@@ -123,7 +148,14 @@ public final class MockSupportState: Sendable {
         var asked = 0
     }
 
-    private let storage = Mutex((used: Set<String>(), mass: [String: Mass]()))
+    private let storage = Mutex((used: Set<String>(), mass: [String: Mass](), consumption: [MockConsumptionRequest]()))
+
+    func received(_ request: MockConsumptionRequest) {
+        storage.withLock { $0.consumption.append(request) }
+    }
+
+    /// Every Send Consumption Information the mock took, oldest first.
+    public var consumptionRequests: [MockConsumptionRequest] { storage.withLock { $0.consumption } }
 
     /// Whether `requestIdentifier` is used for the first time (and marks it used).
     func firstUse(of requestIdentifier: String) -> Bool {
@@ -156,4 +188,12 @@ public final class MockSupportState: Sendable {
 
     /// The mass extensions asked for so far.
     public var massRequests: Int { storage.withLock { $0.mass.count } }
+}
+
+/// One Send Consumption Information request the mock took.
+public struct MockConsumptionRequest: Sendable, Equatable {
+    public var environment: AppStoreEnvironment
+    public var transactionID: String
+    /// The body as sent.
+    public var body: JSONValue
 }

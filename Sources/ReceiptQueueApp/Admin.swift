@@ -107,6 +107,13 @@ extension ReceiptQueueApp {
             }
         }
 
+        /// Sets how the app answers Apple's consumption requests (the refund defence).
+        public func setConsumptionPolicy(appID: UUID, policy: ConsumptionPolicy, audit: AuditAction) throws {
+            try trail.run(audit.on(appID, "consumption policy \(policy.rawValue)")) {
+                _ = try apps.setConsumptionPolicy(appID: appID, policy: policy)
+            }
+        }
+
         /// Sets (or replaces) the app's Cloud Softphone credentials; only their HA1 values are stored.
         /// - Throws: ``SoftphoneCredentialsError`` for a bad username or password, or one another app uses.
         public func setSoftphoneCredentials(appID: UUID, username: String, password: String, audit: AuditAction) throws {

@@ -31,4 +31,22 @@ extension ReceiptQueueApp {
                     keys: configuration.keys, budget: configuration.apple.hourlyBudget)
             }, meter: meter)
     }
+
+    /// The worker's answers to Apple's consumption requests: Send Consumption Information with the
+    /// app's key, through the same shared buckets as the validations (purpose `refund_defence`);
+    /// nil without trust roots, like the Server API client.
+    static func makeConsumptionSender(_ configuration: AppConfiguration, meter: AppleCallMeter, logger: Logger) throws -> ServerSupportClient? {
+        guard let roots = try? trustStore(configuration) else { return nil }
+        let verifier = jwsVerifier(configuration, roots: roots)
+        return try ServerSupportClient(
+            configuration: configuration.apple.serverAPI, verifyPayload: { verifier.verify($0).map(\.payload) },
+            throttle: ServerAPIThrottle {
+                RedisServerAPIRateLimiter(
+                    connection: try RedisConnection(configuration: configuration.redis, label: "worker-consumption-throttle", logger: logger),
+                    keys: configuration.keys, budget: configuration.apple.hourlyBudget)
+            },
+            // A slot a few seconds ahead is waited for; a later one sends the job back with Apple's
+            // deadline still in view (the planner never retries past it).
+            maximumWait: 5, meter: meter)
+    }
 }

@@ -84,7 +84,8 @@ public enum ReceiptQueueApp {
         let api = IngestAPI(
             intake: intake, catalog: catalog, authenticity: verifier, signedPayloads: jwsVerifier(configuration, roots: roots, metrics: metrics),
             subscriptions: catalog, events: PostgresEventCatalog(pool: postgresPool), appTransactions: catalog,
-            customers: PostgresEntitlements(pool: postgresPool), identity: PostgresIdentity(pool: postgresPool), gate: gate,
+            customers: PostgresEntitlements(pool: postgresPool), identity: PostgresIdentity(pool: postgresPool),
+            consumption: PostgresCustomerConsumption(pool: postgresPool), gate: gate,
             configuration: configuration.api.ingest, metrics: metrics)
         let router = Router(context: IngestRequestContext.self)
         // First, so that it also times the requests the other middleware refuses.
@@ -120,7 +121,8 @@ public enum ReceiptQueueApp {
         let entitlements = PostgresEntitlements(pool: postgresPool)
         AdminAPI(
             dead: dead, retries: retries, overview: overview, authenticator: authenticator, audit: operators, webhooks: webhooks, support: support,
-            resync: resync, entitlements: entitlements, transferRules: PostgresIdentity(pool: postgresPool)
+            resync: resync, entitlements: entitlements, transferRules: PostgresIdentity(pool: postgresPool),
+            consumptionPolicies: PostgresCustomerConsumption(pool: postgresPool)
         ).addRoutes(to: router)
         try AdminPages(
             dead: dead, retries: retries, overview: overview, authenticator: authenticator, sessions: configuration.dashboard.sessions,
@@ -190,6 +192,7 @@ public enum ReceiptQueueApp {
         raiseOpenFileLimit(to: configuration.worker.concurrency + 256, logger: logger)
         let secrets = try configuration.secretsKey.map { try SecretBox(key: $0) }
         let serverAPI = makeServerAPIClient(configuration, meter: AppleCallMeter(factory: metrics), logger: logger)
+        let consumption = try makeConsumptionSender(configuration, meter: AppleCallMeter(factory: metrics), logger: logger)
         let verifyReceipt = AppStoreClient(configuration: appStore)
         let webhooks = WebhookClient(
             configuration: .init(
@@ -233,7 +236,7 @@ public enum ReceiptQueueApp {
                     connection: try RedisConnection(configuration: configuration.redis, label: "worker-import-budget", logger: logger),
                     keys: configuration.keys)
             },
-            verifier: AppleValidation(verifyReceipt: verifyReceipt, serverAPI: serverAPI), webhooks: webhooks,
+            verifier: AppleValidation(verifyReceipt: verifyReceipt, serverAPI: serverAPI), webhooks: webhooks, consumption: consumption,
             requeueAbandoned: {
                 do {
                     let redis = try RedisConnection(configuration: configuration.redis, label: "worker-shutdown", logger: logger)
@@ -244,7 +247,7 @@ public enum ReceiptQueueApp {
                     logger.error("Could not requeue the jobs in hand at shutdown", error: error)
                 }
             }, metrics: metrics, logger: logger)
-        let clients: [(any Service)?] = [verifyReceipt, serverAPI, webhooks]
+        let clients: [(any Service)?] = [verifyReceipt, serverAPI, webhooks, consumption]
         return ServiceGroup(services: clients.compactMap { $0 } + [worker], logger: logger)
     }
 

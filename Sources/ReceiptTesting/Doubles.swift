@@ -106,15 +106,19 @@ public final class MemoryJobQueue: JobQueue, @unchecked Sendable {
     }
 }
 
-/// An in-memory `ReceiptStore` and `DeliveryLog`: saves records and delivery outcomes, and can be
-/// told to fail (a Postgres outage).
-public final class MemoryReceiptStore: ReceiptStore, DeliveryLog, @unchecked Sendable {
+/// An in-memory `ReceiptStore`, `DeliveryLog` and `RefundDefenceLog`: saves records, delivery
+/// outcomes and consumption answers, and can be told to fail (a Postgres outage).
+public final class MemoryReceiptStore: ReceiptStore, DeliveryLog, RefundDefenceLog, @unchecked Sendable {
     private let lock = NSLock()
     public var apps: [UUID: AppRecord]
     public private(set) var saved: [ValidationRecord] = []
     /// The webhook endpoints deliveries send to, by id.
     public var endpoints: [UUID: WebhookEndpointRecord] = [:]
     public private(set) var deliveries: [DeliveryOutcome] = []
+    /// The facts every consumption request finds (the policy `off` unless a test sets them).
+    public var consumptionFacts = ConsumptionFacts(policy: .off)
+    public private(set) var answers: [ConsumptionAnswer] = []
+    private var claims: [String: UUID] = [:]
     /// When set, every call throws it.
     public var failure: (any Error)?
 
@@ -167,6 +171,33 @@ public final class MemoryReceiptStore: ReceiptStore, DeliveryLog, @unchecked Sen
         try lock.withLock {
             if let failure { throw failure }
             deliveries.append(contentsOf: outcomes)
+        }
+    }
+
+    public func consumptionFacts(appID: UUID, environment: String?, transactionID: String, notificationID: String) throws -> ConsumptionFacts {
+        try lock.withLock {
+            if let failure { throw failure }
+            var facts = consumptionFacts
+            facts.alreadyAnswered = answers.contains { $0.appID == appID && $0.notificationID == notificationID }
+            return facts
+        }
+    }
+
+    public func claimConsumption(appID: UUID, notificationID: String, transactionID: String, job: UUID) throws -> Bool {
+        try lock.withLock {
+            if let failure { throw failure }
+            let key = "\(appID)/\(notificationID)"
+            if claims[key] == nil { claims[key] = job }
+            return claims[key] == job
+        }
+    }
+
+    public func record(_ answers: [ConsumptionAnswer]) throws {
+        try lock.withLock {
+            if let failure { throw failure }
+            for answer in answers where !self.answers.contains(where: { $0.appID == answer.appID && $0.notificationID == answer.notificationID }) {
+                self.answers.append(answer)
+            }
         }
     }
 }

@@ -100,10 +100,14 @@ extension WorkerEngine {
     ) -> [(Settlement, JobOutcome)] {
         var records: [ValidationRecord?] = []
         var deliveries: [DeliveryOutcome] = []
+        var answers: [ConsumptionAnswer] = []
         for item in batch {
             switch item.plan {
             case .store(let record):
                 records.append(record)
+            case .answer(_, let answer):
+                records.append(nil)
+                if let answer { answers.append(answer) }
             case .deliver(_, let outcome):
                 records.append(nil)
                 deliveries.append(outcome)
@@ -128,12 +132,17 @@ extension WorkerEngine {
         let written = records.compactMap { $0 }
         var results: [Result<ReceiptResource?, StoreFailure>] = []
         var deliveriesRecorded = deliveries.isEmpty
+        var answersRecorded = answers.isEmpty
         if let store {
             do {
                 if !written.isEmpty { results = try store.save(written) }
                 if !deliveries.isEmpty {
                     try store.record(deliveries)
                     deliveriesRecorded = true
+                }
+                if !answers.isEmpty {
+                    try store.record(answers)
+                    answersRecorded = true
                 }
             } catch {
                 // The façade reconnects on its next call; what was not stored is retried.
@@ -151,6 +160,13 @@ extension WorkerEngine {
                 }
                 return (.acknowledge(item.job, result: nil), item.plan.outcome)
             }
+            if case .answer(let envelope, let answer) = item.plan {
+                guard answer == nil || answersRecorded else {
+                    return settlement(item, planner.storeUnavailable(envelope, calls: [], using: &generator), at: at)
+                }
+                metrics.consumption(answer == nil ? .skipped : .sent)
+                return (.acknowledge(item.job, result: nil), item.plan.outcome)
+            }
             if case .store(let record) = item.plan {
                 switch result {
                 case .success(let resource)?:
@@ -162,6 +178,9 @@ extension WorkerEngine {
                             "job.outcome": "\(item.plan.outcome.rawValue)", "apple.status": "\(record.appleStatus.map(String.init) ?? "-")",
                         ])
                     if let notification = record.notification { metrics.notificationStored(type: notification.type) }
+                    // A stored consumption request becomes its answer's job in the same move that
+                    // takes it off the processing list: one answer job for each request stored.
+                    if let next = record.followUp { return (.retry(item.job, updated: next, runAt: at), item.plan.outcome) }
                     return (.acknowledge(item.job, result: resource?.encoded()), item.plan.outcome)
                 case .failure(let failure)? where failure.isPermanent:
                     logger.warning("Postgres refused a result", error: failure, metadata: ["job.id": "\(record.envelope.id.uuidString.lowercased())"])
@@ -190,13 +209,14 @@ extension WorkerEngine {
                 ])
             return (.retry(item.job, updated: updated, runAt: runAt), plan.outcome)
         case .bury(let updated):
+            if case .consumption? = updated?.payload { metrics.consumption(.dead) }
             logger.info(
                 "Job moved to the dead letters",
                 metadata: [
                     "job.id": "\(updated?.id.uuidString.lowercased() ?? "unreadable")", "error.code": "\(updated?.errorCode?.rawValue ?? "")",
                 ])
             return (.bury(item.job, updated: updated, at: at), plan.outcome)
-        case .store, .deliver:
+        case .store, .deliver, .answer:
             preconditionFailure("a result that could not be stored is retried or buried, never stored")
         }
     }

@@ -217,6 +217,10 @@ extension WorkerEngine {
         case .delivery(let delivery):
             // A call to the customer's backend, not Apple: Apple's circuit does not apply.
             return startDelivery(token, job, envelope, delivery, store: store, using: &generator)
+        case .consumption(let consumption):
+            // A Server API call of its own with a deadline: retried by its own rule, not deferred
+            // by the validations' circuit.
+            return startConsumption(token, job, envelope, consumption, store: store, using: &generator)
         case .repoll(let repoll):
             validation = .repoll(repoll)
         case .receipt(let receipt):

@@ -7,9 +7,10 @@ import ReceiptCore
 import ServiceLifecycle
 import Synchronization
 
-/// What a worker thread stores into: validations (``ReceiptStore``) and webhook deliveries
-/// (``DeliveryLog``), two ports that one Postgres connection serves in production.
-public typealias WorkerStore = ReceiptStore & DeliveryLog
+/// What a worker thread stores into: validations (``ReceiptStore``), webhook deliveries
+/// (``DeliveryLog``) and answers to consumption requests (``RefundDefenceLog``), ports that one
+/// Postgres connection serves in production.
+public typealias WorkerStore = ReceiptStore & DeliveryLog & RefundDefenceLog
 
 /// The worker: `concurrency` validations in flight in one process on a handful of threads.
 ///
@@ -152,6 +153,7 @@ public final class WorkerEngine: Service, Sendable {
     let makeImportBudget: @Sendable () throws -> (any ImportRateBudget)?
     let verifier: any ReceiptVerifier
     let webhooks: (any WebhookSender)?
+    let consumption: (any ConsumptionSender)?
     private let requeueAbandoned: @Sendable () -> Void
     /// The shutdown deadline and the end-of-run notice: a queue of its own (its own thread when
     /// due), since the global pool is only as wide as the machine and blocking work elsewhere in
@@ -184,6 +186,7 @@ public final class WorkerEngine: Service, Sendable {
     ///     (nil: none; used only when `importRatePerSecond` is set).
     ///   - verifier: the asynchronous verifier (Apple, or a mock), shared by every job.
     ///   - webhooks: sends webhook deliveries (nil: a `webhook` job goes to the dead letters).
+    ///   - consumption: answers Apple's consumption requests (nil: such a job goes to the dead letters).
     ///   - requeueAbandoned: gives the processing list back to the queue when graceful shutdown's
     ///     deadline passes with jobs still in hand.
     ///   - now: the injected clock.
@@ -196,7 +199,7 @@ public final class WorkerEngine: Service, Sendable {
         makeCircuit: @escaping @Sendable () throws -> (any OutageCircuit)? = { nil },
         makeWatch: @escaping @Sendable () throws -> (any VerifyReceiptWatch)? = { nil },
         makeImportBudget: @escaping @Sendable () throws -> (any ImportRateBudget)? = { nil }, verifier: any ReceiptVerifier,
-        webhooks: (any WebhookSender)? = nil,
+        webhooks: (any WebhookSender)? = nil, consumption: (any ConsumptionSender)? = nil,
         requeueAbandoned: @escaping @Sendable () -> Void = {}, now: @escaping @Sendable () -> Date = { Date() },
         metrics: any MetricsFactory = MetricsSystem.factory, logger: Logger
     ) {
@@ -208,6 +211,7 @@ public final class WorkerEngine: Service, Sendable {
         self.makeImportBudget = makeImportBudget
         self.verifier = verifier
         self.webhooks = webhooks
+        self.consumption = consumption
         self.requeueAbandoned = requeueAbandoned
         self.planner = JobPlanner(retryPolicy: configuration.retryPolicy, repollPolicy: configuration.repollPolicy, now: now)
         self.now = now

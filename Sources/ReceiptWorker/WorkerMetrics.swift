@@ -19,6 +19,17 @@ struct WorkerMetrics: Sendable {
     private let notificationsStored: [String: Counter]
     private let webhookAttempts: [StatusClass: Counter]
     private let webhookDuration: Metrics.Timer
+    private let consumptionAnswers: [ConsumptionOutcome: Counter]
+
+    /// What became of a consumption request's answer job.
+    enum ConsumptionOutcome: String, CaseIterable {
+        /// Apple took the answer.
+        case sent
+        /// None was due (policy `off`, no consent, answered already).
+        case skipped
+        /// A dead letter: the deadline passed, or Apple refused the body.
+        case dead
+    }
 
     /// An HTTP status class, or `transport` for a call that got no answer.
     enum StatusClass: String, CaseIterable {
@@ -87,6 +98,10 @@ struct WorkerMetrics: Sendable {
                 ($0, Counter(label: "receiptq_webhook_attempts_total", dimensions: [("status_class", $0.rawValue)], factory: factory))
             })
         webhookDuration = Metrics.Timer(label: "receiptq_webhook_attempt_duration_seconds", factory: factory)
+        consumptionAnswers = Dictionary(
+            uniqueKeysWithValues: ConsumptionOutcome.allCases.map {
+                ($0, Counter(label: "receiptq_consumption_answers_total", dimensions: [("outcome", $0.rawValue)], factory: factory))
+            })
         stageDuration = Dictionary(
             uniqueKeysWithValues: JobKind.allCases.map { kind in
                 let timers = JobStage.allCases.map { stage in
@@ -106,6 +121,9 @@ struct WorkerMetrics: Sendable {
 
     /// A notification a worker stored; a type Apple added since is counted as `other`.
     func notificationStored(type: String) { (notificationsStored[type] ?? notificationsStored["other"])?.increment() }
+
+    /// A consumption request's answer job settled.
+    func consumption(_ outcome: ConsumptionOutcome) { consumptionAnswers[outcome]?.increment() }
 
     /// An `auto` app moved to the Server API in this process.
     func backendSwitched() { backendSwitches.increment() }

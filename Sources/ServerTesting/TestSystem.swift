@@ -215,13 +215,15 @@ public final class TestSystem: Sendable {
         return transaction
     }
 
+    /// Sends `body` to `path` (default: the receipts door) with this system's token (or `token`);
+    /// `method` is `POST` unless a door takes a `PUT`.
     public func post(
-        _ body: String, token: String? = nil, contentType: String = "application/json", path: String? = nil
+        _ body: String, token: String? = nil, contentType: String = "application/json", path: String? = nil, method: String = "POST"
     ) async throws -> (Int, JSONValue?) {
         var headers: [(name: String, value: String)] = [(name: "Content-Type", value: contentType)]
         headers.append((name: "Authorization", value: "Bearer \(token ?? self.token)"))
         let url = path.map { "http://127.0.0.1:\(apiPort)\($0)" } ?? receiptsURL
-        let response = try await client.sendNamingFailure(Curl.HTTPRequest(method: "POST", url: url, headers: headers, body: Array(body.utf8)))
+        let response = try await client.sendNamingFailure(Curl.HTTPRequest(method: method, url: url, headers: headers, body: Array(body.utf8)))
         return (response.status, try? JSONDecoder().decode(JSONValue.self, from: Data(response.body)))
     }
 

@@ -61,6 +61,7 @@ public enum MetricCatalog {
     public static let notificationAppsSilent = "receiptq_notification_apps_silent"
     public static let ocspChecks = "receiptq_ocsp_checks_total"
     public static let webhookAttempts = "receiptq_webhook_attempts_total"
+    public static let consumptionAnswers = "receiptq_consumption_answers_total"
     public static let authAttempts = "receiptq_auth_attempts_total"
     public static let webhookAttemptDuration = "receiptq_webhook_attempt_duration_seconds"
     public static let webhookDeliveriesQueued = "receiptq_webhook_deliveries_queued_total"
@@ -171,6 +172,10 @@ public enum MetricCatalog {
         Entry(
             webhookAttempts, .counter, "Webhook delivery attempts by the workers, by the endpoint's HTTP status class (transport = no answer).",
             labels: ["status_class": ["2xx", "3xx", "4xx", "5xx", "transport"]]),
+        Entry(
+            consumptionAnswers, .counter,
+            "Answers to Apple's CONSUMPTION_REQUEST settled by the workers: sent, skipped (policy off, no consent, answered) or dead.",
+            labels: ["outcome": ["sent", "skipped", "dead"]]),
         Entry(
             webhookAttemptDuration, .histogram, "Duration of one webhook delivery attempt.",
             // A receiver answers in milliseconds to seconds; the delivery timeout is 10 s by default.

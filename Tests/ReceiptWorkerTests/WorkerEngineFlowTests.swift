@@ -42,7 +42,7 @@ struct WorkerEngineFlowTests {
     }
 
     /// A store whose first save waits until the test opens the gate.
-    final class GatedStore: ReceiptStore, DeliveryLog, @unchecked Sendable {
+    final class GatedStore: ReceiptStore, DeliveryLog, RefundDefenceLog, @unchecked Sendable {
         let inner: MemoryReceiptStore
         let gate = DispatchSemaphore(value: 0)
         private let lock = NSLock()
@@ -68,6 +68,13 @@ struct WorkerEngineFlowTests {
 
         func webhookEndpoint(id: UUID) throws -> WebhookEndpointRecord? { try inner.webhookEndpoint(id: id) }
         func record(_ outcomes: [DeliveryOutcome]) throws { try inner.record(outcomes) }
+        func consumptionFacts(appID: UUID, environment: String?, transactionID: String, notificationID: String) throws -> ConsumptionFacts {
+            try inner.consumptionFacts(appID: appID, environment: environment, transactionID: transactionID, notificationID: notificationID)
+        }
+        func claimConsumption(appID: UUID, notificationID: String, transactionID: String, job: UUID) throws -> Bool {
+            try inner.claimConsumption(appID: appID, notificationID: notificationID, transactionID: transactionID, job: job)
+        }
+        func record(_ answers: [ConsumptionAnswer]) throws { try inner.record(answers) }
     }
 
     @Test("Results that arrive while a commit runs are stored together in the next transaction")

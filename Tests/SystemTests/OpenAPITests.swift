@@ -56,7 +56,7 @@ struct OpenAPITests {
     func eventTypesMatchTheDocument() throws {
         let document = String(decoding: OpenAPIDocument.yaml, as: UTF8.self)
         let line = try #require(
-            document.split(separator: "\n").first { $0.contains(#"pattern: "^(\\*|(receipt|purchase|subscription|customer|entitlement)"#) })
+            document.split(separator: "\n").first { $0.contains(#"pattern: "^(\\*|(receipt|purchase|subscription|customer|entitlement|refund)"#) })
         // The YAML double-quoted string, unescaped: `\\` is one backslash.
         let quoted = line.drop { $0 != "\"" }.dropFirst().dropLast()
         let pattern = try NSRegularExpression(pattern: quoted.replacingOccurrences(of: #"\\"#, with: #"\"#))

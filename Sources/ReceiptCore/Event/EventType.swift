@@ -40,6 +40,9 @@ public enum EventType: String, Sendable, Equatable, CaseIterable, Codable {
     /// A parent or guardian withdrew consent for the child's use of the app (Apple's
     /// `RESCIND_CONSENT`): the backend should stop serving that account.
     case consentRescinded = "customer.consent_rescinded"
+    /// receiptq answered Apple's `CONSUMPTION_REQUEST` for a purchase (Send Consumption
+    /// Information), with the app's policy's values.
+    case refundConsumptionSent = "refund.consumption_sent"
     /// An operator granted the user an entitlement (until a date, or until revoked).
     case entitlementGranted = "entitlement.granted"
     /// An operator revoked a grant.

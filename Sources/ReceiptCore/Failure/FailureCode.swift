@@ -79,6 +79,12 @@ public enum FailureCode: Sendable, Hashable, CustomStringConvertible {
 
     /// A re-poll's answer no longer lists the subscription polled.
     case subscriptionNotInAnswer
+
+    // Refund defence (Send Consumption Information).
+    /// Apple's 12 hours to answer a `CONSUMPTION_REQUEST` passed before the answer got through.
+    case consumptionDeadlinePassed
+    /// This worker has no Server API client to answer consumption requests with.
+    case consumptionNotConfigured
     /// A failure nothing classified (a report without a code or an answer): a bug to look at.
     case unknown
     /// A stored code this build does not know, kept as it was written.
@@ -144,6 +150,8 @@ public enum FailureCode: Sendable, Hashable, CustomStringConvertible {
         case .clientUnavailable: "client_unavailable"
         case .addressNotAllowed: "address_not_allowed"
         case .subscriptionNotInAnswer: "subscription_not_in_answer"
+        case .consumptionDeadlinePassed: "consumption_deadline_passed"
+        case .consumptionNotConfigured: "consumption_not_configured"
         case .unknown: "unknown"
         case .unrecognized(let text): text
         }
@@ -162,7 +170,9 @@ public enum FailureCode: Sendable, Hashable, CustomStringConvertible {
         case .verifyReceiptGone, .rateLimited, .historyTooLong, .invalidTransactionID, .responseRejected, .serverAPIUnauthorized,
             .malformedAnswer, .serverAPIKeyMissing, .serverAPIKeyUnreadable, .serverAPIKeyUnusable, .serverAPINotConfigured,
             .receiptNotVerifiedLocally, .sandboxRejected, .malformedNotification, .poisonJob, .endpointRemoved, .webhookSecretUnreadable,
-            .webhooksNotConfigured, .clientUnavailable, .addressNotAllowed, .subscriptionNotInAnswer, .unknown, .unrecognized:
+            .webhooksNotConfigured, .clientUnavailable, .addressNotAllowed, .subscriptionNotInAnswer, .consumptionDeadlinePassed,
+            .consumptionNotConfigured, .unknown,
+            .unrecognized:
             .other
         }
     }
@@ -180,7 +190,7 @@ public enum FailureCode: Sendable, Hashable, CustomStringConvertible {
         .serverAPIUnauthorized, .malformedAnswer, .sharedSecretMismatch, .unknownApp, .serverAPIKeyMissing, .serverAPIKeyUnreadable,
         .serverAPIKeyUnusable, .serverAPINotConfigured, .receiptNotVerifiedLocally, .sandboxRejected, .storeUnavailable, .storeRefused,
         .malformedNotification, .poisonJob, .endpointRemoved, .webhookSecretUnreadable, .webhooksNotConfigured, .clientUnavailable,
-        .addressNotAllowed, .subscriptionNotInAnswer, .unknown,
+        .addressNotAllowed, .subscriptionNotInAnswer, .consumptionDeadlinePassed, .consumptionNotConfigured, .unknown,
     ]
 
     private static let simple: [String: FailureCode] = Dictionary(uniqueKeysWithValues: everySimpleCase.map { ($0.rawValue, $0) })

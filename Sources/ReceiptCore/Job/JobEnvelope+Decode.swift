@@ -76,7 +76,8 @@ private enum EnvelopeReader {
             case let notificationID? = optional(fields["notification_id"], string),
             case let webhook? = optional(fields["webhook"], webhookTarget),
             case let importID? = optional(fields["import_id"], uuid),
-            case let importEvents? = optional(fields["import_events"], bool)
+            case let importEvents? = optional(fields["import_events"], bool),
+            case let consumptionDeadline? = optional(fields["consumption_deadline"], date)
         else { return nil }
         var history: [AppleCall] = []
         history.reserveCapacity(calls.count)
@@ -89,7 +90,7 @@ private enum EnvelopeReader {
             lastFailedAt: lastFailedAt, errorCode: errorCode, errorMessage: errorMessage, origin: origin, receipt: receipt, style: style,
             bundleID: bundleID, environment: environment, submission: submission, history: history, fraudReason: fraudReason,
             replyTo: replyTo, subscription: subscription, source: source, transactionID: transactionID, notificationID: notificationID,
-            webhook: webhook, importID: importID, importEvents: importEvents)
+            webhook: webhook, importID: importID, importEvents: importEvents, consumptionDeadline: consumptionDeadline)
     }
 
     static func submission(_ value: JSONValue?) -> Submission? {

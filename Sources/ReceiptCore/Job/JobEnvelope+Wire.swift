@@ -34,6 +34,8 @@ struct JobWire: Sendable, Equatable, Codable {
     var webhook: WebhookTarget?
     var importID: UUID?
     var importEvents: Bool?
+    /// A consumption job's deadline: present only on one (a notification job has none).
+    var consumptionDeadline: Date?
 
     // Explicit keys: the snake_case strategies do not round-trip `appID`/`bundleID`.
     enum CodingKeys: String, CodingKey {
@@ -53,6 +55,7 @@ struct JobWire: Sendable, Equatable, Codable {
         case webhook
         case importID = "import_id"
         case importEvents = "import_events"
+        case consumptionDeadline = "consumption_deadline"
     }
 }
 
@@ -92,6 +95,15 @@ extension JobEnvelope {
                     userIdentifier: wire.submission.userIdentifier, source: wire.source ?? .receipt))
         case .notification:
             guard let id = wire.notificationID else { throw WireMismatch(description: "a notification job without its notification id") }
+            if let deadline = wire.consumptionDeadline {
+                guard let transactionID = wire.transactionID else {
+                    throw WireMismatch(description: "a consumption job without its transaction id")
+                }
+                return .consumption(
+                    ConsumptionJob(
+                        notificationID: id, transactionID: transactionID, deadline: deadline, bundleID: wire.bundleID,
+                        environment: wire.environment))
+            }
             return .notification(NotificationJob(notificationID: id, body: wire.receipt, bundleID: wire.bundleID, environment: wire.environment))
         case .webhook:
             guard let target = wire.webhook else { throw WireMismatch(description: "a webhook job without its delivery") }
@@ -149,6 +161,12 @@ extension JobEnvelope {
         case .delivery(let delivery):
             wire.receipt = delivery.body
             wire.webhook = delivery.target
+        case .consumption(let job):
+            wire.bundleID = job.bundleID
+            wire.environment = job.environment
+            wire.notificationID = job.notificationID
+            wire.transactionID = job.transactionID
+            wire.consumptionDeadline = job.deadline
         }
         return wire
     }
@@ -208,6 +226,7 @@ extension JobWire {
         writer.member("app_id", appID.canonical)
         writer.member("attempt", attempt)
         writer.member("bundle_id", bundleID)
+        writer.member("consumption_deadline", milliseconds: consumptionDeadline)
         writer.member("enqueued_at", milliseconds: enqueuedAt)
         writer.member("environment", environment)
         writer.member("error_code", errorCode)

@@ -11,6 +11,7 @@ extension JobPayload {
         case .importItem(let item): item.purchase.bundleID
         case .repoll(let job): job.bundleID
         case .notification(let job): job.bundleID
+        case .consumption(let job): job.bundleID
         case .delivery: nil
         }
     }
@@ -23,6 +24,7 @@ extension JobPayload {
         case .importItem(let item): item.purchase.environment
         case .repoll(let job): job.environment
         case .notification(let job): job.environment
+        case .consumption(let job): job.environment
         case .delivery: nil
         }
     }
@@ -32,7 +34,7 @@ extension JobPayload {
         switch self {
         case .receipt, .transaction, .importItem: purchase?.style
         case .repoll(let job): job.style
-        case .notification, .delivery: nil
+        case .notification, .delivery, .consumption: nil
         }
     }
 
@@ -41,7 +43,7 @@ extension JobPayload {
         switch self {
         case .receipt, .transaction, .importItem: purchase?.submission.userIdentifier
         case .repoll(let job): job.userIdentifier
-        case .notification, .delivery: nil
+        case .notification, .delivery, .consumption: nil
         }
     }
 
@@ -54,6 +56,7 @@ extension JobPayload {
         case .repoll(let job): job.latestReceipt
         case .notification(let job): job.body
         case .delivery(let delivery): delivery.body
+        case .consumption: ""
         }
     }
 
@@ -81,6 +84,8 @@ extension JobPayload {
         case .delivery(var delivery):
             delivery.body = redact(delivery.body)
             return .delivery(delivery)
+        case .consumption:
+            return self
         }
     }
 }

@@ -18,13 +18,16 @@ public enum JobPayload: Sendable, Equatable {
     case delivery(WebhookDelivery)
     /// A receipt or transaction brought by a bulk import (`POST …/batch`, `receiptq import`).
     case importItem(ImportItem)
+    /// The answer to Apple's `CONSUMPTION_REQUEST` (Send Consumption Information), due before its deadline.
+    case consumption(ConsumptionJob)
 
     /// The queue family and metric label of this payload.
     public var kind: JobKind {
         switch self {
         case .receipt, .transaction, .importItem: .validate
         case .repoll: .repoll
-        case .notification: .notification
+        // An answer to a notification: it waits with the notifications (one queue, one engine).
+        case .notification, .consumption: .notification
         case .delivery: .webhook
         }
     }
@@ -36,7 +39,7 @@ public enum JobPayload: Sendable, Equatable {
         case .receipt(let job): .receipt(job)
         case .transaction(let job): .transaction(job)
         case .importItem(let item): item.purchase
-        case .repoll, .notification, .delivery: nil
+        case .repoll, .notification, .delivery, .consumption: nil
         }
     }
 }
@@ -225,6 +228,28 @@ public struct NotificationJob: Sendable, Equatable {
     public init(notificationID: String, body: String, bundleID: String? = nil, environment: String? = nil) {
         self.notificationID = notificationID
         self.body = body
+        self.bundleID = bundleID
+        self.environment = environment
+    }
+}
+
+/// Apple's `CONSUMPTION_REQUEST` for one transaction, to answer before its deadline. The worker
+/// turns the stored notification's job into it, so it exists once for each request stored.
+public struct ConsumptionJob: Sendable, Equatable {
+    /// The request's `notificationUUID`: the answer is recorded under it once.
+    public var notificationID: String
+    /// The transaction the customer asked a refund of.
+    public var transactionID: String
+    /// When Apple stops waiting (12 hours after it signed the request).
+    public var deadline: Date
+    public var bundleID: String?
+    public var environment: String?
+
+    /// Creates a consumption job.
+    public init(notificationID: String, transactionID: String, deadline: Date, bundleID: String? = nil, environment: String? = nil) {
+        self.notificationID = notificationID
+        self.transactionID = transactionID
+        self.deadline = deadline
         self.bundleID = bundleID
         self.environment = environment
     }

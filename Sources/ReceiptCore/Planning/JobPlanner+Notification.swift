@@ -34,6 +34,7 @@ extension JobPlanner {
             })
         record.notification = notification
         record.notificationTransactionID = effect.transactionID
+        record.followUp = consumptionJob(envelope, notification, transactionID: effect.transactionID)
         return .store(record)
     }
 

@@ -14,7 +14,7 @@ public enum ValidationJob: Sendable, Equatable {
         case .transaction(let job): self = .purchase(.transaction(job))
         case .importItem(let item): self = .purchase(item.purchase)
         case .repoll(let job): self = .repoll(job)
-        case .notification, .delivery: return nil
+        case .notification, .delivery, .consumption: return nil
         }
     }
 

@@ -17,6 +17,8 @@ public enum JobPlan: Sendable, Equatable {
     case store(ValidationRecord)
     /// Record a webhook delivery's outcome (delivered, or its endpoint gone), then acknowledge.
     case deliver(JobEnvelope, DeliveryOutcome)
+    /// Record the answer Apple took to a consumption request (nil: none was due), then acknowledge.
+    case answer(JobEnvelope, ConsumptionAnswer?)
     /// Back to the retry set, to run again at `runAt`; `outcome` is `.retried` or `.deferred`.
     case retry(JobEnvelope, runAt: Date, outcome: JobOutcome)
     /// To the dead letters with its history (nil: the job's bytes were not an envelope); marked
@@ -27,7 +29,7 @@ public enum JobPlan: Sendable, Equatable {
     public var outcome: JobOutcome {
         switch self {
         case .store(let record): record.status == .valid ? .validated : .invalid
-        case .deliver: .validated
+        case .deliver, .answer: .validated
         case .retry(_, _, let outcome): outcome
         case .bury: .dead
         }
@@ -167,7 +169,7 @@ public struct JobPlanner: Sendable {
         let at = now()
         var retryPollAt: Date?
         switch failed.payload {
-        case .notification:
+        case .notification, .consumption:
             return nil
         case .delivery(let delivery):
             return .delivery(

@@ -14,15 +14,16 @@ public enum ServerAPIEndpoint: String, Sendable, CaseIterable {
     case massExtensionStatus = "mass_extension_status"
     case testNotification = "test_notification"
     case testNotificationStatus = "test_notification_status"
+    case sendConsumptionInformation = "send_consumption_information"
 
     /// Apple's per-app limit in requests per second (enforced per hour): 50 for transaction info,
-    /// history, statuses and notification history, 20 for renewal extensions and app account
+    /// history, statuses, notification history and consumption information, 20 for renewal extensions and app account
     /// tokens, 10 for order look-up and refund history, 1 for mass extensions and test
     /// notifications (and their statuses); the sandbox allows a tenth of production.
     public func ratePerSecond(in environment: AppStoreEnvironment) -> Double {
         let production: Double =
             switch self {
-            case .transactionInfo, .transactionHistory, .subscriptionStatuses, .notificationHistory: 50
+            case .transactionInfo, .transactionHistory, .subscriptionStatuses, .notificationHistory, .sendConsumptionInformation: 50
             case .lookUpOrderID, .refundHistory: 10
             case .extendRenewalDate, .setAppAccountToken: 20
             case .massExtendRenewalDate, .massExtensionStatus, .testNotification, .testNotificationStatus: 1

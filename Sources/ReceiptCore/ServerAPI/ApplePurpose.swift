@@ -18,6 +18,8 @@ public enum ApplePurpose: String, Sendable, CaseIterable, Codable {
     case support
     /// The scheduler's Get Notification History sweep for notifications Apple could not deliver.
     case historySweep = "history_sweep"
+    /// An answer to Apple's `CONSUMPTION_REQUEST` (Send Consumption Information), due within 12 hours.
+    case refundDefence = "refund_defence"
 
     /// Whether the work waits for the next hour when the budget runs short.
     public enum Priority: String, Sendable {
@@ -30,7 +32,7 @@ public enum ApplePurpose: String, Sendable, CaseIterable, Codable {
     /// The purpose's place in the hourly budget.
     public var priority: Priority {
         switch self {
-        case .validation, .support: .urgent
+        case .validation, .support, .refundDefence: .urgent
         case .repoll, .import, .historySweep: .deferrable
         }
     }

@@ -37,6 +37,9 @@ public struct ValidationRecord: Sendable, Equatable {
     /// Where this validation's Get Transaction History read ended, stored for the next read (nil:
     /// no history was read).
     public var historyCursor: HistoryCursor?
+    /// The job this one becomes once stored (a `CONSUMPTION_REQUEST`'s answer): the settlement
+    /// moves the stored job's bytes to it in one step, so each stored request has one answer job.
+    public var followUp: JobEnvelope?
 
     /// Creates a record.
     public init(

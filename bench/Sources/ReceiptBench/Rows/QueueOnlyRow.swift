@@ -196,7 +196,7 @@ enum QueueOnlyRow: BenchRow {
 }
 
 /// A store with no database: the app is known, saving builds the resource from the record.
-final class InstantStore: ReceiptStore, DeliveryLog {
+final class InstantStore: ReceiptStore, DeliveryLog, RefundDefenceLog {
     private let known: AppRecord
 
     init(app: AppRecord) { known = app }
@@ -217,6 +217,13 @@ final class InstantStore: ReceiptStore, DeliveryLog {
     /// The queue row queues validations only: no delivery reaches this store.
     func webhookEndpoint(id: UUID) throws -> WebhookEndpointRecord? { nil }
     func record(_ outcomes: [DeliveryOutcome]) throws {}
+
+    /// Nor any consumption request: the policy is `off`, so none would be answered.
+    func consumptionFacts(appID: UUID, environment: String?, transactionID: String, notificationID: String) throws -> ConsumptionFacts {
+        ConsumptionFacts(policy: .off)
+    }
+    func claimConsumption(appID: UUID, notificationID: String, transactionID: String, job: UUID) throws -> Bool { false }
+    func record(_ answers: [ConsumptionAnswer]) throws {}
 }
 
 /// Apple answering `status 0` at once, with no purchases to parse.

@@ -1,0 +1,45 @@
+import Foundation
+import HTTPTypes
+import Hummingbird
+import ReceiptCore
+
+/// The refund defence's policy in the admin API:
+///
+/// - `GET /admin/api/apps/{app_id}/consumption-policy`: `{"policy"}`.
+/// - `PUT /admin/api/apps/{app_id}/consumption-policy` with `{"policy": "off"|"neutral"|"prefer_decline"|"prefer_grant"}`
+///   (role `admin`), audited (`app.consumption_policy`).
+extension AdminAPI {
+    func addConsumptionPolicyRoutes<Context: AdminRequestContext>(to group: RouterGroup<Context>) {
+        guard let consumptionPolicies else { return }
+        group.get("apps/{app_id}/consumption-policy") { request, context in
+            await authorized(request, context, .viewer) { _ in
+                guard let appID = context.parameters.get("app_id").flatMap(UUID.init(uuidString:)) else { return notFound() }
+                return await answer(context) {
+                    guard let policy = try await consumptionPolicies.policy(appID: appID) else { return notFound() }
+                    return json(.ok, .object(["policy": .string(policy.rawValue)]))
+                }
+            }
+        }
+        group.put("apps/{app_id}/consumption-policy") { request, context in
+            await authorized(request, context, .admin) { user in
+                guard let appID = context.parameters.get("app_id").flatMap(UUID.init(uuidString:)) else { return notFound() }
+                let body: JSONValue
+                switch await jsonBody(request) {
+                case .success(let value): body = value
+                case .failure(let refusal): return refusal.response
+                }
+                if let unknown = Self.unknownMember(body, allowed: ["policy"]) {
+                    return Refusal.unprocessable(field: unknown, reason: "is not a field of a consumption policy").response
+                }
+                guard let policy = body["policy"]?.stringValue.flatMap(ConsumptionPolicy.init(rawValue:)) else {
+                    return Refusal.unprocessable(field: "policy", reason: "must be off, neutral, prefer_decline or prefer_grant").response
+                }
+                return await answer(context) {
+                    let audit = user.audit("app.consumption_policy", source: "api", target: "consumption policy \(policy.rawValue)", appID: appID)
+                    guard try await consumptionPolicies.setPolicy(policy, appID: appID, audit: audit) else { return notFound() }
+                    return json(.ok, .object(["policy": .string(policy.rawValue)]))
+                }
+            }
+        }
+    }
+}
