@@ -39,6 +39,8 @@ public struct AdminAPI: Sendable {
     /// The apps' transfer rules (nil: no transfer-rule routes).
     let transferRules: (any TransferRuleAdministration)?
     let consumptionPolicies: (any ConsumptionPolicies)?
+    /// A customer's data for access requests (nil: no export route).
+    let customerData: (any CustomerDataExport)?
     let now: @Sendable () -> Date
 
     /// The most entries one page may hold.
@@ -57,13 +59,14 @@ public struct AdminAPI: Sendable {
     ///   - resync: queues history resyncs (nil: no resync route).
     ///   - transferRules: the apps' transfer rules (nil: no transfer-rule routes).
     ///   - consumptionPolicies: the apps' refund-defence policies (nil: no consumption-policy routes).
+    ///   - customerData: a customer's data, exported (nil: no export route).
     ///   - now: the injected clock (ages).
     public init(
         dead: any JobSetStore, retries: any JobSetStore, overview: any QueueOverview, authenticator: OperatorAuthenticator,
         audit: (any AuditLog)? = nil, webhooks: (any WebhookAdministration)? = nil, support: (any SupportDesk)? = nil,
         resync: (any HistoryResync)? = nil, entitlements: (any EntitlementAdministration)? = nil,
         transferRules: (any TransferRuleAdministration)? = nil, consumptionPolicies: (any ConsumptionPolicies)? = nil,
-        now: @escaping @Sendable () -> Date = { Date() }
+        customerData: (any CustomerDataExport)? = nil, now: @escaping @Sendable () -> Date = { Date() }
     ) {
         self.support = support
         self.resync = resync
@@ -76,6 +79,7 @@ public struct AdminAPI: Sendable {
         self.entitlements = entitlements
         self.transferRules = transferRules
         self.consumptionPolicies = consumptionPolicies
+        self.customerData = customerData
         self.now = now
     }
 
@@ -93,6 +97,7 @@ public struct AdminAPI: Sendable {
         addEntitlementRoutes(to: group)
         addTransferRuleRoutes(to: group)
         addConsumptionPolicyRoutes(to: group)
+        addCustomerDataRoutes(to: group)
         group.get("{set}") { request, context in
             await authorized(request, context, .viewer) { _ in
                 guard let (store, kind) = set(context) else { return notFound() }

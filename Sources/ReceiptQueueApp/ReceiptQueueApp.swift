@@ -122,7 +122,10 @@ public enum ReceiptQueueApp {
         AdminAPI(
             dead: dead, retries: retries, overview: overview, authenticator: authenticator, audit: operators, webhooks: webhooks, support: support,
             resync: resync, entitlements: entitlements, transferRules: PostgresIdentity(pool: postgresPool),
-            consumptionPolicies: PostgresCustomerConsumption(pool: postgresPool)
+            consumptionPolicies: PostgresCustomerConsumption(pool: postgresPool),
+            customerData: PostgresCustomerExport { [postgres = configuration.postgres] in
+                try PostgresConnection(configuration: postgres, label: "customer-export")
+            }
         ).addRoutes(to: router)
         try AdminPages(
             dead: dead, retries: retries, overview: overview, authenticator: authenticator, sessions: configuration.dashboard.sessions,
