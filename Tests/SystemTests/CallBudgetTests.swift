@@ -139,12 +139,15 @@ struct CallBudgetTests {
         let answer = try JSONValue.parse(response.body)
         #expect(answer["status"]?.stringValue == "queued")
         let jobID = try #require(answer["job_id"]?.stringValue)
-        try await eventually(timeout: .seconds(30)) { system.mock.state.serverAPI.calls("sandbox history from 0") == 2 }
+        #expect(
+            try await eventually(timeout: .seconds(30)) { system.mock.state.serverAPI.calls("sandbox history from 0") == 2 },
+            "the API's resync read the history from its start")
         let connection = try system.postgres()
         defer { connection.close() }
-        try await eventually(timeout: .seconds(30)) {
-            try await connection.query("SELECT 1 FROM receipts WHERE id = \(UUID(uuidString: jobID)!) AND status = 'valid'").rows.count == 1
-        }
+        #expect(
+            try await eventually(timeout: .seconds(30)) {
+                try await connection.query("SELECT 1 FROM receipts WHERE id = \(UUID(uuidString: jobID)!) AND status = 'valid'").rows.count == 1
+            }, "the resync's job is stored")
         let purchases = try await connection.query(
             "SELECT 1 FROM in_app_purchases WHERE app_id = \(system.app.id) AND transaction_id = \(more.id)")
         #expect(purchases.rows.count == 1)
@@ -191,7 +194,9 @@ struct CallBudgetTests {
         let pressed = try await browser.post("/admin/customers/resync", [("csrf", token)] + form)
         #expect(pressed.status == 303)
         #expect(pressed.location?.contains("resync=queued") == true)
-        try await eventually(timeout: .seconds(30)) { system.mock.state.serverAPI.calls("sandbox history from 0") == 3 }
+        #expect(
+            try await eventually(timeout: .seconds(30)) { system.mock.state.serverAPI.calls("sandbox history from 0") == 3 },
+            "the dashboard's resync read the history from its start")
         let notice = try await browser.get(try #require(pressed.location))
         #expect(notice.text.contains("History resync queued"))
 
@@ -214,11 +219,14 @@ struct CallBudgetTests {
         }
         #expect(run.status == 0, "\(run.output)")
         #expect(run.output.contains("queued: "))
-        try await eventually(timeout: .seconds(30)) { system.mock.state.serverAPI.calls("sandbox history from 0") == 4 }
-        try await eventually(timeout: .seconds(10)) {
-            try await connection.query("SELECT 1 FROM audit_log WHERE action = 'customer.resync' AND source = 'cli' AND outcome = 'done'").rows
-                .count >= 1
-        }
+        #expect(
+            try await eventually(timeout: .seconds(30)) { system.mock.state.serverAPI.calls("sandbox history from 0") == 4 },
+            "the command line's resync read the history from its start")
+        #expect(
+            try await eventually(timeout: .seconds(10)) {
+                try await connection.query("SELECT 1 FROM audit_log WHERE action = 'customer.resync' AND source = 'cli' AND outcome = 'done'").rows
+                    .count >= 1
+            }, "the command line's audit line is settled")
         let sources = try await connection.query(
             "SELECT source FROM audit_log WHERE action = 'customer.resync' AND app_id = \(system.app.id) AND outcome = 'done' ORDER BY id")
         #expect(sources.rows.map { $0.string("source") } == ["api", "dashboard", "cli"])
