@@ -22,17 +22,11 @@ extension AdminAPI {
         }
         group.put("apps/{app_id}/consumption-policy") { request, context in
             await authorized(request, context, .admin) { user in
-                guard let appID = context.parameters.get("app_id").flatMap(UUID.init(uuidString:)) else { return notFound() }
-                let body: JSONValue
-                switch await jsonBody(request) {
-                case .success(let value): body = value
-                case .failure(let refusal): return refusal.response
-                }
-                if let unknown = Self.unknownMember(body, allowed: ["policy"]) {
-                    return Refusal.unprocessable(field: unknown, reason: "is not a field of a consumption policy").response
-                }
-                guard let policy = body["policy"]?.stringValue.flatMap(ConsumptionPolicy.init(rawValue:)) else {
-                    return Refusal.unprocessable(field: "policy", reason: "must be off, neutral, prefer_decline or prefer_grant").response
+                let appID: UUID
+                let policy: ConsumptionPolicy
+                switch await appSetting(request, context, field: "policy", of: "a consumption policy", as: ConsumptionPolicy.self) {
+                case .success(let (app, value)): (appID, policy) = (app, value)
+                case .failure(let refused): return refused.response
                 }
                 return await answer(context) {
                     let audit = user.audit("app.consumption_policy", source: "api", target: "consumption policy \(policy.rawValue)", appID: appID)

@@ -24,17 +24,11 @@ extension AdminAPI {
         }
         group.put("apps/{app_id}/transfer-rule") { request, context in
             await authorized(request, context, .admin) { user in
-                guard let appID = context.parameters.get("app_id").flatMap(UUID.init(uuidString:)) else { return notFound() }
-                let body: JSONValue
-                switch await jsonBody(request) {
-                case .success(let value): body = value
-                case .failure(let refusal): return refusal.response
-                }
-                if let unknown = Self.unknownMember(body, allowed: ["rule"]) {
-                    return Refusal.unprocessable(field: unknown, reason: "is not a field of a transfer rule").response
-                }
-                guard let rule = body["rule"]?.stringValue.flatMap(TransferRule.init(rawValue:)) else {
-                    return Refusal.unprocessable(field: "rule", reason: "must be keep_first, transfer_to_latest or share").response
+                let appID: UUID
+                let rule: TransferRule
+                switch await appSetting(request, context, field: "rule", of: "a transfer rule", as: TransferRule.self) {
+                case .success(let (app, value)): (appID, rule) = (app, value)
+                case .failure(let refused): return refused.response
                 }
                 return await answer(context) {
                     do {

@@ -218,6 +218,30 @@ public struct AdminAPI: Sendable {
     }
 
     /// The request's JSON object body, or the answer refusing it (415, 413, 422).
+    /// The app and the value of a one-setting body (`PUT /admin/api/apps/{app_id}/…` with
+    /// `{"<field>": "<one of Value's cases>"}`), or the refusal: 404 for an app id that is not a
+    /// UUID, 415/413/422 for the body, 422 naming an unknown member or the field.
+    func appSetting<Context: AdminRequestContext, Value: RawRepresentable & CaseIterable>(
+        _ request: Request, _ context: Context, field: String, of setting: String, as type: Value.Type
+    ) async -> Result<(UUID, Value), Refusal> where Value.RawValue == String {
+        guard let appID = context.parameters.get("app_id").flatMap(UUID.init(uuidString:)) else {
+            return .failure(Refusal(response: notFound()))
+        }
+        let body: JSONValue
+        switch await jsonBody(request) {
+        case .success(let value): body = value
+        case .failure(let refusal): return .failure(refusal)
+        }
+        if let unknown = Self.unknownMember(body, allowed: [field]) {
+            return .failure(.unprocessable(field: unknown, reason: "is not a field of \(setting)"))
+        }
+        guard let value = body[field]?.stringValue.flatMap(Value.init(rawValue:)) else {
+            let names = Value.allCases.map(\.rawValue)
+            return .failure(.unprocessable(field: field, reason: "must be \(names.dropLast().joined(separator: ", ")) or \(names.last ?? "")"))
+        }
+        return .success((appID, value))
+    }
+
     func jsonBody(_ request: Request) async -> Result<JSONValue, Refusal> {
         guard request.headers[.contentType]?.lowercased().hasPrefix("application/json") == true else {
             return .failure(Refusal(response: json(.unsupportedMediaType, .object(["error": .string("Content-Type must be application/json")]))))
