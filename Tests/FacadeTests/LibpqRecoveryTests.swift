@@ -18,16 +18,26 @@ struct LibpqRecoveryTests {
         database: TestEnvironment.postgresDatabase
     )
 
-    /// Ends backend `pid` from another session and waits until the server no longer lists it: its
-    /// socket is closed by then.
+    /// Ends backend `pid` from another session and waits until its process has exited, which
+    /// closes its socket. (The server stops listing it in `pg_stat_activity` earlier, while the
+    /// process is still on its way out: on a loaded CI run the next statement then met the socket
+    /// still open and failed.)
     func terminate(_ pid: Int) async throws {
         let admin = try PostgresConnection(configuration: configuration, label: "recovery-admin")
         defer { admin.close() }
         #expect(try await admin.query("SELECT pg_terminate_backend(\(pid)) AS ok").rows.first?.bool("ok") == true)
         let gone = try await eventually(timeout: .seconds(20)) {
             try await admin.query("SELECT count(*) AS n FROM pg_stat_activity WHERE pid = \(pid)").rows.first?.int("n") == 0
+                && Self.exited(pid)
         }
         #expect(gone, "backend \(pid) ended")
+    }
+
+    /// Whether process `pid` (a backend of the tests' local server) has exited: gone from /proc,
+    /// or a zombie waiting for the postmaster (its sockets are closed either way).
+    static func exited(_ pid: Int) -> Bool {
+        guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8) else { return true }
+        return status.split(separator: "\n").contains { $0.hasPrefix("State:") && $0.contains("Z") }
     }
 
     @Test("A connection whose session the server ended while it was idle reconnects before the next statement: no call fails")
