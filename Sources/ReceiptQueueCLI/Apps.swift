@@ -8,7 +8,7 @@ struct Apps: AsyncParsableCommand {
         abstract: "Registers apps and manages their API tokens.",
         subcommands: [
             Add.self, List.self, RotateToken.self, RevokeToken.self, SetSoftphoneCredentials.self, SetServerAPIKey.self,
-            SetValidation.self, NotificationURL.self, SetJWSTrust.self, SetTransferRule.self, Resync.self,
+            SetValidation.self, NotificationURL.self, SetJWSTrust.self, SetTransferRule.self, Resync.self, Retention.self,
         ])
 
     struct Add: AsyncParsableCommand {
