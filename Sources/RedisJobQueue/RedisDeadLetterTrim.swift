@@ -17,7 +17,8 @@ public final class RedisDeadLetterTrim: DeadLetterTrim {
 
     public func trimDeadLetters(before cutoff: Date, limit: Int) throws -> Int {
         guard limit > 0 else { return 0 }
-        let score = "(\(Int64((cutoff.timeIntervalSince1970 * 1000).rounded(.down))))"
+        // Exclusive: a letter that died at the cutoff itself stays.
+        let score = "(" + String(Int64((cutoff.timeIntervalSince1970 * 1000).rounded(.down)))
         guard case .array(let members) = try connection.send(["ZRANGEBYSCORE", keys.dead, "-inf", score, "LIMIT", "0", String(limit)]),
             !members.isEmpty
         else { return 0 }
