@@ -25,11 +25,18 @@ extension AppConfiguration {
         }
 
         init(_ environment: EnvironmentReader) throws {
-            var days: [RetentionKind: Int] = [:]
-            for kind in RetentionKind.allCases {
-                days[kind] = try environment.int(kind.variable, kind.defaultDays, range: 0...RetentionPolicy.maxDays)
+            // Spelled out, one line a kind: the ops check reads the variables from these files.
+            func days(_ variable: String, _ kind: RetentionKind) throws -> Int {
+                try environment.int(variable, kind.defaultDays, range: 0...RetentionPolicy.maxDays)
             }
-            policy = RetentionPolicy(days: days)
+            policy = RetentionPolicy(days: [
+                .appleCallAttempts: try days("RETENTION_APPLE_CALL_ATTEMPTS_DAYS", .appleCallAttempts),
+                .notifications: try days("RETENTION_NOTIFICATIONS_DAYS", .notifications),
+                .events: try days("RETENTION_EVENTS_DAYS", .events),
+                .webhookDeliveries: try days("RETENTION_WEBHOOK_DELIVERIES_DAYS", .webhookDeliveries),
+                .auditLog: try days("RETENTION_AUDIT_LOG_DAYS", .auditLog),
+                .deadLetters: try days("RETENTION_DEAD_LETTERS_DAYS", .deadLetters),
+            ])
             interval = .seconds(try environment.int("RETENTION_INTERVAL_SECONDS", 3600, range: 10...86_400))
             batchSize = try environment.int("RETENTION_BATCH_SIZE", 1000, range: 1...100_000)
             batchPause = .milliseconds(try environment.int("RETENTION_BATCH_PAUSE_MS", 50, range: 0...60_000))

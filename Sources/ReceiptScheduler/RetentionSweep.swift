@@ -55,8 +55,10 @@ public final class RetentionSweep: Service, Sendable {
     private let now: @Sendable () -> Date
     private let logger: Logger
     private let stopping = Atomic<Bool>(false)
-    private let metrics: any MetricsFactory
     private let lastRun: Gauge
+    /// `receiptq_retention_rows_deleted_total`, one per kind, made up front: a kind with nothing
+    /// to delete yet shows 0, not a missing series.
+    private let deleted: [RetentionKind: Counter]
 
     /// Creates the step.
     /// - Parameters:
@@ -72,9 +74,12 @@ public final class RetentionSweep: Service, Sendable {
         self.configuration = configuration
         self.make = make
         self.now = now
-        self.metrics = metrics
         self.logger = logger
         lastRun = Gauge(label: "receiptq_retention_last_run_timestamp_seconds", factory: metrics)
+        deleted = Dictionary(
+            uniqueKeysWithValues: RetentionKind.allCases.map { kind in
+                (kind, Counter(label: "receiptq_retention_rows_deleted_total", dimensions: [("kind", kind.rawValue)], factory: metrics))
+            })
     }
 
     public func run() async throws {
@@ -118,10 +123,7 @@ public final class RetentionSweep: Service, Sendable {
             for kind in RetentionKind.allCases where !stopping.load(ordering: .relaxed) {
                 let deleted = try drain(kind, rows: rows, deadLetters: deadLetters, at: at)
                 report.deleted[kind] = deleted
-                if deleted > 0 {
-                    Counter(label: "receiptq_retention_rows_deleted_total", dimensions: [("kind", kind.rawValue)], factory: metrics)
-                        .increment(by: deleted)
-                }
+                if deleted > 0 { self.deleted[kind]?.increment(by: deleted) }
             }
         }
         report.skipped = !ran

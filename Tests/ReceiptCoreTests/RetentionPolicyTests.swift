@@ -6,13 +6,12 @@ import Testing
 struct RetentionPolicyTests {
     let now = Date(timeIntervalSince1970: 1_800_000_000)
 
-    @Test("Each kind has its documented default and setting")
+    @Test("Each kind has its documented default")
     func defaults() {
         let policy = RetentionPolicy()
         #expect(policy.days(.appleCallAttempts) == 90)
         #expect(policy.days(.events) == 30)
         #expect(policy.days(.auditLog) == 730)
-        #expect(RetentionKind.appleCallAttempts.variable == "RETENTION_APPLE_CALL_ATTEMPTS_DAYS")
         #expect(RetentionKind.allCases.allSatisfy { $0.defaultDays > 0 })
     }
 

@@ -16,10 +16,7 @@ public enum RetentionKind: String, Sendable, CaseIterable, Hashable {
     /// The dead letters in Redis (by the time each job died).
     case deadLetters = "dead_letters"
 
-    /// The deployment's setting (`RETENTION_<KIND>_DAYS`).
-    public var variable: String { "RETENTION_\(rawValue.uppercased())_DAYS" }
-
-    /// The documented default, in days (0 would keep forever).
+    /// The documented default, in days (`RETENTION_<KIND>_DAYS` when unset; 0 would keep forever).
     public var defaultDays: Int {
         switch self {
         case .appleCallAttempts: 90
