@@ -29,6 +29,9 @@ public final class PostgresExpiredRows: ExpiredRows {
     public func exclusively(_ body: () throws -> Void) throws -> Bool {
         let held = try connection.query("SELECT pg_try_advisory_lock(hashtext(\(Self.lockKey))) AS held").rows.first?.bool("held") ?? false
         guard held else { return false }
+        // Planned with each batch's own bound, never a generic plan that guesses it (this
+        // connection is the step's alone).
+        try connection.execute("SET plan_cache_mode = force_custom_plan")
         defer { _ = try? connection.query("SELECT pg_advisory_unlock(hashtext(\(Self.lockKey)))") }
         try body()
         return true
@@ -38,6 +41,19 @@ public final class PostgresExpiredRows: ExpiredRows {
         guard limit > 0, let table = Self.table(kind) else { return 0 }
         let deployment = policy.days(kind)
         let scope = apps.map { PostgresArray.literal($0.map(\.uuidString)) }
+        // What the shortest days of any app allow: nothing is due before it (nothing at all when
+        // every app keeps forever). Given as a value, the planner starts from the indexed time
+        // and reads only the old part of the table: a run with nothing due reads almost nothing.
+        guard
+            let bound = try connection.query(
+                """
+                SELECT \(now)::timestamptz - make_interval(days => min(d.days)) AS bound
+                FROM (SELECT days FROM app_retention WHERE kind = \(kind.rawValue) AND days > 0
+                        AND (\(scope)::uuid[] IS NULL OR app_id = ANY(\(scope)::uuid[]))
+                      UNION ALL SELECT \(deployment)::integer WHERE \(deployment)::integer > 0) d
+                """
+            ).rows.first?.date("bound")
+        else { return 0 }
         // The ids are chosen first (a bounded scan) and deleted by key: the statement locks only
         // those rows, and ends within one batch's time.
         return try connection.query(
@@ -45,7 +61,8 @@ public final class PostgresExpiredRows: ExpiredRows {
             DELETE FROM \(unescaped: table.name) WHERE \(unescaped: table.key) = ANY(ARRAY(
                 SELECT t.\(unescaped: table.key) FROM \(unescaped: table.name) t \(unescaped: table.join)
                 LEFT JOIN app_retention o ON o.app_id = \(unescaped: table.app) AND o.kind = \(kind.rawValue)
-                WHERE COALESCE(o.days, \(deployment)::integer) > 0
+                WHERE \(unescaped: table.indexedTime) < \(bound)::timestamptz
+                  AND COALESCE(o.days, \(deployment)::integer) > 0
                   AND \(unescaped: table.time) < \(now)::timestamptz - make_interval(days => COALESCE(o.days, \(deployment)::integer))
                   AND (\(scope)::uuid[] IS NULL OR \(unescaped: table.app) = ANY(\(scope)::uuid[]))
                   \(unescaped: table.filter)
@@ -61,6 +78,8 @@ public final class PostgresExpiredRows: ExpiredRows {
         var join = ""
         var app: String
         var time: String
+        /// An indexed time never later than `time` (a BRIN or B-tree index).
+        var indexedTime: String
         var filter = ""
     }
 
@@ -68,13 +87,15 @@ public final class PostgresExpiredRows: ExpiredRows {
     static func table(_ kind: RetentionKind) -> Table? {
         switch kind {
         case .appleCallAttempts:
-            Table(name: "validation_attempts", key: "id", join: "JOIN receipts r ON r.id = t.receipt_id", app: "r.app_id", time: "t.created_at")
+            Table(
+                name: "validation_attempts", key: "id", join: "JOIN receipts r ON r.id = t.receipt_id", app: "r.app_id", time: "t.created_at",
+                indexedTime: "t.created_at")
         case .notifications:
-            Table(name: "notifications", key: "id", app: "t.app_id", time: "t.created_at")
+            Table(name: "notifications", key: "id", app: "t.app_id", time: "t.created_at", indexedTime: "t.created_at")
         case .events:
             // Kept while a webhook delivery of it is still open: the deliveries go with the event.
             Table(
-                name: "events", key: "id", app: "t.app_id", time: "t.recorded_at",
+                name: "events", key: "id", app: "t.app_id", time: "t.recorded_at", indexedTime: "t.recorded_at",
                 filter: """
                     AND NOT EXISTS (SELECT 1 FROM webhook_deliveries d
                                     WHERE d.event_id = t.id AND d.status IN ('pending', 'queued'))
@@ -82,9 +103,10 @@ public final class PostgresExpiredRows: ExpiredRows {
         case .webhookDeliveries:
             Table(
                 name: "webhook_deliveries", key: "id", app: "t.app_id", time: "COALESCE(t.delivered_at, t.last_attempt_at, t.created_at)",
+                indexedTime: "t.created_at",
                 filter: "AND t.status IN ('delivered', 'dead')")
         case .auditLog:
-            Table(name: "audit_log", key: "id", app: "t.app_id", time: "t.at")
+            Table(name: "audit_log", key: "id", app: "t.app_id", time: "t.at", indexedTime: "t.at")
         case .deadLetters:
             nil
         }
