@@ -121,9 +121,7 @@ public final class RetentionSweep: Service, Sendable {
         let at = now()
         let ran = try rows.exclusively {
             for kind in RetentionKind.allCases where !stopping.load(ordering: .relaxed) {
-                let deleted = try drain(kind, rows: rows, deadLetters: deadLetters, at: at)
-                report.deleted[kind] = deleted
-                if deleted > 0 { self.deleted[kind]?.increment(by: deleted) }
+                report.deleted[kind] = try drain(kind, rows: rows, deadLetters: deadLetters, at: at)
             }
         }
         report.skipped = !ran
@@ -147,6 +145,8 @@ public final class RetentionSweep: Service, Sendable {
                 deleted = try rows.deleteBatch(kind, policy: configuration.policy, now: at, limit: configuration.batchSize)
             }
             total += deleted
+            // Per batch: a long catch-up shows its progress.
+            if deleted > 0 { self.deleted[kind]?.increment(by: deleted) }
             if deleted < configuration.batchSize { break }
         }
         return total
