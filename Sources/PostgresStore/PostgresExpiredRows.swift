@@ -55,15 +55,18 @@ public final class PostgresExpiredRows: ExpiredRows {
             ).rows.first?.date("bound")
         else { return 0 }
         // The ids are chosen first (a bounded scan) and deleted by key: the statement locks only
-        // those rows, and ends within one batch's time.
+        // those rows, and ends within one batch's time. The scan starts from the table's own
+        // time (the app and its days are looked up per row, by key): a join would let the planner
+        // start from the apps' receipts, which retention never deletes, and walk them again each
+        // batch. NULLIF: 0 days (forever) makes no interval, and the row is not due.
         return try connection.query(
             """
             DELETE FROM \(unescaped: table.name) WHERE \(unescaped: table.key) = ANY(ARRAY(
-                SELECT t.\(unescaped: table.key) FROM \(unescaped: table.name) t \(unescaped: table.join)
-                LEFT JOIN app_retention o ON o.app_id = \(unescaped: table.app) AND o.kind = \(kind.rawValue)
+                SELECT t.\(unescaped: table.key) FROM \(unescaped: table.name) t
                 WHERE \(unescaped: table.indexedTime) < \(bound)::timestamptz
-                  AND COALESCE(o.days, \(deployment)::integer) > 0
-                  AND \(unescaped: table.time) < \(now)::timestamptz - make_interval(days => COALESCE(o.days, \(deployment)::integer))
+                  AND \(unescaped: table.time) < \(now)::timestamptz - make_interval(days => NULLIF(COALESCE(
+                        (SELECT o.days FROM app_retention o WHERE o.app_id = \(unescaped: table.app) AND o.kind = \(kind.rawValue)),
+                        \(deployment)::integer), 0))
                   AND (\(scope)::uuid[] IS NULL OR \(unescaped: table.app) = ANY(\(scope)::uuid[]))
                   \(unescaped: table.filter)
                 LIMIT \(limit)))
@@ -71,11 +74,11 @@ public final class PostgresExpiredRows: ExpiredRows {
         ).affectedRows
     }
 
-    /// Where a kind's rows live: the table, its key, the app of a row, its time, what else must hold.
+    /// Where a kind's rows live: the table, its key, the app of a row (an expression on `t`), its
+    /// time, what else must hold.
     struct Table {
         var name: String
         var key: String
-        var join = ""
         var app: String
         var time: String
         /// An indexed time never later than `time` (a BRIN or B-tree index).
@@ -88,8 +91,8 @@ public final class PostgresExpiredRows: ExpiredRows {
         switch kind {
         case .appleCallAttempts:
             Table(
-                name: "validation_attempts", key: "id", join: "JOIN receipts r ON r.id = t.receipt_id", app: "r.app_id", time: "t.created_at",
-                indexedTime: "t.created_at")
+                name: "validation_attempts", key: "id", app: "(SELECT r.app_id FROM receipts r WHERE r.id = t.receipt_id)",
+                time: "t.created_at", indexedTime: "t.created_at")
         case .notifications:
             Table(name: "notifications", key: "id", app: "t.app_id", time: "t.created_at", indexedTime: "t.created_at")
         case .events:
