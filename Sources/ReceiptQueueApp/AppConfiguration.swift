@@ -38,6 +38,8 @@ public struct AppConfiguration: Sendable, CustomStringConvertible {
     public var worker: Worker
     /// `REPOLL_*`, `NOTIFICATION_HISTORY_INTERVAL_SECONDS`.
     public var scheduler: Scheduler
+    /// `RETENTION_*`: how long each kind of data is kept.
+    public var retention: Retention
     /// `WEBHOOK_*`.
     public var webhooks: Webhooks
     /// `HTTP_*` (the listen address, timeouts and connection cap), `API_*`, `SOFTPHONE_*`.
@@ -65,6 +67,7 @@ public struct AppConfiguration: Sendable, CustomStringConvertible {
         secretsKey = try Self.secretsKey(reader)
         worker = try Worker(reader)
         scheduler = try Scheduler(reader)
+        retention = try Retention(reader)
         webhooks = try Webhooks(reader)
         api = try API(reader)
         dashboard = try Dashboard(reader, production: production)

@@ -214,7 +214,7 @@ public enum ReceiptQueueApp {
                 let queue = RedisWorkQueue(
                     connection: try RedisConnection(configuration: configuration.redis, label: "worker-\(role)", logger: logger),
                     keys: configuration.keys,
-                    workerID: workerID)
+                    workerID: workerID, retention: configuration.retention.deadLetters)
                 queue.heartbeatTTLSeconds = configuration.worker.heartbeatTTLSeconds
                 return queue
             },
@@ -298,6 +298,29 @@ public enum ReceiptQueueApp {
                     keys: configuration.keys, ratePerSecond: configuration.scheduler.repollRatePerSecond,
                     replication: replicaAcknowledgement(configuration, metrics: metrics))
                 return (schedule, queue)
+            }, now: now, metrics: metrics, logger: logger)
+    }
+
+    /// The retention step (schedule role): drops what `RETENTION_*` no longer keeps.
+    /// - Parameters:
+    ///   - onlyApps: only these apps' rows (nil: all); tests sharing a database keep to their own.
+    ///   - now: the injected clock.
+    public static func makeRetentionSweep(
+        _ configuration: AppConfiguration, onlyApps: [UUID]? = nil, now: @escaping @Sendable () -> Date = { Date() },
+        metrics: PrometheusExporter = PrometheusExporter(), logger: Logger
+    ) -> RetentionSweep {
+        let retention = configuration.retention
+        return RetentionSweep(
+            configuration: .init(
+                policy: retention.policy, interval: retention.interval, batchSize: retention.batchSize, batchPause: retention.batchPause),
+            make: {
+                let rows = PostgresExpiredRows(
+                    connection: try PostgresConnection(configuration: configuration.postgres, label: "retention", logger: logger),
+                    apps: onlyApps)
+                let deadLetters = RedisDeadLetterTrim(
+                    connection: try RedisConnection(configuration: configuration.redis, label: "retention", logger: logger),
+                    keys: configuration.keys)
+                return (rows, deadLetters)
             }, now: now, metrics: metrics, logger: logger)
     }
 

@@ -76,7 +76,7 @@ extension ReceiptQueueApp {
         }
 
         /// `receiptq schedule`: retry promotion, the janitor, re-polls, webhook dispatch and the
-        /// notification history sweep, until SIGTERM.
+        /// notification history sweep and retention, until SIGTERM.
         public func schedule() async throws {
             try await run(try scheduleServices())
         }
@@ -86,6 +86,7 @@ extension ReceiptQueueApp {
             var services: [any Service] = [
                 makeScheduler(configuration, metrics: Self.metrics, logger: logger),
                 makeWebhookDispatcher(configuration, metrics: Self.metrics, logger: logger),
+                makeRetentionSweep(configuration, metrics: Self.metrics, logger: logger),
             ]
             if let history = try makeNotificationSweep(configuration, metrics: Self.metrics, logger: logger) {
                 services.append(history.service)
@@ -117,6 +118,7 @@ extension ReceiptQueueApp {
             services.append(try makeWorker(configuration, metrics: Self.metrics, logger: logger))
             services.append(makeScheduler(configuration, metrics: Self.metrics, logger: logger))
             services.append(makeWebhookDispatcher(configuration, metrics: Self.metrics, logger: logger))
+            services.append(makeRetentionSweep(configuration, metrics: Self.metrics, logger: logger))
             if let history = try makeNotificationSweep(configuration, metrics: Self.metrics, logger: logger) { services.append(history.service) }
             services += try beforeAPI()
             services.append(try makeAPI(configuration, metrics: Self.metrics, logger: logger, onRunning: onAPIRunning))

@@ -9,6 +9,7 @@ struct Apps: AsyncParsableCommand {
         subcommands: [
             Add.self, List.self, RotateToken.self, RevokeToken.self, SetSoftphoneCredentials.self, SetServerAPIKey.self,
             SetValidation.self, NotificationURL.self, SetJWSTrust.self, SetTransferRule.self, Resync.self, ConsumptionPolicyCommand.self,
+            Retention.self,
         ])
 
     struct Add: AsyncParsableCommand {

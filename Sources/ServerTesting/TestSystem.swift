@@ -142,6 +142,9 @@ public final class TestSystem: Sendable {
             // Its own app only: the test database is shared, and so is its subscriptions table.
             ReceiptQueueApp.makeScheduler(configuration, onlyApps: [app.id], now: schedulerClock, metrics: metrics, logger: logger),
             ReceiptQueueApp.makeWebhookDispatcher(configuration, onlyApps: [app.id], metrics: metrics, logger: logger),
+            // The machine's clock, not the scheduler's: a test moving that one weeks ahead for its
+            // re-polls must not see its events and calls expire under it.
+            ReceiptQueueApp.makeRetentionSweep(configuration, onlyApps: [app.id], metrics: metrics, logger: logger),
             try ReceiptQueueApp.makeAPI(configuration, metrics: metrics, logger: logger) { port in
                 continuation.yield(port)
                 continuation.finish()

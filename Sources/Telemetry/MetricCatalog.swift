@@ -56,6 +56,8 @@ public enum MetricCatalog {
     public static let repollsDue = "receiptq_repolls_due"
     public static let repollsEnqueued = "receiptq_repolls_enqueued_total"
     public static let repolls = "receiptq_repolls_total"
+    public static let retentionRowsDeleted = "receiptq_retention_rows_deleted_total"
+    public static let retentionLastRun = "receiptq_retention_last_run_timestamp_seconds"
     public static let notificationsReceived = "receiptq_notifications_received_total"
     public static let notificationsStored = "receiptq_notifications_stored_total"
     public static let notificationAppsSilent = "receiptq_notification_apps_silent"
@@ -147,6 +149,10 @@ public enum MetricCatalog {
             repolls, .counter,
             "Due re-polls per app: made (queued) or skipped because Server Notifications V2 cover the subscription.",
             labels: ["app": nil, "outcome": ["made", "skipped"]]),
+        Entry(
+            retentionRowsDeleted, .counter, "Rows (and dead letters) the retention step deleted, by kind of data.",
+            labels: ["kind": RetentionKind.allCases.map(\.rawValue)]),
+        Entry(retentionLastRun, .gauge, "When the retention step last ran to its end on this replica (Unix seconds)."),
         Entry(
             notificationsReceived, .counter,
             "App Store Server Notifications posted to serve, by answer (accepted, duplicate, forged, unauthorized, invalid, not_found, unavailable).",

@@ -64,12 +64,9 @@ CASES = [
     ("ops/prometheus/metrics.yml", "  receiptq_repolls_enqueued_total:\n    type: counter", "  receiptq_repolls_enqueued_total:\n    type: gauge", "only counters end in _total"),
 ]
 
-# What check.py reads besides ops/.
+# What check.py reads besides ops/ (and every AppConfiguration*.swift, as check.py globs them).
 INPUTS = [
     "Package.swift",
-    "Sources/ReceiptQueueApp/AppConfiguration.swift",
-    "Sources/ReceiptQueueApp/AppConfiguration+Components.swift",
-    "Sources/ReceiptQueueApp/AppConfiguration+Stores.swift",
     "Sources/IngestAPI/IngestAPI.swift",
 ]
 
@@ -80,7 +77,8 @@ def main():
     with tempfile.TemporaryDirectory() as scratch:
         copy = Path(scratch)
         shutil.copytree(root / "ops", copy / "ops")
-        for name in INPUTS:
+        configuration = sorted(path.relative_to(root).as_posix() for path in (root / "Sources/ReceiptQueueApp").glob("AppConfiguration*.swift"))
+        for name in INPUTS + configuration:
             (copy / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy(root / name, copy / name)
         baseline = check.run(copy, quiet=True).errors

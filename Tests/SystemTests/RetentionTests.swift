@@ -1,0 +1,181 @@
+import Foundation
+import Hiredis
+import Libpq
+import Logging
+import PostgresStore
+import ReceiptCore
+import ReceiptQueueApp
+import ReceiptScheduler
+import ReceiptTesting
+import RedisJobQueue
+import ServerTesting
+import SystemTesting
+import Telemetry
+import Testing
+
+/// The retention step against real Postgres and Redis, its clock moved forward: what expires per
+/// kind, an app's own days over the deployment's, purchases never touched, the batches, the lock
+/// that keeps a second replica out, and the dead letters trimmed by age.
+@Suite("Retention step", .blockingWork, .enabled(if: TestEnvironment.integrationEnabled), .serialized)
+struct RetentionTests {
+    let configuration: AppConfiguration
+    let connection: PostgresConnection
+    /// Follows the deployment's days.
+    let plain: AppRecord
+    /// Keeps its calls to Apple forever, its notifications a year, its audit lines 100 days.
+    let own: AppRecord
+    let keys = RedisKeys(prefix: "{rqt-\(UUID().uuidString.prefix(8).lowercased())}")
+    static let day: TimeInterval = 86_400
+
+    init() throws {
+        (configuration, connection, plain) = try TestSystem.newApp(named: "retention-plain", bundleID: "com.example.retention")
+        (_, _, own) = try TestSystem.newApp(named: "retention-own", bundleID: "com.example.retention")
+        let admin = AppAdmin(connection: connection)
+        try admin.setRetention(appID: own.id, kind: .appleCallAttempts, days: 0)
+        try admin.setRetention(appID: own.id, kind: .notifications, days: 365)
+        try admin.setRetention(appID: own.id, kind: .auditLog, days: 100)
+    }
+
+    func redis() throws -> RedisConnection {
+        try RedisConnection(configuration: RedisConfiguration(host: TestEnvironment.redisHost, port: TestEnvironment.redisPort))
+    }
+
+    /// A stored validation of `app` with `calls` calls to Apple and one purchase (its ledger).
+    func validation(_ app: AppRecord, calls: Int) throws {
+        let envelope = JobEnvelope(
+            id: JobID.make(), appID: app.id, enqueuedAt: Date(), origin: .api,
+            payload: .receipt(ReceiptJob(receipt: "MIIretention", style: .unified, bundleID: "com.example.retention", environment: "sandbox")))
+        let id = "rt-\(UUID().uuidString)"
+        let purchase = InAppPurchase(
+            quantity: 1, productID: "p", transactionID: id, originalTransactionID: id, purchaseDate: Date(), originalPurchaseDate: nil,
+            expiresDate: nil, cancellationDate: nil, webOrderLineItemID: nil, isTrialPeriod: false, isInIntroOfferPeriod: false)
+        let call = AppleCall(endpoint: .sandbox, httpStatus: 200, appleStatus: 0, isRetryable: nil, latencyMs: 2, errorCode: nil)
+        let record = ValidationRecord(
+            envelope: envelope, status: .valid, environment: "sandbox", appleStatus: 0, purchases: [purchase], latestReceipt: nil,
+            calls: Array(repeating: call, count: calls), validatedAt: Date())
+        for result in try PostgresReceiptStore(connection: connection).save([record]) {
+            if case .failure(let failure) = result { Issue.record("store refused: \(failure)") }
+        }
+    }
+
+    func seedNotification(_ app: AppRecord) throws {
+        _ = try connection.query(
+            """
+            INSERT INTO notifications (id, app_id, notification_uuid, version, notification_type, signed_at, outcome, payload,
+                                       origin, received_at)
+            VALUES (\(UUID()), \(app.id), \(UUID().uuidString), 'v2', 'DID_RENEW', now(), 'recorded', '{}', 'apple', now())
+            """)
+    }
+
+    func seedAudit(_ app: AppRecord) throws {
+        _ = try connection.query(
+            "INSERT INTO audit_log (actor, action, source, app_id, outcome) VALUES ('test', 'app.retention', 'cli', \(app.id), 'done')")
+    }
+
+    /// An event of `app` with one delivery to an endpoint, in `status`.
+    func seedEvent(_ app: AppRecord, delivery status: String) throws -> UUID {
+        let event = UUID()
+        let endpoint = UUID()
+        _ = try connection.query(
+            """
+            WITH e AS (INSERT INTO events (id, app_id, type, subject, sequence, occurred_at, data)
+                       VALUES (\(event), \(app.id), 'purchase.refunded', \(event.uuidString), 1, now(), '{}')),
+                 w AS (INSERT INTO webhook_endpoints (id, app_id, url, secret_sealed)
+                       VALUES (\(endpoint), \(app.id), 'https://example.com/hook', '\\x00'))
+            SELECT 1
+            """)
+        _ = try connection.query(
+            """
+            INSERT INTO webhook_deliveries (endpoint_id, event_id, app_id, ordering_key, status, delivered_at)
+            VALUES (\(endpoint), \(event), \(app.id), 'k', \(status), CASE WHEN \(status) = 'delivered' THEN now() END)
+            """)
+        return event
+    }
+
+    func count(_ table: String, _ app: AppRecord) throws -> Int {
+        let where_ = table == "validation_attempts" ? "receipt_id IN (SELECT id FROM receipts WHERE app_id = $1)" : "app_id = $1"
+        return try connection.query(PostgresQuery(unsafeSQL: "SELECT count(*) AS n FROM \(table) WHERE \(where_)", binds: [.text(app.id.uuidString)]))
+            .rows.first?.int("n") ?? -1
+    }
+
+    func sweep(at: Date, batchSize: Int = 2, metrics: PrometheusExporter = PrometheusExporter()) throws -> RetentionSweep.Report {
+        let step = RetentionSweep(
+            configuration: .init(batchSize: batchSize, batchPause: .zero), make: { fatalError("not run as a service here") },
+            now: { at }, metrics: metrics, logger: Logger(label: "retention-test"))
+        let rows = PostgresExpiredRows(connection: try PostgresConnection(configuration: configuration.postgres), apps: [plain.id, own.id])
+        return try step.sweep(rows: rows, deadLetters: RedisDeadLetterTrim(connection: try redis(), keys: keys))
+    }
+
+    @Test("Each kind expires after its days, an app's own days first; purchases and the ledger stay")
+    func expiresPerKind() throws {
+        for app in [plain, own] {
+            try validation(app, calls: 3)
+            try seedNotification(app)
+            try seedAudit(app)
+        }
+        let delivered = try seedEvent(plain, delivery: "delivered")
+        let open = try seedEvent(plain, delivery: "pending")
+        let purchasesBefore = try count("in_app_purchases", plain)
+        #expect(purchasesBefore == 1)
+
+        // A day later nothing is due.
+        let early = try sweep(at: Date().addingTimeInterval(Self.day))
+        #expect(early.deleted.values.reduce(0, +) == 0)
+
+        // 200 days later: past the calls' 90, the notifications' 180, the events' 30 and the own
+        // app's 100 days of audit lines; not past the deployment's 730 days of audit lines.
+        let metrics = PrometheusExporter()
+        let report = try sweep(at: Date().addingTimeInterval(200 * Self.day), metrics: metrics)
+        #expect(!report.skipped)
+        #expect(try count("validation_attempts", plain) == 0)
+        #expect(try count("validation_attempts", own) == 3, "0 days: kept forever")
+        #expect(try count("notifications", plain) == 0)
+        #expect(try count("notifications", own) == 1, "the app keeps them a year")
+        #expect(try count("audit_log", plain) == 1)
+        #expect(try count("audit_log", own) == 0)
+        let events = try connection.query("SELECT id FROM events WHERE app_id = \(plain.id)").rows.compactMap { $0.uuid("id") }
+        #expect(events == [open], "an event whose delivery is still open stays; the delivered one went")
+        #expect(!events.contains(delivered))
+        #expect(try count("in_app_purchases", plain) == purchasesBefore, "purchases are never dropped")
+        #expect(try count("receipts", plain) == 1)
+        #expect(report.deleted[.appleCallAttempts] == 3, "three rows in batches of two")
+        let exposition = String(decoding: metrics.exposition(), as: UTF8.self)
+        #expect(exposition.contains(#"receiptq_retention_rows_deleted_total{kind="apple_call_attempts"} 3"#))
+        #expect(exposition.contains("receiptq_retention_last_run_timestamp_seconds"))
+    }
+
+    @Test("A replica that finds the lock taken skips the run")
+    func secondReplicaSkips() throws {
+        try validation(plain, calls: 1)
+        let holder = try PostgresConnection(configuration: configuration.postgres)
+        defer { holder.close() }
+        #expect(try holder.query("SELECT pg_try_advisory_lock(hashtext('receiptq.retention')) AS held").rows.first?.bool("held") == true)
+        let skipped = try sweep(at: Date().addingTimeInterval(100 * Self.day))
+        #expect(skipped.skipped)
+        #expect(try count("validation_attempts", plain) == 1)
+        _ = try holder.query("SELECT pg_advisory_unlock(hashtext('receiptq.retention'))")
+        let ran = try sweep(at: Date().addingTimeInterval(100 * Self.day))
+        #expect(!ran.skipped)
+        #expect(try count("validation_attempts", plain) == 0)
+    }
+
+    @Test("Dead letters are trimmed by the time they died")
+    func deadLettersByAge() throws {
+        let redis = try redis()
+        defer { redis.close() }
+        let now = Date()
+        let ms = { (date: Date) in String(Int64(date.timeIntervalSince1970 * 1000)) }
+        _ = try redis.send(["ZADD", keys.dead, ms(now.addingTimeInterval(-200 * Self.day)), "old-1"])
+        _ = try redis.send(["ZADD", keys.dead, ms(now.addingTimeInterval(-190 * Self.day)), "old-2"])
+        _ = try redis.send(["ZADD", keys.dead, ms(now.addingTimeInterval(-190 * Self.day)), "old-3"])
+        _ = try redis.send(["ZADD", keys.dead, ms(now.addingTimeInterval(-10 * Self.day)), "recent"])
+        let report = try sweep(at: now)
+        #expect(report.deleted[.deadLetters] == 3)
+        guard case .array(let left) = try redis.send(["ZRANGE", keys.dead, "0", "-1"]) else {
+            Issue.record("no dead letters")
+            return
+        }
+        #expect(left.compactMap(\.string) == ["recent"])
+        _ = try redis.send(["DEL", keys.dead])
+    }
+}
