@@ -20,6 +20,8 @@ import Testing
 /// in-process mock App Store, isolated by a unique Redis key prefix and a unique app.
 public final class TestSystem: Sendable {
     public let configuration: AppConfiguration
+    /// The settings the system was started with (its Redis prefix, Postgres, mock URLs, keys).
+    public let settings: [String: String]
     public let mock: RunningMockAppStore
     public let apiPort: Int
     public let token: String
@@ -155,18 +157,19 @@ public final class TestSystem: Sendable {
         var iterator = ports.makeAsyncIterator()
         let port = try #require(await iterator.next())
         return TestSystem(
-            configuration: configuration, mock: mock, apiPort: port, token: token, app: app,
+            configuration: configuration, settings: environment, mock: mock, apiPort: port, token: token, app: app,
             authority: try sharedAuthority.get(), serverAPIKey: serverAPIKey, client: try HTTPClient(options: CurlOptions(), lanes: 8),
             metrics: metrics, group: group, task: task)
     }
 
     private init(
-        configuration: AppConfiguration, mock: RunningMockAppStore, apiPort: Int, token: String, app: AppRecord,
+        configuration: AppConfiguration, settings: [String: String], mock: RunningMockAppStore, apiPort: Int, token: String, app: AppRecord,
         authority: TestCertificateAuthority, serverAPIKey: ServerAPIKey, client: HTTPClient, metrics: PrometheusExporter, group: ServiceGroup,
         task: Task<Void, any Error>
     ) {
         self.serverAPIKey = serverAPIKey
         self.configuration = configuration
+        self.settings = settings
         self.mock = mock
         self.apiPort = apiPort
         self.token = token
@@ -241,6 +244,13 @@ public final class TestSystem: Sendable {
                 method: "GET", url: "http://127.0.0.1:\(apiPort)\(path)",
                 headers: [(name: "Authorization", value: "Bearer \(token ?? self.token)")], body: []))
         return (response.status, try? JSONDecoder().decode(JSONValue.self, from: Data(response.body)))
+    }
+
+    /// The environment of a `receiptq …` command run against this system: this process's, with
+    /// the system's own settings (its Redis prefix, the test database, the mock's URLs, the secrets
+    /// key and trust roots), so the command sees what the running roles see.
+    public func commandLineEnvironment(_ extra: [String: String] = [:]) -> [String: String] {
+        ProcessInfo.processInfo.environment.merging(settings) { _, system in system }.merging(extra) { _, new in new }
     }
 
     public func postgres() throws -> PostgresConnection { try PostgresConnection(configuration: configuration.postgres) }

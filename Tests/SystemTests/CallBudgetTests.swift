@@ -201,16 +201,7 @@ struct CallBudgetTests {
         #expect(notice.text.contains("History resync queued"))
 
         // The command line: the same job, from the start again, audited with source cli.
-        var environment = ProcessInfo.processInfo.environment
-        environment["LOG_LEVEL"] = "warning"
-        environment["REDIS_KEY_PREFIX"] = system.configuration.keys.prefix
-        environment["REDIS_HOSTNAME"] = TestEnvironment.redisHost
-        environment["REDIS_PORT"] = String(TestEnvironment.redisPort)
-        environment["POSTGRES_HOSTNAME"] = TestEnvironment.postgresHost
-        environment["POSTGRES_PORT"] = String(TestEnvironment.postgresPort)
-        environment["POSTGRES_USER"] = TestEnvironment.postgresUser
-        environment["POSTGRES_DB"] = TestEnvironment.postgresDatabase
-        let cli = environment
+        let cli = system.commandLineEnvironment(["LOG_LEVEL": "warning"])
         let run = try await offload {
             try runProcess(
                 ReceiptqExecutable.url,

@@ -68,21 +68,7 @@ struct NotificationTests {
         let system = try await TestSystem.start()
         defer { Task { await system.stop() } }
         func command(timeout: Int) async throws -> (status: Int32, output: String) {
-            var environment = ProcessInfo.processInfo.environment
-            for (key, value) in [
-                "POSTGRES_HOSTNAME": TestEnvironment.postgresHost, "POSTGRES_PORT": String(TestEnvironment.postgresPort),
-                "POSTGRES_USER": TestEnvironment.postgresUser, "POSTGRES_DB": TestEnvironment.postgresDatabase,
-                "REDIS_HOSTNAME": TestEnvironment.redisHost, "REDIS_PORT": String(TestEnvironment.redisPort),
-                "REDIS_KEY_PREFIX": system.configuration.keys.prefix,
-                "RECEIPTQ_SECRETS_KEY": Data(try #require(system.configuration.secretsKey)).base64EncodedString(),
-                "RECEIPTQ_TRUST_ROOTS_DIR": try #require(system.configuration.trustRootsDirectory),
-                "APPSTORE_SERVER_API_PRODUCTION_URL": system.configuration.apple.serverAPI.productionURL,
-                "APPSTORE_SERVER_API_SANDBOX_URL": system.configuration.apple.serverAPI.sandboxURL,
-            ] {
-                environment[key] = value
-            }
-            if let password = TestEnvironment.postgresPassword { environment["POSTGRES_PASSWORD"] = password }
-            let variables = environment
+            let variables = system.commandLineEnvironment()
             let arguments = ["notifications", "test", "--app", system.app.name, "--environment", "sandbox", "--timeout", String(timeout)]
             return try await offload { try runProcess(ReceiptqExecutable.url, arguments, environment: variables) }
         }

@@ -212,21 +212,7 @@ struct SupportTests {
         #expect(try await audit(system, "support.test_notification").first?["source"]?.stringValue == "dashboard")
 
         // The command line: its own desk, its own audit line.
-        var environment = ProcessInfo.processInfo.environment
-        for (key, value) in [
-            "POSTGRES_HOSTNAME": TestEnvironment.postgresHost, "POSTGRES_PORT": String(TestEnvironment.postgresPort),
-            "POSTGRES_USER": TestEnvironment.postgresUser, "POSTGRES_DB": TestEnvironment.postgresDatabase,
-            "REDIS_HOSTNAME": TestEnvironment.redisHost, "REDIS_PORT": String(TestEnvironment.redisPort),
-            "REDIS_KEY_PREFIX": system.configuration.keys.prefix,
-            "RECEIPTQ_SECRETS_KEY": Data(try #require(system.configuration.secretsKey)).base64EncodedString(),
-            "RECEIPTQ_TRUST_ROOTS_DIR": try #require(system.configuration.trustRootsDirectory),
-            "APPSTORE_SERVER_API_PRODUCTION_URL": system.configuration.apple.serverAPI.productionURL,
-            "APPSTORE_SERVER_API_SANDBOX_URL": system.configuration.apple.serverAPI.sandboxURL,
-        ] {
-            environment[key] = value
-        }
-        if let password = TestEnvironment.postgresPassword { environment["POSTGRES_PASSWORD"] = password }
-        let variables = environment
+        let variables = system.commandLineEnvironment()
         func receiptq(_ arguments: [String]) async throws -> (status: Int32, output: String) {
             try await offload { try runProcess(ReceiptqExecutable.url, arguments, environment: variables) }
         }
