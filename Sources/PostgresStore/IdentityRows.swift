@@ -46,6 +46,24 @@ enum IdentityRows {
         return records
     }
 
+    /// Every id of the customer `user` belongs to, in any of `apps` (an array literal): `user`
+    /// first, then its canonical id when it is an alias, and the canonical's aliases, sorted.
+    static func customerIDs(of user: String, apps: String, on connection: PostgresConnection) throws -> [String] {
+        let merged = try connection.query(
+            """
+            WITH canonical AS (
+                SELECT user_identifier AS id FROM user_aliases WHERE app_id = ANY(\(apps)::uuid[]) AND alias = \(user)
+            )
+            SELECT id FROM canonical
+            UNION
+            SELECT a.alias FROM user_aliases a
+            WHERE a.app_id = ANY(\(apps)::uuid[])
+              AND a.user_identifier = ANY(ARRAY(SELECT id FROM canonical) || \(user)::text)
+            """
+        ).rows.compactMap { $0.string("id") }
+        return [user] + merged.filter { $0 != user }.sorted()
+    }
+
     /// The customer `user` belongs to: its canonical id when it is an alias, else itself.
     static func canonical(appID: UUID, userIdentifier user: String, on connection: PostgresConnection) throws -> String {
         try connection.query("SELECT user_identifier FROM user_aliases WHERE app_id = \(appID) AND alias = \(user)").rows.first?

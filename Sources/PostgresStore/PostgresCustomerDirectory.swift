@@ -18,7 +18,7 @@ public final class PostgresCustomerDirectory: CustomerDirectory {
             let apps = try query.appID.map { [$0] } ?? connection.query("SELECT id FROM apps").rows.compactMap { $0.uuid("id") }
             var found = Found(apps: apps, users: query.userIdentifier.map { [$0] } ?? [])
             // A user merged with others (issue 43) is one customer: every id of it is looked up.
-            if let user = query.userIdentifier { found.users = try Self.customerIDs(of: user, in: found, on: connection) }
+            if let user = query.userIdentifier { found.users = try IdentityRows.customerIDs(of: user, apps: found.appList, on: connection) }
             if let transaction = query.transactionID {
                 found.purchases = try Self.purchases(transaction: transaction, of: found, on: connection)
                 for purchase in found.purchases {
@@ -74,24 +74,6 @@ public final class PostgresCustomerDirectory: CustomerDirectory {
 
         var appList: String { PostgresArray.literal(apps.map(\.uuidString)) }
         var userList: String { PostgresArray.literal(users.map { Optional($0) }) }
-    }
-
-    /// `user` first, then the ids merged with it: the canonical id it is an alias of, and that
-    /// id's (or its own) aliases; two index probes per app.
-    private static func customerIDs(of user: String, in found: Found, on connection: PostgresConnection) throws -> [String] {
-        let merged = try connection.query(
-            """
-            WITH canonical AS (
-                SELECT user_identifier AS id FROM user_aliases WHERE app_id = ANY(\(found.appList)::uuid[]) AND alias = \(user)
-            )
-            SELECT id FROM canonical
-            UNION
-            SELECT a.alias FROM user_aliases a
-            WHERE a.app_id = ANY(\(found.appList)::uuid[])
-              AND a.user_identifier = ANY(ARRAY(SELECT id FROM canonical) || \(user)::text)
-            """
-        ).rows.compactMap { $0.string("id") }
-        return [user] + merged.filter { $0 != user }.sorted()
     }
 
     /// The purchases of a transaction id (as the transaction or as the original).

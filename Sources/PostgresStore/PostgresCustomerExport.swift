@@ -18,7 +18,8 @@ public struct PostgresCustomerExport: CustomerDataExport {
         let connection = try connect()
         defer { connection.close() }
         _ = try await connection.query("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-        let users = try await Self.customerIDs(of: userIdentifier, appID: appID, on: connection)
+        let apps = PostgresArray.literal([appID.uuidString])
+        let users = try await connection.withConnection { try IdentityRows.customerIDs(of: userIdentifier, apps: apps, on: $0) }
         let head = JSONValue.object([
             "app_id": .string(appID.canonical), "user_identifier": .string(userIdentifier),
             "customer_ids": .array(users.map(JSONValue.string)), "exported_at": .string(ISO8601DateFormatter().string(from: now)),
@@ -45,20 +46,6 @@ public struct PostgresCustomerExport: CustomerDataExport {
         }
         try await write(piece + "}")
         _ = try await connection.query("COMMIT")
-    }
-
-    /// The user and every id merged with it: its canonical id, and the canonical's aliases.
-    static func customerIDs(of user: String, appID: UUID, on connection: PostgresConnection) async throws -> [String] {
-        let merged = try await connection.query(
-            """
-            WITH canonical AS (SELECT user_identifier AS id FROM user_aliases WHERE app_id = \(appID) AND alias = \(user))
-            SELECT id FROM canonical
-            UNION
-            SELECT alias FROM user_aliases
-            WHERE app_id = \(appID) AND user_identifier = ANY(ARRAY(SELECT id FROM canonical) || \(user)::text)
-            """
-        ).rows.compactMap { $0.string("id") }
-        return [user] + merged.filter { $0 != user }.sorted()
     }
 }
 
