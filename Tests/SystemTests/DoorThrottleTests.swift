@@ -80,7 +80,7 @@ struct DoorThrottleTests {
         #expect(try await request(system, "GET", "/admin/api/overview", from: Self.colleague, headers: [right]).status == 200)
 
         // The dashboard's login form.
-        var guesser = Browser(system)
+        let guesser = Browser(system)
         guesser.headers = [(name: "X-Forwarded-For", value: Self.attacker)]
         let form = try await guesser.get("/admin/login")
         let csrf = try #require(form.csrf)
@@ -96,7 +96,7 @@ struct DoorThrottleTests {
         }
         expectThrottled(loginStatuses, refusal: 401, door: "dashboard login")
         #expect(try await guesser.logIn().status == 429)
-        var colleague = Browser(system)
+        let colleague = Browser(system)
         colleague.headers = [(name: "X-Forwarded-For", value: Self.colleague)]
         #expect(try await colleague.logIn().location == "/admin")
 
