@@ -17,6 +17,10 @@ public final class PostgresExpiredRows: ExpiredRows {
 
     private let connection: PostgresConnection
     private let apps: [UUID]?
+    /// Where this run's scan of superseded receipts has reached (`created_at` as Postgres wrote
+    /// it, and the id): receipts that keep their text (a user's latest) are passed once per run,
+    /// not once per batch.
+    private var supersededCursor: (time: String, id: String)?
 
     /// Creates the adapter on the step's own connection.
     /// - Parameter apps: only these apps' rows (a test sharing its database); nil for all, and
@@ -29,6 +33,7 @@ public final class PostgresExpiredRows: ExpiredRows {
     public func exclusively(_ body: () throws -> Void) throws -> Bool {
         let held = try connection.query("SELECT pg_try_advisory_lock(hashtext(\(Self.lockKey))) AS held").rows.first?.bool("held") ?? false
         guard held else { return false }
+        supersededCursor = nil
         // Planned with each batch's own bound, never a generic plan that guesses it (this
         // connection is the step's alone).
         try connection.execute("SET plan_cache_mode = force_custom_plan")
@@ -38,22 +43,11 @@ public final class PostgresExpiredRows: ExpiredRows {
     }
 
     public func deleteBatch(_ kind: RetentionKind, policy: RetentionPolicy, now: Date, limit: Int) throws -> Int {
-        guard limit > 0, let table = Self.table(kind) else { return 0 }
+        guard limit > 0 else { return 0 }
+        if kind == .supersededReceipts { return try emptySupersededTexts(policy: policy, now: now, limit: limit) }
+        guard let table = Self.table(kind), let bound = try dueBound(kind, policy: policy, now: now) else { return 0 }
         let deployment = policy.days(kind)
-        let scope = apps.map { PostgresArray.literal($0.map(\.uuidString)) }
-        // What the shortest days of any app allow: nothing is due before it (nothing at all when
-        // every app keeps forever). Given as a value, the planner starts from the indexed time
-        // and reads only the old part of the table: a run with nothing due reads almost nothing.
-        guard
-            let bound = try connection.query(
-                """
-                SELECT \(now)::timestamptz - make_interval(days => min(d.days)) AS bound
-                FROM (SELECT days FROM app_retention WHERE kind = \(kind.rawValue) AND days > 0
-                        AND (\(scope)::uuid[] IS NULL OR app_id = ANY(\(scope)::uuid[]))
-                      UNION ALL SELECT \(deployment)::integer WHERE \(deployment)::integer > 0) d
-                """
-            ).rows.first?.date("bound")
-        else { return 0 }
+        let scope = self.scope
         // The ids are chosen first (a bounded scan) and deleted by key: the statement locks only
         // those rows, and ends within one batch's time. The scan starts from the table's own
         // time (the app and its days are looked up per row, by key): a join would let the planner
@@ -72,6 +66,72 @@ public final class PostgresExpiredRows: ExpiredRows {
                 LIMIT \(limit)))
             """
         ).affectedRows
+    }
+
+    /// The apps of a test sharing its database, as a Postgres array literal (nil: every app).
+    private var scope: String? { apps.map { PostgresArray.literal($0.map(\.uuidString)) } }
+
+    /// What the shortest days of any app allow for `kind`: nothing is due before it (nil: every
+    /// app keeps forever). Given as a value, the planner starts from the indexed time and reads
+    /// only the old part of the table: a run with nothing due reads almost nothing.
+    private func dueBound(_ kind: RetentionKind, policy: RetentionPolicy, now: Date) throws -> Date? {
+        let deployment = policy.days(kind)
+        return try connection.query(
+            """
+            SELECT \(now)::timestamptz - make_interval(days => min(d.days)) AS bound
+            FROM (SELECT days FROM app_retention WHERE kind = \(kind.rawValue) AND days > 0
+                    AND (\(scope)::uuid[] IS NULL OR app_id = ANY(\(scope)::uuid[]))
+                  UNION ALL SELECT \(deployment)::integer WHERE \(deployment)::integer > 0) d
+            """
+        ).rows.first?.date("bound")
+    }
+
+    /// Empties the texts of up to about `limit` superseded receipts (``RetentionKind/supersededReceipts``):
+    /// older than the app's days, with a newer receipt of the same user, and no subscription that
+    /// re-polls with them. The row, its status and its purchases stay.
+    ///
+    /// A user's latest receipt keeps its text, so a scan from the oldest would meet the same kept
+    /// receipts at every batch: the scan walks the receipts that still hold a text in pages, in
+    /// `(created_at, id)` order from where this run's last page ended, each page one short
+    /// statement, until `limit` texts are emptied or nothing older than the bound is left.
+    private func emptySupersededTexts(policy: RetentionPolicy, now: Date, limit: Int) throws -> Int {
+        guard let bound = try dueBound(.supersededReceipts, policy: policy, now: now) else { return 0 }
+        let deployment = policy.days(.supersededReceipts)
+        let kind = RetentionKind.supersededReceipts.rawValue
+        var emptied = 0
+        while emptied < limit {
+            let cursor = supersededCursor
+            let page = try connection.query(
+                """
+                WITH page AS (
+                    SELECT t.id, t.created_at FROM receipts t
+                    WHERE (octet_length(t.receipt_data) > 0 OR t.latest_receipt IS NOT NULL)
+                      AND t.created_at < \(bound)::timestamptz
+                      AND (\(cursor?.time)::timestamptz IS NULL OR (t.created_at, t.id) > (\(cursor?.time)::timestamptz, \(cursor?.id)::uuid))
+                      AND (\(scope)::uuid[] IS NULL OR t.app_id = ANY(\(scope)::uuid[]))
+                    ORDER BY t.created_at, t.id LIMIT \(limit)),
+                emptied AS (
+                    UPDATE receipts t SET receipt_data = '', latest_receipt = NULL, updated_at = now()
+                    FROM page
+                    WHERE t.id = page.id AND t.status <> 'pending' AND t.user_identifier IS NOT NULL
+                      AND t.created_at < \(now)::timestamptz - make_interval(days => NULLIF(COALESCE(
+                            (SELECT o.days FROM app_retention o WHERE o.app_id = t.app_id AND o.kind = \(kind)),
+                            \(deployment)::integer), 0))
+                      AND NOT EXISTS (SELECT 1 FROM subscriptions s WHERE s.receipt_id = t.id)
+                      AND EXISTS (SELECT 1 FROM receipts n WHERE n.app_id = t.app_id
+                                    AND n.user_identifier = t.user_identifier AND n.created_at > t.created_at)
+                    RETURNING t.id)
+                SELECT (SELECT count(*) FROM page) AS scanned, (SELECT count(*) FROM emptied) AS emptied,
+                       (SELECT created_at::text FROM page ORDER BY created_at DESC, id DESC LIMIT 1) AS last_time,
+                       (SELECT id::text FROM page ORDER BY created_at DESC, id DESC LIMIT 1) AS last_id
+                """
+            ).rows.first
+            let scanned = page?.int("scanned") ?? 0
+            emptied += page?.int("emptied") ?? 0
+            if let time = page?.string("last_time"), let id = page?.string("last_id") { supersededCursor = (time, id) }
+            if scanned < limit { break }
+        }
+        return emptied
     }
 
     /// Where a kind's rows live: the table, its key, the app of a row (an expression on `t`), its
@@ -110,7 +170,8 @@ public final class PostgresExpiredRows: ExpiredRows {
                 filter: "AND t.status IN ('delivered', 'dead')")
         case .auditLog:
             Table(name: "audit_log", key: "id", app: "t.app_id", time: "t.at", indexedTime: "t.at")
-        case .deadLetters:
+        case .deadLetters, .supersededReceipts:
+            // Not deleted rows: the dead letters are in Redis, a superseded receipt keeps its row.
             nil
         }
     }

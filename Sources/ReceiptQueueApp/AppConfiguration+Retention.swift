@@ -36,6 +36,7 @@ extension AppConfiguration {
                 .webhookDeliveries: try days("RETENTION_WEBHOOK_DELIVERIES_DAYS", .webhookDeliveries),
                 .auditLog: try days("RETENTION_AUDIT_LOG_DAYS", .auditLog),
                 .deadLetters: try days("RETENTION_DEAD_LETTERS_DAYS", .deadLetters),
+                .supersededReceipts: try days("RETENTION_SUPERSEDED_RECEIPTS_DAYS", .supersededReceipts),
             ])
             interval = .seconds(try environment.int("RETENTION_INTERVAL_SECONDS", 3600, range: 10...86_400))
             batchSize = try environment.int("RETENTION_BATCH_SIZE", 1000, range: 1...100_000)

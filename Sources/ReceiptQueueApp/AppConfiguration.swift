@@ -2,6 +2,7 @@ import AppStoreClient
 import Foundation
 import Hiredis
 import Libpq
+import ReceiptCore
 import RedisJobQueue
 
 /// Every setting of receiptq, read from environment variables (12-factor). Each has a default that
@@ -61,7 +62,9 @@ public struct AppConfiguration: Sendable, CustomStringConvertible {
         let production = self.environment == "production"
         replicas = try Replicas(reader)
         (redis, intakeRedis) = try Self.commandTimeouts(reader, redis: try Self.redis(reader), replicas: replicas)
-        keys = RedisKeys(prefix: reader.string("REDIS_KEY_PREFIX", "{rq}"))
+        keys = RedisKeys(
+            prefix: reader.string("REDIS_KEY_PREFIX", "{rq}"),
+            importRunRetention: 86_400 * Int64(try reader.int("RETENTION_IMPORT_RUNS_DAYS", 7, range: 0...RetentionPolicy.maxDays)))
         postgres = try Self.postgres(reader)
         apple = try Apple(reader)
         secretsKey = try Self.secretsKey(reader)

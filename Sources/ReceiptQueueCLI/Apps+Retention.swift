@@ -8,7 +8,8 @@ extension Apps {
         static let configuration = CommandConfiguration(
             abstract: "Shows or sets how many days an app keeps each kind of data (its own, over the deployment's RETENTION_<KIND>_DAYS).",
             discussion: """
-                Kinds: apple_call_attempts, notifications, events, webhook_deliveries, audit_log (dead_letters is one \
+                Kinds: apple_call_attempts, notifications, events, webhook_deliveries, audit_log, superseded_receipts \
+                (dead_letters is one \
                 setting for the deployment). --days 0 keeps forever; --default goes back to the deployment's setting. \
                 Without --kind, prints every kind's days. Audited as app.retention. Purchases, subscriptions and the \
                 ledger are never dropped.

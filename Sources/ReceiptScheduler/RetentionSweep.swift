@@ -141,7 +141,7 @@ public final class RetentionSweep: Service, Sendable {
                 // One Redis set for every app: the deployment's days only.
                 guard let cutoff = configuration.policy.cutoff(kind, now: at) else { return 0 }
                 deleted = try deadLetters.trimDeadLetters(before: cutoff, limit: configuration.batchSize)
-            case .appleCallAttempts, .notifications, .events, .webhookDeliveries, .auditLog:
+            case .appleCallAttempts, .notifications, .events, .webhookDeliveries, .auditLog, .supersededReceipts:
                 deleted = try rows.deleteBatch(kind, policy: configuration.policy, now: at, limit: configuration.batchSize)
             }
             total += deleted

@@ -141,7 +141,7 @@ public final class RedisIntake: ReceiptIntake, Service {
     public func recordImport(_ id: UUID, appID: UUID, tally: ImportBatchTally, at: Date) async {
         let arguments = [
             appID.canonical, String(milliseconds(at)), String(tally.queued), String(tally.duplicates), String(tally.invalid),
-            String(RedisKeys.importRunRetention), id.canonical,
+            String(keys.importRunRetention), id.canonical,
         ]
         // Best effort: the batch's jobs are already durable; progress is a view of them.
         _ = try? await RedisScriptRunner.run(

@@ -6,9 +6,15 @@
 public struct RedisKeys: Sendable, Equatable {
     /// The prefix, `{rq}` by default; tests use a unique one per test.
     public var prefix: String
+    /// How long an import's progress is kept after its last activity, in seconds
+    /// (`RETENTION_IMPORT_RUNS_DAYS`, 7 days by default); 0 keeps it forever.
+    public var importRunRetention: Int64
 
     /// Creates the schema for `prefix`.
-    public init(prefix: String = "{rq}") { self.prefix = prefix }
+    public init(prefix: String = "{rq}", importRunRetention: Int64 = 7 * 86_400) {
+        self.prefix = prefix
+        self.importRunRetention = max(0, importRunRetention)
+    }
 
     /// Ready jobs of `kind`: LPUSH to add, BLMOVE RIGHT → LEFT to take.
     public func queue(_ kind: String) -> String { "\(prefix):queue:\(kind)" }
@@ -38,14 +44,12 @@ public struct RedisKeys: Sendable, Equatable {
     /// transaction and kept two hours (the dashboard charts the last one).
     public func activity(minute: Int64) -> String { "\(prefix):stats:\(minute)" }
     /// One bulk import's progress (``ImportRun``): a hash of counters and times (ms), kept
-    /// ``importRunRetention`` after its last batch or settlement.
+    /// ``importRunRetention`` after its last batch or settlement (no expiry when that is 0).
     public func importRun(_ id: String) -> String { "\(prefix):import:run:\(id)" }
     /// Every import's id, scored by its last batch or settlement (ms): the dashboard lists the recent ones.
     public var importRuns: String { "\(prefix):import:runs" }
     /// One app's import budget (`IMPORT_RATE_PER_SECOND`), a token bucket like the Server API's.
     public func importBucket(app: String) -> String { "\(prefix):import:bucket:\(app)" }
-    /// How long an import's progress is kept after its last activity.
-    public static let importRunRetention: Int64 = 7 * 86_400
 
     /// The re-poll rate budget shared by every scheduler replica (a token bucket).
     public var repollBudget: String { "\(prefix):repoll:budget" }

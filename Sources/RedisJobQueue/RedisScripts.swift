@@ -27,18 +27,22 @@ enum RedisScripts {
     /// Adds a batch's counts to its import's progress hash and lists the import as active: one
     /// script, so a run's hash never exists without its entry in the list.
     static let importProgress = RedisScript(
-        name: "import_progress", version: 1,
+        name: "import_progress", version: 2,
         body: """
-            -- KEYS: run hash, runs. ARGV: app, now ms, queued, duplicates, invalid, ttl s, id.
+            -- KEYS: run hash, runs. ARGV: app, now ms, queued, duplicates, invalid, ttl s (0: forever), id.
             redis.call('HSETNX', KEYS[1], 'app', ARGV[1])
             redis.call('HSETNX', KEYS[1], 'started_ms', ARGV[2])
             redis.call('HSET', KEYS[1], 'updated_ms', ARGV[2])
             redis.call('HINCRBY', KEYS[1], 'queued', ARGV[3])
             redis.call('HINCRBY', KEYS[1], 'duplicates', ARGV[4])
             redis.call('HINCRBY', KEYS[1], 'invalid', ARGV[5])
-            redis.call('EXPIRE', KEYS[1], ARGV[6])
             redis.call('ZADD', KEYS[2], ARGV[2], ARGV[7])
-            redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', '(' .. (tonumber(ARGV[2]) - tonumber(ARGV[6]) * 1000))
+            if tonumber(ARGV[6]) > 0 then
+              redis.call('EXPIRE', KEYS[1], ARGV[6])
+              redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', '(' .. (tonumber(ARGV[2]) - tonumber(ARGV[6]) * 1000))
+            else
+              redis.call('PERSIST', KEYS[1])
+            end
             return 0
             """)
 

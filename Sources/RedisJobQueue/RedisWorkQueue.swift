@@ -288,7 +288,9 @@ public final class RedisWorkQueue: JobQueue {
                 ]
             }
             if tally.failed > 0 { commands.append(["HINCRBY", run, "failed", String(tally.failed)]) }
-            commands += [["EXPIRE", run, String(RedisKeys.importRunRetention)], ["ZADD", keys.importRuns, at, id.canonical]]
+            // 0 keeps it forever: PERSIST undoes the expiry an earlier setting gave it.
+            let kept = keys.importRunRetention
+            commands += [kept > 0 ? ["EXPIRE", run, String(kept)] : ["PERSIST", run], ["ZADD", keys.importRuns, at, id.canonical]]
             return commands.map { $0.map(bytes) }
         }
     }

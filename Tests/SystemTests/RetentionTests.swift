@@ -34,6 +34,7 @@ struct RetentionTests {
         try admin.setRetention(appID: own.id, kind: .appleCallAttempts, days: 0)
         try admin.setRetention(appID: own.id, kind: .notifications, days: 365)
         try admin.setRetention(appID: own.id, kind: .auditLog, days: 100)
+        try admin.setRetention(appID: own.id, kind: .supersededReceipts, days: 365)
     }
 
     func redis() throws -> RedisConnection {
@@ -190,5 +191,60 @@ struct RetentionTests {
         }
         #expect(left.compactMap(\.string) == ["recent"])
         _ = try redis.send(["DEL", keys.dead])
+    }
+
+    /// A stored receipt of `app`, `age` seconds older than now, with its text; returns its id.
+    func seedReceipt(_ app: AppRecord, user: String?, age: TimeInterval, status: String = "valid") throws -> UUID {
+        let id = UUID()
+        _ = try connection.query(
+            """
+            INSERT INTO receipts (id, app_id, status, user_identifier, receipt_data, latest_receipt, created_at)
+            VALUES (\(id), \(app.id), \(status), \(user), 'MIItext-\(unescaped: id.uuidString)', 'MIIlatest', now() - make_interval(secs => \(age)))
+            """)
+        return id
+    }
+
+    func text(_ receipt: UUID) throws -> String? {
+        let row = try connection.query("SELECT receipt_data || '|' || COALESCE(latest_receipt, '') AS text FROM receipts WHERE id = \(receipt)").rows
+            .first
+        return row?.string("text")
+    }
+
+    @Test("A superseded receipt's text is emptied; a user's latest, a subscription's, a pending one and an unknown user's keep theirs")
+    func supersededReceiptTexts() throws {
+        let user = "rt-user-\(UUID().uuidString)"
+        let pending = try seedReceipt(plain, user: user, age: 50, status: "pending")
+        let old = try seedReceipt(plain, user: user, age: 40)
+        let older = try seedReceipt(plain, user: user, age: 45)
+        let polled = try seedReceipt(plain, user: user, age: 30)
+        let latest = try seedReceipt(plain, user: user, age: 20)
+        let alone = try seedReceipt(plain, user: "rt-alone-\(UUID().uuidString)", age: 40)
+        let anonymous = try seedReceipt(plain, user: nil, age: 40)
+        _ = try seedReceipt(plain, user: nil, age: 10)
+        let ownOld = try seedReceipt(own, user: user, age: 40)
+        _ = try seedReceipt(own, user: user, age: 10)
+        _ = try connection.query(
+            """
+            INSERT INTO subscriptions (app_id, environment, original_transaction_id, product_id, state, latest_transaction_id,
+                                       receipt_id, observed_at)
+            VALUES (\(plain.id), 'sandbox', \("rt-\(UUID().uuidString)"), 'p', 'active', 'x', \(polled), now())
+            """)
+        // Not yet past 90 days: nothing is emptied.
+        let early = try sweepThatRan(at: Date().addingTimeInterval(80 * Self.day))
+        #expect(early.deleted[.supersededReceipts] == 0)
+        #expect(try text(old)?.hasPrefix("MIItext") == true)
+
+        let report = try sweepThatRan(at: Date().addingTimeInterval(100 * Self.day))
+        #expect(report.deleted[.supersededReceipts] == 2, "the two superseded, found across pages of two")
+        #expect(try text(old) == "|")
+        #expect(try text(older) == "|")
+        for kept in [pending, polled, latest, alone, anonymous, ownOld] {
+            #expect(try text(kept)?.hasPrefix("MIItext") == true)
+        }
+        #expect(try count("receipts", plain) >= 8, "the rows stay")
+        // The app keeps its superseded texts 365 days.
+        let later = try sweepThatRan(at: Date().addingTimeInterval(400 * Self.day))
+        #expect(later.deleted[.supersededReceipts] == 1)
+        #expect(try text(ownOld) == "|")
     }
 }

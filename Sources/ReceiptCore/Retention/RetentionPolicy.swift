@@ -1,7 +1,8 @@
 import Foundation
 
 /// A kind of data receiptq keeps for a while and then drops (issue 44). Purchases, subscriptions
-/// and the ledger are no kind: retention never drops them.
+/// and the ledger are no kind: retention never drops them. (Import runs' progress is kept in Redis
+/// by a time to live, `RETENTION_IMPORT_RUNS_DAYS`, not by this step.)
 public enum RetentionKind: String, Sendable, CaseIterable, Hashable {
     /// `validation_attempts`: one row per call to Apple.
     case appleCallAttempts = "apple_call_attempts"
@@ -15,6 +16,9 @@ public enum RetentionKind: String, Sendable, CaseIterable, Hashable {
     case auditLog = "audit_log"
     /// The dead letters in Redis (by the time each job died).
     case deadLetters = "dead_letters"
+    /// The texts (`receipt_data`, `latest_receipt`) of receipts a newer receipt of the same user
+    /// has superseded: emptied, while the receipt's row, status and purchases stay.
+    case supersededReceipts = "superseded_receipts"
 
     /// The documented default, in days (`RETENTION_<KIND>_DAYS` when unset; 0 would keep forever).
     public var defaultDays: Int {
@@ -25,6 +29,7 @@ public enum RetentionKind: String, Sendable, CaseIterable, Hashable {
         case .webhookDeliveries: 30
         case .auditLog: 730
         case .deadLetters: 180
+        case .supersededReceipts: 90
         }
     }
 
