@@ -15,6 +15,8 @@ public final class PostgresReceiptStore: ReceiptStore {
     var endpoints: [UUID: (record: WebhookEndpointRecord?, loadedAt: Date)] = [:]
     let endpointCacheTTL: TimeInterval = 5
     private let writesEvents: Bool
+    /// Whether the batch's transaction adds its changes to the revenue rollup (`REVENUE_ROLLUP`).
+    private let rollsUpRevenue: Bool
 
     /// Creates a store on `connection`.
     /// - Parameters:
@@ -24,10 +26,14 @@ public final class PostgresReceiptStore: ReceiptStore {
     ///     store then writes no events (no webhook is ever sent) and takes no subscription locks,
     ///     which also order concurrent writers of one subscription for the notifications' staleness
     ///     check — never for a running system.
-    public init(connection: PostgresConnection, secrets: SecretBox? = nil, writesEvents: Bool = true) {
+    ///   - rollsUpRevenue: whether each batch adds what it changed to the revenue figures
+    ///     (`revenue_daily`, in the same transaction); false (`REVENUE_ROLLUP=off`) leaves them
+    ///     behind, for a deployment that does not want them or a bench measuring their cost.
+    public init(connection: PostgresConnection, secrets: SecretBox? = nil, writesEvents: Bool = true, rollsUpRevenue: Bool = true) {
         self.connection = connection
         self.secrets = secrets
         self.writesEvents = writesEvents
+        self.rollsUpRevenue = rollsUpRevenue
     }
 
     public func app(id: UUID) throws -> AppRecord? {
@@ -146,7 +152,7 @@ public final class PostgresReceiptStore: ReceiptStore {
         if !attempts.isEmpty { try writeAttempts(attempts, on: connection) }
         try HistoryCursorRows.write(records, on: connection)
         if writesEvents { changes.keepTransactions(of: records) }
-        for after in try SubscriptionRows.write(records, on: connection) {
+        for after in try SubscriptionRows.write(records, rollsUpRevenue: rollsUpRevenue, on: connection) {
             guard let app = after.appID else { continue }
             let key = EventRows.key(app, after.resource.environment, after.resource.state.originalTransactionID)
             changes.subscriptions.append((app, before[key], after.resource))
@@ -205,7 +211,7 @@ public final class PostgresReceiptStore: ReceiptStore {
                        app_account_token, claims)
             ), old AS (
                 SELECT p.environment, p.transaction_id, p.cancellation_date, p.is_conflict, p.conflict_user_identifier,
-                       p.user_identifier, p.revocation_type, p.revocation_percentage
+                       p.user_identifier, p.revocation_type, p.revocation_percentage, p.price_milli, p.currency, p.refunded_milli
                 FROM in_app_purchases p JOIN raw i ON p.environment = i.environment AND p.transaction_id = i.transaction_id
             ), input AS (
                 -- A row that does not claim (a re-poll's, a notification's) is written for its stored owner.
@@ -284,7 +290,7 @@ public final class PostgresReceiptStore: ReceiptStore {
                 WHERE w.conflict_user_identifier IS NOT NULL AND w.conflict_user_identifier <> w.user_identifier
                   AND a.transfer_rule = 'share'
                 ON CONFLICT DO NOTHING
-            )
+            )\(unescaped: rollsUpRevenue ? RevenueRows.purchaseFlows : "")
             SELECT w.app_id, w.receipt_id, \(unescaped: PurchaseRows.columns("w")), w.user_identifier,
                    w.conflict_user_identifier, w.signed_at, o.user_identifier AS previous_owner, refund.refunded,
                    (w.is_conflict AND w.conflict_user_identifier IS DISTINCT FROM o.conflict_user_identifier) AS conflicted,

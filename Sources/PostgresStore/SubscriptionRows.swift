@@ -17,9 +17,11 @@ enum SubscriptionRows {
     /// Records what each re-poll found, then upserts every subscription state of the batch: two
     /// statements, whatever its size. An older observation never replaces a newer one.
     /// - Returns: the rows the upsert wrote, as they are now (an older observation writes none).
+    /// - Parameter rollsUpRevenue: whether the upsert adds the changes of active subscriptions, MRR
+    ///   and churn to `revenue_daily` (``RevenueRows/subscriptionFlows``).
     @discardableResult
     static func write(
-        _ records: [ValidationRecord], on connection: PostgresConnection
+        _ records: [ValidationRecord], rollsUpRevenue: Bool = true, on connection: PostgresConnection
     ) throws -> [(
         appID: UUID?, resource: SubscriptionResource
     )] {
@@ -74,11 +76,7 @@ enum SubscriptionRows {
         guard !states.isEmpty else { return [] }
         let written = try connection.query(
             """
-            INSERT INTO subscriptions AS s (app_id, environment, original_transaction_id, product_id, state, expires_at,
-                purchased_at, original_purchase_date, auto_renew_status, auto_renew_product_id, is_in_billing_retry,
-                grace_period_expires_at, expiration_intent, is_trial, is_intro, ownership_type, latest_transaction_id,
-                revoked_at, cancellation_reason, user_identifier, receipt_id, observed_at, next_poll_at, notified_at,
-                price_milli, currency)
+            WITH input AS (
             SELECT * FROM unnest(\(states[0])::uuid[], \(states[1])::text[], \(states[2])::text[], \(states[3])::text[],
                 \(states[4])::text[], \(states[5])::timestamptz[], \(states[6])::timestamptz[], \(states[7])::timestamptz[],
                 \(states[8])::boolean[], \(states[9])::text[], \(states[10])::boolean[], \(states[11])::timestamptz[],
@@ -86,6 +84,23 @@ enum SubscriptionRows {
                 \(states[16])::text[], \(states[17])::timestamptz[], \(states[18])::int[], \(states[19])::text[],
                 \(states[20])::uuid[], \(states[21])::timestamptz[], \(states[22])::timestamptz[], \(states[23])::timestamptz[],
                 \(states[24])::bigint[], \(states[25])::text[])
+              AS u(app_id, environment, original_transaction_id, product_id, state, expires_at,
+                purchased_at, original_purchase_date, auto_renew_status, auto_renew_product_id, is_in_billing_retry,
+                grace_period_expires_at, expiration_intent, is_trial, is_intro, ownership_type, latest_transaction_id,
+                revoked_at, cancellation_reason, user_identifier, receipt_id, observed_at, next_poll_at, notified_at,
+                price_milli, currency)
+            ), old AS (
+                SELECT s.app_id, s.environment, s.original_transaction_id, s.state, s.price_milli, s.currency, s.purchased_at,
+                       s.expires_at
+                FROM subscriptions s JOIN input i ON s.app_id = i.app_id AND s.environment = i.environment
+                    AND s.original_transaction_id = i.original_transaction_id
+            ), written AS (
+            INSERT INTO subscriptions AS s (app_id, environment, original_transaction_id, product_id, state, expires_at,
+                purchased_at, original_purchase_date, auto_renew_status, auto_renew_product_id, is_in_billing_retry,
+                grace_period_expires_at, expiration_intent, is_trial, is_intro, ownership_type, latest_transaction_id,
+                revoked_at, cancellation_reason, user_identifier, receipt_id, observed_at, next_poll_at, notified_at,
+                price_milli, currency)
+            SELECT * FROM input
             ON CONFLICT (app_id, environment, original_transaction_id) DO UPDATE SET
                 product_id = EXCLUDED.product_id, state = EXCLUDED.state, expires_at = EXCLUDED.expires_at,
                 purchased_at = EXCLUDED.purchased_at, original_purchase_date = EXCLUDED.original_purchase_date,
@@ -108,6 +123,8 @@ enum SubscriptionRows {
                 updated_at = now()
             WHERE s.observed_at <= EXCLUDED.observed_at
             RETURNING \(unescaped: columns)
+            )\(unescaped: rollsUpRevenue ? RevenueRows.subscriptionFlows : "")
+            SELECT * FROM written s
             """
         ).rows
         return written.compactMap { row in resource(row).map { (row.uuid("app_id"), $0) } }
