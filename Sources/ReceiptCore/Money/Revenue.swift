@@ -1,3 +1,4 @@
+import BaseSupport
 import Foundation
 
 /// An auto-renewable plan's billing period, read from one period's length (Apple's signed
@@ -155,7 +156,8 @@ public struct RevenueDay: Sendable, Equatable {
     }
 }
 
-/// The revenue figures' days: UTC calendar dates written `YYYY-MM-DD`.
+/// The revenue figures' days: UTC calendar dates written `YYYY-MM-DD` (the one civil-date
+/// arithmetic, ``CivilDate``).
 public enum RevenueCalendar {
     /// The most days one request of figures may span.
     public static let maxDays = 400
@@ -164,25 +166,21 @@ public enum RevenueCalendar {
     public static func date(_ text: String) -> Date? {
         let parts = text.split(separator: "-", omittingEmptySubsequences: false)
         guard text.utf8.count == 10, parts.count == 3, parts[0].count == 4, parts[1].count == 2, parts[2].count == 2,
-            text.utf8.allSatisfy({ $0 == 45 || (48...57).contains($0) }),
-            let year = Int(parts[0]), let month = Int(parts[1]), let day = Int(parts[2])
+            let year = Int(parts[0]), let month = Int(parts[1]), let day = Int(parts[2]), (1...12).contains(month), day >= 1
         else { return nil }
-        var calendar = Calendar(identifier: .gregorian)
-        calendar.timeZone = TimeZone(identifier: "UTC")!
-        let components = DateComponents(year: year, month: month, day: day)
-        guard components.isValidDate(in: calendar), let date = calendar.date(from: components) else { return nil }
-        return date
+        let days = CivilDate.days(year: year, month: month, day: day)
+        // A day past the month's end (02-30) counts on into the next month: not a real date.
+        guard CivilDate.fields(days: days) == (year, month, day) else { return nil }
+        return Date(timeIntervalSince1970: Double(days) * 86_400)
     }
 
     /// The UTC day of `date`, `YYYY-MM-DD`.
     public static func text(_ date: Date) -> String {
-        var calendar = Calendar(identifier: .gregorian)
-        calendar.timeZone = TimeZone(identifier: "UTC")!
-        let parts = calendar.dateComponents([.year, .month, .day], from: date)
-        func pad(_ value: Int?, _ width: Int) -> String {
-            let text = String(value ?? 0)
+        let (year, month, day) = CivilDate.fields(days: Int((date.timeIntervalSince1970 / 86_400).rounded(.down)))
+        func pad(_ value: Int, _ width: Int) -> String {
+            let text = String(value)
             return String(repeating: "0", count: max(0, width - text.count)) + text
         }
-        return "\(pad(parts.year, 4))-\(pad(parts.month, 2))-\(pad(parts.day, 2))"
+        return "\(pad(year, 4))-\(pad(month, 2))-\(pad(day, 2))"
     }
 }
