@@ -29,7 +29,6 @@ final class PartitionRetentionTests {
     /// Keeps its calls to Apple forever.
     let own: AppRecord
     let keys = RedisKeys(prefix: "{rqp-\(UUID().uuidString.prefix(8).lowercased())}")
-    static let day: TimeInterval = 86_400
 
     init() throws {
         let shared = try TestSystem.migratedDatabase()
@@ -90,19 +89,19 @@ final class PartitionRetentionTests {
             let legacy = try #require(try partitions(table)["\(table)_legacy"], "\(table): the old table, attached")
             #expect(legacy > Date(), "\(table): its range reaches past the conversion")
         }
-        let later = Date().addingTimeInterval(60 * Self.day)
+        let later = Date().addingTimeInterval(60 * RetentionTests.day)
         let report = try sweep(at: later)
         #expect(report.partitionsCreated > 0)
         for table in ["validation_attempts", "audit_log"] {
             let furthest = try #require(try partitions(table).values.max())
-            #expect(furthest >= later.addingTimeInterval(14 * Self.day), "\(table): two weeks ahead of the step's clock")
+            #expect(furthest >= later.addingTimeInterval(14 * RetentionTests.day), "\(table): two weeks ahead of the step's clock")
         }
         #expect(try sweep(at: later).partitionsCreated == 0, "already ahead: nothing more")
     }
 
     @Test("A row of a time no partition covers yet goes to the DEFAULT partition, and moves out when its range is created")
     func defaultPartition() throws {
-        let far = Date().addingTimeInterval(300 * Self.day)
+        let far = Date().addingTimeInterval(300 * RetentionTests.day)
         try store(plain, calls: 2, at: far)
         let held = try connection.query("SELECT count(*) AS n FROM validation_attempts_default").rows.first?.int("n")
         #expect(held == 2, "never an insert refused")
@@ -117,12 +116,12 @@ final class PartitionRetentionTests {
     @Test("A partition whose every row has expired for every app is dropped whole, the legacy one too; purchases stay")
     func wholePartitionDropped() throws {
         try store(plain, calls: 3, at: Date())
-        try store(plain, calls: 2, at: Date().addingTimeInterval(10 * Self.day))
+        try store(plain, calls: 2, at: Date().addingTimeInterval(10 * RetentionTests.day))
         let before = try partitions("validation_attempts")
         #expect(before["validation_attempts_legacy"] != nil)
 
         // 120 days on: past the deployment's 90 days for both; the own app (forever) has no row in them.
-        let report = try sweep(at: Date().addingTimeInterval(120 * Self.day))
+        let report = try sweep(at: Date().addingTimeInterval(120 * RetentionTests.day))
         let after = try partitions("validation_attempts")
         #expect(after["validation_attempts_legacy"] == nil, "the legacy partition went when its range expired")
         #expect((report.partitionsDropped[.appleCallAttempts] ?? 0) >= 2)
@@ -135,10 +134,10 @@ final class PartitionRetentionTests {
 
     @Test("An app that keeps longer keeps its partition; batched deletes take the other apps' rows in it")
     func perAppFallback() throws {
-        let at = Date().addingTimeInterval(10 * Self.day)
+        let at = Date().addingTimeInterval(10 * RetentionTests.day)
         try store(plain, calls: 3, at: at)
         try store(own, calls: 2, at: at)
-        let report = try sweep(at: Date().addingTimeInterval(120 * Self.day))
+        let report = try sweep(at: Date().addingTimeInterval(120 * RetentionTests.day))
         let partition = try #require(
             try connection.query(
                 "SELECT tableoid::regclass::text AS name FROM validation_attempts WHERE created_at = \(at)::timestamptz LIMIT 1"
@@ -152,7 +151,7 @@ final class PartitionRetentionTests {
     @Test("A replayed job writes its calls once: they are filed under the job's enqueue time")
     func replayWritesCallsOnce() throws {
         let envelope = JobEnvelope(
-            id: JobID.make(), appID: plain.id, enqueuedAt: Date().addingTimeInterval(-Self.day), origin: .api,
+            id: JobID.make(), appID: plain.id, enqueuedAt: Date().addingTimeInterval(-RetentionTests.day), origin: .api,
             payload: .receipt(ReceiptJob(receipt: "MIIreplay", style: .unified, bundleID: "com.example.retention", environment: "sandbox")))
         let call = AppleCall(endpoint: .sandbox, httpStatus: 200, appleStatus: 0, isRetryable: nil, latencyMs: 2, errorCode: nil)
         let store = PostgresReceiptStore(connection: connection)

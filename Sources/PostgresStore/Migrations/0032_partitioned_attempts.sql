@@ -84,30 +84,42 @@ BEGIN
 END
 $$;
 
+-- Converts `tbl` into a table partitioned by week on `time_column`, the old table attached as
+-- `<tbl>_legacy` (range MINVALUE to its CHECK's bound), a `<tbl>_default` partition for a time no
+-- partition covers yet, and two weeks of partitions ahead. `parent_setup` runs on the empty parent
+-- before the attach: its constraints and indexes, each matching one the legacy table already has
+-- (ATTACH adopts a matching index, and builds, under the lock, one that is missing). The parent
+-- gets the columns, NOT NULLs and defaults (the id keeps drawing from the same sequence, which
+-- from now on belongs to the parent: it outlives the legacy partition); not the legacy range's CHECK.
+CREATE FUNCTION receiptq_partition_by_week(tbl text, time_column text, key_column text, parent_setup text[])
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    bound     timestamptz := receiptq_legacy_range(tbl::regclass, time_column, 604800);
+    legacy    text := format('%s_legacy', tbl);
+    fallback  text := format('%s_default', tbl);
+    statement text;
+BEGIN
+    EXECUTE format('ALTER TABLE %I RENAME TO %I', tbl, legacy);
+    EXECUTE format('CREATE TABLE %I (LIKE %I INCLUDING DEFAULTS) PARTITION BY RANGE (%I)', tbl, legacy, time_column);
+    EXECUTE format('ALTER SEQUENCE %I OWNED BY %I.%I', format('%s_%s_seq', tbl, key_column), tbl, key_column);
+    FOREACH statement IN ARRAY parent_setup LOOP
+        EXECUTE statement;
+    END LOOP;
+    EXECUTE format('ALTER TABLE %I ATTACH PARTITION %I FOR VALUES FROM (MINVALUE) TO (%L)', tbl, legacy, bound);
+    -- A row of a time no partition covers (the scheduler late) still goes in: never an insert refused.
+    EXECUTE format('CREATE TABLE %I PARTITION OF %I DEFAULT', fallback, tbl);
+    EXECUTE format('CREATE INDEX ON %I (%I)', fallback, key_column);
+    PERFORM receiptq_create_partitions(tbl::regclass, key_column, time_column, 604800, 2, now());
+END
+$$;
+
 -- The unique key a replayed job's calls meet (job, attempt, call) must include the partition key:
 -- `created_at` is now the job's enqueue time, the same on every replay (ValidationRecord.callsFiledAt).
 -- On a large table, build it by hand first with CREATE UNIQUE INDEX CONCURRENTLY under this name.
 CREATE UNIQUE INDEX IF NOT EXISTS validation_attempts_legacy_replay_key ON validation_attempts (job_id, attempt, seq, created_at);
 
-DO $$
-DECLARE
-    bound timestamptz := receiptq_legacy_range('validation_attempts', 'created_at', 604800);
-BEGIN
-    ALTER TABLE validation_attempts RENAME TO validation_attempts_legacy;
-    -- The columns, NOT NULLs and defaults (the id keeps drawing from the same sequence); not the
-    -- legacy range's CHECK.
-    CREATE TABLE validation_attempts (LIKE validation_attempts_legacy INCLUDING DEFAULTS) PARTITION BY RANGE (created_at);
-    -- The sequence outlives the legacy partition, which retention drops one day.
-    ALTER SEQUENCE validation_attempts_id_seq OWNED BY validation_attempts.id;
-    ALTER TABLE validation_attempts ADD CONSTRAINT validation_attempts_receipt_fkey FOREIGN KEY (receipt_id) REFERENCES receipts (id);
-    -- Indexes of the parent, each matching one the legacy table already has: ATTACH adopts them.
-    CREATE UNIQUE INDEX validation_attempts_replay_key ON validation_attempts (job_id, attempt, seq, created_at);
-    CREATE INDEX validation_attempts_receipt_key ON validation_attempts (receipt_id);
-    CREATE INDEX validation_attempts_created_at_brin ON validation_attempts USING brin (created_at);
-    EXECUTE format('ALTER TABLE validation_attempts ATTACH PARTITION validation_attempts_legacy FOR VALUES FROM (MINVALUE) TO (%L)', bound);
-    -- A row of a time no partition covers (the scheduler late) still goes in: never an insert refused.
-    CREATE TABLE validation_attempts_default PARTITION OF validation_attempts DEFAULT;
-    CREATE INDEX ON validation_attempts_default (id);
-    PERFORM receiptq_create_partitions('validation_attempts', 'id', 'created_at', 604800, 2, now());
-END
-$$;
+SELECT receiptq_partition_by_week('validation_attempts', 'created_at', 'id', ARRAY[
+    'ALTER TABLE validation_attempts ADD CONSTRAINT validation_attempts_receipt_fkey FOREIGN KEY (receipt_id) REFERENCES receipts (id)',
+    'CREATE UNIQUE INDEX validation_attempts_replay_key ON validation_attempts (job_id, attempt, seq, created_at)',
+    'CREATE INDEX validation_attempts_receipt_key ON validation_attempts (receipt_id)',
+    'CREATE INDEX validation_attempts_created_at_brin ON validation_attempts USING brin (created_at)']);

@@ -8,19 +8,7 @@
 -- include the time, and its `created_at` is the time of the write, not replay-stable; `events` and
 -- `webhook_deliveries` are joined by foreign keys (a delivery references its event) and an event
 -- is kept while one of its deliveries is open, which no time range of a partition can say.
-DO $$
-DECLARE
-    bound timestamptz := receiptq_legacy_range('audit_log', 'at', 604800);
-BEGIN
-    ALTER TABLE audit_log RENAME TO audit_log_legacy;
-    CREATE TABLE audit_log (LIKE audit_log_legacy INCLUDING DEFAULTS) PARTITION BY RANGE (at);
-    ALTER SEQUENCE audit_log_id_seq OWNED BY audit_log.id;
-    ALTER TABLE audit_log ADD CONSTRAINT audit_log_outcome_check CHECK (outcome IN ('started', 'done', 'failed', 'refused'));
-    CREATE INDEX audit_log_at_key ON audit_log (at DESC, id DESC);
-    CREATE INDEX audit_log_users_key ON audit_log USING gin (user_identifiers);
-    EXECUTE format('ALTER TABLE audit_log ATTACH PARTITION audit_log_legacy FOR VALUES FROM (MINVALUE) TO (%L)', bound);
-    CREATE TABLE audit_log_default PARTITION OF audit_log DEFAULT;
-    CREATE INDEX ON audit_log_default (id);
-    PERFORM receiptq_create_partitions('audit_log', 'id', 'at', 604800, 2, now());
-END
-$$;
+SELECT receiptq_partition_by_week('audit_log', 'at', 'id', ARRAY[
+    'ALTER TABLE audit_log ADD CONSTRAINT audit_log_outcome_check CHECK (outcome IN (''started'', ''done'', ''failed'', ''refused''))',
+    'CREATE INDEX audit_log_at_key ON audit_log (at DESC, id DESC)',
+    'CREATE INDEX audit_log_users_key ON audit_log USING gin (user_identifiers)']);
