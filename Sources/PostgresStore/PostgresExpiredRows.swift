@@ -58,7 +58,7 @@ public final class PostgresExpiredRows: ExpiredRows {
             DELETE FROM \(unescaped: table.name) WHERE \(unescaped: table.key) = ANY(ARRAY(
                 SELECT t.\(unescaped: table.key) FROM \(unescaped: table.name) t
                 WHERE \(unescaped: table.indexedTime) < \(bound)::timestamptz
-                  AND \(unescaped: table.time) < \(now)::timestamptz - make_interval(days => NULLIF(COALESCE(
+                  AND \(unescaped: table.time) < \(now)::timestamptz - make_interval(secs => \(policy.daySeconds)::double precision * NULLIF(COALESCE(
                         (SELECT o.days FROM app_retention o WHERE o.app_id = \(unescaped: table.app) AND o.kind = \(kind.rawValue)),
                         \(deployment)::integer), 0))
                   AND (\(scope)::uuid[] IS NULL OR \(unescaped: table.app) = ANY(\(scope)::uuid[]))
@@ -68,9 +68,6 @@ public final class PostgresExpiredRows: ExpiredRows {
         ).affectedRows
     }
 
-    /// The width of a partition: a week (a row outlives its days by at most a week before its
-    /// partition goes whole; batched deletes take it on time meanwhile).
-    static let partitionSeconds = 7 * 86_400
     /// Partitions kept ahead of now.
     static let partitionsAhead = 2
     /// The longest a partition's creation or drop waits for its table's lock: what it may stall a
@@ -79,7 +76,7 @@ public final class PostgresExpiredRows: ExpiredRows {
     /// `lock_not_available`: a partition's lock not had within ``partitionLockWait``.
     static let lockNotAvailable = "55P03"
 
-    public func createPartitions(now: Date) throws -> Int {
+    public func createPartitions(policy: RetentionPolicy, now: Date) throws -> Int {
         // A test's adapter shares its database, its clock moved forward: it leaves the partitions alone.
         guard apps == nil else { return 0 }
         var created = 0
@@ -89,7 +86,7 @@ public final class PostgresExpiredRows: ExpiredRows {
                 created +=
                     try connection.query(
                         """
-                        SELECT receiptq_create_partitions(\(table.name)::regclass, \(table.key), \(partitionKey), \(Self.partitionSeconds)::bigint,
+                        SELECT receiptq_create_partitions(\(table.name)::regclass, \(table.key), \(partitionKey), \(policy.partitionSeconds)::bigint,
                             \(Self.partitionsAhead)::integer, \(now)::timestamptz, \(Self.partitionLockWait)) AS created
                         """
                     ).rows.first?.int("created") ?? 0
@@ -108,7 +105,7 @@ public final class PostgresExpiredRows: ExpiredRows {
         let expired = try connection.query(
             """
             SELECT p.name FROM receiptq_partitions(\(table.name)::regclass) p
-            WHERE p.upper_bound <= \(now)::timestamptz - make_interval(days => \(deployment)::integer)
+            WHERE p.upper_bound <= \(now)::timestamptz - make_interval(secs => \(policy.daySeconds)::double precision * \(deployment)::integer)
             ORDER BY p.upper_bound
             """
         ).rows.compactMap { $0.string("name") }
@@ -119,7 +116,7 @@ public final class PostgresExpiredRows: ExpiredRows {
         ).rows.compactMap { $0.string("app") }
         var dropped = 0
         for partition in expired {
-            if !longer.isEmpty, try keepsRows(partition, of: table, kind: kind, apps: longer, now: now) { continue }
+            if !longer.isEmpty, try keepsRows(partition, of: table, kind: kind, apps: longer, policy: policy, now: now) { continue }
             do {
                 try connection.transaction { connection in
                     try connection.execute("SET LOCAL lock_timeout = '\(Self.partitionLockWait)'")
@@ -135,12 +132,14 @@ public final class PostgresExpiredRows: ExpiredRows {
 
     /// Whether one of `apps` (which keep `kind` longer than the deployment) still keeps a row of
     /// `partition` at `now`: then the partition stays, and batched deletes take the others' rows.
-    private func keepsRows(_ partition: String, of table: Table, kind: RetentionKind, apps: [String], now: Date) throws -> Bool {
+    private func keepsRows(
+        _ partition: String, of table: Table, kind: RetentionKind, apps: [String], policy: RetentionPolicy, now: Date
+    ) throws -> Bool {
         try connection.query(
             """
             SELECT EXISTS (SELECT 1 FROM \(unescaped: partition) t
                 WHERE \(unescaped: table.app) = ANY(\(PostgresArray.literal(apps))::uuid[])
-                  AND NOT COALESCE(\(unescaped: table.time) < \(now)::timestamptz - make_interval(days => NULLIF(
+                  AND NOT COALESCE(\(unescaped: table.time) < \(now)::timestamptz - make_interval(secs => \(policy.daySeconds)::double precision * NULLIF(
                         (SELECT o.days FROM app_retention o WHERE o.app_id = \(unescaped: table.app) AND o.kind = \(kind.rawValue)),
                         0)), false)) AS kept
             """
@@ -157,7 +156,7 @@ public final class PostgresExpiredRows: ExpiredRows {
         let deployment = policy.days(kind)
         return try connection.query(
             """
-            SELECT \(now)::timestamptz - make_interval(days => min(d.days)) AS bound
+            SELECT \(now)::timestamptz - make_interval(secs => \(policy.daySeconds)::double precision * min(d.days)) AS bound
             FROM (SELECT days FROM app_retention WHERE kind = \(kind.rawValue) AND days > 0
                     AND (\(scope)::uuid[] IS NULL OR app_id = ANY(\(scope)::uuid[]))
                   UNION ALL SELECT \(deployment)::integer WHERE \(deployment)::integer > 0) d
@@ -193,7 +192,7 @@ public final class PostgresExpiredRows: ExpiredRows {
                     UPDATE receipts t SET receipt_data = '', latest_receipt = NULL, updated_at = now()
                     FROM page
                     WHERE t.id = page.id AND t.status <> 'pending' AND t.user_identifier IS NOT NULL
-                      AND t.created_at < \(now)::timestamptz - make_interval(days => NULLIF(COALESCE(
+                      AND t.created_at < \(now)::timestamptz - make_interval(secs => \(policy.daySeconds)::double precision * NULLIF(COALESCE(
                             (SELECT o.days FROM app_retention o WHERE o.app_id = t.app_id AND o.kind = \(kind)),
                             \(deployment)::integer), 0))
                       AND NOT EXISTS (SELECT 1 FROM subscriptions s WHERE s.receipt_id = t.id)

@@ -132,7 +132,7 @@ public final class RetentionSweep: Service, Sendable {
         let at = now()
         let ran = try rows.exclusively {
             // Ahead first: a late partition only sends rows to the DEFAULT one, never refuses them.
-            report.partitionsCreated = try rows.createPartitions(now: at)
+            report.partitionsCreated = try rows.createPartitions(policy: configuration.policy, now: at)
             if report.partitionsCreated > 0 { partitionsCreated.increment(by: report.partitionsCreated) }
             for kind in RetentionKind.allCases where !stopping.load(ordering: .relaxed) {
                 // Whole partitions first (a catalog change, no row read); the batches then take

@@ -56,9 +56,9 @@ final class PartitionRetentionTests {
     }
 
     /// One run of the step over the whole database (no app scope: partitions are dropped).
-    func sweep(at: Date) throws -> RetentionSweep.Report {
+    func sweep(at: Date, policy: RetentionPolicy = RetentionPolicy()) throws -> RetentionSweep.Report {
         let step = RetentionSweep(
-            configuration: .init(batchSize: 2, batchPause: .zero), make: { fatalError("not run as a service here") },
+            configuration: .init(policy: policy, batchSize: 2, batchPause: .zero), make: { fatalError("not run as a service here") },
             now: { at }, metrics: PrometheusExporter(), logger: Logger(label: "partition-test"))
         let redis = try RedisConnection(configuration: RedisConfiguration(host: TestEnvironment.redisHost, port: TestEnvironment.redisPort))
         return try step.sweep(rows: PostgresExpiredRows(connection: connection), deadLetters: RedisDeadLetterTrim(connection: redis, keys: keys))
@@ -165,5 +165,17 @@ final class PartitionRetentionTests {
         let rows = try connection.query("SELECT created_at FROM validation_attempts WHERE job_id = \(envelope.id)").rows
         #expect(rows.count == 2)
         #expect(rows.allSatisfy { abs(($0.date("created_at") ?? .distantPast).timeIntervalSince(envelope.enqueuedAt)) < 0.001 })
+    }
+
+    @Test("A compressed retention day (RETENTION_DAY_SECONDS, for a soak) scales the days the step applies")
+    func compressedDay() throws {
+        try store(plain, calls: 3, at: Date())
+        try store(own, calls: 1, at: Date())
+        let seconds = RetentionPolicy(daySeconds: 1)
+        #expect(try sweep(at: Date().addingTimeInterval(60), policy: seconds).deleted[.appleCallAttempts] == 0, "60 s: under 90 days")
+        let report = try sweep(at: Date().addingTimeInterval(120), policy: seconds)
+        #expect(report.deleted[.appleCallAttempts] == 3, "120 s: past 90 days of a second")
+        #expect(try calls(plain) == 0)
+        #expect(try calls(own) == 1, "0 keeps forever, whatever a day lasts")
     }
 }
