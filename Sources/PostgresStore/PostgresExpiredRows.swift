@@ -58,7 +58,7 @@ public final class PostgresExpiredRows: ExpiredRows {
             DELETE FROM \(unescaped: table.name) WHERE \(unescaped: table.key) = ANY(ARRAY(
                 SELECT t.\(unescaped: table.key) FROM \(unescaped: table.name) t
                 WHERE \(unescaped: table.indexedTime) < \(bound)::timestamptz
-                  AND \(unescaped: table.time) < \(now)::timestamptz - make_interval(days => NULLIF(COALESCE(
+                  AND \(unescaped: table.time) < \(now)::timestamptz - make_interval(secs => \(policy.daySeconds)::double precision * NULLIF(COALESCE(
                         (SELECT o.days FROM app_retention o WHERE o.app_id = \(unescaped: table.app) AND o.kind = \(kind.rawValue)),
                         \(deployment)::integer), 0))
                   AND (\(scope)::uuid[] IS NULL OR \(unescaped: table.app) = ANY(\(scope)::uuid[]))
@@ -66,6 +66,84 @@ public final class PostgresExpiredRows: ExpiredRows {
                 LIMIT \(limit)))
             """
         ).affectedRows
+    }
+
+    /// Partitions kept ahead of now.
+    static let partitionsAhead = 2
+    /// The longest a partition's creation or drop waits for its table's lock: what it may stall a
+    /// validation's insert queued behind it (it tries again next run).
+    static let partitionLockWait = "100ms"
+    /// `lock_not_available`: a partition's lock not had within ``partitionLockWait``.
+    static let lockNotAvailable = "55P03"
+
+    public func createPartitions(policy: RetentionPolicy, now: Date) throws -> Int {
+        // A test's adapter shares its database, its clock moved forward: it leaves the partitions alone.
+        guard apps == nil else { return 0 }
+        var created = 0
+        for table in RetentionKind.allCases.compactMap(Self.table) {
+            guard let partitionKey = table.partitionKey else { continue }
+            do {
+                created +=
+                    try connection.query(
+                        """
+                        SELECT receiptq_create_partitions(\(table.name)::regclass, \(table.key), \(partitionKey), \(policy.partitionSeconds)::bigint,
+                            \(Self.partitionsAhead)::integer, \(now)::timestamptz, \(Self.partitionLockWait)) AS created
+                        """
+                    ).rows.first?.int("created") ?? 0
+            } catch let error as PostgresError where error.sqlState == Self.lockNotAvailable {
+                continue
+            }
+        }
+        return created
+    }
+
+    public func dropExpiredPartitions(_ kind: RetentionKind, policy: RetentionPolicy, now: Date) throws -> Int {
+        let deployment = policy.days(kind)
+        // A test's adapter shares its database: a partition holds other tests' rows. The
+        // deployment keeping forever keeps every partition.
+        guard apps == nil, deployment > 0, let table = Self.table(kind), table.partitionKey != nil else { return 0 }
+        let expired = try connection.query(
+            """
+            SELECT p.name FROM receiptq_partitions(\(table.name)::regclass) p
+            WHERE p.upper_bound <= \(now)::timestamptz - make_interval(secs => \(policy.daySeconds)::double precision * \(deployment)::integer)
+            ORDER BY p.upper_bound
+            """
+        ).rows.compactMap { $0.string("name") }
+        guard !expired.isEmpty else { return 0 }
+        // The apps that keep this kind longer than the deployment, or forever.
+        let longer = try connection.query(
+            "SELECT app_id::text AS app FROM app_retention WHERE kind = \(kind.rawValue) AND (days = 0 OR days > \(deployment)::integer)"
+        ).rows.compactMap { $0.string("app") }
+        var dropped = 0
+        for partition in expired {
+            if !longer.isEmpty, try keepsRows(partition, of: table, kind: kind, apps: longer, policy: policy, now: now) { continue }
+            do {
+                try connection.transaction { connection in
+                    try connection.execute("SET LOCAL lock_timeout = '\(Self.partitionLockWait)'")
+                    try connection.execute("DROP TABLE \(partition)")
+                }
+                dropped += 1
+            } catch let error as PostgresError where error.sqlState == Self.lockNotAvailable {
+                continue
+            }
+        }
+        return dropped
+    }
+
+    /// Whether one of `apps` (which keep `kind` longer than the deployment) still keeps a row of
+    /// `partition` at `now`: then the partition stays, and batched deletes take the others' rows.
+    private func keepsRows(
+        _ partition: String, of table: Table, kind: RetentionKind, apps: [String], policy: RetentionPolicy, now: Date
+    ) throws -> Bool {
+        try connection.query(
+            """
+            SELECT EXISTS (SELECT 1 FROM \(unescaped: partition) t
+                WHERE \(unescaped: table.app) = ANY(\(PostgresArray.literal(apps))::uuid[])
+                  AND NOT COALESCE(\(unescaped: table.time) < \(now)::timestamptz - make_interval(secs => \(policy.daySeconds)::double precision * NULLIF(
+                        (SELECT o.days FROM app_retention o WHERE o.app_id = \(unescaped: table.app) AND o.kind = \(kind.rawValue)),
+                        0)), false)) AS kept
+            """
+        ).rows.first?.bool("kept") ?? true
     }
 
     /// The apps of a test sharing its database, as a Postgres array literal (nil: every app).
@@ -78,7 +156,7 @@ public final class PostgresExpiredRows: ExpiredRows {
         let deployment = policy.days(kind)
         return try connection.query(
             """
-            SELECT \(now)::timestamptz - make_interval(days => min(d.days)) AS bound
+            SELECT \(now)::timestamptz - make_interval(secs => \(policy.daySeconds)::double precision * min(d.days)) AS bound
             FROM (SELECT days FROM app_retention WHERE kind = \(kind.rawValue) AND days > 0
                     AND (\(scope)::uuid[] IS NULL OR app_id = ANY(\(scope)::uuid[]))
                   UNION ALL SELECT \(deployment)::integer WHERE \(deployment)::integer > 0) d
@@ -114,7 +192,7 @@ public final class PostgresExpiredRows: ExpiredRows {
                     UPDATE receipts t SET receipt_data = '', latest_receipt = NULL, updated_at = now()
                     FROM page
                     WHERE t.id = page.id AND t.status <> 'pending' AND t.user_identifier IS NOT NULL
-                      AND t.created_at < \(now)::timestamptz - make_interval(days => NULLIF(COALESCE(
+                      AND t.created_at < \(now)::timestamptz - make_interval(secs => \(policy.daySeconds)::double precision * NULLIF(COALESCE(
                             (SELECT o.days FROM app_retention o WHERE o.app_id = t.app_id AND o.kind = \(kind)),
                             \(deployment)::integer), 0))
                       AND NOT EXISTS (SELECT 1 FROM subscriptions s WHERE s.receipt_id = t.id)
@@ -144,6 +222,9 @@ public final class PostgresExpiredRows: ExpiredRows {
         /// An indexed time never later than `time` (a BRIN or B-tree index).
         var indexedTime: String
         var filter = ""
+        /// The column the table is partitioned by, the one `time` reads (migrations 0032, 0033):
+        /// retention drops its expired partitions whole. Nil: not partitioned.
+        var partitionKey: String?
     }
 
     /// The table of `kind` (nil: not a Postgres kind).
@@ -152,7 +233,7 @@ public final class PostgresExpiredRows: ExpiredRows {
         case .appleCallAttempts:
             Table(
                 name: "validation_attempts", key: "id", app: "(SELECT r.app_id FROM receipts r WHERE r.id = t.receipt_id)",
-                time: "t.created_at", indexedTime: "t.created_at")
+                time: "t.created_at", indexedTime: "t.created_at", partitionKey: "created_at")
         case .notifications:
             Table(name: "notifications", key: "id", app: "t.app_id", time: "t.created_at", indexedTime: "t.created_at")
         case .events:
@@ -169,7 +250,7 @@ public final class PostgresExpiredRows: ExpiredRows {
                 indexedTime: "t.created_at",
                 filter: "AND t.status IN ('delivered', 'dead')")
         case .auditLog:
-            Table(name: "audit_log", key: "id", app: "t.app_id", time: "t.at", indexedTime: "t.at")
+            Table(name: "audit_log", key: "id", app: "t.app_id", time: "t.at", indexedTime: "t.at", partitionKey: "at")
         case .deadLetters, .supersededReceipts:
             // Not deleted rows: the dead letters are in Redis, a superseded receipt keeps its row.
             nil

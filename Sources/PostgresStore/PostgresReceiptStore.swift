@@ -326,11 +326,12 @@ public final class PostgresReceiptStore: ReceiptStore {
         _ = try connection.query(
             """
             INSERT INTO validation_attempts (receipt_id, job_id, attempt, seq, endpoint, http_status, apple_status,
-                is_retryable, latency_ms, error_code)
+                is_retryable, latency_ms, error_code, created_at)
             SELECT * FROM unnest(\(attempts.receiptID)::uuid[], \(attempts.jobID)::uuid[], \(attempts.attempt)::int[], \(attempts.seq)::int[],
                 \(attempts.endpoint)::text[], \(attempts.httpStatus)::int[], \(attempts.appleStatus)::int[],
-                \(attempts.isRetryable)::boolean[], \(attempts.latencyMs)::int[], \(attempts.errorCode)::text[])
-            ON CONFLICT (job_id, attempt, seq) DO NOTHING
+                \(attempts.isRetryable)::boolean[], \(attempts.latencyMs)::int[], \(attempts.errorCode)::text[],
+                \(attempts.filedAt)::timestamptz[])
+            ON CONFLICT (job_id, attempt, seq, created_at) DO NOTHING
             """)
     }
 
@@ -540,14 +541,14 @@ private struct PurchaseColumns {
 
 /// The columns of a batch of `validation_attempts` rows: one per call to Apple.
 private struct AttemptColumns {
-    private var columns = ColumnBatch([.uuid, .int4, .int4, .text, .int4, .int4, .bool, .int4, .text, .uuid])
+    private var columns = ColumnBatch([.uuid, .int4, .int4, .text, .int4, .int4, .bool, .int4, .text, .uuid, .timestamptz])
 
     mutating func append(_ record: ValidationRecord) {
         for (seq, call) in record.calls.enumerated() {
             let values: [ColumnValue] = [
                 .uuid(record.receiptID), .int(record.envelope.attempt), .int(seq), .text(call.endpoint.rawValue),
                 .int(call.httpStatus), .int(call.appleStatus), .bool(call.isRetryable), .int(call.latencyMs), .text(call.errorCode?.rawValue),
-                .uuid(record.envelope.id),
+                .uuid(record.envelope.id), .date(record.callsFiledAt),
             ]
             columns.append(values)
         }
@@ -565,4 +566,5 @@ private struct AttemptColumns {
     var latencyMs: PostgresBinaryArray { column(7) }
     var errorCode: PostgresBinaryArray { column(8) }
     var jobID: PostgresBinaryArray { column(9) }
+    var filedAt: PostgresBinaryArray { column(10) }
 }

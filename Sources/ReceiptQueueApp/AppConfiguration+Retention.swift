@@ -21,7 +21,7 @@ extension AppConfiguration {
         /// setting, a hundred years), besides the 10,000 letters cap.
         public var deadLetters: RedisWorkQueue.DeadLetterRetention {
             let days = policy.days(.deadLetters)
-            return RedisWorkQueue.DeadLetterRetention(maxAge: .seconds(86_400 * (days == 0 ? RetentionPolicy.maxDays : days)))
+            return RedisWorkQueue.DeadLetterRetention(maxAge: .seconds(policy.daySeconds * (days == 0 ? RetentionPolicy.maxDays : days)))
         }
 
         init(_ environment: EnvironmentReader) throws {
@@ -29,15 +29,16 @@ extension AppConfiguration {
             func days(_ variable: String, _ kind: RetentionKind) throws -> Int {
                 try environment.int(variable, kind.defaultDays, range: 0...RetentionPolicy.maxDays)
             }
-            policy = RetentionPolicy(days: [
-                .appleCallAttempts: try days("RETENTION_APPLE_CALL_ATTEMPTS_DAYS", .appleCallAttempts),
-                .notifications: try days("RETENTION_NOTIFICATIONS_DAYS", .notifications),
-                .events: try days("RETENTION_EVENTS_DAYS", .events),
-                .webhookDeliveries: try days("RETENTION_WEBHOOK_DELIVERIES_DAYS", .webhookDeliveries),
-                .auditLog: try days("RETENTION_AUDIT_LOG_DAYS", .auditLog),
-                .deadLetters: try days("RETENTION_DEAD_LETTERS_DAYS", .deadLetters),
-                .supersededReceipts: try days("RETENTION_SUPERSEDED_RECEIPTS_DAYS", .supersededReceipts),
-            ])
+            policy = RetentionPolicy(
+                days: [
+                    .appleCallAttempts: try days("RETENTION_APPLE_CALL_ATTEMPTS_DAYS", .appleCallAttempts),
+                    .notifications: try days("RETENTION_NOTIFICATIONS_DAYS", .notifications),
+                    .events: try days("RETENTION_EVENTS_DAYS", .events),
+                    .webhookDeliveries: try days("RETENTION_WEBHOOK_DELIVERIES_DAYS", .webhookDeliveries),
+                    .auditLog: try days("RETENTION_AUDIT_LOG_DAYS", .auditLog),
+                    .deadLetters: try days("RETENTION_DEAD_LETTERS_DAYS", .deadLetters),
+                    .supersededReceipts: try days("RETENTION_SUPERSEDED_RECEIPTS_DAYS", .supersededReceipts),
+                ], daySeconds: try environment.int("RETENTION_DAY_SECONDS", 86_400, range: 1...86_400))
             interval = .seconds(try environment.int("RETENTION_INTERVAL_SECONDS", 3600, range: 10...86_400))
             batchSize = try environment.int("RETENTION_BATCH_SIZE", 1000, range: 1...100_000)
             batchPause = .milliseconds(try environment.int("RETENTION_BATCH_PAUSE_MS", 50, range: 0...60_000))

@@ -46,6 +46,10 @@ public final class RetentionSweep: Service, Sendable {
     public struct Report: Sendable, Equatable {
         /// Rows (or dead letters) deleted, by kind.
         public var deleted: [RetentionKind: Int] = [:]
+        /// Time partitions dropped whole, by kind.
+        public var partitionsDropped: [RetentionKind: Int] = [:]
+        /// Time partitions created ahead.
+        public var partitionsCreated = 0
         /// Another replica held the lock: nothing was done.
         public var skipped = false
     }
@@ -59,6 +63,8 @@ public final class RetentionSweep: Service, Sendable {
     /// `receiptq_retention_rows_deleted_total`, one per kind, made up front: a kind with nothing
     /// to delete yet shows 0, not a missing series.
     private let deleted: [RetentionKind: Counter]
+    private let partitionsDropped: [RetentionKind: Counter]
+    private let partitionsCreated: Counter
 
     /// Creates the step.
     /// - Parameters:
@@ -80,6 +86,11 @@ public final class RetentionSweep: Service, Sendable {
             uniqueKeysWithValues: RetentionKind.allCases.map { kind in
                 (kind, Counter(label: "receiptq_retention_rows_deleted_total", dimensions: [("kind", kind.rawValue)], factory: metrics))
             })
+        partitionsDropped = Dictionary(
+            uniqueKeysWithValues: [RetentionKind.appleCallAttempts, .auditLog].map { kind in
+                (kind, Counter(label: "receiptq_retention_partitions_dropped_total", dimensions: [("kind", kind.rawValue)], factory: metrics))
+            })
+        partitionsCreated = Counter(label: "receiptq_retention_partitions_created_total", factory: metrics)
     }
 
     public func run() async throws {
@@ -120,7 +131,17 @@ public final class RetentionSweep: Service, Sendable {
         var report = Report()
         let at = now()
         let ran = try rows.exclusively {
+            // Ahead first: a late partition only sends rows to the DEFAULT one, never refuses them.
+            report.partitionsCreated = try rows.createPartitions(policy: configuration.policy, now: at)
+            if report.partitionsCreated > 0 { partitionsCreated.increment(by: report.partitionsCreated) }
             for kind in RetentionKind.allCases where !stopping.load(ordering: .relaxed) {
+                // Whole partitions first (a catalog change, no row read); the batches then take
+                // what is left: the rows of partitions an app still keeps, and the legacy one's.
+                let dropped = try rows.dropExpiredPartitions(kind, policy: configuration.policy, now: at)
+                if dropped > 0 {
+                    report.partitionsDropped[kind] = dropped
+                    partitionsDropped[kind]?.increment(by: dropped)
+                }
                 report.deleted[kind] = try drain(kind, rows: rows, deadLetters: deadLetters, at: at)
             }
         }

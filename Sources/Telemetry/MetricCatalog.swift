@@ -57,6 +57,8 @@ public enum MetricCatalog {
     public static let repollsEnqueued = "receiptq_repolls_enqueued_total"
     public static let repolls = "receiptq_repolls_total"
     public static let retentionRowsDeleted = "receiptq_retention_rows_deleted_total"
+    public static let retentionPartitionsDropped = "receiptq_retention_partitions_dropped_total"
+    public static let retentionPartitionsCreated = "receiptq_retention_partitions_created_total"
     public static let retentionLastRun = "receiptq_retention_last_run_timestamp_seconds"
     public static let notificationsReceived = "receiptq_notifications_received_total"
     public static let notificationsStored = "receiptq_notifications_stored_total"
@@ -152,6 +154,10 @@ public enum MetricCatalog {
         Entry(
             retentionRowsDeleted, .counter, "Rows (and dead letters) the retention step deleted, by kind of data.",
             labels: ["kind": RetentionKind.allCases.map(\.rawValue)]),
+        Entry(
+            retentionPartitionsDropped, .counter, "Time partitions the retention step dropped whole, by kind of data.",
+            labels: ["kind": ["apple_call_attempts", "audit_log"]]),
+        Entry(retentionPartitionsCreated, .counter, "Time partitions the retention step created ahead of their rows."),
         Entry(retentionLastRun, .gauge, "When the retention step last ran to its end on this replica (Unix seconds)."),
         Entry(
             notificationsReceived, .counter,

@@ -32,4 +32,14 @@ struct RetentionPolicyTests {
         #expect(policy.days(.events) == RetentionPolicy.maxDays)
         #expect(RetentionPolicy.isValid(days: 0) && !RetentionPolicy.isValid(days: -1) && !RetentionPolicy.isValid(days: 36_501))
     }
+
+    @Test("A compressed day scales the cutoff and the partitions' week")
+    func compressedDay() {
+        let now = Date(timeIntervalSince1970: 1_000_000)
+        let policy = RetentionPolicy(days: [.events: 30], daySeconds: 60)
+        #expect(policy.cutoff(.events, now: now) == now.addingTimeInterval(-1800))
+        #expect(policy.partitionSeconds == 420)
+        #expect(RetentionPolicy().partitionSeconds == 604_800)
+        #expect(RetentionPolicy(daySeconds: 0).daySeconds == 1)
+    }
 }

@@ -43,8 +43,14 @@ struct RetentionTests {
 
     /// A stored validation of `app` with `calls` calls to Apple and one purchase (its ledger).
     func validation(_ app: AppRecord, calls: Int) throws {
+        try Self.storeValidation(app, calls: calls, enqueuedAt: Date(), connection: connection)
+    }
+
+    /// A validation of `app` enqueued at `enqueuedAt` (its calls are filed under that time), with
+    /// `calls` calls to Apple and one purchase, stored through `connection`.
+    static func storeValidation(_ app: AppRecord, calls: Int, enqueuedAt: Date, connection: PostgresConnection) throws {
         let envelope = JobEnvelope(
-            id: JobID.make(), appID: app.id, enqueuedAt: Date(), origin: .api,
+            id: JobID.make(), appID: app.id, enqueuedAt: enqueuedAt, origin: .api,
             payload: .receipt(ReceiptJob(receipt: "MIIretention", style: .unified, bundleID: "com.example.retention", environment: "sandbox")))
         let id = "rt-\(UUID().uuidString)"
         let purchase = InAppPurchase(

@@ -9,4 +9,13 @@ public protocol ExpiredRows: AnyObject {
     /// Deletes up to `limit` rows of `kind` older than what `policy` keeps at `now` (an app's
     /// override first); returns how many it deleted (fewer than `limit`: nothing more is due).
     func deleteBatch(_ kind: RetentionKind, policy: RetentionPolicy, now: Date, limit: Int) throws -> Int
+    /// Creates the time partitions of the partitioned tables (``RetentionPolicy/partitionSeconds``
+    /// wide) a few periods ahead of `now`, so a row never waits for its partition; returns how
+    /// many it created.
+    func createPartitions(policy: RetentionPolicy, now: Date) throws -> Int
+    /// Drops the partitions of `kind`'s table whose every row has expired for every app at `now`
+    /// (while an app that keeps its rows longer still has one there, the partition stays and
+    /// ``deleteBatch(_:policy:now:limit:)`` deletes the others' rows); returns how many it
+    /// dropped (0 for a kind whose table is not partitioned).
+    func dropExpiredPartitions(_ kind: RetentionKind, policy: RetentionPolicy, now: Date) throws -> Int
 }

@@ -46,9 +46,18 @@ public struct RetentionPolicy: Sendable, Equatable {
     /// The deployment's days per kind (a kind left out has its default).
     public private(set) var days: [RetentionKind: Int]
 
-    /// Creates a policy; days outside `0...maxDays` are clamped.
-    public init(days: [RetentionKind: Int] = [:]) {
+    /// The seconds of a retention day: 86,400, fewer only for a bench or a test that compresses
+    /// days (`RETENTION_DAY_SECONDS`), so a month of retention passes in minutes.
+    public private(set) var daySeconds: Int
+
+    /// The width of a time partition: a week of retention days (a row outlives its days by at most
+    /// that before its partition is dropped whole; the batched deletes take it on time meanwhile).
+    public var partitionSeconds: Int { 7 * daySeconds }
+
+    /// Creates a policy; days outside `0...maxDays` are clamped, a day at least a second.
+    public init(days: [RetentionKind: Int] = [:], daySeconds: Int = 86_400) {
         self.days = days.mapValues { Self.clamped($0) }
+        self.daySeconds = max(1, daySeconds)
     }
 
     /// The days `kind` is kept for, an app's override first (0: forever).
@@ -60,7 +69,7 @@ public struct RetentionPolicy: Sendable, Equatable {
     /// The instant before which `kind`'s rows are expired at `now`, or nil when they are kept forever.
     public func cutoff(_ kind: RetentionKind, override: Int? = nil, now: Date) -> Date? {
         let kept = days(kind, override: override)
-        return kept == 0 ? nil : now.addingTimeInterval(-Double(kept) * 86_400)
+        return kept == 0 ? nil : now.addingTimeInterval(-Double(kept * daySeconds))
     }
 
     /// Whether `days` is a value an operator may set.

@@ -11,6 +11,12 @@ public struct ValidationRecord: Sendable, Equatable {
     public var latestReceipt: String?
     /// This attempt's calls to Apple.
     public var calls: [AppleCall]
+    /// The time its calls are filed under (`validation_attempts.created_at`, the table's partition
+    /// key): the job's enqueue time, which the envelope carries unchanged through retries and a
+    /// replay after a crash, so a replayed job meets its own rows' key and writes its calls once.
+    /// The time a call was made would not do: a replay calls Apple again, later. All attempts of
+    /// a job share one time, so they expire, and sit in a partition, together.
+    public var callsFiledAt: Date { envelope.enqueuedAt }
     public var validatedAt: Date
     /// Which Apple API produced the result (nil: none was asked, as for fraud or a failed job).
     public var validatedBy: ValidationBackend?

@@ -86,6 +86,7 @@ struct PostgresStats {
             """
             SELECT indexrelname AS name, idx_tup_read AS n FROM pg_stat_user_indexes
             WHERE relname IN ('receipts', 'in_app_purchases', 'validation_attempts', 'apps')
+               OR relname LIKE 'validation\\_attempts\\_%' -- its partitions (migration 0032)
             """
         ).rows
         for index in indexes {
