@@ -23,7 +23,7 @@ extension MockNotificationCenter {
         revocation: Revocation? = nil
     ) throws -> String? {
         guard var transaction = api.transaction(transactionID, in: environment) else { return nil }
-        let now = (Date().timeIntervalSince1970 * 1000).rounded()
+        let now = (api.now().timeIntervalSince1970 * 1000).rounded()
         let original = transaction["originalTransactionId"]?.stringValue ?? transactionID
         switch type {
         case "REFUND", "REVOKE":

@@ -118,11 +118,11 @@ public final class MockNotificationCenter: Sendable {
         type: String, subtype: String? = nil, transaction: JSONValue?, renewal: JSONValue? = nil, status: Int? = nil,
         appTransaction: JSONValue? = nil, bundleID: String, environment: AppStoreEnvironment, delivery: Delivery = Delivery()
     ) throws -> String {
-        let now = Date()
+        let now = api.now()
         let uuid = UUID().uuidString.lowercased()
         let appleEnvironment = environment == .production ? "Production" : "Sandbox"
         var data: [String: JSONValue] = ["bundleId": .string(bundleID), "bundleVersion": .string("1"), "environment": .string(appleEnvironment)]
-        if let transaction { data["signedTransactionInfo"] = .string(try api.authority.sign(MockServerAPI.signed(transaction))) }
+        if let transaction { data["signedTransactionInfo"] = .string(try api.authority.sign(api.signed(transaction))) }
         if let renewal { data["signedRenewalInfo"] = .string(try api.authority.sign(renewal)) }
         if let status { data["status"] = .number(Double(status)) }
         var payload: [String: JSONValue] = [
