@@ -295,7 +295,7 @@ let package = Package(
         // by `receiptq conformance` (DevCommands.swift), tests and bench/, never by production.
         .target(
             name: "Conformance",
-            dependencies: ["ReceiptCore", "ReceiptTesting"],
+            dependencies: ["ReceiptCore", "ReceiptTesting", "DevTools", "MockAppStore"],
             swiftSettings: swiftSettings
         ),
         .target(

@@ -9,8 +9,9 @@ extension MockNotificationCenter {
     ///   (1 for a refund: an issue with the app; 0 for a revocation), `revocationType` and
     ///   `revocationPercentage` (`revocation`, else `REFUND_FULL` at 100000 for a refund and
     ///   `FAMILY_REVOKE` for a revocation); `REFUND_REVERSED` removes them.
-    /// - `DID_RENEW`: a new transaction of the subscription, for the next period of the same length,
-    ///   at the renewal info's `renewalPrice` (else the last price) and without the last offer.
+    /// - `DID_RENEW`: a new transaction of the subscription, for the next period of the same length
+    ///   (or `period` seconds: a month after a week's free trial), at the renewal info's
+    ///   `renewalPrice` (else the last price) and without the last offer.
     /// - `EXPIRED`: the latest period ends now and auto-renew is off (`expirationIntent` 1).
     /// - `DID_FAIL_TO_RENEW`: the period ends now, billing retry starts (`GRACE_PERIOD`: with 16
     ///   days of grace).
@@ -20,7 +21,7 @@ extension MockNotificationCenter {
     @discardableResult
     public func event(
         type: String, subtype: String? = nil, transactionID: String, environment: AppStoreEnvironment, delivery: Delivery = Delivery(),
-        revocation: Revocation? = nil
+        revocation: Revocation? = nil, period: TimeInterval? = nil
     ) throws -> String? {
         guard var transaction = api.transaction(transactionID, in: environment) else { return nil }
         let now = (api.now().timeIntervalSince1970 * 1000).rounded()
@@ -44,7 +45,8 @@ extension MockNotificationCenter {
             let latest = api.subscription(original, among: api.history(of: transactionID, in: environment) ?? [], in: environment)?.latest
             let base = latest ?? transaction
             let start = MockServerAPI.expires(base)
-            let length = max(60_000, start - (base["purchaseDate"]?.stringValue.flatMap(Double.init) ?? start - 2_592_000_000))
+            let length =
+                period.map { $0 * 1000 } ?? max(60_000, start - (base["purchaseDate"]?.stringValue.flatMap(Double.init) ?? start - 2_592_000_000))
             var renewed = base.objectValue ?? [:]
             let id = String(UInt64(Date().timeIntervalSince1970 * 1_000_000) &* 10 &+ UInt64.random(in: 0...9))
             renewed["transactionId"] = .string(id)

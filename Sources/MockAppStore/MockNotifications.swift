@@ -106,6 +106,15 @@ public final class MockNotificationCenter: Sendable {
     /// Everything sent (or held) so far, oldest first.
     public var sent: [Sent] { storage.withLock { $0.sent } }
 
+    /// Whether every notification sent so far and not held has been delivered (its endpoint
+    /// answered 2xx): what a driver waits for before asking the deployment what it knows.
+    public var allDelivered: Bool {
+        storage.withLock { storage in
+            let held = Set(storage.held.map(\.index))
+            return storage.sent.indices.allSatisfy { storage.sent[$0].delivered || held.contains($0) }
+        }
+    }
+
     /// How many posts the mock made (copies and retries included).
     public var posts: Int { storage.withLock { $0.posts } }
 

@@ -114,7 +114,6 @@ enum MockServerAPI {
         return key.bundleID
     }
 
-
     /// Get All Subscription Statuses' `data`: per group, each subscription's latest transaction,
     /// its status (1 active, 2 expired, 3 billing retry, 4 grace, 5 revoked) and renewal info.
     private static func statuses(_ transactions: [JSONValue], environment: AppStoreEnvironment, api: MockServerAPIState) throws -> [JSONValue] {

@@ -240,6 +240,12 @@ public final class MockServerAPIState: Sendable {
         return (latest, status, .object(info))
     }
 
+    /// The id of subscription `original`'s latest transaction (the one expiring last): what a
+    /// refund of the current period is about.
+    public func latestTransactionID(of original: String, in environment: AppStoreEnvironment) -> String? {
+        subscription(original, among: history(of: original, in: environment) ?? [], in: environment)?.latest["transactionId"]?.stringValue
+    }
+
     /// Changes a recorded transaction in place (a refund, a revocation); nil when unknown.
     @discardableResult
     public func update(
