@@ -400,7 +400,7 @@ let package = Package(
         .testTarget(
             name: "SystemTests",
             dependencies: [
-                "SystemTesting", "ServerTesting", "ReceiptQueueApp", "ReceiptTesting", "MockAppStore", "DevTools", "Curl",
+                "SystemTesting", "ServerTesting", "Conformance", "ReceiptQueueApp", "ReceiptTesting", "MockAppStore", "DevTools", "Curl",
                 "AppStoreClient", "WebhookClient", "Hiredis", "Libpq", "PostgresStore", "RedisJobQueue", "ReceiptScheduler",
                 "ReceiptSignature", "ReceiptCore", "IngestAPI", "OpenSSL", "Telemetry",
                 // Router.routes, for the OpenAPI test's route-by-route comparison.

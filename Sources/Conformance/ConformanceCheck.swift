@@ -19,11 +19,11 @@ public enum ConformanceCheck {
     public static let dateTolerance: TimeInterval = 1
 
     /// The entitlements a `GET /client/customers/{user}` answer states: each id with its
-    /// `expires_date` (absent: for good).
+    /// `expires_date` (the API's `{"utc", "ms"}`; absent: for good).
     public static func entitlements(fromCustomer answer: JSONValue) -> [HeldEntitlement] {
         (answer["entitlements"]?.arrayValue ?? []).compactMap { entitlement in
             guard let id = entitlement["id"]?.stringValue else { return nil }
-            let until = entitlement["expires_date"]?.stringValue.flatMap { try? Date($0, strategy: .iso8601) }
+            let until = entitlement["expires_date"]?["ms"]?.intValue.map { Date(timeIntervalSince1970: Double($0) / 1000) }
             return HeldEntitlement(id: id, until: until)
         }.sorted()
     }

@@ -46,7 +46,7 @@ public enum ExpiryIntent: Sendable, Equatable {
 
 /// What happens at one step of a customer's timeline: a device posts, or Apple changes something
 /// (and notifies).
-public enum Action: Sendable, Equatable {
+public enum Action: Sendable, Equatable, CustomStringConvertible {
     /// The device of app user `user` (an index in ``Timeline/users``) buys `product` and posts
     /// the signed transaction.
     case purchase(ConformanceCatalogue.Product, offer: IntroOffer?, user: Int)
@@ -67,6 +67,20 @@ public enum Action: Sendable, Equatable {
     case refund
     /// The customer upgrades to `product`, at once (`DID_CHANGE_RENEWAL_PREF` `UPGRADE`).
     case upgrade(to: ConformanceCatalogue.Product)
+
+    public var description: String {
+        switch self {
+        case .purchase(let product, let offer, let user): "u\(user) buys \(product.rawValue)\(offer.map { " (\($0))" } ?? "")"
+        case .restore(let user): "u\(user) restores"
+        case .renew: "DID_RENEW"
+        case .autoRenewOff: "DID_CHANGE_RENEWAL_STATUS AUTO_RENEW_DISABLED"
+        case .failToRenew(let grace): "DID_FAIL_TO_RENEW\(grace ? " GRACE_PERIOD" : "")"
+        case .recover: "DID_RENEW BILLING_RECOVERY"
+        case .expire(let intent): "EXPIRED \(intent == .voluntary ? "VOLUNTARY" : "BILLING_RETRY")"
+        case .refund: "REFUND"
+        case .upgrade(let product): "DID_CHANGE_RENEWAL_PREF UPGRADE to \(product.rawValue)"
+        }
+    }
 
     /// Whether a device makes this step (the rest is Apple's, told by a notification).
     public var isDevicePost: Bool {

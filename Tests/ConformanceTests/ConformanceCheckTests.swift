@@ -11,10 +11,10 @@ struct ConformanceCheckTests {
     func answers() throws {
         let json = try JSONValue.parse(
             Array(
-                #"{"entitlements":[{"id":"pro","expires_date":"2027-01-15T08:00:00Z","is_active":true},{"id":"no_ads","is_active":true}]}"#
+                #"{"entitlements":[{"id":"pro","expires_date":{"utc":"2027-01-15 08:00:00 UTC","ms":1800000000000},"is_active":true},{"id":"no_ads","is_active":true}]}"#
                     .utf8))
         let answered = ConformanceCheck.entitlements(fromCustomer: json)
-        let until = try Date("2027-01-15T08:00:00Z", strategy: .iso8601)
+        let until = Date(timeIntervalSince1970: 1_800_000_000)
         #expect(answered == [HeldEntitlement(id: "no_ads", until: nil), HeldEntitlement(id: "pro", until: until)])
         #expect(
             ConformanceCheck.agrees([HeldEntitlement(id: "pro", until: until.addingTimeInterval(0.4)), .init(id: "no_ads", until: nil)], answered))
