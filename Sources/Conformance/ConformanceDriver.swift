@@ -175,7 +175,10 @@ public struct ConformanceDriver: Sendable {
     private func post(_ jws: String, user: String, _ run: inout Run) async throws {
         if faults.appleErrors, Double.random(in: 0..<1, using: &run.random) < 0.2 {
             let status = Bool.random(using: &run.random) ? 503 : 429
-            target.mock.serverAPI.addRule(MockServerAPIState.Rule(count: 1, httpStatus: status, errorCode: status == 429 ? 4_290_000 : nil))
+            // Apple's Retry-After is an instant of the machine's clock, which the worker's pauses keep.
+            let retryAfter = status == 429 ? Int64((Date().timeIntervalSince1970 + 1) * 1000) : nil
+            target.mock.serverAPI.addRule(
+                MockServerAPIState.Rule(count: 1, httpStatus: status, errorCode: status == 429 ? 4_290_000 : nil, retryAfterMs: retryAfter))
         }
         let status = try await target.postTransaction(jws, user: user)
         guard (200..<300).contains(status) else { throw ConformanceError.postRefused(user: user, status: status) }

@@ -12,7 +12,8 @@ extension MockNotificationCenter {
     /// - `DID_RENEW`: a new transaction of the subscription, for the next period of the same length
     ///   (or `period` seconds: a month after a week's free trial), at the renewal info's
     ///   `renewalPrice` (else the last price) and without the last offer.
-    /// - `EXPIRED`: the latest period ends now and auto-renew is off (`expirationIntent` 1).
+    /// - `EXPIRED`: the latest period ends now and auto-renew is off (`expirationIntent` 1); with
+    ///   `BILLING_RETRY`, billing retry ends (`expirationIntent` 2, auto-renew as it was).
     /// - `DID_FAIL_TO_RENEW`: the period ends now, billing retry starts (`GRACE_PERIOD`: with 16
     ///   days of grace).
     /// - `DID_CHANGE_RENEWAL_STATUS`: `AUTO_RENEW_DISABLED` / `AUTO_RENEW_ENABLED`.
@@ -68,7 +69,13 @@ extension MockNotificationCenter {
                 let ended = api.update(transaction: id, in: environment) { $0["expiresDate"] = .number(now - 1000) }
                 if id == transactionID, let ended { transaction = ended }
             }
-            if type == "EXPIRED" {
+            if type == "EXPIRED", subtype == "BILLING_RETRY" {
+                // Billing retry gave up: the customer never turned auto-renew off (expiration intent 2, a billing error).
+                let autoRenew = api.renewal(of: original, in: environment)["autoRenewStatus"] ?? .number(1)
+                api.setRenewal(
+                    ["autoRenewStatus": autoRenew, "expirationIntent": .number(2), "isInBillingRetryPeriod": .bool(false)],
+                    originalTransactionID: original, environment: environment)
+            } else if type == "EXPIRED" {
                 api.setRenewal(
                     ["autoRenewStatus": .number(0), "expirationIntent": .number(1), "isInBillingRetryPeriod": .bool(false)],
                     originalTransactionID: original, environment: environment)

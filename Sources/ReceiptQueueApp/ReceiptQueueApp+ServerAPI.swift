@@ -11,7 +11,7 @@ extension ReceiptQueueApp {
     /// answers checked against the configured trust roots (Apple Root CA - G3), and the rate limit
     /// shared in Redis; every call counted by `meter`. Without trust roots the Server API is not used (nothing could be trusted).
     static func makeServerAPIClient(
-        _ configuration: AppConfiguration, meter: AppleCallMeter, logger: Logger, now: @escaping @Sendable () -> Date = { Date() }
+        _ configuration: AppConfiguration, meter: AppleCallMeter, logger: Logger, observedAt: @escaping @Sendable () -> Date = { Date() }
     ) -> ServerAPIClient? {
         guard let roots = try? trustStore(configuration) else {
             logger.warning("No RECEIPTQ_TRUST_ROOTS_DIR: the App Store Server API is not used (its answers could not be verified)")
@@ -31,7 +31,7 @@ extension ReceiptQueueApp {
                 RedisServerAPIRateLimiter(
                     connection: try RedisConnection(configuration: configuration.redis, label: "worker-throttle", logger: logger),
                     keys: configuration.keys, budget: configuration.apple.hourlyBudget)
-            }, meter: meter, now: now)
+            }, meter: meter, observedAt: observedAt)
     }
 
     /// The worker's answers to Apple's consumption requests: Send Consumption Information with the

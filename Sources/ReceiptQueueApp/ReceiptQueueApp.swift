@@ -204,7 +204,7 @@ public enum ReceiptQueueApp {
         // Every call in flight holds a socket; many systems start processes with a soft limit of 1,024.
         raiseOpenFileLimit(to: configuration.worker.concurrency + 256, logger: logger)
         let secrets = try configuration.secretsKey.map { try SecretBox(key: $0) }
-        let serverAPI = makeServerAPIClient(configuration, meter: AppleCallMeter(factory: metrics), logger: logger, now: observedAt)
+        let serverAPI = makeServerAPIClient(configuration, meter: AppleCallMeter(factory: metrics), logger: logger, observedAt: observedAt)
         let consumption = try makeConsumptionSender(configuration, meter: AppleCallMeter(factory: metrics), logger: logger)
         let verifyReceipt = AppStoreClient(configuration: appStore)
         let webhooks = WebhookClient(

@@ -81,9 +81,11 @@ public final class TestSystem: Sendable {
     ///   - schedulerClock: the scheduler's injected clock (tests move it to make re-polls due).
     ///   - notificationSweep: also run the schedule role's notification history sweep (of this
     ///     system's app), as `receiptq all` does.
-    ///   - simulatedClock: one clock for the whole system (the conformance suite's simulated
+    ///   - simulatedClock: one clock for the system's answers (the conformance suite's simulated
     ///     time): the mock App Store's, the client API's answers, the dates of Apple's answers the
-    ///     worker stores, the scheduler's and the sweep's; nil: the machine's (and `schedulerClock`).
+    ///     worker stores, the sweep's; nil: the machine's. The scheduler keeps `schedulerClock`:
+    ///     the worker plans each next poll on the machine's clock (its retries share Redis's), and
+    ///     a scheduler ahead of it would find every poll due at once.
     public static func start(
         environment overrides: [String: String] = [:], sharedSecret: String? = "integration-secret",
         schedulerClock: @escaping @Sendable () -> Date = { Date() }, notificationSweep: Bool = false,
@@ -150,7 +152,7 @@ public final class TestSystem: Sendable {
             try ReceiptQueueApp.makeWorker(configuration, metrics: metrics, logger: logger, observedAt: simulatedClock ?? machine),
             // Its own app only: the test database is shared, and so is its subscriptions table.
             ReceiptQueueApp.makeScheduler(
-                configuration, onlyApps: [app.id], now: simulatedClock ?? schedulerClock, metrics: metrics, logger: logger),
+                configuration, onlyApps: [app.id], now: schedulerClock, metrics: metrics, logger: logger),
             ReceiptQueueApp.makeWebhookDispatcher(configuration, onlyApps: [app.id], metrics: metrics, logger: logger),
             // The machine's clock, not the scheduler's: a test moving that one weeks ahead for its
             // re-polls must not see its events and calls expire under it.

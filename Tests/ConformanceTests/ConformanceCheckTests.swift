@@ -7,7 +7,7 @@ import Testing
 struct ConformanceCheckTests {
     static let at = Date(timeIntervalSince1970: 1_800_000_000)
 
-    @Test("an answer agrees when it names the same entitlements until the same instants, within a second")
+    @Test("an answer agrees when it names the same entitlements until the same instants, within seconds")
     func answers() throws {
         let json = try JSONValue.parse(
             Array(

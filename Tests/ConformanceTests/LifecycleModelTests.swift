@@ -104,7 +104,7 @@ struct LifecycleModelTests {
         let restored = Self.timeline(.restoreSecondDevice)
         #expect(restored.steps.map(\.action) == [.purchase(.lifetime, offer: nil, user: 0), .restore(user: 0)])
         #expect(restored.steps[1].holdings == restored.steps[0].holdings)
-        #expect(restored.expectedEvents(user: 0) == [.receiptValidated, .receiptValidated])
+        #expect(restored.expectedEvents(user: 0) == [.receiptValidated], "the same transaction from the same user is the same receipt")
     }
 
     @Test("two app users on one Apple account: the first keeps the subscription, the second hears of the conflict")
@@ -115,6 +115,17 @@ struct LifecycleModelTests {
         #expect(other.holdings[1].isEmpty)
         #expect(other.holdings[0].map(\.id) == ["pro"])
         #expect(timeline.expectedEvents(user: 1) == [.receiptValidated, .purchaseConflict])
+    }
+
+    @Test("a subscription whose story ends without an expiry renews until the horizon")
+    func renewsToHorizon() throws {
+        let generator = Self.generator(days: 200)
+        for scenario in [Scenario.graceRecovery, .upgrade, .sharedAppleAccount] {
+            let timeline = generator.timelines(customers: Scenario.allCases.count).first { $0.scenario == scenario }!
+            let last = try #require(timeline.steps.last)
+            let until = try #require(last.holdings[0].compactMap(\.until).max())
+            #expect(until >= generator.horizon, "\(scenario): held until \(until), the run ends \(generator.horizon)")
+        }
     }
 
     @Test("a short run cuts timelines at its horizon")
