@@ -145,6 +145,7 @@ struct ConformanceRunTests {
         let report = try await Self.run(customers: 18, days: 60, faults: Faults(.none), seed: 45)
         Self.expectConformant(report, customers: 18)
         #expect(report.total.eventsOutOfOrder == 0, "\(report.table)")
+        print(report.table)
     }
 
     /// Under duplicated, delayed and reordered notifications the run still finds disagreements
