@@ -146,7 +146,10 @@ public struct ConformanceDriver: Sendable {
             try await post(jws, user: timeline.users[user], &run)
         case .restore(let user):
             guard let purchase = run.purchases[customer] else { throw ConformanceError.noPurchase(customer) }
-            try await post(purchase.jws, user: timeline.users[user], &run)
+            // Another app user's device holds its own copy, signed when it asked (a later
+            // signedDate); the same user's second device may hold the very same bytes.
+            let jws = user == 0 ? purchase.jws : try resigned(purchase.jws)
+            try await post(jws, user: timeline.users[user], &run)
         case .renew:
             try notify("DID_RENEW", period: Lifecycle.month)
         case .autoRenewOff:
@@ -168,6 +171,13 @@ public struct ConformanceDriver: Sendable {
             api.add(transactions: [payload], environment: .sandbox)
             try notify("DID_CHANGE_RENEWAL_PREF", "UPGRADE", about: payload["transactionId"]?.stringValue)
         }
+    }
+
+    /// `jws`'s transaction signed again now, as Apple signs it for another device.
+    private func resigned(_ jws: String) throws -> String {
+        var payload = try JSONValue.parse(try CompactJWS(jws).payload).objectValue ?? [:]
+        payload["signedDate"] = .number((clock.now().timeIntervalSince1970 * 1000).rounded())
+        return try target.mock.serverAPI.authority.sign(.object(payload))
     }
 
     /// A device's post; under the `appleErrors` fault Apple first answers the worker's call with a

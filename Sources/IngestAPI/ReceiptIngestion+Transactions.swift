@@ -33,7 +33,7 @@ extension ReceiptIngestion {
             guard let signedPayloads else {
                 return .failure(FieldError(field: "signed_transaction", reason: "cannot be checked here: no trust roots are configured"))
             }
-            idempotencyKey = ReceiptIngestion.idempotencyKey(Array("signed_transaction\u{0}\(jws)".utf8), submission: submission)
+            idempotencyKey = Digest.hex(Digest.sha256(Array("signed_transaction\u{0}\(jws)".utf8)))
             var fraudReason: String?
             var payload: JSONValue = .object([:])
             switch signedPayloads.verify(jws) {
@@ -57,8 +57,7 @@ extension ReceiptIngestion {
                         bundleID: payload["bundleId"]?.stringValue, environment: payload["environment"]?.stringValue?.lowercased(),
                         submission: submission, fraudReason: fraudReason)))
         case .transactionID(let id, let environment):
-            idempotencyKey = ReceiptIngestion.idempotencyKey(
-                Array("transaction_id\u{0}\(environment?.rawValue ?? "")\u{0}\(id)".utf8), submission: submission)
+            idempotencyKey = Digest.hex(Digest.sha256(Array("transaction_id\u{0}\(environment?.rawValue ?? "")\u{0}\(id)".utf8)))
             envelope = JobEnvelope(
                 id: JobID.make(at: at), appID: app.id, enqueuedAt: at, origin: origin,
                 payload: .transaction(

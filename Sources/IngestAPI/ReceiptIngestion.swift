@@ -101,16 +101,7 @@ public struct ReceiptIngestion: Sendable {
         // device is its own (fraud) record, not an echo of the device's accepted one.
         let idempotencyBytes =
             fraudReason == "device_mismatch" ? decoded.bytes + Array("\u{0}device\u{0}\(submission.identifierForVendor ?? "")".utf8) : decoded.bytes
-        return PlannedJob(envelope, purchases: receipt.inApp, idempotencyKey: idempotencyKey(idempotencyBytes, submission: submission))
-    }
-
-    /// The idempotency key of a proof (`bytes`) as `submission`'s user presents it: the same proof
-    /// from the same user is one receipt, one job; from another app user (two accounts of the app
-    /// on one device and Apple account) it is that user's own claim, which the worker judges under
-    /// the app's transfer rule, not an echo of the first user's answer.
-    static func idempotencyKey(_ bytes: [UInt8], submission: Submission) -> String {
-        guard let user = submission.userIdentifier else { return Digest.hex(Digest.sha256(bytes)) }
-        return Digest.hex(Digest.sha256(bytes + Array("\u{0}user\u{0}\(user)".utf8)))
+        return PlannedJob(envelope, purchases: receipt.inApp, idempotencyKey: Digest.hex(Digest.sha256(idempotencyBytes)))
     }
 
     /// Whether the receipt was issued to another device than the `identifier_for_vendor` sent:
