@@ -290,6 +290,14 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        // The entitlement conformance suite (issue 45): the lifecycle model (customers' timelines
+        // over simulated time and their ground truth), the checks and the table. A tool: linked
+        // by `receiptq conformance` (DevCommands.swift), tests and bench/, never by production.
+        .target(
+            name: "Conformance",
+            dependencies: ["ReceiptCore", "ReceiptTesting", "DevTools", "MockAppStore"],
+            swiftSettings: swiftSettings
+        ),
         .target(
             name: "ReceiptTesting",
             dependencies: [
@@ -325,6 +333,12 @@ let package = Package(
         .testTarget(
             name: "ReceiptCoreTests",
             dependencies: ["SystemTesting", "ReceiptCore", "ReceiptTesting", "BaseSupport"],
+            swiftSettings: swiftSettings
+        ),
+        // The conformance suite's lifecycle model and checks, pure.
+        .testTarget(
+            name: "ConformanceTests",
+            dependencies: ["SystemTesting", "Conformance", "ReceiptCore"],
             swiftSettings: swiftSettings
         ),
         .testTarget(
@@ -386,7 +400,7 @@ let package = Package(
         .testTarget(
             name: "SystemTests",
             dependencies: [
-                "SystemTesting", "ServerTesting", "ReceiptQueueApp", "ReceiptTesting", "MockAppStore", "DevTools", "Curl",
+                "SystemTesting", "ServerTesting", "Conformance", "ReceiptQueueApp", "ReceiptTesting", "MockAppStore", "DevTools", "Curl",
                 "AppStoreClient", "WebhookClient", "Hiredis", "Libpq", "PostgresStore", "RedisJobQueue", "ReceiptScheduler",
                 "ReceiptSignature", "ReceiptCore", "IngestAPI", "OpenSSL", "Telemetry",
                 // Router.routes, for the OpenAPI test's route-by-route comparison.

@@ -238,7 +238,7 @@ final class ServerAPIAttempt: Sendable {
     private func finishValid(transactions: [JSONValue], statuses: [ServerAPIStatusItem]) {
         let (environment, calls, revision) = state.withLock { ($0.environment, $0.calls, $0.revision) }
         let ledger = ServerAPILedger.build(
-            environment: environment.rawValue, transactions: transactions, statuses: statuses, at: client.now())
+            environment: environment.rawValue, transactions: transactions, statuses: statuses, at: client.observedAt())
         completion(ValidationOutcome(ledger: ledger, calls: calls, historyCursor: cursor(revision: revision, environment: environment)))
     }
 

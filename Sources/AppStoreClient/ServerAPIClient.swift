@@ -81,6 +81,7 @@ public final class ServerAPIClient: Service, Sendable {
     let throttle: ServerAPIThrottle?
     let meter: AppleCallMeter
     let now: @Sendable () -> Date
+    let observedAt: @Sendable () -> Date
 
     /// Creates a client; its HTTP engine starts with ``run()``.
     /// - Parameters:
@@ -88,10 +89,13 @@ public final class ServerAPIClient: Service, Sendable {
     ///   - verifyPayload: checks each JWS of Apple's answers.
     ///   - throttle: the deployment-wide rate limit (nil: only Apple's `429` limits the calls).
     ///   - meter: counts every call sent, by app, endpoint and purpose.
+    ///   - now: the clock of pauses and rate limits (the machine's: the worker and Redis share it).
+    ///   - observedAt: what Apple's answers are dated by (the subscription states built from them
+    ///     are "as observed then"): the machine's clock, or the conformance suite's simulated time.
     public init(
         configuration: Configuration, tokens: @escaping TokenSource, verifyPayload: @escaping PayloadVerifier,
         throttle: ServerAPIThrottle? = nil, meter: AppleCallMeter = AppleCallMeter(factory: MetricsSystem.factory),
-        now: @escaping @Sendable () -> Date = { Date() }
+        now: @escaping @Sendable () -> Date = { Date() }, observedAt: @escaping @Sendable () -> Date = { Date() }
     ) {
         self.configuration = configuration
         self.throttle = throttle
@@ -99,6 +103,7 @@ public final class ServerAPIClient: Service, Sendable {
         self.tokens = tokens
         self.verifyPayload = verifyPayload
         self.now = now
+        self.observedAt = observedAt
         self.engine = CurlMulti(
             options: configuration.curlOptions, maxConcurrent: configuration.maxConcurrent, maxHostConnections: configuration.maxConcurrent,
             name: "receiptq.srvapi")

@@ -9,9 +9,11 @@ extension MockNotificationCenter {
     ///   (1 for a refund: an issue with the app; 0 for a revocation), `revocationType` and
     ///   `revocationPercentage` (`revocation`, else `REFUND_FULL` at 100000 for a refund and
     ///   `FAMILY_REVOKE` for a revocation); `REFUND_REVERSED` removes them.
-    /// - `DID_RENEW`: a new transaction of the subscription, for the next period of the same length,
-    ///   at the renewal info's `renewalPrice` (else the last price) and without the last offer.
-    /// - `EXPIRED`: the latest period ends now and auto-renew is off (`expirationIntent` 1).
+    /// - `DID_RENEW`: a new transaction of the subscription, for the next period of the same length
+    ///   (or `period` seconds: a month after a week's free trial), at the renewal info's
+    ///   `renewalPrice` (else the last price) and without the last offer.
+    /// - `EXPIRED`: the latest period ends now and auto-renew is off (`expirationIntent` 1); with
+    ///   `BILLING_RETRY`, billing retry ends (`expirationIntent` 2, auto-renew as it was).
     /// - `DID_FAIL_TO_RENEW`: the period ends now, billing retry starts (`GRACE_PERIOD`: with 16
     ///   days of grace).
     /// - `DID_CHANGE_RENEWAL_STATUS`: `AUTO_RENEW_DISABLED` / `AUTO_RENEW_ENABLED`.
@@ -20,10 +22,10 @@ extension MockNotificationCenter {
     @discardableResult
     public func event(
         type: String, subtype: String? = nil, transactionID: String, environment: AppStoreEnvironment, delivery: Delivery = Delivery(),
-        revocation: Revocation? = nil
+        revocation: Revocation? = nil, period: TimeInterval? = nil
     ) throws -> String? {
         guard var transaction = api.transaction(transactionID, in: environment) else { return nil }
-        let now = (Date().timeIntervalSince1970 * 1000).rounded()
+        let now = (api.now().timeIntervalSince1970 * 1000).rounded()
         let original = transaction["originalTransactionId"]?.stringValue ?? transactionID
         switch type {
         case "REFUND", "REVOKE":
@@ -44,7 +46,8 @@ extension MockNotificationCenter {
             let latest = api.subscription(original, among: api.history(of: transactionID, in: environment) ?? [], in: environment)?.latest
             let base = latest ?? transaction
             let start = MockServerAPI.expires(base)
-            let length = max(60_000, start - (base["purchaseDate"]?.stringValue.flatMap(Double.init) ?? start - 2_592_000_000))
+            let length =
+                period.map { $0 * 1000 } ?? max(60_000, start - (base["purchaseDate"]?.stringValue.flatMap(Double.init) ?? start - 2_592_000_000))
             var renewed = base.objectValue ?? [:]
             let id = String(UInt64(Date().timeIntervalSince1970 * 1_000_000) &* 10 &+ UInt64.random(in: 0...9))
             renewed["transactionId"] = .string(id)
@@ -66,7 +69,13 @@ extension MockNotificationCenter {
                 let ended = api.update(transaction: id, in: environment) { $0["expiresDate"] = .number(now - 1000) }
                 if id == transactionID, let ended { transaction = ended }
             }
-            if type == "EXPIRED" {
+            if type == "EXPIRED", subtype == "BILLING_RETRY" {
+                // Billing retry gave up: the customer never turned auto-renew off (expiration intent 2, a billing error).
+                let autoRenew = api.renewal(of: original, in: environment)["autoRenewStatus"] ?? .number(1)
+                api.setRenewal(
+                    ["autoRenewStatus": autoRenew, "expirationIntent": .number(2), "isInBillingRetryPeriod": .bool(false)],
+                    originalTransactionID: original, environment: environment)
+            } else if type == "EXPIRED" {
                 api.setRenewal(
                     ["autoRenewStatus": .number(0), "expirationIntent": .number(1), "isInBillingRetryPeriod": .bool(false)],
                     originalTransactionID: original, environment: environment)

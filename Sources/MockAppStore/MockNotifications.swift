@@ -106,6 +106,15 @@ public final class MockNotificationCenter: Sendable {
     /// Everything sent (or held) so far, oldest first.
     public var sent: [Sent] { storage.withLock { $0.sent } }
 
+    /// Whether every notification sent so far and not held has been delivered (its endpoint
+    /// answered 2xx): what a driver waits for before asking the deployment what it knows.
+    public var allDelivered: Bool {
+        storage.withLock { storage in
+            let held = Set(storage.held.map(\.index))
+            return storage.sent.indices.allSatisfy { storage.sent[$0].delivered || held.contains($0) }
+        }
+    }
+
     /// How many posts the mock made (copies and retries included).
     public var posts: Int { storage.withLock { $0.posts } }
 
@@ -118,11 +127,11 @@ public final class MockNotificationCenter: Sendable {
         type: String, subtype: String? = nil, transaction: JSONValue?, renewal: JSONValue? = nil, status: Int? = nil,
         appTransaction: JSONValue? = nil, bundleID: String, environment: AppStoreEnvironment, delivery: Delivery = Delivery()
     ) throws -> String {
-        let now = Date()
+        let now = api.now()
         let uuid = UUID().uuidString.lowercased()
         let appleEnvironment = environment == .production ? "Production" : "Sandbox"
         var data: [String: JSONValue] = ["bundleId": .string(bundleID), "bundleVersion": .string("1"), "environment": .string(appleEnvironment)]
-        if let transaction { data["signedTransactionInfo"] = .string(try api.authority.sign(MockServerAPI.signed(transaction))) }
+        if let transaction { data["signedTransactionInfo"] = .string(try api.authority.sign(api.signed(transaction))) }
         if let renewal { data["signedRenewalInfo"] = .string(try api.authority.sign(renewal)) }
         if let status { data["status"] = .number(Double(status)) }
         var payload: [String: JSONValue] = [

@@ -103,10 +103,12 @@ public final class MockAppStoreState: Sendable {
     ///   - baseDelay: latency added to every answer.
     ///   - authority: the chain Server API answers are signed with (default: a new one; pass
     ///     ``MockAppleJWSAuthority/loadOrCreate(directory:)``'s to agree with `forge` and a deployment).
-    public init(baseDelay: Duration = .zero, authority: MockAppleJWSAuthority? = nil) {
+    ///   - now: Apple's clock: what the Server API's statuses and the notifications are as of (the
+    ///     conformance suite's simulated time).
+    public init(baseDelay: Duration = .zero, authority: MockAppleJWSAuthority? = nil, now: @escaping @Sendable () -> Date = { Date() }) {
         self.baseDelay = baseDelay
         // Key generation cannot fail short of memory exhaustion.
-        self.serverAPI = MockServerAPIState(authority: try! authority ?? MockAppleJWSAuthority.generate())
+        self.serverAPI = MockServerAPIState(authority: try! authority ?? MockAppleJWSAuthority.generate(), now: now)
         self.notifications = MockNotificationCenter(api: serverAPI)
     }
 

@@ -37,7 +37,7 @@ extension MockServerAPI {
                     return json(["status": .number(1)])
                 }
                 return json([
-                    "status": .number(0), "signedTransactions": .array(try transactions.map { .string(try api.authority.sign(signed($0))) }),
+                    "status": .number(0), "signedTransactions": .array(try transactions.map { .string(try api.authority.sign(api.signed($0))) }),
                 ])
             }
         }
@@ -55,7 +55,7 @@ extension MockServerAPI {
                 else { return error(404, 4_040_005) }
                 let days = body["extendByDays"]?.intValue ?? 0
                 let requestID = body["requestIdentifier"]?.stringValue ?? ""
-                let eligible = latest["revocationDate"] == nil && expires(latest) > Date().timeIntervalSince1970 * 1000
+                let eligible = latest["revocationDate"] == nil && expires(latest) > api.now().timeIntervalSince1970 * 1000
                 var effective = expires(latest)
                 if eligible && support.firstUse(of: requestID) {
                     effective += Double(days) * 86_400_000
@@ -85,7 +85,7 @@ extension MockServerAPI {
                 else { return error(404, 4_040_009) }
                 var answer: [String: JSONValue] = ["requestIdentifier": .string(requestID), "complete": .bool(status.complete)]
                 if status.complete {
-                    answer["completeDate"] = .number((Date().timeIntervalSince1970 * 1000).rounded())
+                    answer["completeDate"] = .number((api.now().timeIntervalSince1970 * 1000).rounded())
                     answer["succeededCount"] = .number(0)
                     answer["failedCount"] = .number(0)
                 }

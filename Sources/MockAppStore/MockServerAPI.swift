@@ -23,7 +23,7 @@ enum MockServerAPI {
         router.get("/storekit/{environment}/inApps/v1/transactions/{id}") { request, context in
             try await answer(request, context, state: state, operation: "info") { environment, id, bundleID in
                 guard let transaction = api.transaction(id, in: environment, bundleID: bundleID) else { return notFound() }
-                return json(["signedTransactionInfo": .string(try api.authority.sign(signed(transaction)))])
+                return json(["signedTransactionInfo": .string(try api.authority.sign(api.signed(transaction)))])
             }
         }
         router.get("/storekit/{environment}/inApps/v2/history/{id}") { request, context in
@@ -37,7 +37,7 @@ enum MockServerAPI {
                 let page = transactions[start..<min(start + pageSize, transactions.count)]
                 let next = start + page.count
                 return json([
-                    "signedTransactions": .array(try page.map { .string(try api.authority.sign(signed($0))) }),
+                    "signedTransactions": .array(try page.map { .string(try api.authority.sign(api.signed($0))) }),
                     "revision": .string(String(next)), "hasMore": .bool(next < transactions.count), "bundleId": .string(bundleID),
                     "appAppleId": .number(1_234_567_890), "environment": .string(environment == .production ? "Production" : "Sandbox"),
                 ])
@@ -59,7 +59,7 @@ enum MockServerAPI {
                 guard let transactions = api.history(of: id, in: environment) else { return notFound() }
                 let refunded = transactions.filter { $0["revocationDate"] != nil }
                 return json([
-                    "signedTransactions": .array(try refunded.map { .string(try api.authority.sign(signed($0))) }),
+                    "signedTransactions": .array(try refunded.map { .string(try api.authority.sign(api.signed($0))) }),
                     "revision": .string(String(refunded.count)), "hasMore": .bool(false),
                 ])
             }
@@ -114,13 +114,6 @@ enum MockServerAPI {
         return key.bundleID
     }
 
-    /// A transaction as signed now (`signedDate`).
-    static func signed(_ transaction: JSONValue) -> JSONValue {
-        var object = transaction.objectValue ?? [:]
-        object["signedDate"] = .number((Date().timeIntervalSince1970 * 1000).rounded())
-        return .object(object)
-    }
-
     /// Get All Subscription Statuses' `data`: per group, each subscription's latest transaction,
     /// its status (1 active, 2 expired, 3 billing retry, 4 grace, 5 revoked) and renewal info.
     private static func statuses(_ transactions: [JSONValue], environment: AppStoreEnvironment, api: MockServerAPIState) throws -> [JSONValue] {
@@ -133,7 +126,7 @@ enum MockServerAPI {
             groups[group, default: []].append(
                 .object([
                     "status": .number(Double(current.status)), "originalTransactionId": .string(original),
-                    "signedTransactionInfo": .string(try api.authority.sign(signed(current.latest))),
+                    "signedTransactionInfo": .string(try api.authority.sign(api.signed(current.latest))),
                     "signedRenewalInfo": .string(try api.authority.sign(current.renewal)),
                 ]))
         }

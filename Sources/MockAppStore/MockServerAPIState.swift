@@ -116,9 +116,21 @@ public final class MockServerAPIState: Sendable {
     /// Extensions' request identifiers and mass extensions (`MockServerAPI+Support.swift`).
     public let support = MockSupportState()
 
-    /// Creates an empty world signing with `authority`.
-    public init(authority: MockAppleJWSAuthority) {
+    /// Apple's clock: what statuses, renewals, refunds and signatures are dated by. The machine's,
+    /// or the conformance suite's simulated time.
+    public let now: @Sendable () -> Date
+
+    /// Creates an empty world signing with `authority`, its time read from `now`.
+    public init(authority: MockAppleJWSAuthority, now: @escaping @Sendable () -> Date = { Date() }) {
         self.authority = authority
+        self.now = now
+    }
+
+    /// A transaction as signed now (`signedDate`).
+    func signed(_ transaction: JSONValue) -> JSONValue {
+        var object = transaction.objectValue ?? [:]
+        object["signedDate"] = .number((now().timeIntervalSince1970 * 1000).rounded())
+        return .object(object)
     }
 
     // MARK: Ledger
@@ -207,7 +219,7 @@ public final class MockServerAPIState: Sendable {
     func subscription(
         _ original: String, among transactions: [JSONValue], in environment: AppStoreEnvironment
     ) -> (latest: JSONValue, status: Int, renewal: JSONValue)? {
-        let now = Date().timeIntervalSince1970 * 1000
+        let now = self.now().timeIntervalSince1970 * 1000
         let mine = transactions.filter { $0["originalTransactionId"]?.stringValue == original && $0["expiresDate"] != nil }
         guard let latest = mine.max(by: { MockServerAPI.expires($0) < MockServerAPI.expires($1) }) else { return nil }
         let renewal = self.renewal(of: original, in: environment)
@@ -226,6 +238,12 @@ public final class MockServerAPIState: Sendable {
         ]
         info.merge(renewal) { _, new in new }
         return (latest, status, .object(info))
+    }
+
+    /// The id of subscription `original`'s latest transaction (the one expiring last): what a
+    /// refund of the current period is about.
+    public func latestTransactionID(of original: String, in environment: AppStoreEnvironment) -> String? {
+        subscription(original, among: history(of: original, in: environment) ?? [], in: environment)?.latest["transactionId"]?.stringValue
     }
 
     /// Changes a recorded transaction in place (a refund, a revocation); nil when unknown.
@@ -263,7 +281,7 @@ public final class MockServerAPIState: Sendable {
         guard environment == .production, synthesizesUnknownTransactions, !id.isEmpty, id.utf8.allSatisfy({ (48...57).contains($0) }) else {
             return nil
         }
-        return [Self.synthesizedTransaction(id: id, bundleID: bundleID, at: Date())]
+        return [Self.synthesizedTransaction(id: id, bundleID: bundleID, at: now())]
     }
 
     /// The purchase production synthesizes for an unknown `id` of `bundleID` (a monthly

@@ -10,7 +10,9 @@ extension ReceiptQueueApp {
     /// The App Store Server API client of a worker: JWTs from the apps' keys, every JWS of Apple's
     /// answers checked against the configured trust roots (Apple Root CA - G3), and the rate limit
     /// shared in Redis; every call counted by `meter`. Without trust roots the Server API is not used (nothing could be trusted).
-    static func makeServerAPIClient(_ configuration: AppConfiguration, meter: AppleCallMeter, logger: Logger) -> ServerAPIClient? {
+    static func makeServerAPIClient(
+        _ configuration: AppConfiguration, meter: AppleCallMeter, logger: Logger, observedAt: @escaping @Sendable () -> Date = { Date() }
+    ) -> ServerAPIClient? {
         guard let roots = try? trustStore(configuration) else {
             logger.warning("No RECEIPTQ_TRUST_ROOTS_DIR: the App Store Server API is not used (its answers could not be verified)")
             return nil
@@ -29,7 +31,7 @@ extension ReceiptQueueApp {
                 RedisServerAPIRateLimiter(
                     connection: try RedisConnection(configuration: configuration.redis, label: "worker-throttle", logger: logger),
                     keys: configuration.keys, budget: configuration.apple.hourlyBudget)
-            }, meter: meter)
+            }, meter: meter, observedAt: observedAt)
     }
 
     /// The worker's answers to Apple's consumption requests: Send Consumption Information with the

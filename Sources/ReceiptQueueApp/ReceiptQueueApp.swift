@@ -41,9 +41,9 @@ public enum ReceiptQueueApp {
     ///   every receipt would be refused as forged.
     public static func makeAPI(
         _ configuration: AppConfiguration, metrics: PrometheusExporter = PrometheusExporter(), logger: Logger,
-        onRunning: @escaping @Sendable (Int) async -> Void = { _ in }
+        now: @escaping @Sendable () -> Date = { Date() }, onRunning: @escaping @Sendable (Int) async -> Void = { _ in }
     ) throws -> some ApplicationProtocol {
-        let (router, intake, pools) = try makeRouter(configuration, metrics: metrics, logger: logger)
+        let (router, intake, pools) = try makeRouter(configuration, metrics: metrics, logger: logger, now: now)
         // The intake runs in the application's service group: its result listener starts there and
         // stops after the server has stopped taking requests. The pools, listed first, are closed
         // last (a group stops its services in reverse order; Hummingbird adds the server last).
@@ -60,13 +60,17 @@ public enum ReceiptQueueApp {
         return application
     }
 
-    /// The API's routes, as ``makeAPI(_:logger:onRunning:)`` serves them (the OpenAPI test walks
+    /// The API's routes, as ``makeAPI(_:metrics:logger:now:onRunning:)`` serves them (the OpenAPI test walks
     /// them to compare with the document), the intake, a service the caller runs (or shuts down,
     /// unrun), and the routes' connection pools, a service that closes them at graceful shutdown.
     /// Connections are made on first use, not here.
     /// - Throws: `ConfigurationError` when no trusted certificates are configured.
+    ///
+    /// `now` is the client API's clock (what its answers are as of; the conformance suite's
+    /// simulated time), the machine's by default.
     public static func makeRouter(
-        _ configuration: AppConfiguration, metrics: PrometheusExporter = PrometheusExporter(), logger: Logger
+        _ configuration: AppConfiguration, metrics: PrometheusExporter = PrometheusExporter(), logger: Logger,
+        now: @escaping @Sendable () -> Date = { Date() }
     ) throws -> (router: Router<IngestRequestContext>, intake: RedisIntake, pools: ClosedAtShutdown) {
         let roots = try trustStore(configuration)
         let verifier = ReceiptSignatureVerifier(trustStore: roots)
@@ -86,7 +90,7 @@ public enum ReceiptQueueApp {
             subscriptions: catalog, events: PostgresEventCatalog(pool: postgresPool), appTransactions: catalog,
             customers: PostgresEntitlements(pool: postgresPool), identity: PostgresIdentity(pool: postgresPool),
             consumption: PostgresCustomerConsumption(pool: postgresPool), gate: gate,
-            configuration: configuration.api.ingest, metrics: metrics)
+            configuration: configuration.api.ingest, metrics: metrics, now: now)
         let router = Router(context: IngestRequestContext.self)
         // First, so that it also times the requests the other middleware refuses.
         router.add(middleware: HTTPMetricsMiddleware(factory: metrics))
@@ -182,8 +186,14 @@ public enum ReceiptQueueApp {
     /// before the clients' threads end and their connections close. Nothing starts until it runs.
     /// - Parameter metrics: the process's registry (jobs settled, Apple's calls, latencies).
     /// - Throws: `ConfigurationError` for a secrets key that cannot open the apps' sealed keys.
+    ///
+    /// `observedAt` dates what Apple's Server API answers (the subscription states it stores are
+    /// "as observed then"): the conformance suite's simulated time, the machine's by default. The
+    /// worker's own timing (retries, heartbeats, budgets) stays on the machine's clock, which its
+    /// Redis queue shares.
     public static func makeWorker(
-        _ configuration: AppConfiguration, metrics: PrometheusExporter = PrometheusExporter(), logger: Logger
+        _ configuration: AppConfiguration, metrics: PrometheusExporter = PrometheusExporter(), logger: Logger,
+        observedAt: @escaping @Sendable () -> Date = { Date() }
     ) throws -> ServiceGroup {
         let host = ProcessInfo.processInfo.hostName
         let pid = ProcessInfo.processInfo.processIdentifier
@@ -194,7 +204,7 @@ public enum ReceiptQueueApp {
         // Every call in flight holds a socket; many systems start processes with a soft limit of 1,024.
         raiseOpenFileLimit(to: configuration.worker.concurrency + 256, logger: logger)
         let secrets = try configuration.secretsKey.map { try SecretBox(key: $0) }
-        let serverAPI = makeServerAPIClient(configuration, meter: AppleCallMeter(factory: metrics), logger: logger)
+        let serverAPI = makeServerAPIClient(configuration, meter: AppleCallMeter(factory: metrics), logger: logger, observedAt: observedAt)
         let consumption = try makeConsumptionSender(configuration, meter: AppleCallMeter(factory: metrics), logger: logger)
         let verifyReceipt = AppStoreClient(configuration: appStore)
         let webhooks = WebhookClient(

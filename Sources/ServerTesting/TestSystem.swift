@@ -81,13 +81,21 @@ public final class TestSystem: Sendable {
     ///   - schedulerClock: the scheduler's injected clock (tests move it to make re-polls due).
     ///   - notificationSweep: also run the schedule role's notification history sweep (of this
     ///     system's app), as `receiptq all` does.
+    ///   - simulatedClock: one clock for the system's answers (the conformance suite's simulated
+    ///     time): the mock App Store's, the client API's answers, the dates of Apple's answers the
+    ///     worker stores, the sweep's; nil: the machine's. The scheduler keeps `schedulerClock`:
+    ///     the worker plans each next poll on the machine's clock (its retries share Redis's), and
+    ///     a scheduler ahead of it would find every poll due at once.
     public static func start(
         environment overrides: [String: String] = [:], sharedSecret: String? = "integration-secret",
-        schedulerClock: @escaping @Sendable () -> Date = { Date() }, notificationSweep: Bool = false
+        schedulerClock: @escaping @Sendable () -> Date = { Date() }, notificationSweep: Bool = false,
+        simulatedClock: (@Sendable () -> Date)? = nil
     ) async throws
         -> TestSystem
     {
-        let mock = try await MockAppStore.start(state: MockAppStoreState(authority: try sharedJWSAuthority.get()))
+        let machine: @Sendable () -> Date = { Date() }
+        let mock = try await MockAppStore.start(
+            state: MockAppStoreState(authority: try sharedJWSAuthority.get(), now: simulatedClock ?? machine))
         let prefix = "{rqt-\(UUID().uuidString.prefix(8).lowercased())}"
         var environment = [
             "HTTP_HOST": "127.0.0.1", "HTTP_PORT": "0",
@@ -133,21 +141,23 @@ public final class TestSystem: Sendable {
         let metrics = PrometheusExporter()
         var services: [any Service] = []
         if notificationSweep,
-            let sweep = try ReceiptQueueApp.makeNotificationSweep(configuration, onlyApps: [app.id], metrics: metrics, logger: logger)
+            let sweep = try ReceiptQueueApp.makeNotificationSweep(
+                configuration, onlyApps: [app.id], now: simulatedClock ?? machine, metrics: metrics, logger: logger)
         {
             services.append(sweep.service)
         }
         // As `Runtime.run` does: the sentinels' announcements heard for every role (with a Sentinel set).
         if let sentinels = RedisSentinelWatch(configuration: configuration.redis, logger: logger) { services.append(sentinels) }
         services += [
-            try ReceiptQueueApp.makeWorker(configuration, metrics: metrics, logger: logger),
+            try ReceiptQueueApp.makeWorker(configuration, metrics: metrics, logger: logger, observedAt: simulatedClock ?? machine),
             // Its own app only: the test database is shared, and so is its subscriptions table.
-            ReceiptQueueApp.makeScheduler(configuration, onlyApps: [app.id], now: schedulerClock, metrics: metrics, logger: logger),
+            ReceiptQueueApp.makeScheduler(
+                configuration, onlyApps: [app.id], now: schedulerClock, metrics: metrics, logger: logger),
             ReceiptQueueApp.makeWebhookDispatcher(configuration, onlyApps: [app.id], metrics: metrics, logger: logger),
             // The machine's clock, not the scheduler's: a test moving that one weeks ahead for its
             // re-polls must not see its events and calls expire under it.
             ReceiptQueueApp.makeRetentionSweep(configuration, onlyApps: [app.id], metrics: metrics, logger: logger),
-            try ReceiptQueueApp.makeAPI(configuration, metrics: metrics, logger: logger) { port in
+            try ReceiptQueueApp.makeAPI(configuration, metrics: metrics, logger: logger, now: simulatedClock ?? machine) { port in
                 continuation.yield(port)
                 continuation.finish()
             },
@@ -315,10 +325,12 @@ public final class StandaloneAPI: Sendable {
         var logger = Logger(label: "it-standalone-api")
         logger.logLevel = .critical
         let (ports, continuation) = AsyncStream<Int>.makeStream()
-        let api = try ReceiptQueueApp.makeAPI(configuration, logger: logger) { port in
-            continuation.yield(port)
-            continuation.finish()
-        }
+        let api = try ReceiptQueueApp.makeAPI(
+            configuration, logger: logger,
+            onRunning: { port in
+                continuation.yield(port)
+                continuation.finish()
+            })
         let group = ServiceGroup(services: [api], gracefulShutdownSignals: [], logger: logger)
         let task = Task(executorPreference: ServerThreads.shared) { try await group.run() }
         var iterator = ports.makeAsyncIterator()

@@ -1,0 +1,204 @@
+import DevTools
+import Foundation
+import MockAppStore
+import ReceiptCore
+import ReceiptTesting
+
+/// Plays customers' timelines through a receiptq deployment as a real one sees them: devices post
+/// signed transactions when customers buy or restore, the mock App Store changes its ledger and
+/// notifies when Apple would, on one simulated clock, with the run's faults. Steps are played in
+/// windows of simulated time; after each window the deployment settles, then the customers who
+/// changed (and a few others, at a random instant) are asked for and compared with the truth. At
+/// the end every held notification is released and every customer is checked once more, with the
+/// webhook stream each backend received.
+public struct ConformanceDriver: Sendable {
+    public let target: any ConformanceTarget
+    public let clock: SimulatedClock
+    public let catalogue: ConformanceCatalogue
+    public let faults: Faults
+    public let seed: UInt64
+    /// The simulated time one window spans.
+    public var window: TimeInterval = 6 * 3_600
+    /// Prints each disagreement as it is found (the command's `--verbose`); the report keeps them all.
+    public var log: @Sendable (String) -> Void = { _ in }
+
+    public init(target: any ConformanceTarget, clock: SimulatedClock, faults: Faults, seed: UInt64) {
+        self.target = target
+        self.clock = clock
+        self.catalogue = ConformanceCatalogue(bundleID: target.bundleID)
+        self.faults = faults
+        self.seed = seed
+    }
+
+    /// What the driver knows of one customer's purchase: the device's signed transaction, and the
+    /// subscription's original transaction id.
+    struct Purchase {
+        var jws: String
+        var original: String
+    }
+
+    /// The run's mutable state.
+    struct Run {
+        var purchases: [Int: Purchase] = [:]
+        /// Customers with a notification held back (a wrong answer for them is late, not wrong).
+        var delayed: Set<Int> = []
+        var windowsHeld = 0
+        var random: SeededGenerator
+        var report = ConformanceReport()
+    }
+
+    /// Plays `timelines` and returns the report.
+    public func run(_ timelines: [Timeline]) async throws -> ConformanceReport {
+        var run = Run(random: SeededGenerator(seed: seed ^ 0xC0FF_EE00))
+        for timeline in timelines { run.report.customer(timeline.scenario) }
+        let steps = timelines.indices.flatMap { t in timelines[t].steps.indices.map { (timeline: t, step: $0) } }
+            .sorted { timelines[$0.timeline].steps[$0.step].at < timelines[$1.timeline].steps[$1.step].at }
+        var next = 0
+        while next < steps.count {
+            let end = timelines[steps[next].timeline].steps[steps[next].step].at.addingTimeInterval(window)
+            var touched: [Int] = []
+            // Notifications held in the last window go out now, late and in reverse order.
+            if run.windowsHeld > 0 { release(&run) }
+            while next < steps.count, timelines[steps[next].timeline].steps[steps[next].step].at < end {
+                let (t, s) = steps[next]
+                clock.jump(to: timelines[t].steps[s].at)
+                try await play(timelines[t].steps[s].action, of: timelines[t], &run)
+                if !touched.contains(t) { touched.append(t) }
+                next += 1
+            }
+            if !run.delayed.isEmpty { run.windowsHeld += 1 }
+            try await target.settle()
+            let others = (0..<min(3, timelines.count)).map { _ in Int.random(in: 0..<timelines.count, using: &run.random) }
+            for t in touched + others.filter({ !touched.contains($0) }) { try await check(timelines[t], &run, final: false) }
+        }
+        release(&run)
+        try await target.settle()
+        var counts: [String: Int] = [:]
+        for timeline in timelines {
+            for (index, user) in timeline.users.enumerated() { counts[user] = timeline.expectedEvents(user: index).count }
+        }
+        try await target.awaitEvents(counts)
+        for timeline in timelines {
+            try await check(timeline, &run, final: true)
+            for user in timeline.users.indices {
+                run.report.events(timeline, user: user, received: target.receivedEvents(user: timeline.users[user]))
+            }
+        }
+        return run.report
+    }
+
+    private func release(_ run: inout Run) {
+        _ = target.mock.notifications.release(order: "reverse")
+        run.delayed.removeAll()
+        run.windowsHeld = 0
+    }
+
+    /// Asks for every user of `timeline` and compares with the truth at the moment of asking.
+    private func check(_ timeline: Timeline, _ run: inout Run, final: Bool) async throws {
+        for (index, user) in timeline.users.enumerated() {
+            let at = clock.now()
+            let expected = timeline.truth(user: index, at: at)
+            let answered = ConformanceCheck.entitlements(fromCustomer: try await target.customer(user))
+            let verdict: AnswerVerdict =
+                ConformanceCheck.agrees(expected, answered) ? .right : !final && run.delayed.contains(timeline.customer) ? .late : .wrong
+            if verdict != .right { log("\(verdict) answer for \(user) at \(at): expected \(expected) answered \(answered)") }
+            run.report.answer(timeline, verdict, at: at, expected: expected, answered: answered)
+        }
+    }
+
+    /// How the next notification is delivered under the run's faults.
+    private func delivery(for customer: Int, _ run: inout Run) -> MockNotificationCenter.Delivery {
+        let hold = faults.delayedAndReordered && Double.random(in: 0..<1, using: &run.random) < 0.2
+        if hold { run.delayed.insert(customer) }
+        return MockNotificationCenter.Delivery(copies: faults.duplicates ? 2 : 1, hold: hold)
+    }
+
+    private func play(_ action: Action, of timeline: Timeline, _ run: inout Run) async throws {
+        let api = target.mock.serverAPI
+        let center = target.mock.notifications
+        let customer = timeline.customer
+        func notify(_ type: String, _ subtype: String? = nil, about id: String? = nil, period: TimeInterval? = nil) throws {
+            guard let purchase = run.purchases[customer] else { throw ConformanceError.noPurchase(customer) }
+            let delivery = delivery(for: customer, &run)
+            _ = try center.event(
+                type: type, subtype: subtype, transactionID: id ?? purchase.original, environment: .sandbox, delivery: delivery, period: period)
+        }
+        switch action {
+        case .purchase(let product, let offer, let user):
+            var fields: [String: JSONValue] = [:]
+            var days: Double? = product.isSubscription ? Lifecycle.month / 86_400 : nil
+            if product == .coins { fields["type"] = .string("Consumable") }
+            switch offer {
+            case .freeTrial:
+                fields["offerType"] = .number(1)
+                fields["offerDiscountType"] = .string("FREE_TRIAL")
+                days = Lifecycle.trialLength / 86_400
+            case .payUpFront:
+                fields["offerType"] = .number(1)
+                fields["offerDiscountType"] = .string("PAY_UP_FRONT")
+            case nil: break
+            }
+            let (jws, payload) = try ReceiptForger.signedTransaction(
+                bundleID: target.bundleID, productID: catalogue.productID(product), days: days, authority: api.authority, now: clock.now(),
+                fields: fields)
+            api.add(transactions: [payload], environment: .sandbox)
+            run.purchases[customer] = Purchase(jws: jws, original: payload["originalTransactionId"]?.stringValue ?? "")
+            try await post(jws, user: timeline.users[user], &run)
+        case .restore(let user):
+            guard let purchase = run.purchases[customer] else { throw ConformanceError.noPurchase(customer) }
+            // Another app user's device holds its own copy, signed when it asked (a later
+            // signedDate); the same user's second device may hold the very same bytes.
+            let jws = user == 0 ? purchase.jws : try resigned(purchase.jws)
+            try await post(jws, user: timeline.users[user], &run)
+        case .renew:
+            try notify("DID_RENEW", period: Lifecycle.month)
+        case .autoRenewOff:
+            try notify("DID_CHANGE_RENEWAL_STATUS", "AUTO_RENEW_DISABLED")
+        case .failToRenew(let grace):
+            try notify("DID_FAIL_TO_RENEW", grace ? "GRACE_PERIOD" : nil)
+        case .recover:
+            try notify("DID_RENEW", "BILLING_RECOVERY", period: Lifecycle.month)
+        case .expire(let intent):
+            try notify("EXPIRED", intent == .voluntary ? "VOLUNTARY" : "BILLING_RETRY")
+        case .refund:
+            guard let purchase = run.purchases[customer] else { throw ConformanceError.noPurchase(customer) }
+            try notify("REFUND", about: api.latestTransactionID(of: purchase.original, in: .sandbox))
+        case .upgrade(let product):
+            guard let purchase = run.purchases[customer] else { throw ConformanceError.noPurchase(customer) }
+            let (_, payload) = try ReceiptForger.signedTransaction(
+                bundleID: target.bundleID, productID: catalogue.productID(product), days: Lifecycle.month / 86_400, authority: api.authority,
+                now: clock.now(), fields: ["originalTransactionId": .string(purchase.original), "transactionReason": .string("PURCHASE")])
+            api.add(transactions: [payload], environment: .sandbox)
+            try notify("DID_CHANGE_RENEWAL_PREF", "UPGRADE", about: payload["transactionId"]?.stringValue)
+        }
+    }
+
+    /// `jws`'s transaction signed again now, as Apple signs it for another device.
+    private func resigned(_ jws: String) throws -> String {
+        var payload = try JSONValue.parse(try CompactJWS(jws).payload).objectValue ?? [:]
+        payload["signedDate"] = .number((clock.now().timeIntervalSince1970 * 1000).rounded())
+        return try target.mock.serverAPI.authority.sign(.object(payload))
+    }
+
+    /// A device's post; under the `appleErrors` fault Apple first answers the worker's call with a
+    /// 5xx or a 429 now and then.
+    private func post(_ jws: String, user: String, _ run: inout Run) async throws {
+        if faults.appleErrors, Double.random(in: 0..<1, using: &run.random) < 0.2 {
+            let status = Bool.random(using: &run.random) ? 503 : 429
+            // Apple's Retry-After is an instant of the machine's clock, which the worker's pauses keep.
+            let retryAfter = status == 429 ? Int64((Date().timeIntervalSince1970 + 1) * 1000) : nil
+            target.mock.serverAPI.addRule(
+                MockServerAPIState.Rule(count: 1, httpStatus: status, errorCode: status == 429 ? 4_290_000 : nil, retryAfterMs: retryAfter))
+        }
+        let status = try await target.postTransaction(jws, user: user)
+        guard (200..<300).contains(status) else { throw ConformanceError.postRefused(user: user, status: status) }
+    }
+}
+
+/// Why a run stopped.
+public enum ConformanceError: Error, Equatable {
+    /// A step about a purchase came before the customer bought (a defect of the model).
+    case noPurchase(Int)
+    /// The deployment refused a device's post.
+    case postRefused(user: String, status: Int)
+}

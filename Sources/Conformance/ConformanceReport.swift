@@ -1,0 +1,121 @@
+import Foundation
+import ReceiptCore
+
+/// One scenario's counts.
+public struct ConformanceTally: Sendable, Equatable {
+    public var customers = 0
+    public var answersChecked = 0
+    public var wrong = 0
+    public var late = 0
+    public var eventsExpected = 0
+    public var eventsMissing = 0
+    public var eventsDuplicated = 0
+    public var eventsOutOfOrder = 0
+    public var eventsUnexpected = 0
+
+    public init() {}
+
+    mutating func add(_ other: ConformanceTally) {
+        customers += other.customers
+        answersChecked += other.answersChecked
+        wrong += other.wrong
+        late += other.late
+        eventsExpected += other.eventsExpected
+        eventsMissing += other.eventsMissing
+        eventsDuplicated += other.eventsDuplicated
+        eventsOutOfOrder += other.eventsOutOfOrder
+        eventsUnexpected += other.eventsUnexpected
+    }
+}
+
+/// One disagreement, printed with the customer's timeline.
+public struct Disagreement: Sendable, Equatable {
+    public enum Kind: Sendable, Equatable {
+        case wrongAnswer(at: Date, expected: [HeldEntitlement], answered: [HeldEntitlement])
+        case lateAnswer(at: Date, expected: [HeldEntitlement], answered: [HeldEntitlement])
+        case events(user: Int, expected: [EventType], received: [EventType])
+    }
+
+    public var timeline: Timeline
+    public var kind: Kind
+
+    public var description: String {
+        let what: String
+        switch kind {
+        case .wrongAnswer(let at, let expected, let answered), .lateAnswer(let at, let expected, let answered):
+            let label = if case .wrongAnswer = kind { "wrong" } else { "late" }
+            what = "\(label) answer at \(Lifecycle.format(at)): expected \(expected) answered \(answered)"
+        case .events(let user, let expected, let received):
+            what = "events of u\(user): expected \(expected.map(\.rawValue)) received \(received.map(\.rawValue))"
+        }
+        return what + "\n" + timeline.narrative
+    }
+}
+
+/// A run's results: counts per scenario and every disagreement. Thread-safe through its owner
+/// (the driver adds from one task).
+public struct ConformanceReport: Sendable {
+    public var tallies: [Scenario: ConformanceTally] = [:]
+    public var disagreements: [Disagreement] = []
+
+    public init() {}
+
+    /// Counts one checked answer of `timeline`'s customer.
+    public mutating func answer(_ timeline: Timeline, _ verdict: AnswerVerdict, at: Date, expected: [HeldEntitlement], answered: [HeldEntitlement]) {
+        tallies[timeline.scenario, default: ConformanceTally()].answersChecked += 1
+        switch verdict {
+        case .right: return
+        case .late:
+            tallies[timeline.scenario, default: ConformanceTally()].late += 1
+            disagreements.append(Disagreement(timeline: timeline, kind: .lateAnswer(at: at, expected: expected, answered: answered)))
+        case .wrong:
+            tallies[timeline.scenario, default: ConformanceTally()].wrong += 1
+            disagreements.append(Disagreement(timeline: timeline, kind: .wrongAnswer(at: at, expected: expected, answered: answered)))
+        }
+    }
+
+    /// Compares the events app user `user` of `timeline` received with the expected ones.
+    public mutating func events(_ timeline: Timeline, user: Int, received: [EventType]) {
+        let expected = timeline.expectedEvents(user: user)
+        let comparison = ConformanceCheck.compare(expected: expected, received: received)
+        var tally = tallies[timeline.scenario, default: ConformanceTally()]
+        tally.eventsExpected += expected.count
+        tally.eventsMissing += comparison.missing
+        tally.eventsDuplicated += comparison.duplicated
+        tally.eventsOutOfOrder += comparison.outOfOrder
+        tally.eventsUnexpected += comparison.unexpected
+        tallies[timeline.scenario] = tally
+        if !comparison.isClean {
+            disagreements.append(Disagreement(timeline: timeline, kind: .events(user: user, expected: expected, received: received)))
+        }
+    }
+
+    /// Counts a customer of `scenario`.
+    public mutating func customer(_ scenario: Scenario) { tallies[scenario, default: ConformanceTally()].customers += 1 }
+
+    /// Every scenario's counts added up.
+    public var total: ConformanceTally {
+        tallies.values.reduce(into: ConformanceTally()) { $0.add($1) }
+    }
+
+    /// The table `receiptq conformance` prints: one row per scenario, then the total.
+    public var table: String {
+        let header = ["scenario", "customers", "answers", "wrong", "late", "events", "missing", "duplicated", "out of order", "unexpected"]
+        func row(_ name: String, _ t: ConformanceTally) -> [String] {
+            [name]
+                + [
+                    t.customers, t.answersChecked, t.wrong, t.late, t.eventsExpected, t.eventsMissing, t.eventsDuplicated, t.eventsOutOfOrder,
+                    t.eventsUnexpected,
+                ].map(String.init)
+        }
+        let rows = [header] + tallies.keys.sorted().map { row($0.rawValue, tallies[$0]!) } + [row("total", total)]
+        let widths = header.indices.map { column in rows.map { $0[column].count }.max() ?? 0 }
+        return rows.map { cells in
+            cells.enumerated().map { index, cell in
+                index == 0
+                    ? cell.padding(toLength: widths[0], withPad: " ", startingAt: 0)
+                    : String(repeating: " ", count: widths[index] - cell.count) + cell
+            }.joined(separator: "  ")
+        }.joined(separator: "\n")
+    }
+}

@@ -1,0 +1,25 @@
+import MockAppStore
+import ReceiptCore
+
+/// The receiptq deployment a run plays against, with its in-process mock App Store: what the
+/// driver needs of it, so the same driver runs under the tests' `TestSystem` and the command's
+/// own in-process system.
+public protocol ConformanceTarget: Sendable {
+    /// The mock App Store the deployment calls and is notified by (its clock is the run's).
+    var mock: MockAppStoreState { get }
+    /// The app's bundle id (its products are ``ConformanceCatalogue``'s).
+    var bundleID: String { get }
+    /// `POST /client/transactions` with a device's signed transaction; the HTTP status.
+    func postTransaction(_ jws: String, user: String) async throws -> Int
+    /// `GET /client/customers/{user}`'s answer.
+    func customer(_ user: String) async throws -> JSONValue
+    /// Returns once everything the deployment was told so far is processed: notifications
+    /// delivered to it are stored, no job is queued or retrying, no webhook is pending.
+    func settle() async throws
+    /// Returns once each user's backend received at least the number of events given (webhooks
+    /// go out after their change commits), or once the target's patience ran out: then the
+    /// comparison counts what is missing.
+    func awaitEvents(_ counts: [String: Int]) async throws
+    /// The event types app user `user`'s backend received by webhook, in arrival order.
+    func receivedEvents(user: String) -> [EventType]
+}

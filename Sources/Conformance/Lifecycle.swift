@@ -1,0 +1,177 @@
+import Foundation
+import ReceiptCore
+
+/// The kinds of customer story the model tells; each timeline is one of them.
+public enum Scenario: String, Sendable, CaseIterable, Comparable {
+    /// A free trial, renewals, auto-renew turned off, the subscription expires.
+    case trialVoluntaryExpiry = "trial_voluntary_expiry"
+    /// An introductory offer, renewals, a failed renewal, billing retry, the subscription expires.
+    case introInvoluntaryExpiry = "intro_involuntary_expiry"
+    /// Renewals, a failed renewal under Billing Grace Period, billing recovered, renewals again.
+    case graceRecovery = "grace_recovery"
+    /// Renewals, then Apple refunds the current period in full.
+    case refund
+    /// A monthly subscription upgraded to premium within the group, then renewals.
+    case upgrade
+    /// A consumable bought: no entitlement.
+    case consumable
+    /// A non-consumable bought: its entitlement for good.
+    case nonConsumable = "non_consumable"
+    /// A non-consumable bought, then restored on the customer's second device.
+    case restoreSecondDevice = "restore_second_device"
+    /// A subscription bought by one app user, then presented by another app user signed in to
+    /// the same Apple account (the app's default transfer rule: the first keeps it).
+    case sharedAppleAccount = "shared_apple_account"
+
+    public static func < (lhs: Scenario, rhs: Scenario) -> Bool {
+        allCases.firstIndex(of: lhs)! < allCases.firstIndex(of: rhs)!
+    }
+}
+
+/// An introductory offer on a subscription's first period.
+public enum IntroOffer: Sendable, Equatable {
+    /// A free trial of ``Lifecycle/trialLength``.
+    case freeTrial
+    /// A discounted first month.
+    case payUpFront
+}
+
+/// Why Apple ended a subscription (its `EXPIRED` subtype).
+public enum ExpiryIntent: Sendable, Equatable {
+    /// The customer turned auto-renew off (`VOLUNTARY`).
+    case voluntary
+    /// Billing retry ended without a charge (`BILLING_RETRY`).
+    case billingRetry
+}
+
+/// What happens at one step of a customer's timeline: a device posts, or Apple changes something
+/// (and notifies).
+public enum Action: Sendable, Equatable, CustomStringConvertible {
+    /// The device of app user `user` (an index in ``Timeline/users``) buys `product` and posts
+    /// the signed transaction.
+    case purchase(ConformanceCatalogue.Product, offer: IntroOffer?, user: Int)
+    /// A device of app user `user` posts the customer's latest transaction again (a restore on a
+    /// second device, or another app user on the same Apple account).
+    case restore(user: Int)
+    /// Apple renews the subscription for another month (`DID_RENEW`).
+    case renew
+    /// The customer turns auto-renew off (`DID_CHANGE_RENEWAL_STATUS` `AUTO_RENEW_DISABLED`).
+    case autoRenewOff
+    /// A renewal fails to charge (`DID_FAIL_TO_RENEW`, with `GRACE_PERIOD` when grace applies).
+    case failToRenew(grace: Bool)
+    /// The failed renewal is charged after all (`DID_RENEW` `BILLING_RECOVERY`).
+    case recover
+    /// The subscription ends (`EXPIRED`).
+    case expire(ExpiryIntent)
+    /// Apple refunds the latest transaction in full (`REFUND`).
+    case refund
+    /// The customer upgrades to `product`, at once (`DID_CHANGE_RENEWAL_PREF` `UPGRADE`).
+    case upgrade(to: ConformanceCatalogue.Product)
+
+    public var description: String {
+        switch self {
+        case .purchase(let product, let offer, let user): "u\(user) buys \(product.rawValue)\(offer.map { " (\($0))" } ?? "")"
+        case .restore(let user): "u\(user) restores"
+        case .renew: "DID_RENEW"
+        case .autoRenewOff: "DID_CHANGE_RENEWAL_STATUS AUTO_RENEW_DISABLED"
+        case .failToRenew(let grace): "DID_FAIL_TO_RENEW\(grace ? " GRACE_PERIOD" : "")"
+        case .recover: "DID_RENEW BILLING_RECOVERY"
+        case .expire(let intent): "EXPIRED \(intent == .voluntary ? "VOLUNTARY" : "BILLING_RETRY")"
+        case .refund: "REFUND"
+        case .upgrade(let product): "DID_CHANGE_RENEWAL_PREF UPGRADE to \(product.rawValue)"
+        }
+    }
+
+    /// Whether a device makes this step (the rest is Apple's, told by a notification).
+    public var isDevicePost: Bool {
+        switch self {
+        case .purchase, .restore: true
+        default: false
+        }
+    }
+}
+
+/// One entitlement the ground truth says a user holds: its id, and until when (nil: for good).
+public struct HeldEntitlement: Sendable, Equatable, Comparable, CustomStringConvertible {
+    public var id: String
+    public var until: Date?
+
+    public init(id: String, until: Date?) {
+        self.id = id
+        self.until = until
+    }
+
+    public static func < (lhs: HeldEntitlement, rhs: HeldEntitlement) -> Bool { lhs.id < rhs.id }
+
+    public var description: String { "\(id) until \(until.map(Lifecycle.format) ?? "for good")" }
+}
+
+/// An event a customer's backend should receive about app user `user`.
+public struct ExpectedEvent: Sendable, Equatable {
+    public var user: Int
+    public var type: EventType
+
+    public init(user: Int, _ type: EventType) {
+        self.user = user
+        self.type = type
+    }
+}
+
+/// One step: when, what, and the ground truth after it.
+public struct Step: Sendable, Equatable {
+    public var at: Date
+    public var action: Action
+    /// What each user holds from this instant on, until the next step (filter by `until` to ask
+    /// at a later instant: ``Timeline/truth(user:at:)``).
+    public var holdings: [[HeldEntitlement]]
+    /// The events this step should send, in order.
+    public var events: [ExpectedEvent]
+}
+
+/// One customer's story: its app users, its scenario, its steps in time order.
+public struct Timeline: Sendable, Equatable {
+    public var customer: Int
+    public var scenario: Scenario
+    /// The customer's app user ids (a second one only when two app users share an Apple account).
+    public var users: [String]
+    public var steps: [Step]
+
+    /// The entitlements app user `user` holds at `instant`: the holdings of the last step at or
+    /// before it, without those ended by then.
+    public func truth(user: Int, at instant: Date) -> [HeldEntitlement] {
+        guard let step = steps.last(where: { $0.at <= instant }) else { return [] }
+        return step.holdings[user].filter { $0.until.map { $0 > instant } ?? true }
+    }
+
+    /// Every event the timeline should send about app user `user`, in order.
+    public func expectedEvents(user: Int) -> [EventType] {
+        steps.flatMap { $0.events.filter { $0.user == user }.map(\.type) }
+    }
+
+    /// The timeline as lines a person reads next to a disagreement.
+    public var narrative: String {
+        var lines = ["customer \(customer) (\(scenario.rawValue)), users \(users.joined(separator: ", "))"]
+        for step in steps {
+            let held = step.holdings.enumerated().map { "u\($0.offset): [\($0.element.map(\.description).joined(separator: ", "))]" }
+            let events = step.events.map { "u\($0.user) \($0.type.rawValue)" }.joined(separator: ", ")
+            lines.append("  \(Lifecycle.format(step.at)) \(step.action) → \(held.joined(separator: " ")) events: [\(events)]")
+        }
+        return lines.joined(separator: "\n")
+    }
+}
+
+/// The lifecycle model's constants: Apple's periods as the mock App Store plays them.
+public enum Lifecycle {
+    /// A subscription month.
+    public static let month: TimeInterval = 30 * 86_400
+    /// A free trial.
+    public static let trialLength: TimeInterval = 7 * 86_400
+    /// Billing Grace Period (the mock's 16 days).
+    public static let gracePeriod: TimeInterval = 16 * 86_400
+    /// How long billing retry runs before Apple gives up in the model.
+    public static let billingRetry: TimeInterval = 10 * 86_400
+
+    static func format(_ date: Date) -> String {
+        date.formatted(.iso8601.year().month().day().time(includingFractionalSeconds: false))
+    }
+}

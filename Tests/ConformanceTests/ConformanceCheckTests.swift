@@ -1,0 +1,67 @@
+import Conformance
+import Foundation
+import ReceiptCore
+import Testing
+
+@Suite("The conformance suite's checks and table")
+struct ConformanceCheckTests {
+    static let at = Date(timeIntervalSince1970: 1_800_000_000)
+
+    @Test("an answer agrees when it names the same entitlements until the same instants, within seconds")
+    func answers() throws {
+        let json = try JSONValue.parse(
+            Array(
+                #"{"entitlements":[{"id":"pro","expires_date":{"utc":"2027-01-15 08:00:00 UTC","ms":1800000000000},"is_active":true},{"id":"no_ads","is_active":true}]}"#
+                    .utf8))
+        let answered = ConformanceCheck.entitlements(fromCustomer: json)
+        let until = Date(timeIntervalSince1970: 1_800_000_000)
+        #expect(answered == [HeldEntitlement(id: "no_ads", until: nil), HeldEntitlement(id: "pro", until: until)])
+        #expect(
+            ConformanceCheck.agrees([HeldEntitlement(id: "pro", until: until.addingTimeInterval(0.4)), .init(id: "no_ads", until: nil)], answered))
+        #expect(
+            !ConformanceCheck.agrees([HeldEntitlement(id: "pro", until: until.addingTimeInterval(30)), .init(id: "no_ads", until: nil)], answered))
+        #expect(!ConformanceCheck.agrees([HeldEntitlement(id: "pro", until: until)], answered))
+        #expect(!ConformanceCheck.agrees([HeldEntitlement(id: "pro", until: until), .init(id: "no_ads", until: until)], answered))
+        #expect(ConformanceCheck.agrees([], ConformanceCheck.entitlements(fromCustomer: try JSONValue.parse(Array(#"{"entitlements":[]}"#.utf8)))))
+    }
+
+    @Test("events: each once and in order; missing, duplicated, out of order and unexpected counted apart")
+    func events() {
+        let expected: [EventType] = [.subscriptionStarted, .subscriptionRenewed, .subscriptionRenewed, .subscriptionExpired]
+        #expect(ConformanceCheck.compare(expected: expected, received: expected).isClean)
+        let duplicated = ConformanceCheck.compare(expected: expected, received: expected + [.subscriptionExpired])
+        #expect(duplicated == .init(missing: 0, duplicated: 1, outOfOrder: 0, unexpected: 0))
+        let missing = ConformanceCheck.compare(expected: expected, received: [.subscriptionStarted, .subscriptionRenewed])
+        #expect(missing == .init(missing: 2, duplicated: 0, outOfOrder: 0, unexpected: 0))
+        let reordered = ConformanceCheck.compare(
+            expected: expected, received: [.subscriptionStarted, .subscriptionExpired, .subscriptionRenewed, .subscriptionRenewed])
+        #expect(reordered == .init(missing: 0, duplicated: 0, outOfOrder: 1, unexpected: 0))
+        let other = ConformanceCheck.compare(expected: [.subscriptionStarted], received: [.subscriptionStarted, .subscriptionRefunded])
+        #expect(other == .init(missing: 0, duplicated: 0, outOfOrder: 0, unexpected: 1))
+    }
+
+    @Test("the report counts per scenario, keeps each disagreement with its timeline and prints a table")
+    func report() {
+        let catalogue = ConformanceCatalogue(bundleID: "com.example.cf")
+        let timeline = LifecycleGenerator(catalogue: catalogue, start: Self.at, days: 60, seed: 1).timeline(customer: 3)
+        var report = ConformanceReport()
+        report.customer(timeline.scenario)
+        report.answer(timeline, .right, at: Self.at, expected: [], answered: [])
+        report.answer(timeline, .wrong, at: Self.at, expected: [HeldEntitlement(id: "pro", until: nil)], answered: [])
+        report.answer(timeline, .late, at: Self.at, expected: [], answered: [HeldEntitlement(id: "pro", until: nil)])
+        report.events(timeline, user: 0, received: [])
+        let tally = report.tallies[timeline.scenario]
+        #expect(tally?.answersChecked == 3)
+        #expect(tally?.wrong == 1)
+        #expect(tally?.late == 1)
+        #expect(tally?.eventsMissing == timeline.expectedEvents(user: 0).count)
+        #expect(report.disagreements.count == 3)
+        #expect(report.disagreements[0].description.contains(timeline.narrative))
+        let lines = report.table.split(separator: "\n")
+        #expect(lines.count == 3)
+        #expect(lines[0].hasPrefix("scenario"))
+        #expect(lines[1].hasPrefix(timeline.scenario.rawValue))
+        #expect(lines[2].hasPrefix("total"))
+        #expect(report.total.wrong == 1)
+    }
+}
