@@ -125,7 +125,7 @@ public enum ReceiptQueueApp {
             consumptionPolicies: PostgresCustomerConsumption(pool: postgresPool),
             customerData: PostgresCustomerExport { [postgres = configuration.postgres] in
                 try PostgresConnection(configuration: postgres, label: "customer-export")
-            }
+            }, eraser: CustomerEraser(database: PostgresCustomerErasure(pool: postgresPool), jobs: RedisCustomerJobPurge(pool: redisPool, keys: configuration.keys))
         ).addRoutes(to: router)
         try AdminPages(
             dead: dead, retries: retries, overview: overview, authenticator: authenticator, sessions: configuration.dashboard.sessions,

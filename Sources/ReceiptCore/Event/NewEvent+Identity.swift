@@ -48,3 +48,20 @@ extension NewEvent {
             data: String(decoding: writer.bytes, as: UTF8.self), dedupeKey: "alias:\(alias):\(userIdentifier)")
     }
 }
+
+extension NewEvent {
+    /// An operator erased the customer: filed under the customer, stated once per erasure. It names
+    /// the id the backend asked to erase (the backend's own id for its user) and the erasure's id,
+    /// nothing else: the merged ids and everything held were erased.
+    public static func erased(userIdentifier: String, erasureID: UUID, appID: UUID, occurredAt: Date, id: UUID) -> NewEvent {
+        var writer = JSONWriter(capacity: 128)
+        writer.openObject()
+        writer.member("erasure_id", erasureID.canonical)
+        writer.member("user_identifier", userIdentifier)
+        writer.closeObject()
+        return NewEvent(
+            id: id, type: .customerErased, appID: appID, environment: nil, userIdentifier: userIdentifier, subject: "customer:\(userIdentifier)",
+            originalTransactionID: nil, transactionID: nil, receiptID: nil, occurredAt: occurredAt,
+            data: String(decoding: writer.bytes, as: UTF8.self), dedupeKey: "erasure:\(erasureID.canonical)")
+    }
+}
