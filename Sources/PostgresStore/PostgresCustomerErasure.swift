@@ -17,7 +17,9 @@ public struct PostgresCustomerErasure: CustomerErasure {
 
     public func erase(appID: UUID, userIdentifier: String, erasureID: UUID, audit: AuditAction, at: Date) async throws -> ErasedCustomer? {
         try await pool.withConnection { connection in
-            try connection.transaction { try Self.erase(appID: appID, userIdentifier: userIdentifier, erasureID: erasureID, audit: audit, at: at, on: $0) }
+            try connection.transaction {
+                try Self.erase(appID: appID, userIdentifier: userIdentifier, erasureID: erasureID, audit: audit, at: at, on: $0)
+            }
         }
     }
 
@@ -48,8 +50,9 @@ public struct PostgresCustomerErasure: CustomerErasure {
         }
         guard changed > 0 else { return nil }
         _ = try AuditRows.begin(audit, outcome: "done", on: connection)
+        var ids = MonotonicEventIDs()
         try EventRows.insert(
-            [.erased(userIdentifier: userIdentifier, erasureID: erasureID, appID: appID, occurredAt: at, id: UUID())], on: connection)
+            [.erased(userIdentifier: userIdentifier, erasureID: erasureID, appID: appID, occurredAt: at, id: ids.next(at: at))], on: connection)
         return ErasedCustomer(
             erasureID: erasureID, appID: appID, userIdentifier: userIdentifier, userIdentifiers: Set(users), receiptIDs: Set(receiptIDs),
             eventIDs: Set(eventIDs))

@@ -25,7 +25,9 @@ extension ReceiptQueueApp.Admin {
     /// `receiptq customers erase`: erases the user of `appID` and every id merged with it
     /// (``CustomerEraser``: the database in one transaction with its audit line, then the queues).
     /// - Returns: what was erased and how many jobs were dropped, or nil when nothing held the user.
-    public func eraseCustomer(appID: UUID, userIdentifier: String, audit: AuditAction, logger: Logger = Logger.current) async throws -> (
+    public func eraseCustomer(
+        appID: UUID, userIdentifier: String, audit: AuditAction, logger: Logger = Logger.current
+    ) async throws -> (
         ErasedCustomer, droppedJobs: Int
     )? {
         let postgres = PostgresConnectionPool(configuration: configuration.postgres, size: 1, logger: logger)

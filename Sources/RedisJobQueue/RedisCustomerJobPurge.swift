@@ -28,7 +28,8 @@ public struct RedisCustomerJobPurge: CustomerJobPurge {
 
     public func dropJobs(of customer: ErasedCustomer) async throws -> Int {
         var dropped: Set<UUID> = []
-        let lists = try await scanKeys(matching: Self.glob(keys.queue("")) + "*") + (try await scanKeys(matching: Self.glob(keys.processing("")) + "*"))
+        let lists =
+            try await scanKeys(matching: Self.glob(keys.queue("")) + "*") + (try await scanKeys(matching: Self.glob(keys.processing("")) + "*"))
         for key in lists {
             let members = try await matching(customer, in: key, range: "LRANGE")
             for (raw, id) in members {
@@ -75,7 +76,9 @@ public struct RedisCustomerJobPurge: CustomerJobPurge {
             let batch = Array(idempotency[start..<min(start + Self.chunk, idempotency.count)])
             let reply = try await pool.withConnection { try $0.send(["MGET"] + batch) }
             guard case .array(let values) = reply else { throw RedisQueueError.unexpectedReply("MGET") }
-            let stale = zip(batch, values).compactMap { key, value in value.string.flatMap(UUID.init(uuidString:)).map(ids.contains) == true ? key : nil }
+            let stale = zip(batch, values).compactMap { key, value in
+                value.string.flatMap(UUID.init(uuidString:)).map(ids.contains) == true ? key : nil
+            }
             if !stale.isEmpty { _ = try await pool.withConnection { try $0.send(["DEL"] + stale) } }
         }
     }

@@ -33,7 +33,8 @@ struct CustomerDataSectionsTests {
         #expect(tables.contains("receipts") && tables.contains("user_aliases"), "the query finds the customer tables: \(tables)")
         let sections = CustomerDataSections.all
         let covered = Set(sections.map(\.table))
-        #expect(tables.subtracting(covered).isEmpty, "tables holding a user's id that neither export nor erasure reads: \(tables.subtracting(covered))")
+        #expect(
+            tables.subtracting(covered).isEmpty, "tables holding a user's id that neither export nor erasure reads: \(tables.subtracting(covered))")
         let erasedByStatement = Set(sections.compactMap { if case .statement = $0.erasure { $0.name } else { nil } })
         for section in sections {
             if case .through(let other) = section.erasure {

@@ -62,7 +62,8 @@ struct CustomerErasurePageTests {
         #expect(after.text.contains("Customer erased") && !after.text.contains("customer-receipts") && after.text.contains("customer.erased"))
         #expect(try await pg.query("SELECT count(*) AS n FROM receipts WHERE user_identifier = \(customer)").rows.first?.int("n") == 0)
         let line = try await pg.query(
-            "SELECT source, target FROM audit_log WHERE app_id = \(system.app.id) AND action = 'customer.erase'").rows.first
+            "SELECT source, target FROM audit_log WHERE app_id = \(system.app.id) AND action = 'customer.erase'"
+        ).rows.first
         #expect(line?.string("source") == "dashboard" && line?.string("target")?.hasPrefix("erasure ") == true)
     }
 }

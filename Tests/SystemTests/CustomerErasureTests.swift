@@ -142,7 +142,9 @@ struct CustomerErasureTests {
                 for value in values {
                     if let envelope = try? JobEnvelope.decode(value) {
                         if envelope.header.id == keptJob.header.id { sawKept = true }
-                        if case .delivery(let delivery) = envelope.payload, delivery.target.eventType == EventType.customerErased.rawValue { continue }
+                        if case .delivery(let delivery) = envelope.payload, delivery.target.eventType == EventType.customerErased.rawValue {
+                            continue
+                        }
                     }
                     let text = key + " " + String(decoding: value, as: UTF8.self)
                     for needle in [user, alias, receipt, pending] where text.contains(needle) { leftovers.append(key) }
