@@ -26,6 +26,8 @@ public struct PostgresCustomerErasure: CustomerErasure {
     static func erase(
         appID: UUID, userIdentifier: String, erasureID: UUID, audit: AuditAction, at: Date, on connection: PostgresConnection
     ) throws -> ErasedCustomer? {
+        // No app, no customer: refused audit lines may name an unknown app id, and the event could not be filed.
+        guard try !connection.query("SELECT 1 FROM apps WHERE id = \(appID)").rows.isEmpty else { return nil }
         let users = try IdentityRows.customerIDs(of: userIdentifier, apps: PostgresArray.literal([appID.uuidString]), on: connection)
         let list = PostgresArray.literal(users.map { Optional($0) })
         // Read before any section is erased: the receipts' user and the events are gone after.
@@ -39,7 +41,8 @@ public struct PostgresCustomerErasure: CustomerErasure {
         _ = try connection.query(
             """
             CREATE TEMPORARY TABLE erased_events ON COMMIT DROP AS
-            SELECT id FROM events WHERE app_id = \(appID) AND user_identifier = ANY(\(list)::text[]) AND type <> \(EventType.customerErased.rawValue)
+            SELECT id FROM events
+            WHERE app_id = \(appID) AND user_identifier = ANY(\(list)::text[]) AND type <> \(EventType.customerErased.rawValue)
             """)
         let receiptIDs = try connection.query("SELECT id FROM erased_receipts").rows.compactMap { $0.uuid("id") }
         let eventIDs = try connection.query("SELECT id FROM erased_events").rows.compactMap { $0.uuid("id") }

@@ -192,8 +192,11 @@ enum CustomerDataSections {
                 // Kept for their uuids (Apple's retries stay deduplicated), without Apple's payload,
                 // which can carry the receipt.
                 """
+                -- Found by the receipts' original transactions (indexed), not by receipt_id (not).
                 UPDATE notifications SET payload = '{}'::jsonb
                 WHERE app_id = \(app) AND receipt_id IN (SELECT id FROM erased_receipts)
+                  AND original_transaction_id IN (
+                    SELECT original_transaction_id FROM in_app_purchases WHERE receipt_id IN (SELECT id FROM erased_receipts))
                 """
             }
         ) { app, users, limit, offset in

@@ -24,15 +24,24 @@ public struct CustomerEraser: Sendable {
 
     /// Erases the customer `userIdentifier` of `appID` and every id merged with it.
     /// - Parameter audit: who asks (actor, role, source); the target and users are set here.
-    /// - Returns: what was erased, with how many jobs were dropped, or nil when nothing held the
-    ///   customer (already erased, or never seen).
+    /// - Returns: what was erased, with how many jobs were dropped, or nil when nothing in the
+    ///   database held the customer (already erased, or never seen); jobs still submitted under
+    ///   `userIdentifier` are dropped then too, so a repeat finishes an erasure whose queue side failed.
     public func erase(appID: UUID, userIdentifier: String, audit: AuditAction, at: Date) async throws -> (ErasedCustomer, droppedJobs: Int)? {
         let erasureID = UUID()
         guard
             let erased = try await database.erase(
                 appID: appID, userIdentifier: userIdentifier, erasureID: erasureID, audit: Self.audit(audit, erasureID: erasureID, appID: appID),
                 at: at)
-        else { return nil }
+        else {
+            // Nothing left in the database; but a first erasure whose queue side failed after its
+            // commit left jobs under the id, and this repeat is the operator's way to finish it.
+            _ = try await jobs.dropJobs(
+                of: ErasedCustomer(
+                    erasureID: erasureID, appID: appID, userIdentifier: userIdentifier, userIdentifiers: [userIdentifier], receiptIDs: [],
+                    eventIDs: []))
+            return nil
+        }
         return (erased, try await jobs.dropJobs(of: erased))
     }
 }
