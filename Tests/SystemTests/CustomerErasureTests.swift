@@ -21,9 +21,12 @@ struct CustomerErasureTests {
         let system = try await TestSystem.start()
         defer { Task { await system.stop() } }
         let app = system.app.id
-        // Deliveries: an endpoint takes every event (it never answers; its rows are what counts).
+        // Deliveries: an endpoint takes every event, paused, so that its rows wait in Postgres. (A
+        // delivery a worker holds while the erasure runs can come back to the retries after it: the
+        // race the README names; with a live endpoint that never answers, a loaded machine met it.)
         let hook = #"{"app_id":"\#(app.canonical)","url":"http://127.0.0.1:9/hook","allow_private":true,"events":["*"]}"#
-        #expect(try await admin.send(system, "POST", "/admin/api/webhooks", body: hook).status == 201)
+        let endpoint = try #require(try await admin.send(system, "POST", "/admin/api/webhooks", body: hook).json?["id"]?.stringValue)
+        #expect(try await admin.send(system, "POST", "/admin/api/webhooks/\(endpoint)/pause").status == 200)
         // A merged customer with receipts, a subscription, events and a grant; another user, who stays.
         let customer = try await MergedCustomer.make(system, prefix: "erase", reason: "erasure test")
         let (user, alias, other, receipt) = (customer.user, customer.alias, customer.other, customer.receipt)
@@ -66,7 +69,7 @@ struct CustomerErasureTests {
         #expect(answer.status == 200, "\(String(decoding: answer.body, as: UTF8.self))")
         let erasureID = try #require(answer.json?["erasure_id"]?.stringValue)
         #expect((answer.json?["user_identifiers"]?.arrayValue ?? []).compactMap(\.stringValue) == [alias, user].sorted())
-        // Our three, and the retries of deliveries of their events to the endpoint that never answers.
+        // Our three at least (a delivery queued before the pause may be among them).
         #expect((answer.json?["dropped_jobs"]?.intValue ?? 0) >= 3)
 
         // Every table of the schema, every row as text: neither id nor the receipt is left, but in
