@@ -41,6 +41,8 @@ public struct AdminAPI: Sendable {
     let consumptionPolicies: (any ConsumptionPolicies)?
     /// A customer's data for access requests (nil: no export route).
     let customerData: (any CustomerDataExport)?
+    /// Erases a customer (nil: no erasure route).
+    let eraser: CustomerEraser?
     let now: @Sendable () -> Date
 
     /// The most entries one page may hold.
@@ -60,13 +62,14 @@ public struct AdminAPI: Sendable {
     ///   - transferRules: the apps' transfer rules (nil: no transfer-rule routes).
     ///   - consumptionPolicies: the apps' refund-defence policies (nil: no consumption-policy routes).
     ///   - customerData: a customer's data, exported (nil: no export route).
+    ///   - eraser: erases a customer (nil: no erasure route).
     ///   - now: the injected clock (ages).
     public init(
         dead: any JobSetStore, retries: any JobSetStore, overview: any QueueOverview, authenticator: OperatorAuthenticator,
         audit: (any AuditLog)? = nil, webhooks: (any WebhookAdministration)? = nil, support: (any SupportDesk)? = nil,
         resync: (any HistoryResync)? = nil, entitlements: (any EntitlementAdministration)? = nil,
         transferRules: (any TransferRuleAdministration)? = nil, consumptionPolicies: (any ConsumptionPolicies)? = nil,
-        customerData: (any CustomerDataExport)? = nil, now: @escaping @Sendable () -> Date = { Date() }
+        customerData: (any CustomerDataExport)? = nil, eraser: CustomerEraser? = nil, now: @escaping @Sendable () -> Date = { Date() }
     ) {
         self.support = support
         self.resync = resync
@@ -80,6 +83,7 @@ public struct AdminAPI: Sendable {
         self.transferRules = transferRules
         self.consumptionPolicies = consumptionPolicies
         self.customerData = customerData
+        self.eraser = eraser
         self.now = now
     }
 
@@ -192,6 +196,7 @@ public struct AdminAPI: Sendable {
         "GET /admin/api/apps/{app_id}/test-notifications/{token}": ["environment"],
         "POST /admin/api/history/resync": [],
         "GET /admin/api/apps/{app_id}/consumption-policy": [], "PUT /admin/api/apps/{app_id}/consumption-policy": [],
+        "DELETE /admin/api/customers/{app_id}/{user_identifier}": [],
     ]
 
     /// `error_code`, `app_id`, `q`, `offset`, `limit` from the query string (the pages' too).

@@ -25,6 +25,13 @@ extension AdminPages {
         if let notice = Self.resyncNotice(request.uri.queryParameters["resync"].map(String.init)) {
             values[notice.isProblem ? "problem" : "notice"] = notice.text
         }
+        if let notice = Self.erasureNotice(request.uri.queryParameters["erased"].map(String.init)) {
+            values[notice.isProblem ? "problem" : "notice"] = notice.text
+        }
+        // Erasing needs one app and one user: the button shows for an operator's search by user in an app.
+        if eraser != nil, user.role >= .operator, by != "transaction", let appID = query.appID, let customer = query.userIdentifier {
+            values["erase"] = ["appID": appID.canonical, "user": customer]
+        }
         values["hasApps"] = !known.isEmpty
         values["apps"] = known.map { app -> [String: Any] in
             ["id": app.id.canonical, "name": app.name, "bundleID": app.bundleID, "selected": app.id == query.appID]

@@ -41,6 +41,8 @@ public struct AdminPages: Sendable {
     let support: (any SupportDesk)?
     /// Queues history resyncs from the customer view (nil: no resync button).
     let resync: (any HistoryResync)?
+    /// Erases customers from the customer view (nil: no erase button).
+    let eraser: CustomerEraser?
     /// The entitlement catalogue and grants (nil: no entitlements page).
     let entitlements: (any EntitlementAdministration)?
     /// A user's entitlements by name, for the entitlements page.
@@ -68,6 +70,7 @@ public struct AdminPages: Sendable {
     ///   - support: the support endpoints, as actions on the customer view.
     ///   - resync: queues history resyncs (the customer view's button; nil: none).
     ///   - entitlements: the catalogue and grants (the entitlements page; nil: none).
+    ///   - eraser: erases a customer (the customer view's button; nil: none).
     ///   - customerEntitlements: a user's entitlements by name, shown on that page.
     ///   - now: the injected clock.
     /// - Throws: when a template is missing or does not parse (a broken build).
@@ -76,11 +79,12 @@ public struct AdminPages: Sendable {
         sessions: AdminSessions, audit: (any AuditLog)? = nil, webhooks: (any WebhookAdministration)? = nil,
         apps: @escaping @Sendable () async throws -> [AppRecord] = { [] }, notifications: (any NotificationLog)? = nil,
         customers: (any CustomerDirectory)? = nil, appleCalls: (any AppleCallLedger)? = nil, support: (any SupportDesk)? = nil,
-        resync: (any HistoryResync)? = nil, entitlements: (any EntitlementAdministration)? = nil,
+        resync: (any HistoryResync)? = nil, entitlements: (any EntitlementAdministration)? = nil, eraser: CustomerEraser? = nil,
         customerEntitlements: (any CustomerCatalog)? = nil, now: @escaping @Sendable () -> Date = { Date() }
     ) throws {
         self.support = support
         self.resync = resync
+        self.eraser = eraser
         self.entitlements = entitlements
         self.customerEntitlements = customerEntitlements
         self.notifications = notifications
@@ -136,6 +140,7 @@ public struct AdminPages: Sendable {
         if customers != nil {
             addCustomerRoutes(to: router)
             addResyncRoutes(to: router)
+            addErasureRoutes(to: router)
         }
         if appleCalls != nil { addAppleCallRoutes(to: router) }
         if support != nil { addSupportRoutes(to: router) }

@@ -49,64 +49,157 @@ public struct PostgresCustomerExport: CustomerDataExport {
     }
 }
 
-/// Every table that holds a customer's data, and how their rows are found: one list, so that a
-/// table added for customers is added here once (the erasure of issue 44 is to read the same).
+/// Every table that holds a customer's data, how their rows are found (the export) and how they are
+/// erased (``PostgresCustomerErasure``): one list, so that a table added for customers is added
+/// here once, for both, and a section cannot be written without its erasure.
 /// Each page is `row` (the row as JSON), in an order that is total within the snapshot.
 enum CustomerDataSections {
     struct Section: Sendable {
         /// The document's key.
         var name: String
+        /// The table it reads.
+        var table: String
         /// One page of the section: (app, the customer's ids as an array literal, limit, offset).
         var page: @Sendable (UUID, String, Int, Int) -> PostgresQuery
+        /// How the erasure treats the section's rows.
+        var erasure: Erasure
+
+        init(name: String, table: String, erasure: Erasure, page: @escaping @Sendable (UUID, String, Int, Int) -> PostgresQuery) {
+            self.name = name
+            self.table = table
+            self.erasure = erasure
+            self.page = page
+        }
+    }
+
+    /// What erasing a customer does to a section's rows. The statements run in one transaction in
+    /// which `erased_receipts` and `erased_events` (temporary tables) hold the ids of the
+    /// customer's receipts and events, read before any statement ran, so that the order of the
+    /// sections does not matter.
+    enum Erasure: Sendable {
+        /// One statement deletes or anonymises the rows: (app, the customer's ids as an array literal).
+        case statement(@Sendable (UUID, String) -> PostgresQuery)
+        /// The rows hold nothing of the customer once the named section is erased (they are found
+        /// through it: a receipt's calls to Apple, an event's deliveries).
+        case through(String)
     }
 
     static let all: [Section] = [
-        Section(name: "aliases") { app, users, limit, offset in
+        Section(
+            name: "aliases", table: "user_aliases",
+            erasure: .statement { app, users in
+                "DELETE FROM user_aliases WHERE app_id = \(app) AND (user_identifier = ANY(\(users)::text[]) OR alias = ANY(\(users)::text[]))"
+            }
+        ) { app, users, limit, offset in
             """
             SELECT row_to_json(t)::text AS row FROM user_aliases t
             WHERE t.app_id = \(app) AND (t.user_identifier = ANY(\(users)::text[]) OR t.alias = ANY(\(users)::text[]))
             ORDER BY t.alias LIMIT \(limit) OFFSET \(offset)
             """
         },
-        Section(name: "app_account_tokens") { app, users, limit, offset in
+        Section(
+            name: "app_account_tokens", table: "app_account_tokens",
+            erasure: .statement { app, users in
+                "DELETE FROM app_account_tokens WHERE app_id = \(app) AND user_identifier = ANY(\(users)::text[])"
+            }
+        ) { app, users, limit, offset in
             """
             SELECT row_to_json(t)::text AS row FROM app_account_tokens t WHERE t.app_id = \(app) AND t.user_identifier = ANY(\(users)::text[])
             ORDER BY t.app_account_token LIMIT \(limit) OFFSET \(offset)
             """
         },
-        Section(name: "receipts") { app, users, limit, offset in
+        Section(
+            name: "receipts", table: "receipts",
+            erasure: .statement { _, _ in
+                // Kept, emptied: the ledger's purchases and subscriptions point at the receipt.
+                """
+                UPDATE receipts SET user_identifier = NULL, identifier_for_vendor = NULL, country_code = NULL, ip_address = NULL,
+                    metadata = NULL, receipt_data = '', latest_receipt = NULL, fraud_reason = NULL, updated_at = now()
+                WHERE id IN (SELECT id FROM erased_receipts)
+                """
+            }
+        ) { app, users, limit, offset in
             """
             SELECT row_to_json(t)::text AS row FROM receipts t WHERE t.app_id = \(app) AND t.user_identifier = ANY(\(users)::text[])
             ORDER BY t.created_at, t.id LIMIT \(limit) OFFSET \(offset)
             """
         },
-        Section(name: "purchases") { app, users, limit, offset in
+        Section(
+            name: "purchases", table: "in_app_purchases",
+            erasure: .statement { app, users in
+                // The ledger keeps the amounts without the user; a purchase another user also holds
+                // (a share, or the conflict's other side) keeps that user.
+                """
+                UPDATE in_app_purchases SET
+                    app_account_token = CASE WHEN user_identifier = ANY(\(users)::text[]) THEN NULL ELSE app_account_token END,
+                    user_identifier = CASE WHEN user_identifier = ANY(\(users)::text[]) THEN NULL ELSE user_identifier END,
+                    conflict_user_identifier = CASE WHEN conflict_user_identifier = ANY(\(users)::text[]) THEN NULL
+                                                    ELSE conflict_user_identifier END,
+                    updated_at = now()
+                WHERE app_id = \(app) AND (user_identifier = ANY(\(users)::text[]) OR conflict_user_identifier = ANY(\(users)::text[]))
+                """
+            }
+        ) { app, users, limit, offset in
             """
             SELECT row_to_json(t)::text AS row FROM in_app_purchases t
             WHERE t.app_id = \(app) AND (t.user_identifier = ANY(\(users)::text[]) OR t.conflict_user_identifier = ANY(\(users)::text[]))
             ORDER BY t.id LIMIT \(limit) OFFSET \(offset)
             """
         },
-        Section(name: "shared_purchases") { app, users, limit, offset in
+        Section(
+            name: "shared_purchases", table: "purchase_shares",
+            erasure: .statement { app, users in
+                // The customer's links only: the other users' shares of the same transactions stay.
+                "DELETE FROM purchase_shares WHERE app_id = \(app) AND user_identifier = ANY(\(users)::text[])"
+            }
+        ) { app, users, limit, offset in
             """
             SELECT row_to_json(t)::text AS row FROM purchase_shares t WHERE t.app_id = \(app) AND t.user_identifier = ANY(\(users)::text[])
             ORDER BY t.environment, t.transaction_id, t.user_identifier LIMIT \(limit) OFFSET \(offset)
             """
         },
-        Section(name: "subscriptions") { app, users, limit, offset in
+        Section(
+            name: "subscriptions", table: "subscriptions",
+            erasure: .statement { app, users in
+                // Kept without the user (the ledger); no longer re-polled, unless another user shares it.
+                """
+                UPDATE subscriptions s SET user_identifier = NULL, last_poll_error = NULL, updated_at = now(),
+                    next_poll_at = CASE WHEN EXISTS (
+                        SELECT 1 FROM purchase_shares p JOIN in_app_purchases i
+                          ON i.environment = p.environment AND i.transaction_id = p.transaction_id
+                        WHERE p.app_id = s.app_id AND i.original_transaction_id = s.original_transaction_id
+                          AND i.environment = s.environment AND p.user_identifier <> ALL(\(users)::text[]))
+                    THEN s.next_poll_at END
+                WHERE s.app_id = \(app) AND s.user_identifier = ANY(\(users)::text[])
+                """
+            }
+        ) { app, users, limit, offset in
             """
             SELECT row_to_json(t)::text AS row FROM subscriptions t WHERE t.app_id = \(app) AND t.user_identifier = ANY(\(users)::text[])
             ORDER BY t.environment, t.original_transaction_id LIMIT \(limit) OFFSET \(offset)
             """
         },
-        Section(name: "apple_calls") { app, users, limit, offset in
+        Section(name: "apple_calls", table: "validation_attempts", erasure: .through("receipts")) { app, users, limit, offset in
             """
             SELECT row_to_json(t)::text AS row FROM validation_attempts t
             WHERE t.receipt_id IN (SELECT r.id FROM receipts r WHERE r.app_id = \(app) AND r.user_identifier = ANY(\(users)::text[]))
             ORDER BY t.receipt_id, t.attempt, t.seq LIMIT \(limit) OFFSET \(offset)
             """
         },
-        Section(name: "notifications") { app, users, limit, offset in
+        Section(
+            name: "notifications", table: "notifications",
+            erasure: .statement { app, _ in
+                // Kept for their uuids (Apple's retries stay deduplicated), without Apple's payload,
+                // which can carry the receipt.
+                """
+                -- Found by the receipts' original transactions (indexed), not by receipt_id (not).
+                UPDATE notifications SET payload = '{}'::jsonb
+                WHERE app_id = \(app) AND receipt_id IN (SELECT id FROM erased_receipts)
+                  AND original_transaction_id IN (
+                    SELECT original_transaction_id FROM in_app_purchases WHERE receipt_id IN (SELECT id FROM erased_receipts))
+                """
+            }
+        ) { app, users, limit, offset in
             """
             SELECT row_to_json(t)::text AS row FROM notifications t
             WHERE t.app_id = \(app)
@@ -114,13 +207,19 @@ enum CustomerDataSections {
             ORDER BY t.signed_at, t.id LIMIT \(limit) OFFSET \(offset)
             """
         },
-        Section(name: "events") { app, users, limit, offset in
+        Section(
+            name: "events", table: "events",
+            erasure: .statement { app, _ in
+                // Their webhook deliveries go with them (ON DELETE CASCADE).
+                "DELETE FROM events WHERE app_id = \(app) AND id IN (SELECT id FROM erased_events)"
+            }
+        ) { app, users, limit, offset in
             """
             SELECT row_to_json(t)::text AS row FROM events t WHERE t.app_id = \(app) AND t.user_identifier = ANY(\(users)::text[])
             ORDER BY t.id LIMIT \(limit) OFFSET \(offset)
             """
         },
-        Section(name: "webhook_deliveries") { app, users, limit, offset in
+        Section(name: "webhook_deliveries", table: "webhook_deliveries", erasure: .through("events")) { app, users, limit, offset in
             """
             SELECT row_to_json(t)::text AS row FROM webhook_deliveries t
             WHERE t.app_id = \(app)
@@ -128,31 +227,65 @@ enum CustomerDataSections {
             ORDER BY t.id LIMIT \(limit) OFFSET \(offset)
             """
         },
-        Section(name: "entitlement_grants") { app, users, limit, offset in
+        Section(
+            name: "entitlement_grants", table: "entitlement_grants",
+            erasure: .statement { app, users in
+                "DELETE FROM entitlement_grants WHERE app_id = \(app) AND user_identifier = ANY(\(users)::text[])"
+            }
+        ) { app, users, limit, offset in
             """
             SELECT row_to_json(t)::text AS row FROM entitlement_grants t WHERE t.app_id = \(app) AND t.user_identifier = ANY(\(users)::text[])
             ORDER BY t.granted_at, t.id LIMIT \(limit) OFFSET \(offset)
             """
         },
-        Section(name: "app_transactions") { app, users, limit, offset in
+        Section(
+            name: "app_transactions", table: "app_transactions",
+            erasure: .statement { app, users in
+                "DELETE FROM app_transactions WHERE app_id = \(app) AND user_identifier = ANY(\(users)::text[])"
+            }
+        ) { app, users, limit, offset in
             """
             SELECT row_to_json(t)::text AS row FROM app_transactions t WHERE t.app_id = \(app) AND t.user_identifier = ANY(\(users)::text[])
             ORDER BY t.environment, t.user_identifier LIMIT \(limit) OFFSET \(offset)
             """
         },
-        Section(name: "consumption") { app, users, limit, offset in
+        Section(
+            name: "consumption", table: "customer_consumption",
+            erasure: .statement { app, users in
+                "DELETE FROM customer_consumption WHERE app_id = \(app) AND user_identifier = ANY(\(users)::text[])"
+            }
+        ) { app, users, limit, offset in
             """
             SELECT row_to_json(t)::text AS row FROM customer_consumption t WHERE t.app_id = \(app) AND t.user_identifier = ANY(\(users)::text[])
             ORDER BY t.user_identifier LIMIT \(limit) OFFSET \(offset)
             """
         },
-        Section(name: "consumption_answers") { app, users, limit, offset in
+        Section(
+            name: "consumption_answers", table: "consumption_answers",
+            erasure: .statement { app, users in
+                // Kept for their claims (one answer per notification), without the user or what was sent.
+                """
+                UPDATE consumption_answers SET user_identifier = NULL, answer = NULL
+                WHERE app_id = \(app) AND user_identifier = ANY(\(users)::text[])
+                """
+            }
+        ) { app, users, limit, offset in
             """
             SELECT row_to_json(t)::text AS row FROM consumption_answers t WHERE t.app_id = \(app) AND t.user_identifier = ANY(\(users)::text[])
             ORDER BY t.claimed_at, t.notification_id LIMIT \(limit) OFFSET \(offset)
             """
         },
-        Section(name: "audit") { app, users, limit, offset in
+        Section(
+            name: "audit", table: "audit_log",
+            erasure: .statement { app, users in
+                // Who did what stays; whom it was done to goes (a line's target names its customer).
+                """
+                UPDATE audit_log SET target = '(erased customer)',
+                    user_identifiers = ARRAY(SELECT u FROM unnest(user_identifiers) u WHERE u <> ALL(\(users)::text[]))
+                WHERE app_id = \(app) AND user_identifiers && \(users)::text[]
+                """
+            }
+        ) { app, users, limit, offset in
             """
             SELECT row_to_json(t)::text AS row FROM audit_log t WHERE t.app_id = \(app) AND t.user_identifiers && \(users)::text[]
             ORDER BY t.id LIMIT \(limit) OFFSET \(offset)

@@ -123,20 +123,22 @@ public enum ReceiptQueueApp {
             configuration, pool: postgresPool, intake: intake, maximumWait: 2, origin: .dashboard, metrics: metrics, logger: logger)?.desk
         let resync = QueuedResync(intake: intake, app: { id in try await catalog.apps().first { $0.id == id } })
         let entitlements = PostgresEntitlements(pool: postgresPool)
+        let eraser = CustomerEraser(
+            database: PostgresCustomerErasure(pool: postgresPool), jobs: RedisCustomerJobPurge(pool: redisPool, keys: configuration.keys))
         AdminAPI(
             dead: dead, retries: retries, overview: overview, authenticator: authenticator, audit: operators, webhooks: webhooks, support: support,
             resync: resync, entitlements: entitlements, transferRules: PostgresIdentity(pool: postgresPool),
             consumptionPolicies: PostgresCustomerConsumption(pool: postgresPool),
             customerData: PostgresCustomerExport { [postgres = configuration.postgres] in
                 try PostgresConnection(configuration: postgres, label: "customer-export")
-            }
+            }, eraser: eraser
         ).addRoutes(to: router)
         try AdminPages(
             dead: dead, retries: retries, overview: overview, authenticator: authenticator, sessions: configuration.dashboard.sessions,
             audit: operators, webhooks: webhooks, apps: { try await catalog.apps() },
             notifications: PostgresNotificationLog(pool: postgresPool), customers: PostgresCustomerDirectory(pool: postgresPool),
             appleCalls: RedisAppleCallLedger(pool: redisPool, keys: configuration.keys), support: support, resync: resync,
-            entitlements: entitlements, customerEntitlements: entitlements
+            entitlements: entitlements, eraser: eraser, customerEntitlements: entitlements
         ).addRoutes(to: router)
         // Last, with the finished route table: it joins only the not-found chain (see its doc).
         router.add(middleware: MethodNotAllowedMiddleware(routes: router.routes.map { ($0.method.rawValue, $0.path.description) }))

@@ -18,36 +18,8 @@ struct CustomerExportTests {
         let system = try await TestSystem.start()
         defer { Task { await system.stop() } }
         let app = system.app.id.canonical
-        let suffix = String(UInt32.random(in: 0...UInt32.max), radix: 36)
-        let (user, alias, other) = ("export-\(suffix)", "export-old-\(suffix)", "export-other-\(suffix)")
-
-        // A receipt under the old id, a StoreKit 2 subscription under the new one, merged; a grant.
-        let (receipt, _) = try system.forgeReceipt()
-        let (_, first) = try await system.post(#"{"receipt":"\#(receipt)","user_identifier":"\#(alias)"}"#)
-        let receiptID = try #require(first?["id"]?.stringValue)
-        let transaction = try system.signedTransaction()
-        #expect(
-            [200, 206].contains(
-                try await system.post(
-                    #"{"signed_transaction":"\#(transaction.jws)","user_identifier":"\#(user)"}"#, path: "/client/transactions"
-                ).0))
-        let (otherReceipt, _) = try system.forgeReceipt()
-        let (_, third) = try await system.post(#"{"receipt":"\#(otherReceipt)","user_identifier":"\#(other)"}"#)
-        let otherID = try #require(third?["id"]?.stringValue)
-        let stored = try await eventually(timeout: .seconds(30)) {
-            let (_, subscriptions) = try await system.get(path: "/client/subscriptions?user_identifier=\(user)")
-            let mine = try await system.get(receiptID).1?["validation_status"]?.stringValue
-            let theirs = try await system.get(otherID).1?["validation_status"]?.stringValue
-            return mine == "valid" && theirs == "valid" && subscriptions?["subscriptions"]?.arrayValue?.isEmpty == false
-        }
-        #expect(stored)
-        #expect(try await system.post(#"{"alias":"\#(alias)"}"#, path: "/client/users/\(user)/aliases").0 == 201)
-        #expect(
-            try await admin.send(system, "PUT", "/admin/api/apps/\(app)/entitlements/pro", body: #"{"products":["com.example.yearly"]}"#).status
-                == 200)
-        #expect(
-            try await admin.send(system, "POST", "/admin/api/customers/\(app)/\(user)/grants", body: #"{"entitlement":"pro","reason":"export test"}"#)
-                .status == 201)
+        let customer = try await MergedCustomer.make(system, prefix: "export", reason: "export test")
+        let (user, alias, other, receiptID, otherID) = (customer.user, customer.alias, customer.other, customer.receiptID, customer.otherID)
 
         let answer = try await admin.send(system, "GET", "/admin/api/customers/\(app)/\(alias)/export")
         #expect(answer.status == 200 && answer.header("Content-Type")?.hasPrefix("application/json") == true)
@@ -66,7 +38,7 @@ struct CustomerExportTests {
         #expect(!text.contains(otherID) && !text.contains(other), "nothing of another user")
 
         // The command line writes the same sections, and its own audit line.
-        let file = FileManager.default.temporaryDirectory.appendingPathComponent("export-\(suffix).json")
+        let file = FileManager.default.temporaryDirectory.appendingPathComponent("\(user).json")
         defer { try? FileManager.default.removeItem(at: file) }
         let run = try await OperatorTests().receiptq(["customers", "export", "--app", system.app.name, "--user", user, "--output", file.path])
         #expect(run.status == 0, "\(run.output)")

@@ -23,6 +23,7 @@ import json
 import os
 import sys
 import time
+import urllib.parse
 import urllib.request
 
 from selenium import webdriver
@@ -261,6 +262,22 @@ def run(driver):
     check(text(driver, "#notice").startswith("Saved"), "the entitlement was saved")
     check("com.example.browser.yearly" in text(driver, "#entitlement-browser_pro"), "the catalogue lists its products")
     shot(driver, "09-entitlements")
+
+    # 7b. The customer view: the operator erases the user whose receipts were retried, after ticking
+    # the confirmation, and the customer is gone.
+    driver.get(BASE + "/admin/customers?" + urllib.parse.urlencode({"q": SCRIPT_USER, "by": "user", "app_id": APP_ID}))
+    loaded(driver)
+    check(driver.find_elements(By.ID, "customer-receipts"), "the customer view lists the user's receipts")
+    driver.find_element(By.ID, "confirm-erase").click()
+    shot(driver, "10-customer-before-erasure")
+    navigate(driver, lambda: driver.find_element(By.ID, "erase-customer"))
+    check(text(driver, "#notice").startswith("Customer erased"), "the erasure is confirmed")
+    driver.get(BASE + "/admin/customers?" + urllib.parse.urlencode({"q": SCRIPT_USER, "by": "user", "app_id": APP_ID}))
+    loaded(driver)
+    # What is left is the erasure's own event, which names the user for the backend.
+    check(not driver.find_elements(By.ID, "customer-receipts"), "no receipt is stored for the user any more")
+    check("customer.erased" in driver.page_source, "the customer.erased event is listed")
+    shot(driver, "11-customer-erased")
 
     # 8. Nothing the pages needed was blocked by the CSP.
     violations = csp_violations(driver)

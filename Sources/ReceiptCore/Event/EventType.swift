@@ -52,6 +52,9 @@ public enum EventType: String, Sendable, Equatable, CaseIterable, Codable {
     case customerTransferred = "customer.transferred"
     /// Two user ids were merged into one customer (`POST /client/users/{user}/aliases`).
     case customerAliased = "customer.aliased"
+    /// An operator erased the customer's data (`DELETE /admin/api/customers/{app_id}/{user_identifier}`):
+    /// the backend should forget the user too.
+    case customerErased = "customer.erased"
 
     /// Whether a filter entry selects this type: the exact name, `*`, or a family such as `subscription.*`.
     public func matches(_ pattern: String) -> Bool {

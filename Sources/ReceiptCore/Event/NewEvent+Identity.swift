@@ -42,9 +42,32 @@ extension NewEvent {
         writer.member("moved_purchases", movedPurchases)
         writer.member("user_identifier", userIdentifier)
         writer.closeObject()
-        return NewEvent(
-            id: id, type: .customerAliased, appID: appID, environment: nil, userIdentifier: userIdentifier, subject: "customer:\(userIdentifier)",
+        return customer(
+            .customerAliased, userIdentifier, data: writer, dedupeKey: "alias:\(alias):\(userIdentifier)", appID: appID, at: occurredAt, id: id)
+    }
+
+    /// An event filed under the customer `userIdentifier` (subject `customer:<user>`), of no environment or transaction.
+    private static func customer(
+        _ type: EventType, _ userIdentifier: String, data: JSONWriter, dedupeKey: String, appID: UUID, at occurredAt: Date, id: UUID
+    ) -> NewEvent {
+        NewEvent(
+            id: id, type: type, appID: appID, environment: nil, userIdentifier: userIdentifier, subject: "customer:\(userIdentifier)",
             originalTransactionID: nil, transactionID: nil, receiptID: nil, occurredAt: occurredAt,
-            data: String(decoding: writer.bytes, as: UTF8.self), dedupeKey: "alias:\(alias):\(userIdentifier)")
+            data: String(decoding: data.bytes, as: UTF8.self), dedupeKey: dedupeKey)
+    }
+}
+
+extension NewEvent {
+    /// An operator erased the customer: filed under the customer, stated once per erasure. It names
+    /// the id the backend asked to erase (the backend's own id for its user) and the erasure's id,
+    /// nothing else: the merged ids and everything held were erased.
+    public static func erased(userIdentifier: String, erasureID: UUID, appID: UUID, occurredAt: Date, id: UUID) -> NewEvent {
+        var writer = JSONWriter(capacity: 128)
+        writer.openObject()
+        writer.member("erasure_id", erasureID.canonical)
+        writer.member("user_identifier", userIdentifier)
+        writer.closeObject()
+        return customer(
+            .customerErased, userIdentifier, data: writer, dedupeKey: "erasure:\(erasureID.canonical)", appID: appID, at: occurredAt, id: id)
     }
 }
