@@ -18,6 +18,7 @@ import ReceiptCore
 ///   (changes: role `admin`), `GET /admin/api/audit` (see `AdminAPI+Webhooks.swift`).
 /// - `/admin/api/apps/{app_id}/…`: the App Store Server API's support endpoints (see `AdminAPI+Support.swift`).
 /// - `POST /admin/api/history/resync` (role `operator`, see `AdminAPI+Resync.swift`).
+/// - `GET /admin/api/apps/{app_id}/metrics?from&to`: revenue figures (see `AdminAPI+Revenue.swift`).
 ///
 /// Every request needs an operator's credentials (HTTP Basic): a refusal is a bare 401, a role
 /// too low for the action a 403 naming the role it needs. Every action is written to the audit
@@ -43,6 +44,8 @@ public struct AdminAPI: Sendable {
     let customerData: (any CustomerDataExport)?
     /// Erases a customer (nil: no erasure route).
     let eraser: CustomerEraser?
+    /// The apps' revenue figures (nil: no metrics route).
+    let revenue: (any RevenueFigures)?
     let now: @Sendable () -> Date
 
     /// The most entries one page may hold.
@@ -63,13 +66,15 @@ public struct AdminAPI: Sendable {
     ///   - consumptionPolicies: the apps' refund-defence policies (nil: no consumption-policy routes).
     ///   - customerData: a customer's data, exported (nil: no export route).
     ///   - eraser: erases a customer (nil: no erasure route).
+    ///   - revenue: the apps' revenue figures (nil: no metrics route; see `AdminAPI+Revenue.swift`).
     ///   - now: the injected clock (ages).
     public init(
         dead: any JobSetStore, retries: any JobSetStore, overview: any QueueOverview, authenticator: OperatorAuthenticator,
         audit: (any AuditLog)? = nil, webhooks: (any WebhookAdministration)? = nil, support: (any SupportDesk)? = nil,
         resync: (any HistoryResync)? = nil, entitlements: (any EntitlementAdministration)? = nil,
         transferRules: (any TransferRuleAdministration)? = nil, consumptionPolicies: (any ConsumptionPolicies)? = nil,
-        customerData: (any CustomerDataExport)? = nil, eraser: CustomerEraser? = nil, now: @escaping @Sendable () -> Date = { Date() }
+        customerData: (any CustomerDataExport)? = nil, eraser: CustomerEraser? = nil, revenue: (any RevenueFigures)? = nil,
+        now: @escaping @Sendable () -> Date = { Date() }
     ) {
         self.support = support
         self.resync = resync
@@ -84,6 +89,7 @@ public struct AdminAPI: Sendable {
         self.consumptionPolicies = consumptionPolicies
         self.customerData = customerData
         self.eraser = eraser
+        self.revenue = revenue
         self.now = now
     }
 
@@ -100,6 +106,7 @@ public struct AdminAPI: Sendable {
         addResyncRoutes(to: group)
         addEntitlementRoutes(to: group)
         addTransferRuleRoutes(to: group)
+        addRevenueRoutes(to: group)
         addConsumptionPolicyRoutes(to: group)
         addCustomerDataRoutes(to: group)
         group.get("{set}") { request, context in
@@ -197,6 +204,7 @@ public struct AdminAPI: Sendable {
         "POST /admin/api/history/resync": [],
         "GET /admin/api/apps/{app_id}/consumption-policy": [], "PUT /admin/api/apps/{app_id}/consumption-policy": [],
         "DELETE /admin/api/customers/{app_id}/{user_identifier}": [],
+        "GET /admin/api/apps/{app_id}/metrics": ["from", "to"],
     ]
 
     /// `error_code`, `app_id`, `q`, `offset`, `limit` from the query string (the pages' too).

@@ -146,6 +146,9 @@ extension AppConfiguration {
         /// (`IMPORT_RATE_PER_SECOND`, 50; 0: no budget of their own), apart from live traffic's: one
         /// call to Apple each, two for a sandbox receipt (production answers 21007 first).
         public var importRatePerSecond: Double
+        /// Whether each batch adds what it changed to the revenue figures (`REVENUE_ROLLUP`, on by
+        /// default; off leaves `revenue_daily` behind, for a bench measuring its cost).
+        public var revenueRollup: Bool
         /// Backoff and give-up rules (`RETRY_BASE_MS`, `RETRY_MAX_BACKOFF_SECONDS`,
         /// `RETRY_MAX_AGE_HOURS`, `RETRY_21002_MAX_ATTEMPTS`).
         public var retryPolicy: RetryPolicy
@@ -161,6 +164,7 @@ extension AppConfiguration {
             verifyReceiptGoneAfter = try environment.int("VERIFY_RECEIPT_GONE_AFTER", 20, range: 1...1_000_000)
             importSharePercent = try environment.int("IMPORT_SHARE_PERCENT", 25, range: 0...100)
             importRatePerSecond = Double(try environment.int("IMPORT_RATE_PER_SECOND", 50, range: 0...100_000))
+            revenueRollup = try environment.bool("REVENUE_ROLLUP", true)
             retryPolicy = RetryPolicy(
                 base: .milliseconds(try environment.int("RETRY_BASE_MS", 2000, range: 1...3_600_000)),
                 cap: .seconds(try environment.int("RETRY_MAX_BACKOFF_SECONDS", 3600, range: 1...86_400)),

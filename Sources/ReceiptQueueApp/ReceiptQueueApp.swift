@@ -109,7 +109,11 @@ public enum ReceiptQueueApp {
         let dead = RedisJobSet.dead(pool: redisPool, keys: configuration.keys)
         let retries = RedisJobSet.retries(pool: redisPool, keys: configuration.keys)
         let overview = RedisQueueOverview(pool: redisPool, keys: configuration.keys)
-        MetricsEndpoint(exporter: metrics, gauges: queueGauges(configuration, metrics: metrics, logger: logger)).addRoutes(to: router)
+        let revenue = PostgresRevenueFigures(pool: postgresPool)
+        MetricsEndpoint(
+            exporter: metrics, gauges: queueGauges(configuration, metrics: metrics, logger: logger),
+            revenue: RevenueGauges(figures: revenue, factory: metrics, logger: logger)
+        ).addRoutes(to: router)
         let operators = PostgresOperators(pool: postgresPool)
         let authenticator = OperatorAuthenticator(
             builtIn: configuration.dashboard.admin, directory: operators, gate: gate, proxies: configuration.api.ingest.proxies)
@@ -131,7 +135,7 @@ public enum ReceiptQueueApp {
             consumptionPolicies: PostgresCustomerConsumption(pool: postgresPool),
             customerData: PostgresCustomerExport { [postgres = configuration.postgres] in
                 try PostgresConnection(configuration: postgres, label: "customer-export")
-            }, eraser: eraser
+            }, eraser: eraser, revenue: revenue
         ).addRoutes(to: router)
         try AdminPages(
             dead: dead, retries: retries, overview: overview, authenticator: authenticator, sessions: configuration.dashboard.sessions,
@@ -233,7 +237,7 @@ public enum ReceiptQueueApp {
             makeStore: { role in
                 PostgresReceiptStore(
                     connection: try PostgresConnection(configuration: configuration.postgres, label: "worker-\(role)", logger: logger),
-                    secrets: secrets)
+                    secrets: secrets, rollsUpRevenue: configuration.worker.revenueRollup)
             },
             makeCircuit: {
                 RedisOutageCircuit(

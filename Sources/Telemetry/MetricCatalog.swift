@@ -63,6 +63,8 @@ public enum MetricCatalog {
     public static let notificationsReceived = "receiptq_notifications_received_total"
     public static let notificationsStored = "receiptq_notifications_stored_total"
     public static let notificationAppsSilent = "receiptq_notification_apps_silent"
+    public static let revenueActiveSubscriptions = "receiptq_revenue_active_subscriptions"
+    public static let revenueMRR = "receiptq_revenue_mrr_milli"
     public static let ocspChecks = "receiptq_ocsp_checks_total"
     public static let webhookAttempts = "receiptq_webhook_attempts_total"
     public static let consumptionAnswers = "receiptq_consumption_answers_total"
@@ -166,6 +168,14 @@ public enum MetricCatalog {
         Entry(
             notificationAppsSilent, .gauge,
             "Apps with a notification URL issued over a day ago that have stored no notification in the last day (schedule, every history sweep)."),
+        Entry(
+            revenueActiveSubscriptions, .gauge,
+            "Subscriptions entitling today, by app (bundle id) and currency (serve, from the revenue rollup at each scrape).",
+            labels: ["app": nil, "currency": nil]),
+        Entry(
+            revenueMRR, .gauge,
+            "Monthly recurring revenue today in milli-units, by app (bundle id) and currency (serve, from the revenue rollup).",
+            labels: ["app": nil, "currency": nil]),
         Entry(
             notificationsStored, .counter,
             "Notifications a worker stored (applied, stale or recorded), by Apple's type (other: a type not documented yet).",

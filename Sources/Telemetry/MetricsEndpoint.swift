@@ -9,14 +9,17 @@ import NIOCore
 public struct MetricsEndpoint: Sendable {
     private let exporter: PrometheusExporter
     private let gauges: QueueGauges?
+    private let revenue: RevenueGauges?
 
     /// Creates the endpoint.
     /// - Parameters:
     ///   - exporter: the process's registry.
     ///   - gauges: the deployment-wide gauges read at each scrape (nil: only this process's own metrics).
-    public init(exporter: PrometheusExporter, gauges: QueueGauges?) {
+    ///   - revenue: the revenue gauges read at each scrape (serve's, which holds a Postgres pool).
+    public init(exporter: PrometheusExporter, gauges: QueueGauges?, revenue: RevenueGauges? = nil) {
         self.exporter = exporter
         self.gauges = gauges
+        self.revenue = revenue
     }
 
     /// Adds `GET /metrics` to a router.
@@ -27,6 +30,7 @@ public struct MetricsEndpoint: Sendable {
     /// The exposition as a response.
     public func response() async -> Response {
         await gauges?.refresh()
+        await revenue?.refresh()
         let bytes = exporter.exposition()
         return Response(
             status: .ok, headers: [.contentType: PrometheusExporter.contentType, .cacheControl: "no-store"],
