@@ -77,7 +77,8 @@ public struct RedisCustomerJobPurge: CustomerJobPurge {
             let reply = try await pool.withConnection { try $0.send(["MGET"] + batch) }
             guard case .array(let values) = reply else { throw RedisQueueError.unexpectedReply("MGET") }
             let stale = zip(batch, values).compactMap { key, value in
-                value.string.flatMap(UUID.init(uuidString:)).map(ids.contains) == true ? key : nil
+                // 'id' or 'id claimant' (RedisScripts.intakeEnqueue).
+                value.string.flatMap { UUID(uuidString: String($0.prefix { $0 != " " })) }.map(ids.contains) == true ? key : nil
             }
             if !stale.isEmpty { _ = try await pool.withConnection { try $0.send(["DEL"] + stale) } }
         }

@@ -104,7 +104,12 @@ public final class RedisIntake: ReceiptIntake, Service {
         let scriptKeys = [
             keys.idempotency(app: envelope.appID.canonical, receiptSHA256: idempotencyKey), keys.pending(id), keys.queue(envelope.queueName),
         ]
-        let arguments = [bytes(id), bytes(idempotencyTTLSeconds), pending?.encoded() ?? [], bytes(pendingTTLSeconds), envelope.encoded()]
+        // Who claims the bytes, as a hash (the user's id never sits in the key): a second app user
+        // presenting the same proof is a claim of their own, not an echo of the first user's.
+        let claimant = envelope.payload.userIdentifier.flatMap { $0.isEmpty ? nil : StableHash.hex($0.utf8) } ?? ""
+        let arguments = [
+            bytes(id), bytes(idempotencyTTLSeconds), pending?.encoded() ?? [], bytes(pendingTTLSeconds), envelope.encoded(), bytes(claimant),
+        ]
         let reply: RedisValue
         do {
             // Repeatable: a second run finds the idempotency key the first set and names its job.

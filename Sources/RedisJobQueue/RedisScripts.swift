@@ -14,11 +14,20 @@ enum RedisScripts {
     /// check and the writes are atomic, and nothing is written twice when two requests race.
     /// Replies the id already queued under the key, or `''` when this call queued the job.
     static let intakeEnqueue = RedisScript(
-        name: "intake_enqueue", version: 1,
+        name: "intake_enqueue", version: 2,
         body: """
+            -- KEYS: idempotency, pending, queue. ARGV: id, idempotency ttl, pending, pending ttl, job,
+            -- claimant (a hash of the user; '' for none). The key holds 'id' or 'id claimant'.
             local existing = redis.call('GET', KEYS[1])
-            if existing then return existing end
-            redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
+            if existing then
+              local space = string.find(existing, ' ', 1, true)
+              local first = space and string.sub(existing, 1, space - 1) or existing
+              local claimant = space and string.sub(existing, space + 1) or ''
+              -- The same bytes without a user, or from the same user: the same receipt. From
+              -- another user: that user's own claim, queued (and the key is now theirs).
+              if ARGV[6] == '' or ARGV[6] == claimant then return first end
+            end
+            redis.call('SET', KEYS[1], ARGV[6] == '' and ARGV[1] or (ARGV[1] .. ' ' .. ARGV[6]), 'EX', ARGV[2])
             if ARGV[3] ~= '' then redis.call('SET', KEYS[2], ARGV[3], 'EX', ARGV[4]) end
             redis.call('LPUSH', KEYS[3], ARGV[5])
             return ''

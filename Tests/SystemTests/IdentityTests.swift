@@ -201,21 +201,14 @@ struct IdentityTests {
         #expect(audited == 2, "each change of the rule is audited")
     }
 
-    /// Found by the conformance suite (shared_apple_account), not fixed yet: the door's
-    /// idempotency key is the signed bytes alone, so a second app user signed in to the same
-    /// Apple account on the same device (the same JWS) gets the first user's answer back and their
-    /// claim never reaches the worker: no `purchase.conflict` under keep_first, no entitlement
-    /// under share, no transfer. Putting the user in the key fixes it but breaks a documented
-    /// echo (the same proof re-posted without a user is the same receipt: StoreKit2Tests,
-    /// ImportCommandTests); the fix needs the intake's idempotency record to carry the claimant.
+    /// Found by the conformance suite (shared_apple_account): the door's idempotency record held
+    /// the job alone, so a second app user signed in to the same Apple account on the same device
+    /// (the same JWS) got the first user's answer back and their claim never reached the worker:
+    /// no `purchase.conflict` under keep_first, no entitlement under share, no transfer. The record
+    /// now carries who claimed the bytes (a hash); the same proof re-posted without a user is still
+    /// the same receipt (StoreKit2Tests, ImportCommandTests).
     @Test("The same signed bytes presented by a second app user are that user's claim; the same user again is one receipt")
     func sameBytesSecondUser() async throws {
-        await withKnownIssue("the door's idempotency key ignores the user: a second app user's same JWS is the first user's echo") {
-            try await sameBytesSecondUserClaims()
-        }
-    }
-
-    func sameBytesSecondUserClaims() async throws {
         let system = try await TestSystem.start()
         defer { Task { await system.stop() } }
         try await define(system, "lifetime", products: ["com.example.lifetime"])

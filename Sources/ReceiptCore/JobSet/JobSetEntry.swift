@@ -1,3 +1,4 @@
+import BaseSupport
 import Foundation
 
 /// One member of a job set (the dead letters or the retries), as the dashboard and `receiptq dlq`
@@ -32,8 +33,9 @@ public struct JobSetEntry: Sendable, Equatable, Identifiable, CustomStringConver
         /// The identifier of a poison member: a 128-bit FNV-1a hash of its bytes, so the same bytes
         /// always get the same id and can be found again to delete them.
         public init(poison raw: [UInt8]) {
-            let hex = String(Self.fnv1a128(raw), radix: 16)
-            self.init(canonical: Self.poisonPrefix + String(repeating: "0", count: 32 - hex.count) + hex)
+            // Not a security hash: poison members are our own workers' output, and the id only
+            // has to tell a few thousand of them apart.
+            self.init(canonical: Self.poisonPrefix + StableHash.hex(raw))
         }
 
         /// Parses an identifier as shown in the dashboard or passed to `receiptq dlq`.
@@ -60,18 +62,6 @@ public struct JobSetEntry: Sendable, Equatable, Identifiable, CustomStringConver
 
         /// The canonical form, ``rawValue``.
         public var description: String { rawValue }
-
-        private static func fnv1a128(_ bytes: [UInt8]) -> UInt128 {
-            // Not a security hash: poison members are our own workers' output, and the id only
-            // has to tell a few thousand of them apart.
-            var hash: UInt128 = 0x6c62_272e_07bb_0142_62b8_2175_6295_c58d
-            let prime: UInt128 = 0x0000_0000_0100_0000_0000_0000_0000_013b
-            for byte in bytes {
-                hash ^= UInt128(byte)
-                hash = hash &* prime
-            }
-            return hash
-        }
     }
 
     /// The job id, or a hash-derived id for a poison member.
