@@ -47,6 +47,8 @@ public struct AdminPages: Sendable {
     let entitlements: (any EntitlementAdministration)?
     /// A user's entitlements by name, for the entitlements page.
     let customerEntitlements: (any CustomerCatalog)?
+    /// The apps' revenue figures (nil: no revenue page).
+    let revenue: (any RevenueFigures)?
     let now: @Sendable () -> Date
     let library: MustacheLibrary
     let stylesheet: [UInt8]
@@ -72,6 +74,7 @@ public struct AdminPages: Sendable {
     ///   - entitlements: the catalogue and grants (the entitlements page; nil: none).
     ///   - eraser: erases a customer (the customer view's button; nil: none).
     ///   - customerEntitlements: a user's entitlements by name, shown on that page.
+    ///   - revenue: the apps' revenue figures (the revenue page; nil: none).
     ///   - now: the injected clock.
     /// - Throws: when a template is missing or does not parse (a broken build).
     public init(
@@ -80,8 +83,10 @@ public struct AdminPages: Sendable {
         apps: @escaping @Sendable () async throws -> [AppRecord] = { [] }, notifications: (any NotificationLog)? = nil,
         customers: (any CustomerDirectory)? = nil, appleCalls: (any AppleCallLedger)? = nil, support: (any SupportDesk)? = nil,
         resync: (any HistoryResync)? = nil, entitlements: (any EntitlementAdministration)? = nil, eraser: CustomerEraser? = nil,
-        customerEntitlements: (any CustomerCatalog)? = nil, now: @escaping @Sendable () -> Date = { Date() }
+        customerEntitlements: (any CustomerCatalog)? = nil, revenue: (any RevenueFigures)? = nil,
+        now: @escaping @Sendable () -> Date = { Date() }
     ) throws {
+        self.revenue = revenue
         self.support = support
         self.resync = resync
         self.eraser = eraser
@@ -102,7 +107,7 @@ public struct AdminPages: Sendable {
         var library = MustacheLibrary()
         for name in [
             "layout", "login", "overview", "list", "detail", "notifications", "notification", "customer", "webhooks", "audit", "apple-calls",
-            "support", "entitlements",
+            "support", "entitlements", "revenue",
         ] {
             guard let url = Bundle.module.url(forResource: name, withExtension: "mustache", subdirectory: "Templates") else {
                 throw DashboardError(code: "template_missing", message: "Templates/\(name).mustache is not in the bundle")
@@ -147,6 +152,7 @@ public struct AdminPages: Sendable {
         addAuditRoutes(to: router)
         if webhooks != nil { addWebhookRoutes(to: router) }
         addEntitlementRoutes(to: router)
+        addRevenueRoutes(to: router)
         for kind in JobSetKind.allCases {
             let path = Self.path(kind)
             router.get("/admin/\(path)") { request, context in
@@ -338,6 +344,7 @@ public struct AdminPages: Sendable {
         var values: [String: Any] = [
             "csrf": sessions.csrfToken(for: session), "username": user.username, "role": user.role.rawValue,
             "hasWebhooks": webhooks != nil, "hasAppleCalls": appleCalls != nil, "hasEntitlements": entitlements != nil,
+            "hasRevenue": revenue != nil,
         ]
         if let counts {
             values["dead"] = counts.dead

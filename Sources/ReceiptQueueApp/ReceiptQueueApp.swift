@@ -142,7 +142,7 @@ public enum ReceiptQueueApp {
             audit: operators, webhooks: webhooks, apps: { try await catalog.apps() },
             notifications: PostgresNotificationLog(pool: postgresPool), customers: PostgresCustomerDirectory(pool: postgresPool),
             appleCalls: RedisAppleCallLedger(pool: redisPool, keys: configuration.keys), support: support, resync: resync,
-            entitlements: entitlements, eraser: eraser, customerEntitlements: entitlements
+            entitlements: entitlements, eraser: eraser, customerEntitlements: entitlements, revenue: revenue
         ).addRoutes(to: router)
         // Last, with the finished route table: it joins only the not-found chain (see its doc).
         router.add(middleware: MethodNotAllowedMiddleware(routes: router.routes.map { ($0.method.rawValue, $0.path.description) }))

@@ -43,4 +43,27 @@ struct RevenueAPITests {
         #expect(try await admin.send(system, "GET", "/admin/api/apps/\(UUID().uuidString)/metrics").status == 404)
         #expect(try await admin.send(system, "GET", path, authorization: nil).status == 401)
     }
+
+    @Test("The dashboard's revenue page: the app's net, MRR and active subscriptions as SVG charts and a table; a wrong day names its field")
+    func dashboardPage() async throws {
+        let system = try await TestSystem.start()
+        defer { Task { await system.stop() } }
+        let (jws, _) = try system.signedTransaction(product: "com.example.monthly", days: 30)
+        let body = JSONValue.object(["signed_transaction": .string(jws), "user_identifier": .string("revenue-page")]).encodedText
+        #expect([200, 206].contains(try await system.post(body, path: "/client/transactions").0))
+        let browser = DashboardPagesTests.Browser(system)
+        _ = try await browser.logIn()
+        let app = system.app.id.canonical
+        let shown = try await eventually(timeout: .seconds(30)) {
+            let page = try await browser.get("/admin/revenue?app_id=\(app)")
+            return page.status == 200 && page.text.contains("id=\"revenue-USD\"") && page.text.contains("gross 9.99")
+        }
+        #expect(shown, "the day's purchase on the page")
+        let page = try await browser.get("/admin/revenue?app_id=\(app)")
+        #expect(page.text.contains("<svg class=\"chart\"") && page.text.contains("class=\"s-mrr\"") && page.text.contains("<script") == false)
+        #expect(page.text.contains("aria-current=\"page\">Revenue</a>"))
+        let wrong = try await browser.get("/admin/revenue?app_id=\(app)&from=2027-02-30")
+        #expect(wrong.status == 422 && wrong.text.contains("from must be a date"))
+        #expect(try await browser.get("/admin/revenue?app_id=\(UUID().uuidString)").status == 404)
+    }
 }

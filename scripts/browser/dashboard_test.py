@@ -263,6 +263,15 @@ def run(driver):
     check("com.example.browser.yearly" in text(driver, "#entitlement-browser_pro"), "the catalogue lists its products")
     shot(driver, "09-entitlements")
 
+    # 7a. The revenue page: the app's days as SVG charts and a table (or, with nothing counted, says so).
+    navigate(driver, lambda: driver.find_element(By.LINK_TEXT, "Revenue"), expect="/admin/revenue")
+    Select(driver.find_element(By.ID, "revenue-app")).select_by_value(APP_ID)
+    navigate(driver, lambda: driver.find_element(By.ID, "revenue-show"))
+    sections = driver.find_elements(By.CSS_SELECTOR, "section.revenue")
+    check(sections or driver.find_elements(By.ID, "revenue-empty"), "the revenue page shows the app's figures or says none")
+    check(all(section.find_elements(By.CSS_SELECTOR, "svg.chart") for section in sections), "each currency has its charts")
+    shot(driver, "09b-revenue")
+
     # 7b. The customer view: the operator erases the user whose receipts were retried, after ticking
     # the confirmation, and the customer is gone.
     driver.get(BASE + "/admin/customers?" + urllib.parse.urlencode({"q": SCRIPT_USER, "by": "user", "app_id": APP_ID}))
