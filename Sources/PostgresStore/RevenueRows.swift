@@ -45,11 +45,12 @@ enum RevenueRows {
         """
     }
 
-    /// Whether a purchase row counts as refunded (columns prefixed `p`).
+    /// Whether a purchase row counts as refunded (columns prefixed `p`): never NULL, so that a
+    /// purchase never refunded (or not there before) compares as `false`, not as unknown.
     private static func isRefunded(_ p: String) -> String {
         """
-        (\(p).revocation_type IS DISTINCT FROM 'FAMILY_REVOKE'
-         AND (\(p).cancellation_date IS NOT NULL OR \(p).revocation_type = 'REFUND_PRORATED'))
+        (COALESCE(\(p).revocation_type, '') <> 'FAMILY_REVOKE'
+         AND (\(p).cancellation_date IS NOT NULL OR COALESCE(\(p).revocation_type, '') = 'REFUND_PRORATED'))
         """
     }
 
@@ -79,11 +80,11 @@ enum RevenueRows {
         SELECT w.app_id, (COALESCE(w.cancellation_date, w.signed_at, now()) AT TIME ZONE 'UTC')::date,
                COALESCE(w.currency, 'XXX'), 0, 0,
                \(refunded("w")) - COALESCE(\(refunded("o")), 0),
-               \(isRefunded("w"))::int - COALESCE(\(isRefunded("o"))::int, 0), 0, 0, 0, 0, 0
+               \(isRefunded("w"))::int - \(isRefunded("o"))::int, 0, 0, 0, 0, 0
         FROM written w LEFT JOIN old o ON o.environment = w.environment AND o.transaction_id = w.transaction_id
         WHERE w.ownership_type IS DISTINCT FROM 'FAMILY_SHARED'
           AND (\(refunded("w")) <> COALESCE(\(refunded("o")), 0)
-               OR \(isRefunded("w")) IS DISTINCT FROM COALESCE(\(isRefunded("o")), false))
+               OR \(isRefunded("w")) <> \(isRefunded("o")))
         """)
 
     /// After the subscriptions' upsert (`written`, `old`): a subscription that starts entitling
