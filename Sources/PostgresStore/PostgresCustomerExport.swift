@@ -84,6 +84,22 @@ enum CustomerDataSections {
         case through(String)
     }
 
+    /// A section whose rows are the customer's own by `user_identifier`: read in `order` (columns
+    /// of `t`), deleted whole by the erasure.
+    static func owned(name: String, table: String, order: String) -> Section {
+        Section(
+            name: name, table: table,
+            erasure: .statement { app, users in
+                "DELETE FROM \(unescaped: table) WHERE app_id = \(app) AND user_identifier = ANY(\(users)::text[])"
+            }
+        ) { app, users, limit, offset in
+            """
+            SELECT row_to_json(t)::text AS row FROM \(unescaped: table) t WHERE t.app_id = \(app) AND t.user_identifier = ANY(\(users)::text[])
+            ORDER BY \(unescaped: order) LIMIT \(limit) OFFSET \(offset)
+            """
+        }
+    }
+
     static let all: [Section] = [
         Section(
             name: "aliases", table: "user_aliases",
@@ -97,17 +113,7 @@ enum CustomerDataSections {
             ORDER BY t.alias LIMIT \(limit) OFFSET \(offset)
             """
         },
-        Section(
-            name: "app_account_tokens", table: "app_account_tokens",
-            erasure: .statement { app, users in
-                "DELETE FROM app_account_tokens WHERE app_id = \(app) AND user_identifier = ANY(\(users)::text[])"
-            }
-        ) { app, users, limit, offset in
-            """
-            SELECT row_to_json(t)::text AS row FROM app_account_tokens t WHERE t.app_id = \(app) AND t.user_identifier = ANY(\(users)::text[])
-            ORDER BY t.app_account_token LIMIT \(limit) OFFSET \(offset)
-            """
-        },
+        owned(name: "app_account_tokens", table: "app_account_tokens", order: "t.app_account_token"),
         Section(
             name: "receipts", table: "receipts",
             erasure: .statement { _, _ in
@@ -146,18 +152,8 @@ enum CustomerDataSections {
             ORDER BY t.id LIMIT \(limit) OFFSET \(offset)
             """
         },
-        Section(
-            name: "shared_purchases", table: "purchase_shares",
-            erasure: .statement { app, users in
-                // The customer's links only: the other users' shares of the same transactions stay.
-                "DELETE FROM purchase_shares WHERE app_id = \(app) AND user_identifier = ANY(\(users)::text[])"
-            }
-        ) { app, users, limit, offset in
-            """
-            SELECT row_to_json(t)::text AS row FROM purchase_shares t WHERE t.app_id = \(app) AND t.user_identifier = ANY(\(users)::text[])
-            ORDER BY t.environment, t.transaction_id, t.user_identifier LIMIT \(limit) OFFSET \(offset)
-            """
-        },
+        // The customer's links only: the other users' shares of the same transactions stay.
+        owned(name: "shared_purchases", table: "purchase_shares", order: "t.environment, t.transaction_id, t.user_identifier"),
         Section(
             name: "subscriptions", table: "subscriptions",
             erasure: .statement { app, users in
@@ -227,39 +223,9 @@ enum CustomerDataSections {
             ORDER BY t.id LIMIT \(limit) OFFSET \(offset)
             """
         },
-        Section(
-            name: "entitlement_grants", table: "entitlement_grants",
-            erasure: .statement { app, users in
-                "DELETE FROM entitlement_grants WHERE app_id = \(app) AND user_identifier = ANY(\(users)::text[])"
-            }
-        ) { app, users, limit, offset in
-            """
-            SELECT row_to_json(t)::text AS row FROM entitlement_grants t WHERE t.app_id = \(app) AND t.user_identifier = ANY(\(users)::text[])
-            ORDER BY t.granted_at, t.id LIMIT \(limit) OFFSET \(offset)
-            """
-        },
-        Section(
-            name: "app_transactions", table: "app_transactions",
-            erasure: .statement { app, users in
-                "DELETE FROM app_transactions WHERE app_id = \(app) AND user_identifier = ANY(\(users)::text[])"
-            }
-        ) { app, users, limit, offset in
-            """
-            SELECT row_to_json(t)::text AS row FROM app_transactions t WHERE t.app_id = \(app) AND t.user_identifier = ANY(\(users)::text[])
-            ORDER BY t.environment, t.user_identifier LIMIT \(limit) OFFSET \(offset)
-            """
-        },
-        Section(
-            name: "consumption", table: "customer_consumption",
-            erasure: .statement { app, users in
-                "DELETE FROM customer_consumption WHERE app_id = \(app) AND user_identifier = ANY(\(users)::text[])"
-            }
-        ) { app, users, limit, offset in
-            """
-            SELECT row_to_json(t)::text AS row FROM customer_consumption t WHERE t.app_id = \(app) AND t.user_identifier = ANY(\(users)::text[])
-            ORDER BY t.user_identifier LIMIT \(limit) OFFSET \(offset)
-            """
-        },
+        owned(name: "entitlement_grants", table: "entitlement_grants", order: "t.granted_at, t.id"),
+        owned(name: "app_transactions", table: "app_transactions", order: "t.environment, t.user_identifier"),
+        owned(name: "consumption", table: "customer_consumption", order: "t.user_identifier"),
         Section(
             name: "consumption_answers", table: "consumption_answers",
             erasure: .statement { app, users in
