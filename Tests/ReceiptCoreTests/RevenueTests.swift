@@ -36,7 +36,7 @@ struct RevenueTests {
         #expect(RevenueDay.days(from: "2028-02-27", to: "2028-03-01") == ["2028-02-27", "2028-02-28", "2028-02-29", "2028-03-01"])
         #expect(RevenueDay.days(from: "2027-02-27", to: "2027-03-01") == ["2027-02-27", "2027-02-28", "2027-03-01"])
         #expect(RevenueDay.days(from: "2027-03-02", to: "2027-03-01").isEmpty)
-        for wrong in ["2027-02-29", "2027-13-01", "2027-1-01", "27-01-01", "2027-01-00", "2027-01-01T00", "２０２７-01-01"] {
+        for wrong in ["2027-02-29", "2027-13-01", "2027-1-01", "27-01-01", "2027-01-00", "2027-01-01T00", "2027-+1-01", "-027-01-01", "２０２７-01-01"] {
             #expect(RevenueCalendar.date(wrong) == nil, "\(wrong)")
         }
         #expect(RevenueCalendar.text(Date(timeIntervalSince1970: 1_800_000_000)) == "2027-01-15")

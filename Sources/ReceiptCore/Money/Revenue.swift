@@ -165,7 +165,9 @@ public enum RevenueCalendar {
     /// The start (UTC midnight) of the day `text` names; nil unless it is a real `YYYY-MM-DD` date.
     public static func date(_ text: String) -> Date? {
         let parts = text.split(separator: "-", omittingEmptySubsequences: false)
-        guard text.utf8.count == 10, parts.count == 3, parts[0].count == 4, parts[1].count == 2, parts[2].count == 2,
+        // ASCII digits and dashes only: Int() would also take a sign ("2027-+1-01").
+        guard text.utf8.count == 10, text.utf8.allSatisfy({ $0 == UInt8(ascii: "-") || (48...57).contains($0) }),
+            parts.count == 3, parts[0].count == 4, parts[1].count == 2, parts[2].count == 2,
             let year = Int(parts[0]), let month = Int(parts[1]), let day = Int(parts[2]), (1...12).contains(month), day >= 1
         else { return nil }
         let days = CivilDate.days(year: year, month: month, day: day)
@@ -174,13 +176,7 @@ public enum RevenueCalendar {
         return Date(timeIntervalSince1970: Double(days) * 86_400)
     }
 
-    /// The UTC day of `date`, `YYYY-MM-DD`.
-    public static func text(_ date: Date) -> String {
-        let (year, month, day) = CivilDate.fields(days: Int((date.timeIntervalSince1970 / 86_400).rounded(.down)))
-        func pad(_ value: Int, _ width: Int) -> String {
-            let text = String(value)
-            return String(repeating: "0", count: max(0, width - text.count)) + text
-        }
-        return "\(pad(year, 4))-\(pad(month, 2))-\(pad(day, 2))"
-    }
+    /// The UTC day of `date`, `YYYY-MM-DD`: the date part of the one UTC formatter (which clamps a
+    /// nonsense date to years 0001...9999 instead of trapping).
+    public static func text(_ date: Date) -> String { String(ReceiptDate.format(date).prefix(10)) }
 }
