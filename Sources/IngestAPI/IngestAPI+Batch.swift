@@ -130,16 +130,22 @@ extension IngestAPI {
         let planned = await Self.concurrentMap(batch.items.count) { position in
             api.planBatchItem(Array(batch.body[batch.items[position].range]), kind: kind, app: app, address: address, at: at)
         }
+        // The intake's rule (RedisScripts.intakeEnqueue): the same bytes without a user, or from
+        // the same user, are the earlier item's duplicate; from another user, that user's claim.
         var firstWithKey: [String: Int] = [:]
+        var firstOfUser: [String: Int] = [:]
         var earlier: [Int: Int] = [:]
         var queued: [(position: Int, job: PlannedJob)] = []
         for (position, plan) in planned.enumerated() {
             guard case .success(var job) = plan else { continue }
-            if let first = firstWithKey[job.idempotencyKey] {
+            let user = job.envelope.payload.userIdentifier ?? ""
+            let claim = job.idempotencyKey + "\u{0}" + user
+            if let first = user.isEmpty ? firstWithKey[job.idempotencyKey] : firstOfUser[claim] {
                 earlier[position] = first
                 continue
             }
-            firstWithKey[job.idempotencyKey] = position
+            if firstWithKey[job.idempotencyKey] == nil { firstWithKey[job.idempotencyKey] = position }
+            firstOfUser[claim] = position
             if let purchase = job.envelope.payload.purchase {
                 job.envelope.payload = .importItem(ImportItem(importID: batch.importID, emitsEvents: batch.events, purchase: purchase))
             }

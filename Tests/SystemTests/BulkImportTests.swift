@@ -96,6 +96,27 @@ struct BulkImportTests {
         #expect(!run.isRunning)
     }
 
+    @Test("The same receipt for two users in one batch is each user's claim; again for the first user, its duplicate")
+    func sameReceiptTwoUsers() async throws {
+        let system = try await TestSystem.start()
+        defer { Task { await system.stop() } }
+        let (receipt, _) = try system.forgeReceipt()
+        let body = """
+            [{"receipt":"\(receipt)","user_identifier":"claim-1"},
+             {"receipt":"\(receipt)","user_identifier":"claim-2"},
+             {"receipt":"\(receipt)","user_identifier":"claim-1"},
+             {"receipt":"\(receipt)"}]
+            """
+        let (status, answer) = try await system.post(body, path: Self.batchPath)
+        #expect(status == 200)
+        let items = try #require(answer?["items"]?.arrayValue)
+        #expect(items.map { $0["status"]?.intValue } == [206, 206, 206, 206])
+        #expect(items[0]["duplicate"] == nil && items[1]["duplicate"] == nil)
+        #expect(items[1]["id"] != items[0]["id"], "the second user's claim is a receipt of its own")
+        #expect(items[2]["duplicate"] == .bool(true) && items[2]["id"] == items[0]["id"])
+        #expect(items[3]["duplicate"] == .bool(true) && items[3]["id"] == items[0]["id"], "without a user: the first receipt")
+    }
+
     @Test("NDJSON: blank lines skipped, items numbered by their line; the import id of the header kept, events when asked")
     func ndjson() async throws {
         let system = try await TestSystem.start()
