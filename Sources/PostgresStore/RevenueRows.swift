@@ -22,16 +22,22 @@ enum RevenueRows {
                 OR sum(f.new_subscriptions) <> 0 OR sum(f.renewals) <> 0 OR sum(f.churned) <> 0 OR sum(f.active_delta) <> 0
                 OR sum(f.mrr_delta_milli) <> 0
             ORDER BY f.app_id, f.day, f.currency
-            ON CONFLICT (app_id, day, currency, shard) DO UPDATE SET
-                gross_milli = r.gross_milli + EXCLUDED.gross_milli, purchases = r.purchases + EXCLUDED.purchases,
-                refunds_milli = r.refunds_milli + EXCLUDED.refunds_milli, refunds = r.refunds + EXCLUDED.refunds,
-                new_subscriptions = r.new_subscriptions + EXCLUDED.new_subscriptions,
-                renewals = r.renewals + EXCLUDED.renewals, churned = r.churned + EXCLUDED.churned,
-                active_delta = r.active_delta + EXCLUDED.active_delta,
-                mrr_delta_milli = r.mrr_delta_milli + EXCLUDED.mrr_delta_milli
+            \(adding)
         )
         """
     }
+
+    /// The end of an insert into `revenue_daily AS r` that adds to a row already there: a day's
+    /// counters only ever grow by what is added (the rollup's deltas, a fold's sums).
+    static let adding = """
+        ON CONFLICT (app_id, day, currency, shard) DO UPDATE SET
+            gross_milli = r.gross_milli + EXCLUDED.gross_milli, purchases = r.purchases + EXCLUDED.purchases,
+            refunds_milli = r.refunds_milli + EXCLUDED.refunds_milli, refunds = r.refunds + EXCLUDED.refunds,
+            new_subscriptions = r.new_subscriptions + EXCLUDED.new_subscriptions,
+            renewals = r.renewals + EXCLUDED.renewals, churned = r.churned + EXCLUDED.churned,
+            active_delta = r.active_delta + EXCLUDED.active_delta,
+            mrr_delta_milli = r.mrr_delta_milli + EXCLUDED.mrr_delta_milli
+        """
 
     /// What one purchase row has refunded, as milli-units, from columns prefixed `p`: a revoked
     /// purchase its refunded share or else its price, a prorated refund its share; a Family Sharing

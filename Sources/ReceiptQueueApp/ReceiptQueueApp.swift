@@ -340,6 +340,17 @@ public enum ReceiptQueueApp {
             }, now: now, metrics: metrics, logger: logger)
     }
 
+    /// The revenue folding (schedule role): past days' rollup shards folded into one row each.
+    public static func makeRevenueFolding(
+        _ configuration: AppConfiguration, now: @escaping @Sendable () -> Date = { Date() }, logger: Logger
+    ) -> RevenueFolding {
+        RevenueFolding(
+            make: {
+                PostgresRevenueFolding(connection: try PostgresConnection(configuration: configuration.postgres, label: "revenue", logger: logger))
+            },
+            now: now, logger: logger)
+    }
+
     /// The webhook dispatcher (schedule role): queues each event's deliveries once they may go.
     /// - Parameter onlyApps: only these apps' deliveries (nil: all); tests sharing a database keep
     ///   to their own app with it.

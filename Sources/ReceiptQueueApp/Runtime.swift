@@ -75,8 +75,8 @@ extension ReceiptQueueApp {
             try await run([worker])
         }
 
-        /// `receiptq schedule`: retry promotion, the janitor, re-polls, webhook dispatch and the
-        /// notification history sweep and retention, until SIGTERM.
+        /// `receiptq schedule`: retry promotion, the janitor, re-polls, webhook dispatch, the
+        /// notification history sweep, retention and the revenue folding, until SIGTERM.
         public func schedule() async throws {
             try await run(try scheduleServices())
         }
@@ -87,6 +87,7 @@ extension ReceiptQueueApp {
                 makeScheduler(configuration, metrics: Self.metrics, logger: logger),
                 makeWebhookDispatcher(configuration, metrics: Self.metrics, logger: logger),
                 makeRetentionSweep(configuration, metrics: Self.metrics, logger: logger),
+                makeRevenueFolding(configuration, logger: logger),
             ]
             if let history = try makeNotificationSweep(configuration, metrics: Self.metrics, logger: logger) {
                 services.append(history.service)
@@ -119,6 +120,7 @@ extension ReceiptQueueApp {
             services.append(makeScheduler(configuration, metrics: Self.metrics, logger: logger))
             services.append(makeWebhookDispatcher(configuration, metrics: Self.metrics, logger: logger))
             services.append(makeRetentionSweep(configuration, metrics: Self.metrics, logger: logger))
+            services.append(makeRevenueFolding(configuration, logger: logger))
             if let history = try makeNotificationSweep(configuration, metrics: Self.metrics, logger: logger) { services.append(history.service) }
             services += try beforeAPI()
             services.append(try makeAPI(configuration, metrics: Self.metrics, logger: logger, onRunning: onAPIRunning))

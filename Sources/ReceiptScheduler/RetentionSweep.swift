@@ -103,26 +103,17 @@ public final class RetentionSweep: Service, Sendable {
     }
 
     private func loop() {
-        var sides: (rows: any ExpiredRows, deadLetters: any DeadLetterTrim)?
-        while !stopping.load(ordering: .relaxed) {
-            do {
-                if sides == nil { sides = try make() }
-                if let sides {
-                    let report = try sweep(rows: sides.rows, deadLetters: sides.deadLetters)
-                    let total = report.deleted.values.reduce(0, +)
-                    if total > 0 {
-                        logger.info(
-                            "Retention deleted expired data",
-                            metadata: .init(uniqueKeysWithValues: report.deleted.map { ("retention.\($0.key.rawValue)", "\($0.value)") }))
-                    }
-                }
-            } catch {
-                // A fresh connection next time: the failed one may be gone.
-                sides = nil
-                logger.warning("Retention step failed", error: error)
+        PeriodicStep.loop(
+            every: configuration.interval, stopping: stopping, failure: "Retention step failed",
+            logger: logger, make: make
+        ) { sides in
+            let report = try sweep(rows: sides.rows, deadLetters: sides.deadLetters)
+            let total = report.deleted.values.reduce(0, +)
+            if total > 0 {
+                logger.info(
+                    "Retention deleted expired data",
+                    metadata: .init(uniqueKeysWithValues: report.deleted.map { ("retention.\($0.key.rawValue)", "\($0.value)") }))
             }
-            let end = Date().addingTimeInterval(configuration.interval.seconds)
-            while !stopping.load(ordering: .relaxed), Date() < end { usleep(50_000) }
         }
     }
 
