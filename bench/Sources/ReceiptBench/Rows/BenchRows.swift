@@ -13,6 +13,7 @@ enum BenchRows {
             NotificationsRow.self,
             WebhooksRow.self,
             OutboxRow.self,
+            RevenueMetricsRow.self,
             PeerSidekiqRow.self,
             PipelineScaleRow.self,
             // Last: its first run loads 10 M receipts (~30 min); later runs reuse them.
