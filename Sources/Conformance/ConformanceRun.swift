@@ -104,9 +104,10 @@ public struct ConformanceRun: Sendable, Equatable {
             "\(run.days) simulated days (\(Lifecycle.format(start)) → \(Lifecycle.format(start.addingTimeInterval(Double(run.days) * 86_400))))"
         }
 
-        /// What the command prints: the table, then the run's seed, span, wall time and verdict;
-        /// the disagreements that fail the run, each with its customer's timeline (all of them
-        /// with `verbose`, else the first three).
+        /// What the command prints: the table, then the run's seed, span and wall time; the
+        /// disagreements but late answers (a wrong answer, a webhook stream that is not each
+        /// expected event once and in order), each with its customer's timeline (all of them with
+        /// `verbose`, else the first three); the verdict last.
         public func summary(verbose: Bool) -> String {
             let total = report.total
             let rate = String(format: "%.2f", Double(run.customers) / max(wallSeconds, 0.001))
