@@ -1,4 +1,5 @@
 import Foundation
+import ReceiptTesting
 
 /// `conformance`: the entitlement conformance suite's long run (issue 45), as `receiptq
 /// conformance` plays it — by default 1,000 customers over 365 simulated days under the default
