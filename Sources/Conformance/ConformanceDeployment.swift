@@ -176,8 +176,19 @@ public final class ConformanceDeployment: ConformanceTarget {
         if !settled { throw DeploymentError.didNotSettle(held: try withJobs { try $0.counts() }, jobs: try withJobs { try $0.inHands() }) }
     }
 
+    /// Also waits until no webhook delivery is open: a webhook is written with its event
+    /// (pending) and queued by the dispatcher later, so an idle queue can come before it, and a
+    /// backend that received an unexpected event already has its count while an expected one is
+    /// still on its way. Only here, before the stream is compared: waiting for the dispatcher
+    /// after every window would triple a run's time.
     public func awaitEvents(_ counts: [String: Int]) async throws {
-        _ = try await Self.poll { counts.allSatisfy { user, count in receivedEvents(user: user).count >= count } }
+        let postgres = try PostgresConnection(configuration: configuration.postgres, label: "conformance-events")
+        defer { postgres.close() }
+        _ = try await Self.poll {
+            let open = try await postgres.query("SELECT count(*) AS open FROM webhook_deliveries WHERE status IN ('pending', 'queued')")
+            guard open.rows.first?.int("open") == 0 else { return false }
+            return counts.allSatisfy { user, count in receivedEvents(user: user).count >= count }
+        }
     }
 
     public func receivedEvents(user: String) -> [EventType] {
