@@ -247,8 +247,9 @@ let package = Package(
             name: "ReceiptQueueCLI",
             dependencies: [
                 "ReceiptQueueApp", "ReceiptCore",
-                // Only DevCommands.swift imports these: forge, mock-appstore, and all's mock App Store and demo.
-                "DevTools", "MockAppStore",
+                // Only DevCommands.swift imports these: forge, mock-appstore, all's mock App Store and demo,
+                // and conformance.
+                "DevTools", "MockAppStore", "Conformance",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             swiftSettings: swiftSettings
@@ -295,13 +296,21 @@ let package = Package(
         // by `receiptq conformance` (DevCommands.swift), tests and bench/, never by production.
         .target(
             name: "Conformance",
-            dependencies: ["ReceiptCore", "ReceiptTesting", "DevTools", "MockAppStore"],
+            dependencies: [
+                "ReceiptCore", "ReceiptTesting", "DevTools", "MockAppStore",
+                // ConformanceDeployment: every role of `receiptq all` in process, built as the app builds them.
+                "ReceiptQueueApp", "PostgresStore", "Libpq", "Hiredis", "RedisJobQueue", "Curl", "OpenSSL", "Telemetry",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
             swiftSettings: swiftSettings
         ),
         .target(
             name: "ReceiptTesting",
             dependencies: [
                 "ReceiptCore", "Hiredis",
+                // HeldJobs: the jobs a Redis holds, read through the queue's own key schema.
+                "RedisJobQueue",
                 // withServices: the tests run clients as the app's service groups do.
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),

@@ -307,6 +307,15 @@ public final class RunningMockAppStore: Sendable {
     /// The App Store Server API's sandbox base URL.
     public var serverAPISandboxURL: String { "\(baseURL)/storekit/sandbox" }
 
+    /// The settings that point receiptq at this mock (`APPSTORE_*` URLs, production and sandbox,
+    /// verifyReceipt and the Server API): what an in-process system is started with.
+    public var settings: [String: String] {
+        [
+            "APPSTORE_PRODUCTION_URL": productionURL, "APPSTORE_SANDBOX_URL": sandboxURL,
+            "APPSTORE_SERVER_API_PRODUCTION_URL": serverAPIProductionURL, "APPSTORE_SERVER_API_SANDBOX_URL": serverAPISandboxURL,
+        ]
+    }
+
     /// Stops the server and waits for it.
     public func stop() async {
         await group.triggerGracefulShutdown()

@@ -341,12 +341,16 @@ public enum ReceiptQueueApp {
     }
 
     /// The revenue folding (schedule role): past days' rollup shards folded into one row each.
+    /// - Parameters:
+    ///   - onlyApps: only these apps' rows (nil: all); tests sharing a database keep to their own.
+    ///   - now: the injected clock.
     public static func makeRevenueFolding(
-        _ configuration: AppConfiguration, now: @escaping @Sendable () -> Date = { Date() }, logger: Logger
+        _ configuration: AppConfiguration, onlyApps: [UUID]? = nil, now: @escaping @Sendable () -> Date = { Date() }, logger: Logger
     ) -> RevenueFolding {
         RevenueFolding(
             make: {
-                PostgresRevenueFolding(connection: try PostgresConnection(configuration: configuration.postgres, label: "revenue", logger: logger))
+                PostgresRevenueFolding(
+                    connection: try PostgresConnection(configuration: configuration.postgres, label: "revenue", logger: logger), apps: onlyApps)
             },
             now: now, logger: logger)
     }

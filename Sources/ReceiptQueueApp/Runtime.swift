@@ -115,16 +115,8 @@ extension ReceiptQueueApp {
         public func all(
             first: [any Service], beforeAPI: () throws -> [any Service], onAPIRunning: @escaping @Sendable (Int) async -> Void
         ) async throws {
-            var services = first
-            services.append(try makeWorker(configuration, metrics: Self.metrics, logger: logger))
-            services.append(makeScheduler(configuration, metrics: Self.metrics, logger: logger))
-            services.append(makeWebhookDispatcher(configuration, metrics: Self.metrics, logger: logger))
-            services.append(makeRetentionSweep(configuration, metrics: Self.metrics, logger: logger))
-            services.append(makeRevenueFolding(configuration, logger: logger))
-            if let history = try makeNotificationSweep(configuration, metrics: Self.metrics, logger: logger) { services.append(history.service) }
-            services += try beforeAPI()
-            services.append(try makeAPI(configuration, metrics: Self.metrics, logger: logger, onRunning: onAPIRunning))
-            try await run(services)
+            let roles = try makeRoles(configuration, metrics: Self.metrics, logger: logger, onAPIRunning: onAPIRunning)
+            try await run(first + roles.background + (try beforeAPI()) + [roles.api])
         }
 
         /// Applies pending migrations at the start of `all`, and says which.

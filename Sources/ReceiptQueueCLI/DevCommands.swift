@@ -1,12 +1,14 @@
 import ArgumentParser
+import Conformance
 import DevTools
 import Foundation
 import MockAppStore
 import ReceiptCore
 import ReceiptQueueApp
 
-// The executable's one file that links the tools (DevTools, MockAppStore), for the dev subcommands
-// only: `forge`, `mock-appstore`, and `all`'s in-process mock App Store and demo. ReceiptQueueApp
+// The executable's one file that links the tools (DevTools, MockAppStore, Conformance), for the dev
+// subcommands only: `forge`, `mock-appstore`, `all`'s in-process mock App Store and demo, and
+// `conformance`. ReceiptQueueApp
 // cannot offer them, since no production library may link the tools; everything else of the
 // executable reaches the project through ReceiptQueueApp alone.
 
@@ -31,6 +33,54 @@ struct MockAppStoreCommand: AsyncParsableCommand {
             [MockAppStore.application(host: host, port: port, state: state, logger: logger)], logger: logger)
     }
 }
+
+struct ConformanceCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "conformance",
+        abstract: "Plays simulated customers' App Store lifecycles through a whole deployment in process and checks every answer.",
+        discussion: """
+            Runs every role (API, workers, scheduler, history sweep) in this process on a simulated clock, with the \
+            mock App Store notifying it and a webhook receiver as the customers' backend, then prints a table per \
+            scenario: answers checked, wrong, late, events expected, missing, duplicated, out of order, unexpected. \
+            It needs Redis and Postgres, read as `receiptq all` reads them (REDIS_*, POSTGRES_*), and creates a \
+            database of its own on that server (receiptq_conformance_<id>) and a Redis key prefix of its own, both \
+            removed at the end. --seed reproduces a run's timelines and faults.
+
+            Exit status: 0 when the run is conformant; 1 when an answer was still wrong once the deployment had heard \
+            from Apple, or an event was missing or duplicated (late answers and events out of order are counted, \
+            not failed); 64 for bad arguments.
+            """)
+
+    @Option(help: "Customers to simulate (scenarios are dealt round-robin).") var customers = 1_000
+    @Option(help: "Simulated days.") var days = 365
+    @Option(help: "Apple's faults: none, default (duplicated, delayed and reordered notifications) or all (and Server API errors).")
+    var faults: Faults.Preset = .default
+    @Option(help: "The run's seed (default: a new one, printed).") var seed = UInt64.random(in: 1...999_999)
+    @Option(help: "Also write the run's counts and times to this file, as JSON (the bench row reads it).") var json: String?
+    @Flag(help: "Print each disagreement as it is found, and all of them with their customers' timelines at the end.")
+    var verbose = false
+
+    func validate() throws {
+        do {
+            try ConformanceRun(customers: customers, days: days, faults: Faults(faults), seed: seed).validate()
+        } catch let error as ConformanceRun.InvalidArgument {
+            throw ValidationError(error.description)
+        }
+    }
+
+    func run() async throws {
+        let runtime = try ReceiptQueueApp.Runtime.bootstrap(label: "conformance")
+        let logger = ConformanceRun.rolesLogger(runtime.logger, verbose: verbose)
+        let outcome = try await ConformanceRun(customers: customers, days: days, faults: Faults(faults), seed: seed).play(
+            environment: ProcessInfo.processInfo.environment, logger: logger,
+            log: { [verbose] line in if verbose { FileHandle.standardError.write(Data((line + "\n").utf8)) } })
+        print(outcome.summary(verbose: verbose))
+        if let json { try Data((outcome.json.encodedText + "\n").utf8).write(to: URL(fileURLWithPath: json)) }
+        if !outcome.conformant { throw ExitCode(1) }
+    }
+}
+
+extension Faults.Preset: ExpressibleByArgument {}
 
 struct Forge: AsyncParsableCommand {
     static let configuration = CommandConfiguration(

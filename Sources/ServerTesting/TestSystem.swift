@@ -60,9 +60,9 @@ public final class TestSystem: Sendable {
         return (configuration, connection, app)
     }
 
-    /// A configuration for the test database alone, migrated: for suites that need Postgres but no
-    /// running system.
-    public static func migratedDatabase() throws -> AppConfiguration {
+    /// The settings naming the tests' Postgres (its test database) and Redis, and nothing else:
+    /// what a configuration read from them, or a conformance deployment, is pointed at.
+    public static var serverEnvironment: [String: String] {
         var environment = [
             "POSTGRES_HOSTNAME": TestEnvironment.postgresHost, "POSTGRES_PORT": String(TestEnvironment.postgresPort),
             "POSTGRES_USER": TestEnvironment.postgresUser, "POSTGRES_DB": TestEnvironment.postgresDatabase,
@@ -71,7 +71,13 @@ public final class TestSystem: Sendable {
             "REDIS_HOSTNAME": TestEnvironment.redisHost, "REDIS_PORT": String(TestEnvironment.redisPort),
         ]
         if let password = TestEnvironment.postgresPassword { environment["POSTGRES_PASSWORD"] = password }
-        let configuration = try AppConfiguration(environment: environment)
+        return environment
+    }
+
+    /// A configuration for the test database alone, migrated: for suites that need Postgres but no
+    /// running system.
+    public static func migratedDatabase() throws -> AppConfiguration {
+        let configuration = try AppConfiguration(environment: serverEnvironment)
         try ReceiptQueueApp.migrate(configuration)
         return configuration
     }
@@ -97,21 +103,15 @@ public final class TestSystem: Sendable {
         let mock = try await MockAppStore.start(
             state: MockAppStoreState(authority: try sharedJWSAuthority.get(), now: simulatedClock ?? machine))
         let prefix = "{rqt-\(UUID().uuidString.prefix(8).lowercased())}"
-        var environment = [
-            "HTTP_HOST": "127.0.0.1", "HTTP_PORT": "0",
-            "REDIS_HOSTNAME": TestEnvironment.redisHost, "REDIS_PORT": String(TestEnvironment.redisPort),
-            "REDIS_KEY_PREFIX": prefix,
-            "POSTGRES_HOSTNAME": TestEnvironment.postgresHost, "POSTGRES_PORT": String(TestEnvironment.postgresPort),
-            "POSTGRES_USER": TestEnvironment.postgresUser, "POSTGRES_DB": TestEnvironment.postgresDatabase,
-            "APPSTORE_PRODUCTION_URL": mock.productionURL, "APPSTORE_SANDBOX_URL": mock.sandboxURL,
-            "APPSTORE_SERVER_API_PRODUCTION_URL": mock.serverAPIProductionURL, "APPSTORE_SERVER_API_SANDBOX_URL": mock.serverAPISandboxURL,
+        var environment = serverEnvironment.merging(mock.settings) { _, mock in mock }
+        environment.merge([
+            "HTTP_HOST": "127.0.0.1", "HTTP_PORT": "0", "REDIS_KEY_PREFIX": prefix,
             "RECEIPTQ_SECRETS_KEY": Data(secretsKey).base64EncodedString(),
             "APPSTORE_REQUEST_TIMEOUT_MS": "5000",
             // Long: tests that expect 200 mean "validated", and in CI's full parallel run a worker can
             // be starved past 5 s (tests of the 206 set their own wait).
             "WORKER_CONCURRENCY": "4", "API_SYNC_WAIT_MS": "20000", "RETRY_BASE_MS": "200",
-        ]
-        if let password = TestEnvironment.postgresPassword { environment["POSTGRES_PASSWORD"] = password }
+        ]) { _, new in new }
         environment["RECEIPTQ_TRUST_ROOTS_DIR"] = try trustDirectory.get().path
         environment.merge(overrides) { _, new in new }
         let configuration = try AppConfiguration(environment: environment)
@@ -139,29 +139,17 @@ public final class TestSystem: Sendable {
         logger.logLevel = .warning
         let (ports, continuation) = AsyncStream<Int>.makeStream()
         let metrics = PrometheusExporter()
-        var services: [any Service] = []
-        if notificationSweep,
-            let sweep = try ReceiptQueueApp.makeNotificationSweep(
-                configuration, onlyApps: [app.id], now: simulatedClock ?? machine, metrics: metrics, logger: logger)
-        {
-            services.append(sweep.service)
-        }
         // As `Runtime.run` does: the sentinels' announcements heard for every role (with a Sentinel set).
-        if let sentinels = RedisSentinelWatch(configuration: configuration.redis, logger: logger) { services.append(sentinels) }
-        services += [
-            try ReceiptQueueApp.makeWorker(configuration, metrics: metrics, logger: logger, observedAt: simulatedClock ?? machine),
-            // Its own app only: the test database is shared, and so is its subscriptions table.
-            ReceiptQueueApp.makeScheduler(
-                configuration, onlyApps: [app.id], now: schedulerClock, metrics: metrics, logger: logger),
-            ReceiptQueueApp.makeWebhookDispatcher(configuration, onlyApps: [app.id], metrics: metrics, logger: logger),
-            // The machine's clock, not the scheduler's: a test moving that one weeks ahead for its
-            // re-polls must not see its events and calls expire under it.
-            ReceiptQueueApp.makeRetentionSweep(configuration, onlyApps: [app.id], metrics: metrics, logger: logger),
-            try ReceiptQueueApp.makeAPI(configuration, metrics: metrics, logger: logger, now: simulatedClock ?? machine) { port in
-                continuation.yield(port)
-                continuation.finish()
-            },
-        ]
+        let sentinels = RedisSentinelWatch(configuration: configuration.redis, logger: logger)
+        // Its own app only: the test database is shared, and so is its subscriptions table.
+        let roles = try ReceiptQueueApp.makeRoles(
+            configuration, onlyApps: [app.id], now: simulatedClock ?? machine, schedulerNow: schedulerClock,
+            notificationSweep: notificationSweep, metrics: metrics, logger: logger
+        ) { port in
+            continuation.yield(port)
+            continuation.finish()
+        }
+        let services: [any Service] = (sentinels.map { [$0] } ?? []) + roles.services
         let group = ServiceGroup(services: services, gracefulShutdownSignals: [], logger: logger)
         let task = Task(executorPreference: ServerThreads.shared) { try await group.run() }
         var iterator = ports.makeAsyncIterator()
@@ -279,24 +267,7 @@ public final class TestSystem: Sendable {
     public func heldJobs(_ kinds: Set<JobKind>? = nil) throws -> [String: Int] {
         let redis = try redis()
         defer { redis.close() }
-        let keys = configuration.keys
-        func counted(_ members: [RedisValue]) -> Int {
-            guard let kinds else { return members.count }
-            return members.count { member in member.bytes.flatMap { try? JobEnvelope.decode($0) }.map { kinds.contains($0.kind) } ?? false }
-        }
-        var held: [String: Int] = [:]
-        for kind in kinds ?? Set(JobKind.allCases) {
-            let queued = try redis.send(["LLEN", keys.queue(kind.rawValue)]).int ?? -1
-            if queued != 0 { held[keys.queue(kind.rawValue)] = queued }
-        }
-        // Redis deletes an empty list: every processing key left holds a job, of some kind.
-        for key in try redis.send(["KEYS", "\(keys.prefix):processing:*"]).array?.compactMap(\.string) ?? [] {
-            let jobs = counted(try redis.send(["LRANGE", key, "0", "-1"]).array ?? [])
-            if jobs != 0 { held[key] = jobs }
-        }
-        let retrying = counted(try redis.send(["ZRANGE", keys.retry, "0", "-1"]).array ?? [])
-        if retrying != 0 { held[keys.retry] = retrying }
-        return held
+        return try HeldJobs(redis, keys: configuration.keys).counts(kinds)
     }
 
     /// The value of one series of this system's metrics, e.g.

@@ -1,0 +1,68 @@
+import Conformance
+import Foundation
+import ReceiptCore
+import Testing
+
+@Suite("What `receiptq conformance` prints and exits with")
+struct ConformanceOutcomeTests {
+    static let start = Date(timeIntervalSince1970: 1_800_000_000)
+    static let run = ConformanceRun(customers: 2, days: 30, faults: Faults(.default), seed: 45)
+
+    /// A two-customer report, every answer right and every event received, with `change` applied.
+    static func outcome(_ change: (inout ConformanceReport, Timeline) -> Void = { _, _ in }) -> ConformanceRun.Outcome {
+        let timelines = LifecycleGenerator(catalogue: ConformanceCatalogue(bundleID: "com.example.c"), start: start, days: 30, seed: 45)
+            .timelines(customers: 2)
+        var report = ConformanceReport()
+        for timeline in timelines {
+            report.customer(timeline.scenario)
+            report.answer(timeline, .right, at: start, expected: [], answered: [])
+            for user in timeline.users.indices { report.events(timeline, user: user, received: timeline.expectedEvents(user: user)) }
+        }
+        change(&report, timelines[0])
+        return ConformanceRun.Outcome(run: run, report: report, start: start, wall: .seconds(4), database: "receiptq_conformance_0")
+    }
+
+    @Test("a clean run is conformant: exit 0; the summary names the seed, the span, the preset and the wall time")
+    func clean() {
+        let outcome = Self.outcome()
+        #expect(outcome.conformant)
+        let summary = outcome.summary(verbose: false)
+        #expect(summary.hasPrefix(outcome.report.table))
+        #expect(summary.contains("seed 45, 2 customers, 30 simulated days (2027-01-15T08:00:00 → 2027-02-14T08:00:00), faults default"))
+        #expect(summary.contains("wall time 4.0 s (0.50 customers/s)"))
+        #expect(summary.hasSuffix("conformant: no wrong answer after convergence, no event missing or duplicated"))
+        #expect(outcome.json["customers_per_wall_s"] == .number(0.5))
+        #expect(outcome.json["total"]?["answers_checked"] == .number(2))
+        #expect(outcome.json["faults"] == .string("default"))
+    }
+
+    @Test("a late answer or an event out of order is counted, not failed; a wrong answer or a missing or duplicated event fails the run")
+    func verdicts() {
+        let late = Self.outcome { report, timeline in report.answer(timeline, .late, at: Self.start, expected: [], answered: []) }
+        #expect(late.conformant)
+        let wrong = Self.outcome { report, timeline in
+            report.answer(timeline, .wrong, at: Self.start, expected: [HeldEntitlement(id: "pro", until: nil)], answered: [])
+        }
+        #expect(!wrong.conformant)
+        #expect(wrong.summary(verbose: false).contains("wrong answer at"), "the disagreement, with the customer's timeline")
+        #expect(wrong.summary(verbose: false).hasSuffix("NOT conformant: 1 wrong answers after convergence, 0 events missing, 0 duplicated"))
+        let duplicated = Self.outcome { report, timeline in
+            report.events(timeline, user: 0, received: timeline.expectedEvents(user: 0) + timeline.expectedEvents(user: 0).prefix(1))
+        }
+        #expect(!duplicated.conformant)
+        let missing = Self.outcome { report, timeline in report.events(timeline, user: 0, received: []) }
+        #expect(!missing.conformant)
+        #expect(
+            ConformanceRun.Outcome(
+                run: ConformanceRun(customers: 1, days: 1, faults: Faults(duplicates: true), seed: 1), report: .init(),
+                start: Self.start, wall: .seconds(1), database: "d"
+            ).faults == "custom")
+    }
+
+    @Test("a run of no customer or no day is refused")
+    func validation() {
+        #expect(throws: ConformanceRun.InvalidArgument.self) { try ConformanceRun(customers: 0, days: 30, faults: Faults(), seed: 1).validate() }
+        #expect(throws: ConformanceRun.InvalidArgument.self) { try ConformanceRun(customers: 3, days: 0, faults: Faults(), seed: 1).validate() }
+        #expect(throws: Never.self) { try ConformanceRun(customers: 1, days: 1, faults: Faults(), seed: 1).validate() }
+    }
+}
