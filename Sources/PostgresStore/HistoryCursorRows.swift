@@ -6,17 +6,23 @@ import ReceiptCore
 /// to (issue 42, item 2). Written with the validation that read it, in the same transaction.
 enum HistoryCursorRows {
     /// The cursor of `originalTransactionID` of the app, if its history was ever read.
-    static func read(appID: UUID, originalTransactionID: String, on connection: PostgresConnection) throws -> HistoryCursor? {
-        guard
-            let row = try connection.query(
-                """
-                SELECT environment, revision FROM transaction_history_cursors
-                WHERE app_id = \(appID) AND original_transaction_id = \(originalTransactionID)
-                """
-            ).rows.first,
-            let environment = row.string("environment").flatMap(AppStoreEnvironment.init(rawValue:)), let revision = row.string("revision")
-        else { return nil }
-        return HistoryCursor(originalTransactionID: originalTransactionID, environment: environment, revision: revision)
+    static func read(_ keys: Set<HistoryKey>, on connection: PostgresConnection) throws -> [HistoryKey: HistoryCursor] {
+        let keys = Array(keys)
+        let rows = try connection.query(
+            """
+            SELECT c.app_id::text AS app_id, c.original_transaction_id, c.environment, c.revision
+            FROM unnest(\(PostgresArray.literal(keys.map(\.appID.uuidString)))::uuid[],
+                        \(PostgresArray.literal(keys.map(\.originalTransactionID)))::text[]) AS k(app_id, original_transaction_id)
+            JOIN transaction_history_cursors c USING (app_id, original_transaction_id)
+            """
+        ).rows
+        return rows.reduce(into: [:]) { cursors, row in
+            guard let app = row.string("app_id").flatMap(UUID.init(uuidString:)), let original = row.string("original_transaction_id"),
+                let environment = row.string("environment").flatMap(AppStoreEnvironment.init(rawValue:)), let revision = row.string("revision")
+            else { return }
+            cursors[HistoryKey(appID: app, originalTransactionID: original)] = HistoryCursor(
+                originalTransactionID: original, environment: environment, revision: revision)
+        }
     }
 
     /// Upserts the batch's cursors. History reads are the rare validations (first sights, imports,

@@ -46,9 +46,10 @@ public final class PostgresReceiptStore: ReceiptStore {
         return record
     }
 
-    public func historyCursor(appID: UUID, originalTransactionID: String) throws -> HistoryCursor? {
+    public func historyCursors(_ keys: Set<HistoryKey>) throws -> [HistoryKey: HistoryCursor] {
+        guard !keys.isEmpty else { return [:] }
         do {
-            return try HistoryCursorRows.read(appID: appID, originalTransactionID: originalTransactionID, on: connection)
+            return try HistoryCursorRows.read(keys, on: connection)
         } catch let error as PostgresError {
             throw Self.failure(error)
         }

@@ -134,12 +134,15 @@ public final class MemoryReceiptStore: ReceiptStore, DeliveryLog, RefundDefenceL
         }
     }
 
-    public func historyCursor(appID: UUID, originalTransactionID: String) throws -> HistoryCursor? {
+    public func historyCursors(_ keys: Set<HistoryKey>) throws -> [HistoryKey: HistoryCursor] {
         try lock.withLock {
             if let failure { throw failure }
-            // The last saved record that read this customer's history, as Postgres keeps the last one.
-            return saved.last { $0.envelope.appID == appID && $0.historyCursor?.originalTransactionID == originalTransactionID }?
-                .historyCursor
+            // The last saved record that read each customer's history, as Postgres keeps the last one.
+            return saved.reduce(into: [:]) { cursors, record in
+                guard let cursor = record.historyCursor else { return }
+                let key = HistoryKey(appID: record.envelope.appID, originalTransactionID: cursor.originalTransactionID)
+                if keys.contains(key) { cursors[key] = cursor }
+            }
         }
     }
 

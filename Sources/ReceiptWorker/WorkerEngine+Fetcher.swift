@@ -64,9 +64,7 @@ extension WorkerEngine {
                 let (calls, room) = waitForWork(ahead: ahead.count)
                 guard calls > 0, !ahead.isEmpty || room > 0 else { continue }
                 let starting = min(calls, ahead.count)
-                for item in ahead.prefix(starting) {
-                    start(item.token, item.job, store: store, gate: gate, lifecycle: lifecycle, budget: budget, using: &rng)
-                }
+                start(Array(ahead.prefix(starting)), store: store, gate: gate, lifecycle: lifecycle, budget: budget, using: &rng)
                 ahead.removeFirst(starting)
                 // Jobs for the slots still free, and a batch for the buffer once it is half empty.
                 let refill = ahead.count * 2 <= aheadTarget ? aheadTarget - ahead.count : 0
@@ -76,14 +74,12 @@ extension WorkerEngine {
                 let jobs = try queue.reserve(
                     max: wanted, background: budget.isPaused(now: now()) ? 0 : importRoom(),
                     timeout: calls > starting ? configuration.reserveTimeout : .zero)
-                let tokens = register(jobs)
-                for (index, (token, job)) in zip(tokens, jobs).enumerated() {
-                    if index < calls - starting {
-                        start(token, job, store: store, gate: gate, lifecycle: lifecycle, budget: budget, using: &rng)
-                    } else {
-                        ahead.append((token, job))
-                    }
-                }
+                let registered = Array(zip(register(jobs), jobs))
+                let now = min(registered.count, calls - starting)
+                start(
+                    registered.prefix(now).map { (token: $0.0, job: $0.1) }, store: store, gate: gate, lifecycle: lifecycle, budget: budget,
+                    using: &rng)
+                ahead += registered.dropFirst(now).map { (token: $0.0, job: $0.1) }
                 pause = 0.1
             } catch {
                 // Redis unreachable: back off (bounded) and try again; the façade reconnects on the
@@ -197,9 +193,49 @@ extension WorkerEngine {
         }
     }
 
+    /// Starts `items`, reading the history cursors the Server API purchases among them need in one
+    /// round trip to Postgres, not one per job.
     private func start(
-        _ token: Int, _ job: ReservedJob, store: (any WorkerStore)?, gate: CircuitGate, lifecycle: VerifyReceiptGate,
+        _ items: [(token: Int, job: ReservedJob)], store: (any WorkerStore)?, gate: CircuitGate, lifecycle: VerifyReceiptGate,
         budget: ImportBudgetGate, using generator: inout SystemRandomNumberGenerator
+    ) {
+        guard !items.isEmpty else { return }
+        let cursors = Result { try historyCursors(of: items.map(\.job), store: store) }
+        for item in items {
+            start(item.token, item.job, store: store, cursors: cursors, gate: gate, lifecycle: lifecycle, budget: budget, using: &generator)
+        }
+    }
+
+    /// The history cursors of `jobs`' customers (a purchase whose customer's history the call
+    /// budget reads), read at once.
+    private func historyCursors(of jobs: [ReservedJob], store: (any WorkerStore)?) throws -> [HistoryKey: HistoryCursor] {
+        var keys: Set<HistoryKey> = []
+        for job in jobs {
+            guard let envelope = job.envelope, let validation = Self.purchaseValidation(of: envelope.payload) else { continue }
+            if case .purchase(let purchase) = validation, purchase.fraudReason != nil { continue }
+            guard let store else { throw StoreFailure(code: .unavailable, message: "no connection") }
+            if let app = try store.app(id: envelope.appID), let key = planner.historyKey(envelope, validation, app: app) {
+                keys.insert(HistoryKey(appID: app.id, originalTransactionID: key))
+            }
+        }
+        guard let store, !keys.isEmpty else { return [:] }
+        return try store.historyCursors(keys)
+    }
+
+    /// The purchase a job asks Apple to validate (the only jobs that may read a history); nil for
+    /// the others.
+    private static func purchaseValidation(of payload: JobPayload) -> ValidationJob? {
+        switch payload {
+        case .notification, .delivery, .consumption, .repoll: nil
+        case .receipt(let receipt): .purchase(.receipt(receipt))
+        case .transaction(let transaction): .purchase(.transaction(transaction))
+        case .importItem(let item): .purchase(item.purchase)
+        }
+    }
+
+    private func start(
+        _ token: Int, _ job: ReservedJob, store: (any WorkerStore)?, cursors: Result<[HistoryKey: HistoryCursor], any Error>,
+        gate: CircuitGate, lifecycle: VerifyReceiptGate, budget: ImportBudgetGate, using generator: inout SystemRandomNumberGenerator
     ) {
         locked { shared in
             shared.calling[token] = DispatchTime.now().uptimeNanoseconds
@@ -221,14 +257,10 @@ extension WorkerEngine {
             // A Server API call of its own with a deadline: retried by its own rule, not deferred
             // by the validations' circuit.
             return startConsumption(token, job, envelope, consumption, store: store, using: &generator)
-        case .repoll(let repoll):
-            validation = .repoll(repoll)
-        case .receipt(let receipt):
-            validation = .purchase(.receipt(receipt))
-        case .transaction(let transaction):
-            validation = .purchase(.transaction(transaction))
-        case .importItem(let item):
-            validation = .purchase(item.purchase)
+        case .repoll(let repoll): validation = .repoll(repoll)
+        case .receipt(let receipt): validation = .purchase(.receipt(receipt))
+        case .transaction(let transaction): validation = .purchase(.transaction(transaction))
+        case .importItem(let item): validation = .purchase(item.purchase)
         }
         // A purchase the ingestion node found forged is recorded, never sent to Apple: no circuit,
         // no secret, no app lookup beyond the one the store's foreign key makes.
@@ -244,7 +276,7 @@ extension WorkerEngine {
             app = try store.app(id: envelope.appID)
             // The call budget: a customer whose history was read costs one call, not the history.
             if let app, let key = planner.historyKey(envelope, validation, app: app) {
-                cursor = try store.historyCursor(appID: app.id, originalTransactionID: key)
+                cursor = try cursors.get()[HistoryKey(appID: app.id, originalTransactionID: key)]
             }
         } catch {
             return decide(token, job, planner.storeUnavailable(envelope, calls: [], using: &generator))

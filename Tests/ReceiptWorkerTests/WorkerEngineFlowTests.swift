@@ -53,8 +53,8 @@ struct WorkerEngineFlowTests {
         var batchSizes: [Int] { lock.withLock { sizes } }
 
         func app(id: UUID) throws -> AppRecord? { try inner.app(id: id) }
-        func historyCursor(appID: UUID, originalTransactionID: String) throws -> HistoryCursor? {
-            try inner.historyCursor(appID: appID, originalTransactionID: originalTransactionID)
+        func historyCursors(_ keys: Set<HistoryKey>) throws -> [HistoryKey: HistoryCursor] {
+            try inner.historyCursors(keys)
         }
 
         func save(_ records: [ValidationRecord]) throws -> [Result<ReceiptResource?, StoreFailure>] {

@@ -4,9 +4,9 @@ import Foundation
 public protocol ReceiptStore: AnyObject {
     /// The app a job belongs to.
     func app(id: UUID) throws -> AppRecord?
-    /// Where the history of a customer (`originalTransactionID` of the app) was last read up to;
-    /// nil when it never was (a first sight).
-    func historyCursor(appID: UUID, originalTransactionID: String) throws -> HistoryCursor?
+    /// Where the histories of `keys` (customers of apps) were last read up to, in one read; a key
+    /// whose history never was (a first sight) is absent.
+    func historyCursors(_ keys: Set<HistoryKey>) throws -> [HistoryKey: HistoryCursor]
     /// Stores results in one transaction where it can (group commit), idempotently (replaying the
     /// same job changes nothing), and returns each receipt resource as the API shows it, in order
     /// (nil for a `repoll` job, which updates subscriptions rather than a receipt of its own).

@@ -18,3 +18,15 @@ public struct HistoryCursor: Sendable, Equatable {
         self.revision = revision
     }
 }
+
+/// Which customer's history a cursor is for: an app and one of its original transactions.
+public struct HistoryKey: Sendable, Hashable {
+    public var appID: UUID
+    public var originalTransactionID: String
+
+    /// Creates a key.
+    public init(appID: UUID, originalTransactionID: String) {
+        self.appID = appID
+        self.originalTransactionID = originalTransactionID
+    }
+}

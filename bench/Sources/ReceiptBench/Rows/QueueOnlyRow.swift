@@ -204,7 +204,7 @@ final class InstantStore: ReceiptStore, DeliveryLog, RefundDefenceLog {
     func app(id: UUID) throws -> AppRecord? { id == known.id ? known : nil }
 
     /// The queue-only row's jobs are receipts of a verifyReceipt app: no history is ever read.
-    func historyCursor(appID: UUID, originalTransactionID: String) throws -> HistoryCursor? { nil }
+    func historyCursors(_ keys: Set<HistoryKey>) throws -> [HistoryKey: HistoryCursor] { [:] }
 
     func save(_ records: [ValidationRecord]) throws -> [Result<ReceiptResource?, StoreFailure>] {
         records.map { record in
