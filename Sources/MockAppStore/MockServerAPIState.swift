@@ -219,7 +219,10 @@ public final class MockServerAPIState: Sendable {
     func subscription(
         _ original: String, among transactions: [JSONValue], in environment: AppStoreEnvironment
     ) -> (latest: JSONValue, status: Int, renewal: JSONValue)? {
-        let now = self.now().timeIntervalSince1970 * 1000
+        // Whole milliseconds, as every date the mock signs (and as `event` cuts periods): at the
+        // instant a period ends, the clock read a fraction of a millisecond before the rounded
+        // expiry would still call it active — a failed renewal's notification said status 1.
+        let now = (self.now().timeIntervalSince1970 * 1000).rounded()
         let mine = transactions.filter { $0["originalTransactionId"]?.stringValue == original && $0["expiresDate"] != nil }
         guard let latest = mine.max(by: { MockServerAPI.expires($0) < MockServerAPI.expires($1) }) else { return nil }
         let renewal = self.renewal(of: original, in: environment)
