@@ -16,6 +16,8 @@ enum BenchRows {
             RevenueMetricsRow.self,
             PeerSidekiqRow.self,
             PipelineScaleRow.self,
+            // ~10 min: 30 compressed days of traffic with short retention.
+            RetentionRow.self,
             // Minutes: a simulated year of 1,000 customers through a whole deployment.
             ConformanceRow.self,
             // Last: its first run loads 10 M receipts (~30 min); later runs reuse them.
