@@ -25,7 +25,7 @@ extension MockNotificationCenter {
         revocation: Revocation? = nil, period: TimeInterval? = nil
     ) throws -> String? {
         guard var transaction = api.transaction(transactionID, in: environment) else { return nil }
-        let now = (api.now().timeIntervalSince1970 * 1000).rounded()
+        let now = api.nowMilliseconds
         let original = transaction["originalTransactionId"]?.stringValue ?? transactionID
         switch type {
         case "REFUND", "REVOKE":

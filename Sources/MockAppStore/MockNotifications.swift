@@ -127,7 +127,7 @@ public final class MockNotificationCenter: Sendable {
         type: String, subtype: String? = nil, transaction: JSONValue?, renewal: JSONValue? = nil, status: Int? = nil,
         appTransaction: JSONValue? = nil, bundleID: String, environment: AppStoreEnvironment, delivery: Delivery = Delivery()
     ) throws -> String {
-        let now = api.now()
+        let now = api.nowMilliseconds
         let uuid = UUID().uuidString.lowercased()
         let appleEnvironment = environment == .production ? "Production" : "Sandbox"
         var data: [String: JSONValue] = ["bundleId": .string(bundleID), "bundleVersion": .string("1"), "environment": .string(appleEnvironment)]
@@ -136,7 +136,7 @@ public final class MockNotificationCenter: Sendable {
         if let status { data["status"] = .number(Double(status)) }
         var payload: [String: JSONValue] = [
             "notificationType": .string(type), "notificationUUID": .string(uuid), "version": .string("2.0"),
-            "signedDate": .number((now.timeIntervalSince1970 * 1000).rounded()), "data": .object(data),
+            "signedDate": .number(now), "data": .object(data),
         ]
         if let appTransaction {
             payload["data"] = nil
@@ -157,7 +157,8 @@ public final class MockNotificationCenter: Sendable {
         let index = storage.withLock { storage -> Int in
             storage.sent.append(
                 Sent(
-                    uuid: uuid, bundleID: bundleID, environment: environment, type: type, subtype: subtype, signedDate: now,
+                    uuid: uuid, bundleID: bundleID, environment: environment, type: type, subtype: subtype,
+                    signedDate: Date(timeIntervalSince1970: now / 1000),
                     signedPayload: signedPayload, body: body, delivered: false))
             if delivery.hold { storage.held.append((storage.sent.count - 1, delivery)) }
             return storage.sent.count - 1

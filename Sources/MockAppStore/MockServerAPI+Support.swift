@@ -55,7 +55,7 @@ extension MockServerAPI {
                 else { return error(404, 4_040_005) }
                 let days = body["extendByDays"]?.intValue ?? 0
                 let requestID = body["requestIdentifier"]?.stringValue ?? ""
-                let eligible = latest["revocationDate"] == nil && expires(latest) > api.now().timeIntervalSince1970 * 1000
+                let eligible = latest["revocationDate"] == nil && expires(latest) > api.nowMilliseconds
                 var effective = expires(latest)
                 if eligible && support.firstUse(of: requestID) {
                     effective += Double(days) * 86_400_000
@@ -85,7 +85,7 @@ extension MockServerAPI {
                 else { return error(404, 4_040_009) }
                 var answer: [String: JSONValue] = ["requestIdentifier": .string(requestID), "complete": .bool(status.complete)]
                 if status.complete {
-                    answer["completeDate"] = .number((api.now().timeIntervalSince1970 * 1000).rounded())
+                    answer["completeDate"] = .number(api.nowMilliseconds)
                     answer["succeededCount"] = .number(0)
                     answer["failedCount"] = .number(0)
                 }

@@ -126,10 +126,16 @@ public final class MockServerAPIState: Sendable {
         self.now = now
     }
 
+    /// Apple's clock in whole milliseconds since 1970, as every date the mock signs: whatever it
+    /// compares with a signed date reads this, never the raw clock (at the instant a period ends,
+    /// the raw clock a fraction of a millisecond before the rounded expiry called it still active,
+    /// and a failed renewal's notification said status 1).
+    var nowMilliseconds: Double { (now().timeIntervalSince1970 * 1000).rounded() }
+
     /// A transaction as signed now (`signedDate`).
     func signed(_ transaction: JSONValue) -> JSONValue {
         var object = transaction.objectValue ?? [:]
-        object["signedDate"] = .number((now().timeIntervalSince1970 * 1000).rounded())
+        object["signedDate"] = .number(nowMilliseconds)
         return .object(object)
     }
 
@@ -219,10 +225,7 @@ public final class MockServerAPIState: Sendable {
     func subscription(
         _ original: String, among transactions: [JSONValue], in environment: AppStoreEnvironment
     ) -> (latest: JSONValue, status: Int, renewal: JSONValue)? {
-        // Whole milliseconds, as every date the mock signs (and as `event` cuts periods): at the
-        // instant a period ends, the clock read a fraction of a millisecond before the rounded
-        // expiry would still call it active — a failed renewal's notification said status 1.
-        let now = (self.now().timeIntervalSince1970 * 1000).rounded()
+        let now = nowMilliseconds
         let mine = transactions.filter { $0["originalTransactionId"]?.stringValue == original && $0["expiresDate"] != nil }
         guard let latest = mine.max(by: { MockServerAPI.expires($0) < MockServerAPI.expires($1) }) else { return nil }
         let renewal = self.renewal(of: original, in: environment)
