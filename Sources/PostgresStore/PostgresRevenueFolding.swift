@@ -52,9 +52,9 @@ public final class PostgresRevenueFolding: RevenueShardFolding {
                 FROM taken GROUP BY app_id, day, currency
                 ORDER BY app_id, day, currency
                 \(unescaped: RevenueRows.adding)
-                RETURNING 1
             )
-            SELECT (SELECT count(*) FROM picked) AS picked, (SELECT count(*) FROM added) AS added
+            -- The insert runs whether read or not (a data-modifying WITH always does).
+            SELECT count(*) AS picked FROM picked
             """
         ).rows.first
         return folded?.int("picked") ?? 0

@@ -75,11 +75,11 @@ extension WorkerEngine {
                     max: wanted, background: budget.isPaused(now: now()) ? 0 : importRoom(),
                     timeout: calls > starting ? configuration.reserveTimeout : .zero)
                 let registered = Array(zip(register(jobs), jobs))
-                let now = min(registered.count, calls - starting)
+                let startingNow = min(registered.count, calls - starting)
                 start(
-                    registered.prefix(now).map { (token: $0.0, job: $0.1) }, store: store, gate: gate, lifecycle: lifecycle, budget: budget,
-                    using: &rng)
-                ahead += registered.dropFirst(now).map { (token: $0.0, job: $0.1) }
+                    registered.prefix(startingNow).map { (token: $0.0, job: $0.1) }, store: store, gate: gate, lifecycle: lifecycle,
+                    budget: budget, using: &rng)
+                ahead += registered.dropFirst(startingNow).map { (token: $0.0, job: $0.1) }
                 pause = 0.1
             } catch {
                 // Redis unreachable: back off (bounded) and try again; the façade reconnects on the

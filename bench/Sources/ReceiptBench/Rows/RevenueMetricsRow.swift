@@ -2,10 +2,12 @@ import Curl
 import DevTools
 import Foundation
 import Libpq
+import Logging
 import OpenSSL
 import PostgresStore
 import ReceiptCore
 import ReceiptQueueApp
+import ReceiptScheduler
 import ReceiptTesting
 
 /// `revenue_metrics`: how long `GET /admin/api/apps/{app_id}/metrics` takes to answer a year of an
@@ -64,13 +66,10 @@ enum RevenueMetricsRow: BenchRow {
         // What the schedule role's folding leaves: past days in one row per currency, the open
         // days (today and the two before) still in their shards.
         let folding = Date()
-        let folder = PostgresRevenueFolding(connection: postgres, apps: [app.id])
-        var groups = 0
-        while case let folded = try folder.foldShards(before: RevenueCalendar.text(Date().addingTimeInterval(-2 * 86_400)), limit: 500),
-            folded > 0
-        {
-            groups += folded
-        }
+        let groups = try RevenueFolding(
+            configuration: .init(batchPause: .zero), make: { throw BenchFailure(description: "run here, not as a service") },
+            logger: Logger(label: "bench-revenue-folding")
+        ).fold(PostgresRevenueFolding(connection: postgres, apps: [app.id]))
         let foldSeconds = Date().timeIntervalSince(folding)
         let kept = try postgres.query("SELECT count(*) AS n FROM revenue_daily WHERE app_id = \(app.id)").rows.first?.int("n") ?? 0
 
