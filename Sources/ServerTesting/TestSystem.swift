@@ -207,14 +207,15 @@ public final class TestSystem: Sendable {
 
     /// A StoreKit 2 purchase of this system's app, signed by the mock's Apple-shaped chain and
     /// known to the mock's Server API in `environment` (`Sandbox` or `Production`), priced `price`
-    /// (9.99 USD unless told), with `fields` set over the rest (an offer, a quantity, ownership).
+    /// (9.99 USD unless told), with `fields` set over the rest (an offer, a quantity, ownership),
+    /// bought and signed at `now` (a system on a simulated clock signs at its time).
     public func signedTransaction(
         product: String = "com.example.yearly", days: Double? = 365, environment: String = "Sandbox",
-        price: Money? = ReceiptForger.defaultPrice, fields: [String: JSONValue] = [:]
+        price: Money? = ReceiptForger.defaultPrice, fields: [String: JSONValue] = [:], now: Date = Date()
     ) throws -> (jws: String, payload: JSONValue) {
         let transaction = try ReceiptForger.signedTransaction(
             bundleID: app.bundleID, productID: product, days: days, environment: environment, authority: try Self.sharedJWSAuthority.get(),
-            price: price, fields: fields)
+            now: now, price: price, fields: fields)
         mock.state.serverAPI.add(transactions: [transaction.payload], environment: environment == "Production" ? .production : .sandbox)
         return transaction
     }
