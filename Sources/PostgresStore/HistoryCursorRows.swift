@@ -25,21 +25,30 @@ enum HistoryCursorRows {
         }
     }
 
-    /// Upserts the batch's cursors. History reads are the rare validations (first sights, imports,
-    /// resyncs), so one statement per cursor, in key order: batches sharing a customer lock its row
-    /// in the same order and cannot deadlock, and the last read of a batch wins.
+    /// Upserts the batch's cursors in one statement: a first-sight batch carries a cursor per job,
+    /// and a statement each was a round trip and a commit's worth of parsing per job. Rows go in
+    /// key order, so batches sharing a customer lock its row in the same order and cannot
+    /// deadlock; of two reads of one customer in a batch the later wins (one statement may not
+    /// update a row twice).
     static func write(_ records: [ValidationRecord], on connection: PostgresConnection) throws {
-        let cursors = records.compactMap { record in record.historyCursor.map { (app: record.envelope.appID, cursor: $0) } }
-        for (app, cursor) in cursors.sorted(by: {
-            ($0.app.uuidString, $0.cursor.originalTransactionID) < ($1.app.uuidString, $1.cursor.originalTransactionID)
-        }) {
-            _ = try connection.query(
-                """
-                INSERT INTO transaction_history_cursors (app_id, original_transaction_id, environment, revision)
-                VALUES (\(app), \(cursor.originalTransactionID), \(cursor.environment.rawValue), \(cursor.revision))
-                ON CONFLICT (app_id, original_transaction_id) DO UPDATE
-                SET environment = EXCLUDED.environment, revision = EXCLUDED.revision, updated_at = now()
-                """)
-        }
+        try write(cursors: records.compactMap { record in record.historyCursor.map { (app: record.envelope.appID, cursor: $0) } }, on: connection)
+    }
+
+    /// Upserts `cursors`, each of its app, as ``write(_:on:)`` does a batch's.
+    static func write(cursors: [(app: UUID, cursor: HistoryCursor)], on connection: PostgresConnection) throws {
+        guard !cursors.isEmpty else { return }
+        _ = try connection.query(
+            """
+            INSERT INTO transaction_history_cursors (app_id, original_transaction_id, environment, revision)
+            SELECT DISTINCT ON (c.app_id, c.original_transaction_id) c.app_id, c.original_transaction_id, c.environment, c.revision
+            FROM unnest(\(PostgresArray.literal(cursors.map(\.app.uuidString)))::uuid[],
+                        \(PostgresArray.literal(cursors.map(\.cursor.originalTransactionID)))::text[],
+                        \(PostgresArray.literal(cursors.map(\.cursor.environment.rawValue)))::text[],
+                        \(PostgresArray.literal(cursors.map(\.cursor.revision)))::text[])
+                 WITH ORDINALITY AS c(app_id, original_transaction_id, environment, revision, position)
+            ORDER BY c.app_id, c.original_transaction_id, c.position DESC
+            ON CONFLICT (app_id, original_transaction_id) DO UPDATE
+            SET environment = EXCLUDED.environment, revision = EXCLUDED.revision, updated_at = now()
+            """)
     }
 }
