@@ -46,7 +46,13 @@ public struct HeldJobs {
         }
     }
 
+    /// The processing lists of every worker lane registered under the prefix: a lane joins the
+    /// workers' set with its first heartbeat, before it reserves a job, and leaves it only when
+    /// the janitor has taken its jobs back. Read from that set, not with `KEYS`: a scan of the
+    /// whole keyspace took 5 ms on a test Redis of 66,000 keys, blocked every other client
+    /// meanwhile, and ran every 50 ms of every wait for a settled system.
     private func processingKeys() throws -> [String] {
-        try redis.send(["KEYS", "\(keys.prefix):processing:*"]).array?.compactMap(\.string) ?? []
+        let lanes = try redis.send(["SMEMBERS", keys.workers]).array?.compactMap(\.string) ?? []
+        return lanes.sorted().map(keys.processing)
     }
 }
