@@ -52,11 +52,36 @@ public struct Disagreement: Sendable, Equatable {
     }
 }
 
+/// Where a run's wall time went, by what the driver was doing: what bounds a run's length (it
+/// waits on the system far more than it computes).
+public struct ConformancePhases: Sendable, Equatable {
+    /// Playing steps: devices' posts (each waits for its validation) and Apple's changes.
+    public var steps: Duration = .zero
+    /// Waiting after each window until every notification was delivered and every job done.
+    public var settling: Duration = .zero
+    /// Asking for customers' answers.
+    public var checks: Duration = .zero
+    /// The end: the last release, waiting for every webhook, the final checks.
+    public var final: Duration = .zero
+
+    public init() {}
+
+    /// "steps 12.3 s, settling 40.1 s, checks 8.0 s, final 2.2 s".
+    public var description: String {
+        func seconds(_ duration: Duration) -> String {
+            String(format: "%.1f s", Double(duration.components.seconds) + Double(duration.components.attoseconds) * 1e-18)
+        }
+        return "steps \(seconds(steps)), settling \(seconds(settling)), checks \(seconds(checks)), final \(seconds(final))"
+    }
+}
+
 /// A run's results: counts per scenario and every disagreement. Thread-safe through its owner
 /// (the driver adds from one task).
 public struct ConformanceReport: Sendable {
     public var tallies: [Scenario: ConformanceTally] = [:]
     public var disagreements: [Disagreement] = []
+    /// Where the driver's wall time went.
+    public var phases = ConformancePhases()
 
     public init() {}
 

@@ -115,6 +115,7 @@ public struct ConformanceRun: Sendable, Equatable {
                 report.table, "",
                 "seed \(run.seed), \(run.customers) customers, \(span), faults \(faults)",
                 "wall time \(String(format: "%.1f", wallSeconds)) s (\(rate) customers/s); database \(database), dropped",
+                "the driver's time: \(report.phases.description)",
             ]
             let failing = report.disagreements.filter {
                 if case .lateAnswer = $0.kind { return false }

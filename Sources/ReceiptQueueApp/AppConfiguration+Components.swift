@@ -133,6 +133,10 @@ extension AppConfiguration {
         public var committers: Int
         /// How long a committer lets a batch gather answers (`WORKER_COMMIT_LINGER_MS`).
         public var commitLinger: Duration
+        /// How long an idle worker blocks waiting for a validation before it looks at the other
+        /// queues again (`WORKER_IDLE_WAIT_MS`, 100): the longest a notification, a webhook delivery
+        /// or a re-poll waits at an idle worker, since Redis blocks on one list only.
+        public var idleWait: Duration
         /// How long a worker lane's heartbeat lives; the janitor requeues its jobs once it lapses
         /// (`WORKER_HEARTBEAT_TTL_SECONDS`).
         public var heartbeatTTLSeconds: Int
@@ -160,6 +164,7 @@ extension AppConfiguration {
             shutdownTimeout = .seconds(try environment.int("WORKER_SHUTDOWN_TIMEOUT_SECONDS", 25, range: 0...3600))
             committers = try environment.int("WORKER_COMMITTERS", 2, range: 1...64)
             commitLinger = .milliseconds(try environment.int("WORKER_COMMIT_LINGER_MS", 20, range: 0...1000))
+            idleWait = .milliseconds(try environment.int("WORKER_IDLE_WAIT_MS", 100, range: 10...5000))
             heartbeatTTLSeconds = try environment.int("WORKER_HEARTBEAT_TTL_SECONDS", 30, range: 2...3600)
             verifyReceiptGoneAfter = try environment.int("VERIFY_RECEIPT_GONE_AFTER", 20, range: 1...1_000_000)
             importSharePercent = try environment.int("IMPORT_SHARE_PERCENT", 25, range: 0...100)

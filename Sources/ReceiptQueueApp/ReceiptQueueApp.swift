@@ -220,7 +220,8 @@ public enum ReceiptQueueApp {
         let worker = WorkerEngine(
             configuration: .init(
                 concurrency: configuration.worker.concurrency, committers: configuration.worker.committers,
-                commitLinger: configuration.worker.commitLinger, shutdownTimeout: configuration.worker.shutdownTimeout,
+                commitLinger: configuration.worker.commitLinger, reserveTimeout: configuration.worker.idleWait,
+                shutdownTimeout: configuration.worker.shutdownTimeout,
                 heartbeatInterval: .seconds(max(1, configuration.worker.heartbeatTTLSeconds / 3)),
                 retryPolicy: configuration.worker.retryPolicy, repollPolicy: configuration.scheduler.repollPolicy,
                 verifyReceiptGoneAfter: configuration.worker.verifyReceiptGoneAfter,

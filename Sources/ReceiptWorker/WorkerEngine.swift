@@ -67,8 +67,9 @@ public final class WorkerEngine: Service, Sendable {
         /// against 5 ms (~15) cut Postgres from ~300 to ~215–240 µs per validation (bench/README).
         public var commitLinger: Duration
         /// How long one reserve blocks on an empty queue (on the validations list only: Redis cannot
-        /// block on several); short, so shutdown is noticed quickly and an idle worker looks at
-        /// the other queues (notifications, webhook deliveries, re-polls) twice a second.
+        /// block on several); short, so shutdown is noticed quickly, and because it is the longest
+        /// a notification, a webhook delivery or a re-poll waits at an idle worker: each wait
+        /// ends with a look at the other queues (`WORKER_IDLE_WAIT_MS`).
         public var reserveTimeout: Duration
         /// How long graceful shutdown waits for the jobs in hand.
         public var shutdownTimeout: Duration
@@ -95,7 +96,7 @@ public final class WorkerEngine: Service, Sendable {
         /// Creates a configuration; every value has a production default.
         public init(
             concurrency: Int = 16, fetchBatch: Int = 128, commitBatch: Int = 128, committers: Int = 2, commitLinger: Duration = .milliseconds(20),
-            reserveTimeout: Duration = .milliseconds(500), shutdownTimeout: Duration = .seconds(25), heartbeatInterval: Duration = .seconds(5),
+            reserveTimeout: Duration = .milliseconds(100), shutdownTimeout: Duration = .seconds(25), heartbeatInterval: Duration = .seconds(5),
             circuitRefresh: Duration = .milliseconds(250), circuitFlush: Duration = .milliseconds(50),
             retryPolicy: RetryPolicy = RetryPolicy(), repollPolicy: RepollPolicy = RepollPolicy(), verifyReceiptGoneAfter: Int = 20,
             importShare: Double = 0.25, importRatePerSecond: Double = 0

@@ -169,8 +169,9 @@ public final class RedisWorkQueue: JobQueue {
     }
 
     /// Nothing ready: block on the most urgent queue, so an idle worker costs one command per
-    /// timeout and a validation is taken the moment it arrives; the others (re-polls, imports,
-    /// which no one waits for) are looked at again when the wait ends.
+    /// timeout and a validation is taken the moment it arrives; the others (notifications,
+    /// webhook deliveries, re-polls, imports) are looked at again when the wait ends, so the
+    /// timeout is the longest they wait at an idle worker (`WORKER_IDLE_WAIT_MS`).
     private func block(_ timeout: Duration) throws -> [ReservedJob] {
         guard timeout > .zero else { return [] }
         // Whole milliseconds as Swift prints a Double ("0.05", "2.0": no exponent at 10 ms and up),
