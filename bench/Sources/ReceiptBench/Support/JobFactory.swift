@@ -40,6 +40,10 @@ struct JobFactory: Sendable {
     /// purchase `tag + serial(i)` of app `i % appIDs.count`); job `serial` carries entry
     /// `serial % count`. Nil: bare ids (or receipts).
     let signedPool: [String]?
+    /// A steady app's customers: job `serial` re-validates customer `serial % population`'s
+    /// receipt (the same transaction ids, so the same purchases and subscription), instead of
+    /// being a new customer. Nil: every job its own customer.
+    let population: Int?
     /// Per app: the envelope's bytes between the placeholders, and which value follows each segment.
     private let templates: [(segments: [[UInt8]], slots: [Slot])]
 
@@ -71,8 +75,12 @@ struct JobFactory: Sendable {
         try self.init(receipt: receipt, appIDs: [appID], transactionIDs: transactionIDs)
     }
 
-    init(receipt: ReceiptTemplate, appIDs: [UUID], transactionIDs: Bool = false, signedPool: [String]? = nil) throws {
+    init(
+        receipt: ReceiptTemplate, appIDs: [UUID], transactionIDs: Bool = false, signedPool: [String]? = nil, population: Int? = nil
+    ) throws {
         guard !appIDs.isEmpty else { throw BenchFailure(description: "a job factory needs at least one app") }
+        if let population, population < 1 { throw BenchFailure(description: "a population holds at least one customer") }
+        self.population = population
         if let signedPool, signedPool.isEmpty || signedPool.count % appIDs.count != 0 {
             throw BenchFailure(description: "a signed pool holds the same number of transactions for every app")
         }
@@ -151,7 +159,7 @@ struct JobFactory: Sendable {
     /// The base64 receipt of job `serial`.
     func receiptBase64(serial: Int) -> String {
         var der = receipt.der
-        let digits = Array(Self.serial(serial).utf8)
+        let digits = Array(Self.serial(customer(serial: serial)).utf8)
         for offset in receipt.serialOffsets {
             for index in 0..<digits.count { der[offset + index] = digits[index] }
         }
@@ -178,8 +186,11 @@ struct JobFactory: Sendable {
 
     /// The transaction id job `serial` asks about: its own, or its signed pool entry's.
     func transactionID(serial: Int) -> String {
-        "\(receipt.tag)\(Self.serial(signedPool.map { serial % $0.count } ?? serial))"
+        "\(receipt.tag)\(Self.serial(signedPool.map { serial % $0.count } ?? customer(serial: serial)))"
     }
+
+    /// The customer job `serial` is of: its own serial, or its member of the population.
+    func customer(serial: Int) -> Int { population.map { serial % $0 } ?? serial }
 
     static func serial(_ value: Int) -> String {
         let text = String(value % 10_000_000_000)
