@@ -8,7 +8,8 @@ extension RetentionRow {
     static func summarize(snapshots: [String: [String: Any]], sweeper: Sweeper, observations: [ResultWatcher.Observation]) -> [String: Any] {
         var result: [String: Any] = [:]
         var targets: [String: Any] = [:]
-        var table = TextTable(title: "retention: database size and Postgres CPU per validation", headers: ["when", "day", "database MB", "pg µs/job"])
+        var table = TextTable(
+            title: "retention: database size and Postgres CPU per validation", headers: ["when", "day", "database MB", "pg µs/job"])
         for when in ["week", "end"] {
             guard let s = snapshots[when] else { continue }
             result[when] = s

@@ -86,7 +86,8 @@ extension RetentionRow {
             pid = try connection.query("SELECT pg_backend_pid() AS pid").rows.first?.int("pid") ?? -1
             self.sweep = sweep
             rows = TimedExpiredRows(rows: PostgresExpiredRows(connection: connection))
-            trim = RedisDeadLetterTrim(connection: try RedisConnection(configuration: configuration.redis, label: "retention"), keys: configuration.keys)
+            trim = RedisDeadLetterTrim(
+                connection: try RedisConnection(configuration: configuration.redis, label: "retention"), keys: configuration.keys)
             watch = try PostgresConnection(configuration: configuration.postgres, label: "bench-retention-locks")
             self.every = every
             self.day = day
