@@ -95,14 +95,18 @@ extension PipelineRow {
         }
         // The level's receipts, whichever apps they belong to.
         let scope = "{" + apps.map(\.id.uuidString).joined(separator: ",") + "}"
-        // A fixed app holds earlier levels' receipts: this level's are those past the count now.
+        // This level's receipts: a fixed app holds earlier levels' too, which retention may be
+        // deleting meanwhile; every job of the level is enqueued (its receipt created) after this.
+        let levelStart = Date()
         func counted() throws -> (n: Int, valid: Int) {
             let row = try context.postgres.query(
-                "SELECT count(*) AS n, count(*) FILTER (WHERE status = 'valid') AS valid FROM receipts WHERE app_id = ANY(\(scope)::uuid[])"
+                """
+                SELECT count(*) AS n, count(*) FILTER (WHERE status = 'valid') AS valid FROM receipts
+                WHERE app_id = ANY(\(scope)::uuid[]) AND created_at >= \(levelStart)
+                """
             ).rows.first
             return (row?.int("n") ?? 0, row?.int("valid") ?? 0)
         }
-        let earlier = try counted()
         let factory = try JobFactory(
             receipt: receipt, appIDs: apps.map(\.id), transactionIDs: spec.serverAPI, signedPool: signedPool,
             population: spec.serverAPI ? nil : context.population)
@@ -207,9 +211,7 @@ extension PipelineRow {
         var stored = 0
         var valid = 0
         repeat {
-            let counts = try counted()
-            stored = counts.n - earlier.n
-            valid = counts.valid - earlier.valid
+            (stored, valid) = try counted()
             if stored >= pushed { break }
             usleep(200_000)
         } while Date() < drainBy
