@@ -1,7 +1,9 @@
 import Foundation
 import Libpq
 import PostgresStore
+import ReceiptQueueApp
 import ReceiptTesting
+import ServerTesting
 import SystemTesting
 import Testing
 
@@ -10,10 +12,7 @@ import Testing
 struct ExpiredRowsSessionTests {
     @Test("Its statements are never JIT-compiled: a batch's estimates on a large table would compile each one for longer than it runs")
     func noJIT() throws {
-        let db = try PostgresConnection(
-            configuration: PostgresConfiguration(
-                host: TestEnvironment.postgresHost, port: TestEnvironment.postgresPort, user: TestEnvironment.postgresUser,
-                password: TestEnvironment.postgresPassword, database: TestEnvironment.postgresDatabase))
+        let db = try PostgresConnection(configuration: try TestSystem.migratedDatabase().postgres)
         defer { db.close() }
         // On, as a server's default is: the step must turn it off itself.
         try db.execute("SET jit = on")
