@@ -85,6 +85,7 @@ enum RetentionRow: BenchRow {
             sweep: ReceiptQueueApp.makeRetentionSweep(configuration, logger: Logger(label: "bench-retention")), configuration: configuration,
             every: every, day: clock)
         var snapshots: [String: [String: Any]] = [:]
+        var levels: [Level] = []
         var renewals = 0
         var renewedThrough = -1
         sweeper.start()
@@ -99,6 +100,10 @@ enum RetentionRow: BenchRow {
                     PipelineRow.Level(processes: 1, concurrency: concurrency, key: "c\(concurrency)"), context: context, profile: false)
                 day = clock()
                 let postgres = PipelineRow.number((outcome["cpu_us_per_job_by_process"] as? [String: Any])?["postgres"])
+                levels.append(
+                    Level(
+                        day: day, postgres: postgres ?? .nan, rps: PipelineRow.number(outcome["rps"]) ?? .nan,
+                        load: Machine.loadAverage().first ?? .nan))
                 FileHandle.standardError.write(Data("retention: day \(day) of \(days), \(outcome["rps"] ?? "?") validations/s\n".utf8))
                 if (day >= 7 && snapshots["week"] == nil) || day >= days {
                     snapshots[day >= days ? "end" : "week"] = try snapshot(context.postgres, day: day, postgres: postgres)
@@ -109,12 +114,21 @@ enum RetentionRow: BenchRow {
             throw error
         }
         sweeper.stop()
-        var result = summarize(snapshots: snapshots, sweeper: sweeper, observations: context.observations ?? [])
+        var result = summarize(
+            snapshots: snapshots, levels: levels, days: days, sweeper: sweeper, observations: context.observations ?? [])
         result.merge([
             "day_seconds": daySeconds, "keep_days": keep, "population": population, "renewals": renewals, "sweep_every_s": every,
             "concurrency": concurrency,
         ]) { _, new in new }
         return result
+    }
+
+    /// One day's level: its Postgres CPU per validation, its rate, the machine's load after it.
+    struct Level {
+        var day: Int
+        var postgres: Double
+        var rps: Double
+        var load: Double
     }
 
     /// Replaces the migrations' partitions of the (still empty) partitioned tables, a legacy one
