@@ -221,11 +221,48 @@ struct RetentionTests {
         return row?.string("text")
     }
 
-    @Test("A superseded receipt's text is emptied; a user's latest, a subscription's, a pending one and an unknown user's keep theirs")
-    func supersededReceiptTexts() throws {
+    /// What may still refer to a superseded receipt.
+    enum Referrer {
+        case purchase, call, notification
+    }
+
+    /// Makes a purchase, a call to Apple or a notification of `app` refer to `receipt`.
+    func refer(_ receipt: UUID, of app: AppRecord, from referrer: Referrer) throws {
+        let id = "rt-\(UUID().uuidString)"
+        switch referrer {
+        case .purchase:
+            _ = try connection.query(
+                """
+                INSERT INTO in_app_purchases (app_id, receipt_id, environment, transaction_id, original_transaction_id, product_id, quantity)
+                VALUES (\(app.id), \(receipt), 'sandbox', \(id), \(id), 'p', 1)
+                """)
+        case .call:
+            _ = try connection.query(
+                """
+                INSERT INTO validation_attempts (receipt_id, job_id, attempt, seq, endpoint, latency_ms, created_at)
+                VALUES (\(receipt), \(receipt), 1, 1, 'sandbox', 2, now() + interval '20 days')
+                """)
+        case .notification:
+            _ = try connection.query(
+                """
+                INSERT INTO notifications (id, app_id, notification_uuid, version, notification_type, signed_at, outcome, payload,
+                                           origin, received_at, receipt_id)
+                VALUES (\(UUID()), \(app.id), \(id), 'v2', 'DID_RENEW', now(), 'recorded', '{}', 'apple', now(), \(receipt))
+                """)
+        }
+    }
+
+    @Test(
+        """
+        A superseded receipt nothing refers to is deleted; one a purchase, a call or a notification refers to keeps its row, its \
+        text emptied; a user's latest, a subscription's, a pending one and an unknown user's keep theirs
+        """)
+    func supersededReceipts() throws {
         let user = "rt-user-\(UUID().uuidString)"
         let pending = try seedReceipt(plain, user: user, age: 50, status: "pending")
-        let old = try seedReceipt(plain, user: user, age: 40)
+        let purchased = try seedReceipt(plain, user: user, age: 40)
+        let called = try seedReceipt(plain, user: user, age: 41)
+        let notified = try seedReceipt(plain, user: user, age: 42)
         let older = try seedReceipt(plain, user: user, age: 45)
         let polled = try seedReceipt(plain, user: user, age: 30)
         let latest = try seedReceipt(plain, user: user, age: 20)
@@ -234,6 +271,10 @@ struct RetentionTests {
         _ = try seedReceipt(plain, user: nil, age: 10)
         let ownOld = try seedReceipt(own, user: user, age: 40)
         _ = try seedReceipt(own, user: user, age: 10)
+        try refer(purchased, of: plain, from: .purchase)
+        // A call filed 20 days later than the receipt: still kept when the receipt's days are over.
+        try refer(called, of: plain, from: .call)
+        try refer(notified, of: plain, from: .notification)
         _ = try connection.query(
             """
             INSERT INTO subscriptions (app_id, environment, original_transaction_id, product_id, state, latest_transaction_id,
@@ -243,19 +284,20 @@ struct RetentionTests {
         // Not yet past 90 days: nothing is emptied.
         let early = try sweepThatRan(at: Date().addingTimeInterval(80 * Self.day))
         #expect(early.deleted[.supersededReceipts] == 0)
-        #expect(try text(old)?.hasPrefix("MIItext") == true)
+        #expect(try text(older)?.hasPrefix("MIItext") == true)
 
         let report = try sweepThatRan(at: Date().addingTimeInterval(100 * Self.day))
-        #expect(report.deleted[.supersededReceipts] == 2, "the two superseded, found across pages of two")
-        #expect(try text(old) == "|")
-        #expect(try text(older) == "|")
+        #expect(report.deleted[.supersededReceipts] == 4, "the four superseded, found across pages of two")
+        #expect(try text(older) == nil, "nothing referred to it: the row is gone")
+        for referred in [purchased, called, notified] {
+            #expect(try text(referred) == "|", "the row stays for what refers to it, its text emptied")
+        }
         for kept in [pending, polled, latest, alone, anonymous, ownOld] {
             #expect(try text(kept)?.hasPrefix("MIItext") == true)
         }
-        #expect(try count("receipts", plain) >= 8, "the rows stay")
-        // The app keeps its superseded texts 365 days.
+        // The app keeps its superseded receipts 365 days.
         let later = try sweepThatRan(at: Date().addingTimeInterval(400 * Self.day))
         #expect(later.deleted[.supersededReceipts] == 1)
-        #expect(try text(ownOld) == "|")
+        #expect(try text(ownOld) == nil)
     }
 }

@@ -16,8 +16,10 @@ public enum RetentionKind: String, Sendable, CaseIterable, Hashable {
     case auditLog = "audit_log"
     /// The dead letters in Redis (by the time each job died).
     case deadLetters = "dead_letters"
-    /// The texts (`receipt_data`, `latest_receipt`) of receipts a newer receipt of the same user
-    /// has superseded: emptied, while the receipt's row, status and purchases stay.
+    /// Receipts a newer receipt of the same user has superseded: deleted when nothing refers to
+    /// them any more (no purchase first recorded by them, no call or notification kept); else
+    /// their texts (`receipt_data`, `latest_receipt`) are emptied, while the row, status and
+    /// purchases stay.
     case supersededReceipts = "superseded_receipts"
 
     /// The documented default, in days (`RETENTION_<KIND>_DAYS` when unset; 0 would keep forever).

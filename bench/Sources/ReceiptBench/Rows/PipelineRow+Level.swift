@@ -91,11 +91,25 @@ extension PipelineRow {
                 level["signed_pool"] = signedPool?.count
             }
         } else {
-            apps = [try context.makeApp(label)]
+            apps = [try context.fixedApp ?? context.makeApp(label)]
         }
         // The level's receipts, whichever apps they belong to.
         let scope = "{" + apps.map(\.id.uuidString).joined(separator: ",") + "}"
-        let factory = try JobFactory(receipt: receipt, appIDs: apps.map(\.id), transactionIDs: spec.serverAPI, signedPool: signedPool)
+        // This level's receipts: a fixed app holds earlier levels' too, which retention may be
+        // deleting meanwhile; every job of the level is enqueued (its receipt created) after this.
+        let levelStart = Date()
+        func counted() throws -> (n: Int, valid: Int) {
+            let row = try context.postgres.query(
+                """
+                SELECT count(*) AS n, count(*) FILTER (WHERE status = 'valid') AS valid FROM receipts
+                WHERE app_id = ANY(\(scope)::uuid[]) AND created_at >= \(levelStart)
+                """
+            ).rows.first
+            return (row?.int("n") ?? 0, row?.int("valid") ?? 0)
+        }
+        let factory = try JobFactory(
+            receipt: receipt, appIDs: apps.map(\.id), transactionIDs: spec.serverAPI, signedPool: signedPool,
+            population: spec.serverAPI ? nil : context.population)
         let prefix = "{rqb-\(String(UInt32.random(in: 0...UInt32.max), radix: 16))}"
         let keys = RedisKeys(prefix: prefix)
         defer { _ = try? RedisCleanup.deleteKeys(prefix: prefix, context.redis) }
@@ -197,16 +211,13 @@ extension PipelineRow {
         var stored = 0
         var valid = 0
         repeat {
-            let counts = try context.postgres.query(
-                "SELECT count(*) AS n, count(*) FILTER (WHERE status = 'valid') AS valid FROM receipts WHERE app_id = ANY(\(scope)::uuid[])"
-            ).rows.first
-            stored = counts?.int("n") ?? 0
-            valid = counts?.int("valid") ?? 0
+            (stored, valid) = try counted()
             if stored >= pushed { break }
             usleep(200_000)
         } while Date() < drainBy
         let watched = watcher.stop()
         watcherStopped = true
+        context.observations? += watched.observations
         let exits = workers.map { $0.stop() }
         workersStopped = true
         let dead = try context.redis.send(["ZCARD", keys.dead]).int ?? -1

@@ -127,6 +127,14 @@ enum PipelineRow: BenchRow {
         var serverAPI: ServerAPISetup?
         var apps: [UUID] = []
         var serial = 0
+        /// Every receipts level's jobs go to this app instead of a fresh one (a soak's days are
+        /// one app's traffic).
+        var fixedApp: AppRecord?
+        /// The receipts levels' customers (``JobFactory/population``); nil: a new one per job.
+        var population: Int?
+        /// When set, every level's latency observations are appended here (a row that judges
+        /// each one against what else ran at the time).
+        var observations: [ResultWatcher.Observation]?
         static let sharedSecret = "receiptq-bench-shared-secret"
         static let bundleID = "com.example.receiptq.bench"
 
@@ -147,6 +155,13 @@ enum PipelineRow: BenchRow {
         }
 
         var idealPerLane: Double { 1_000 / Double(latencyMs) }
+
+        /// Stops the mock and closes the connections.
+        func close() {
+            mock?.stop()
+            redis.close()
+            postgres.close()
+        }
 
         /// A fresh app (its own receipts, for per-level counts), removed at the end unless --keep-data.
         func makeApp(_ label: String, bundleID: String = Context.bundleID) throws -> AppRecord {
@@ -206,12 +221,63 @@ enum PipelineRow: BenchRow {
 
     static func run(_ options: BenchOptions) throws -> [String: Any] { try run(options, defaults: .pipeline) }
 
-    static func run(_ options: BenchOptions, defaults: Defaults) throws -> [String: Any] {
-        func number(_ name: String, _ fallback: Double) throws -> Double {
-            guard let text = options.extra[name] else { return fallback }
-            guard let value = Double(text), value >= 0 else { throw BenchFailure(description: "\(name) needs a number, not \(text)") }
-            return value
+    /// A non-negative number option, or `fallback` when absent.
+    static func optionNumber(_ options: BenchOptions, _ name: String, _ fallback: Double) throws -> Double {
+        guard let text = options.extra[name] else { return fallback }
+        guard let value = Double(text), value >= 0 else { throw BenchFailure(description: "\(name) needs a number, not \(text)") }
+        return value
+    }
+
+    /// The servers' connections (migrated), the mock started and the receipt forged: what every
+    /// level of a run shares. The caller closes it (``Context/close()``).
+    static func openContext(
+        _ options: BenchOptions, defaults: Defaults, latencyMs: Int, serverAPI: Bool
+    ) throws -> (context: Context, durability: [String: Any]) {
+        // Every worker session commits synchronously, whatever the server's default: libpq reads
+        // PGOPTIONS at connect time, in the worker (inherited) and in this process alike.
+        let pgOptions = ((ProcessInfo.processInfo.environment["PGOPTIONS"] ?? "") + " -c synchronous_commit=on")
+            .trimmingCharacters(in: .whitespaces)
+        setenv("PGOPTIONS", pgOptions, 1)
+        func number(_ name: String, _ fallback: Double) throws -> Double { try optionNumber(options, name, fallback) }
+        let configuration = try AppConfiguration()
+        let receiptq = try locateReceiptq(options.extra["--receiptq"])
+        let postgres = try PostgresConnection(configuration: configuration.postgres, label: "bench")
+        let redis: RedisConnection
+        let durability: [String: Any]
+        do {
+            durability = try checkDurability(postgres, allowFsyncOff: options.has("--allow-fsync-off"))
+            try ReceiptQueueApp.migrate(configuration)
+            redis = try RedisConnection(configuration: configuration.redis, label: "bench")
+        } catch {
+            postgres.close()
+            throw error
         }
+        let context = Context(
+            configuration: configuration, postgres: postgres, redis: redis, receiptq: receiptq, latencyMs: latencyMs,
+            warmup: try number("--warmup-seconds", 4), seconds: max(1, try number("--seconds", 12)))
+        do {
+            // Every level measures plans made for tables holding its warm-up, not the ones an earlier
+            // row's cleanup left (nearly empty: scans that the level's own growth makes slower by the
+            // second — Postgres CPU per job 1.6 → 7.7 ms within one run of the outbox row).
+            context.analyzeAfterWarmup = !options.has("--no-analyze-after-warmup")
+            context.quietLoad = try number("--quiet-load", defaults.quietLoad)
+            context.quietWait = try number("--quiet-wait-seconds", 900)
+            context.label = defaults.row
+            if serverAPI {
+                context.serverAPI = try prepareServerAPI(context, apps: min(1_000, max(1, Int(try number("--server-api-apps", 40)))))
+            }
+            try startMock(context)
+            FileHandle.standardError.write(Data("\(defaults.row): forging the receipt template…\n".utf8))
+            context.receipt = try JobFactory.forgeReceipt(bundleID: Context.bundleID)
+        } catch {
+            context.close()
+            throw error
+        }
+        return (context, durability)
+    }
+
+    static func run(_ options: BenchOptions, defaults: Defaults) throws -> [String: Any] {
+        func number(_ name: String, _ fallback: Double) throws -> Double { try optionNumber(options, name, fallback) }
         let concurrencies = try options.positiveList("--concurrency", default: defaults.concurrencies)
         let serverAPIConcurrencies = try (options.extra["--server-api-concurrency"] ?? defaults.serverAPIConcurrencies)
             .split(separator: ",").map { text -> Int in
@@ -246,38 +312,9 @@ enum PipelineRow: BenchRow {
         let profileAt = Int(try number("--profile-at", Double(defaults.profileAt)))
         guard latencyMs > 0 else { throw BenchFailure(description: "--latency-ms must be positive") }
 
-        // Every worker session commits synchronously, whatever the server's default: libpq reads
-        // PGOPTIONS at connect time, in the worker (inherited) and in this process alike.
-        let pgOptions = ((ProcessInfo.processInfo.environment["PGOPTIONS"] ?? "") + " -c synchronous_commit=on")
-            .trimmingCharacters(in: .whitespaces)
-        setenv("PGOPTIONS", pgOptions, 1)
-
-        let configuration = try AppConfiguration()
-        let receiptq = try locateReceiptq(options.extra["--receiptq"])
-        let postgres = try PostgresConnection(configuration: configuration.postgres, label: "bench")
-        defer { postgres.close() }
-        let durability = try checkDurability(postgres, allowFsyncOff: options.has("--allow-fsync-off"))
-        try ReceiptQueueApp.migrate(configuration)
-        let redis = try RedisConnection(configuration: configuration.redis, label: "bench")
-        defer { redis.close() }
-
-        let context = Context(
-            configuration: configuration, postgres: postgres, redis: redis, receiptq: receiptq, latencyMs: latencyMs,
-            warmup: try number("--warmup-seconds", 4), seconds: max(1, try number("--seconds", 12)))
-        // Every level measures plans made for tables holding its warm-up, not the ones an earlier
-        // row's cleanup left (nearly empty: scans that the level's own growth makes slower by the
-        // second — Postgres CPU per job 1.6 → 7.7 ms within one run of the outbox row).
-        context.analyzeAfterWarmup = !options.has("--no-analyze-after-warmup")
-        context.quietLoad = try number("--quiet-load", defaults.quietLoad)
-        context.quietWait = try number("--quiet-wait-seconds", 900)
-        context.label = defaults.row
-        defer { context.mock?.stop() }
-        if !serverAPIConcurrencies.isEmpty {
-            context.serverAPI = try prepareServerAPI(context, apps: min(1_000, max(1, Int(try number("--server-api-apps", 40)))))
-        }
-        try startMock(context)
-        FileHandle.standardError.write(Data("\(defaults.row): forging the receipt template…\n".utf8))
-        context.receipt = try JobFactory.forgeReceipt(bundleID: Context.bundleID)
+        let (context, durability) = try openContext(options, defaults: defaults, latencyMs: latencyMs, serverAPI: !serverAPIConcurrencies.isEmpty)
+        defer { context.close() }
+        let receiptq = context.receiptq
 
         var result: [String: Any] = [
             "worker": "receiptq work (separate processes, release; --processes of them share one queue), each WORKER_CONCURRENCY in flight",

@@ -29,6 +29,7 @@ struct JobFactory: Sendable {
     private static let placeholderDate = Date(timeIntervalSince1970: 4_102_444_800)
     private static let placeholderReceipt = "@@RECEIPT@@"
     private static let placeholderSigned = "@@SIGNED@@"
+    private static let placeholderUser = "@@USER@@"
 
     let receipt: ReceiptTemplate
     /// The apps the jobs belong to, in turn (job `serial` is app `serial % count`'s).
@@ -40,11 +41,15 @@ struct JobFactory: Sendable {
     /// purchase `tag + serial(i)` of app `i % appIDs.count`); job `serial` carries entry
     /// `serial % count`. Nil: bare ids (or receipts).
     let signedPool: [String]?
+    /// A steady app's customers: job `serial` re-validates customer `serial % population`'s
+    /// receipt (the same transaction ids, so the same purchases and subscription), instead of
+    /// being a new customer. Nil: every job its own customer.
+    let population: Int?
     /// Per app: the envelope's bytes between the placeholders, and which value follows each segment.
     private let templates: [(segments: [[UInt8]], slots: [Slot])]
 
     private enum Slot: Sendable {
-        case id, enqueuedAt, receipt, signed
+        case id, enqueuedAt, receipt, signed, user
     }
 
     /// Forges and signs the receipt (two RSA key generations and one signature: about a second).
@@ -71,8 +76,12 @@ struct JobFactory: Sendable {
         try self.init(receipt: receipt, appIDs: [appID], transactionIDs: transactionIDs)
     }
 
-    init(receipt: ReceiptTemplate, appIDs: [UUID], transactionIDs: Bool = false, signedPool: [String]? = nil) throws {
+    init(
+        receipt: ReceiptTemplate, appIDs: [UUID], transactionIDs: Bool = false, signedPool: [String]? = nil, population: Int? = nil
+    ) throws {
         guard !appIDs.isEmpty else { throw BenchFailure(description: "a job factory needs at least one app") }
+        if let population, population < 1 { throw BenchFailure(description: "a population holds at least one customer") }
+        self.population = population
         if let signedPool, signedPool.isEmpty || signedPool.count % appIDs.count != 0 {
             throw BenchFailure(description: "a signed pool holds the same number of transactions for every app")
         }
@@ -95,7 +104,8 @@ struct JobFactory: Sendable {
             guard decoded.id == probe.id, decoded.appID == appIDs[serial % appIDs.count],
                 Self.milliseconds(decoded.enqueuedAt) == 1_763_700_000_500,
                 spliced == transactionID(serial: serial) + (self.transactionIDs ? "" : "01"),
-                signed == signedPool.map({ $0[serial % $0.count] })
+                signed == signedPool.map({ $0[serial % $0.count] }),
+                decoded.payload.purchase?.submission.userIdentifier == user(serial: serial)
             else { throw BenchFailure(description: "the spliced envelope does not decode to what was spliced in") }
         }
     }
@@ -111,13 +121,13 @@ struct JobFactory: Sendable {
                     TransactionJob(
                         // No bundle id: each app's own, as the door leaves it for a bare transaction id.
                         signedTransaction: signed ? Self.placeholderSigned : nil, transactionID: Self.placeholderReceipt,
-                        environment: "production", submission: Submission(userIdentifier: "bench-user", countryCode: "US"))))
+                        environment: "production", submission: Submission(userIdentifier: Self.placeholderUser, countryCode: "US"))))
             : JobEnvelope(
                 id: Self.placeholderID, appID: appID, enqueuedAt: Self.placeholderDate, origin: .api,
                 payload: .receipt(
                     ReceiptJob(
                         receipt: Self.placeholderReceipt, style: .unified, bundleID: receipt.bundleID, environment: "production",
-                        submission: Submission(userIdentifier: "bench-user", countryCode: "US"))))
+                        submission: Submission(userIdentifier: Self.placeholderUser, countryCode: "US"))))
         // Every job names the bench's result channel, as a job of a waiting API request does.
         var envelope = templateEnvelope
         envelope.replyTo = Self.resultNode
@@ -127,6 +137,7 @@ struct JobFactory: Sendable {
                 (.id, Array(Self.placeholderID.canonical.utf8)),
                 (.enqueuedAt, Array(String(Self.milliseconds(Self.placeholderDate)).utf8)),
                 (.receipt, Array(Self.placeholderReceipt.utf8)),
+                (.user, Array(Self.placeholderUser.utf8)),
             ] + (signed ? [(.signed, Array(Self.placeholderSigned.utf8))] : [])
         var found: [(offset: Int, length: Int, slot: Slot)] = []
         for (slot, marker) in markers {
@@ -151,7 +162,7 @@ struct JobFactory: Sendable {
     /// The base64 receipt of job `serial`.
     func receiptBase64(serial: Int) -> String {
         var der = receipt.der
-        let digits = Array(Self.serial(serial).utf8)
+        let digits = Array(Self.serial(customer(serial: serial)).utf8)
         for offset in receipt.serialOffsets {
             for index in 0..<digits.count { der[offset + index] = digits[index] }
         }
@@ -164,6 +175,7 @@ struct JobFactory: Sendable {
         var values: [Slot: [UInt8]] = [
             .id: Array(id.canonical.utf8), .enqueuedAt: Array(String(Self.milliseconds(now)).utf8),
             .receipt: Array((transactionIDs ? transactionID(serial: serial) : receiptBase64(serial: serial)).utf8),
+            .user: Array(user(serial: serial).utf8),
         ]
         if let signedPool { values[.signed] = Array(signedPool[serial % signedPool.count].utf8) }
         let (segments, slots) = templates[serial % templates.count]
@@ -178,8 +190,14 @@ struct JobFactory: Sendable {
 
     /// The transaction id job `serial` asks about: its own, or its signed pool entry's.
     func transactionID(serial: Int) -> String {
-        "\(receipt.tag)\(Self.serial(signedPool.map { serial % $0.count } ?? serial))"
+        "\(receipt.tag)\(Self.serial(signedPool.map { serial % $0.count } ?? customer(serial: serial)))"
     }
+
+    /// The user id job `serial` submits: the population's customer's own, else one for every job.
+    func user(serial: Int) -> String { population == nil ? "bench-user" : "bench-customer-\(customer(serial: serial))" }
+
+    /// The customer job `serial` is of: its own serial, or its member of the population.
+    func customer(serial: Int) -> Int { population.map { serial % $0 } ?? serial }
 
     static func serial(_ value: Int) -> String {
         let text = String(value % 10_000_000_000)
