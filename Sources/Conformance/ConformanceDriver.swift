@@ -42,6 +42,11 @@ public struct ConformanceDriver: Sendable {
         var purchases: [Int: Purchase] = [:]
         /// Customers with a notification held back (a wrong answer for them is late, not wrong).
         var delayed: Set<Int> = []
+        /// Customers' lost notifications the deployment has not stored yet (a wrong answer for
+        /// them is late, not wrong, until the history sweep found them).
+        var lost: [Int: Set<String>] = [:]
+        /// Each notification a fault made late, by its `notificationUUID`: how it was late.
+        var faulted: [String: Faults.Kind] = [:]
         var windowsHeld = 0
         var random: SeededGenerator
         var report = ConformanceReport()
@@ -67,17 +72,26 @@ public struct ConformanceDriver: Sendable {
                 next += 1
             }
             if !run.delayed.isEmpty { run.windowsHeld += 1 }
+            try await recoverLost(&run, before: next < steps.count ? timelines[steps[next].timeline].steps[steps[next].step].at : nil)
             try await target.settle()
+            try await forgetStored(&run)
             let others = (0..<min(3, timelines.count)).map { _ in Int.random(in: 0..<timelines.count, using: &run.random) }
             for t in touched + others.filter({ !touched.contains($0) }) { try await check(timelines[t], &run, final: false) }
         }
         release(&run)
         try await target.settle()
+        try await recoverLost(&run, before: nil)
+        try await target.settle()
+        try await forgetStored(&run)
         var counts: [String: Int] = [:]
         for timeline in timelines {
             for (index, user) in timeline.users.enumerated() { counts[user] = timeline.expectedEvents(user: index).count }
         }
         try await target.awaitEvents(counts)
+        for (uuid, kind) in run.faulted {
+            guard let sent = target.mock.notifications.sent.first(where: { $0.uuid == uuid }) else { continue }
+            run.report.late(kind, by: sent.heard.map { $0.timeIntervalSince(sent.signedDate) })
+        }
         for timeline in timelines {
             try await check(timeline, &run, final: true)
             for user in timeline.users.indices {
@@ -85,6 +99,30 @@ public struct ConformanceDriver: Sendable {
             }
         }
         return run.report
+    }
+
+    /// Lets the deployment's history sweep find the lost notifications: moves the clock past the
+    /// sweep's next run (an interval and a minute on), as time would pass in a real deployment,
+    /// and waits until they are stored. Only if that instant comes before `before` (the next
+    /// step: the clock never passes a step not played); else they wait for a later window,
+    /// their customers' answers late meanwhile.
+    private func recoverLost(_ run: inout Run, before: Date?) async throws {
+        guard !run.lost.isEmpty else { return }
+        let due = clock.now().addingTimeInterval(target.historySweepInterval + 60)
+        if let before, due >= before { return }
+        clock.jump(to: due)
+        try await target.awaitStored(notifications: Set(run.lost.values.joined()))
+    }
+
+    /// Forgets the lost notifications the deployment has stored (the history sweep found them):
+    /// their customers' answers must be right again.
+    private func forgetStored(_ run: inout Run) async throws {
+        guard !run.lost.isEmpty else { return }
+        let stored = try await target.stored(notifications: Set(run.lost.values.joined()))
+        for customer in Array(run.lost.keys) {
+            run.lost[customer]?.subtract(stored)
+            if run.lost[customer]?.isEmpty == true { run.lost[customer] = nil }
+        }
     }
 
     private func release(_ run: inout Run) {
@@ -99,18 +137,20 @@ public struct ConformanceDriver: Sendable {
             let at = clock.now()
             let expected = timeline.truth(user: index, at: at)
             let answered = ConformanceCheck.entitlements(fromCustomer: try await target.customer(user))
-            let verdict: AnswerVerdict =
-                ConformanceCheck.agrees(expected, answered) ? .right : !final && run.delayed.contains(timeline.customer) ? .late : .wrong
+            let waiting = run.delayed.contains(timeline.customer) || run.lost[timeline.customer] != nil
+            let verdict: AnswerVerdict = ConformanceCheck.agrees(expected, answered) ? .right : !final && waiting ? .late : .wrong
             if verdict != .right { log("\(verdict) answer for \(user) at \(at): expected \(expected) answered \(answered)") }
             run.report.answer(timeline, verdict, at: at, expected: expected, answered: answered)
         }
     }
 
-    /// How the next notification is delivered under the run's faults.
+    /// How the next notification is delivered under the run's faults: a fifth held back, a
+    /// tenth lost (of those not held).
     private func delivery(for customer: Int, _ run: inout Run) -> MockNotificationCenter.Delivery {
         let hold = faults.delayedAndReordered && Double.random(in: 0..<1, using: &run.random) < 0.2
+        let lost = !hold && faults.lostNotifications && Double.random(in: 0..<1, using: &run.random) < 0.1
         if hold { run.delayed.insert(customer) }
-        return MockNotificationCenter.Delivery(copies: faults.duplicates ? 2 : 1, hold: hold)
+        return MockNotificationCenter.Delivery(copies: faults.duplicates ? 2 : 1, hold: hold, lost: lost)
     }
 
     private func play(_ action: Action, of timeline: Timeline, _ run: inout Run) async throws {
@@ -120,8 +160,15 @@ public struct ConformanceDriver: Sendable {
         func notify(_ type: String, _ subtype: String? = nil, about id: String? = nil, period: TimeInterval? = nil) throws {
             guard let purchase = run.purchases[customer] else { throw ConformanceError.noPurchase(customer) }
             let delivery = delivery(for: customer, &run)
-            _ = try center.event(
+            let uuid = try center.event(
                 type: type, subtype: subtype, transactionID: id ?? purchase.original, environment: .sandbox, delivery: delivery, period: period)
+            guard let uuid else { return }
+            if delivery.lost {
+                run.lost[customer, default: []].insert(uuid)
+                run.faulted[uuid] = .lost
+            } else if delivery.hold {
+                run.faulted[uuid] = .delayed
+            }
         }
         switch action {
         case .purchase(let product, let offer, let user):

@@ -7,25 +7,42 @@ public struct Faults: Sendable, Equatable {
     public var delayedAndReordered = false
     /// A share of device posts meet a Server API 5xx or 429 first (the worker retries).
     public var appleErrors = false
+    /// A share of notifications never posted (Apple lost them), kept in Apple's Get Notification
+    /// History for the deployment's history sweep to find.
+    public var lostNotifications = false
 
-    public init(duplicates: Bool = false, delayedAndReordered: Bool = false, appleErrors: Bool = false) {
+    public init(duplicates: Bool = false, delayedAndReordered: Bool = false, appleErrors: Bool = false, lostNotifications: Bool = false) {
         self.duplicates = duplicates
         self.delayedAndReordered = delayedAndReordered
         self.appleErrors = appleErrors
+        self.lostNotifications = lostNotifications
     }
 
-    /// The named sets `--faults` takes.
+    /// The named sets `--faults` takes: the presets, and one per fault kind alone.
     public enum Preset: String, Sendable, CaseIterable {
-        case none, `default`, all
+        case none, `default`, all, lost
     }
 
-    /// A preset's switches: `default` is what Apple does on a normal day (duplicates, delays
-    /// and reordering); `all` adds Server API errors.
+    /// A preset's switches: `default` is what Apple does on a normal day (duplicates, delays and
+    /// reordering, lost notifications: Apple does lose some); `all` adds Server API errors; `lost`
+    /// is lost notifications alone.
     public init(_ preset: Preset) {
         switch preset {
         case .none: self.init()
-        case .default: self.init(duplicates: true, delayedAndReordered: true)
-        case .all: self.init(duplicates: true, delayedAndReordered: true, appleErrors: true)
+        case .default: self.init(duplicates: true, delayedAndReordered: true, lostNotifications: true)
+        case .all: self.init(duplicates: true, delayedAndReordered: true, appleErrors: true, lostNotifications: true)
+        case .lost: self.init(lostNotifications: true)
         }
+    }
+
+    /// The kinds of fault that make a notification reach the deployment late, each with its own
+    /// lateness in the report.
+    public enum Kind: String, Sendable, CaseIterable, Comparable {
+        /// Held back and released later, out of order.
+        case delayed
+        /// Never posted; found by the history sweep.
+        case lost
+
+        public static func < (a: Kind, b: Kind) -> Bool { allCases.firstIndex(of: a)! < allCases.firstIndex(of: b)! }
     }
 }

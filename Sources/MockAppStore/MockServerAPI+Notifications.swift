@@ -30,6 +30,7 @@ extension MockServerAPI {
                 guard from >= 0, from <= matching.count else { return error(400, 4_000_014) }
                 let page = matching[from..<min(from + pageSize, matching.count)]
                 let next = from + page.count
+                center.listed(page.map(\.uuid))
                 var answer: [String: JSONValue] = [
                     "notificationHistory": .array(
                         page.map { sent in
