@@ -47,6 +47,10 @@ public struct ConformanceDriver: Sendable {
         var lost: [Int: Set<String>] = [:]
         /// Each notification a fault made late, by its `notificationUUID`: how it was late.
         var faulted: [String: Faults.Kind] = [:]
+        /// Apple's hour of outage (the whole Server API answers 503), when the run plays one.
+        var outage: DateInterval?
+        /// Device posts made while Apple was down, not yet answered: which customer, and when.
+        var outagePosts: [(customer: Int, at: Date)] = []
         var windowsHeld = 0
         var random: SeededGenerator
         var report = ConformanceReport()
@@ -58,6 +62,14 @@ public struct ConformanceDriver: Sendable {
         for timeline in timelines { run.report.customer(timeline.scenario) }
         let steps = timelines.indices.flatMap { t in timelines[t].steps.indices.map { (timeline: t, step: $0) } }
             .sorted { timelines[$0.timeline].steps[$0.step].at < timelines[$1.timeline].steps[$1.step].at }
+        if faults.outage {
+            // At a device's post, so that it meets Apple down; drawn before anything else the run draws.
+            let posts = steps.filter { timelines[$0.timeline].steps[$0.step].action.isDevicePost }
+            if let at = posts.randomElement(using: &run.random).map({ timelines[$0.timeline].steps[$0.step].at }) {
+                run.outage = DateInterval(start: at, duration: Self.outageLength)
+                target.mock.serverAPI.setOutage(run.outage)
+            }
+        }
         var next = 0
         while next < steps.count {
             let end = timelines[steps[next].timeline].steps[steps[next].step].at.addingTimeInterval(window)
@@ -72,14 +84,21 @@ public struct ConformanceDriver: Sendable {
                 next += 1
             }
             if !run.delayed.isEmpty { run.windowsHeld += 1 }
-            try await recoverLost(&run, before: next < steps.count ? timelines[steps[next].timeline].steps[steps[next].step].at : nil)
+            let following = next < steps.count ? timelines[steps[next].timeline].steps[steps[next].step].at : nil
+            // While Apple is down the workers' retries cannot end: the deployment settles once the
+            // outage is over, and the next step inside it is played first.
+            guard try await outlast(&run, before: following) else { continue }
+            try await recoverLost(&run, before: following)
             try await target.settle()
             try await forgetStored(&run)
+            answeredAfterOutage(&run)
             let others = (0..<min(3, timelines.count)).map { _ in Int.random(in: 0..<timelines.count, using: &run.random) }
             for t in touched + others.filter({ !touched.contains($0) }) { try await check(timelines[t], &run, final: false) }
         }
         release(&run)
+        _ = try await outlast(&run, before: nil)
         try await target.settle()
+        answeredAfterOutage(&run)
         try await recoverLost(&run, before: nil)
         try await target.settle()
         try await forgetStored(&run)
@@ -112,6 +131,28 @@ public struct ConformanceDriver: Sendable {
         if let before, due >= before { return }
         clock.jump(to: due)
         try await target.awaitStored(notifications: Set(run.lost.values.joined()))
+    }
+
+    /// How long Apple's outage lasts, in simulated time.
+    static let outageLength: TimeInterval = 3_600
+
+    /// When the clock is inside Apple's outage: moves it to the outage's end if no step comes
+    /// before (then the deployment can settle: true), else leaves it (false: the window's
+    /// answers are not asked for, as the system could not have heard from Apple).
+    private func outlast(_ run: inout Run, before: Date?) async throws -> Bool {
+        guard let outage = run.outage, clock.now() < outage.end, clock.now() >= outage.start else { return true }
+        if let before, before < outage.end { return false }
+        clock.jump(to: outage.end)
+        return true
+    }
+
+    /// Counts how late the posts made during the outage were answered: from the post until the
+    /// deployment settled after it (an upper bound: the answer changed somewhere in between).
+    private func answeredAfterOutage(_ run: inout Run) {
+        guard let outage = run.outage, clock.now() >= outage.end else { return }
+        let now = clock.now()
+        for post in run.outagePosts { run.report.late(.outage, by: now.timeIntervalSince(post.at)) }
+        run.outagePosts.removeAll()
     }
 
     /// Forgets the lost notifications the deployment has stored (the history sweep found them):
@@ -190,13 +231,13 @@ public struct ConformanceDriver: Sendable {
                 fields: fields)
             api.add(transactions: [payload], environment: .sandbox)
             run.purchases[customer] = Purchase(jws: jws, original: payload["originalTransactionId"]?.stringValue ?? "")
-            try await post(jws, user: timeline.users[user], &run)
+            try await post(jws, user: timeline.users[user], customer: customer, &run)
         case .restore(let user):
             guard let purchase = run.purchases[customer] else { throw ConformanceError.noPurchase(customer) }
             // Another app user's device holds its own copy, signed when it asked (a later
             // signedDate); the same user's second device may hold the very same bytes.
             let jws = user == 0 ? purchase.jws : try resigned(purchase.jws)
-            try await post(jws, user: timeline.users[user], &run)
+            try await post(jws, user: timeline.users[user], customer: customer, &run)
         case .renew:
             try notify("DID_RENEW", period: Lifecycle.month)
         case .autoRenewOff:
@@ -229,7 +270,10 @@ public struct ConformanceDriver: Sendable {
 
     /// A device's post; under the `appleErrors` fault Apple first answers the worker's call with a
     /// 5xx or a 429 now and then.
-    private func post(_ jws: String, user: String, _ run: inout Run) async throws {
+    private func post(_ jws: String, user: String, customer: Int, _ run: inout Run) async throws {
+        if let outage = run.outage, outage.start <= clock.now(), clock.now() < outage.end {
+            run.outagePosts.append((customer, clock.now()))
+        }
         if faults.appleErrors, Double.random(in: 0..<1, using: &run.random) < 0.2 {
             let status = Bool.random(using: &run.random) ? 503 : 429
             // Apple's Retry-After is an instant of the machine's clock, which the worker's pauses keep.

@@ -57,19 +57,21 @@ public struct Disagreement: Sendable, Equatable {
 public struct ConformanceReport: Sendable {
     public var tallies: [Scenario: ConformanceTally] = [:]
     public var disagreements: [Disagreement] = []
-    /// Per fault kind, each notification it made late: the simulated seconds from Apple signing
-    /// it (the change) until the deployment heard of it (its post answered, or the history sweep
-    /// listed it), nil if it never did.
+    /// Per fault kind, each of Apple's changes it made late: the simulated seconds from the change
+    /// (Apple signing a notification, a device posting while Apple was down) until the deployment
+    /// heard of it (the notification's post answered, the history sweep listing it, the device's
+    /// post answered by Apple), nil if it never did.
     public var lateness: [Faults.Kind: [TimeInterval?]] = [:]
 
     public init() {}
 
-    /// Counts a notification `kind` made late, heard of `by` seconds after it was signed (nil: never).
+    /// Counts a change `kind` made late, heard of `by` seconds after it was made (nil: never).
     public mutating func late(_ kind: Faults.Kind, by seconds: TimeInterval?) { lateness[kind, default: []].append(seconds) }
 
-    /// How late one fault kind made the notifications it touched.
+    /// How late one fault kind made the changes it touched.
     public struct Lateness: Sendable, Equatable {
-        public var notifications: Int
+        /// How many changes it made late.
+        public var changes: Int
         /// Never heard of by the end of the run.
         public var neverHeard: Int
         /// Simulated seconds, of those heard of (0 when none was).
@@ -77,8 +79,8 @@ public struct ConformanceReport: Sendable {
         public var p99: TimeInterval
         public var max: TimeInterval
 
-        public init(notifications: Int, neverHeard: Int, p50: TimeInterval, p99: TimeInterval, max: TimeInterval) {
-            self.notifications = notifications
+        public init(changes: Int, neverHeard: Int, p50: TimeInterval, p99: TimeInterval, max: TimeInterval) {
+            self.changes = changes
             self.neverHeard = neverHeard
             self.p50 = p50
             self.p99 = p99
@@ -91,21 +93,21 @@ public struct ConformanceReport: Sendable {
         lateness.mapValues { all in
             let heard = all.compactMap { $0 }.sorted()
             func rank(_ p: Double) -> TimeInterval { heard.isEmpty ? 0 : heard[Swift.max(0, Int((p * Double(heard.count)).rounded(.up)) - 1)] }
-            return Lateness(notifications: all.count, neverHeard: all.count - heard.count, p50: rank(0.5), p99: rank(0.99), max: heard.last ?? 0)
+            return Lateness(changes: all.count, neverHeard: all.count - heard.count, p50: rank(0.5), p99: rank(0.99), max: heard.last ?? 0)
         }
     }
 
     /// The lateness table the command prints under the scenarios' one: per fault kind, how many
-    /// notifications it made late, how many were never heard of, and p50/p99/max of the simulated
+    /// changes it made late, how many were never heard of, and p50/p99/max of the simulated
     /// time until the deployment heard of them. Empty when no fault made one late.
     public var latenessTable: String {
         let byKind = latenessByKind
         guard !byKind.isEmpty else { return "" }
         let rows =
-            [["late by fault", "notifications", "never heard", "p50", "p99", "max"]]
+            [["late by fault", "changes", "never heard", "p50", "p99", "max"]]
             + byKind.keys.sorted().map { kind in
                 let l = byKind[kind]!
-                return [kind.rawValue, String(l.notifications), String(l.neverHeard)] + [l.p50, l.p99, l.max].map(Self.duration)
+                return [kind.rawValue, String(l.changes), String(l.neverHeard)] + [l.p50, l.p99, l.max].map(Self.duration)
             }
         return Self.align(rows)
     }

@@ -147,7 +147,7 @@ public struct ConformanceRun: Sendable, Equatable {
                             (
                                 kind.rawValue,
                                 JSONValue.object([
-                                    "notifications": .number(Double(l.notifications)), "never_heard": .number(Double(l.neverHeard)),
+                                    "changes": .number(Double(l.changes)), "never_heard": .number(Double(l.neverHeard)),
                                     "p50_s": .number(l.p50.rounded()), "p99_s": .number(l.p99.rounded()), "max_s": .number(l.max.rounded()),
                                 ])
                             )

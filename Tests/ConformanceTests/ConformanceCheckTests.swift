@@ -65,7 +65,7 @@ struct ConformanceCheckTests {
         #expect(report.total.wrong == 1)
     }
 
-    @Test("lateness per fault kind: p50 and p99 by nearest rank of the notifications heard of; those never heard of counted apart")
+    @Test("lateness per fault kind: p50 and p99 by nearest rank of the changes heard of; those never heard of counted apart")
     func lateness() {
         var report = ConformanceReport()
         #expect(report.latenessTable.isEmpty, "no fault made a notification late: no table")
@@ -74,7 +74,7 @@ struct ConformanceCheckTests {
         report.late(.lost, by: nil)
         report.late(.delayed, by: 7_200)
         let lost = report.latenessByKind[.lost]
-        #expect(lost == ConformanceReport.Lateness(notifications: 101, neverHeard: 1, p50: 50 * 60, p99: 99 * 60, max: 100 * 60))
+        #expect(lost == ConformanceReport.Lateness(changes: 101, neverHeard: 1, p50: 50 * 60, p99: 99 * 60, max: 100 * 60))
         #expect(report.latenessByKind[.delayed]?.p99 == 7_200)
         let lines = report.latenessTable.split(separator: "\n").map(String.init)
         #expect(lines.count == 3)
