@@ -1,7 +1,7 @@
 import Foundation
 import MockAppStore
 import ReceiptCore
-import Synchronization
+import ReceiptTesting
 import Testing
 
 /// The mock App Store's faults the conformance driver plays beyond duplicates and reordering: a
@@ -9,13 +9,6 @@ import Testing
 /// whole Server API on the mock's clock.
 @Suite("Mock App Store faults: lost notifications, outage")
 struct MockFaultTests {
-    /// A clock a test moves by hand.
-    final class ManualClock: Sendable {
-        private let date = Mutex(Date(timeIntervalSince1970: 1_800_000_000))
-        func now() -> Date { date.withLock { $0 } }
-        func advance(_ seconds: TimeInterval) { date.withLock { $0 = $0.addingTimeInterval(seconds) } }
-    }
-
     @Test("A lost notification is signed and kept, never posted: the driver's wait for deliveries does not wait for it")
     func lost() throws {
         let state = MockAppStoreState()
@@ -30,16 +23,16 @@ struct MockFaultTests {
 
     @Test("An outage answers 503 from its start until before its end, on the mock's clock")
     func outage() {
-        let clock = ManualClock()
-        let state = MockAppStoreState(now: { clock.now() })
+        let clock = MockClock()
+        let state = MockAppStoreState(now: clock.closure)
         #expect(!state.serverAPI.isDown)
-        state.serverAPI.setOutage(DateInterval(start: clock.now().addingTimeInterval(60), duration: 3_600))
+        state.serverAPI.setOutage(DateInterval(start: clock.now.addingTimeInterval(60), duration: 3_600))
         #expect(!state.serverAPI.isDown, "not yet")
-        clock.advance(60)
+        clock.advance(by: 60)
         #expect(state.serverAPI.isDown, "from its start")
-        clock.advance(3_599)
+        clock.advance(by: 3_599)
         #expect(state.serverAPI.isDown)
-        clock.advance(1)
+        clock.advance(by: 1)
         #expect(!state.serverAPI.isDown, "over at its end")
     }
 }

@@ -2,6 +2,7 @@ import Foundation
 import Logging
 import ReceiptCore
 import ReceiptScheduler
+import ReceiptTesting
 import Synchronization
 import SystemTesting
 import Testing
@@ -11,13 +12,6 @@ import Testing
 /// not after 15 minutes of the machine's time.
 @Suite("The notification history sweep's cadence")
 struct NotificationSweepCadenceTests {
-    /// A clock a test moves by hand.
-    final class ManualClock: Sendable {
-        private let date = Mutex(Date(timeIntervalSince1970: 1_800_000_000))
-        func now() -> Date { date.withLock { $0 } }
-        func advance(_ seconds: TimeInterval) { date.withLock { $0 = $0.addingTimeInterval(seconds) } }
-    }
-
     /// No app to sweep: each sweep is one `sweptApps()` call, counted.
     final class CountingCursors: NotificationHistoryCursors {
         private let count = Mutex(0)
@@ -41,20 +35,20 @@ struct NotificationSweepCadenceTests {
 
     @Test("An hour's interval on a clock that jumps an hour: the next sweep within a tick of the machine's time; none before")
     func followsTheInjectedClock() async throws {
-        let clock = ManualClock()
+        let clock = MockClock()
         let cursors = CountingCursors()
         let sweep = NotificationHistorySweep(
             configuration: .init(interval: .seconds(3_600), tick: .milliseconds(20)), source: NoHistory(), cursors: cursors,
-            accept: { _, _ in .accepted }, now: { clock.now() }, logger: Logger(label: "cadence"))
+            accept: { _, _ in .accepted }, now: clock.closure, logger: Logger(label: "cadence"))
         let task = Task { try await sweep.run() }
         defer { task.cancel() }
         #expect(try await eventually { cursors.sweeps == 1 }, "it sweeps on start")
         // Not yet due on the injected clock: many ticks pass without a sweep.
-        clock.advance(3_599)
+        clock.advance(by: 3_599)
         #expect(try await !eventually(timeout: .milliseconds(300)) { cursors.sweeps > 1 })
-        clock.advance(1)
+        clock.advance(by: 1)
         #expect(try await eventually { cursors.sweeps == 2 }, "due once the clock passed the interval")
-        clock.advance(7 * 3_600)
+        clock.advance(by: 7 * 3_600)
         #expect(try await eventually { cursors.sweeps == 3 }, "a jump of many intervals is one sweep")
         #expect(try await !eventually(timeout: .milliseconds(300)) { cursors.sweeps > 3 })
     }
