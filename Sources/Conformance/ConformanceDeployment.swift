@@ -42,6 +42,9 @@ public final class ConformanceDeployment: ConformanceTarget {
 
     public var mock: MockAppStoreState { mockServer.state }
     public var bundleID: String { app.bundleID }
+    public var historySweepInterval: TimeInterval { Self.historySweepInterval }
+    /// The history sweep's interval the deployment sets (`NOTIFICATION_HISTORY_INTERVAL_SECONDS`).
+    public static let historySweepInterval: TimeInterval = 3_600
 
     /// How long ``settle()`` and ``awaitEvents(_:)`` wait, counted in polls of 50 ms (a loaded
     /// machine must not use it up while the process is not even scheduled).
@@ -77,6 +80,8 @@ public final class ConformanceDeployment: ConformanceTarget {
                 "HTTP_HOST": "127.0.0.1", "HTTP_PORT": "0", "POSTGRES_DB": database, "REDIS_KEY_PREFIX": "{rqc-\(id)}",
                 "RECEIPTQ_SECRETS_KEY": Data(secretsKey).base64EncodedString(), "RECEIPTQ_TRUST_ROOTS_DIR": trust.path,
                 "APPSTORE_REQUEST_TIMEOUT_MS": "5000", "WORKER_CONCURRENCY": "4", "API_SYNC_WAIT_MS": "20000", "RETRY_BASE_MS": "200",
+                // Counted on the simulated clock: a lost notification is found within an hour of simulated time.
+                "NOTIFICATION_HISTORY_INTERVAL_SECONDS": String(Int(historySweepInterval)),
             ]) { _, own in own }
             let configuration = try AppConfiguration(environment: environment.merging(overrides) { _, own in own })
             started.append { deleteKeys(configuration) }
@@ -189,6 +194,26 @@ public final class ConformanceDeployment: ConformanceTarget {
             guard open.rows.first?.int("open") == 0 else { return false }
             return counts.allSatisfy { user, count in receivedEvents(user: user).count >= count }
         }
+    }
+
+    public func stored(notifications uuids: Set<String>) async throws -> Set<String> {
+        guard !uuids.isEmpty else { return [] }
+        let postgres = try PostgresConnection(configuration: configuration.postgres, label: "conformance-notifications")
+        defer { postgres.close() }
+        return try Self.stored(uuids, on: postgres)
+    }
+
+    public func awaitStored(notifications uuids: Set<String>) async throws {
+        guard !uuids.isEmpty else { return }
+        let postgres = try PostgresConnection(configuration: configuration.postgres, label: "conformance-notifications")
+        defer { postgres.close() }
+        _ = try await Self.poll { try Self.stored(uuids, on: postgres).count == uuids.count }
+    }
+
+    private static func stored(_ uuids: Set<String>, on postgres: PostgresConnection) throws -> Set<String> {
+        let rows = try postgres.query(
+            "SELECT notification_uuid FROM notifications WHERE notification_uuid = ANY(\(PostgresBinaryArray(texts: uuids))::text[])")
+        return Set(rows.rows.compactMap { $0.string("notification_uuid") })
     }
 
     public func receivedEvents(user: String) -> [EventType] {

@@ -43,6 +43,15 @@ public struct ConformanceDriver: Sendable {
         var purchases: [Int: Purchase] = [:]
         /// Customers with a notification held back (a wrong answer for them is late, not wrong).
         var delayed: Set<Int> = []
+        /// Customers' lost notifications the deployment has not stored yet (a wrong answer for
+        /// them is late, not wrong, until the history sweep found them).
+        var lost: [Int: Set<String>] = [:]
+        /// Each notification a fault made late, by its `notificationUUID`: how it was late.
+        var faulted: [String: Faults.Kind] = [:]
+        /// Apple's hour of outage (the whole Server API answers 503), when the run plays one.
+        var outage: DateInterval?
+        /// Device posts made while Apple was down, not yet answered: which customer, and when.
+        var outagePosts: [(customer: Int, at: Date)] = []
         var windowsHeld = 0
         var random: SeededGenerator
         var report = ConformanceReport()
@@ -54,6 +63,14 @@ public struct ConformanceDriver: Sendable {
         for timeline in timelines { run.report.customer(timeline.scenario) }
         let steps = timelines.indices.flatMap { t in timelines[t].steps.indices.map { (timeline: t, step: $0) } }
             .sorted { timelines[$0.timeline].steps[$0.step].at < timelines[$1.timeline].steps[$1.step].at }
+        if faults.outage {
+            // At a device's post, so that it meets Apple down; drawn before anything else the run draws.
+            let posts = steps.filter { timelines[$0.timeline].steps[$0.step].action.isDevicePost }
+            if let at = posts.randomElement(using: &run.random).map({ timelines[$0.timeline].steps[$0.step].at }) {
+                run.outage = DateInterval(start: at, duration: Self.outageLength)
+                target.mock.serverAPI.setOutage(run.outage)
+            }
+        }
         var next = 0
         while next < steps.count {
             let end = timelines[steps[next].timeline].steps[steps[next].step].at.addingTimeInterval(window)
@@ -63,16 +80,11 @@ public struct ConformanceDriver: Sendable {
             var lap = ContinuousClock.now
             while next < steps.count, timelines[steps[next].timeline].steps[steps[next].step].at < end {
                 let (t, s) = steps[next]
-                if touched.contains(t) {
-                    // The customer's last step, hours earlier in simulated time, is still in flight
-                    // in real time (a post retried after Apple's 429, a notification on its way):
-                    // the system hears of it first, as it would have in those hours.
-                    run.report.phases.steps += ContinuousClock.now - lap
-                    lap = .now
-                    try await target.settle()
-                    run.report.phases.settling += ContinuousClock.now - lap
-                    lap = .now
-                }
+                run.report.phases.steps += ContinuousClock.now - lap
+                lap = .now
+                try await catchUp(&run, before: timelines[t].steps[s].at, again: touched.contains(t))
+                run.report.phases.settling += ContinuousClock.now - lap
+                lap = .now
                 clock.jump(to: timelines[t].steps[s].at)
                 try await play(timelines[t].steps[s].action, of: timelines[t], &run)
                 if !touched.contains(t) { touched.append(t) }
@@ -81,7 +93,17 @@ public struct ConformanceDriver: Sendable {
             if !run.delayed.isEmpty { run.windowsHeld += 1 }
             run.report.phases.steps += ContinuousClock.now - lap
             lap = .now
+            let following = next < steps.count ? timelines[steps[next].timeline].steps[steps[next].step].at : nil
+            // While Apple is down the workers' retries cannot end: the deployment settles once the
+            // outage is over, and the next step inside it is played first.
+            guard try await outlast(&run, before: following) else {
+                run.report.phases.settling += ContinuousClock.now - lap
+                continue
+            }
+            try await recoverLost(&run, before: following)
             try await target.settle()
+            try await forgetStored(&run)
+            answeredAfterOutage(&run)
             run.report.phases.settling += ContinuousClock.now - lap
             lap = .now
             let others = (0..<min(3, timelines.count)).map { _ in Int.random(in: 0..<timelines.count, using: &run.random) }
@@ -90,12 +112,21 @@ public struct ConformanceDriver: Sendable {
         }
         let lap = ContinuousClock.now
         release(&run)
+        _ = try await outlast(&run, before: nil)
         try await target.settle()
+        answeredAfterOutage(&run)
+        try await recoverLost(&run, before: nil)
+        try await target.settle()
+        try await forgetStored(&run)
         var counts: [String: Int] = [:]
         for timeline in timelines {
             for (index, user) in timeline.users.enumerated() { counts[user] = timeline.expectedEvents(user: index).count }
         }
         try await target.awaitEvents(counts)
+        for (uuid, kind) in run.faulted {
+            guard let sent = target.mock.notifications.sent.first(where: { $0.uuid == uuid }) else { continue }
+            run.report.late(kind, by: sent.heard.map { $0.timeIntervalSince(sent.signedDate) })
+        }
         for timeline in timelines {
             try await check(timeline, &run, final: true)
             for user in timeline.users.indices {
@@ -104,6 +135,74 @@ public struct ConformanceDriver: Sendable {
         }
         run.report.phases.final += ContinuousClock.now - lap
         return run.report
+    }
+
+    /// Lets the deployment's history sweep find the lost notifications: moves the clock past the
+    /// sweep's next run (an interval and a minute on), as time would pass in a real deployment,
+    /// and waits until they are stored. Only if that instant comes before `before` (the next
+    /// step: the clock never passes a step not played); else they wait for a later window,
+    /// their customers' answers late meanwhile.
+    private func recoverLost(_ run: inout Run, before: Date?) async throws {
+        guard !run.lost.isEmpty else { return }
+        let due = clock.now().addingTimeInterval(target.historySweepInterval + 60)
+        if let before, due >= before { return }
+        clock.jump(to: due)
+        try await target.awaitStored(notifications: Set(run.lost.values.joined()))
+    }
+
+    /// How long Apple's outage lasts, in simulated time.
+    static let outageLength: TimeInterval = 3_600
+
+    /// When the clock is inside Apple's outage: moves it to the outage's end if no step comes
+    /// before (then the deployment can settle: true), else leaves it (false: the window's
+    /// answers are not asked for, as the system could not have heard from Apple).
+    private func outlast(_ run: inout Run, before: Date?) async throws -> Bool {
+        guard let outage = run.outage, clock.now() < outage.end, clock.now() >= outage.start else { return true }
+        if let before, before < outage.end { return false }
+        clock.jump(to: outage.end)
+        return true
+    }
+
+    /// Before a step at `step`: a customer's second step in a window (`again`) lets the deployment
+    /// settle first, as the hours between them would in a real deployment (a post Apple refused
+    /// with a 5xx or 429 is retried within seconds). Without it the hours took no time of the
+    /// machine's: a second app user's restore was judged before the first user's purchase, refused
+    /// once by Apple, and took the subscription (`shared_apple_account` under `all`). Inside
+    /// Apple's outage nothing can settle: a step past its end first moves the clock to the end and
+    /// settles there; a step inside it is played at once.
+    private func catchUp(_ run: inout Run, before step: Date, again: Bool) async throws {
+        if let outage = run.outage, clock.now() >= outage.start, clock.now() < outage.end {
+            guard step >= outage.end else { return }
+            clock.jump(to: outage.end)
+            try await target.settle()
+            answeredAfterOutage(&run)
+            return
+        }
+        // The customer's last step, hours earlier in simulated time, may still be in flight in real
+        // time (a post retried after Apple's 429, a notification on its way): the system hears of it
+        // first, as it would have in those hours. Other customers' steps need no wait: settling
+        // before every jump made a run several times longer.
+        if again { try await target.settle() }
+    }
+
+    /// Counts how late the posts made during the outage were answered: from the post until the
+    /// deployment settled after it (an upper bound: the answer changed somewhere in between).
+    private func answeredAfterOutage(_ run: inout Run) {
+        guard let outage = run.outage, clock.now() >= outage.end else { return }
+        let now = clock.now()
+        for post in run.outagePosts { run.report.late(.outage, by: now.timeIntervalSince(post.at)) }
+        run.outagePosts.removeAll()
+    }
+
+    /// Forgets the lost notifications the deployment has stored (the history sweep found them):
+    /// their customers' answers must be right again.
+    private func forgetStored(_ run: inout Run) async throws {
+        guard !run.lost.isEmpty else { return }
+        let stored = try await target.stored(notifications: Set(run.lost.values.joined()))
+        for customer in Array(run.lost.keys) {
+            run.lost[customer]?.subtract(stored)
+            if run.lost[customer]?.isEmpty == true { run.lost[customer] = nil }
+        }
     }
 
     private func release(_ run: inout Run) {
@@ -118,18 +217,20 @@ public struct ConformanceDriver: Sendable {
             let at = clock.now()
             let expected = timeline.truth(user: index, at: at)
             let answered = ConformanceCheck.entitlements(fromCustomer: try await target.customer(user))
-            let verdict: AnswerVerdict =
-                ConformanceCheck.agrees(expected, answered) ? .right : !final && run.delayed.contains(timeline.customer) ? .late : .wrong
+            let waiting = run.delayed.contains(timeline.customer) || run.lost[timeline.customer] != nil
+            let verdict: AnswerVerdict = ConformanceCheck.agrees(expected, answered) ? .right : !final && waiting ? .late : .wrong
             if verdict != .right { log("\(verdict) answer for \(user) at \(at): expected \(expected) answered \(answered)") }
             run.report.answer(timeline, verdict, at: at, expected: expected, answered: answered)
         }
     }
 
-    /// How the next notification is delivered under the run's faults.
+    /// How the next notification is delivered under the run's faults: a fifth held back, a
+    /// tenth lost (of those not held).
     private func delivery(for customer: Int, _ run: inout Run) -> MockNotificationCenter.Delivery {
         let hold = faults.delayedAndReordered && Double.random(in: 0..<1, using: &run.random) < 0.2
+        let lost = !hold && faults.lostNotifications && Double.random(in: 0..<1, using: &run.random) < 0.1
         if hold { run.delayed.insert(customer) }
-        return MockNotificationCenter.Delivery(copies: faults.duplicates ? 2 : 1, hold: hold)
+        return MockNotificationCenter.Delivery(copies: faults.duplicates ? 2 : 1, hold: hold, lost: lost)
     }
 
     private func play(_ action: Action, of timeline: Timeline, _ run: inout Run) async throws {
@@ -139,8 +240,15 @@ public struct ConformanceDriver: Sendable {
         func notify(_ type: String, _ subtype: String? = nil, about id: String? = nil, period: TimeInterval? = nil) throws {
             guard let purchase = run.purchases[customer] else { throw ConformanceError.noPurchase(customer) }
             let delivery = delivery(for: customer, &run)
-            _ = try center.event(
+            let uuid = try center.event(
                 type: type, subtype: subtype, transactionID: id ?? purchase.original, environment: .sandbox, delivery: delivery, period: period)
+            guard let uuid else { return }
+            if delivery.lost {
+                run.lost[customer, default: []].insert(uuid)
+                run.faulted[uuid] = .lost
+            } else if delivery.hold {
+                run.faulted[uuid] = .delayed
+            }
         }
         switch action {
         case .purchase(let product, let offer, let user):
@@ -162,13 +270,13 @@ public struct ConformanceDriver: Sendable {
                 fields: fields)
             api.add(transactions: [payload], environment: .sandbox)
             run.purchases[customer] = Purchase(jws: jws, original: payload["originalTransactionId"]?.stringValue ?? "")
-            try await post(jws, user: timeline.users[user], &run)
+            try await post(jws, user: timeline.users[user], customer: customer, &run)
         case .restore(let user):
             guard let purchase = run.purchases[customer] else { throw ConformanceError.noPurchase(customer) }
             // Another app user's device holds its own copy, signed when it asked (a later
             // signedDate); the same user's second device may hold the very same bytes.
             let jws = user == 0 ? purchase.jws : try resigned(purchase.jws)
-            try await post(jws, user: timeline.users[user], &run)
+            try await post(jws, user: timeline.users[user], customer: customer, &run)
         case .renew:
             try notify("DID_RENEW", period: Lifecycle.month)
         case .autoRenewOff:
@@ -201,7 +309,10 @@ public struct ConformanceDriver: Sendable {
 
     /// A device's post; under the `appleErrors` fault Apple first answers the worker's call with a
     /// 5xx or a 429 now and then.
-    private func post(_ jws: String, user: String, _ run: inout Run) async throws {
+    private func post(_ jws: String, user: String, customer: Int, _ run: inout Run) async throws {
+        if let outage = run.outage, outage.start <= clock.now(), clock.now() < outage.end {
+            run.outagePosts.append((customer, clock.now()))
+        }
         if faults.appleErrors, Double.random(in: 0..<1, using: &run.random) < 0.2 {
             let status = Bool.random(using: &run.random) ? 503 : 429
             // Apple's Retry-After is an instant of the machine's clock, which the worker's pauses keep.

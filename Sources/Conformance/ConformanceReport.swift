@@ -82,8 +82,80 @@ public struct ConformanceReport: Sendable {
     public var disagreements: [Disagreement] = []
     /// Where the driver's wall time went.
     public var phases = ConformancePhases()
+    /// Per fault kind, each of Apple's changes it made late: the simulated seconds from the change
+    /// (Apple signing a notification, a device posting while Apple was down) until the deployment
+    /// heard of it (the notification's post answered, the history sweep listing it, the device's
+    /// post answered by Apple), nil if it never did.
+    public var lateness: [Faults.Kind: [TimeInterval?]] = [:]
 
     public init() {}
+
+    /// Counts a change `kind` made late, heard of `by` seconds after it was made (nil: never).
+    public mutating func late(_ kind: Faults.Kind, by seconds: TimeInterval?) { lateness[kind, default: []].append(seconds) }
+
+    /// How late one fault kind made the changes it touched.
+    public struct Lateness: Sendable, Equatable {
+        /// How many changes it made late.
+        public var changes: Int
+        /// Never heard of by the end of the run.
+        public var neverHeard: Int
+        /// Simulated seconds, of those heard of (0 when none was).
+        public var p50: TimeInterval
+        public var p99: TimeInterval
+        public var max: TimeInterval
+
+        public init(changes: Int, neverHeard: Int, p50: TimeInterval, p99: TimeInterval, max: TimeInterval) {
+            self.changes = changes
+            self.neverHeard = neverHeard
+            self.p50 = p50
+            self.p99 = p99
+            self.max = max
+        }
+    }
+
+    /// Each fault kind's lateness, nearest-rank percentiles.
+    public var latenessByKind: [Faults.Kind: Lateness] {
+        lateness.mapValues { all in
+            let heard = all.compactMap { $0 }.sorted()
+            func rank(_ p: Double) -> TimeInterval { heard.isEmpty ? 0 : heard[Swift.max(0, Int((p * Double(heard.count)).rounded(.up)) - 1)] }
+            return Lateness(changes: all.count, neverHeard: all.count - heard.count, p50: rank(0.5), p99: rank(0.99), max: heard.last ?? 0)
+        }
+    }
+
+    /// The lateness table the command prints under the scenarios' one: per fault kind, how many
+    /// changes it made late, how many were never heard of, and p50/p99/max of the simulated
+    /// time until the deployment heard of them. Empty when no fault made one late.
+    public var latenessTable: String {
+        let byKind = latenessByKind
+        guard !byKind.isEmpty else { return "" }
+        let rows =
+            [["late by fault", "changes", "never heard", "p50", "p99", "max"]]
+            + byKind.keys.sorted().map { kind in
+                let l = byKind[kind]!
+                return [kind.rawValue, String(l.changes), String(l.neverHeard)] + [l.p50, l.p99, l.max].map(Self.duration)
+            }
+        return Self.align(rows)
+    }
+
+    /// Simulated seconds as `1h 05m`, `12m 30s` or `45s`.
+    static func duration(_ seconds: TimeInterval) -> String {
+        let s = Int(seconds.rounded())
+        if s >= 3_600 { return "\(s / 3_600)h \(String(format: "%02d", s % 3_600 / 60))m" }
+        if s >= 60 { return "\(s / 60)m \(String(format: "%02d", s % 60))s" }
+        return "\(s)s"
+    }
+
+    /// Rows as columns: the first left-aligned, the others right-aligned.
+    static func align(_ rows: [[String]]) -> String {
+        let widths = rows[0].indices.map { column in rows.map { $0[column].count }.max() ?? 0 }
+        return rows.map { cells in
+            cells.enumerated().map { index, cell in
+                index == 0
+                    ? cell.padding(toLength: widths[0], withPad: " ", startingAt: 0)
+                    : String(repeating: " ", count: widths[index] - cell.count) + cell
+            }.joined(separator: "  ")
+        }.joined(separator: "\n")
+    }
 
     /// Counts one checked answer of `timeline`'s customer.
     public mutating func answer(_ timeline: Timeline, _ verdict: AnswerVerdict, at: Date, expected: [HeldEntitlement], answered: [HeldEntitlement]) {
@@ -133,14 +205,6 @@ public struct ConformanceReport: Sendable {
                     t.eventsUnexpected,
                 ].map(String.init)
         }
-        let rows = [header] + tallies.keys.sorted().map { row($0.rawValue, tallies[$0]!) } + [row("total", total)]
-        let widths = header.indices.map { column in rows.map { $0[column].count }.max() ?? 0 }
-        return rows.map { cells in
-            cells.enumerated().map { index, cell in
-                index == 0
-                    ? cell.padding(toLength: widths[0], withPad: " ", startingAt: 0)
-                    : String(repeating: " ", count: widths[index] - cell.count) + cell
-            }.joined(separator: "  ")
-        }.joined(separator: "\n")
+        return Self.align([header] + tallies.keys.sorted().map { row($0.rawValue, tallies[$0]!) } + [row("total", total)])
     }
 }

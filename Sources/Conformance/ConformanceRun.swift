@@ -111,12 +111,13 @@ public struct ConformanceRun: Sendable, Equatable {
         public func summary(verbose: Bool) -> String {
             let total = report.total
             let rate = String(format: "%.2f", Double(run.customers) / max(wallSeconds, 0.001))
-            var lines = [
-                report.table, "",
-                "seed \(run.seed), \(run.customers) customers, \(span), faults \(faults)",
-                "wall time \(String(format: "%.1f", wallSeconds)) s (\(rate) customers/s); database \(database), dropped",
-                "the driver's time: \(report.phases.description)",
-            ]
+            let lateness = report.latenessTable
+            var lines =
+                [report.table, ""] + (lateness.isEmpty ? [] : [lateness, ""]) + [
+                    "seed \(run.seed), \(run.customers) customers, \(span), faults \(faults)",
+                    "wall time \(String(format: "%.1f", wallSeconds)) s (\(rate) customers/s); database \(database), dropped",
+                    "the driver's time: \(report.phases.description)",
+                ]
             let failing = report.disagreements.filter {
                 if case .lateAnswer = $0.kind { return false }
                 return true
@@ -141,6 +142,17 @@ public struct ConformanceRun: Sendable, Equatable {
                 "seed": .string(String(run.seed)), "wall_s": .number((wallSeconds * 10).rounded() / 10),
                 "customers_per_wall_s": .number((Double(run.customers) / max(wallSeconds, 0.001) * 100).rounded() / 100),
                 "conformant": .bool(conformant), "total": report.total.json,
+                "late_by_fault": .object(
+                    Dictionary(
+                        uniqueKeysWithValues: report.latenessByKind.map { kind, l in
+                            (
+                                kind.rawValue,
+                                JSONValue.object([
+                                    "changes": .number(Double(l.changes)), "never_heard": .number(Double(l.neverHeard)),
+                                    "p50_s": .number(l.p50.rounded()), "p99_s": .number(l.p99.rounded()), "max_s": .number(l.max.rounded()),
+                                ])
+                            )
+                        })),
                 "scenarios": .object(Dictionary(uniqueKeysWithValues: report.tallies.map { ($0.key.rawValue, $0.value.json) })),
             ])
         }

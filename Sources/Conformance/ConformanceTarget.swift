@@ -1,3 +1,4 @@
+import Foundation
 import MockAppStore
 import ReceiptCore
 
@@ -20,6 +21,15 @@ public protocol ConformanceTarget: Sendable {
     /// go out after their change commits), or once the target's patience ran out: then the
     /// comparison counts what is missing.
     func awaitEvents(_ counts: [String: Int]) async throws
+    /// How often, in simulated time, the deployment's history sweep asks Apple for the
+    /// notifications it missed: a lost notification is found within about this long.
+    var historySweepInterval: TimeInterval { get }
+    /// Which of the notifications `uuids` the deployment has stored (applied, in the same
+    /// transaction as their changes).
+    func stored(notifications uuids: Set<String>) async throws -> Set<String>
+    /// Returns once every notification of `uuids` is stored, or once the target's patience ran
+    /// out (then the answers the missing ones would change are counted wrong).
+    func awaitStored(notifications uuids: Set<String>) async throws
     /// The event types app user `user`'s backend received by webhook, in arrival order.
     func receivedEvents(user: String) -> [EventType]
 }

@@ -55,11 +55,14 @@ public final class MockNotificationCenter: Sendable {
         public var delay: Duration = .zero
         /// Keep it until ``release(order:)``: out-of-order delivery.
         public var hold = false
+        /// Never post it (Apple lost it): only Get Notification History serves it.
+        public var lost = false
 
-        public init(copies: Int = 1, delay: Duration = .zero, hold: Bool = false) {
+        public init(copies: Int = 1, delay: Duration = .zero, hold: Bool = false, lost: Bool = false) {
             self.copies = max(1, min(copies, 20))
             self.delay = delay
             self.hold = hold
+            self.lost = lost
         }
     }
 
@@ -77,6 +80,11 @@ public final class MockNotificationCenter: Sendable {
         var body: [UInt8]
         /// Whether the endpoint answered 2xx to one of its posts.
         public var delivered: Bool
+        /// Never posted (``Delivery/lost``): the endpoint can only learn of it from the history.
+        public var lost = false
+        /// When, on the mock's clock, the deployment first heard of it: its first post answered
+        /// 2xx, or a Get Notification History page that listed it (how late a fault made it).
+        public var heard: Date?
         /// Each post: when, and Apple's `sendAttemptResult` (`SUCCESS`, `NO_RESPONSE`, `UNSUCCESSFUL_HTTP_RESPONSE_CODE`, …).
         public var attempts: [(date: Date, result: String)] = []
     }
@@ -106,12 +114,23 @@ public final class MockNotificationCenter: Sendable {
     /// Everything sent (or held) so far, oldest first.
     public var sent: [Sent] { storage.withLock { $0.sent } }
 
-    /// Whether every notification sent so far and not held has been delivered (its endpoint
-    /// answered 2xx): what a driver waits for before asking the deployment what it knows.
+    /// Whether every notification sent so far, neither held nor lost, has been delivered (its
+    /// endpoint answered 2xx): what a driver waits for before asking the deployment what it knows.
     public var allDelivered: Bool {
         storage.withLock { storage in
             let held = Set(storage.held.map(\.index))
-            return storage.sent.indices.allSatisfy { storage.sent[$0].delivered || held.contains($0) }
+            return storage.sent.indices.allSatisfy { storage.sent[$0].delivered || storage.sent[$0].lost || held.contains($0) }
+        }
+    }
+
+    /// Notes that Get Notification History listed `uuids`: the first time counts as heard.
+    func listed(_ uuids: some Sequence<String>) {
+        let uuids = Set(uuids)
+        let now = Date(timeIntervalSince1970: api.nowMilliseconds / 1000)
+        storage.withLock { storage in
+            for index in storage.sent.indices where uuids.contains(storage.sent[index].uuid) && storage.sent[index].heard == nil {
+                storage.sent[index].heard = now
+            }
         }
     }
 
@@ -159,11 +178,11 @@ public final class MockNotificationCenter: Sendable {
                 Sent(
                     uuid: uuid, bundleID: bundleID, environment: environment, type: type, subtype: subtype,
                     signedDate: Date(timeIntervalSince1970: now / 1000),
-                    signedPayload: signedPayload, body: body, delivered: false))
-            if delivery.hold { storage.held.append((storage.sent.count - 1, delivery)) }
+                    signedPayload: signedPayload, body: body, delivered: false, lost: delivery.lost))
+            if delivery.hold, !delivery.lost { storage.held.append((storage.sent.count - 1, delivery)) }
             return storage.sent.count - 1
         }
-        if !delivery.hold { deliver(index, delivery) }
+        if !delivery.hold, !delivery.lost { deliver(index, delivery) }
         return uuid
     }
 
@@ -214,7 +233,11 @@ public final class MockNotificationCenter: Sendable {
                     }
                 storage.withLock { $0.sent[index].attempts.append((Date(), result)) }
                 if result == "SUCCESS" {
-                    storage.withLock { $0.sent[index].delivered = true }
+                    let heard = Date(timeIntervalSince1970: api.nowMilliseconds / 1000)
+                    storage.withLock { storage in
+                        storage.sent[index].delivered = true
+                        if storage.sent[index].heard == nil { storage.sent[index].heard = heard }
+                    }
                     break
                 }
                 guard attempt < target.retries else { break }

@@ -30,6 +30,7 @@ extension MockServerAPI {
                 guard from >= 0, from <= matching.count else { return error(400, 4_000_014) }
                 let page = matching[from..<min(from + pageSize, matching.count)]
                 let next = from + page.count
+                center.listed(page.map(\.uuid))
                 var answer: [String: JSONValue] = [
                     "notificationHistory": .array(
                         page.map { sent in
@@ -75,7 +76,7 @@ extension MockServerAPI {
 
     /// Counts the call and checks the JWT as every Server API route does; then `body`. With
     /// `scripted`, a rule a test set for the path applies first (delay; status, error code and
-    /// `Retry-After` instead of the answer).
+    /// `Retry-After` instead of the answer); without, only an outage's 503 does.
     static func authorized(
         _ request: Request, _ context: BasicRequestContext, state: MockAppStoreState, operation: String, scripted: Bool = false,
         body: (AppStoreEnvironment, String) async throws -> Response
@@ -86,7 +87,8 @@ extension MockServerAPI {
         }
         api.count("\(environment.rawValue) \(operation)")
         api.count("\(environment.rawValue) all")
-        let rule = scripted ? api.takeRule(path: request.uri.path.replacingOccurrences(of: "/storekit/\(environment.rawValue)", with: "")) : nil
+        let rule =
+            scripted ? api.takeRule(path: request.uri.path.replacingOccurrences(of: "/storekit/\(environment.rawValue)", with: "")) : api.outageRule()
         if let delay = rule?.delayMs, delay > 0 { try await Task.sleep(for: .milliseconds(delay)) }
         guard let bundleID = authorizedBundle(request, api: api) else { return Response(status: .unauthorized) }
         if let rule, rule.httpStatus != nil || rule.errorCode != nil {

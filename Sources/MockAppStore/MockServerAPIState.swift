@@ -103,6 +103,7 @@ public final class MockServerAPIState: Sendable {
         var keys: [String: Key] = [:]
         var unreleased: Set<String> = []
         var rules: [Rule] = []
+        var outage: DateInterval?
         var calls: [String: Int] = [:]
         var lifecycle = VerifyReceiptLifecycle()
         var acceptedTokens: [String] = []
@@ -343,9 +344,24 @@ public final class MockServerAPIState: Sendable {
     /// Removes every rule.
     public func clearRules() { storage.withLock { $0.rules.removeAll() } }
 
-    /// Takes one use of the first rule matching `path`.
+    /// Makes the whole Server API answer 503 while the mock's clock is in `outage` (from its
+    /// start, until before its end): Apple down for a while. Nil ends it.
+    public func setOutage(_ outage: DateInterval?) { storage.withLock { $0.outage = outage } }
+
+    /// Whether the mock's clock is in the outage: every Server API call is answered 503.
+    public var isDown: Bool {
+        let now = now()
+        guard let outage = storage.withLock({ $0.outage }) else { return false }
+        return outage.start <= now && now < outage.end
+    }
+
+    /// The outage's answer, while the mock's clock is in one.
+    func outageRule() -> Rule? { isDown ? Rule(httpStatus: 503) : nil }
+
+    /// Takes one use of the first rule matching `path`; during an outage, its 503 instead.
     func takeRule(path: String) -> Rule? {
-        storage.withLock { storage in
+        if let down = outageRule() { return down }
+        return storage.withLock { storage in
             guard let index = storage.rules.firstIndex(where: { $0.pathPrefix.map { path.hasPrefix($0) } ?? true }) else { return nil }
             let rule = storage.rules[index]
             storage.rules[index].count -= 1

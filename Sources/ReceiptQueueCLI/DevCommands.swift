@@ -53,7 +53,11 @@ struct ConformanceCommand: AsyncParsableCommand {
 
     @Option(help: "Customers to simulate (scenarios are dealt round-robin).") var customers = 1_000
     @Option(help: "Simulated days.") var days = 365
-    @Option(help: "Apple's faults: none, default (duplicated, delayed and reordered notifications) or all (and Server API errors).")
+    @Option(
+        help: ArgumentHelp(
+            "Apple's faults: none, default (duplicated, delayed, reordered and lost notifications), all (and Server API errors, "
+                + "an hour's outage), or one alone: lost, outage.")
+    )
     var faults: Faults.Preset = .default
     @Option(help: "The run's seed (default: a new one, printed).") var seed = UInt64.random(in: 1...999_999)
     @Option(help: "Also write the run's counts and times to this file, as JSON (the bench row reads it).") var json: String?

@@ -29,16 +29,21 @@ public final class NotificationHistorySweep: Service, Sendable {
         public var firstLookBack: Duration
         /// The most pages one app takes per sweep (the rest waits for the next).
         public var maxPagesPerSweep: Int
+        /// The longest the sweep sleeps before it reads the injected clock again: `interval` is
+        /// counted on that clock, and a clock that jumps (a conformance run's simulated one) is
+        /// noticed within a tick rather than after `interval` of the machine's time.
+        public var tick: Duration
 
         /// Creates a configuration; every value has a production default.
         public init(
             interval: Duration = .seconds(900), overlap: Duration = .seconds(600), firstLookBack: Duration = .seconds(86_400),
-            maxPagesPerSweep: Int = 500
+            maxPagesPerSweep: Int = 500, tick: Duration = .seconds(1)
         ) {
             self.interval = interval
             self.overlap = overlap
             self.firstLookBack = firstLookBack
             self.maxPagesPerSweep = max(1, maxPagesPerSweep)
+            self.tick = max(tick, .milliseconds(10))
         }
     }
 
@@ -95,6 +100,7 @@ public final class NotificationHistorySweep: Service, Sendable {
 
     public func run() async throws {
         while !Task.isCancelled && !Task.isShuttingDownGracefully {
+            let due = now().addingTimeInterval(configuration.interval.seconds)
             let report = await sweep()
             if report.accepted > 0 || report.interrupted > 0 {
                 logger.info(
@@ -104,8 +110,22 @@ public final class NotificationHistorySweep: Service, Sendable {
                         "history.interrupted": "\(report.interrupted)",
                     ])
             }
-            // Ends early on shutdown.
-            try? await cancelWhenGracefulShutdown { try await Task.sleep(for: self.configuration.interval) }
+            await wait(until: due)
+        }
+    }
+
+    /// Sleeps until the injected clock reads `due` (an interval after the last sweep began), a
+    /// tick at most at a time; ends early on shutdown.
+    func wait(until due: Date) async {
+        while !Task.isCancelled && !Task.isShuttingDownGracefully {
+            let left = due.timeIntervalSince(now())
+            guard left > 0 else { return }
+            let nap = min(Duration.milliseconds(Int64((left * 1000).rounded(.up))), configuration.tick)
+            do {
+                try await cancelWhenGracefulShutdown { try await Task.sleep(for: nap) }
+            } catch {
+                return
+            }
         }
     }
 

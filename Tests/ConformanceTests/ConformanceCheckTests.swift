@@ -64,4 +64,22 @@ struct ConformanceCheckTests {
         #expect(lines[2].hasPrefix("total"))
         #expect(report.total.wrong == 1)
     }
+
+    @Test("lateness per fault kind: p50 and p99 by nearest rank of the changes heard of; those never heard of counted apart")
+    func lateness() {
+        var report = ConformanceReport()
+        #expect(report.latenessTable.isEmpty, "no fault made a notification late: no table")
+        // 100 lost notifications found 1 to 100 minutes after Apple signed them, one never.
+        for minute in 1...100 { report.late(.lost, by: Double(minute) * 60) }
+        report.late(.lost, by: nil)
+        report.late(.delayed, by: 7_200)
+        let lost = report.latenessByKind[.lost]
+        #expect(lost == ConformanceReport.Lateness(changes: 101, neverHeard: 1, p50: 50 * 60, p99: 99 * 60, max: 100 * 60))
+        #expect(report.latenessByKind[.delayed]?.p99 == 7_200)
+        let lines = report.latenessTable.split(separator: "\n").map(String.init)
+        #expect(lines.count == 3)
+        #expect(lines[0].hasPrefix("late by fault"))
+        #expect(lines[1].hasPrefix("delayed") && lines[1].hasSuffix("2h 00m"))
+        #expect(lines[2].hasPrefix("lost") && lines[2].contains("50m 00s") && lines[2].contains("1h 39m"), "\(lines[2])")
+    }
 }

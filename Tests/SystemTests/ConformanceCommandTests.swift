@@ -79,7 +79,7 @@ struct ConformanceCommandTests {
         let faults = try await run(["--faults", "sometimes"])
         #expect(faults.status == 64)
         #expect(faults.errors.contains("--faults"), "\(faults.errors)")
-        #expect(faults.errors.contains("'none', 'default' or 'all'"), "\(faults.errors)")
+        #expect(faults.errors.contains("'none', 'default', 'all', 'lost' or 'outage'"), "\(faults.errors)")
         #expect(!faults.errors.contains("Fatal error"))
         let customers = try await run(["--customers", "0"])
         #expect(customers.status == 64)
