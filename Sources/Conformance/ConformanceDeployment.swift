@@ -192,7 +192,8 @@ public final class ConformanceDeployment: ConformanceTarget {
         _ = try await Self.poll {
             let open = try await postgres.query("SELECT count(*) AS open FROM webhook_deliveries WHERE status IN ('pending', 'queued')")
             guard open.rows.first?.int("open") == 0 else { return false }
-            return counts.allSatisfy { user, count in receivedEvents(user: user).count >= count }
+            let received = receivedEvents()
+            return counts.allSatisfy { user, count in received[user, default: []].count >= count }
         }
     }
 
@@ -216,9 +217,13 @@ public final class ConformanceDeployment: ConformanceTarget {
         return Set(rows.rows.compactMap { $0.string("notification_uuid") })
     }
 
-    public func receivedEvents(user: String) -> [EventType] {
-        receiver.deliveries.filter { $0.status == 200 && $0.event?["user_identifier"]?.stringValue == user }
-            .compactMap { EventType(rawValue: $0.type) }
+    public func receivedEvents() -> [String: [EventType]] {
+        receiver.deliveries.reduce(into: [:]) { received, delivery in
+            guard delivery.status == 200, let user = delivery.event?["user_identifier"]?.stringValue,
+                let type = EventType(rawValue: delivery.type)
+            else { return }
+            received[user, default: []].append(type)
+        }
     }
 
     // MARK: Parts

@@ -123,14 +123,16 @@ public struct ConformanceDriver: Sendable {
             for (index, user) in timeline.users.enumerated() { counts[user] = timeline.expectedEvents(user: index).count }
         }
         try await target.awaitEvents(counts)
+        let sentByUUID = Dictionary(target.mock.notifications.sent.map { ($0.uuid, $0) }) { first, _ in first }
         for (uuid, kind) in run.faulted {
-            guard let sent = target.mock.notifications.sent.first(where: { $0.uuid == uuid }) else { continue }
+            guard let sent = sentByUUID[uuid] else { continue }
             run.report.late(kind, by: sent.heard.map { $0.timeIntervalSince(sent.signedDate) })
         }
+        let received = target.receivedEvents()
         for timeline in timelines {
             try await check(timeline, &run, final: true)
             for user in timeline.users.indices {
-                run.report.events(timeline, user: user, received: target.receivedEvents(user: timeline.users[user]))
+                run.report.events(timeline, user: user, received: received[timeline.users[user], default: []])
             }
         }
         run.report.phases.final += ContinuousClock.now - lap
