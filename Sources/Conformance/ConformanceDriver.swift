@@ -80,37 +80,33 @@ public struct ConformanceDriver: Sendable {
             var lap = ContinuousClock.now
             while next < steps.count, timelines[steps[next].timeline].steps[steps[next].step].at < end {
                 let (t, s) = steps[next]
-                run.report.phases.steps += ContinuousClock.now - lap
-                lap = .now
+                run.report.phases.lap(\.steps, &lap)
                 try await catchUp(&run, before: timelines[t].steps[s].at, again: touched.contains(t))
-                run.report.phases.settling += ContinuousClock.now - lap
-                lap = .now
+                run.report.phases.lap(\.settling, &lap)
                 clock.jump(to: timelines[t].steps[s].at)
                 try await play(timelines[t].steps[s].action, of: timelines[t], &run)
                 if !touched.contains(t) { touched.append(t) }
                 next += 1
             }
             if !run.delayed.isEmpty { run.windowsHeld += 1 }
-            run.report.phases.steps += ContinuousClock.now - lap
-            lap = .now
+            run.report.phases.lap(\.steps, &lap)
             let following = next < steps.count ? timelines[steps[next].timeline].steps[steps[next].step].at : nil
             // While Apple is down the workers' retries cannot end: the deployment settles once the
             // outage is over, and the next step inside it is played first.
             guard try await outlast(&run, before: following) else {
-                run.report.phases.settling += ContinuousClock.now - lap
+                run.report.phases.lap(\.settling, &lap)
                 continue
             }
             try await recoverLost(&run, before: following)
             try await target.settle()
             try await forgetStored(&run)
             answeredAfterOutage(&run)
-            run.report.phases.settling += ContinuousClock.now - lap
-            lap = .now
+            run.report.phases.lap(\.settling, &lap)
             let others = (0..<min(3, timelines.count)).map { _ in Int.random(in: 0..<timelines.count, using: &run.random) }
             for t in touched + others.filter({ !touched.contains($0) }) { try await check(timelines[t], &run, final: false) }
-            run.report.phases.checks += ContinuousClock.now - lap
+            run.report.phases.lap(\.checks, &lap)
         }
-        let lap = ContinuousClock.now
+        var lap = ContinuousClock.now
         release(&run)
         _ = try await outlast(&run, before: nil)
         try await target.settle()
@@ -135,7 +131,7 @@ public struct ConformanceDriver: Sendable {
                 run.report.events(timeline, user: user, received: received[timeline.users[user], default: []])
             }
         }
-        run.report.phases.final += ContinuousClock.now - lap
+        run.report.phases.lap(\.final, &lap)
         return run.report
     }
 

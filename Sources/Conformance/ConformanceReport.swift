@@ -66,6 +66,13 @@ public struct ConformancePhases: Sendable, Equatable {
 
     public init() {}
 
+    /// Adds the time since `lap` to `phase`, and starts the next lap now.
+    mutating func lap(_ phase: WritableKeyPath<ConformancePhases, Duration>, _ lap: inout ContinuousClock.Instant) {
+        let now = ContinuousClock.now
+        self[keyPath: phase] += now - lap
+        lap = now
+    }
+
     /// "steps 12.3 s, settling 40.1 s, checks 8.0 s, final 2.2 s".
     public var description: String {
         func seconds(_ duration: Duration) -> String {
