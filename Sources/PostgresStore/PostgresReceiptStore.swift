@@ -186,6 +186,8 @@ public final class PostgresReceiptStore: ReceiptStore {
     /// row): `keep_first` flags the second user (`is_conflict`), `transfer_to_latest` gives the row
     /// to them, `share` keeps the owner and records the second user in `purchase_shares`. Only a
     /// client's own presentation claims: a re-poll or a notification keeps the stored owner.
+    /// "First" and "latest" are by presentation (the door's acceptance, `claimed_at`), not by
+    /// storage: a claim whose validation Apple held back still comes before one made after it.
     private func writePurchases(_ purchases: PurchaseColumns, on connection: PostgresConnection) throws -> [EventRows.PurchaseChange] {
         // The old refund, conflict and owner come along, so that only a new refund, a new
         // conflict or a new owner becomes an event (a replay rewrites nothing and returns nothing).
@@ -203,13 +205,14 @@ public final class PostgresReceiptStore: ReceiptStore {
                     \(purchases.money(3))::int[], \(purchases.money(4))::text[], \(purchases.money(5))::text[],
                     \(purchases.money(6))::text[], \(purchases.money(7))::text[], \(purchases.money(8))::text[],
                     \(purchases.money(9))::text[], \(purchases.money(10))::int[], \(purchases.money(11))::int[],
-                    \(purchases.money(12))::bigint[], \(purchases.appAccountToken)::uuid[], \(purchases.claims)::boolean[])
+                    \(purchases.money(12))::bigint[], \(purchases.appAccountToken)::uuid[], \(purchases.claims)::boolean[],
+                    \(purchases.claimedAt)::timestamptz[])
                   AS u(app_id, receipt_id, environment, transaction_id, original_transaction_id, product_id, quantity,
                        purchase_date, original_purchase_date, expires_date, cancellation_date, web_order_line_item_id,
                        is_trial_period, is_in_intro_offer_period, user_identifier, cancellation_reason, signed_at,
                        price_milli, currency, storefront, offer_type, offer_identifier, offer_discount_type, offer_period,
                        billing_plan_type, ownership_type, revocation_type, revocation_percentage, refunded_quantity, refunded_milli,
-                       app_account_token, claims)
+                       app_account_token, claims, claimed_at)
             ), old AS (
                 SELECT p.environment, p.transaction_id, p.cancellation_date, p.is_conflict, p.conflict_user_identifier,
                        p.user_identifier, p.revocation_type, p.revocation_percentage, p.price_milli, p.currency, p.refunded_milli
@@ -222,7 +225,7 @@ public final class PostgresReceiptStore: ReceiptStore {
                        CASE WHEN i.claims OR o.user_identifier IS NULL THEN i.user_identifier ELSE o.user_identifier END,
                        i.cancellation_reason, i.signed_at, i.price_milli, i.currency, i.storefront, i.offer_type, i.offer_identifier,
                        i.offer_discount_type, i.offer_period, i.billing_plan_type, i.ownership_type, i.revocation_type,
-                       i.revocation_percentage, i.refunded_quantity, i.refunded_milli, i.app_account_token
+                       i.revocation_percentage, i.refunded_quantity, i.refunded_milli, i.app_account_token, i.claimed_at
                 FROM raw i LEFT JOIN old o ON o.environment = i.environment AND o.transaction_id = i.transaction_id
             ), written AS (
             INSERT INTO in_app_purchases AS in_app_purchases (app_id, receipt_id, environment, transaction_id, original_transaction_id,
@@ -230,7 +233,7 @@ public final class PostgresReceiptStore: ReceiptStore {
                 web_order_line_item_id, is_trial_period, is_in_intro_offer_period, user_identifier, cancellation_reason, signed_at,
                 price_milli, currency, storefront, offer_type, offer_identifier, offer_discount_type, offer_period,
                 billing_plan_type, ownership_type, revocation_type, revocation_percentage, refunded_quantity, refunded_milli,
-                app_account_token)
+                app_account_token, claimed_at)
             SELECT * FROM input
             ON CONFLICT (environment, transaction_id) DO UPDATE SET
                 expires_date = EXCLUDED.expires_date,
@@ -250,18 +253,22 @@ public final class PostgresReceiptStore: ReceiptStore {
                 ownership_type = COALESCE(EXCLUDED.ownership_type, in_app_purchases.ownership_type),
                 \(unescaped: Self.revocationUpdates),
                 signed_at = COALESCE(EXCLUDED.signed_at, in_app_purchases.signed_at),
+                -- Claims are ordered by when they were presented, not stored: the first is the one
+                -- the door accepted first, whichever validation Apple let through first.
                 user_identifier = CASE
-                    WHEN COALESCE(in_app_purchases.user_identifier <> EXCLUDED.user_identifier, false) THEN
-                        CASE WHEN (SELECT a.transfer_rule FROM apps a WHERE a.id = in_app_purchases.app_id) = 'transfer_to_latest'
-                             THEN EXCLUDED.user_identifier ELSE in_app_purchases.user_identifier END
+                    WHEN \(unescaped: Self.takesRow) THEN EXCLUDED.user_identifier
                     ELSE COALESCE(in_app_purchases.user_identifier, EXCLUDED.user_identifier) END,
-                is_conflict = in_app_purchases.is_conflict OR CASE
-                    WHEN COALESCE(in_app_purchases.user_identifier <> EXCLUDED.user_identifier, false)
-                    THEN (SELECT a.transfer_rule FROM apps a WHERE a.id = in_app_purchases.app_id) = 'keep_first'
-                    ELSE false END,
+                is_conflict = in_app_purchases.is_conflict OR (\(unescaped: Self.secondUser) AND \(unescaped: Self.rule) = 'keep_first'),
+                -- The user who does not own it: the one presenting it now, or under keep_first the
+                -- stored owner an earlier presentation displaces.
                 conflict_user_identifier = CASE
-                    WHEN COALESCE(in_app_purchases.user_identifier <> EXCLUDED.user_identifier, false)
-                    THEN EXCLUDED.user_identifier ELSE in_app_purchases.conflict_user_identifier END,
+                    WHEN \(unescaped: Self.takesRow) AND \(unescaped: Self.rule) = 'keep_first' THEN in_app_purchases.user_identifier
+                    WHEN \(unescaped: Self.secondUser) THEN EXCLUDED.user_identifier
+                    ELSE in_app_purchases.conflict_user_identifier END,
+                claimed_at = CASE
+                    WHEN \(unescaped: Self.takesRow) THEN EXCLUDED.claimed_at
+                    WHEN \(unescaped: Self.secondUser) THEN in_app_purchases.claimed_at
+                    ELSE LEAST(in_app_purchases.claimed_at, EXCLUDED.claimed_at) END,
                 app_account_token = COALESCE(in_app_purchases.app_account_token, EXCLUDED.app_account_token),
                 updated_at = now()
             -- A notification signed before the one that last wrote the row changes nothing: a late
@@ -280,8 +287,11 @@ public final class PostgresReceiptStore: ReceiptStore {
                OR in_app_purchases.signed_at IS DISTINCT FROM COALESCE(EXCLUDED.signed_at, in_app_purchases.signed_at)
                OR (in_app_purchases.user_identifier IS NULL AND EXCLUDED.user_identifier IS NOT NULL)
                OR (in_app_purchases.app_account_token IS NULL AND EXCLUDED.app_account_token IS NOT NULL)
-               OR COALESCE(in_app_purchases.user_identifier <> EXCLUDED.user_identifier, false)
-                  AND in_app_purchases.conflict_user_identifier IS DISTINCT FROM EXCLUDED.user_identifier)
+               OR \(unescaped: Self.secondUser)
+                  AND (in_app_purchases.conflict_user_identifier IS DISTINCT FROM EXCLUDED.user_identifier OR \(unescaped: Self.takesRow))
+               -- The owner's own earlier presentation, stored late, dates their claim.
+               OR NOT \(unescaped: Self.secondUser)
+                  AND LEAST(in_app_purchases.claimed_at, EXCLUDED.claimed_at) IS DISTINCT FROM in_app_purchases.claimed_at)
             RETURNING in_app_purchases.*
             ), shared AS (
                 -- Under `share`, the second user is entitled too.
@@ -309,6 +319,22 @@ public final class PostgresReceiptStore: ReceiptStore {
         ).rows
         return rows.flatMap(Self.purchaseChanges)
     }
+
+    /// The app's transfer rule, in the ledger upsert's `DO UPDATE` (read only for a second user).
+    private static let rule = "(SELECT a.transfer_rule FROM apps a WHERE a.id = in_app_purchases.app_id)"
+
+    /// A second user presents a row someone owns (in the ledger upsert's `DO UPDATE`).
+    private static let secondUser = "COALESCE(in_app_purchases.user_identifier <> EXCLUDED.user_identifier, false)"
+
+    /// The second user's claim takes the row: under `transfer_to_latest` when it was presented
+    /// after the owner's (or either time is unknown: rows from before claims were dated), under
+    /// `keep_first` when it was presented before the owner's and only stored after it.
+    private static let takesRow = """
+        (\(secondUser) AND CASE \(rule)
+            WHEN 'transfer_to_latest' THEN NOT COALESCE(EXCLUDED.claimed_at < in_app_purchases.claimed_at, false)
+            WHEN 'keep_first' THEN COALESCE(EXCLUDED.claimed_at < in_app_purchases.claimed_at, false)
+            ELSE false END)
+        """
 
     /// The ledger's refund columns as the newest source states them (a reversal clears them), except
     /// that a source knowing no kind or share (verifyReceipt) of a revocation already stored keeps
@@ -492,12 +518,15 @@ private struct PurchaseColumns {
         [
             .uuid, .uuid, .text, .text, .text, .text, .int4, .timestamptz, .timestamptz, .timestamptz, .timestamptz, .text, .bool,
             .bool, .text, .int4, .timestamptz,
-        ] + InAppPurchase.moneyColumnTypes + [.uuid, .bool])
+        ] + InAppPurchase.moneyColumnTypes + [.uuid, .bool, .timestamptz])
 
     mutating func append(_ record: ValidationRecord) {
         let envelope = record.envelope
         let signedAt = record.notification?.signedDate
         let environment = record.ledgerEnvironment
+        // Only a client's own presentation claims the transaction (see writePurchases), as of
+        // the door's acceptance: retries and an operator's requeue keep the job's `enqueuedAt`.
+        let claims = !record.isRepoll && !record.isNotification
         for purchase in record.purchases {
             let values: [ColumnValue] =
                 [
@@ -507,9 +536,7 @@ private struct PurchaseColumns {
                     .text(purchase.webOrderLineItemID), .bool(purchase.isTrialPeriod), .bool(purchase.isInIntroOfferPeriod),
                     .text(record.userIdentifier), .int(purchase.cancellationReason), .date(signedAt),
                 ] + purchase.moneyColumns + [
-                    .uuid(purchase.appAccountToken),
-                    // Only a client's own presentation claims the transaction (see writePurchases).
-                    .bool(!record.isRepoll && !record.isNotification),
+                    .uuid(purchase.appAccountToken), .bool(claims), .date(claims ? envelope.enqueuedAt : nil),
                 ]
             columns.append(values)
         }
@@ -538,6 +565,7 @@ private struct PurchaseColumns {
     func money(_ index: Int) -> PostgresBinaryArray { column(17 + index) }
     var appAccountToken: PostgresBinaryArray { column(17 + InAppPurchase.moneyColumnTypes.count) }
     var claims: PostgresBinaryArray { column(18 + InAppPurchase.moneyColumnTypes.count) }
+    var claimedAt: PostgresBinaryArray { column(19 + InAppPurchase.moneyColumnTypes.count) }
 }
 
 /// The columns of a batch of `validation_attempts` rows: one per call to Apple.

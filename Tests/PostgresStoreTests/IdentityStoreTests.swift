@@ -21,9 +21,12 @@ struct IdentityStoreTests {
         (configuration, connection, app) = try TestSystem.newApp(named: "identity", bundleID: "com.example.identity")
     }
 
-    /// A subscription transaction presented by `user` (`repollOf`: that stored receipt re-polled instead).
-    func record(user: String?, transaction: String, subscription: Bool = true, token: UUID? = nil, repollOf receipt: UUID? = nil) -> ValidationRecord
-    {
+    /// A subscription transaction presented by `user` at `presentedAt` (the door's acceptance;
+    /// `repollOf`: that stored receipt re-polled instead).
+    func record(
+        user: String?, transaction: String, subscription: Bool = true, token: UUID? = nil, repollOf receipt: UUID? = nil,
+        presentedAt: Date = Date()
+    ) -> ValidationRecord {
         let payload: JobPayload =
             if let receipt {
                 .repoll(
@@ -33,7 +36,7 @@ struct IdentityStoreTests {
             } else {
                 .receipt(ReceiptJob(receipt: "MIIr", style: .unified, bundleID: "com.example.identity", submission: Submission(userIdentifier: user)))
             }
-        let envelope = JobEnvelope(id: JobID.make(), appID: app.id, enqueuedAt: Date(), origin: .api, payload: payload)
+        let envelope = JobEnvelope(id: JobID.make(), appID: app.id, enqueuedAt: presentedAt, origin: .api, payload: payload)
         var purchase = InAppPurchase(
             productID: "com.example.yearly", transactionID: transaction, originalTransactionID: transaction,
             purchaseDate: Date(timeIntervalSince1970: 1_700_000_000), expiresDate: subscription ? Date(timeIntervalSince1970: 2_000_000_000) : nil)
@@ -103,6 +106,53 @@ struct IdentityStoreTests {
         await #expect(throws: TransferRuleAdminError.unknownApp) {
             try await withIdentity { try await $0.setTransferRule(.share, appID: UUID(), audit: AuditAction.commandLine("app.transfer_rule")) }
         }
+    }
+
+    /// Found by the conformance suite (shared_apple_account under 429s): Apple held the first
+    /// user's validation past a second user's presentation, so the second was stored first and
+    /// keep_first kept the wrong user. Claims are dated by the door's acceptance now.
+    @Test(
+        "Claims are ordered by presentation, not storage: keep_first gives the row to an earlier claim stored late, transfer_to_latest keeps a later one stored first"
+    )
+    func claimOrder() async throws {
+        let presented = Date(timeIntervalSince1970: 1_800_000_000)
+        let held = "held-\(UUID())"
+        // alice presented it first; Apple held her validation, so bob's, a minute later, was stored first.
+        try save(record(user: "bob", transaction: held, presentedAt: presented))
+        #expect(try owners(held) == ("bob", "bob", false))
+        try save(record(user: "alice", transaction: held, presentedAt: presented - 60))
+        #expect(try owners(held) == ("alice", "alice", true))
+        #expect(try column("SELECT conflict_user_identifier AS v FROM in_app_purchases WHERE transaction_id = \(held)") == ["bob"])
+        #expect(try events("purchase.conflict", subject: "purchase:\(held)") == ["bob"])
+        #expect(try events("customer.transferred", subject: "subscription:\(held)") == ["bob", "alice"])
+        // Replayed, re-polled, or presented again by either: nothing moves, nothing more is told.
+        try save(record(user: "alice", transaction: held, presentedAt: presented - 60))
+        try save(record(user: "bob", transaction: held, presentedAt: presented + 60))
+        try save(record(user: "bob", transaction: held, presentedAt: presented))
+        #expect(try owners(held) == ("alice", "alice", true))
+        #expect(try events("purchase.conflict", subject: "purchase:\(held)").count == 1)
+        #expect(try events("customer.transferred", subject: "subscription:\(held)").count == 2)
+
+        // The owner's own earlier presentation, stored late, dates her claim: carol's, between
+        // dan's two, comes second.
+        let owned = "owned-\(UUID())"
+        try save(record(user: "dan", transaction: owned, presentedAt: presented + 120))
+        try save(record(user: "dan", transaction: owned, presentedAt: presented))
+        try save(record(user: "carol", transaction: owned, presentedAt: presented + 60))
+        #expect(try owners(owned) == ("dan", "dan", true))
+        #expect(try events("purchase.conflict", subject: "purchase:\(owned)") == ["carol"])
+
+        try await withIdentity { try await $0.setTransferRule(.transferToLatest, appID: app.id, audit: AuditAction.commandLine("app.transfer_rule")) }
+        let latest = "latest-\(UUID())"
+        // erin presented it after frank, whose validation Apple held: erin keeps it.
+        try save(record(user: "erin", transaction: latest, presentedAt: presented))
+        try save(record(user: "frank", transaction: latest, presentedAt: presented - 60))
+        #expect(try owners(latest) == ("erin", "erin", false))
+        #expect(try events("customer.transferred", subject: "subscription:\(latest)").isEmpty)
+        // frank presenting it again, after erin, is the latest.
+        try save(record(user: "frank", transaction: latest, presentedAt: presented + 60))
+        #expect(try owners(latest) == ("frank", "frank", false))
+        #expect(try events("customer.transferred", subject: "subscription:\(latest)") == ["erin", "frank"])
     }
 
     @Test("share keeps the owner, records each later user once, and flags no conflict")

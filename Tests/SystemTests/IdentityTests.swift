@@ -237,6 +237,43 @@ struct IdentityTests {
         #expect(try await eventually(timeout: .seconds(30)) { try await entitlementIDs(system, "sb-third") == ["lifetime"] })
     }
 
+    /// Found by the conformance suite (shared_apple_account under Apple's 429s): receiptq judged
+    /// two users' claims by the order their validations were stored, so Apple holding the first
+    /// user's back gave the purchase to the second under keep_first. End to end: the first user's
+    /// validation meets a 503 and waits in the retries (a backoff of an hour here, as after an
+    /// outage), a second user presents the same subscription and is validated; when the retry goes
+    /// through (an operator's retry now), the first user has it and the second is told of the
+    /// conflict. The store's side, and transfer_to_latest's: IdentityStoreTests.claimOrder.
+    @Test("keep_first by presentation: the first user keeps a purchase even when Apple held their validation past a second user's")
+    func heldFirstClaim() async throws {
+        let system = try await TestSystem.start(environment: ["RETRY_BASE_MS": "3600000"])
+        defer { Task { await system.stop() } }
+        try await define(system, "pro", products: ["com.example.yearly"])
+        let (_, subscription) = try system.signedTransaction()
+        let id = try #require(subscription["transactionId"]?.stringValue)
+        system.mock.state.serverAPI.addRule(.init(count: 1, httpStatus: 503))
+        try await present(system, subscription, user: "held-first", signedLater: 0)
+        let retries = "/admin/api/retries?app_id=\(system.app.id)"
+        #expect(try await eventually(timeout: .seconds(30)) { try await admin.send(system, "GET", retries).json?["total_matching"]?.intValue == 1 })
+
+        try await present(system, subscription, user: "held-second", signedLater: 1)
+        #expect(try await eventually(timeout: .seconds(30)) { try await entitlementIDs(system, "held-second") == ["pro"] })
+        #expect(try owner(system, transaction: id) == "held-second")
+
+        let retried = try await admin.send(system, "POST", "/admin/api/retries/retry", body: #"{"all":true,"app_id":"\#(system.app.id)"}"#)
+        #expect(retried.status == 200)
+        #expect(try await eventually(timeout: .seconds(30)) { try await entitlementIDs(system, "held-first") == ["pro"] })
+        #expect(try await entitlementIDs(system, "held-second").isEmpty)
+        #expect(try owner(system, transaction: id) == "held-first")
+        let told = try await eventually(timeout: .seconds(30)) {
+            let (_, events) = try await system.get(path: "/client/events?user_identifier=held-second&type=purchase.conflict")
+            return events?["events"]?.arrayValue?.count == 1
+        }
+        #expect(told, "the second user hears of the conflict")
+        let (_, moved) = try await system.get(path: "/client/events?user_identifier=held-first&type=customer.transferred")
+        #expect(moved?["events"]?.arrayValue?.first?["data"]?["from_user_identifier"]?.stringValue == "held-second")
+    }
+
     func sharedRow(_ system: TestSystem, transaction id: String) throws -> (owner: String?, conflict: Bool?, audited: Int?) {
         let connection = try system.postgres()
         defer { connection.close() }
