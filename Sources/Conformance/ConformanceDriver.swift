@@ -20,6 +20,13 @@ public struct ConformanceDriver: Sendable {
     public let seed: UInt64
     /// The simulated time one window spans.
     public var window: TimeInterval = 6 * 3_600
+    /// Apple's environment of the customers' purchases: production, as a live app's are. The
+    /// deployment's Server API buckets count the machine's seconds (Apple's limits and
+    /// `Retry-After` are the machine's), so in sandbox, a tenth of production's, a compressed year
+    /// spent most of its time waiting for Get Transaction History's 5 calls a second.
+    public var environment: AppStoreEnvironment = .production
+    /// ``environment`` as a signed transaction names it.
+    private var environmentName: String { environment == .production ? "Production" : "Sandbox" }
     /// Prints each disagreement as it is found (the command's `--verbose`); the report keeps them all.
     public var log: @Sendable (String) -> Void = { _ in }
 
@@ -239,7 +246,7 @@ public struct ConformanceDriver: Sendable {
             guard let purchase = run.purchases[customer] else { throw ConformanceError.noPurchase(customer) }
             let delivery = delivery(for: customer, &run)
             let uuid = try center.event(
-                type: type, subtype: subtype, transactionID: id ?? purchase.original, environment: .sandbox, delivery: delivery, period: period)
+                type: type, subtype: subtype, transactionID: id ?? purchase.original, environment: environment, delivery: delivery, period: period)
             guard let uuid else { return }
             if delivery.lost {
                 run.lost[customer, default: []].insert(uuid)
@@ -264,9 +271,9 @@ public struct ConformanceDriver: Sendable {
             case nil: break
             }
             let (jws, payload) = try ReceiptForger.signedTransaction(
-                bundleID: target.bundleID, productID: catalogue.productID(product), days: days, authority: api.authority, now: clock.now(),
-                fields: fields)
-            api.add(transactions: [payload], environment: .sandbox)
+                bundleID: target.bundleID, productID: catalogue.productID(product), days: days, environment: environmentName,
+                authority: api.authority, now: clock.now(), fields: fields)
+            api.add(transactions: [payload], environment: environment)
             run.purchases[customer] = Purchase(jws: jws, original: payload["originalTransactionId"]?.stringValue ?? "")
             try await post(jws, user: timeline.users[user], customer: customer, &run)
         case .restore(let user):
@@ -287,13 +294,14 @@ public struct ConformanceDriver: Sendable {
             try notify("EXPIRED", intent == .voluntary ? "VOLUNTARY" : "BILLING_RETRY")
         case .refund:
             guard let purchase = run.purchases[customer] else { throw ConformanceError.noPurchase(customer) }
-            try notify("REFUND", about: api.latestTransactionID(of: purchase.original, in: .sandbox))
+            try notify("REFUND", about: api.latestTransactionID(of: purchase.original, in: environment))
         case .upgrade(let product):
             guard let purchase = run.purchases[customer] else { throw ConformanceError.noPurchase(customer) }
             let (_, payload) = try ReceiptForger.signedTransaction(
-                bundleID: target.bundleID, productID: catalogue.productID(product), days: Lifecycle.month / 86_400, authority: api.authority,
-                now: clock.now(), fields: ["originalTransactionId": .string(purchase.original), "transactionReason": .string("PURCHASE")])
-            api.add(transactions: [payload], environment: .sandbox)
+                bundleID: target.bundleID, productID: catalogue.productID(product), days: Lifecycle.month / 86_400,
+                environment: environmentName, authority: api.authority, now: clock.now(),
+                fields: ["originalTransactionId": .string(purchase.original), "transactionReason": .string("PURCHASE")])
+            api.add(transactions: [payload], environment: environment)
             try notify("DID_CHANGE_RENEWAL_PREF", "UPGRADE", about: payload["transactionId"]?.stringValue)
         }
     }
