@@ -19,7 +19,7 @@ extension RetentionRow {
         let ranges = ["week": 6...8, "end": (days - 2)...days]
         var table = TextTable(
             title: "retention: database size and Postgres CPU per validation (median of the days' windows)",
-            headers: ["when", "day", "database MB", "pg µs/job", "days", "windows"])
+            headers: ["when", "day", "database MB", "pg µs/job", "days", "windows", "ledger rows"])
         var cpus: [String: Double] = [:]
         for when in ["week", "end"] {
             guard var s = snapshots[when], let range = ranges[when] else { continue }
@@ -31,6 +31,7 @@ extension RetentionRow {
             table.add([
                 when, "\(s["day"] ?? "?")", String(format: "%.1f", Double(s["database_bytes"] as? Int ?? -1) / 1e6),
                 "\(Format.json(cpu ?? -1))", "\(range.lowerBound)–\(range.upperBound)", "\(levels.filter { range.contains($0.day) }.count)",
+                "\(s["ledger_rows"] ?? "?")",
             ])
         }
         result["days"] = levels.map {

@@ -14,7 +14,11 @@ import Synchronization
 /// The traffic is a steady app: a fixed population of `--population` (3,000) customers whose
 /// devices re-validate their receipts (the same purchases, a new receipt row each time) and whose
 /// monthly subscriptions renew (a thirtieth of them each day, a renewal the mock App Store then
-/// reports). `--population 0` makes every job a new customer, the first version's traffic: then
+/// reports). `--no-renewals` keeps every receipt as it was: each renewal adds a transaction the
+/// customer's receipt carries for ever, so with renewals a validation upserts more ledger rows at
+/// the end than after the first week (work retention has no say in); without them the work per
+/// validation is the same throughout, and a rise is the tables'.
+/// `--population 0` makes every job a new customer, the first version's traffic: then
 /// the receipts, purchases and subscriptions retention never drops grow with the traffic.
 ///
 /// On a fresh database (`receiptq_bench_retention`), with the time partitions narrowed to the
@@ -41,6 +45,8 @@ enum RetentionRow: BenchRow {
         OptionSpec(name: "--concurrency", takesValue: true, help: "WORKER_CONCURRENCY (default 25)"),
         OptionSpec(name: "--population", takesValue: true, help: "the steady app's customers (default 3000; 0 = a new customer per job)"),
         OptionSpec(name: "--sweep-every", takesValue: true, help: "seconds between the end of a sweep and the next (default 2)"),
+        OptionSpec(
+            name: "--no-renewals", takesValue: false, help: "no renewals: every receipt keeps its transactions (the same work per validation)"),
     ]
 
     static let database = "receiptq_bench_retention"
@@ -55,6 +61,7 @@ enum RetentionRow: BenchRow {
         let concurrency = try options.positive("--concurrency", default: 25)
         let population = Int(try PipelineRow.optionNumber(options, "--population", 3_000))
         let every = try PipelineRow.optionNumber(options, "--sweep-every", 2)
+        let renews = population > 0 && !options.has("--no-renewals")
         setenv("RETENTION_DAY_SECONDS", "\(daySeconds)", 1)
         for kind in kinds { setenv("RETENTION_\(kind)_DAYS", "\(keep)", 1) }
         let original = ProcessInfo.processInfo.environment["POSTGRES_DB"]
@@ -92,7 +99,7 @@ enum RetentionRow: BenchRow {
         do {
             var day = 0
             while day < days {
-                if population > 0, day > renewedThrough {
+                if renews, day > renewedThrough {
                     renewals += try renew(context, population: population, days: (renewedThrough + 1)...day)
                     renewedThrough = day
                 }
@@ -180,6 +187,11 @@ enum RetentionRow: BenchRow {
             ["table": $0.string("name") ?? "?", "bytes": $0.int("bytes") ?? -1, "live_rows": $0.int("live") ?? -1, "dead_rows": $0.int("dead") ?? -1]
                 as [String: Any]
         }
-        return ["day": day, "database_bytes": size, "biggest_tables": tables, "postgres_cpu_us_per_job": Format.json(postgres ?? -1)]
+        // The work a re-validation does grows with its receipt's transactions (each upserted).
+        let ledger = try connection.query("SELECT count(*) AS n FROM in_app_purchases").rows.first?.int("n") ?? -1
+        return [
+            "day": day, "database_bytes": size, "biggest_tables": tables, "postgres_cpu_us_per_job": Format.json(postgres ?? -1),
+            "ledger_rows": ledger,
+        ]
     }
 }
