@@ -49,14 +49,16 @@ struct ConformanceCommand: AsyncParsableCommand {
             Exit status: 0 when the run is conformant; 1 when an answer was still wrong once the deployment had heard \
             from Apple, or an event was missing or duplicated (late answers and events out of order are counted, \
             not failed); 64 for bad arguments.
-            """)
+            """,
+        // `worker`: the process --faults killed starts and kills, not for people.
+        subcommands: [ConformanceWorkerCommand.self])
 
     @Option(help: "Customers to simulate (scenarios are dealt round-robin).") var customers = 1_000
     @Option(help: "Simulated days.") var days = 365
     @Option(
         help: ArgumentHelp(
             "Apple's faults: none, default (duplicated, delayed, reordered and lost notifications), all (and Server API errors, "
-                + "an hour's outage), or one alone: lost, outage.")
+                + "an hour's outage, a worker process killed), or one alone: lost, outage, killed.")
     )
     var faults: Faults.Preset = .default
     @Option(help: "The run's seed (default: a new one, printed).") var seed = UInt64.random(in: 1...999_999)
@@ -85,6 +87,21 @@ struct ConformanceCommand: AsyncParsableCommand {
 }
 
 extension Faults.Preset: ExpressibleByArgument {}
+
+/// `receiptq conformance worker`: the worker process a run under `--faults killed` starts, kills and
+/// starts again; hidden.
+struct ConformanceWorkerCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "worker", abstract: "Runs one worker on a conformance run's simulated clock (started by the run itself).",
+        shouldDisplay: false)
+
+    @Option(help: "The file the run publishes its simulated time in.") var clockFile: String
+
+    func run() async throws {
+        let runtime = try ReceiptQueueApp.Runtime.bootstrap(label: "conformance-worker")
+        try await ConformanceWorker.run(clockFile: clockFile, configuration: runtime.configuration, logger: runtime.logger)
+    }
+}
 
 struct Forge: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
