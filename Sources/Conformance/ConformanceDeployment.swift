@@ -252,17 +252,13 @@ public final class ConformanceDeployment: ConformanceTarget {
     }
 
     public func receivedEvents() -> ReceivedEvents {
-        var seen = Set<String>()
-        return receiver.deliveries.reduce(into: ReceivedEvents(byUser: [:], repeats: 0)) { received, delivery in
-            guard delivery.status == 200, let user = delivery.event?["user_identifier"]?.stringValue,
-                let type = EventType(rawValue: delivery.type)
-            else { return }
-            guard seen.insert(delivery.eventID).inserted else {
-                received.repeats += 1
-                return
-            }
-            received.byUser[user, default: []].append(type)
-        }
+        ReceivedEvents(
+            deliveries: receiver.deliveries.compactMap { delivery in
+                guard delivery.status == 200, let user = delivery.event?["user_identifier"]?.stringValue,
+                    let type = EventType(rawValue: delivery.type)
+                else { return nil }
+                return (delivery.eventID, user, type)
+            })
     }
 
     // MARK: Parts

@@ -14,9 +14,18 @@ public struct ReceivedEvents: Sendable, Equatable {
     /// between its POST and recording it sends it again, with the same `Receiptq-Event-Id`).
     public var repeats: Int
 
-    public init(byUser: [String: [EventType]], repeats: Int) {
-        self.byUser = byUser
-        self.repeats = repeats
+    /// The stream kept from `deliveries` (those the backend answered 2xx), in arrival order.
+    public init(deliveries: [(eventID: String, user: String, type: EventType)]) {
+        var seen = Set<String>()
+        byUser = [:]
+        repeats = 0
+        for delivery in deliveries {
+            guard seen.insert(delivery.eventID).inserted else {
+                repeats += 1
+                continue
+            }
+            byUser[delivery.user, default: []].append(delivery.type)
+        }
     }
 }
 

@@ -4,8 +4,8 @@ import ReceiptQueueApp
 import ServiceLifecycle
 import Telemetry
 
-/// The child's side of ``Faults/workerKilled``: `receiptq conformance worker --clock-file PATH`,
-/// a hidden subcommand the deployment starts. It runs the worker role alone, built as every role
+/// The child's side of ``Faults/workerKilled``: `receiptq conformance-worker --clock-file PATH`,
+/// a hidden command the deployment starts. It runs the worker role alone, built as every role
 /// is (`ReceiptQueueApp.makeWorker`), with the dates of Apple's answers read from the run's
 /// simulated clock through the ``ClockFile`` the parent publishes; everything else (Redis,
 /// Postgres, the mock App Store's URLs, the secrets key, the trust roots) comes in its

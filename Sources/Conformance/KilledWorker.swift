@@ -6,7 +6,7 @@ import RedisJobQueue
 import Synchronization
 
 /// The parent's side of ``Faults/workerKilled``: one of the deployment's workers as a process of
-/// its own (`receiptq conformance worker`, see ``ConformanceWorker``), which ``kill(within:)``
+/// its own (`receiptq conformance-worker`, see ``ConformanceWorker``), which ``kill(within:)``
 /// SIGKILLs while it holds jobs, and starts again. The deployment's in-process scheduler is the janitor that gives the
 /// dead worker's jobs back, once its heartbeat lapses (``heartbeatTTLSeconds``).
 final class KilledWorker: Sendable {
@@ -29,7 +29,7 @@ final class KilledWorker: Sendable {
     ///   - clockFile: where the run's simulated clock is published.
     ///   - log: the child's stderr (appended to).
     init(executable: URL, environment: [String: String], clockFile: URL, log: URL) throws {
-        arguments = [executable.path, "conformance", "worker", "--clock-file", clockFile.path]
+        arguments = [executable.path, "conformance-worker", "--clock-file", clockFile.path]
         self.environment = environment
         self.log = log
         configuration = try AppConfiguration(environment: environment)

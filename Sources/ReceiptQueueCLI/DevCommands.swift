@@ -49,9 +49,7 @@ struct ConformanceCommand: AsyncParsableCommand {
             Exit status: 0 when the run is conformant; 1 when an answer was still wrong once the deployment had heard \
             from Apple, or an event was missing or duplicated (late answers and events out of order are counted, \
             not failed); 64 for bad arguments.
-            """,
-        // `worker`: the process --faults killed starts and kills, not for people.
-        subcommands: [ConformanceWorkerCommand.self])
+            """)
 
     @Option(help: "Customers to simulate (scenarios are dealt round-robin).") var customers = 1_000
     @Option(help: "Simulated days.") var days = 365
@@ -88,11 +86,12 @@ struct ConformanceCommand: AsyncParsableCommand {
 
 extension Faults.Preset: ExpressibleByArgument {}
 
-/// `receiptq conformance worker`: the worker process a run under `--faults killed` starts, kills and
-/// starts again; hidden.
+/// `receiptq conformance-worker`: the worker process a run under `--faults killed` starts, kills
+/// and starts again; hidden (not for people). A command of its own, not a subcommand of
+/// `conformance`: a subcommand, even hidden, would make that command's usage ask for one.
 struct ConformanceWorkerCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "worker", abstract: "Runs one worker on a conformance run's simulated clock (started by the run itself).",
+        commandName: "conformance-worker", abstract: "Runs one worker on a conformance run's simulated clock (started by the run itself).",
         shouldDisplay: false)
 
     @Option(help: "The file the run publishes its simulated time in.") var clockFile: String
