@@ -243,8 +243,8 @@ public final class ConformanceDeployment: ConformanceTarget {
     }
 
     /// How long ``killWorker()`` waits for the worker process to hold a job (when it gets one of
-    /// a post's jobs at all, it holds it within a fifth of a second here).
-    public static let killPatience: Duration = .seconds(1)
+    /// a post's jobs at all, it held it within a fifth of a second here).
+    public static let killPatience: Duration = .milliseconds(500)
 
     public func killWorker() async throws -> Int? {
         guard let killedWorker else { throw DeploymentError.noWorkerProcess }

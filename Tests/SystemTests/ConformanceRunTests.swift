@@ -79,7 +79,7 @@ struct ConformanceRunTests {
     }
 
     /// A worker killed alone: the deployment's one worker process is SIGKILLed while it holds jobs,
-    /// a few times a simulated month, and started again; the in-process janitor gives its jobs
+    /// once a simulated month, and started again; the in-process janitor gives its jobs
     /// back (the run settles only once none is held), every answer right, every event once (a
     /// webhook the dead worker had sent but not recorded comes again with its event id, which
     /// the backend ignores, as the README tells backends).
@@ -89,14 +89,15 @@ struct ConformanceRunTests {
         let report = try await Self.run(customers: 40, days: 60, faults: Faults(.killed), seed: 4_548)
         Self.expectConformant(report, customers: 40)
         print(report.table + "\n\n" + (report.killsLine ?? "no kill"))
-        // Two a simulated month, each once the worker holds a job; one may find none in its hands.
-        #expect(report.workerKills.count >= 2, "\(report.killsLine ?? "no kill")")
-        #expect(report.workerKills.allSatisfy { $0 > 0 } && report.workerKills.reduce(0, +) >= 2, "\(report.killsLine ?? "no kill")")
+        // One a simulated month, each once the worker holds a job (one may find none in its hands
+        // at any later post: not done).
+        #expect(!report.workerKills.isEmpty && report.workerKills.allSatisfy { $0 > 0 }, "\(report.killsLine ?? "no kill")")
+        #expect(report.workerKills.count + report.workerKillsUndone == 2, "two drawn in 60 days: \(report.killsLine ?? "no kill")")
     }
 
     /// The issue's CI run: 200 customers for 90 days under every fault kind — duplicated, delayed,
     /// reordered and lost notifications, Server API 5xx and 429, an hour's outage, a worker process
-    /// killed six times (~110 s alone on this machine). It once found a grace period read as active and a voluntary expiry's event
+    /// killed three times (~115 s alone on this machine). It once found a grace period read as active and a voluntary expiry's event
     /// missing: the mock App Store called a period active a fraction of a millisecond past its end
     /// (`MockBoundaryTests`); and a second app user's restore overtaking the first user's purchase
     /// still retried after Apple's 429 (the driver now settles before a customer's second step).
@@ -104,6 +105,7 @@ struct ConformanceRunTests {
     func withAllFaults() async throws {
         let report = try await Self.run(customers: 200, days: 90, faults: Faults(.all), seed: 4_545)
         Self.expectConformant(report, customers: 200)
-        print(report.table + "\n\n" + report.latenessTable)
+        print(report.table + "\n\n" + report.latenessTable + "\n" + (report.killsLine ?? "no kill"))
+        #expect(!report.workerKills.isEmpty, "`all` kills the worker process")
     }
 }
