@@ -36,7 +36,9 @@ struct ConformanceWorkerTests {
         let first = try #require(observed.date("first"))
         let last = try #require(observed.date("last"))
         // Read from the file: at or after the simulated start, not the machine's time half a year before.
-        #expect(first >= simulated.addingTimeInterval(-1) && last <= clock.now().addingTimeInterval(1), "observed \(first) … \(last), simulated \(simulated)")
+        #expect(
+            first >= simulated.addingTimeInterval(-1) && last <= clock.now().addingTimeInterval(1),
+            "observed \(first) … \(last), simulated \(simulated)")
         kill(worker.processIdentifier, SIGTERM)
         worker.waitUntilExit()
         #expect(worker.terminationReason == .exit && worker.terminationStatus == 0)
