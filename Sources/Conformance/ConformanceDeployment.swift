@@ -139,6 +139,8 @@ public final class ConformanceDeployment: ConformanceTarget {
                     executable: workerExecutable, environment: settings.merging(["LOG_LEVEL": "error"]) { _, own in own },
                     clockFile: clockFile, log: trust.appendingPathComponent("worker.log"))
                 started.append { await worker.stop() }
+                // Loud, not a run whose kills silently never happen (a receiptq not built, a bad setting).
+                try await worker.awaitStarted(timeout: .seconds(60))
                 killedWorker = worker
             }
             return ConformanceDeployment(

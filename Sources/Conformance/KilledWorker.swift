@@ -45,6 +45,7 @@ final class KilledWorker: Sendable {
     /// back). Nil when it held none by then: not killed.
     func kill(within: Duration) async throws -> Int? {
         let process = child.withLock { $0 }
+        try ensureRunning(process)
         let redis = try RedisConnection(configuration: configuration.redis, label: "conformance-kill")
         defer { redis.close() }
         let deadline = ContinuousClock.now + within
@@ -66,6 +67,27 @@ final class KilledWorker: Sendable {
         return held
     }
 
+    /// Returns once the worker has beaten its first heartbeat (it runs, on the deployment's Redis);
+    /// throws, with what it said, if it exited or had not beaten within `timeout`.
+    func awaitStarted(timeout: Duration) async throws {
+        let process = child.withLock { $0 }
+        let redis = try RedisConnection(configuration: configuration.redis, label: "conformance-kill")
+        defer { redis.close() }
+        let deadline = ContinuousClock.now + timeout
+        while try lane(of: process.processIdentifier, redis) == nil {
+            try ensureRunning(process)
+            guard ContinuousClock.now < deadline else { throw WorkerProcessError.didNotStart(log: logTail()) }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+    }
+
+    /// Throws if `process` exited by itself (a kill the driver cannot make is a run that tests nothing).
+    private func ensureRunning(_ process: ChildProcess) throws {
+        guard process.isRunning else { throw WorkerProcessError.exited(status: process.terminationStatus, log: logTail()) }
+    }
+
+    private func logTail() -> String { String(((try? String(contentsOf: log, encoding: .utf8)) ?? "").suffix(2_000)) }
+
     /// The worker lane of process `pid`: the one whose heartbeat names it (nil before its first beat).
     private func lane(of pid: pid_t, _ redis: RedisConnection) throws -> String? {
         let lanes = try redis.send(["SMEMBERS", configuration.keys.workers]).array?.compactMap(\.string) ?? []
@@ -81,6 +103,21 @@ final class KilledWorker: Sendable {
         if process.isRunning {
             Glibc.kill(process.processIdentifier, SIGKILL)
             process.waitUntilExit()
+        }
+    }
+}
+
+/// The worker process a run kills did not run.
+enum WorkerProcessError: Error, CustomStringConvertible {
+    /// It exited by itself: its status, and the end of what it wrote to stderr.
+    case exited(status: Int32, log: String)
+    /// It never beat a heartbeat on the deployment's Redis.
+    case didNotStart(log: String)
+
+    var description: String {
+        switch self {
+        case .exited(let status, let log): "the conformance worker process exited (status \(status)): \(log)"
+        case .didNotStart(let log): "the conformance worker process did not start: \(log)"
         }
     }
 }
