@@ -23,7 +23,7 @@ public struct ConformanceDriver: Sendable {
     /// Under ``Faults/workerKilled``: how many times a simulated month the worker process is killed
     /// (at least once a run). Each kill holds the run up by the janitor's few seconds (the next
     /// settling waits for the jobs the dead worker held): at two a month the CI run took 121 s
-    /// of its 120, at one about 5 s less.
+    /// of its 120, at one 107–112 s.
     public var killsPerMonth: Double = 1
     /// Prints each disagreement as it is found (the command's `--verbose`); the report keeps them all.
     public var log: @Sendable (String) -> Void = { _ in }

@@ -44,7 +44,9 @@ struct ConformanceCommand: AsyncParsableCommand {
             scenario: answers checked, wrong, late, events expected, missing, duplicated, out of order, unexpected. \
             It needs Redis and Postgres, read as `receiptq all` reads them (REDIS_*, POSTGRES_*), and creates a \
             database of its own on that server (receiptq_conformance_<id>) and a Redis key prefix of its own, both \
-            removed at the end. --seed reproduces a run's timelines and faults.
+            removed at the end. --seed reproduces a run's timelines and faults. Under --faults killed (and all) one \
+            worker runs as a process of its own, this executable's hidden conformance-worker command on the run's \
+            clock, SIGKILLed once a simulated month while it holds jobs and started again.
 
             Exit status: 0 when the run is conformant; 1 when an answer was still wrong once the deployment had heard \
             from Apple, or an event was missing or duplicated (late answers and events out of order are counted, \
