@@ -24,6 +24,10 @@ import Telemetry
 /// to what it creates: a database of its own on that Postgres server (`receiptq_conformance_<id>`,
 /// created, migrated, and dropped by ``stop()``) and a Redis key prefix of its own (deleted by
 /// ``stop()``).
+///
+/// Started with a worker executable (``Faults/workerKilled``), it also runs one worker as a
+/// process of its own, on the same simulated clock through a ``ClockFile``, for the driver to
+/// kill (``killWorker()``); its in-process scheduler is the janitor.
 public final class ConformanceDeployment: ConformanceTarget {
     /// The database the run uses, on the configured Postgres server.
     public let database: String
@@ -39,6 +43,7 @@ public final class ConformanceDeployment: ConformanceTarget {
     private let group: ServiceGroup
     private let task: Task<Void, any Error>
     private let receiverTask: Task<Void, any Error>
+    private let killedWorker: KilledWorker?
 
     public var mock: MockAppStoreState { mockServer.state }
     public var bundleID: String { app.bundleID }
@@ -56,8 +61,12 @@ public final class ConformanceDeployment: ConformanceTarget {
     ///     reads them); the deployment sets its own listeners, mock App Store, keys and trust roots
     ///     over it.
     ///   - clock: the run's simulated clock.
+    ///   - workerExecutable: `receiptq`, to run one worker as a process of its own that
+    ///     ``killWorker()`` kills (nil: every role in process).
     ///   - logger: the roles' logger (its level decides how much they say).
-    public static func start(environment: [String: String], clock: SimulatedClock, logger: Logger) async throws -> ConformanceDeployment {
+    public static func start(
+        environment: [String: String], clock: SimulatedClock, workerExecutable: URL? = nil, logger: Logger
+    ) async throws -> ConformanceDeployment {
         let id = String(UInt32.random(in: 0...UInt32.max), radix: 16)
         let database = "receiptq_conformance_\(id)"
         let server = try AppConfiguration(environment: environment).postgres
@@ -76,7 +85,7 @@ public final class ConformanceDeployment: ConformanceTarget {
             started.append { await mockServer.stop() }
             let secretsKey = SecureRandom.bytes(32)
             // As the tests' whole system is started (TestSystem), on a database and a key prefix of its own.
-            let overrides = mockServer.settings.merging([
+            var overrides = mockServer.settings.merging([
                 "HTTP_HOST": "127.0.0.1", "HTTP_PORT": "0", "POSTGRES_DB": database, "REDIS_KEY_PREFIX": "{rqc-\(id)}",
                 "RECEIPTQ_SECRETS_KEY": Data(secretsKey).base64EncodedString(), "RECEIPTQ_TRUST_ROOTS_DIR": trust.path,
                 "APPSTORE_REQUEST_TIMEOUT_MS": "5000", "WORKER_CONCURRENCY": "4", "API_SYNC_WAIT_MS": "20000", "RETRY_BASE_MS": "200",
@@ -86,7 +95,10 @@ public final class ConformanceDeployment: ConformanceTarget {
                 // Counted on the simulated clock: a lost notification is found within an hour of simulated time.
                 "NOTIFICATION_HISTORY_INTERVAL_SECONDS": String(Int(historySweepInterval)),
             ]) { _, own in own }
-            let configuration = try AppConfiguration(environment: environment.merging(overrides) { _, own in own })
+            // A killed worker's jobs come back within seconds, not the default's 30.
+            if workerExecutable != nil { overrides["WORKER_HEARTBEAT_TTL_SECONDS"] = String(KilledWorker.heartbeatTTLSeconds) }
+            let settings = environment.merging(overrides) { _, own in own }
+            let configuration = try AppConfiguration(environment: settings)
             started.append { deleteKeys(configuration) }
             try ReceiptQueueApp.migrate(configuration, logger: logger)
 
@@ -121,10 +133,23 @@ public final class ConformanceDeployment: ConformanceTarget {
             mockServer.state.notifications.setTarget(
                 .init(url: "http://127.0.0.1:\(port)/apple/notifications/\(app.name)/\(notificationToken)", version: "v2", password: nil),
                 bundleID: app.bundleID)
+            var killedWorker: KilledWorker?
+            if let workerExecutable {
+                let clockFile = trust.appendingPathComponent("clock")
+                clock.publish(to: try ClockFile.Writer(path: clockFile.path))
+                // Only errors: its routine lines would bury the run's table.
+                let worker = try KilledWorker(
+                    executable: workerExecutable, environment: settings.merging(["LOG_LEVEL": "error"]) { _, own in own },
+                    clockFile: clockFile, log: trust.appendingPathComponent("worker.log"))
+                started.append { await worker.stop() }
+                // Loud, not a run whose kills silently never happen (a receiptq not built, a bad setting).
+                try await worker.awaitStarted(timeout: .seconds(60))
+                killedWorker = worker
+            }
             return ConformanceDeployment(
                 database: database, configuration: configuration, app: app, receiver: receiver, apiPort: port, server: server,
                 mockServer: mockServer, token: token, client: try HTTPClient(options: CurlOptions(), lanes: 8), trustDirectory: trust,
-                group: group, task: task, receiverTask: receiverTask)
+                group: group, task: task, receiverTask: receiverTask, killedWorker: killedWorker)
         } catch {
             for stop in started.reversed() { await stop() }
             throw error
@@ -134,7 +159,7 @@ public final class ConformanceDeployment: ConformanceTarget {
     private init(
         database: String, configuration: AppConfiguration, app: AppRecord, receiver: WebhookReceiver, apiPort: Int,
         server: PostgresConfiguration, mockServer: RunningMockAppStore, token: String, client: HTTPClient, trustDirectory: URL,
-        group: ServiceGroup, task: Task<Void, any Error>, receiverTask: Task<Void, any Error>
+        group: ServiceGroup, task: Task<Void, any Error>, receiverTask: Task<Void, any Error>, killedWorker: KilledWorker?
     ) {
         self.database = database
         self.configuration = configuration
@@ -149,11 +174,13 @@ public final class ConformanceDeployment: ConformanceTarget {
         self.group = group
         self.task = task
         self.receiverTask = receiverTask
+        self.killedWorker = killedWorker
     }
 
     /// Stops every role, the mock and the receiver, and removes what the run created: its
     /// database, its Redis keys, its trust directory.
     public func stop() async {
+        await killedWorker?.stop()
         await group.triggerGracefulShutdown()
         _ = try? await task.value
         await client.shutdown()
@@ -195,7 +222,7 @@ public final class ConformanceDeployment: ConformanceTarget {
         _ = try await Self.poll {
             let open = try await postgres.query("SELECT count(*) AS open FROM webhook_deliveries WHERE status IN ('pending', 'queued')")
             guard open.rows.first?.int("open") == 0 else { return false }
-            let received = receivedEvents()
+            let received = receivedEvents().byUser
             return counts.allSatisfy { user, count in received[user, default: []].count >= count }
         }
     }
@@ -220,13 +247,23 @@ public final class ConformanceDeployment: ConformanceTarget {
         return Set(rows.rows.compactMap { $0.string("notification_uuid") })
     }
 
-    public func receivedEvents() -> [String: [EventType]] {
-        receiver.deliveries.reduce(into: [:]) { received, delivery in
-            guard delivery.status == 200, let user = delivery.event?["user_identifier"]?.stringValue,
-                let type = EventType(rawValue: delivery.type)
-            else { return }
-            received[user, default: []].append(type)
-        }
+    /// How long ``killWorker()`` waits for the worker process to hold a job (when it gets one of
+    /// a post's jobs at all, it held it within a fifth of a second here).
+    public static let killPatience: Duration = .milliseconds(500)
+
+    public func killWorker() async throws -> Int? {
+        guard let killedWorker else { throw DeploymentError.noWorkerProcess }
+        return try await killedWorker.kill(within: Self.killPatience)
+    }
+
+    public func receivedEvents() -> ReceivedEvents {
+        ReceivedEvents(
+            deliveries: receiver.deliveries.compactMap { delivery in
+                guard delivery.status == 200, let user = delivery.event?["user_identifier"]?.stringValue,
+                    let type = EventType(rawValue: delivery.type)
+                else { return nil }
+                return (delivery.eventID, user, type)
+            })
     }
 
     // MARK: Parts
@@ -320,6 +357,8 @@ public enum DeploymentError: Error, CustomStringConvertible {
     case appNotStored
     /// Jobs were still held after ``ConformanceDeployment/patience``: which, and the ones in workers' hands.
     case didNotSettle(held: [String: Int], jobs: [String])
+    /// A worker kill asked of a deployment started without a worker process.
+    case noWorkerProcess
 
     public var description: String {
         switch self {
@@ -327,6 +366,7 @@ public enum DeploymentError: Error, CustomStringConvertible {
         case .appNotStored: "the conformance app was added but cannot be read back"
         case .didNotSettle(let held, let jobs):
             "the deployment did not settle in \(ConformanceDeployment.patience): \(held)\n\(jobs.joined(separator: "\n"))"
+        case .noWorkerProcess: "a worker kill was asked of a deployment that runs no worker process"
         }
     }
 }

@@ -27,6 +27,11 @@ public struct ConformanceDriver: Sendable {
     public var environment: AppStoreEnvironment = .production
     /// ``environment`` as a signed transaction names it.
     private var environmentName: String { environment == .production ? "Production" : "Sandbox" }
+    /// Under ``Faults/workerKilled``: how many times a simulated month the worker process is killed
+    /// (at least once a run). Each kill holds the run up by the janitor's few seconds (the next
+    /// settling waits for the jobs the dead worker held): at two a month the CI run took 121 s
+    /// of its 120, at one 107–112 s.
+    public var killsPerMonth: Double = 1
     /// Prints each disagreement as it is found (the command's `--verbose`); the report keeps them all.
     public var log: @Sendable (String) -> Void = { _ in }
 
@@ -59,6 +64,10 @@ public struct ConformanceDriver: Sendable {
         var outage: DateInterval?
         /// Device posts made while Apple was down, not yet answered: which customer, and when.
         var outagePosts: [(customer: Int, at: Date)] = []
+        /// The steps (by their index in the run's order) whose device post kills the worker process.
+        var killAt: Set<Int> = []
+        /// Kills due: a device post tries one; a worker that holds no job then is killed at a later post.
+        var killsDue = 0
         var windowsHeld = 0
         var random: SeededGenerator
         var report = ConformanceReport()
@@ -78,6 +87,7 @@ public struct ConformanceDriver: Sendable {
                 target.mock.serverAPI.setOutage(run.outage)
             }
         }
+        if faults.workerKilled { run.killAt = killSteps(timelines, steps) }
         var next = 0
         while next < steps.count {
             let end = timelines[steps[next].timeline].steps[steps[next].step].at.addingTimeInterval(window)
@@ -91,6 +101,7 @@ public struct ConformanceDriver: Sendable {
                 try await catchUp(&run, before: timelines[t].steps[s].at, again: touched.contains(t))
                 run.report.phases.lap(\.settling, &lap)
                 clock.jump(to: timelines[t].steps[s].at)
+                if run.killAt.contains(next) { run.killsDue += 1 }
                 try await play(timelines[t].steps[s].action, of: timelines[t], &run)
                 if !touched.contains(t) { touched.append(t) }
                 next += 1
@@ -132,14 +143,28 @@ public struct ConformanceDriver: Sendable {
             run.report.late(kind, by: sent.heard.map { $0.timeIntervalSince(sent.signedDate) })
         }
         let received = target.receivedEvents()
+        run.report.repeatedDeliveries = received.repeats
+        run.report.workerKillsUndone = run.killsDue
         for timeline in timelines {
             try await check(timeline, &run, final: true)
             for user in timeline.users.indices {
-                run.report.events(timeline, user: user, received: received[timeline.users[user], default: []])
+                run.report.events(timeline, user: user, received: received.byUser[timeline.users[user], default: []])
             }
         }
         run.report.phases.lap(\.final, &lap)
         return run.report
+    }
+
+    /// The device posts at which the worker process is killed: ``killsPerMonth`` a simulated month
+    /// of the run's span, drawn from a generator of their own (the other faults' draws stay those
+    /// of the same seed without kills).
+    private func killSteps(_ timelines: [Timeline], _ steps: [(timeline: Int, step: Int)]) -> Set<Int> {
+        let posts = steps.indices.filter { timelines[steps[$0].timeline].steps[steps[$0].step].action.isDevicePost }
+        guard let first = steps.first, let last = steps.last else { return [] }
+        let span = timelines[last.timeline].steps[last.step].at.timeIntervalSince(timelines[first.timeline].steps[first.step].at)
+        let kills = min(posts.count, max(1, Int((span / Lifecycle.month * killsPerMonth).rounded())))
+        var random = SeededGenerator(seed: seed ^ 0x4B11_1ED0)
+        return Set(posts.shuffled(using: &random).prefix(kills))
     }
 
     /// Lets the deployment's history sweep find the lost notifications: moves the clock past the
@@ -326,7 +351,19 @@ public struct ConformanceDriver: Sendable {
             target.mock.serverAPI.addRule(
                 MockServerAPIState.Rule(count: 1, httpStatus: status, errorCode: status == 429 ? 4_290_000 : nil, retryAfterMs: retryAfter))
         }
-        let status = try await target.postTransaction(jws, user: user)
+        let status: Int
+        if run.killsDue > 0 {
+            // The post in flight while the worker is killed: its job may be one the dead worker
+            // held, and then it is answered once the janitor gave it back and a worker ran it.
+            let posting = Task { [target] in try await target.postTransaction(jws, user: user) }
+            if let held = try await target.killWorker() {
+                run.killsDue -= 1
+                run.report.workerKilled(holding: held)
+            }
+            status = try await posting.value
+        } else {
+            status = try await target.postTransaction(jws, user: user)
+        }
         guard (200..<300).contains(status) else { throw ConformanceError.postRefused(user: user, status: status) }
     }
 }

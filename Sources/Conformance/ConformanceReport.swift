@@ -94,8 +94,31 @@ public struct ConformanceReport: Sendable {
     /// heard of it (the notification's post answered, the history sweep listing it, the device's
     /// post answered by Apple), nil if it never did.
     public var lateness: [Faults.Kind: [TimeInterval?]] = [:]
+    /// Each kill of the worker process (``Faults/workerKilled``): the jobs it held when it died,
+    /// which the janitor gave back (the run settled only once none was held).
+    public var workerKills: [Int] = []
+    /// Kills drawn but not done: the worker process held no job at any device post after it.
+    public var workerKillsUndone = 0
+    /// Webhook deliveries of an event the backend had already received, ignored by its id.
+    public var repeatedDeliveries = 0
 
     public init() {}
+
+    /// Counts a kill of the worker process that left `jobs` in its hands.
+    public mutating func workerKilled(holding jobs: Int) { workerKills.append(jobs) }
+
+    /// "worker process killed 6 times holding jobs: 9 jobs taken back by the janitor; 2 webhook
+    /// deliveries repeated (the same event id, ignored)" (nil when the run killed none and no
+    /// delivery was repeated).
+    public var killsLine: String? {
+        var parts: [String] = []
+        if !workerKills.isEmpty {
+            parts.append("worker process killed \(workerKills.count) times holding jobs: \(workerKills.reduce(0, +)) jobs taken back by the janitor")
+        }
+        if workerKillsUndone > 0 { parts.append("\(workerKillsUndone) kills not done (no job in its hands at a later post)") }
+        if repeatedDeliveries > 0 { parts.append("\(repeatedDeliveries) webhook deliveries repeated (the same event id, ignored)") }
+        return parts.isEmpty ? nil : parts.joined(separator: "; ")
+    }
 
     /// Counts a change `kind` made late, heard of `by` seconds after it was made (nil: never).
     public mutating func late(_ kind: Faults.Kind, by seconds: TimeInterval?) { lateness[kind, default: []].append(seconds) }

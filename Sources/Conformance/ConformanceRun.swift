@@ -32,6 +32,11 @@ public struct ConformanceRun: Sendable, Equatable {
         guard days >= 1 else { throw InvalidArgument(description: "--days must be at least 1, not \(days)") }
     }
 
+    /// The running executable (Linux's `/proc/self/exe`, resolved): `receiptq` when the command runs.
+    public static var ownExecutable: URL {
+        URL(fileURLWithPath: (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? "/proc/self/exe")
+    }
+
     /// `base` for the deployment's roles: their routine lines would bury the table, so they say
     /// only errors (warnings too when `verbose`); `LOG_LEVEL` can only make them quieter.
     public static func rolesLogger(_ base: Logger, verbose: Bool) -> Logger {
@@ -44,14 +49,20 @@ public struct ConformanceRun: Sendable, Equatable {
     /// are), and stops it (removing its database and keys) whatever happens.
     /// - Parameters:
     ///   - logger: the deployment's roles' logger.
+    ///   - executable: `receiptq`, which the deployment starts as its worker process under
+    ///     ``Faults/workerKilled`` (the command's own executable by default; tests give their build's).
     ///   - log: told of each disagreement as the driver finds it (`--verbose`).
-    public func play(environment: [String: String], logger: Logger, log: @escaping @Sendable (String) -> Void = { _ in }) async throws -> Outcome {
+    public func play(
+        environment: [String: String], logger: Logger, executable: URL = ConformanceRun.ownExecutable,
+        log: @escaping @Sendable (String) -> Void = { _ in }
+    ) async throws -> Outcome {
         try validate()
         let began = ContinuousClock.now
         // A minute ahead: the first purchases are dated after the deployment's start.
         let start = Date().addingTimeInterval(60)
         let clock = SimulatedClock(start: start)
-        let deployment = try await ConformanceDeployment.start(environment: environment, clock: clock, logger: logger)
+        let deployment = try await ConformanceDeployment.start(
+            environment: environment, clock: clock, workerExecutable: faults.workerKilled ? executable : nil, logger: logger)
         let report: ConformanceReport
         do {
             let timelines = LifecycleGenerator(catalogue: ConformanceCatalogue(bundleID: deployment.bundleID), start: start, days: days, seed: seed)
@@ -117,7 +128,7 @@ public struct ConformanceRun: Sendable, Equatable {
                     "seed \(run.seed), \(run.customers) customers, \(span), faults \(faults)",
                     "wall time \(String(format: "%.1f", wallSeconds)) s (\(rate) customers/s); database \(database), dropped",
                     "the driver's time: \(report.phases.description)",
-                ]
+                ] + (report.killsLine.map { [$0] } ?? [])
             let failing = report.disagreements.filter {
                 if case .lateAnswer = $0.kind { return false }
                 return true
@@ -142,6 +153,9 @@ public struct ConformanceRun: Sendable, Equatable {
                 "seed": .string(String(run.seed)), "wall_s": .number((wallSeconds * 10).rounded() / 10),
                 "customers_per_wall_s": .number((Double(run.customers) / max(wallSeconds, 0.001) * 100).rounded() / 100),
                 "conformant": .bool(conformant), "total": report.total.json,
+                "worker_kills": .number(Double(report.workerKills.count)),
+                "jobs_taken_back": .number(Double(report.workerKills.reduce(0, +))),
+                "deliveries_repeated": .number(Double(report.repeatedDeliveries)),
                 "late_by_fault": .object(
                     Dictionary(
                         uniqueKeysWithValues: report.latenessByKind.map { kind, l in

@@ -5,6 +5,30 @@ import ReceiptCore
 /// The receiptq deployment a run plays against, with its in-process mock App Store: what the
 /// driver needs of it, so the same driver runs under the tests' `TestSystem` and the command's
 /// own in-process system.
+/// The webhook stream the customers' backend kept, as the README tells a backend to: each event
+/// once, a repeat of an event id already received ignored.
+public struct ReceivedEvents: Sendable, Equatable {
+    /// The event types each app user received, in arrival order.
+    public var byUser: [String: [EventType]]
+    /// Deliveries of an event already received (a delivery is at least once: a worker killed
+    /// between its POST and recording it sends it again, with the same `Receiptq-Event-Id`).
+    public var repeats: Int
+
+    /// The stream kept from `deliveries` (those the backend answered 2xx), in arrival order.
+    public init(deliveries: [(eventID: String, user: String, type: EventType)]) {
+        var seen = Set<String>()
+        byUser = [:]
+        repeats = 0
+        for delivery in deliveries {
+            guard seen.insert(delivery.eventID).inserted else {
+                repeats += 1
+                continue
+            }
+            byUser[delivery.user, default: []].append(delivery.type)
+        }
+    }
+}
+
 public protocol ConformanceTarget: Sendable {
     /// The mock App Store the deployment calls and is notified by (its clock is the run's).
     var mock: MockAppStoreState { get }
@@ -33,5 +57,9 @@ public protocol ConformanceTarget: Sendable {
     /// The event types each app user's backend received by webhook, in arrival order, by user:
     /// one pass over every delivery (per user, a 10,000-customer run's end spent its time
     /// filtering the whole stream once for each of 11,000 users).
-    func receivedEvents() -> [String: [EventType]]
+    func receivedEvents() -> ReceivedEvents
+    /// SIGKILLs the deployment's worker process (``Faults/workerKilled``) once it holds a job and
+    /// starts another; returns the jobs the dead one held, which the janitor must give back
+    /// (``settle()`` waits for that too). Nil when it held none within a short wait: not killed.
+    func killWorker() async throws -> Int?
 }

@@ -13,33 +13,41 @@ public struct Faults: Sendable, Equatable {
     /// Apple's whole Server API down (503) for an hour of simulated time, from a device's post
     /// drawn at random: the workers retry with backoff until it is back.
     public var outage = false
+    /// The deployment runs one of its workers as a process of its own and SIGKILLs it a few times
+    /// per simulated month, at a device's post, once it holds jobs when it can, then starts it
+    /// again: the janitor must give the dead worker's jobs back.
+    public var workerKilled = false
 
     public init(
         duplicates: Bool = false, delayedAndReordered: Bool = false, appleErrors: Bool = false, lostNotifications: Bool = false,
-        outage: Bool = false
+        outage: Bool = false, workerKilled: Bool = false
     ) {
         self.duplicates = duplicates
         self.delayedAndReordered = delayedAndReordered
         self.appleErrors = appleErrors
         self.lostNotifications = lostNotifications
         self.outage = outage
+        self.workerKilled = workerKilled
     }
 
     /// The named sets `--faults` takes: the presets, and one per fault kind alone.
     public enum Preset: String, Sendable, CaseIterable {
-        case none, `default`, all, lost, outage
+        case none, `default`, all, lost, outage, killed
     }
 
     /// A preset's switches: `default` is what Apple does on a normal day (duplicates, delays and
-    /// reordering, lost notifications: Apple does lose some); `all` adds Server API errors and an
-    /// hour's outage; `lost` and `outage` are each that fault alone.
+    /// reordering, lost notifications: Apple does lose some); `all` adds Server API errors, an
+    /// hour's outage and a worker killed; `lost`, `outage` and `killed` are each that fault alone.
     public init(_ preset: Preset) {
         switch preset {
         case .none: self.init()
         case .default: self.init(duplicates: true, delayedAndReordered: true, lostNotifications: true)
-        case .all: self.init(duplicates: true, delayedAndReordered: true, appleErrors: true, lostNotifications: true, outage: true)
+        case .all:
+            self.init(
+                duplicates: true, delayedAndReordered: true, appleErrors: true, lostNotifications: true, outage: true, workerKilled: true)
         case .lost: self.init(lostNotifications: true)
         case .outage: self.init(outage: true)
+        case .killed: self.init(workerKilled: true)
         }
     }
 

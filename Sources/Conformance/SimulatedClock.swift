@@ -4,11 +4,13 @@ import Synchronization
 /// The one clock a conformance run's whole system reads (injected as `now`, never global): it
 /// runs at the machine's pace between the driver's jumps, so whatever waits on it (a re-poll due,
 /// a pause after Apple's 429) still comes due while the driver waits for the system, and jumps
-/// forward to the next moment of the customers' timelines. Never backwards.
+/// forward to the next moment of the customers' timelines. Never backwards. A process of the run's
+/// own (the worker ``Faults/workerKilled`` kills) reads it through a ``ClockFile`` it publishes to.
 public final class SimulatedClock: Sendable {
     private struct State {
         var base: Date
         var anchor: ContinuousClock.Instant
+        var published: ClockFile.Writer? = nil
     }
 
     private let state: Mutex<State>
@@ -28,7 +30,17 @@ public final class SimulatedClock: Sendable {
     public func jump(to date: Date) {
         state.withLock { state in
             guard date > Self.time(&state) else { return }
-            state = State(base: date, anchor: .now)
+            state.base = date
+            state.anchor = .now
+            state.published?.publish(date)
+        }
+    }
+
+    /// From now on writes the simulated time to `file` at each jump (and now, before returning).
+    public func publish(to file: ClockFile.Writer) {
+        state.withLock { state in
+            state.published = file
+            file.publish(Self.time(&state))
         }
     }
 

@@ -44,7 +44,9 @@ struct ConformanceCommand: AsyncParsableCommand {
             scenario: answers checked, wrong, late, events expected, missing, duplicated, out of order, unexpected. \
             It needs Redis and Postgres, read as `receiptq all` reads them (REDIS_*, POSTGRES_*), and creates a \
             database of its own on that server (receiptq_conformance_<id>) and a Redis key prefix of its own, both \
-            removed at the end. --seed reproduces a run's timelines and faults.
+            removed at the end. --seed reproduces a run's timelines and faults. Under --faults killed (and all) one \
+            worker runs as a process of its own, this executable's hidden conformance-worker command on the run's \
+            clock, SIGKILLed once a simulated month while it holds jobs and started again.
 
             Exit status: 0 when the run is conformant; 1 when an answer was still wrong once the deployment had heard \
             from Apple, or an event was missing or duplicated (late answers and events out of order are counted, \
@@ -56,7 +58,7 @@ struct ConformanceCommand: AsyncParsableCommand {
     @Option(
         help: ArgumentHelp(
             "Apple's faults: none, default (duplicated, delayed, reordered and lost notifications), all (and Server API errors, "
-                + "an hour's outage), or one alone: lost, outage.")
+                + "an hour's outage, a worker process killed), or one alone: lost, outage, killed.")
     )
     var faults: Faults.Preset = .default
     @Option(help: "The run's seed (default: a new one, printed).") var seed = UInt64.random(in: 1...999_999)
@@ -85,6 +87,22 @@ struct ConformanceCommand: AsyncParsableCommand {
 }
 
 extension Faults.Preset: ExpressibleByArgument {}
+
+/// `receiptq conformance-worker`: the worker process a run under `--faults killed` starts, kills
+/// and starts again; hidden (not for people). A command of its own, not a subcommand of
+/// `conformance`: a subcommand, even hidden, would make that command's usage ask for one.
+struct ConformanceWorkerCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "conformance-worker", abstract: "Runs one worker on a conformance run's simulated clock (started by the run itself).",
+        shouldDisplay: false)
+
+    @Option(help: "The file the run publishes its simulated time in.") var clockFile: String
+
+    func run() async throws {
+        let runtime = try ReceiptQueueApp.Runtime.bootstrap(label: "conformance-worker")
+        try await ConformanceWorker.run(clockFile: clockFile, configuration: runtime.configuration, logger: runtime.logger)
+    }
+}
 
 struct Forge: AsyncParsableCommand {
     static let configuration = CommandConfiguration(

@@ -13,7 +13,7 @@ struct ReceiptQueueCommand: AsyncParsableCommand {
             All.self, Serve.self, Work.self, Schedule.self, Migrate.self, Apps.self, DeadLetterCommand.self, MockAppStoreCommand.self,
             Forge.self, ReceiptCommand.self, NotificationsCommand.self, WebhooksCommand.self,
             OperatorsCommand.self, ImportCommand.self, SupportCommand.self, EntitlementsCommand.self, CustomersCommand.self,
-            ConformanceCommand.self,
+            ConformanceCommand.self, ConformanceWorkerCommand.self,
         ])
 
     /// Runs the parsed subcommand with NIO's event loops as Swift Concurrency's executor (see

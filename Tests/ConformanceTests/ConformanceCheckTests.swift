@@ -83,3 +83,17 @@ struct ConformanceCheckTests {
         #expect(lines[2].hasPrefix("lost") && lines[2].contains("50m 00s") && lines[2].contains("1h 39m"), "\(lines[2])")
     }
 }
+
+@Suite("The backend's webhook stream")
+struct ReceivedEventsTests {
+    @Test("A repeated event id is ignored and counted, as the README tells a backend; two events of one type are two")
+    func repeats() {
+        let received = ReceivedEvents(deliveries: [
+            ("e1", "u", .receiptValidated), ("e2", "u", .subscriptionStarted), ("e1", "u", .receiptValidated),
+            ("e3", "u", .subscriptionRenewed), ("e4", "u", .subscriptionRenewed), ("e5", "v", .receiptValidated), ("e3", "u", .subscriptionRenewed),
+        ])
+        #expect(received.byUser["u"] == [.receiptValidated, .subscriptionStarted, .subscriptionRenewed, .subscriptionRenewed])
+        #expect(received.byUser["v"] == [.receiptValidated])
+        #expect(received.repeats == 2)
+    }
+}

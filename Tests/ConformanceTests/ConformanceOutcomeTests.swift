@@ -59,6 +59,34 @@ struct ConformanceOutcomeTests {
             ).faults == "custom")
     }
 
+    @Test("kills of the worker process, the jobs taken back and the webhook repeats are printed under the table and in the JSON")
+    func kills() {
+        #expect(Self.outcome().report.killsLine == nil, "a run without kills or repeats says nothing of them")
+        #expect(!Self.outcome().summary(verbose: false).contains("worker process"))
+        let killed = Self.outcome { report, _ in
+            report.workerKilled(holding: 2)
+            report.workerKilled(holding: 1)
+            report.workerKillsUndone = 1
+            report.repeatedDeliveries = 2
+        }
+        #expect(killed.conformant, "a repeated delivery of one event is no duplicated event")
+        let line =
+            "worker process killed 2 times holding jobs: 3 jobs taken back by the janitor; 1 kills not done (no job in its hands at a "
+            + "later post); 2 webhook deliveries repeated (the same event id, ignored)"
+        #expect(killed.report.killsLine == line)
+        #expect(killed.summary(verbose: false).contains("\n" + line + "\n"))
+        #expect(killed.json["worker_kills"] == .number(2))
+        #expect(killed.json["jobs_taken_back"] == .number(3))
+        #expect(killed.json["deliveries_repeated"] == .number(2))
+    }
+
+    @Test("`killed` is a worker killed alone; `all` has it, `default` does not")
+    func killedPreset() {
+        #expect(Faults(.killed) == Faults(workerKilled: true))
+        #expect(Faults(.all).workerKilled)
+        #expect(!Faults(.default).workerKilled)
+    }
+
     @Test("a run of no customer or no day is refused")
     func validation() {
         #expect(throws: ConformanceRun.InvalidArgument.self) { try ConformanceRun(customers: 0, days: 30, faults: Faults(), seed: 1).validate() }

@@ -74,12 +74,24 @@ struct ConformanceCommandTests {
         #expect(try await postgres.query("SELECT 1 FROM pg_database WHERE datname = \(name)").rows.isEmpty, "\(name) dropped")
     }
 
+    @Test(
+        "--faults killed: the command starts its own executable as the worker process (`conformance-worker`), kills it and says so",
+        .enabled(if: TestEnvironment.integrationEnabled))
+    func killedWorker() async throws {
+        let result = try await run(["--customers", "12", "--days", "30", "--faults", "killed", "--seed", "4549"])
+        #expect(result.status == 0, "\(result.output)\n\(result.errors)")
+        #expect(result.output.contains("faults killed"))
+        #expect(result.output.contains("\nworker process killed "), "\(result.output)")
+    }
+
     @Test("Bad arguments are refused with a message naming them and exit 64, before any server is touched")
     func badArguments() async throws {
         let faults = try await run(["--faults", "sometimes"])
         #expect(faults.status == 64)
         #expect(faults.errors.contains("--faults"), "\(faults.errors)")
-        #expect(faults.errors.contains("'none', 'default', 'all', 'lost' or 'outage'"), "\(faults.errors)")
+        // Six presets: the parser lists them one a line.
+        #expect(Faults.Preset.allCases.allSatisfy { faults.errors.contains("  - \($0.rawValue)\n") }, "\(faults.errors)")
+        #expect(!faults.errors.contains("<subcommand>"), "the hidden worker command is no subcommand of conformance")
         #expect(!faults.errors.contains("Fatal error"))
         let customers = try await run(["--customers", "0"])
         #expect(customers.status == 64)
