@@ -36,6 +36,7 @@ extension AdminPages {
         values["apps"] = known.map { app -> [String: Any] in
             ["id": app.id.canonical, "name": app.name, "bundleID": app.bundleID, "selected": app.id == query.appID]
         }
+        values["supportApps"] = Self.supportApps(known, among: query.appID.map { [$0] }, selected: query.appID)
         if support != nil, !known.isEmpty {
             values["hasSupport"] = true
             let massExtensions = try await massExtensionRows(appID: query.appID)
@@ -63,6 +64,7 @@ extension AdminPages {
         values["found"] = !found.isEmpty
         values["users"] = found.userIdentifiers.joined(separator: ", ")
         values.merge(Self.customerRows(found, appNames: names, now: at)) { $1 }
+        if !found.isEmpty { values["supportApps"] = Self.supportApps(known, among: found.appIDs, selected: query.appID) }
         values["audit"] = audit.map { auditValues($0, now: at) }
         for (key, list) in [
             ("Audit", audit.count),
@@ -207,6 +209,14 @@ extension AdminPages {
             ]
         }
         return values
+    }
+
+    /// The apps a support form offers: those of `among` (the customer's, or the one searched in)
+    /// when known, else every app. Six forms listing every app of a deployment with thousands
+    /// (the tests' shared database) made a customer's page megabytes.
+    static func supportApps(_ known: [AppRecord], among: Set<UUID>?, selected: UUID?) -> [[String: Any]] {
+        let offered = among.map { ids in known.filter { ids.contains($0.id) } } ?? known
+        return (offered.isEmpty ? known : offered).map { ["id": $0.id.canonical, "name": $0.name, "selected": $0.id == selected] }
     }
 
     /// The audit lines that touched these customers (their jobs retried or deleted, their records

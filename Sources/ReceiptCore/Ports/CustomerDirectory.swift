@@ -183,6 +183,9 @@ public struct CustomerRecord: Sendable, Equatable {
 
     /// Whether nothing at all was found.
     public var isEmpty: Bool { receipts.isEmpty && purchases.isEmpty && subscriptions.isEmpty && events.isEmpty }
+
+    /// The apps the customer's receipts, purchases and subscriptions belong to.
+    public var appIDs: Set<UUID> { Set(receipts.map(\.appID) + purchases.map(\.appID) + subscriptions.map(\.appID)) }
 }
 
 /// The support look-up behind the dashboard's customer view.
