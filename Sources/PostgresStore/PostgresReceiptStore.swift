@@ -258,7 +258,8 @@ public final class PostgresReceiptStore: ReceiptStore {
                 user_identifier = CASE
                     WHEN \(unescaped: Self.takesRow) THEN EXCLUDED.user_identifier
                     ELSE COALESCE(in_app_purchases.user_identifier, EXCLUDED.user_identifier) END,
-                is_conflict = in_app_purchases.is_conflict OR (\(unescaped: Self.secondUser) AND \(unescaped: Self.rule) = 'keep_first'),
+                is_conflict = in_app_purchases.is_conflict
+                    OR CASE WHEN \(unescaped: Self.secondUser) THEN \(unescaped: Self.rule) = 'keep_first' ELSE false END,
                 -- The user who does not own it: the one presenting it now, or under keep_first the
                 -- stored owner an earlier presentation displaces.
                 conflict_user_identifier = CASE
@@ -329,11 +330,12 @@ public final class PostgresReceiptStore: ReceiptStore {
     /// The second user's claim takes the row: under `transfer_to_latest` when it was presented
     /// after the owner's (or either time is unknown: rows from before claims were dated), under
     /// `keep_first` when it was presented before the owner's and only stored after it.
+    /// (CASE, not AND: the rule's look-up must not run for the owner's own re-validations.)
     private static let takesRow = """
-        (\(secondUser) AND CASE \(rule)
+        CASE WHEN \(secondUser) THEN CASE \(rule)
             WHEN 'transfer_to_latest' THEN NOT COALESCE(EXCLUDED.claimed_at < in_app_purchases.claimed_at, false)
             WHEN 'keep_first' THEN COALESCE(EXCLUDED.claimed_at < in_app_purchases.claimed_at, false)
-            ELSE false END)
+            ELSE false END ELSE false END
         """
 
     /// The ledger's refund columns as the newest source states them (a reversal clears them), except
