@@ -99,13 +99,18 @@ public struct ConformanceReport: Sendable {
     public var workerKills: [Int] = []
     /// Kills drawn but not done: the worker process held no job at any device post after it.
     public var workerKillsUndone = 0
+    /// Kills that found the job they saw already settled (between the look at the worker's list
+    /// and the signal): nothing to take back, so the kill was tried again at a later post.
+    public var workerKillsEmpty = 0
     /// Webhook deliveries of an event the backend had already received, ignored by its id.
     public var repeatedDeliveries = 0
 
     public init() {}
 
-    /// Counts a kill of the worker process that left `jobs` in its hands.
-    public mutating func workerKilled(holding jobs: Int) { workerKills.append(jobs) }
+    /// Counts a kill of the worker process that left `jobs` in its hands (none: an empty kill).
+    public mutating func workerKilled(holding jobs: Int) {
+        if jobs > 0 { workerKills.append(jobs) } else { workerKillsEmpty += 1 }
+    }
 
     /// "worker process killed 6 times holding jobs: 9 jobs taken back by the janitor; 2 webhook
     /// deliveries repeated (the same event id, ignored)" (nil when the run killed none and no
@@ -115,6 +120,7 @@ public struct ConformanceReport: Sendable {
         if !workerKills.isEmpty {
             parts.append("worker process killed \(workerKills.count) times holding jobs: \(workerKills.reduce(0, +)) jobs taken back by the janitor")
         }
+        if workerKillsEmpty > 0 { parts.append("\(workerKillsEmpty) kills found their job already settled (tried again)") }
         if workerKillsUndone > 0 { parts.append("\(workerKillsUndone) kills not done (no job in its hands at a later post)") }
         if repeatedDeliveries > 0 { parts.append("\(repeatedDeliveries) webhook deliveries repeated (the same event id, ignored)") }
         return parts.isEmpty ? nil : parts.joined(separator: "; ")

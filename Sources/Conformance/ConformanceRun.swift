@@ -155,6 +155,7 @@ public struct ConformanceRun: Sendable, Equatable {
                 "conformant": .bool(conformant), "total": report.total.json,
                 "worker_kills": .number(Double(report.workerKills.count)),
                 "jobs_taken_back": .number(Double(report.workerKills.reduce(0, +))),
+                "worker_kills_empty": .number(Double(report.workerKillsEmpty)),
                 "deliveries_repeated": .number(Double(report.repeatedDeliveries)),
                 "late_by_fault": .object(
                     Dictionary(

@@ -66,17 +66,20 @@ struct ConformanceOutcomeTests {
         let killed = Self.outcome { report, _ in
             report.workerKilled(holding: 2)
             report.workerKilled(holding: 1)
+            report.workerKilled(holding: 0)
             report.workerKillsUndone = 1
             report.repeatedDeliveries = 2
         }
         #expect(killed.conformant, "a repeated delivery of one event is no duplicated event")
         let line =
-            "worker process killed 2 times holding jobs: 3 jobs taken back by the janitor; 1 kills not done (no job in its hands at a "
-            + "later post); 2 webhook deliveries repeated (the same event id, ignored)"
+            "worker process killed 2 times holding jobs: 3 jobs taken back by the janitor; 1 kills found their job already settled "
+            + "(tried again); 1 kills not done (no job in its hands at a later post); 2 webhook deliveries repeated (the same event "
+            + "id, ignored)"
         #expect(killed.report.killsLine == line)
         #expect(killed.summary(verbose: false).contains("\n" + line + "\n"))
         #expect(killed.json["worker_kills"] == .number(2))
         #expect(killed.json["jobs_taken_back"] == .number(3))
+        #expect(killed.json["worker_kills_empty"] == .number(1))
         #expect(killed.json["deliveries_repeated"] == .number(2))
     }
 

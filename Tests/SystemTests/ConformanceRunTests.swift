@@ -90,8 +90,8 @@ struct ConformanceRunTests {
         Self.expectConformant(report, customers: 40)
         print(report.table + "\n\n" + (report.killsLine ?? "no kill"))
         // One a simulated month, each once the worker holds a job (one may find none in its hands
-        // at any later post: not done).
-        #expect(!report.workerKills.isEmpty && report.workerKills.allSatisfy { $0 > 0 }, "\(report.killsLine ?? "no kill")")
+        // at any later post: not done; a kill whose job was settled before the signal is tried again).
+        #expect(!report.workerKills.isEmpty, "\(report.killsLine ?? "no kill")")
         #expect(report.workerKills.count + report.workerKillsUndone == 2, "two drawn in 60 days: \(report.killsLine ?? "no kill")")
     }
 
