@@ -11,7 +11,8 @@ extension MockNotificationCenter {
     ///   `FAMILY_REVOKE` for a revocation); `REFUND_REVERSED` removes them.
     /// - `DID_RENEW`: a new transaction of the subscription, for the next period of the same length
     ///   (or `period` seconds: a month after a week's free trial), at the renewal info's
-    ///   `renewalPrice` (else the last price) and without the last offer.
+    ///   `renewalPrice` (else the last price) and without the last offer, of the renewal info's
+    ///   `autoRenewProductId` when set (a downgrade or crossgrade the customer chose).
     /// - `EXPIRED`: the latest period ends now and auto-renew is off (`expirationIntent` 1); with
     ///   `BILLING_RETRY`, billing retry ends (`expirationIntent` 2, auto-renew as it was).
     /// - `DID_FAIL_TO_RENEW`: the period ends now, billing retry starts (`GRACE_PERIOD`: with 16
@@ -57,7 +58,10 @@ extension MockNotificationCenter {
             renewed["transactionReason"] = .string("RENEWAL")
             // A renewal is charged the renewal price, past the offer the first period had.
             for field in ["offerType", "offerIdentifier", "offerDiscountType", "offerPeriod"] { renewed[field] = nil }
-            if let price = api.renewal(of: original, in: environment)["renewalPrice"] { renewed["price"] = price }
+            let renewal = api.renewal(of: original, in: environment)
+            if let price = renewal["renewalPrice"] { renewed["price"] = price }
+            // A pending downgrade or crossgrade (the renewal info's `autoRenewProductId`) takes effect now.
+            if let next = renewal["autoRenewProductId"] { renewed["productId"] = next }
             api.add(transactions: [.object(renewed)], environment: environment)
             api.setRenewal(["isInBillingRetryPeriod": .bool(false)], originalTransactionID: original, environment: environment)
             transaction = .object(renewed)
