@@ -22,6 +22,23 @@ public enum Scenario: String, Sendable, CaseIterable, Comparable {
     /// A subscription bought by one app user, then presented by another app user signed in to
     /// the same Apple account (the app's default transfer rule: the first keeps it).
     case sharedAppleAccount = "shared_apple_account"
+    /// Renewals, a refund request Apple declines (`REFUND_DECLINED`): nothing changes, renewals go on.
+    case refundDeclined = "refund_declined"
+    /// Apple refunds the current period (`REFUND`), then reverses the refund (`REFUND_REVERSED`):
+    /// the period is the customer's again, renewals go on.
+    case refundReversed = "refund_reversed"
+    /// Apple refunds part of the current period (`REFUND` with `revocationType` `REFUND_PRORATED`):
+    /// the subscription stands, renewals go on.
+    case proratedRefund = "prorated_refund"
+    /// A family member's device presents the organiser's subscription (`inAppOwnershipType`
+    /// `FAMILY_SHARED`, a transaction of the member's own); both renew, then sharing stops
+    /// (`REVOKE`): the member loses it, the organiser keeps it.
+    case familySharing = "family_sharing"
+    /// A premium subscriber downgrades to monthly (`DID_CHANGE_RENEWAL_PREF` `DOWNGRADE`): premium
+    /// until the period's end, monthly from the renewal on.
+    case downgrade
+    /// Auto-renew turned off, then on again before the period ends (`AUTO_RENEW_ENABLED`): renewals go on.
+    case autoRenewReenabled = "auto_renew_reenabled"
 
     public static func < (lhs: Scenario, rhs: Scenario) -> Bool {
         allCases.firstIndex(of: lhs)! < allCases.firstIndex(of: rhs)!
@@ -67,6 +84,22 @@ public enum Action: Sendable, Equatable, CustomStringConvertible {
     case refund
     /// The customer upgrades to `product`, at once (`DID_CHANGE_RENEWAL_PREF` `UPGRADE`).
     case upgrade(to: ConformanceCatalogue.Product)
+    /// Apple declines the customer's refund request for the latest transaction (`REFUND_DECLINED`).
+    case refundDeclined
+    /// Apple reverses the refund of the latest transaction (`REFUND_REVERSED`).
+    case refundReversed
+    /// Apple refunds `percentageMilli` of the latest transaction (`REFUND`, `REFUND_PRORATED`).
+    case proratedRefund(percentageMilli: Int)
+    /// The device of family member `user` presents the organiser's subscription: a transaction
+    /// of the member's own, `FAMILY_SHARED`, ending with the organiser's period.
+    case familyShare(user: Int)
+    /// Family Sharing stops: the member `user`'s transaction is revoked (`REVOKE`).
+    case revoke(user: Int)
+    /// The customer downgrades (or crossgrades) to `product` from the next renewal on
+    /// (`DID_CHANGE_RENEWAL_PREF` `DOWNGRADE`).
+    case downgrade(to: ConformanceCatalogue.Product)
+    /// The customer turns auto-renew back on (`DID_CHANGE_RENEWAL_STATUS` `AUTO_RENEW_ENABLED`).
+    case autoRenewOn
 
     public var description: String {
         switch self {
@@ -79,13 +112,20 @@ public enum Action: Sendable, Equatable, CustomStringConvertible {
         case .expire(let intent): "EXPIRED \(intent == .voluntary ? "VOLUNTARY" : "BILLING_RETRY")"
         case .refund: "REFUND"
         case .upgrade(let product): "DID_CHANGE_RENEWAL_PREF UPGRADE to \(product.rawValue)"
+        case .refundDeclined: "REFUND_DECLINED"
+        case .refundReversed: "REFUND_REVERSED"
+        case .proratedRefund(let share): "REFUND REFUND_PRORATED \(share / 1000)%"
+        case .familyShare(let user): "u\(user) holds it by Family Sharing"
+        case .revoke(let user): "REVOKE u\(user)"
+        case .downgrade(let product): "DID_CHANGE_RENEWAL_PREF DOWNGRADE to \(product.rawValue)"
+        case .autoRenewOn: "DID_CHANGE_RENEWAL_STATUS AUTO_RENEW_ENABLED"
         }
     }
 
     /// Whether a device makes this step (the rest is Apple's, told by a notification).
     public var isDevicePost: Bool {
         switch self {
-        case .purchase, .restore: true
+        case .purchase, .restore, .familyShare: true
         default: false
         }
     }
@@ -132,7 +172,8 @@ public struct Step: Sendable, Equatable {
 public struct Timeline: Sendable, Equatable {
     public var customer: Int
     public var scenario: Scenario
-    /// The customer's app user ids (a second one only when two app users share an Apple account).
+    /// The customer's app user ids (a second one only when two app users share an Apple account,
+    /// or for the family member holding the subscription by Family Sharing).
     public var users: [String]
     public var steps: [Step]
 
