@@ -263,25 +263,17 @@ public struct ConformanceDriver: Sendable {
         }
         switch action {
         case .purchase(let product, let offer, let user):
-            var fields: [String: JSONValue] = [:]
-            var days: Double? = product.isSubscription ? Lifecycle.month / 86_400 : nil
+            var fields = offer?.transactionFields ?? [:]
             if product == .coins { fields["type"] = .string("Consumable") }
-            switch offer {
-            case .freeTrial:
-                fields["offerType"] = .number(1)
-                fields["offerDiscountType"] = .string("FREE_TRIAL")
-                days = Lifecycle.trialLength / 86_400
-            case .payUpFront:
-                fields["offerType"] = .number(1)
-                fields["offerDiscountType"] = .string("PAY_UP_FRONT")
-            case nil: break
-            }
+            let days = product.isSubscription ? (offer?.firstPeriod ?? Lifecycle.month) / 86_400 : nil
             let (jws, payload) = try ReceiptForger.signedTransaction(
                 bundleID: target.bundleID, productID: catalogue.productID(product), days: days, environment: environmentName,
                 authority: api.authority, now: clock.now(), fields: fields)
             api.add(transactions: [payload], environment: environment)
             run.purchases[customer] = Purchase(jws: jws, original: payload["originalTransactionId"]?.stringValue ?? "")
             try await post(jws, user: timeline.users[user], customer: customer, &run)
+            // An offer code's redemption is told by a notification too.
+            if offer == .offerCode { try notify("OFFER_REDEEMED", "INITIAL_BUY") }
         case .restore(let user):
             guard let purchase = run.purchases[customer] else { throw ConformanceError.noPurchase(customer) }
             // Another app user's device holds its own copy, signed when it asked (a later
@@ -299,7 +291,7 @@ public struct ConformanceDriver: Sendable {
         case .recover:
             try notify("DID_RENEW", "BILLING_RECOVERY", period: Lifecycle.month)
         case .expire(let intent):
-            try notify("EXPIRED", intent == .voluntary ? "VOLUNTARY" : "BILLING_RETRY")
+            try notify("EXPIRED", intent.subtype)
         case .refund:
             try notify("REFUND", about: latest(of: customer, run))
         case .refundDeclined:
@@ -331,6 +323,30 @@ public struct ConformanceDriver: Sendable {
             try notify("DID_CHANGE_RENEWAL_PREF", "DOWNGRADE")
         case .autoRenewOn:
             try notify("DID_CHANGE_RENEWAL_STATUS", "AUTO_RENEW_ENABLED")
+        case .extend(let days):
+            try notify("RENEWAL_EXTENDED", period: Double(days) * 86_400)
+        case .priceIncrease(let accepted):
+            guard let purchase = run.purchases[customer] else { throw ConformanceError.noPurchase(customer) }
+            // The next renewal's price, as the renewal info states it from the announcement on.
+            if !accepted {
+                api.setRenewal(["renewalPrice": .number(12_990)], originalTransactionID: purchase.original, environment: environment)
+            }
+            try notify("PRICE_INCREASE", accepted ? "ACCEPTED" : "PENDING")
+        case .resubscribe(let offer):
+            guard let purchase = run.purchases[customer], let first = api.latestTransaction(of: purchase.original, in: environment) else {
+                throw ConformanceError.noPurchase(customer)
+            }
+            // The same subscription bought again: its original transaction, a new period from now.
+            var fields = offer?.transactionFields ?? [:]
+            fields["originalTransactionId"] = .string(purchase.original)
+            fields["originalPurchaseDate"] = first["originalPurchaseDate"]
+            let (jws, payload) = try ReceiptForger.signedTransaction(
+                bundleID: target.bundleID, productID: first["productId"]?.stringValue ?? "", days: (offer?.firstPeriod ?? Lifecycle.month) / 86_400,
+                environment: environmentName, authority: api.authority, now: clock.now(), fields: fields)
+            api.add(transactions: [payload], environment: environment)
+            run.purchases[customer]?.jws = jws
+            try await post(jws, user: timeline.users[0], customer: customer, &run)
+            try notify("SUBSCRIBED", "RESUBSCRIBE")
         case .upgrade(let product):
             guard let purchase = run.purchases[customer] else { throw ConformanceError.noPurchase(customer) }
             let (_, payload) = try ReceiptForger.signedTransaction(

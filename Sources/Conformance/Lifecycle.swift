@@ -39,18 +39,35 @@ public enum Scenario: String, Sendable, CaseIterable, Comparable {
     case downgrade
     /// Auto-renew turned off, then on again before the period ends (`AUTO_RENEW_ENABLED`): renewals go on.
     case autoRenewReenabled = "auto_renew_reenabled"
+    /// Apple extends the current period (`RENEWAL_EXTENDED`): the expiry moves, renewals go on from it.
+    case renewalExtended = "renewal_extended"
+    /// A price increase the customer consents to (`PRICE_INCREASE` `PENDING`, then `ACCEPTED`):
+    /// renewals go on, at the new price.
+    case priceIncreaseAccepted = "price_increase_accepted"
+    /// A price increase the customer never consents to (`PRICE_INCREASE` `PENDING`): the
+    /// subscription expires at the period's end (`EXPIRED` `PRICE_INCREASE`).
+    case priceIncreaseDeclined = "price_increase_declined"
+    /// A new subscriber redeems an offer code (`offerType` 3, `OFFER_REDEEMED` `INITIAL_BUY`), then renewals.
+    case offerCode = "offer_code"
+    /// A subscriber lets the subscription lapse, then comes back with a win-back offer (`offerType`
+    /// 4, `SUBSCRIBED` `RESUBSCRIBE`): the same subscription, renewing again.
+    case winBack = "win_back"
 
     public static func < (lhs: Scenario, rhs: Scenario) -> Bool {
         allCases.firstIndex(of: lhs)! < allCases.firstIndex(of: rhs)!
     }
 }
 
-/// An introductory offer on a subscription's first period.
+/// An offer on a subscription's first period (of a new subscription, or a resumed one).
 public enum IntroOffer: Sendable, Equatable {
     /// A free trial of ``Lifecycle/trialLength``.
     case freeTrial
     /// A discounted first month.
     case payUpFront
+    /// A discounted first month redeemed with an offer code (`offerType` 3).
+    case offerCode
+    /// A discounted first month of a lapsed subscriber's return (`offerType` 4).
+    case winBack
 }
 
 /// Why Apple ended a subscription (its `EXPIRED` subtype).
@@ -59,6 +76,17 @@ public enum ExpiryIntent: Sendable, Equatable {
     case voluntary
     /// Billing retry ended without a charge (`BILLING_RETRY`).
     case billingRetry
+    /// The customer never consented to a price increase (`PRICE_INCREASE`).
+    case priceIncrease
+
+    /// Apple's `EXPIRED` subtype.
+    public var subtype: String {
+        switch self {
+        case .voluntary: "VOLUNTARY"
+        case .billingRetry: "BILLING_RETRY"
+        case .priceIncrease: "PRICE_INCREASE"
+        }
+    }
 }
 
 /// What happens at one step of a customer's timeline: a device posts, or Apple changes something
@@ -100,6 +128,14 @@ public enum Action: Sendable, Equatable, CustomStringConvertible {
     case downgrade(to: ConformanceCatalogue.Product)
     /// The customer turns auto-renew back on (`DID_CHANGE_RENEWAL_STATUS` `AUTO_RENEW_ENABLED`).
     case autoRenewOn
+    /// Apple extends the current period by `days` days (`RENEWAL_EXTENDED`).
+    case extend(days: Int)
+    /// Apple announces a price increase (`PRICE_INCREASE` `PENDING`), or the customer consents to
+    /// it (`ACCEPTED`).
+    case priceIncrease(accepted: Bool)
+    /// The lapsed subscriber's device buys the subscription again, with `offer`, and posts the
+    /// signed transaction; Apple tells of it (`SUBSCRIBED` `RESUBSCRIBE`).
+    case resubscribe(offer: IntroOffer?)
 
     public var description: String {
         switch self {
@@ -109,7 +145,7 @@ public enum Action: Sendable, Equatable, CustomStringConvertible {
         case .autoRenewOff: "DID_CHANGE_RENEWAL_STATUS AUTO_RENEW_DISABLED"
         case .failToRenew(let grace): "DID_FAIL_TO_RENEW\(grace ? " GRACE_PERIOD" : "")"
         case .recover: "DID_RENEW BILLING_RECOVERY"
-        case .expire(let intent): "EXPIRED \(intent == .voluntary ? "VOLUNTARY" : "BILLING_RETRY")"
+        case .expire(let intent): "EXPIRED \(intent.subtype)"
         case .refund: "REFUND"
         case .upgrade(let product): "DID_CHANGE_RENEWAL_PREF UPGRADE to \(product.rawValue)"
         case .refundDeclined: "REFUND_DECLINED"
@@ -119,13 +155,16 @@ public enum Action: Sendable, Equatable, CustomStringConvertible {
         case .revoke(let user): "REVOKE u\(user)"
         case .downgrade(let product): "DID_CHANGE_RENEWAL_PREF DOWNGRADE to \(product.rawValue)"
         case .autoRenewOn: "DID_CHANGE_RENEWAL_STATUS AUTO_RENEW_ENABLED"
+        case .extend(let days): "RENEWAL_EXTENDED by \(days) days"
+        case .priceIncrease(let accepted): "PRICE_INCREASE \(accepted ? "ACCEPTED" : "PENDING")"
+        case .resubscribe(let offer): "resubscribes\(offer.map { " (\($0))" } ?? ""), SUBSCRIBED RESUBSCRIBE"
         }
     }
 
     /// Whether a device makes this step (the rest is Apple's, told by a notification).
     public var isDevicePost: Bool {
         switch self {
-        case .purchase, .restore, .familyShare: true
+        case .purchase, .restore, .familyShare, .resubscribe: true
         default: false
         }
     }

@@ -152,70 +152,9 @@ struct Story {
             let events = [ExpectedEvent(user: 1, .receiptValidated), ExpectedEvent(user: 1, .purchaseConflict)]
             guard record(.restore(user: 1), at: other, events: events) else { return }
             renewals(.max)
-        case .refundDeclined, .refundReversed, .proratedRefund, .familySharing, .downgrade, .autoRenewReenabled:
+        case .refundDeclined, .refundReversed, .proratedRefund, .familySharing, .downgrade, .autoRenewReenabled, .renewalExtended,
+            .priceIncreaseAccepted, .priceIncreaseDeclined, .offerCode, .winBack:
             playMore(scenario, using: &random)
-        }
-    }
-
-    /// The scenarios of issue 45's second round: refunds declined, reversed and prorated, Family
-    /// Sharing and its revocation, a downgrade, auto-renew turned back on.
-    mutating func playMore(_ scenario: Scenario, using random: inout SeededGenerator) {
-        /// An instant `fraction` of the way into the current period.
-        func into(_ fraction: ClosedRange<Double>) -> Date {
-            now.addingTimeInterval(Double.random(in: fraction, using: &random) * periodEnd!.timeIntervalSince(now))
-        }
-        switch scenario {
-        case .refundDeclined:
-            guard subscribe(.monthly, offer: nil), renewals(Int.random(in: 0...2, using: &random)) else { return }
-            // Apple says no: the period stays the customer's, nothing for the backend to do.
-            guard record(.refundDeclined, at: into(0.1...0.9), events: []) else { return }
-            renewals(.max)
-        case .refundReversed:
-            guard subscribe(.monthly, offer: nil), renewals(Int.random(in: 0...1, using: &random)) else { return }
-            hold(nil, until: nil)
-            guard record(.refund, at: into(0.1...0.4), events: [ExpectedEvent(user: 0, .subscriptionRefunded)]) else { return }
-            // The refund taken back within the period: the period is the customer's again (receiptq
-            // states a subscription back from revoked as started), and Apple renews it.
-            hold(product, until: periodEnd)
-            guard record(.refundReversed, at: into(0.2...0.8), events: [ExpectedEvent(user: 0, .subscriptionStarted)]) else { return }
-            renewals(.max)
-        case .proratedRefund:
-            guard subscribe(.monthly, offer: nil), renewals(Int.random(in: 0...2, using: &random)) else { return }
-            // Part of the period's price refunded: the purchase stands (Apple's status stays active),
-            // the entitlement with it; receiptq records the refunded share, no event states it.
-            let share = Int.random(in: 10...90, using: &random) * 1000
-            guard record(.proratedRefund(percentageMilli: share), at: into(0.1...0.9), events: []) else { return }
-            renewals(.max)
-        case .familySharing:
-            guard subscribe(.monthly, offer: nil) else { return }
-            // The member's device presents a transaction of the member's own, ending with the organiser's period.
-            members = [1]
-            hold(product, until: periodEnd, user: 1)
-            let shared = [ExpectedEvent(user: 1, .receiptValidated), ExpectedEvent(user: 1, .subscriptionStarted)]
-            guard record(.familyShare(user: 1), at: into(0.1...0.6), events: shared),
-                renewals(Int.random(in: 0...2, using: &random))
-            else { return }
-            // The organiser stops sharing (or the member leaves the family): only the member loses it.
-            members = []
-            hold(nil, until: nil, user: 1)
-            guard record(.revoke(user: 1), at: into(0.1...0.9), events: [ExpectedEvent(user: 1, .subscriptionRevoked)]) else { return }
-            renewals(.max)
-        case .downgrade:
-            guard subscribe(.premium, offer: nil), renewals(Int.random(in: 0...1, using: &random)) else { return }
-            // Premium until the period's end; the renewal is monthly.
-            renewsInto = .monthly
-            let changed = [ExpectedEvent(user: 0, .subscriptionProductChanged)]
-            guard record(.downgrade(to: .monthly), at: into(0.1...0.9), events: changed) else { return }
-            renewals(.max)
-        case .autoRenewReenabled:
-            guard subscribe(.monthly, offer: nil), renewals(Int.random(in: 0...2, using: &random)) else { return }
-            let changed = [ExpectedEvent(user: 0, .subscriptionAutoRenewChanged)]
-            guard record(.autoRenewOff, at: into(0.1...0.5), events: changed) else { return }
-            // Turned back on before the period ends: Apple renews as if nothing happened.
-            guard record(.autoRenewOn, at: into(0.2...0.8), events: changed) else { return }
-            renewals(.max)
-        default:
-            break
         }
     }
 

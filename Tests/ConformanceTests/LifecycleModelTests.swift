@@ -122,7 +122,7 @@ struct LifecycleModelTests {
         let generator = Self.generator(days: 200)
         let renewing: [Scenario] = [
             .graceRecovery, .upgrade, .sharedAppleAccount, .refundDeclined, .refundReversed, .proratedRefund, .familySharing, .downgrade,
-            .autoRenewReenabled,
+            .autoRenewReenabled, .renewalExtended, .priceIncreaseAccepted, .offerCode, .winBack,
         ]
         for scenario in renewing {
             let timeline = generator.timelines(customers: Scenario.allCases.count).first { $0.scenario == scenario }!
