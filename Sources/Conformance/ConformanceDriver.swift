@@ -53,6 +53,8 @@ public struct ConformanceDriver: Sendable {
     /// The run's mutable state.
     struct Run {
         var purchases: [Int: Purchase] = [:]
+        /// The family member's own transaction of a customer's shared subscription, while shared.
+        var members: [Int: Purchase] = [:]
         /// Customers with a notification held back (a wrong answer for them is late, not wrong).
         var delayed: Set<Int> = []
         /// Customers' lost notifications the deployment has not stored yet (a wrong answer for
@@ -267,11 +269,15 @@ public struct ConformanceDriver: Sendable {
         let api = target.mock.serverAPI
         let center = target.mock.notifications
         let customer = timeline.customer
-        func notify(_ type: String, _ subtype: String? = nil, about id: String? = nil, period: TimeInterval? = nil) throws {
+        func notify(
+            _ type: String, _ subtype: String? = nil, about id: String? = nil, period: TimeInterval? = nil,
+            revocation: MockNotificationCenter.Revocation? = nil
+        ) throws {
             guard let purchase = run.purchases[customer] else { throw ConformanceError.noPurchase(customer) }
             let delivery = delivery(for: customer, &run)
             let uuid = try center.event(
-                type: type, subtype: subtype, transactionID: id ?? purchase.original, environment: environment, delivery: delivery, period: period)
+                type: type, subtype: subtype, transactionID: id ?? purchase.original, environment: environment, delivery: delivery,
+                revocation: revocation, period: period)
             guard let uuid else { return }
             if delivery.lost {
                 run.lost[customer, default: []].insert(uuid)
@@ -282,25 +288,17 @@ public struct ConformanceDriver: Sendable {
         }
         switch action {
         case .purchase(let product, let offer, let user):
-            var fields: [String: JSONValue] = [:]
-            var days: Double? = product.isSubscription ? Lifecycle.month / 86_400 : nil
+            var fields = offer?.transactionFields ?? [:]
             if product == .coins { fields["type"] = .string("Consumable") }
-            switch offer {
-            case .freeTrial:
-                fields["offerType"] = .number(1)
-                fields["offerDiscountType"] = .string("FREE_TRIAL")
-                days = Lifecycle.trialLength / 86_400
-            case .payUpFront:
-                fields["offerType"] = .number(1)
-                fields["offerDiscountType"] = .string("PAY_UP_FRONT")
-            case nil: break
-            }
+            let days = product.isSubscription ? (offer?.firstPeriod ?? Lifecycle.month) / 86_400 : nil
             let (jws, payload) = try ReceiptForger.signedTransaction(
                 bundleID: target.bundleID, productID: catalogue.productID(product), days: days, environment: environmentName,
                 authority: api.authority, now: clock.now(), fields: fields)
             api.add(transactions: [payload], environment: environment)
             run.purchases[customer] = Purchase(jws: jws, original: payload["originalTransactionId"]?.stringValue ?? "")
             try await post(jws, user: timeline.users[user], customer: customer, &run)
+            // An offer code's redemption is told by a notification too.
+            if offer == .offerCode { try notify("OFFER_REDEEMED", "INITIAL_BUY") }
         case .restore(let user):
             guard let purchase = run.purchases[customer] else { throw ConformanceError.noPurchase(customer) }
             // Another app user's device holds its own copy, signed when it asked (a later
@@ -309,6 +307,8 @@ public struct ConformanceDriver: Sendable {
             try await post(jws, user: timeline.users[user], customer: customer, &run)
         case .renew:
             try notify("DID_RENEW", period: Lifecycle.month)
+            // A family member's own transaction renews with the organiser's, and Apple tells of it too.
+            if let member = run.members[customer] { try notify("DID_RENEW", about: member.original, period: Lifecycle.month) }
         case .autoRenewOff:
             try notify("DID_CHANGE_RENEWAL_STATUS", "AUTO_RENEW_DISABLED")
         case .failToRenew(let grace):
@@ -316,10 +316,62 @@ public struct ConformanceDriver: Sendable {
         case .recover:
             try notify("DID_RENEW", "BILLING_RECOVERY", period: Lifecycle.month)
         case .expire(let intent):
-            try notify("EXPIRED", intent == .voluntary ? "VOLUNTARY" : "BILLING_RETRY")
+            try notify("EXPIRED", intent.subtype)
         case .refund:
+            try notify("REFUND", about: latest(of: customer, run))
+        case .refundDeclined:
+            try notify("REFUND_DECLINED", about: latest(of: customer, run))
+        case .refundReversed:
+            try notify("REFUND_REVERSED", about: latest(of: customer, run))
+        case .proratedRefund(let share):
+            try notify("REFUND", about: latest(of: customer, run), revocation: .prorated(share))
+        case .familyShare(let user):
+            guard let purchase = run.purchases[customer], let shared = api.latestTransaction(of: purchase.original, in: environment) else {
+                throw ConformanceError.noPurchase(customer)
+            }
+            // The member's own transaction: its own ids, the organiser's product and period's end.
+            let fields: [String: JSONValue] = ["inAppOwnershipType": .string("FAMILY_SHARED"), "expiresDate": shared["expiresDate"] ?? .null]
+            let (jws, payload) = try ReceiptForger.signedTransaction(
+                bundleID: target.bundleID, productID: shared["productId"]?.stringValue ?? "", days: Lifecycle.month / 86_400,
+                environment: environmentName, authority: api.authority, now: clock.now(), fields: fields)
+            api.add(transactions: [payload], environment: environment)
+            run.members[customer] = Purchase(jws: jws, original: payload["originalTransactionId"]?.stringValue ?? "")
+            try await post(jws, user: timeline.users[user], customer: customer, &run)
+        case .revoke:
+            guard let member = run.members.removeValue(forKey: customer) else { throw ConformanceError.noPurchase(customer) }
+            try notify("REVOKE", about: api.latestTransactionID(of: member.original, in: environment))
+        case .downgrade(let product):
             guard let purchase = run.purchases[customer] else { throw ConformanceError.noPurchase(customer) }
-            try notify("REFUND", about: api.latestTransactionID(of: purchase.original, in: environment))
+            // The renewal info names the product the next period will be; the current one runs on.
+            api.setRenewal(
+                ["autoRenewProductId": .string(catalogue.productID(product))], originalTransactionID: purchase.original, environment: environment)
+            try notify("DID_CHANGE_RENEWAL_PREF", "DOWNGRADE")
+        case .autoRenewOn:
+            try notify("DID_CHANGE_RENEWAL_STATUS", "AUTO_RENEW_ENABLED")
+        case .extend(let days):
+            try notify("RENEWAL_EXTENDED", period: Double(days) * 86_400)
+        case .priceIncrease(let accepted):
+            guard let purchase = run.purchases[customer] else { throw ConformanceError.noPurchase(customer) }
+            // The next renewal's price, as the renewal info states it from the announcement on.
+            if !accepted {
+                api.setRenewal(["renewalPrice": .number(12_990)], originalTransactionID: purchase.original, environment: environment)
+            }
+            try notify("PRICE_INCREASE", accepted ? "ACCEPTED" : "PENDING")
+        case .resubscribe(let offer):
+            guard let purchase = run.purchases[customer], let first = api.latestTransaction(of: purchase.original, in: environment) else {
+                throw ConformanceError.noPurchase(customer)
+            }
+            // The same subscription bought again: its original transaction, a new period from now.
+            var fields = offer?.transactionFields ?? [:]
+            fields["originalTransactionId"] = .string(purchase.original)
+            fields["originalPurchaseDate"] = first["originalPurchaseDate"]
+            let (jws, payload) = try ReceiptForger.signedTransaction(
+                bundleID: target.bundleID, productID: first["productId"]?.stringValue ?? "", days: (offer?.firstPeriod ?? Lifecycle.month) / 86_400,
+                environment: environmentName, authority: api.authority, now: clock.now(), fields: fields)
+            api.add(transactions: [payload], environment: environment)
+            run.purchases[customer]?.jws = jws
+            try await post(jws, user: timeline.users[0], customer: customer, &run)
+            try notify("SUBSCRIBED", "RESUBSCRIBE")
         case .upgrade(let product):
             guard let purchase = run.purchases[customer] else { throw ConformanceError.noPurchase(customer) }
             let (_, payload) = try ReceiptForger.signedTransaction(
@@ -329,6 +381,12 @@ public struct ConformanceDriver: Sendable {
             api.add(transactions: [payload], environment: environment)
             try notify("DID_CHANGE_RENEWAL_PREF", "UPGRADE", about: payload["transactionId"]?.stringValue)
         }
+    }
+
+    /// The customer's subscription's latest transaction (the one a refund is about).
+    private func latest(of customer: Int, _ run: Run) throws -> String? {
+        guard let purchase = run.purchases[customer] else { throw ConformanceError.noPurchase(customer) }
+        return target.mock.serverAPI.latestTransactionID(of: purchase.original, in: environment)
     }
 
     /// `jws`'s transaction signed again now, as Apple signs it for another device.

@@ -22,18 +22,52 @@ public enum Scenario: String, Sendable, CaseIterable, Comparable {
     /// A subscription bought by one app user, then presented by another app user signed in to
     /// the same Apple account (the app's default transfer rule: the first keeps it).
     case sharedAppleAccount = "shared_apple_account"
+    /// Renewals, a refund request Apple declines (`REFUND_DECLINED`): nothing changes, renewals go on.
+    case refundDeclined = "refund_declined"
+    /// Apple refunds the current period (`REFUND`), then reverses the refund (`REFUND_REVERSED`):
+    /// the period is the customer's again, renewals go on.
+    case refundReversed = "refund_reversed"
+    /// Apple refunds part of the current period (`REFUND` with `revocationType` `REFUND_PRORATED`):
+    /// the subscription stands, renewals go on.
+    case proratedRefund = "prorated_refund"
+    /// A family member's device presents the organiser's subscription (`inAppOwnershipType`
+    /// `FAMILY_SHARED`, a transaction of the member's own); both renew, then sharing stops
+    /// (`REVOKE`): the member loses it, the organiser keeps it.
+    case familySharing = "family_sharing"
+    /// A premium subscriber downgrades to monthly (`DID_CHANGE_RENEWAL_PREF` `DOWNGRADE`): premium
+    /// until the period's end, monthly from the renewal on.
+    case downgrade
+    /// Auto-renew turned off, then on again before the period ends (`AUTO_RENEW_ENABLED`): renewals go on.
+    case autoRenewReenabled = "auto_renew_reenabled"
+    /// Apple extends the current period (`RENEWAL_EXTENDED`): the expiry moves, renewals go on from it.
+    case renewalExtended = "renewal_extended"
+    /// A price increase the customer consents to (`PRICE_INCREASE` `PENDING`, then `ACCEPTED`):
+    /// renewals go on, at the new price.
+    case priceIncreaseAccepted = "price_increase_accepted"
+    /// A price increase the customer never consents to (`PRICE_INCREASE` `PENDING`): the
+    /// subscription expires at the period's end (`EXPIRED` `PRICE_INCREASE`).
+    case priceIncreaseDeclined = "price_increase_declined"
+    /// A new subscriber redeems an offer code (`offerType` 3, `OFFER_REDEEMED` `INITIAL_BUY`), then renewals.
+    case offerCode = "offer_code"
+    /// A subscriber lets the subscription lapse, then comes back with a win-back offer (`offerType`
+    /// 4, `SUBSCRIBED` `RESUBSCRIBE`): the same subscription, renewing again.
+    case winBack = "win_back"
 
     public static func < (lhs: Scenario, rhs: Scenario) -> Bool {
         allCases.firstIndex(of: lhs)! < allCases.firstIndex(of: rhs)!
     }
 }
 
-/// An introductory offer on a subscription's first period.
+/// An offer on a subscription's first period (of a new subscription, or a resumed one).
 public enum IntroOffer: Sendable, Equatable {
     /// A free trial of ``Lifecycle/trialLength``.
     case freeTrial
     /// A discounted first month.
     case payUpFront
+    /// A discounted first month redeemed with an offer code (`offerType` 3).
+    case offerCode
+    /// A discounted first month of a lapsed subscriber's return (`offerType` 4).
+    case winBack
 }
 
 /// Why Apple ended a subscription (its `EXPIRED` subtype).
@@ -42,6 +76,17 @@ public enum ExpiryIntent: Sendable, Equatable {
     case voluntary
     /// Billing retry ended without a charge (`BILLING_RETRY`).
     case billingRetry
+    /// The customer never consented to a price increase (`PRICE_INCREASE`).
+    case priceIncrease
+
+    /// Apple's `EXPIRED` subtype.
+    public var subtype: String {
+        switch self {
+        case .voluntary: "VOLUNTARY"
+        case .billingRetry: "BILLING_RETRY"
+        case .priceIncrease: "PRICE_INCREASE"
+        }
+    }
 }
 
 /// What happens at one step of a customer's timeline: a device posts, or Apple changes something
@@ -67,6 +112,30 @@ public enum Action: Sendable, Equatable, CustomStringConvertible {
     case refund
     /// The customer upgrades to `product`, at once (`DID_CHANGE_RENEWAL_PREF` `UPGRADE`).
     case upgrade(to: ConformanceCatalogue.Product)
+    /// Apple declines the customer's refund request for the latest transaction (`REFUND_DECLINED`).
+    case refundDeclined
+    /// Apple reverses the refund of the latest transaction (`REFUND_REVERSED`).
+    case refundReversed
+    /// Apple refunds `percentageMilli` of the latest transaction (`REFUND`, `REFUND_PRORATED`).
+    case proratedRefund(percentageMilli: Int)
+    /// The device of family member `user` presents the organiser's subscription: a transaction
+    /// of the member's own, `FAMILY_SHARED`, ending with the organiser's period.
+    case familyShare(user: Int)
+    /// Family Sharing stops: the member `user`'s transaction is revoked (`REVOKE`).
+    case revoke(user: Int)
+    /// The customer downgrades (or crossgrades) to `product` from the next renewal on
+    /// (`DID_CHANGE_RENEWAL_PREF` `DOWNGRADE`).
+    case downgrade(to: ConformanceCatalogue.Product)
+    /// The customer turns auto-renew back on (`DID_CHANGE_RENEWAL_STATUS` `AUTO_RENEW_ENABLED`).
+    case autoRenewOn
+    /// Apple extends the current period by `days` days (`RENEWAL_EXTENDED`).
+    case extend(days: Int)
+    /// Apple announces a price increase (`PRICE_INCREASE` `PENDING`), or the customer consents to
+    /// it (`ACCEPTED`).
+    case priceIncrease(accepted: Bool)
+    /// The lapsed subscriber's device buys the subscription again, with `offer`, and posts the
+    /// signed transaction; Apple tells of it (`SUBSCRIBED` `RESUBSCRIBE`).
+    case resubscribe(offer: IntroOffer?)
 
     public var description: String {
         switch self {
@@ -76,16 +145,26 @@ public enum Action: Sendable, Equatable, CustomStringConvertible {
         case .autoRenewOff: "DID_CHANGE_RENEWAL_STATUS AUTO_RENEW_DISABLED"
         case .failToRenew(let grace): "DID_FAIL_TO_RENEW\(grace ? " GRACE_PERIOD" : "")"
         case .recover: "DID_RENEW BILLING_RECOVERY"
-        case .expire(let intent): "EXPIRED \(intent == .voluntary ? "VOLUNTARY" : "BILLING_RETRY")"
+        case .expire(let intent): "EXPIRED \(intent.subtype)"
         case .refund: "REFUND"
         case .upgrade(let product): "DID_CHANGE_RENEWAL_PREF UPGRADE to \(product.rawValue)"
+        case .refundDeclined: "REFUND_DECLINED"
+        case .refundReversed: "REFUND_REVERSED"
+        case .proratedRefund(let share): "REFUND REFUND_PRORATED \(share / 1000)%"
+        case .familyShare(let user): "u\(user) holds it by Family Sharing"
+        case .revoke(let user): "REVOKE u\(user)"
+        case .downgrade(let product): "DID_CHANGE_RENEWAL_PREF DOWNGRADE to \(product.rawValue)"
+        case .autoRenewOn: "DID_CHANGE_RENEWAL_STATUS AUTO_RENEW_ENABLED"
+        case .extend(let days): "RENEWAL_EXTENDED by \(days) days"
+        case .priceIncrease(let accepted): "PRICE_INCREASE \(accepted ? "ACCEPTED" : "PENDING")"
+        case .resubscribe(let offer): "resubscribes\(offer.map { " (\($0))" } ?? ""), SUBSCRIBED RESUBSCRIBE"
         }
     }
 
     /// Whether a device makes this step (the rest is Apple's, told by a notification).
     public var isDevicePost: Bool {
         switch self {
-        case .purchase, .restore: true
+        case .purchase, .restore, .familyShare, .resubscribe: true
         default: false
         }
     }
@@ -132,7 +211,8 @@ public struct Step: Sendable, Equatable {
 public struct Timeline: Sendable, Equatable {
     public var customer: Int
     public var scenario: Scenario
-    /// The customer's app user ids (a second one only when two app users share an Apple account).
+    /// The customer's app user ids (a second one only when two app users share an Apple account,
+    /// or for the family member holding the subscription by Family Sharing).
     public var users: [String]
     public var steps: [Step]
 

@@ -34,8 +34,8 @@ public struct LifecycleGenerator: Sendable {
     public func timeline(customer: Int) -> Timeline {
         var random = SeededGenerator(seed: seed &+ UInt64(customer) &* 0x9E37_79B9)
         let scenario = Scenario.allCases[customer % Scenario.allCases.count]
-        let shared = scenario == .sharedAppleAccount
-        let users = ["\(userPrefix)-\(customer)"] + (shared ? ["\(userPrefix)-\(customer)-b"] : [])
+        let second = scenario == .sharedAppleAccount || scenario == .familySharing
+        let users = ["\(userPrefix)-\(customer)"] + (second ? ["\(userPrefix)-\(customer)-b"] : [])
         // The first purchase within the first tenth of the run, at a random second.
         let first = start.addingTimeInterval(Double.random(in: 60..<max(120, Double(days) * 8_640), using: &random).rounded())
         var story = Story(catalogue: catalogue, users: users.count, horizon: horizon, now: first)
@@ -55,6 +55,10 @@ struct Story {
     /// The subscription's product and the end of its current period.
     var product: ConformanceCatalogue.Product?
     var periodEnd: Date?
+    /// The product the subscription renews into (a pending downgrade), when not ``product``.
+    var renewsInto: ConformanceCatalogue.Product?
+    /// The family members holding the subscription by Family Sharing: each renews with it.
+    var members: [Int] = []
 
     init(catalogue: ConformanceCatalogue, users: Int, horizon: Date, now: Date) {
         self.catalogue = catalogue
@@ -148,6 +152,9 @@ struct Story {
             let events = [ExpectedEvent(user: 1, .receiptValidated), ExpectedEvent(user: 1, .purchaseConflict)]
             guard record(.restore(user: 1), at: other, events: events) else { return }
             renewals(.max)
+        case .refundDeclined, .refundReversed, .proratedRefund, .familySharing, .downgrade, .autoRenewReenabled, .renewalExtended,
+            .priceIncreaseAccepted, .priceIncreaseDeclined, .offerCode, .winBack:
+            playMore(scenario, using: &random)
         }
     }
 
@@ -166,10 +173,17 @@ struct Story {
     @discardableResult
     mutating func renewals(_ count: Int) -> Bool {
         for _ in 0..<count {
-            guard let end = periodEnd, let product else { return false }
+            guard let end = periodEnd, let current = product else { return false }
             periodEnd = end.addingTimeInterval(Lifecycle.month)
-            hold(product, until: periodEnd)
-            guard record(.renew, at: end, events: [ExpectedEvent(user: 0, .subscriptionRenewed)]) else { return false }
+            // A pending downgrade takes effect: receiptq states the new product, not a renewal.
+            let next = renewsInto ?? current
+            product = next
+            renewsInto = nil
+            hold(next, until: periodEnd)
+            for member in members { hold(next, until: periodEnd, user: member) }
+            let renewed: EventType = next == current ? .subscriptionRenewed : .subscriptionProductChanged
+            let events = ([0] + members).map { ExpectedEvent(user: $0, renewed) }
+            guard record(.renew, at: end, events: events) else { return false }
         }
         return true
     }

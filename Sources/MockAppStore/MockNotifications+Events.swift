@@ -11,11 +11,19 @@ extension MockNotificationCenter {
     ///   `FAMILY_REVOKE` for a revocation); `REFUND_REVERSED` removes them.
     /// - `DID_RENEW`: a new transaction of the subscription, for the next period of the same length
     ///   (or `period` seconds: a month after a week's free trial), at the renewal info's
-    ///   `renewalPrice` (else the last price) and without the last offer.
+    ///   `renewalPrice` (else the last price) and without the last offer, of the renewal info's
+    ///   `autoRenewProductId` when set (a downgrade or crossgrade the customer chose).
     /// - `EXPIRED`: the latest period ends now and auto-renew is off (`expirationIntent` 1); with
     ///   `BILLING_RETRY`, billing retry ends (`expirationIntent` 2, auto-renew as it was).
     /// - `DID_FAIL_TO_RENEW`: the period ends now, billing retry starts (`GRACE_PERIOD`: with 16
     ///   days of grace).
+    /// - `EXPIRED` `PRICE_INCREASE`: the period ends now, the price increase not consented
+    ///   (`expirationIntent` 3, auto-renew as it was).
+    /// - `RENEWAL_EXTENDED`: the latest period ends `period` seconds later.
+    /// - `PRICE_INCREASE`: `priceIncreaseStatus` 0 (`PENDING`) or 1 (`ACCEPTED`); the new price is
+    ///   the renewal info's `renewalPrice`, set beforehand with `setRenewal`.
+    /// - `SUBSCRIBED`, `OFFER_REDEEMED`: the subscription renews again (`autoRenewStatus` 1, no
+    ///   `expirationIntent`); its new transaction is recorded beforehand, as the device bought it.
     /// - `DID_CHANGE_RENEWAL_STATUS`: `AUTO_RENEW_DISABLED` / `AUTO_RENEW_ENABLED`.
     /// - Anything else: sent about the transaction as it stands.
     /// - Returns: the notification's UUID, or nil when the transaction is unknown.
@@ -57,7 +65,10 @@ extension MockNotificationCenter {
             renewed["transactionReason"] = .string("RENEWAL")
             // A renewal is charged the renewal price, past the offer the first period had.
             for field in ["offerType", "offerIdentifier", "offerDiscountType", "offerPeriod"] { renewed[field] = nil }
-            if let price = api.renewal(of: original, in: environment)["renewalPrice"] { renewed["price"] = price }
+            let renewal = api.renewal(of: original, in: environment)
+            if let price = renewal["renewalPrice"] { renewed["price"] = price }
+            // A pending downgrade or crossgrade (the renewal info's `autoRenewProductId`) takes effect now.
+            if let next = renewal["autoRenewProductId"] { renewed["productId"] = next }
             api.add(transactions: [.object(renewed)], environment: environment)
             api.setRenewal(["isInBillingRetryPeriod": .bool(false)], originalTransactionID: original, environment: environment)
             transaction = .object(renewed)
@@ -69,12 +80,15 @@ extension MockNotificationCenter {
                 let ended = api.update(transaction: id, in: environment) { $0["expiresDate"] = .number(now - 1000) }
                 if id == transactionID, let ended { transaction = ended }
             }
-            if type == "EXPIRED", subtype == "BILLING_RETRY" {
-                // Billing retry gave up: the customer never turned auto-renew off (expiration intent 2, a billing error).
+            if type == "EXPIRED", subtype == "BILLING_RETRY" || subtype == "PRICE_INCREASE" {
+                // Billing retry gave up, or the customer never consented to a price increase: auto-renew was
+                // never turned off (expiration intent 2, a billing error; 3, the increase not consented).
                 let autoRenew = api.renewal(of: original, in: environment)["autoRenewStatus"] ?? .number(1)
                 api.setRenewal(
-                    ["autoRenewStatus": autoRenew, "expirationIntent": .number(2), "isInBillingRetryPeriod": .bool(false)],
-                    originalTransactionID: original, environment: environment)
+                    [
+                        "autoRenewStatus": autoRenew, "expirationIntent": .number(subtype == "BILLING_RETRY" ? 2 : 3),
+                        "isInBillingRetryPeriod": .bool(false),
+                    ], originalTransactionID: original, environment: environment)
             } else if type == "EXPIRED" {
                 api.setRenewal(
                     ["autoRenewStatus": .number(0), "expirationIntent": .number(1), "isInBillingRetryPeriod": .bool(false)],
@@ -84,6 +98,22 @@ extension MockNotificationCenter {
                 if subtype == "GRACE_PERIOD" { fields["gracePeriodExpiresDate"] = .number(now + 16 * 86_400_000) }
                 api.setRenewal(fields, originalTransactionID: original, environment: environment)
             }
+        case "RENEWAL_EXTENDED":
+            // The latest period ends `period` seconds later, without a charge.
+            if let period, let latest = api.latestTransaction(of: original, in: environment), let id = latest["transactionId"]?.stringValue {
+                transaction =
+                    api.update(transaction: id, in: environment) { $0["expiresDate"] = .number(MockServerAPI.expires(latest) + period * 1000) }
+                    ?? transaction
+            }
+        case "PRICE_INCREASE":
+            // Apple's `priceIncreaseStatus`: 0 while the customer has not answered, 1 once consented.
+            api.setRenewal(
+                ["priceIncreaseStatus": .number(subtype == "ACCEPTED" ? 1 : 0)], originalTransactionID: original, environment: environment)
+        case "SUBSCRIBED", "OFFER_REDEEMED":
+            // A new or resumed subscription: renewing, no longer expired.
+            api.setRenewal(
+                ["autoRenewStatus": .number(1), "expirationIntent": .null, "isInBillingRetryPeriod": .bool(false)],
+                originalTransactionID: original, environment: environment)
         case "DID_CHANGE_RENEWAL_STATUS":
             api.setRenewal(
                 ["autoRenewStatus": .number(subtype == "AUTO_RENEW_DISABLED" ? 0 : 1)], originalTransactionID: original, environment: environment)

@@ -250,7 +250,12 @@ public final class MockServerAPIState: Sendable {
     /// The id of subscription `original`'s latest transaction (the one expiring last): what a
     /// refund of the current period is about.
     public func latestTransactionID(of original: String, in environment: AppStoreEnvironment) -> String? {
-        subscription(original, among: history(of: original, in: environment) ?? [], in: environment)?.latest["transactionId"]?.stringValue
+        latestTransaction(of: original, in: environment)?["transactionId"]?.stringValue
+    }
+
+    /// Subscription `original`'s latest transaction (the one expiring last), as recorded.
+    public func latestTransaction(of original: String, in environment: AppStoreEnvironment) -> JSONValue? {
+        subscription(original, among: history(of: original, in: environment) ?? [], in: environment)?.latest
     }
 
     /// Changes a recorded transaction in place (a refund, a revocation); nil when unknown.

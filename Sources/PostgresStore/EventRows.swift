@@ -97,7 +97,7 @@ enum EventRows {
     }
 
     /// The stored states of the subscriptions `records` are about to write (read under ``lock(_:on:)``).
-    static func subscriptionsBefore(_ records: [ValidationRecord], on connection: PostgresConnection) throws -> [String: SubscriptionState] {
+    static func subscriptionsBefore(_ records: [ValidationRecord], on connection: PostgresConnection) throws -> [String: SubscriptionResource] {
         var keys = ColumnBatch([.uuid, .text, .text])
         for record in records {
             let environment = record.ledgerEnvironment
@@ -113,12 +113,22 @@ enum EventRows {
               ON s.app_id = k.app_id AND s.environment = k.environment AND s.original_transaction_id = k.original_transaction_id
             """
         ).rows
-        var states: [String: SubscriptionState] = [:]
+        var states: [String: SubscriptionResource] = [:]
         for row in rows {
             guard let app = row.uuid("app_id"), let resource = SubscriptionRows.resource(row) else { continue }
-            states[key(app, resource.environment, resource.state.originalTransactionID)] = resource.state
+            states[key(app, resource.environment, resource.state.originalTransactionID)] = resource
         }
         return states
+    }
+
+    /// The state a subscription's events are stated from: the stored one, unless nobody owned it
+    /// and someone does now. Apple's notification of a new subscription (`SUBSCRIBED`,
+    /// `OFFER_REDEEMED`) often comes before the device posts it: stored without an owner, its
+    /// `subscription.started` went to no user, and the post that claims it, the same state,
+    /// stated nothing; the owner's backend never heard it had started.
+    static func stateBefore(_ stored: SubscriptionResource?, after: SubscriptionResource) -> SubscriptionState? {
+        guard let stored else { return nil }
+        return stored.userIdentifier == nil && after.userIdentifier != nil ? nil : stored.state
     }
 
     static func key(_ app: UUID, _ environment: String, _ originalTransactionID: String) -> String {

@@ -156,7 +156,7 @@ public final class PostgresReceiptStore: ReceiptStore {
         for after in try SubscriptionRows.write(records, rollsUpRevenue: rollsUpRevenue, on: connection) {
             guard let app = after.appID else { continue }
             let key = EventRows.key(app, after.resource.environment, after.resource.state.originalTransactionID)
-            changes.subscriptions.append((app, before[key], after.resource))
+            changes.subscriptions.append((app, EventRows.stateBefore(before[key], after: after.resource), after.resource))
         }
         // A transferred transaction takes its subscription along.
         try IdentityRows.moveSubscriptions(changes.purchases.filter { $0.type == .customerTransferred }, on: connection)

@@ -120,7 +120,11 @@ struct LifecycleModelTests {
     @Test("a subscription whose story ends without an expiry renews until the horizon")
     func renewsToHorizon() throws {
         let generator = Self.generator(days: 200)
-        for scenario in [Scenario.graceRecovery, .upgrade, .sharedAppleAccount] {
+        let renewing: [Scenario] = [
+            .graceRecovery, .upgrade, .sharedAppleAccount, .refundDeclined, .refundReversed, .proratedRefund, .familySharing, .downgrade,
+            .autoRenewReenabled, .renewalExtended, .priceIncreaseAccepted, .offerCode, .winBack,
+        ]
+        for scenario in renewing {
             let timeline = generator.timelines(customers: Scenario.allCases.count).first { $0.scenario == scenario }!
             let last = try #require(timeline.steps.last)
             let until = try #require(last.holdings[0].compactMap(\.until).max())

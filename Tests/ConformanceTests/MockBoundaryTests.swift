@@ -27,10 +27,7 @@ struct MockBoundaryTests {
 
     /// `data.status` of the last notification the mock signed.
     static func status(_ state: MockAppStoreState) throws -> Int? {
-        let jws = try #require(state.notifications.sent.last?.signedPayload)
-        let part = String(jws.split(separator: ".")[1]).replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
-        let padded = part + String(repeating: "=", count: (4 - part.count % 4) % 4)
-        let payload = try JSONDecoder().decode(JSONValue.self, from: try #require(Data(base64Encoded: padded)))
+        let payload = try MockLifecycleEventTests.payload(try #require(state.notifications.sent.last?.signedPayload))
         return payload["data"]?["status"]?.intValue
     }
 

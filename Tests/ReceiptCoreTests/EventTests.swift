@@ -39,6 +39,10 @@ struct EventTests {
                 == ["subscription.product_changed"])
         #expect(Self.types(active, Self.state(autoRenewProduct: "basic", observed: 2)) == ["subscription.product_changed"])
         #expect(Self.types(active, Self.state(autoRenew: false, observed: 2)) == ["subscription.auto_renew_changed"])
+        // Stored from the device's signed transaction alone, auto-renew unknown: off is news, on is not.
+        let unknown = Self.state(autoRenew: nil)
+        #expect(Self.types(unknown, Self.state(autoRenew: false, observed: 2)) == ["subscription.auto_renew_changed"])
+        #expect(Self.types(unknown, Self.state(autoRenew: true, observed: 2)) == [])
         #expect(Self.types(active, Self.state(.billingRetry, retry: true, observed: 30)) == ["subscription.billing_issue"])
         #expect(
             Self.types(active, Self.state(.grace, retry: true, grace: Self.t0.addingTimeInterval(36 * 86_400), observed: 30))

@@ -49,8 +49,10 @@ struct ConformanceRunTests {
 
     @Test("A short simulated run of every scenario without faults: every answer right, every event once")
     func withoutFaults() async throws {
-        let report = try await Self.run(customers: 18, days: 60, faults: Faults(.none), seed: 45)
-        Self.expectConformant(report, customers: 18)
+        // Two customers of each scenario.
+        let customers = 2 * Scenario.allCases.count
+        let report = try await Self.run(customers: customers, days: 60, faults: Faults(.none), seed: 45)
+        Self.expectConformant(report, customers: customers)
         #expect(report.total.eventsOutOfOrder == 0, "\(report.table)")
         print(report.table)
     }

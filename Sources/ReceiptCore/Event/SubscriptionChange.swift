@@ -51,7 +51,10 @@ public struct SubscriptionChange: Sendable, Equatable {
         } else if wasInTrouble, after.status == .active, !after.isInBillingRetry {
             changes.append(SubscriptionChange(type: .subscriptionBillingRecovered, occurredAt: observed))
         }
-        if let on = after.autoRenewStatus, let was = before.autoRenewStatus, on != was {
+        // Unknown before (a transaction stored as the device signed it carries no renewal info): a
+        // subscription renews unless turned off, so turning it off is news; without this, a
+        // customer who turned auto-renew off before any renewal or poll was never told of.
+        if let on = after.autoRenewStatus, on != (before.autoRenewStatus ?? true) {
             changes.append(SubscriptionChange(type: .subscriptionAutoRenewChanged, occurredAt: observed))
         }
         if let next = after.autoRenewProductID, let was = before.autoRenewProductID, next != was, next != after.productID || !newTransaction,
