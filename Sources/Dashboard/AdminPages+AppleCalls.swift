@@ -16,14 +16,12 @@ extension AdminPages {
         guard let appleCalls else { return html(.notFound, "list", base(user, session)) }
         let at = now()
         let known = try await apps().filter { $0.serverAPIKeyID != nil }.sorted { $0.name < $1.name }
-        var sections: [[String: Any]] = []
-        for app in known {
-            for environment in AppStoreEnvironment.allCases {
-                let usage = try await appleCalls.usage(app: app.bundleID, environment: environment, now: at)
-                // The sandbox is shown only once it is used: most apps' sandbox hours are empty.
-                if environment == .sandbox && usage.lines.isEmpty { continue }
-                sections.append(Self.section(app: app, usage: usage))
-            }
+        let byBundle = Dictionary(known.map { ($0.bundleID, $0) }) { first, _ in first }
+        let usages = try await appleCalls.usage(apps: known.map(\.bundleID), now: at)
+        let sections: [[String: Any]] = usages.compactMap { usage in
+            // The sandbox is shown only once it is used: most apps' sandbox hours are empty.
+            guard let app = byBundle[usage.app], usage.environment == .production || !usage.lines.isEmpty else { return nil }
+            return Self.section(app: app, usage: usage)
         }
         var values = base(user, session)
         values["appleCallsCurrent"] = true

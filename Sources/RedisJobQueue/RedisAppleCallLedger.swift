@@ -3,7 +3,8 @@ import Hiredis
 import ReceiptCore
 
 /// ``AppleCallLedger`` from the hour and minute hashes ``RedisServerAPIRateLimiter`` counts in as
-/// it grants calls: what every process of the deployment spent, in one round trip per app.
+/// it grants calls: what every process of the deployment spent, every app's in one pipelined round trip (sliced
+/// past a thousand apps).
 public struct RedisAppleCallLedger: AppleCallLedger {
     private let pool: RedisConnectionPool
     private let keys: RedisKeys
@@ -14,28 +15,42 @@ public struct RedisAppleCallLedger: AppleCallLedger {
         self.keys = keys
     }
 
-    public func usage(app: String, environment: AppStoreEnvironment, now: Date) async throws -> AppleCallUsage {
+    public func usage(apps: [String], now: Date) async throws -> [AppleCallUsage] {
         let (hour, minute) = RedisServerAPIRateLimiter.windows(now)
         let keys = self.keys
-        // The last whole minute: the current one is still filling.
-        let replies = try await pool.withConnectionRetryingOnce { connection in
-            try connection.pipeline([
+        let asked = apps.flatMap { app in AppStoreEnvironment.allCases.map { (app: app, environment: $0) } }
+        // Two hashes per app and environment: this hour's and the last whole minute's (the current one is still filling).
+        let commands = asked.flatMap { app, environment in
+            [
                 ["HGETALL", keys.serverAPIHour(app: app, environment: environment.rawValue, hour: hour)],
                 ["HGETALL", keys.serverAPIMinute(app: app, environment: environment.rawValue, minute: minute - 1)],
-            ])
+            ]
         }
-        let hourly = Self.fields(replies[0])
-        let lastMinute = Self.fields(replies[1])
-        var lines: [AppleCallUsage.Line] = []
-        for endpoint in ServerAPIEndpoint.allCases {
-            for purpose in ApplePurpose.allCases {
-                let field = RedisServerAPIRateLimiter.field(endpoint, purpose)
-                let line = AppleCallUsage.Line(endpoint: endpoint, purpose: purpose, hour: hourly[field] ?? 0, lastMinute: lastMinute[field] ?? 0)
-                if line.hour > 0 || line.lastMinute > 0 { lines.append(line) }
+        var replies: [RedisValue] = []
+        // In slices: one pipeline of every app's hashes would hold all their replies in one buffer.
+        for start in stride(from: 0, to: commands.count, by: Self.slice) {
+            let slice = Array(commands[start..<min(commands.count, start + Self.slice)])
+            replies += try await pool.withConnectionRetryingOnce { connection in try connection.pipeline(slice) }
+        }
+        let hourStart = Date(timeIntervalSince1970: Double(hour) * 3600)
+        return asked.enumerated().map { index, asked in
+            let hourly = Self.fields(replies[2 * index])
+            let lastMinute = Self.fields(replies[2 * index + 1])
+            var lines: [AppleCallUsage.Line] = []
+            for endpoint in ServerAPIEndpoint.allCases {
+                for purpose in ApplePurpose.allCases {
+                    let field = RedisServerAPIRateLimiter.field(endpoint, purpose)
+                    let line = AppleCallUsage.Line(
+                        endpoint: endpoint, purpose: purpose, hour: hourly[field] ?? 0, lastMinute: lastMinute[field] ?? 0)
+                    if line.hour > 0 || line.lastMinute > 0 { lines.append(line) }
+                }
             }
+            return AppleCallUsage(app: asked.app, environment: asked.environment, hourStart: hourStart, lines: lines)
         }
-        return AppleCallUsage(app: app, environment: environment, hourStart: Date(timeIntervalSince1970: Double(hour) * 3600), lines: lines)
     }
+
+    /// Commands per pipelined round trip (a thousand apps' worth).
+    static let slice = 4_000
 
     private static func fields(_ reply: RedisValue) -> [String: Int] {
         let items = reply.array ?? []

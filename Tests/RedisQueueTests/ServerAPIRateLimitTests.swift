@@ -196,7 +196,12 @@ struct ServerAPIRateLimitTests {
         let pool = RedisConnectionPool(configuration: RedisConfiguration(host: TestEnvironment.redisHost, port: TestEnvironment.redisPort), size: 1)
         defer { pool.close() }
         let ledger = RedisAppleCallLedger(pool: pool, keys: keys)
-        let usage = try await ledger.usage(app: "com.example.l", environment: .production, now: minuteStart.addingTimeInterval(70))
+        let read = try await ledger.usage(apps: ["com.example.l", "com.example.idle"], now: minuteStart.addingTimeInterval(70))
+        // One usage per app and environment, in the order asked; an app that made no call has no line.
+        #expect(read.map(\.app) == ["com.example.l", "com.example.l", "com.example.idle", "com.example.idle"])
+        #expect(read.map(\.environment) == [.production, .sandbox, .production, .sandbox])
+        #expect(read[2].lines.isEmpty && read[3].lines.isEmpty)
+        let usage = read[0]
         #expect(usage.hour(.subscriptionStatuses) == 40)
         #expect(usage.hour(.transactionHistory) == 5)
         #expect(usage.lines.contains(.init(endpoint: .subscriptionStatuses, purpose: .validation, hour: 30, lastMinute: 30)))
@@ -204,7 +209,7 @@ struct ServerAPIRateLimitTests {
         // The history pages are in the current minute, not yet the last whole one.
         #expect(usage.lines.contains(.init(endpoint: .transactionHistory, purpose: .import, hour: 5, lastMinute: 0)))
         #expect(abs(usage.perSecond(.subscriptionStatuses) - 40.0 / 60) < 0.001)
-        let sandbox = try await ledger.usage(app: "com.example.l", environment: .sandbox, now: minuteStart.addingTimeInterval(1))
+        let sandbox = try await ledger.usage(apps: ["com.example.l"], now: minuteStart.addingTimeInterval(1))[1]
         #expect(sandbox.lines == [.init(endpoint: .lookUpOrderID, purpose: .support, hour: 1, lastMinute: 0)])
     }
 }

@@ -49,6 +49,9 @@ public struct AppleCallUsage: Sendable, Equatable {
 /// Reads what the deployment's processes spent of each app's Server API budget (the counts the
 /// ``ServerAPIRateLimiter`` keeps as it grants calls).
 public protocol AppleCallLedger: Sendable {
-    /// What `app` spent in `environment` this hour, as of `now`.
-    func usage(app: String, environment: AppStoreEnvironment, now: Date) async throws -> AppleCallUsage
+    /// What each of `apps` spent in each environment this hour, as of `now`: one usage per app and
+    /// environment, in the order given (apps first, then ``AppStoreEnvironment/allCases``). One
+    /// read for them all: a deployment has thousands of apps, and the page showing them must not
+    /// wait for a round trip each.
+    func usage(apps: [String], now: Date) async throws -> [AppleCallUsage]
 }
