@@ -24,10 +24,16 @@ enum ServerAPIOutcome: Equatable, Sendable {
     ///   - body: the response body.
     ///   - retryAfter: the `Retry-After` header.
     ///   - now: the injected clock, for a 429 without a usable `Retry-After`.
-    static func classify(status: Int?, body: [UInt8], retryAfter: String?, now: Date) -> ServerAPIOutcome {
-        guard let status else { return .failed(.outage, code: .transport(.other)) }
+    /// - Returns: the outcome, and Apple's `errorCode` when the body names one (for the audit
+    ///   record: the body is read once, here).
+    static func classify(status: Int?, body: [UInt8], retryAfter: String?, now: Date) -> (outcome: ServerAPIOutcome, appleCode: Int?) {
+        guard let status else { return (.failed(.outage, code: .transport(.other)), nil) }
         let json = JSONValue.parseAnswer(body)
         let errorCode = json?["errorCode"]?.intValue
+        return (classify(status: status, json: json, errorCode: errorCode, retryAfter: retryAfter, now: now), errorCode)
+    }
+
+    private static func classify(status: Int, json: JSONValue?, errorCode: Int?, retryAfter: String?, now: Date) -> ServerAPIOutcome {
         switch status {
         case 200:
             guard let json, json.objectValue != nil else { return .failed(.outage, code: .nonJSONBody) }

@@ -17,6 +17,7 @@ public final class Certificate: @unchecked Sendable {
         var commonName: String??
         var publicKey: PublicKey?
         var extensions: [String: Bool] = [:]
+        var sha256Fingerprint: String?
     }
 
     let memo = Mutex(Memo())
@@ -129,11 +130,16 @@ public final class Certificate: @unchecked Sendable {
     /// End of the validity period.
     public var notAfter: Date { Self.date(X509_get0_notAfter(x509)) }
 
-    /// SHA-256 of the DER, upper-case hex pairs joined by colons: `"B0:B1:73:…"`.
+    /// SHA-256 of the DER, upper-case hex pairs joined by colons: `"B0:B1:73:…"`. Read once: the
+    /// revocation check keys its cache by it at every signature verified (re-encoding and hashing
+    /// the chain each time was 5 % of a worker's CPU).
     public var sha256Fingerprint: String {
-        Digest.hex(Digest.sha256(der)).uppercased().utf8
+        if let known = memo.withLock({ $0.sha256Fingerprint }) { return known }
+        let fingerprint = Digest.hex(Digest.sha256(der)).uppercased().utf8
             .chunked2()
             .joined(separator: ":")
+        memo.withLock { $0.sha256Fingerprint = fingerprint }
+        return fingerprint
     }
 
     static func date(_ time: UnsafePointer<ASN1_TIME>?) -> Date {

@@ -9,7 +9,7 @@ struct ServerAPIOutcomeTests {
     let now = Date(timeIntervalSince1970: 1_800_000_000)
 
     func classify(_ status: Int?, _ body: String = "", retryAfter: String? = nil) -> ServerAPIOutcome {
-        ServerAPIOutcome.classify(status: status, body: Array(body.utf8), retryAfter: retryAfter, now: now)
+        ServerAPIOutcome.classify(status: status, body: Array(body.utf8), retryAfter: retryAfter, now: now).outcome
     }
 
     @Test("Apple's error codes: retryable ones retried, unknown transactions invalid, 4040010 switches, 401 and 429 apart")
@@ -27,6 +27,18 @@ struct ServerAPIOutcomeTests {
         #expect(classify(401) == .unauthorized)
         #expect(classify(503, "Service Unavailable") == .failed(.outage, code: .http(503)))
         #expect(classify(403, "") == .failed(.configurationError, code: .http(403)))
+    }
+
+    @Test("Apple's error code comes with the outcome, from the one read of the body (the audit record's)")
+    func appleCode() {
+        func code(_ status: Int?, _ body: String) -> Int? {
+            ServerAPIOutcome.classify(status: status, body: Array(body.utf8), retryAfter: nil, now: now).appleCode
+        }
+        #expect(code(404, #"{"errorCode":4040005,"errorMessage":"Original transaction id not found."}"#) == 4_040_005)
+        #expect(code(429, #"{"errorCode":4290000}"#) == 4_290_000)
+        #expect(code(200, #"{"signedTransactions":[]}"#) == nil)
+        #expect(code(503, "Service Unavailable") == nil)
+        #expect(code(nil, #"{"errorCode":4040005}"#) == nil)
     }
 
     @Test("Retry-After is a UNIX time in milliseconds; seconds and deltas are read too, and garbage waits a second")
