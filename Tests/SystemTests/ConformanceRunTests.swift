@@ -108,10 +108,10 @@ struct ConformanceRunTests {
         "An app without notifications: every change heard by a re-poll or a device's post within the re-poll policy's bound, every answer right after"
     )
     func withoutNotifications() async throws {
-        let outcome = try await ConformanceRun(customers: 48, days: 75, faults: Faults(.none), seed: 4_549, notifications: false)
+        let outcome = try await ConformanceRun(customers: 40, days: 60, faults: Faults(.none), seed: 4_549, notifications: false)
             .play(environment: TestSystem.serverEnvironment, logger: ConformanceCommandTests.quiet, executable: ReceiptqExecutable.url)
         let report = outcome.report
-        let repoll = try Self.expectHeard(report, customers: 48, late: .repoll, atLeast: 1)
+        let repoll = try Self.expectHeard(report, customers: 40, late: .repoll, atLeast: 1)
         print(outcome.summary(verbose: false))
         #expect(report.repollsMade > 0, "\(report.repollsLine)")
         // The deployment polls on its configured policy (REPOLL_*: the defaults here).
