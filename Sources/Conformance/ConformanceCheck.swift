@@ -44,6 +44,15 @@ public enum ConformanceCheck {
         }
     }
 
+    /// The events that tell of a change of what the customer is entitled to: never excused, even
+    /// for an app without notifications (the others, such as auto-renew turned off, a polled
+    /// backend may not hear as they happened: ``ConformanceReport/unseenByPolls``).
+    public static let entitlementChanges: Set<EventType> = [
+        .receiptValidated, .purchaseRefunded, .subscriptionStarted, .subscriptionRenewed, .subscriptionBillingIssue,
+        .subscriptionGracePeriodStarted, .subscriptionBillingRecovered, .subscriptionExpired, .subscriptionRefunded,
+        .subscriptionRevoked, .subscriptionUpgraded, .subscriptionExtended,
+    ]
+
     /// How the events one user's backend received compare with the events expected, each once
     /// and in order.
     public struct EventComparison: Sendable, Equatable {

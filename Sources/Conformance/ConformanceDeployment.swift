@@ -16,7 +16,11 @@ import Telemetry
 
 /// A whole receiptq deployment in one process, as a conformance run plays against it: every role
 /// of `receiptq all` (API, workers, scheduler, webhook dispatcher, the notification history sweep)
-/// on the run's simulated clock, an in-process mock App Store on the same clock notifying it, a
+/// on the run's simulated clock (the answers' dates, and the subscriptions' polls: the worker
+/// plans them on it and the scheduler claims them on it, ticking every 20 ms so that the polls a
+/// jump made due are queued at once; retries, the janitor and heartbeats keep the machine's
+/// pace), an in-process mock App Store on the same clock notifying it (unless the app has no
+/// notification URL: ``notifications``), a
 /// webhook receiver as the customers' backend, and a fresh app with the conformance catalogue
 /// defined. `receiptq conformance` and the conformance tests both run this one.
 ///
@@ -44,6 +48,12 @@ public final class ConformanceDeployment: ConformanceTarget {
     private let task: Task<Void, any Error>
     private let receiverTask: Task<Void, any Error>
     private let killedWorker: KilledWorker?
+    private let clock: SimulatedClock
+    private let metrics: PrometheusExporter
+    /// Whether the app receives Server Notifications V2: false, it has no notification URL (the
+    /// mock has no target for its bundle, the app no notification token, so the history sweep
+    /// skips it too) and hears of Apple's changes only by its re-polls and devices' posts.
+    public let notifications: Bool
 
     public var mock: MockAppStoreState { mockServer.state }
     public var bundleID: String { app.bundleID }
@@ -63,9 +73,10 @@ public final class ConformanceDeployment: ConformanceTarget {
     ///   - clock: the run's simulated clock.
     ///   - workerExecutable: `receiptq`, to run one worker as a process of its own that
     ///     ``killWorker()`` kills (nil: every role in process).
+    ///   - notifications: give the app a notification URL (false: ``notifications``).
     ///   - logger: the roles' logger (its level decides how much they say).
     public static func start(
-        environment: [String: String], clock: SimulatedClock, workerExecutable: URL? = nil, logger: Logger
+        environment: [String: String], clock: SimulatedClock, workerExecutable: URL? = nil, notifications: Bool = true, logger: Logger
     ) async throws -> ConformanceDeployment {
         let id = String(UInt32.random(in: 0...UInt32.max), radix: 16)
         let database = "receiptq_conformance_\(id)"
@@ -94,6 +105,9 @@ public final class ConformanceDeployment: ConformanceTarget {
                 "WORKER_COMMIT_LINGER_MS": "2",
                 // Counted on the simulated clock: a lost notification is found within an hour of simulated time.
                 "NOTIFICATION_HISTORY_INTERVAL_SECONDS": String(Int(historySweepInterval)),
+                // After each jump of the clock the polls it made due are queued within a tick: at
+                // the default second, a run's thousands of settles each waited for one.
+                "SCHEDULER_TICK_MS": String(schedulerTickMilliseconds),
             ]) { _, own in own }
             // A killed worker's jobs come back within seconds, not the default's 30.
             if workerExecutable != nil { overrides["WORKER_HEARTBEAT_TTL_SECONDS"] = String(KilledWorker.heartbeatTTLSeconds) }
@@ -112,10 +126,12 @@ public final class ConformanceDeployment: ConformanceTarget {
             try connect(app, configuration: configuration, secretsKey: secretsKey, receiver: receiver, url: url)
 
             let (ports, continuation) = AsyncStream<Int>.makeStream()
+            let metrics = PrometheusExporter()
             // Its own app only, though the database is its own too: the roles are what a test
-            // sharing a database runs.
+            // sharing a database runs. The subscriptions' polls on the simulated clock (`repollClock`):
+            // a jump makes the polls it passed due, as the time would in a real deployment.
             let roles = try ReceiptQueueApp.makeRoles(
-                configuration, onlyApps: [app.id], now: clock.closure, metrics: PrometheusExporter(), logger: logger
+                configuration, onlyApps: [app.id], now: clock.closure, repollClock: clock.closure, metrics: metrics, logger: logger
             ) { port in
                 continuation.yield(port)
                 continuation.finish()
@@ -128,11 +144,13 @@ public final class ConformanceDeployment: ConformanceTarget {
             }
             var iterator = ports.makeAsyncIterator()
             guard let port = await iterator.next(), port > 0 else { throw DeploymentError.apiDidNotStart }
-            // The API's port is known only now: the mock notifies it at the app's URL, as Apple would.
-            let notificationToken = try withAdmin(configuration) { try AppAdmin(connection: $0).rotateNotificationToken(appID: app.id) }
-            mockServer.state.notifications.setTarget(
-                .init(url: "http://127.0.0.1:\(port)/apple/notifications/\(app.name)/\(notificationToken)", version: "v2", password: nil),
-                bundleID: app.bundleID)
+            if notifications {
+                // The API's port is known only now: the mock notifies it at the app's URL, as Apple would.
+                let notificationToken = try withAdmin(configuration) { try AppAdmin(connection: $0).rotateNotificationToken(appID: app.id) }
+                mockServer.state.notifications.setTarget(
+                    .init(url: "http://127.0.0.1:\(port)/apple/notifications/\(app.name)/\(notificationToken)", version: "v2", password: nil),
+                    bundleID: app.bundleID)
+            }
             var killedWorker: KilledWorker?
             if let workerExecutable {
                 let clockFile = trust.appendingPathComponent("clock")
@@ -149,7 +167,8 @@ public final class ConformanceDeployment: ConformanceTarget {
             return ConformanceDeployment(
                 database: database, configuration: configuration, app: app, receiver: receiver, apiPort: port, server: server,
                 mockServer: mockServer, token: token, client: try HTTPClient(options: CurlOptions(), lanes: 8), trustDirectory: trust,
-                group: group, task: task, receiverTask: receiverTask, killedWorker: killedWorker)
+                group: group, task: task, receiverTask: receiverTask, killedWorker: killedWorker, clock: clock, metrics: metrics,
+                notifications: notifications)
         } catch {
             for stop in started.reversed() { await stop() }
             throw error
@@ -159,7 +178,8 @@ public final class ConformanceDeployment: ConformanceTarget {
     private init(
         database: String, configuration: AppConfiguration, app: AppRecord, receiver: WebhookReceiver, apiPort: Int,
         server: PostgresConfiguration, mockServer: RunningMockAppStore, token: String, client: HTTPClient, trustDirectory: URL,
-        group: ServiceGroup, task: Task<Void, any Error>, receiverTask: Task<Void, any Error>, killedWorker: KilledWorker?
+        group: ServiceGroup, task: Task<Void, any Error>, receiverTask: Task<Void, any Error>, killedWorker: KilledWorker?,
+        clock: SimulatedClock, metrics: PrometheusExporter, notifications: Bool
     ) {
         self.database = database
         self.configuration = configuration
@@ -175,7 +195,13 @@ public final class ConformanceDeployment: ConformanceTarget {
         self.task = task
         self.receiverTask = receiverTask
         self.killedWorker = killedWorker
+        self.clock = clock
+        self.metrics = metrics
+        self.notifications = notifications
     }
+
+    /// The scheduler's tick the deployment sets (`SCHEDULER_TICK_MS`).
+    public static let schedulerTickMilliseconds = 20
 
     /// Stops every role, the mock and the receiver, and removes what the run created: its
     /// database, its Redis keys, its trust directory.
@@ -204,11 +230,45 @@ public final class ConformanceDeployment: ConformanceTarget {
         return answer
     }
 
+    /// Also waits until no re-poll is due at the simulated now (as it was when asked) and not
+    /// yet queued, counted with the scheduler's own query: a jump of the clock makes polls due,
+    /// and an idle queue before the scheduler's next tick claimed them is not settled. The count
+    /// comes first: once it is zero every poll due then is in Redis (a claim commits after its
+    /// enqueue), and the empty queues that follow mean answered.
     public func settle() async throws {
+        let now = clock.now()
+        let postgres = try PostgresConnection(configuration: configuration.postgres, label: "conformance-settle")
+        defer { postgres.close() }
+        let schedule = PostgresSubscriptionSchedule(connection: postgres, apps: [app.id])
         let settled = try await Self.poll {
-            try mock.notifications.allDelivered && withJobs { try $0.counts().isEmpty }
+            try schedule.countDue(now: now, limit: 1) == 0 && mock.notifications.allDelivered && withJobs { try $0.counts().isEmpty }
         }
-        if !settled { throw DeploymentError.didNotSettle(held: try withJobs { try $0.counts() }, jobs: try withJobs { try $0.inHands() }) }
+        if !settled {
+            throw DeploymentError.didNotSettle(
+                held: try withJobs { try $0.counts() }, jobs: try withJobs { try $0.inHands() },
+                duePolls: try schedule.countDue(now: now, limit: 1_000_000))
+        }
+    }
+
+    public var repollPolicy: RepollPolicy { configuration.scheduler.repollPolicy }
+
+    public func nextPollDue() async throws -> Date? {
+        let postgres = try PostgresConnection(configuration: configuration.postgres, label: "conformance-polls")
+        defer { postgres.close() }
+        return try await postgres.query("SELECT min(next_poll_at) AS due FROM subscriptions WHERE app_id = \(app.id)").rows.first?.date("due")
+    }
+
+    /// The re-polls the deployment's scheduler queued (`made`) and skipped because Server
+    /// Notifications cover their subscription (`skipped`), from its `receiptq_repolls_total`.
+    public var repolls: (made: Int, skipped: Int) {
+        let lines = String(decoding: metrics.exposition(), as: UTF8.self).split(separator: "\n").filter {
+            $0.hasPrefix("receiptq_repolls_total{")
+        }
+        func sum(_ outcome: String) -> Int {
+            lines.filter { $0.contains("outcome=\"\(outcome)\"") }.compactMap { $0.split(separator: " ").last.flatMap { Double($0) } }
+                .reduce(0) { $0 + Int($1) }
+        }
+        return (sum("made"), sum("skipped"))
     }
 
     /// Also waits until no webhook delivery is open: a webhook is written with its event
@@ -355,8 +415,9 @@ public enum DeploymentError: Error, CustomStringConvertible {
     case apiDidNotStart
     /// The app just added could not be read back.
     case appNotStored
-    /// Jobs were still held after ``ConformanceDeployment/patience``: which, and the ones in workers' hands.
-    case didNotSettle(held: [String: Int], jobs: [String])
+    /// Jobs were still held, or re-polls due and not queued, after ``ConformanceDeployment/patience``:
+    /// which, the ones in workers' hands, and how many polls were due.
+    case didNotSettle(held: [String: Int], jobs: [String], duePolls: Int)
     /// A worker kill asked of a deployment started without a worker process.
     case noWorkerProcess
 
@@ -364,8 +425,8 @@ public enum DeploymentError: Error, CustomStringConvertible {
         switch self {
         case .apiDidNotStart: "the deployment's API did not start"
         case .appNotStored: "the conformance app was added but cannot be read back"
-        case .didNotSettle(let held, let jobs):
-            "the deployment did not settle in \(ConformanceDeployment.patience): \(held)\n\(jobs.joined(separator: "\n"))"
+        case .didNotSettle(let held, let jobs, let duePolls):
+            "the deployment did not settle in \(ConformanceDeployment.patience): \(held), \(duePolls) re-polls due\n\(jobs.joined(separator: "\n"))"
         case .noWorkerProcess: "a worker kill was asked of a deployment that runs no worker process"
         }
     }

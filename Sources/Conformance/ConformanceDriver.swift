@@ -34,6 +34,20 @@ public struct ConformanceDriver: Sendable {
     public var killsPerMonth: Double = 1
     /// Prints each disagreement as it is found (the command's `--verbose`); the report keeps them all.
     public var log: @Sendable (String) -> Void = { _ in }
+    /// Whether the app receives Server Notifications V2 (the deployment's
+    /// ``ConformanceDeployment/notifications``). Off, Apple's ledger changes at each step as
+    /// before but nothing is posted: a customer whose subscription changed is waiting (a wrong
+    /// answer is late) until the deployment has asked Apple about it since (a re-poll or a
+    /// device's post; the mock records its answers), and each change's lateness is
+    /// ``Faults/Kind/repoll``'s. The clock then passes through the polls due between steps
+    /// (``pollHop``), as time would in a real deployment, and at the end runs on until every
+    /// change was heard or no poll is left (``RepollPolicy``'s schedule bounds how long).
+    public var notifications = true
+    /// Without notifications, how far past a due poll the clock jumps at once: the polls due
+    /// within it are made together (at most this late), in one settle.
+    public var pollHop: TimeInterval = defaultPollHop
+    /// ``pollHop``'s default: half an hour, the re-poll policy's longest wait after an expiry.
+    public static let defaultPollHop: TimeInterval = 1_800
 
     public init(target: any ConformanceTarget, clock: SimulatedClock, faults: Faults, seed: UInt64) {
         self.target = target
@@ -71,6 +85,12 @@ public struct ConformanceDriver: Sendable {
         /// Kills due: a device post tries one; a worker that holds no job then is killed at a later post.
         var killsDue = 0
         var windowsHeld = 0
+        /// Without notifications: each customer's changes the deployment has not asked Apple about
+        /// since (a wrong answer for them is late, not wrong): the subscription, and when.
+        var unheard: [Int: [(original: String, at: Date)]] = [:]
+        /// Without notifications: customers with a change made while an earlier one of the same
+        /// subscription was still unheard (two changes between two polls: no poll saw the first).
+        var betweenPolls: Set<Int> = []
         var random: SeededGenerator
         var report = ConformanceReport()
     }
@@ -100,6 +120,7 @@ public struct ConformanceDriver: Sendable {
             while next < steps.count, timelines[steps[next].timeline].steps[steps[next].step].at < end {
                 let (t, s) = steps[next]
                 run.report.phases.lap(\.steps, &lap)
+                try await passPolls(&run, before: timelines[t].steps[s].at)
                 try await catchUp(&run, before: timelines[t].steps[s].at, again: touched.contains(t))
                 run.report.phases.lap(\.settling, &lap)
                 clock.jump(to: timelines[t].steps[s].at)
@@ -120,6 +141,7 @@ public struct ConformanceDriver: Sendable {
             try await recoverLost(&run, before: following)
             try await target.settle()
             try await forgetStored(&run)
+            forgetHeard(&run)
             answeredAfterOutage(&run)
             run.report.phases.lap(\.settling, &lap)
             let others = (0..<min(3, timelines.count)).map { _ in Int.random(in: 0..<timelines.count, using: &run.random) }
@@ -134,6 +156,15 @@ public struct ConformanceDriver: Sendable {
         try await recoverLost(&run, before: nil)
         try await target.settle()
         try await forgetStored(&run)
+        forgetHeard(&run)
+        let runEnd = clock.now()
+        if !notifications {
+            // Asked at the last step's time too: the clock then runs on until the last changes
+            // are heard, by when most subscriptions have ended and their answers are empty.
+            for timeline in timelines { try await check(timeline, &run, final: false) }
+            try await passPolls(&run, before: nil)
+            for (_, changes) in run.unheard { for _ in changes { run.report.late(.repoll, by: nil) } }
+        }
         var counts: [String: Int] = [:]
         for timeline in timelines {
             for (index, user) in timeline.users.enumerated() { counts[user] = timeline.expectedEvents(user: index).count }
@@ -150,7 +181,17 @@ public struct ConformanceDriver: Sendable {
         for timeline in timelines {
             try await check(timeline, &run, final: true)
             for user in timeline.users.indices {
-                run.report.events(timeline, user: user, received: received.byUser[timeline.users[user], default: []])
+                // The clock ran on past the timelines' end (without notifications, until the last
+                // changes were heard): a subscription the model left running lapsed meanwhile (one
+                // in Billing Grace Period goes on to billing retry at its end: no expiry).
+                let inGrace =
+                    timeline.steps.last { $0.at <= runEnd }.map {
+                        if case .failToRenew = $0.action { true } else { false }
+                    } ?? false
+                let lapsed = !inGrace && timeline.truth(user: user, at: runEnd).contains { $0.until.map { $0 <= clock.now() } ?? false }
+                run.report.events(
+                    timeline, user: user, received: received.byUser[timeline.users[user], default: []],
+                    polled: notifications ? nil : .init(lapsedAfterEnd: lapsed, betweenPolls: run.betweenPolls.contains(timeline.customer)))
             }
         }
         run.report.phases.lap(\.final, &lap)
@@ -249,7 +290,8 @@ public struct ConformanceDriver: Sendable {
             let at = clock.now()
             let expected = timeline.truth(user: index, at: at)
             let answered = ConformanceCheck.entitlements(fromCustomer: try await target.customer(user))
-            let waiting = run.delayed.contains(timeline.customer) || run.lost[timeline.customer] != nil
+            let waiting =
+                run.delayed.contains(timeline.customer) || run.lost[timeline.customer] != nil || run.unheard[timeline.customer] != nil
             let verdict: AnswerVerdict = ConformanceCheck.agrees(expected, answered) ? .right : !final && waiting ? .late : .wrong
             if verdict != .right { log("\(verdict) answer for \(user) at \(at): expected \(expected) answered \(answered)") }
             run.report.answer(timeline, verdict, at: at, expected: expected, answered: answered)
@@ -274,11 +316,21 @@ public struct ConformanceDriver: Sendable {
             revocation: MockNotificationCenter.Revocation? = nil
         ) throws {
             guard let purchase = run.purchases[customer] else { throw ConformanceError.noPurchase(customer) }
-            let delivery = delivery(for: customer, &run)
+            // Without notifications nothing is posted (the app has no URL): no delivery to fault.
+            let delivery = notifications ? delivery(for: customer, &run) : MockNotificationCenter.Delivery()
             let uuid = try center.event(
                 type: type, subtype: subtype, transactionID: id ?? purchase.original, environment: environment, delivery: delivery,
                 revocation: revocation, period: period)
             guard let uuid else { return }
+            if !notifications {
+                // Apple's ledger changed now (the clock is read after): news to the deployment
+                // until it next asks Apple about the subscription.
+                if let original = api.originalTransactionID(of: id ?? purchase.original, in: environment) {
+                    if run.unheard[customer]?.contains(where: { $0.original == original }) == true { run.betweenPolls.insert(customer) }
+                    run.unheard[customer, default: []].append((original, clock.now()))
+                }
+                return
+            }
             if delivery.lost {
                 run.lost[customer, default: []].insert(uuid)
                 run.faulted[uuid] = .lost

@@ -104,6 +104,35 @@ public struct ConformanceReport: Sendable {
     public var workerKillsEmpty = 0
     /// Webhook deliveries of an event the backend had already received, ignored by its id.
     public var repeatedDeliveries = 0
+    /// The re-polls the deployment's scheduler queued, and those it skipped because Server
+    /// Notifications covered the subscription (``RepollSafetyNet``).
+    public var repollsMade = 0
+    public var repollsSkipped = 0
+    /// Without notifications: the differences of the webhook streams that are no entitlement
+    /// change (``ConformanceCheck/entitlementChanges``), reported apart and not failed: a polled
+    /// backend hears what each poll sees, the state, not every change between two polls (auto-renew
+    /// turned off and on again in between is none; a pending downgrade is seen at the renewal).
+    public var unseenByPolls = ConformanceCheck.EventComparison(missing: 0, duplicated: 0, outOfOrder: 0, unexpected: 0)
+    /// The types of the expected events ``unseenByPolls`` counts missing, with their counts.
+    public var unseenTypes: [EventType: Int] = [:]
+    /// Without notifications: the app users whose stream differs and whose subscription had two
+    /// of Apple's changes between two polls (all their differences are in ``unseenByPolls``).
+    public var unseenBetweenPolls = 0
+
+    /// How a polled app user's webhook stream is judged (an app without notifications).
+    public struct Polled: Sendable, Equatable {
+        /// The run's clock went on past the timelines' end until the last changes were heard, and
+        /// a subscription the user held then lapsed meanwhile: one `subscription.expired` more.
+        public var lapsedAfterEnd: Bool
+        /// The customer's subscription had two changes between two polls: what the first did no
+        /// poll saw, so none of the stream's differences is failed.
+        public var betweenPolls: Bool
+
+        public init(lapsedAfterEnd: Bool, betweenPolls: Bool) {
+            self.lapsedAfterEnd = lapsedAfterEnd
+            self.betweenPolls = betweenPolls
+        }
+    }
 
     public init() {}
 
@@ -208,8 +237,15 @@ public struct ConformanceReport: Sendable {
     }
 
     /// Compares the events app user `user` of `timeline` received with the expected ones.
-    public mutating func events(_ timeline: Timeline, user: Int, received: [EventType]) {
-        let expected = timeline.expectedEvents(user: user)
+    /// - Parameter polled: the app had no notifications (nil: it had): its entitlement changes are
+    ///   compared as always (each missing one counted, unless ``Polled/betweenPolls``), every
+    ///   duplicate too; the rest of the differences go to ``unseenByPolls``, apart.
+    public mutating func events(_ timeline: Timeline, user: Int, received: [EventType], polled: Polled? = nil) {
+        var expected = timeline.expectedEvents(user: user)
+        if let polled {
+            if polled.lapsedAfterEnd { expected.append(.subscriptionExpired) }
+            return polledEvents(timeline, user: user, expected: expected, received: received, betweenPolls: polled.betweenPolls)
+        }
         let comparison = ConformanceCheck.compare(expected: expected, received: received)
         var tally = tallies[timeline.scenario, default: ConformanceTally()]
         tally.eventsExpected += expected.count
@@ -222,6 +258,46 @@ public struct ConformanceReport: Sendable {
             disagreements.append(Disagreement(timeline: timeline, kind: .events(user: user, expected: expected, received: received)))
         }
     }
+
+    private mutating func polledEvents(
+        _ timeline: Timeline, user: Int, expected: [EventType], received: [EventType], betweenPolls: Bool
+    ) {
+        let all = ConformanceCheck.compare(expected: expected, received: received)
+        // Two changes between two polls: the stream follows what the polls saw, none of it failed.
+        let changes = betweenPolls ? [] : ConformanceCheck.entitlementChanges
+        let entitlement = ConformanceCheck.compare(
+            expected: expected.filter(changes.contains), received: received.filter(changes.contains))
+        var tally = tallies[timeline.scenario, default: ConformanceTally()]
+        tally.eventsExpected += expected.count
+        tally.eventsMissing += entitlement.missing
+        tally.eventsDuplicated += all.duplicated
+        tallies[timeline.scenario] = tally
+        unseenByPolls.missing += all.missing - entitlement.missing
+        unseenByPolls.outOfOrder += all.outOfOrder
+        unseenByPolls.unexpected += all.unexpected
+        if betweenPolls && !all.isClean { unseenBetweenPolls += 1 }
+        var left = received.reduce(into: [EventType: Int]()) { $0[$1, default: 0] += 1 }
+        for type in expected {
+            if left[type, default: 0] > 0 { left[type, default: 0] -= 1 } else if !changes.contains(type) { unseenTypes[type, default: 0] += 1 }
+        }
+        if entitlement.missing > 0 || all.duplicated > 0 {
+            disagreements.append(Disagreement(timeline: timeline, kind: .events(user: user, expected: expected, received: received)))
+        }
+    }
+
+    /// Without notifications: the line that reports ``unseenByPolls`` (nil when there is none).
+    public var unseenByPollsLine: String? {
+        let u = unseenByPolls
+        guard u.missing + u.outOfOrder + u.unexpected > 0 else { return nil }
+        let types = unseenTypes.sorted { $0.key.rawValue < $1.key.rawValue }.map { "\($0.key.rawValue) ×\($0.value)" }.joined(separator: ", ")
+        return "events a polled backend cannot hear as they happened (not failed; a poll sees the state, not each change "
+            + "between two polls): \(u.missing) missing\(types.isEmpty ? "" : " (\(types))"), \(u.outOfOrder) out of order, "
+            + "\(u.unexpected) unexpected"
+            + (unseenBetweenPolls > 0 ? "; \(unseenBetweenPolls) app users had two changes between two polls, the first seen by none" : "")
+    }
+
+    /// "re-polls: 1,234 made, 56 skipped (covered by notifications)".
+    public var repollsLine: String { "re-polls: \(repollsMade) made, \(repollsSkipped) skipped (covered by notifications)" }
 
     /// Counts a customer of `scenario`.
     public mutating func customer(_ scenario: Scenario) { tallies[scenario, default: ConformanceTally()].customers += 1 }

@@ -13,12 +13,17 @@ public struct ConformanceRun: Sendable, Equatable {
     public var days: Int
     public var faults: Faults
     public var seed: UInt64
+    /// Whether the app receives Server Notifications V2 (`--no-notifications`: false, Apple's
+    /// changes reach the deployment only by its re-polls and devices' posts; see
+    /// ``ConformanceDriver/notifications``).
+    public var notifications: Bool
 
-    public init(customers: Int, days: Int, faults: Faults, seed: UInt64) {
+    public init(customers: Int, days: Int, faults: Faults, seed: UInt64, notifications: Bool = true) {
         self.customers = customers
         self.days = days
         self.faults = faults
         self.seed = seed
+        self.notifications = notifications
     }
 
     /// What was wrong with the arguments.
@@ -30,6 +35,12 @@ public struct ConformanceRun: Sendable, Equatable {
     public func validate() throws {
         guard customers >= 1 else { throw InvalidArgument(description: "--customers must be at least 1, not \(customers)") }
         guard days >= 1 else { throw InvalidArgument(description: "--days must be at least 1, not \(days)") }
+        // Nothing is posted, so there is no notification to fault; Apple's outage is played
+        // around the notification mode's windows.
+        if !notifications, faults.duplicates || faults.delayedAndReordered || faults.lostNotifications || faults.outage {
+            throw InvalidArgument(
+                description: "--no-notifications plays no notification fault and no outage: use --faults none or killed")
+        }
     }
 
     /// The running executable (Linux's `/proc/self/exe`, resolved): `receiptq` when the command runs.
@@ -62,14 +73,17 @@ public struct ConformanceRun: Sendable, Equatable {
         let start = Date().addingTimeInterval(60)
         let clock = SimulatedClock(start: start)
         let deployment = try await ConformanceDeployment.start(
-            environment: environment, clock: clock, workerExecutable: faults.workerKilled ? executable : nil, logger: logger)
-        let report: ConformanceReport
+            environment: environment, clock: clock, workerExecutable: faults.workerKilled ? executable : nil, notifications: notifications,
+            logger: logger)
+        var report: ConformanceReport
         do {
             let timelines = LifecycleGenerator(catalogue: ConformanceCatalogue(bundleID: deployment.bundleID), start: start, days: days, seed: seed)
                 .timelines(customers: customers)
             var driver = ConformanceDriver(target: deployment, clock: clock, faults: faults, seed: seed)
             driver.log = log
+            driver.notifications = notifications
             report = try await driver.run(timelines)
+            (report.repollsMade, report.repollsSkipped) = deployment.repolls
         } catch {
             await deployment.stop()
             throw error
@@ -107,6 +121,9 @@ public struct ConformanceRun: Sendable, Equatable {
 
         public var wallSeconds: Double { Double(wall.components.seconds) + Double(wall.components.attoseconds) * 1e-18 }
 
+        /// Whether the app received notifications.
+        public var notifications: Bool { run.notifications }
+
         /// The faults' preset name (`custom` for switches no preset has).
         public var faults: String { Faults.Preset.allCases.first { Faults($0) == run.faults }?.rawValue ?? "custom" }
 
@@ -128,7 +145,8 @@ public struct ConformanceRun: Sendable, Equatable {
                     "seed \(run.seed), \(run.customers) customers, \(span), faults \(faults)",
                     "wall time \(String(format: "%.1f", wallSeconds)) s (\(rate) customers/s); database \(database), dropped",
                     "the driver's time: \(report.phases.description)",
-                ] + (report.killsLine.map { [$0] } ?? [])
+                    (notifications ? "" : "no notifications (the app has no URL); ") + report.repollsLine,
+                ] + (report.killsLine.map { [$0] } ?? []) + (report.unseenByPollsLine.map { [$0] } ?? [])
             let failing = report.disagreements.filter {
                 if case .lateAnswer = $0.kind { return false }
                 return true
@@ -157,6 +175,12 @@ public struct ConformanceRun: Sendable, Equatable {
                 "jobs_taken_back": .number(Double(report.workerKills.reduce(0, +))),
                 "worker_kills_empty": .number(Double(report.workerKillsEmpty)),
                 "deliveries_repeated": .number(Double(report.repeatedDeliveries)),
+                "notifications": .bool(run.notifications), "repolls_made": .number(Double(report.repollsMade)),
+                "repolls_skipped": .number(Double(report.repollsSkipped)),
+                "events_unseen_by_polls": .object([
+                    "missing": .number(Double(report.unseenByPolls.missing)), "out_of_order": .number(Double(report.unseenByPolls.outOfOrder)),
+                    "unexpected": .number(Double(report.unseenByPolls.unexpected)),
+                ]),
                 "late_by_fault": .object(
                     Dictionary(
                         uniqueKeysWithValues: report.latenessByKind.map { kind, l in

@@ -39,8 +39,13 @@ public protocol ConformanceTarget: Sendable {
     /// `GET /client/customers/{user}`'s answer.
     func customer(_ user: String) async throws -> JSONValue
     /// Returns once everything the deployment was told so far is processed: notifications
-    /// delivered to it are stored, no job is queued or retrying, no webhook is pending.
+    /// delivered to it are stored, no re-poll is due at the simulated now and not yet queued, no
+    /// job is queued or retrying, no webhook is pending.
     func settle() async throws
+    /// The earliest re-poll the deployment has planned (its subscriptions' next poll; nil: none).
+    func nextPollDue() async throws -> Date?
+    /// When the deployment polls subscriptions again (its `REPOLL_*` settings).
+    var repollPolicy: RepollPolicy { get }
     /// Returns once each user's backend received at least the number of events given (webhooks
     /// go out after their change commits), or once the target's patience ran out: then the
     /// comparison counts what is missing.

@@ -6,8 +6,9 @@ import Telemetry
 
 /// The child's side of ``Faults/workerKilled``: `receiptq conformance-worker --clock-file PATH`,
 /// a hidden command the deployment starts. It runs the worker role alone, built as every role
-/// is (`ReceiptQueueApp.makeWorker`), with the dates of Apple's answers read from the run's
-/// simulated clock through the ``ClockFile`` the parent publishes; everything else (Redis,
+/// is (`ReceiptQueueApp.makeWorker`), with the dates of Apple's answers and its subscriptions'
+/// next polls read from the run's simulated clock through the ``ClockFile`` the parent
+/// publishes; everything else (Redis,
 /// Postgres, the mock App Store's URLs, the secrets key, the trust roots) comes in its
 /// environment, as for `receiptq work`. It runs until SIGTERM, or SIGKILL from the driver.
 public enum ConformanceWorker {
@@ -15,7 +16,9 @@ public enum ConformanceWorker {
     /// are about to go, or are gone).
     public static func run(clockFile: String, configuration: AppConfiguration, logger: Logger) async throws {
         let clock = try ClockFile.Reader(path: clockFile)
-        let worker = try ReceiptQueueApp.makeWorker(configuration, metrics: PrometheusExporter(), logger: logger, observedAt: clock.closure)
+        // Its next polls on the simulated clock too: the in-process scheduler claims them on it.
+        let worker = try ReceiptQueueApp.makeWorker(
+            configuration, metrics: PrometheusExporter(), logger: logger, observedAt: clock.closure, repollClock: clock.closure)
         watchParent(logger: logger)
         try await ReceiptQueueApp.run([worker], logger: logger)
     }

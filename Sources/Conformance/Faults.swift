@@ -60,6 +60,10 @@ public struct Faults: Sendable, Equatable {
         case lost
         /// A device's post made while Apple was down, answered once it was back.
         case outage
+        /// Not a fault: an app without notifications (``ConformanceDriver/notifications`` off)
+        /// hears of each of Apple's changes only when it next asks Apple about the subscription
+        /// (a re-poll on the re-poll policy's schedule, or a device's post).
+        case repoll
 
         public static func < (a: Kind, b: Kind) -> Bool { allCases.firstIndex(of: a)! < allCases.firstIndex(of: b)! }
     }

@@ -116,10 +116,14 @@ public final class MockNotificationCenter: Sendable {
 
     /// Whether every notification sent so far, neither held nor lost, has been delivered (its
     /// endpoint answered 2xx): what a driver waits for before asking the deployment what it knows.
+    /// A notification of a bundle with no target (an app with no notification URL) is never
+    /// posted: nothing to wait for.
     public var allDelivered: Bool {
         storage.withLock { storage in
             let held = Set(storage.held.map(\.index))
-            return storage.sent.indices.allSatisfy { storage.sent[$0].delivered || storage.sent[$0].lost || held.contains($0) }
+            return storage.sent.indices.allSatisfy {
+                storage.sent[$0].delivered || storage.sent[$0].lost || held.contains($0) || storage.targets[storage.sent[$0].bundleID] == nil
+            }
         }
     }
 

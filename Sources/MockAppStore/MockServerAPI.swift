@@ -91,7 +91,11 @@ enum MockServerAPI {
             return response
         }
         guard !id.isEmpty, id.utf8.allSatisfy({ (48...57).contains($0) }) else { return error(400, 4_000_006) }
-        return try body(environment, id, bundleID)
+        // Taken before the ledger is read: an answer counts as news of every change made before it.
+        let asked = api.now()
+        let response = try body(environment, id, bundleID)
+        if response.status == .ok { api.answered(about: id, in: environment, at: asked) }
+        return response
     }
 
     /// The bundle id of a valid bearer JWT, or nil: signed ES256 by a registered key, `aud`

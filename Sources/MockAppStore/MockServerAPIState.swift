@@ -105,6 +105,9 @@ public final class MockServerAPIState: Sendable {
         var rules: [Rule] = []
         var outage: DateInterval?
         var calls: [String: Int] = [:]
+        /// When each subscription (by environment, then original transaction id) was asked about
+        /// in a call answered 200, oldest first.
+        var answered: [AppStoreEnvironment: [String: [Date]]] = [:]
         var lifecycle = VerifyReceiptLifecycle()
         var acceptedTokens: [String] = []
         var synthesizes = false
@@ -391,6 +394,26 @@ public final class MockServerAPIState: Sendable {
     /// Calls answered so far, by `"<environment> <operation>"` (e.g. `production history`), and
     /// `"<environment> all"`.
     public func calls(_ key: String) -> Int { storage.withLock { $0.calls[key] ?? 0 } }
+
+    /// Records that a call about transaction `id` began reading the ledger at `at` (the mock's
+    /// clock) and was answered 200: the subscription it belongs to was asked about then.
+    func answered(about id: String, in environment: AppStoreEnvironment, at: Date) {
+        guard let original = originalTransactionID(of: id, in: environment) else { return }
+        storage.withLock { $0.answered[environment, default: [:]][original, default: []].append(at) }
+    }
+
+    /// The original transaction id of the subscription (or purchase) transaction `id` belongs to.
+    public func originalTransactionID(of id: String, in environment: AppStoreEnvironment) -> String? {
+        guard let transaction = transaction(id, in: environment) else { return nil }
+        return transaction["originalTransactionId"]?.stringValue ?? id
+    }
+
+    /// The first Server API answer about subscription `original` whose reading of the ledger began
+    /// after `date` (the mock's clock): when a deployment that was not notified could first have
+    /// learnt of a change made at `date`. Nil: not asked since.
+    public func firstAnswer(about original: String, in environment: AppStoreEnvironment, after date: Date) -> Date? {
+        storage.withLock { $0.answered[environment]?[original]?.first { $0 > date } }
+    }
 
     // MARK: verifyReceipt's lifecycle
 

@@ -13,8 +13,9 @@ enum NotificationActivityRows {
         for record in records where record.notification?.version == .v2 && record.envelope.origin == .apple {
             let environment = record.ledgerEnvironment
             let key = "\(record.envelope.appID)\u{0}\(environment)"
-            if latest[key].map({ $0.at < record.validatedAt }) ?? true {
-                latest[key] = (record.envelope.appID, environment, record.validatedAt)
+            // The re-poll clock's time (the safety net compares it with the scheduler's claims).
+            if latest[key].map({ $0.at < record.plannedAt }) ?? true {
+                latest[key] = (record.envelope.appID, environment, record.plannedAt)
             }
         }
         guard !latest.isEmpty else { return }

@@ -47,7 +47,7 @@ enum SubscriptionRows {
                             .date(state.revokedAt), .int(state.cancellationReason), .text(record.userIdentifier),
                             .uuid(record.receiptID), .date(state.observedAt), .date(planned.nextPollAt),
                             // A V2 notification's state: notifications now cover the subscription (RepollSafetyNet).
-                            .date(record.notification?.version == .v2 ? record.validatedAt : nil),
+                            .date(record.notification?.version == .v2 ? record.plannedAt : nil),
                             .int(state.price.map { Int($0.milli) }), .text(state.price?.currency.rawValue),
                         ]
                     ))
@@ -149,7 +149,7 @@ enum SubscriptionRows {
         }
         return [
             .uuid(record.envelope.appID), .text(record.envelope.payload.environment ?? record.environment ?? "unknown"),
-            .text(target.originalTransactionID), .text(error?.rawValue), .bool(setNext), .date(next), .date(record.validatedAt),
+            .text(target.originalTransactionID), .text(error?.rawValue), .bool(setNext), .date(next), .date(record.plannedAt),
         ]
     }
 }

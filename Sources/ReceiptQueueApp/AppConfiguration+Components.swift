@@ -208,6 +208,11 @@ extension AppConfiguration {
         public var repollRatePerSecond: Double
         /// Subscriptions per scheduler claim (`REPOLL_BATCH_SIZE`).
         public var repollBatchSize: Int
+        /// How often the scheduler promotes due retries and claims due re-polls (`SCHEDULER_TICK_MS`,
+        /// default 1000): how long a job whose retry came due, or a subscription whose poll came
+        /// due, waits at most to be queued. The conformance suite's deployment ticks every 20 ms, so
+        /// that after each jump of its clock the due re-polls are queued at once.
+        public var tickInterval: Duration
         /// How often the scheduler recovers missed notifications from Apple's Get Notification History
         /// (`NOTIFICATION_HISTORY_INTERVAL_SECONDS`, default 900; it also sweeps on start).
         public var notificationHistoryInterval: Duration
@@ -223,6 +228,8 @@ extension AppConfiguration {
                 grace: .seconds(try environment.int("REPOLL_SAFETY_NET_GRACE_SECONDS", 86_400, range: 0...(30 * 86_400))))
             repollRatePerSecond = try environment.double("REPOLL_RATE_PER_SECOND", 50, range: 0.01...100_000)
             repollBatchSize = try environment.int("REPOLL_BATCH_SIZE", 500, range: 1...10_000)
+            // At least 10 ms: each tick is a Redis script and a Postgres claim.
+            tickInterval = .milliseconds(try environment.int("SCHEDULER_TICK_MS", 1_000, range: 10...60_000))
             notificationHistoryInterval = .seconds(try environment.int("NOTIFICATION_HISTORY_INTERVAL_SECONDS", 900, range: 10...86_400))
         }
     }

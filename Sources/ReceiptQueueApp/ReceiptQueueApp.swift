@@ -197,9 +197,13 @@ public enum ReceiptQueueApp {
     /// "as observed then"): the conformance suite's simulated time, the machine's by default. The
     /// worker's own timing (retries, heartbeats, budgets) stays on the machine's clock, which its
     /// Redis queue shares.
+    ///
+    /// `repollClock` is the clock subscriptions' next polls are planned on (``JobPlanner/observedAt``),
+    /// which must be the scheduler's re-poll clock: nil, the machine's (production, `receiptq all`,
+    /// the tests' whole system); the conformance suite's deployment gives its simulated clock.
     public static func makeWorker(
         _ configuration: AppConfiguration, metrics: PrometheusExporter = PrometheusExporter(), logger: Logger,
-        observedAt: @escaping @Sendable () -> Date = { Date() }
+        observedAt: @escaping @Sendable () -> Date = { Date() }, repollClock: (@Sendable () -> Date)? = nil
     ) throws -> ServiceGroup {
         let host = ProcessInfo.processInfo.hostName
         let pid = ProcessInfo.processInfo.processIdentifier
@@ -266,7 +270,7 @@ public enum ReceiptQueueApp {
                     // The heartbeat lapses soon and the janitor takes the jobs back: late, not lost.
                     logger.error("Could not requeue the jobs in hand at shutdown", error: error)
                 }
-            }, metrics: metrics, logger: logger)
+            }, observedAt: repollClock, metrics: metrics, logger: logger)
         let clients: [(any Service)?] = [verifyReceipt, serverAPI, webhooks, consumption]
         return ServiceGroup(services: clients.compactMap { $0 } + [worker], logger: logger)
     }
@@ -289,14 +293,18 @@ public enum ReceiptQueueApp {
     /// - Parameters:
     ///   - onlyApps: re-poll only these apps' subscriptions (nil: all); tests sharing a database
     ///     keep to their own app with it.
-    ///   - now: the injected clock (tests move it forward to make re-polls due).
+    ///   - now: the injected clock (tests move it forward to make re-polls due): retry promotion,
+    ///     the janitor, and the re-poll claims unless `repollClock` is given.
+    ///   - repollClock: the re-poll claims' own clock, the one the worker plans polls on
+    ///     (``Scheduler``'s `repollNow`; nil: `now`). The conformance suite's simulated clock.
     ///   - metrics: the process's registry (re-polls queued and due).
     public static func makeScheduler(
         _ configuration: AppConfiguration, onlyApps: [UUID]? = nil, now: @escaping @Sendable () -> Date = { Date() },
-        metrics: PrometheusExporter = PrometheusExporter(), logger: Logger
+        repollClock: (@Sendable () -> Date)? = nil, metrics: PrometheusExporter = PrometheusExporter(), logger: Logger
     ) -> Scheduler {
         Scheduler(
             configuration: .init(
+                tickInterval: configuration.scheduler.tickInterval,
                 janitorInterval: .seconds(max(1, configuration.worker.heartbeatTTLSeconds / 2)),
                 repollBatch: configuration.scheduler.repollBatchSize,
                 // Past the retry budget: a re-poll still retrying is not queued a second time.
@@ -315,7 +323,7 @@ public enum ReceiptQueueApp {
                     keys: configuration.keys, ratePerSecond: configuration.scheduler.repollRatePerSecond,
                     replication: replicaAcknowledgement(configuration, metrics: metrics))
                 return (schedule, queue)
-            }, now: now, metrics: metrics, logger: logger)
+            }, now: now, repollNow: repollClock, metrics: metrics, logger: logger)
     }
 
     /// The retention step (schedule role): drops what `RETENTION_*` no longer keeps.

@@ -63,12 +63,17 @@ struct ConformanceCommand: AsyncParsableCommand {
     var faults: Faults.Preset = .default
     @Option(help: "The run's seed (default: a new one, printed).") var seed = UInt64.random(in: 1...999_999)
     @Option(help: "Also write the run's counts and times to this file, as JSON (the bench row reads it).") var json: String?
+    @Flag(
+        help: ArgumentHelp(
+            "The app has no notification URL: Apple's changes reach the deployment only by its re-polls and devices' posts "
+                + "(a customer's wrong answer is late until it asked Apple since; faults: none or killed)."))
+    var noNotifications = false
     @Flag(help: "Print each disagreement as it is found, and all of them with their customers' timelines at the end.")
     var verbose = false
 
     func validate() throws {
         do {
-            try ConformanceRun(customers: customers, days: days, faults: Faults(faults), seed: seed).validate()
+            try ConformanceRun(customers: customers, days: days, faults: Faults(faults), seed: seed, notifications: !noNotifications).validate()
         } catch let error as ConformanceRun.InvalidArgument {
             throw ValidationError(error.description)
         }
@@ -77,7 +82,9 @@ struct ConformanceCommand: AsyncParsableCommand {
     func run() async throws {
         let runtime = try ReceiptQueueApp.Runtime.bootstrap(label: "conformance")
         let logger = ConformanceRun.rolesLogger(runtime.logger, verbose: verbose)
-        let outcome = try await ConformanceRun(customers: customers, days: days, faults: Faults(faults), seed: seed).play(
+        let outcome = try await ConformanceRun(
+            customers: customers, days: days, faults: Faults(faults), seed: seed, notifications: !noNotifications
+        ).play(
             environment: ProcessInfo.processInfo.environment, logger: logger,
             log: { [verbose] line in if verbose { FileHandle.standardError.write(Data((line + "\n").utf8)) } })
         print(outcome.summary(verbose: verbose))

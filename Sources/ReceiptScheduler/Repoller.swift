@@ -40,24 +40,32 @@ public struct Repoller {
     }
 
     /// Claims and queues one batch of due subscriptions (skipping those notifications cover).
+    /// - Parameters:
+    ///   - now: the subscriptions' clock (the one their polls were planned on): what is due, the lease.
+    ///   - queuedAt: the queue's clock (the machine's): the jobs' ids and enqueue time, the rate
+    ///     budget's seconds (nil: `now`, the same clock, as in production).
     /// - Returns: what was claimed, queued and skipped; fewer queued than due when the budget ran out.
-    public func runBatch(now: Date, using generator: inout some RandomNumberGenerator) throws -> RepollClaim {
-        try schedule.claimDue(now: now, limit: batchSize, lease: now.addingTimeInterval(lease.seconds), safetyNet: safetyNet) { due in
-            let granted = try queue.acquire(due.count, now: now)
+    public func runBatch(now: Date, queuedAt: Date? = nil, using generator: inout some RandomNumberGenerator) throws -> RepollClaim {
+        let queuedAt = queuedAt ?? now
+        return try schedule.claimDue(now: now, limit: batchSize, lease: now.addingTimeInterval(lease.seconds), safetyNet: safetyNet) { due in
+            let granted = try queue.acquire(due.count, now: queuedAt)
             guard granted > 0 else { return 0 }
             // Ids only for the jobs queued: most ticks find nothing due.
-            let jobs = due.prefix(granted).map { $0.job(id: JobID.make(at: now, using: &generator), at: now) }
+            let jobs = due.prefix(granted).map { $0.job(id: JobID.make(at: queuedAt, using: &generator), at: queuedAt) }
             _ = try queue.enqueue(jobs)
             return granted
         }
     }
 
     /// Claims batches until nothing more is due, the budget runs out, or `limit` were queued.
+    /// - Parameters: `now` and `queuedAt` as ``runBatch(now:queuedAt:using:)`` takes them.
     /// - Returns: the re-polls made and skipped, per app.
-    public func drain(now: Date, limit: Int, using generator: inout some RandomNumberGenerator) throws -> RepollTally {
+    public func drain(
+        now: Date, queuedAt: Date? = nil, limit: Int, using generator: inout some RandomNumberGenerator
+    ) throws -> RepollTally {
         var tally = RepollTally()
         while tally.queued < limit {
-            let claim = try runBatch(now: now, using: &generator)
+            let claim = try runBatch(now: now, queuedAt: queuedAt, using: &generator)
             tally.add(claim)
             // A short batch: nothing more is due. Every row polled or skipped but some not queued: the budget ran out.
             if claim.claimed < batchSize || claim.queued.count + claim.skippedApps.count < claim.claimed { break }

@@ -15,7 +15,7 @@ import Synchronization
 public final class Scheduler: Service, Sendable {
     /// Scheduler settings.
     public struct Configuration: Sendable {
-        /// How often retries are promoted.
+        /// How often retries are promoted and due re-polls claimed (`SCHEDULER_TICK_MS`).
         public var tickInterval: Duration
         /// How often the janitor looks for dead workers.
         public var janitorInterval: Duration
@@ -49,6 +49,7 @@ public final class Scheduler: Service, Sendable {
     private let makeMaintenance: @Sendable () throws -> any QueueMaintenance
     private let makeRepolls: (@Sendable () throws -> (schedule: any SubscriptionSchedule, queue: any RepollQueue))?
     private let now: @Sendable () -> Date
+    private let repollNow: @Sendable () -> Date
     private let logger: Logger
     private let stopping = Atomic<Bool>(false)
     private let repollsEnqueued: Counter
@@ -60,19 +61,28 @@ public final class Scheduler: Service, Sendable {
     ///   - configuration: timings.
     ///   - makeMaintenance: builds the chores' connection, on the scheduler's own thread.
     ///   - makeRepolls: builds the re-poll step's Postgres and Redis sides (nil: no re-polls).
-    ///   - now: the injected clock.
+    ///   - now: the injected clock of the queue's chores: retry promotion, the janitor, and the
+    ///     re-poll jobs' enqueue time and rate budget. Retry times (Apple's `Retry-After`, the
+    ///     backoff) are the machine's, so this clock must move as the machine's does: one that
+    ///     jumped a day would promote every retry at once.
+    ///   - repollNow: the clock the re-poll claims read (which subscriptions are due, their lease,
+    ///     the safety net's freshness): the clock the worker plans subscriptions' polls on
+    ///     (``JobPlanner/observedAt``); nil: `now`, as in production, where both are the machine's.
+    ///     The conformance suite's deployment gives its simulated clock, so its jumps make polls due.
     ///   - metrics: where re-polls queued and due are reported (default: the process's
     ///     bootstrapped swift-metrics backend).
     ///   - logger: where it logs.
     public init(
         configuration: Configuration = Configuration(), makeMaintenance: @escaping @Sendable () throws -> any QueueMaintenance,
         makeRepolls: (@Sendable () throws -> (schedule: any SubscriptionSchedule, queue: any RepollQueue))? = nil,
-        now: @escaping @Sendable () -> Date = { Date() }, metrics: any MetricsFactory = MetricsSystem.factory, logger: Logger
+        now: @escaping @Sendable () -> Date = { Date() }, repollNow: (@Sendable () -> Date)? = nil,
+        metrics: any MetricsFactory = MetricsSystem.factory, logger: Logger
     ) {
         self.configuration = configuration
         self.makeMaintenance = makeMaintenance
         self.makeRepolls = makeRepolls
         self.now = now
+        self.repollNow = repollNow ?? now
         self.logger = logger
         repollsEnqueued = Counter(label: "receiptq_repolls_enqueued_total", factory: metrics)
         repollsDue = Gauge(label: "receiptq_repolls_due", factory: metrics)
@@ -132,7 +142,9 @@ public final class Scheduler: Service, Sendable {
                     }
                     // Bounded per tick so that promotion and the janitor keep their pace during a
                     // backlog; the global budget bounds it across replicas anyway.
-                    let tally = try repoller?.drain(now: now(), limit: 20 * configuration.repollBatch, using: &rng) ?? RepollTally()
+                    let tally =
+                        try repoller?.drain(now: repollNow(), queuedAt: now(), limit: 20 * configuration.repollBatch, using: &rng)
+                        ?? RepollTally()
                     count(tally.made, "made")
                     count(tally.skipped, "skipped")
                     let queued = tally.queued
@@ -143,7 +155,7 @@ public final class Scheduler: Service, Sendable {
                             "Queued subscription re-polls", metadata: ["repolls.count": "\(queued)", "repolls.skipped": "\(skipped)"])
                     }
                     if let repoller, lastDueCount.map({ ContinuousClock.now - $0 >= configuration.dueCountInterval }) ?? true {
-                        repollsDue.record(try repoller.countDue(now: now()))
+                        repollsDue.record(try repoller.countDue(now: repollNow()))
                         lastDueCount = .now
                     }
                 } catch {

@@ -190,7 +190,10 @@ public final class WorkerEngine: Service, Sendable {
     ///   - consumption: answers Apple's consumption requests (nil: such a job goes to the dead letters).
     ///   - requeueAbandoned: gives the processing list back to the queue when graceful shutdown's
     ///     deadline passes with jobs still in hand.
-    ///   - now: the injected clock.
+    ///   - now: the injected clock of the jobs' own time (validations, retries, heartbeats,
+    ///     webhook signatures): the machine's, which the Redis queue's retry set shares.
+    ///   - observedAt: the clock subscriptions' polls are planned on (``JobPlanner/observedAt``;
+    ///     nil: `now`): the scheduler's re-poll clock. The conformance suite's simulated clock.
     ///   - metrics: where jobs settled, Apple's calls and latencies are counted (default: the
     ///     process's bootstrapped swift-metrics backend).
     ///   - logger: where the engine logs.
@@ -202,7 +205,7 @@ public final class WorkerEngine: Service, Sendable {
         makeImportBudget: @escaping @Sendable () throws -> (any ImportRateBudget)? = { nil }, verifier: any ReceiptVerifier,
         webhooks: (any WebhookSender)? = nil, consumption: (any ConsumptionSender)? = nil,
         requeueAbandoned: @escaping @Sendable () -> Void = {}, now: @escaping @Sendable () -> Date = { Date() },
-        metrics: any MetricsFactory = MetricsSystem.factory, logger: Logger
+        observedAt: (@Sendable () -> Date)? = nil, metrics: any MetricsFactory = MetricsSystem.factory, logger: Logger
     ) {
         self.configuration = configuration
         self.makeQueue = makeQueue
@@ -214,7 +217,8 @@ public final class WorkerEngine: Service, Sendable {
         self.webhooks = webhooks
         self.consumption = consumption
         self.requeueAbandoned = requeueAbandoned
-        self.planner = JobPlanner(retryPolicy: configuration.retryPolicy, repollPolicy: configuration.repollPolicy, now: now)
+        self.planner = JobPlanner(
+            retryPolicy: configuration.retryPolicy, repollPolicy: configuration.repollPolicy, now: now, observedAt: observedAt)
         self.now = now
         self.logger = logger
         self.metrics = WorkerMetrics(factory: metrics)

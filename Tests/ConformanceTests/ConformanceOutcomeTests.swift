@@ -96,4 +96,33 @@ struct ConformanceOutcomeTests {
         #expect(throws: ConformanceRun.InvalidArgument.self) { try ConformanceRun(customers: 3, days: 0, faults: Faults(), seed: 1).validate() }
         #expect(throws: Never.self) { try ConformanceRun(customers: 1, days: 1, faults: Faults(), seed: 1).validate() }
     }
+
+    @Test("--no-notifications plays no notification fault and no outage: refused with a reason; none and killed are played")
+    func noNotificationFaults() {
+        for preset in [Faults.Preset.default, .all, .lost, .outage] {
+            let error = #expect(throws: ConformanceRun.InvalidArgument.self) {
+                try ConformanceRun(customers: 4, days: 30, faults: Faults(preset), seed: 1, notifications: false).validate()
+            }
+            #expect(error?.description.contains("--no-notifications") == true)
+        }
+        for preset in [Faults.Preset.none, .killed] {
+            #expect(throws: Never.self) {
+                try ConformanceRun(customers: 4, days: 30, faults: Faults(preset), seed: 1, notifications: false).validate()
+            }
+        }
+    }
+
+    @Test("Without notifications the summary says so and counts the re-polls; the JSON too")
+    func noNotificationSummary() {
+        var outcome = Self.outcome { report, _ in
+            report.repollsMade = 12
+            report.repollsSkipped = 0
+        }
+        outcome.run.notifications = false
+        #expect(
+            outcome.summary(verbose: false).contains(
+                "\nno notifications (the app has no URL); re-polls: 12 made, 0 skipped (covered by notifications)\n"))
+        #expect(outcome.json["notifications"] == .bool(false))
+        #expect(outcome.json["repolls_made"] == .number(12))
+    }
 }

@@ -8,6 +8,7 @@ import MockAppStore
 import OpenSSL
 import PostgresStore
 import ReceiptCore
+import ReceiptQueueApp
 import ReceiptTesting
 import ServerTesting
 import SystemTesting
@@ -95,6 +96,29 @@ struct ConformanceRunTests {
         // at any later post: not done; a kill whose job was settled before the signal is tried again).
         #expect(!report.workerKills.isEmpty, "\(report.killsLine ?? "no kill")")
         #expect(report.workerKills.count + report.workerKillsUndone == 2, "two drawn in 60 days: \(report.killsLine ?? "no kill")")
+    }
+
+    /// An app without notifications (no URL: the mock posts nothing, the history sweep skips it):
+    /// every change Apple makes is heard only when the deployment next asks Apple about the
+    /// subscription — a re-poll on the simulated clock, or a device's post. Every change heard in
+    /// the end, none later than the re-poll policy's longest silence for a month's period (the
+    /// driver's clock hop on top: polls due within it are made together), every answer right
+    /// once heard, no entitlement event missing or duplicated.
+    @Test(
+        "An app without notifications: every change heard by a re-poll or a device's post within the re-poll policy's bound, every answer right after"
+    )
+    func withoutNotifications() async throws {
+        let outcome = try await ConformanceRun(customers: 40, days: 60, faults: Faults(.none), seed: 4_549, notifications: false)
+            .play(environment: TestSystem.serverEnvironment, logger: ConformanceCommandTests.quiet, executable: ReceiptqExecutable.url)
+        let report = outcome.report
+        let repoll = try Self.expectHeard(report, customers: 40, late: .repoll, atLeast: 1)
+        print(outcome.summary(verbose: false))
+        #expect(report.repollsMade > 0, "\(report.repollsLine)")
+        // The deployment polls on its configured policy (REPOLL_*: the defaults here).
+        let policy = try AppConfiguration(environment: TestSystem.serverEnvironment).scheduler.repollPolicy
+        let bound = policy.longestSilence(period: Lifecycle.month) + ConformanceDriver.defaultPollHop
+        // (The simulated clock runs on at the machine's pace while the deployment settles: a minute's slack.)
+        #expect(repoll.max <= bound + 60, "\(report.latenessTable)")
     }
 
     /// The issue's CI run: 200 customers for 90 days under every fault kind — duplicated, delayed,

@@ -25,13 +25,15 @@ extension JobPlanner {
         }
         let effect = notification.effect
         let at = now()
+        let planned = plannedAt(at)
         var record = ValidationRecord(
             envelope: envelope, status: .valid, environment: notification.environment ?? job.environment, appleStatus: nil,
             purchases: effect.purchases,
             latestReceipt: notification.unifiedReceipt?["latest_receipt"]?.stringValue, calls: [], validatedAt: at,
             subscriptions: effect.subscriptions.map {
-                PlannedSubscription(state: $0, nextPollAt: repollPolicy.nextPoll(for: $0, at: at, using: &generator))
+                PlannedSubscription(state: $0, nextPollAt: repollPolicy.nextPoll(for: $0, at: planned, using: &generator))
             })
+        record.plannedAt = planned
         record.notification = notification
         record.notificationTransactionID = effect.transactionID
         record.followUp = consumptionJob(envelope, notification, transactionID: effect.transactionID)

@@ -57,15 +57,32 @@ public struct JobPlanner: Sendable {
     public var retryPolicy: RetryPolicy
     /// When subscriptions are polled again.
     public var repollPolicy: RepollPolicy
-    /// The injected clock.
+    /// The injected clock of the job's own time: when a result was validated, when a retry runs
+    /// (Apple's `Retry-After` and the backoff are the machine's seconds, and Redis's retry set is
+    /// promoted on them).
     public var now: @Sendable () -> Date
+    /// The clock a subscription's times are planned on: its next poll, the retry of a buried
+    /// re-poll, and when it was polled or notified (``ValidationRecord/plannedAt``), which the
+    /// scheduler's re-poll claims compare with their own clock (``RepollSafetyNet``). Nil: `now`,
+    /// as in production, where both are the machine's. The conformance suite's deployment gives
+    /// its simulated clock (the one Apple's answers are dated by), so that its re-polls come due
+    /// as its clock jumps while the worker's retries keep the machine's pace.
+    public var observedAt: (@Sendable () -> Date)?
 
     /// Creates a planner.
-    public init(retryPolicy: RetryPolicy, repollPolicy: RepollPolicy = RepollPolicy(), now: @escaping @Sendable () -> Date) {
+    public init(
+        retryPolicy: RetryPolicy, repollPolicy: RepollPolicy = RepollPolicy(), now: @escaping @Sendable () -> Date,
+        observedAt: (@Sendable () -> Date)? = nil
+    ) {
         self.retryPolicy = retryPolicy
         self.repollPolicy = repollPolicy
         self.now = now
+        self.observedAt = observedAt
     }
+
+    /// The subscriptions' time of a record validated at `at` (the same instant when there is no
+    /// separate clock, so production reads its clock once per record, as before).
+    func plannedAt(_ at: Date) -> Date { observedAt?() ?? at }
 
     /// Apple is down for everyone: wait for the probe, spread over 10 s so the queue does not
     /// stampede when the circuit closes, and keep the attempt: the outage is not the receipt's fault.
@@ -132,13 +149,15 @@ public struct JobPlanner: Sendable {
         switch outcome.verdict {
         case .valid, .invalid:
             let at = now()
+            let planned = plannedAt(at)
             var record = ValidationRecord(
                 envelope: envelope, status: outcome.verdict == .valid ? .valid : .invalid, environment: outcome.environment,
                 appleStatus: outcome.appleStatus, purchases: outcome.purchases, latestReceipt: outcome.latestReceipt, calls: outcome.calls,
                 validatedAt: at,
                 subscriptions: outcome.subscriptions.map {
-                    PlannedSubscription(state: $0, nextPollAt: repollPolicy.nextPoll(for: $0, at: at, using: &generator))
+                    PlannedSubscription(state: $0, nextPollAt: repollPolicy.nextPoll(for: $0, at: planned, using: &generator))
                 }, errorCode: outcome.verdict == .invalid ? code : nil, validatedBy: outcome.backend)
+            record.plannedAt = planned
             record.historyCursor = outcome.historyCursor
             return .store(record)
         case .configurationError:
@@ -167,6 +186,7 @@ public struct JobPlanner: Sendable {
     /// `troubleInterval` (a day by default): a dead letter must not end a subscription's polling for good.
     public func buriedTrace(_ failed: JobEnvelope) -> BuriedTrace? {
         let at = now()
+        let planned = plannedAt(at)
         var retryPollAt: Date?
         switch failed.payload {
         case .notification, .consumption:
@@ -176,14 +196,15 @@ public struct JobPlanner: Sendable {
                 deliveryOutcome(
                     delivery, attempts: failed.attempt, status: .dead, httpStatus: failed.errorCode?.httpStatus, errorCode: failed.errorCode))
         case .repoll:
-            retryPollAt = at.addingTimeInterval(repollPolicy.troubleInterval.seconds)
+            retryPollAt = planned.addingTimeInterval(repollPolicy.troubleInterval.seconds)
         case .receipt, .transaction, .importItem:
             retryPollAt = nil
         }
-        return .record(
-            ValidationRecord(
-                envelope: failed, status: .failed, environment: nil, appleStatus: failed.history.last?.appleStatus, purchases: [],
-                latestReceipt: nil, calls: [], validatedAt: at, retryPollAt: retryPollAt))
+        var record = ValidationRecord(
+            envelope: failed, status: .failed, environment: nil, appleStatus: failed.history.last?.appleStatus, purchases: [],
+            latestReceipt: nil, calls: [], validatedAt: at, retryPollAt: retryPollAt)
+        record.plannedAt = planned
+        return .record(record)
     }
 
     private func retryOrBury(

@@ -18,6 +18,11 @@ public struct ValidationRecord: Sendable, Equatable {
     /// a job share one time, so they expire, and sit in a partition, together.
     public var callsFiledAt: Date { envelope.enqueuedAt }
     public var validatedAt: Date
+    /// The same instant on the clock subscriptions' times are planned on (``JobPlanner/observedAt``):
+    /// what the subscription rows say of when they were polled (`last_polled_at`) or notified
+    /// (`notified_at`), and the app's notification activity, all of which the scheduler compares
+    /// with its re-poll clock. `validatedAt` unless the planner has a clock of its own for them.
+    public var plannedAt: Date
     /// Which Apple API produced the result (nil: none was asked, as for fraud or a failed job).
     public var validatedBy: ValidationBackend?
     /// Storing this result also records that its `auto` app moved to the Server API.
@@ -64,6 +69,7 @@ public struct ValidationRecord: Sendable, Equatable {
         self.latestReceipt = latestReceipt
         self.calls = calls
         self.validatedAt = validatedAt
+        self.plannedAt = validatedAt
         self.subscriptions = subscriptions
         self.retryPollAt = retryPollAt
         self.userIdentifier = envelope.payload.userIdentifier
