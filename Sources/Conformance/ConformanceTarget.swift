@@ -47,8 +47,9 @@ public protocol ConformanceTarget: Sendable {
     /// When the deployment polls subscriptions again (its `REPOLL_*` settings).
     var repollPolicy: RepollPolicy { get }
     /// Returns once each user's backend received at least the number of events given (webhooks
-    /// go out after their change commits), or once the target's patience ran out: then the
-    /// comparison counts what is missing.
+    /// go out after their change commits), or every event the target made for a user (an event
+    /// never made will not come), or once the target's patience ran out: then the comparison
+    /// counts what is missing.
     func awaitEvents(_ counts: [String: Int]) async throws
     /// How often, in simulated time, the deployment's history sweep asks Apple for the
     /// notifications it missed: a lost notification is found within about this long.
