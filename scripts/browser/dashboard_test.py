@@ -123,6 +123,23 @@ def replaced(error):
     return isinstance(error, StaleElementReferenceException) or "does not belong to the document" in str(error)
 
 
+def type_into(driver, by, name, value):
+    """Types `value` into the field found afresh: after a form's redirect Chromium may still replace
+    the document under the first command sent to it (a loaded CI run failed typing the username
+    after the refused login: "Node with given id does not belong to the document"). Cleared before
+    each try, so a try cut short leaves no half-typed value."""
+    for attempt in range(5):
+        try:
+            field = driver.find_element(by, name)
+            field.clear()
+            field.send_keys(value)
+            return
+        except WebDriverException as error:
+            if not replaced(error) or attempt == 4:
+                raise
+            loaded(driver)
+
+
 def text(driver, css):
     """The element's text, found and read in one script so that no document can come between the two:
     read in two commands, a CI run once met a node of the page a redirect had just replaced."""
@@ -172,12 +189,12 @@ def run(driver):
     driver.get(BASE + "/admin/dead")
     check(driver.current_url.endswith("/admin/login"), "redirected to the login form")
     shot(driver, "01-login")
-    driver.find_element(By.NAME, "username").send_keys(USER)
-    driver.find_element(By.NAME, "password").send_keys("not-the-password")
+    type_into(driver, By.NAME, "username", USER)
+    type_into(driver, By.NAME, "password", "not-the-password")
     navigate(driver, lambda: driver.find_element(By.ID, "login"))
     check(text(driver, "#problem") == "Wrong username or password.", "a wrong password is refused")
-    driver.find_element(By.NAME, "username").send_keys(USER)
-    driver.find_element(By.NAME, "password").send_keys(PASSWORD)
+    type_into(driver, By.NAME, "username", USER)
+    type_into(driver, By.NAME, "password", PASSWORD)
     navigate(driver, lambda: driver.find_element(By.ID, "login"))
     check(driver.current_url.endswith("/admin"), "logged in, on the overview")
 
@@ -256,8 +273,8 @@ def run(driver):
     navigate(driver, lambda: driver.find_element(By.LINK_TEXT, "Entitlements"), expect="/admin/entitlements")
     Select(driver.find_element(By.ID, "entitlements-app")).select_by_value(APP_ID)
     navigate(driver, lambda: driver.find_element(By.ID, "entitlements-show"))
-    driver.find_element(By.ID, "define-id").send_keys("browser_pro")
-    driver.find_element(By.ID, "define-products").send_keys("com.example.browser.monthly, com.example.browser.yearly")
+    type_into(driver, By.ID, "define-id", "browser_pro")
+    type_into(driver, By.ID, "define-products", "com.example.browser.monthly, com.example.browser.yearly")
     navigate(driver, lambda: driver.find_element(By.ID, "define-save"))
     check(text(driver, "#notice").startswith("Saved"), "the entitlement was saved")
     check("com.example.browser.yearly" in text(driver, "#entitlement-browser_pro"), "the catalogue lists its products")
