@@ -149,6 +149,8 @@ public struct ConformanceDriver: Sendable {
             run.report.phases.lap(\.checks, &lap)
         }
         var lap = ContinuousClock.now
+        // The model's horizon: nothing is planned past its last step.
+        let horizon = steps.last.map { timelines[$0.timeline].steps[$0.step].at } ?? clock.now()
         release(&run)
         _ = try await outlast(&run, before: nil)
         try await target.settle()
@@ -182,16 +184,19 @@ public struct ConformanceDriver: Sendable {
             try await check(timeline, &run, final: true)
             for user in timeline.users.indices {
                 // The clock ran on past the timelines' end (without notifications, until the last
-                // changes were heard): a subscription the model left running lapsed meanwhile (one
+                // changes were heard; with them, for the history sweep to find lost ones, and its
+                // re-polls with it): a subscription the model left running lapsed meanwhile (one
                 // in Billing Grace Period goes on to billing retry at its end: no expiry).
+                let end = notifications ? horizon : runEnd
                 let inGrace =
-                    timeline.steps.last { $0.at <= runEnd }.map {
+                    timeline.steps.last { $0.at <= end }.map {
                         if case .failToRenew = $0.action { true } else { false }
                     } ?? false
-                let lapsed = !inGrace && timeline.truth(user: user, at: runEnd).contains { $0.until.map { $0 <= clock.now() } ?? false }
+                let lapsed = !inGrace && timeline.truth(user: user, at: end).contains { $0.until.map { $0 <= clock.now() } ?? false }
                 run.report.events(
                     timeline, user: user, received: received.byUser[timeline.users[user], default: []],
-                    polled: notifications ? nil : .init(lapsedAfterEnd: lapsed, betweenPolls: run.betweenPolls.contains(timeline.customer)))
+                    polled: notifications ? nil : .init(lapsedAfterEnd: lapsed, betweenPolls: run.betweenPolls.contains(timeline.customer)),
+                    lapsedAfterEnd: notifications && lapsed)
             }
         }
         run.report.phases.lap(\.final, &lap)

@@ -118,6 +118,9 @@ public struct ConformanceReport: Sendable {
     /// Without notifications: the app users whose stream differs and whose subscription had two
     /// of Apple's changes between two polls (all their differences are in ``unseenByPolls``).
     public var unseenBetweenPolls = 0
+    /// With notifications: the app users whose stream ended with a lapse past the timelines'
+    /// end, not judged (``events(_:user:received:polled:lapsedAfterEnd:)``).
+    public var lapsedAfterEnd = 0
 
     /// How a polled app user's webhook stream is judged (an app without notifications).
     public struct Polled: Sendable, Equatable {
@@ -237,14 +240,28 @@ public struct ConformanceReport: Sendable {
     }
 
     /// Compares the events app user `user` of `timeline` received with the expected ones.
-    /// - Parameter polled: the app had no notifications (nil: it had): its entitlement changes are
-    ///   compared as always (each missing one counted, unless ``Polled/betweenPolls``), every
-    ///   duplicate too; the rest of the differences go to ``unseenByPolls``, apart.
-    public mutating func events(_ timeline: Timeline, user: Int, received: [EventType], polled: Polled? = nil) {
+    /// - Parameters:
+    ///   - polled: the app had no notifications (nil: it had): its entitlement changes are
+    ///     compared as always (each missing one counted, unless ``Polled/betweenPolls``), every
+    ///     duplicate too; the rest of the differences go to ``unseenByPolls``, apart.
+    ///   - lapsedAfterEnd: with notifications, the clock ran on past the timelines' end (for the
+    ///     history sweep to find lost notifications) and a subscription the user held lapsed
+    ///     meanwhile: a re-poll then may have seen Apple's state past the model's last step
+    ///     (expired, auto-renew off: nothing was planned), or not. Those last events, once each at
+    ///     the stream's end, are counted in ``lapsedAfterEnd`` and not judged.
+    public mutating func events(
+        _ timeline: Timeline, user: Int, received: [EventType], polled: Polled? = nil, lapsedAfterEnd: Bool = false
+    ) {
         var expected = timeline.expectedEvents(user: user)
         if let polled {
             if polled.lapsedAfterEnd { expected.append(.subscriptionExpired) }
             return polledEvents(timeline, user: user, expected: expected, received: received, betweenPolls: polled.betweenPolls)
+        }
+        var received = received
+        if lapsedAfterEnd {
+            let trimmed = Self.withoutLapse(received, expected: expected)
+            if trimmed.count < received.count { self.lapsedAfterEnd += 1 }
+            received = trimmed
         }
         let comparison = ConformanceCheck.compare(expected: expected, received: received)
         var tally = tallies[timeline.scenario, default: ConformanceTally()]
@@ -283,6 +300,27 @@ public struct ConformanceReport: Sendable {
         if entitlement.missing > 0 || all.duplicated > 0 {
             disagreements.append(Disagreement(timeline: timeline, kind: .events(user: user, expected: expected, received: received)))
         }
+    }
+
+    /// `received` without the events of a lapse seen past the model's horizon: a trailing
+    /// `subscription.expired`, and an `auto_renew_changed` just before it, each only when it is
+    /// one more of its type than `expected` holds.
+    static func withoutLapse(_ received: [EventType], expected: [EventType]) -> [EventType] {
+        var kept = received
+        func isExtra(_ type: EventType) -> Bool {
+            kept.last == type && kept.count { $0 == type } > expected.count { $0 == type }
+        }
+        guard isExtra(.subscriptionExpired) else { return received }
+        kept.removeLast()
+        if isExtra(.subscriptionAutoRenewChanged) { kept.removeLast() }
+        return kept
+    }
+
+    /// With notifications: the line that reports ``lapsedAfterEnd`` (nil when there is none).
+    public var lapsedAfterEndLine: String? {
+        guard lapsedAfterEnd > 0 else { return nil }
+        return "\(lapsedAfterEnd) app users' subscriptions lapsed after the timelines' end, while the clock ran on for the "
+            + "history sweep: the expiry a re-poll saw past the model's last step (and its auto-renew off) not judged"
     }
 
     /// Without notifications: the line that reports ``unseenByPolls`` (nil when there is none).

@@ -147,6 +147,7 @@ public struct ConformanceRun: Sendable, Equatable {
                     "the driver's time: \(report.phases.description)",
                     (notifications ? "" : "no notifications (the app has no URL); ") + report.repollsLine,
                 ] + (report.killsLine.map { [$0] } ?? []) + (report.unseenByPollsLine.map { [$0] } ?? [])
+                + (report.lapsedAfterEndLine.map { [$0] } ?? [])
             let failing = report.disagreements.filter {
                 if case .lateAnswer = $0.kind { return false }
                 return true
@@ -177,6 +178,7 @@ public struct ConformanceRun: Sendable, Equatable {
                 "deliveries_repeated": .number(Double(report.repeatedDeliveries)),
                 "notifications": .bool(run.notifications), "repolls_made": .number(Double(report.repollsMade)),
                 "repolls_skipped": .number(Double(report.repollsSkipped)),
+                "lapsed_after_end": .number(Double(report.lapsedAfterEnd)),
                 "events_unseen_by_polls": .object([
                     "missing": .number(Double(report.unseenByPolls.missing)), "out_of_order": .number(Double(report.unseenByPolls.outOfOrder)),
                     "unexpected": .number(Double(report.unseenByPolls.unexpected)),

@@ -125,4 +125,36 @@ struct ConformanceOutcomeTests {
         #expect(outcome.json["notifications"] == .bool(false))
         #expect(outcome.json["repolls_made"] == .number(12))
     }
+
+    @Test("A lapse a re-poll saw past the model's horizon ends a stream uncounted (once, at its end); anything else extra is unexpected")
+    func lapseAfterEnd() throws {
+        let lapse: [EventType] = [.subscriptionAutoRenewChanged, .subscriptionExpired]
+        /// Whether the stream's differences were judged (which column depends on the timeline's own events).
+        func judged(_ outcome: ConformanceRun.Outcome) -> Bool {
+            let total = outcome.report.total
+            return total.eventsUnexpected + total.eventsDuplicated + total.eventsOutOfOrder > 0
+        }
+        let excused = Self.outcome { report, timeline in
+            report.events(timeline, user: 0, received: timeline.expectedEvents(user: 0) + lapse, lapsedAfterEnd: true)
+        }
+        #expect(!judged(excused))
+        #expect(excused.report.lapsedAfterEnd == 1)
+        #expect(excused.json["lapsed_after_end"] == .number(1))
+        let line = try #require(excused.report.lapsedAfterEndLine)
+        #expect(excused.summary(verbose: false).contains("\n" + line + "\n"))
+        #expect(Self.outcome().report.lapsedAfterEndLine == nil, "nothing said when nothing lapsed")
+        // Not past the horizon, or not at the stream's end, or twice: judged as always.
+        let notLapsed = Self.outcome { report, timeline in
+            report.events(timeline, user: 0, received: timeline.expectedEvents(user: 0) + lapse)
+        }
+        #expect(judged(notLapsed) && notLapsed.report.lapsedAfterEnd == 0)
+        let twice = Self.outcome { report, timeline in
+            report.events(timeline, user: 0, received: timeline.expectedEvents(user: 0) + lapse + lapse, lapsedAfterEnd: true)
+        }
+        #expect(judged(twice))
+        let inside = Self.outcome { report, timeline in
+            report.events(timeline, user: 0, received: lapse + timeline.expectedEvents(user: 0), lapsedAfterEnd: true)
+        }
+        #expect(judged(inside) && inside.report.lapsedAfterEnd == 0)
+    }
 }
