@@ -14,9 +14,9 @@ import Telemetry
 import Testing
 
 /// The import lane as a backend and its users see it: StoreKit 2 batches, the per-app Apple
-/// budget of imports, and live purchases keeping their latency while an import runs.
+/// budget of imports, and live purchases passing an import queued ahead of them.
 @Suite(
-    "Bulk import: transactions, the import budget, live latency during an import", .blockingWork, .enabled(if: TestEnvironment.integrationEnabled),
+    "Bulk import: transactions, the import budget, live purchases passing an import", .blockingWork, .enabled(if: TestEnvironment.integrationEnabled),
     .serialized)
 struct ImportLaneTests {
     static let transactionsBatchPath = "/client/transactions/batch"
@@ -127,53 +127,68 @@ struct ImportLaneTests {
             try await pg.query("SELECT count(*) AS n FROM receipts WHERE app_id = \(system.app.id) AND status <> 'valid'").rows.first?.int("n") == 0)
     }
 
-    @Test("Live purchases keep their latency while an import runs: the median live validation with a 1,000-receipt import queued, against without")
-    func liveLatencyDuringImport() async throws {
-        let system = try await TestSystem.start(environment: ["WORKER_CONCURRENCY": "16", "IMPORT_RATE_PER_SECOND": "0"])
+    @Test(
+        "Live purchases pass a queued 1,000-receipt import: each waits for a few import validations (the import's share of slots), not for the queue")
+    func livePassesAQueuedImport() async throws {
+        let concurrency = 16
+        let system = try await TestSystem.start(environment: ["WORKER_CONCURRENCY": String(concurrency), "IMPORT_RATE_PER_SECOND": "0"])
         defer { Task { await system.stop() } }
         // Apple answers every call in 50 ms, live or imported.
-        let live = try (0..<45).map { _ in try system.forgeReceipt(mock: "delay_ms=50").0 }
+        let live = try (0..<25).map { _ in try system.forgeReceipt(mock: "delay_ms=50").0 }
         let imported = try (0..<1_000).map { _ in try system.forgeReceipt(mock: "delay_ms=50").0 }
-        func validate(_ receipt: String) async throws -> Double {
-            let started = ContinuousClock.now
+        /// Posts a live receipt and waits until it is stored; its id.
+        func validate(_ receipt: String) async throws -> String {
             let (status, resource) = try await system.post(#"{"receipt":"\#(receipt)"}"#)
             #expect(status == 200 || status == 206)
-            if status == 206, let id = resource?["id"]?.stringValue {
-                // Past the sync wait (a loaded machine): the latency runs until it is stored.
+            let id = try #require(resource?["id"]?.stringValue)
+            if status == 206 {
                 let validated = try await eventually(timeout: .seconds(60)) {
                     try await system.get(id).1?["validation_status"]?.stringValue == "valid"
                 }
                 #expect(validated, "live receipt \(id) validated")
             }
-            let elapsed = ContinuousClock.now - started
-            return Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+            return id
         }
-        func median(_ values: [Double]) -> Double { values.sorted()[values.count / 2] }
         for receipt in live.prefix(5) { _ = try await validate(receipt) }
-        var quiet: [Double] = []
-        for receipt in live[5..<25] { quiet.append(try await validate(receipt)) }
 
-        var importID: UUID?
         for chunk in stride(from: 0, to: imported.count, by: 500) {
             let body = json(.array(imported[chunk..<min(chunk + 500, imported.count)].map { .object(["receipt": .string($0)]) }))
             let (status, answer) = try await system.post(body, path: BulkImportTests.batchPath)
             #expect(status == 200 && answer?["counts"]?["accepted"]?.intValue == min(500, imported.count - chunk))
-            importID = importID ?? answer?["import_id"]?.stringValue.flatMap(UUID.init(uuidString:))
         }
-        var busy: [Double] = []
-        for receipt in live[25..<45] { busy.append(try await validate(receipt)) }
-        // The live posts were measured while the import's jobs were still waiting.
+        var busy: [String] = []
+        for receipt in live[5...] { busy.append(try await validate(receipt)) }
+        // The live posts were measured while the import's jobs were still waiting: in one queue
+        // with them, each live receipt would have waited for the hundreds queued ahead of it.
         let redis = try system.redis()
         defer { redis.close() }
         let waiting = try redis.send(["LLEN", system.configuration.keys.queue(JobEnvelope.importQueue)]).int ?? 0
         #expect(waiting > 0, "the import still had jobs queued when the last live receipt was validated")
-        let ratio = median(busy) / median(quiet)
+
+        // Counted, not timed: the import validations stored while each live receipt waited (from
+        // its acceptance to its own validation). The import holds at most its share of the slots
+        // (`IMPORT_SHARE_PERCENT`, 25 %: 4 of 16), each call as slow as a live one, so a live
+        // receipt sees about four of them finish (measured: median 4), a few more when picking it
+        // up lags; a slower machine slows both alike. An import given every slot lets about 16
+        // finish (measured: median 15 with IMPORT_SHARE_PERCENT=100), one queue for both hundreds.
+        // (How much the import's CPU costs live latency is `scripts/bench import`'s to measure.)
+        let importSlots = concurrency / 4
+        let pg = try system.postgres()
+        defer { pg.close() }
+        let ids = PostgresBinaryArray(uuids: try busy.map { try #require(UUID(uuidString: $0)) })
+        let passed = try await pg.query(
+            """
+            SELECT (SELECT count(*) FROM receipts i
+                    WHERE i.app_id = l.app_id AND i.id <> ALL(\(ids)::uuid[])
+                      AND i.validated_at > l.created_at AND i.validated_at <= l.validated_at) AS n
+              FROM receipts l WHERE l.id = ANY(\(ids)::uuid[])
+            """
+        ).rows.compactMap { $0.int("n") }.sorted()
+        #expect(passed.count == busy.count)
+        let median = passed.isEmpty ? Int.max : passed[passed.count / 2]
         print(
-            "live validation median: \(Int(median(quiet) * 1000)) ms quiet, \(Int(median(busy) * 1000)) ms during the import (×\(String(format: "%.2f", ratio))); \(waiting) import jobs still queued"
+            "import validations finished while a live receipt waited: median \(median), most \(passed.last ?? 0); \(waiting) import jobs still queued"
         )
-        // The target is +10 % (scripts/bench import measures it); on a loaded two-core test machine
-        // the bound is looser, and still far below what an import ahead of live jobs would cost
-        // (1,000 jobs on 16 slots at 50 ms: seconds per live receipt).
-        #expect(ratio <= 1.5, "live median ×\(ratio) during the import")
+        #expect(median <= 3 * importSlots, "import validations per live wait: \(passed)")
     }
 }
