@@ -27,20 +27,8 @@ struct RepollClockTests {
             name: "clock-\(UUID().uuidString)", bundleID: "com.example.clock", sharedSecret: "s")
         let count = 5
         let due = Self.base.addingTimeInterval(86_400)
-        _ = try await connection.query(
-            """
-            WITH r AS (
-                INSERT INTO receipts (id, app_id, status, receipt_data, created_at, environment, style, bundle_id)
-                SELECT gen_random_uuid(), \(app.id), 'valid', 'MIIreceipt-' || n, now(), 'sandbox', 'unified', 'com.example.clock'
-                FROM generate_series(1, \(count)) AS n
-                RETURNING id, receipt_data
-            )
-            INSERT INTO subscriptions (app_id, environment, original_transaction_id, product_id, state, expires_at,
-                latest_transaction_id, receipt_id, observed_at, next_poll_at, user_identifier)
-            SELECT \(app.id), 'sandbox', 'clock-' || substr(r.receipt_data, 12), 'monthly', 'active',
-                   \(due)::timestamptz + interval '1 day', 't', r.id, \(Self.base), \(due), 'alice'
-            FROM r
-            """)
+        try DueSubscriptions.seed(
+            count, of: app, tag: "clock", observedAt: Self.base, pollAt: due, expiresAt: due.addingTimeInterval(86_400), on: connection)
         let keys = RedisKeys(prefix: "{rqt-\(UUID().uuidString.prefix(8).lowercased())}")
         @Sendable func redis() throws -> RedisConnection {
             try RedisConnection(configuration: RedisConfiguration(host: TestEnvironment.redisHost, port: TestEnvironment.redisPort))

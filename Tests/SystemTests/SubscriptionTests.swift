@@ -144,20 +144,9 @@ struct SubscriptionTests {
 
     /// `count` subscriptions due at `base`, each on its own receipt.
     func seedDue(_ count: Int, tag: String) throws {
-        _ = try connection.query(
-            """
-            WITH r AS (
-                INSERT INTO receipts (id, app_id, status, receipt_data, created_at, environment, style, bundle_id)
-                SELECT gen_random_uuid(), \(app.id), 'valid', 'MIIreceipt-' || n, now(), 'sandbox', 'unified', 'com.example.subs'
-                FROM generate_series(1, \(count)) AS n
-                RETURNING id, receipt_data
-            )
-            INSERT INTO subscriptions (app_id, environment, original_transaction_id, product_id, state, expires_at,
-                latest_transaction_id, receipt_id, observed_at, next_poll_at, user_identifier)
-            SELECT \(app.id), 'sandbox', \(tag) || '-' || substr(r.receipt_data, 12), 'monthly', 'active',
-                   \(Self.base)::timestamptz + interval '1 hour', 't', r.id, \(Self.base), \(Self.base)::timestamptz - interval '1 minute', 'alice'
-            FROM r
-            """)
+        try DueSubscriptions.seed(
+            count, of: app, tag: tag, observedAt: Self.base, pollAt: Self.base.addingTimeInterval(-60),
+            expiresAt: Self.base.addingTimeInterval(3600), on: connection)
     }
 
     @Test("Two schedulers at once never queue the same subscription twice")
