@@ -33,7 +33,8 @@ let package = Package(
         .library(name: "ReceiptTesting", targets: ["ReceiptTesting"]),
     ],
     dependencies: [
-        .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.28.1"),
+        // Without the ConfigurationSupport trait (swift-configuration): receiptq reads its environment itself.
+        .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.28.1", traits: ["FullFoundation"]),
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
         .package(url: "https://github.com/apple/swift-asn1", from: "1.7.4"),
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
@@ -324,6 +325,20 @@ let package = Package(
             name: "SystemTesting",
             swiftSettings: swiftSettings
         ),
+        // Tests' in-process driver of a Hummingbird application's responder, no socket (what
+        // HummingbirdTesting's `.router` framework does, without the HTTP client, TLS and HTTP/2
+        // stack its live framework brings). Only test targets link it.
+        .target(
+            name: "RouterTesting",
+            dependencies: [
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HTTPTypes", package: "swift-http-types"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOEmbedded", package: "swift-nio"),
+            ],
+            swiftSettings: swiftSettings
+        ),
         // The servers tests start and drive: throwaway Redis, Sentinel sets and Postgres, a whole
         // system in process (`TestSystem`), `receiptq` run as processes with its logs kept
         // (`LoggedRun`), the scanner that finds secrets in them. Only test targets link it.
@@ -425,9 +440,9 @@ let package = Package(
             dependencies: [
                 "SystemTesting",
                 "Telemetry",
+                "RouterTesting",
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "Hummingbird", package: "hummingbird"),
-                .product(name: "HummingbirdTesting", package: "hummingbird"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
             ],
@@ -443,9 +458,8 @@ let package = Package(
         .testTarget(
             name: "IngestAPITests",
             dependencies: [
-                "SystemTesting", "IngestAPI", "ReceiptCore", "ReceiptSignature", "DevTools", "OpenSSL", "ReceiptTesting",
+                "SystemTesting", "IngestAPI", "ReceiptCore", "ReceiptSignature", "DevTools", "OpenSSL", "ReceiptTesting", "RouterTesting",
                 .product(name: "Hummingbird", package: "hummingbird"),
-                .product(name: "HummingbirdTesting", package: "hummingbird"),
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: swiftSettings

@@ -1,7 +1,7 @@
 import HTTPTypes
 import Hummingbird
-import HummingbirdTesting
 import NIOCore
+import RouterTesting
 import Testing
 
 @testable import IngestAPI
@@ -23,7 +23,7 @@ struct MethodNotAllowedTests {
 
     @Test("Undeclared methods: 405 with the route's methods; unknown paths and handler 404s stay 404")
     func answers() async throws {
-        try await application().test(.router) { client in
+        try await application().withRouterClient { client in
             for method: HTTPRequest.Method in [.init("TRACE")!, .put, .delete, .patch, .post] {
                 try await client.execute(uri: "/items/42", method: method) { response in
                     #expect(response.status == .methodNotAllowed, "\(method)")

@@ -1,12 +1,12 @@
 import Foundation
 import HTTPTypes
 import Hummingbird
-import HummingbirdTesting
 import IngestAPI
 import Logging
 import NIOCore
 import ReceiptCore
 import ReceiptTesting
+import RouterTesting
 import Synchronization
 import Testing
 
@@ -37,7 +37,7 @@ struct SoftphoneServiceTests {
 
     /// `final` and `message` of a body in the format its Content-Type names.
     /// Empty (and an issue recorded) when the body is not in that format.
-    func fields(_ response: TestResponse) -> [String: String] {
+    func fields(_ response: RouterResponse) -> [String: String] {
         let body = Array(response.body.readableBytesView)
         let type = response.headers[.contentType] ?? ""
         if type.hasPrefix("application/json") {
@@ -73,7 +73,7 @@ struct SoftphoneServiceTests {
         var json = basic()
         json[.contentType] = "application/json"
         let headers = json
-        try await application(intake: StubIntake(.down)).test(.router) { client in
+        try await application(intake: StubIntake(.down)).withRouterClient { client in
             try await client.execute(uri: Self.path, method: .post, headers: headers, body: ByteBuffer(string: body)) { response in
                 #expect(response.status.code == 503)
                 #expect(response.headers[.retryAfter] == "5")
@@ -87,7 +87,7 @@ struct SoftphoneServiceTests {
 
     @Test("Postgres down: credentials cannot be checked, so 503, never 401")
     func catalogDown() async throws {
-        try await application(intake: StubIntake(.queued), catalog: StubCatalog(failing: true)).test(.router) { client in
+        try await application(intake: StubIntake(.queued), catalog: StubCatalog(failing: true)).withRouterClient { client in
             for headers in [basic(), HTTPFields()] {
                 try await client.execute(uri: Self.path + "?token=\(Fixtures.token)&receipt=x", method: .get, headers: headers) { response in
                     #expect(response.status.code == 503)
@@ -102,7 +102,7 @@ struct SoftphoneServiceTests {
         let (base64, receipt) = try Fixtures.receipt()
         let query = "?username=johndow&product=\(receipt.inApp[0].productID)&receipt=\(base64)"
         let intake = StubIntake(.answered(.valid))
-        try await application(intake: intake).test(.router) { client in
+        try await application(intake: intake).withRouterClient { client in
             let challenges = try await client.execute(uri: Self.path + query, method: .get) { response in
                 #expect(response.status.code == 401)
                 #expect(fields(response)["final"] == "1")
@@ -143,7 +143,7 @@ struct SoftphoneServiceTests {
     @Test("Refusals before any receipt is queued: 415, 413, 422, and 401 before 422")
     func refusals() async throws {
         let intake = StubIntake(.answered(.valid))
-        try await application(intake: intake, maxBodyBytes: 4096).test(.router) { client in
+        try await application(intake: intake, maxBodyBytes: 4096).withRouterClient { client in
             var headers = basic()
             headers[.contentType] = "text/plain"
             try await client.execute(uri: Self.path, method: .post, headers: headers, body: ByteBuffer(string: "x")) { response in
@@ -189,7 +189,7 @@ struct SoftphoneServiceTests {
         let json = #"{"receipt":"\#(base64)","product":"\#(product)","price":0.99,"username":"u"}"#
         let basic = basic()
         let intake = StubIntake(.answered(.valid))
-        let statuses = try await application(intake: intake).test(.router) { client in
+        let statuses = try await application(intake: intake).withRouterClient { client in
             var random = SeededGenerator(seed: 0xF022_50F7)
             var statuses: [Int: Int] = [:]
             // The first three requests are unmutated (form, JSON, GET): the success path is always

@@ -1,7 +1,7 @@
 import CoreMetrics
 import HTTPTypes
 import Hummingbird
-import HummingbirdTesting
+import RouterTesting
 import Testing
 
 @testable import Telemetry
@@ -15,7 +15,7 @@ struct HTTPMetricsMiddlewareTests {
         router.add(middleware: HTTPMetricsMiddleware(factory: exporter))
         router.get("/items/{id}") { _, _ in "item" }
         router.post("/items") { _, _ -> String in throw HTTPError(.unprocessableContent) }
-        try await Application(router: router).test(.router) { client in
+        try await Application(router: router).withRouterClient { client in
             for id in 0..<5 { try await client.execute(uri: "/items/\(id)", method: .get) { #expect($0.status == .ok) } }
             try await client.execute(uri: "/items", method: .post) { #expect($0.status == .unprocessableContent) }
             for path in ["/a", "/b/c", "/secret-looking-path"] { try await client.execute(uri: path, method: .get) { _ in } }
