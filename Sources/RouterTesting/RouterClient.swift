@@ -49,8 +49,11 @@ where Responder.Context: InitializableFromSource<ApplicationRequestContextSource
 
 /// What a ``RouterClient``'s responder answered: the head and the whole body.
 public struct RouterResponse: Sendable {
+    /// The status.
     public var status: HTTPResponse.Status
+    /// The header fields, as the responder set them (no server adds `Date` or `Content-Length` here).
     public var headers: HTTPFields
+    /// Every byte the body wrote.
     public var body: ByteBuffer
 }
 
