@@ -121,7 +121,12 @@ enum SubscriptionRows {
                 -- A new state plans its own poll: a poll skipped for the old one is moot.
                 notified_at = COALESCE(EXCLUDED.notified_at, s.notified_at), skipped_poll_at = NULL,
                 updated_at = now()
-            WHERE s.observed_at <= EXCLUDED.observed_at
+            -- A newer observation wins; of two made at the same instant (a re-poll answered as the
+            -- renewal it raced was stored), the one that knows the later period: equal
+            -- timestamps say nothing of which state came first, and a period never ends earlier.
+            WHERE s.observed_at < EXCLUDED.observed_at
+                OR (s.observed_at = EXCLUDED.observed_at
+                    AND COALESCE(EXCLUDED.expires_at, '-infinity') >= COALESCE(s.expires_at, '-infinity'))
             RETURNING \(unescaped: columns)
             )\(unescaped: rollsUpRevenue ? RevenueRows.subscriptionFlows : "")
             SELECT * FROM written s

@@ -142,6 +142,36 @@ struct SubscriptionTests {
         #expect(after.string("state") == "active")
     }
 
+    @Test("Two answers observed at the same instant: the one that knows the later period stays, whichever is stored last")
+    func sameInstantKeepsTheLaterPeriod() throws {
+        let store = PostgresReceiptStore(connection: connection)
+        let original = "tie-\(UUID().uuidString)"
+        let at = Self.base.addingTimeInterval(7 * 86_400)
+        // The renewal (a notification) and a re-poll that read Apple's state just before it, at the
+        // same instant (the conformance suite's clock stands still during a step; a CI run saw it).
+        let renewed = record(
+            subscriptions: [
+                PlannedSubscription(
+                    state: state(original, status: .active, expires: at.addingTimeInterval(30 * 86_400), observed: at, latest: "t2"),
+                    nextPollAt: at.addingTimeInterval(29 * 86_400))
+            ], at: at)
+        let racing = record(
+            subscriptions: [PlannedSubscription(state: state(original, status: .expired, expires: at, observed: at), nextPollAt: nil)], at: at)
+        _ = try store.save([renewed])
+        _ = try store.save([racing])
+        #expect(try row(original)?.string("state") == "active")
+        #expect(try row(original)?.date("expires_at") == at.addingTimeInterval(30 * 86_400))
+        // The same period seen again at that instant (a refund's revocation, say) is still written.
+        let refunded = record(
+            subscriptions: [
+                PlannedSubscription(
+                    state: state(original, status: .revoked, expires: at.addingTimeInterval(30 * 86_400), observed: at, latest: "t2"),
+                    nextPollAt: nil)
+            ], at: at)
+        _ = try store.save([refunded])
+        #expect(try row(original)?.string("state") == SubscriptionStatus.revoked.rawValue)
+    }
+
     /// `count` subscriptions due at `base`, each on its own receipt.
     func seedDue(_ count: Int, tag: String) throws {
         try DueSubscriptions.seed(
