@@ -117,6 +117,32 @@ public final class ThrowawaySentinelSet: @unchecked Sendable {
         throw RestartTestError("no failover from \(port): \((try? master()) ?? [:])")
     }
 
+    /// Who was primary when from `since` on, as the servers' logs tell it, in time order: the
+    /// sentinels' failover steps (a replica chosen and promoted, a failover aborted, an instance
+    /// turned back into a replica) and each data node's own role changes and full resyncs (a node
+    /// that took writes as a primary and then resynced as a replica dropped them). For a failure
+    /// message.
+    public func roleTimeline(since: Date) -> [String] {
+        let sentinelMarkers = [
+            "+selected-slave", "+promoted-slave", "+switch-master", "+failover-end", "-failover-abort", "+convert-to-slave",
+            "+elected-leader", "+odown",
+        ]
+        let nodeMarkers = ["MASTER MODE enabled", "Connecting to MASTER", "Full resync", "Flushing old data", "Discarding previously cached"]
+        let lines =
+            sentinels.flatMap { sentinel in sentinel.logLines(containing: sentinelMarkers).map { ("sentinel \(sentinel.port)", $0) } }
+            + servers.flatMap { server in server.logLines(containing: nodeMarkers).map { ("redis \(server.port)", $0) } }
+        // Each line is "<pid>:<role> <day> <month> <year> <hh:mm:ss.mmm> …", in the machine's time zone.
+        let format = DateFormatter()
+        format.locale = Locale(identifier: "en_US_POSIX")
+        format.dateFormat = "d MMM yyyy HH:mm:ss.SSS"
+        let stamped = lines.compactMap { server, line -> (Date, String)? in
+            let words = line.split(separator: " ")
+            guard words.count > 5, let at = format.date(from: words[1...4].joined(separator: " ")), at >= since else { return nil }
+            return (at, "\(server): \(words[4]) \(words.dropFirst(5).joined(separator: " ").prefix(120))")
+        }
+        return stamped.sorted { $0.0 < $1.0 }.map(\.1)
+    }
+
     /// `INFO replication` of the data node on `port`.
     public func replicationInfo(_ port: Int) throws -> String {
         let connection = try RedisConnection(

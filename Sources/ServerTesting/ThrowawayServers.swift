@@ -141,6 +141,13 @@ public final class ThrowawayRedis: @unchecked Sendable {
 
     private var log: URL { directory.appendingPathComponent("redis.log") }
 
+    /// The lines of the server's log that contain any of `markers` (all lines for none), for a
+    /// failure message; empty once destroyed.
+    public func logLines(containing markers: [String] = []) -> [String] {
+        let text = (try? String(contentsOf: log, encoding: .utf8)) ?? ""
+        return text.split(separator: "\n").map(String.init).filter { line in markers.isEmpty || markers.contains { line.contains($0) } }
+    }
+
     /// Starts the server (on the same port and dir as before) and waits until it answers PING,
     /// which it does only once the AOF is loaded.
     public func start() throws {

@@ -99,12 +99,14 @@ struct RedisFailoverTests {
         let replicas = Array(set.servers.dropFirst())
         // The replicas' stop, the kill and the promotion, as they happened (a loaded machine starts the event late).
         let moments = Mutex<(stopped: ContinuousClock.Instant, killed: ContinuousClock.Instant, promoted: ContinuousClock.Instant)?>(nil)
+        let stoppedAt = Mutex<Date?>(nil)
         var load = try await SteadyLoad.post(
             receipts, perSecond: perSecond, to: system,
             events: [
                 stallAt: {
                     for replica in replicas { replica.signal(SIGSTOP) }
                     let stopped = ContinuousClock.now
+                    stoppedAt.withLock { $0 = Date() }
                     let junk = try RedisConnection(
                         configuration: RedisConfiguration(host: "127.0.0.1", port: primary.port, commandTimeout: .seconds(10)), label: "it-junk")
                     _ = try junk.send(bytes: [Array("SET".utf8), Array("it-junk".utf8), [UInt8](repeating: 0x61, count: 32 << 20)])
@@ -123,11 +125,17 @@ struct RedisFailoverTests {
         let stored = try await settle(system, acknowledged: load.acknowledged)
         try await expectNothingLeft(system)
         let (stopped, killed, promoted) = try #require(moments.withLock { $0 })
+        let dead = try {
+            let redis = try system.redis()
+            defer { redis.close() }
+            return try redis.send(["ZCARD", system.configuration.keys.dead]).int ?? 0
+        }()
         let metrics = String(decoding: system.metrics.exposition(), as: UTF8.self)
         let timeouts = metrics.split(separator: "\n").first { $0.hasPrefix("receiptq_redis_replication_timeouts_total ") }
         return FailoverRun(
             load: load, stored: stored, stall: stopped...killed, promoted: promoted, takenAfterwards: takenAfterwards,
-            waitTimeouts: timeouts?.split(separator: " ").last.flatMap { Double($0) } ?? 0)
+            waitTimeouts: timeouts?.split(separator: " ").last.flatMap { Double($0) } ?? 0, dead: dead,
+            timeline: set.roleTimeline(since: stoppedAt.withLock { $0 } ?? .distantPast), stoppedAt: stoppedAt.withLock { $0 } ?? Date())
     }
 
     /// What a failover run saw: the answers, what Postgres holds afterwards, and when the fault was.
@@ -141,6 +149,13 @@ struct RedisFailoverTests {
         /// Whether a receipt posted after the load was acknowledged (by the new primary).
         var takenAfterwards: Bool
         var waitTimeouts: Double
+        /// Jobs in the dead letters once everything settled (a lost receipt buried is not lost).
+        var dead: Int
+        /// Who was primary when from the stop on, from the servers' logs
+        /// (``ThrowawaySentinelSet/roleTimeline(since:)``).
+        var timeline: [String]
+        /// The replicas' stop on the wall clock, which the logs' lines are stamped with.
+        var stoppedAt: Date
 
         var lost: Set<Int> { load.acknowledged.subtracting(stored.filter(\.value.valid).keys) }
 
@@ -161,11 +176,16 @@ struct RedisFailoverTests {
 
         /// What the lost receipts went through, for a failure message.
         func describe(_ receipts: Set<Int>) -> String {
-            receipts.sorted().prefix(20).map { n in
+            let stamp = ISO8601DateFormatter()
+            stamp.formatOptions = [.withFullTime, .withFractionalSeconds]
+            return receipts.sorted().prefix(20).map { n in
                 let sent = load.sent[n].map { "\($0 - stall.lowerBound)" } ?? "?"
                 let answered = load.answered[n].map { "\($0 - stall.lowerBound)" } ?? "?"
-                return "\(n): \(load.statuses[n] ?? -1), sent \(sent), answered \(answered) after the stop"
-            }.joined(separator: "; ") + " (the kill \(stall.upperBound - stall.lowerBound), the promotion \(promoted - stall.lowerBound) after it)"
+                let row = stored[n].map { "stored \($0.count)× not valid" } ?? "not stored"
+                return "\(n): \(load.statuses[n] ?? -1), sent \(sent), answered \(answered) after the stop, \(row)"
+            }.joined(separator: "; ")
+                + " (the kill \(stall.upperBound - stall.lowerBound), the promotion \(promoted - stall.lowerBound) after the stop; \(dead) dead letters). "
+                + "The stop at \(stamp.string(from: stoppedAt)); the servers' roles: \(timeline.joined(separator: " | "))"
         }
     }
 
