@@ -15,6 +15,8 @@ final class ServerAPIAttempt: Sendable {
         var pages = 0
         /// The revision of the last history page read (where the next read starts).
         var revision: String?
+        /// The earliest `signedDate` of the answers' JWS: when Apple read what they say.
+        var signedAt: Date?
     }
 
     private let client: ServerAPIClient
@@ -224,6 +226,9 @@ final class ServerAPIAttempt: Sendable {
                 finish(.configurationError, code: .responseRejected(.bundleIDMismatch))
                 return nil
             }
+            if let signed = JWSSigningDate(of: payload)?.date {
+                state.withLock { $0.signedAt = min($0.signedAt ?? signed, signed) }
+            }
             return payload
         case .failure(let rejection):
             // Apple's answer came over verified TLS: a signature that does not check means the trust
@@ -235,10 +240,15 @@ final class ServerAPIAttempt: Sendable {
 
     // MARK: Endings
 
+    /// The states built are dated by when Apple read them (the answers' earliest `signedDate`), not
+    /// by when the answer was decoded: a notification Apple signed in between (a renewal at the
+    /// instant the poll read the period's end) is the newer observation and must win the
+    /// subscription row (`observed_at`), as notifications are dated by their `signedDate` too. The
+    /// client's clock dates an answer without a signed date.
     private func finishValid(transactions: [JSONValue], statuses: [ServerAPIStatusItem]) {
-        let (environment, calls, revision) = state.withLock { ($0.environment, $0.calls, $0.revision) }
+        let (environment, calls, revision, signedAt) = state.withLock { ($0.environment, $0.calls, $0.revision, $0.signedAt) }
         let ledger = ServerAPILedger.build(
-            environment: environment.rawValue, transactions: transactions, statuses: statuses, at: client.observedAt())
+            environment: environment.rawValue, transactions: transactions, statuses: statuses, at: signedAt ?? client.observedAt())
         completion(ValidationOutcome(ledger: ledger, calls: calls, historyCursor: cursor(revision: revision, environment: environment)))
     }
 

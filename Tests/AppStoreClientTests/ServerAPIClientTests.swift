@@ -27,8 +27,14 @@ struct ServerAPIClientTests {
         }
     }
 
-    func fixture(trusting roots: [Certificate]? = nil, registerKey: Bool = true) async throws -> Fixture {
-        let mock = try await MockAppStore.start(state: MockAppStoreState())
+    /// - Parameters:
+    ///   - appleNow: the mock's clock (what its answers are signed at).
+    ///   - observedAt: the client's clock for dating answers.
+    func fixture(
+        trusting roots: [Certificate]? = nil, registerKey: Bool = true, appleNow: @escaping @Sendable () -> Date = { Date() },
+        observedAt: @escaping @Sendable () -> Date = { Date() }
+    ) async throws -> Fixture {
+        let mock = try await MockAppStore.start(state: MockAppStoreState(now: appleNow))
         let signingKey = try PrivateKey.generateP256()
         let key = ServerAPIKey(issuerID: "issuer-1", keyID: "KEY\(UInt16.random(in: 0...9999))", privateKeyPEM: try signingKey.pemPKCS8())
         if registerKey {
@@ -39,7 +45,7 @@ struct ServerAPIClientTests {
         let client = ServerAPIClient(
             configuration: .init(productionURL: mock.serverAPIProductionURL, sandboxURL: mock.serverAPISandboxURL, requestTimeout: .seconds(10)),
             tokens: { try tokens.token(for: $0.key, bundleID: $0.bundleID) },
-            verifyPayload: { jws in verifier.verify(jws).map(\.payload) })
+            verifyPayload: { jws in verifier.verify(jws).map(\.payload) }, observedAt: observedAt)
         // The engine's thread starts in run(), as the worker's service group calls it.
         Task { try await client.run() }
         return Fixture(mock: mock, client: client, key: key)
@@ -175,6 +181,30 @@ struct ServerAPIClientTests {
         let states = Dictionary(uniqueKeysWithValues: report.subscriptions.map { ($0.originalTransactionID, $0.status) })
         #expect(states == ["1": .active, "2": .expired, "3": .billingRetry, "4": .grace, "5": .revoked])
         #expect(report.calls.count == 1)
+    }
+
+    /// A poll that read the period's end at the renewal's instant, decoded after Apple signed the
+    /// renewal's notification, must not date its state later than that notification: the
+    /// subscription row keeps the later `observed_at` (a conformance run once answered `[]` for a
+    /// renewed month so).
+    @Test("Subscription states are dated by when Apple signed the answer, not by when the client decoded it")
+    func datedBySignedDate() async throws {
+        let signing = Date(timeIntervalSince1970: 1_800_000_000.123)
+        let f = try await fixture(appleNow: { signing }, observedAt: { signing.addingTimeInterval(5) })
+        defer { Task { await f.stop() } }
+        let ms = (signing.timeIntervalSince1970 * 1000).rounded()
+        f.mock.state.serverAPI.add(
+            transactions: [
+                .object([
+                    "transactionId": .string("7"), "originalTransactionId": .string("7"), "bundleId": .string(bundleID),
+                    "productId": .string("monthly"), "purchaseDate": .number(ms - 86_400_000), "expiresDate": .number(ms),
+                    "type": .string("Auto-Renewable Subscription"), "subscriptionGroupIdentifier": .string("g7"),
+                ])
+            ], environment: .production)
+        let report = await verify(f, query(f, "7", operation: .statuses))
+        let state = try #require(report.subscriptions.first, "\(String(describing: report.failure))")
+        #expect(state.observedAt == signing, "dated \(state.observedAt), signed \(signing)")
+        #expect(state.status == .expired)
     }
 
     @Test("Incremental history: a read ends with its revision, the next read sends it and decodes only the new transactions")
