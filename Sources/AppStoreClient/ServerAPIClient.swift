@@ -90,8 +90,9 @@ public final class ServerAPIClient: Service, Sendable {
     ///   - throttle: the deployment-wide rate limit (nil: only Apple's `429` limits the calls).
     ///   - meter: counts every call sent, by app, endpoint and purpose.
     ///   - now: the clock of pauses and rate limits (the machine's: the worker and Redis share it).
-    ///   - observedAt: what Apple's answers are dated by (the subscription states built from them
-    ///     are "as observed then"): the machine's clock, or the conformance suite's simulated time.
+    ///   - observedAt: what an answer without a signed date is dated by (the subscription states
+    ///     built from an answer are "as observed then", by default at the earliest `signedDate` of
+    ///     its JWS): the machine's clock, or the conformance suite's simulated time.
     public init(
         configuration: Configuration, tokens: @escaping TokenSource, verifyPayload: @escaping PayloadVerifier,
         throttle: ServerAPIThrottle? = nil, meter: AppleCallMeter = AppleCallMeter(factory: MetricsSystem.factory),
