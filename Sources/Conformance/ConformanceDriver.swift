@@ -461,8 +461,9 @@ public struct ConformanceDriver: Sendable {
         }
         if faults.appleErrors, Double.random(in: 0..<1, using: &run.random) < 0.2 {
             let status = Bool.random(using: &run.random) ? 503 : 429
-            // Apple's Retry-After is an instant of the machine's clock, which the worker's pauses keep.
-            let retryAfter = status == 429 ? Int64((Date().timeIntervalSince1970 + 1) * 1000) : nil
+            // Apple's Retry-After is an instant of the machine's clock, which the worker's pauses keep:
+            // 200 ms on (a second made the waits for it a fifth of the CI run's settling).
+            let retryAfter = status == 429 ? Int64((Date().timeIntervalSince1970 + 0.2) * 1000) : nil
             target.mock.serverAPI.addRule(
                 MockServerAPIState.Rule(count: 1, httpStatus: status, errorCode: status == 429 ? 4_290_000 : nil, retryAfterMs: retryAfter))
         }

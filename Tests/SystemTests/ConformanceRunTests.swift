@@ -123,7 +123,7 @@ struct ConformanceRunTests {
 
     /// The CI run: 200 customers for 90 days under every fault kind — duplicated, delayed,
     /// reordered and lost notifications, Server API 5xx and 429, an hour's outage, a worker process
-    /// killed three times (~115 s alone on this machine). It once found a grace period read as active and a voluntary expiry's event
+    /// killed three times (~80 s alone on this machine). It once found a grace period read as active and a voluntary expiry's event
     /// missing: the mock App Store called a period active a fraction of a millisecond past its end
     /// (`MockBoundaryTests`); and a second app user's restore overtaking the first user's purchase
     /// still retried after Apple's 429 (the driver now settles before a customer's second step).
