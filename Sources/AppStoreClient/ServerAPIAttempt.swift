@@ -201,6 +201,7 @@ final class ServerAPIAttempt: Sendable {
             state.signedTransactions = []
             state.pages = 0
             state.revision = nil
+            state.signedAt = nil
             return true
         }
     }
