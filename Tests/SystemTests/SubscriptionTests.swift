@@ -148,7 +148,7 @@ struct SubscriptionTests {
         let original = "tie-\(UUID().uuidString)"
         let at = Self.base.addingTimeInterval(7 * 86_400)
         // The renewal (a notification) and a re-poll that read Apple's state just before it, at the
-        // same instant (the conformance suite's clock stands still during a step; a CI run saw it).
+        // same instant (Apple dates both in milliseconds: two reads of one millisecond tie).
         let renewed = record(
             subscriptions: [
                 PlannedSubscription(
