@@ -125,6 +125,7 @@ struct RedisFailoverTests {
         let stored = try await settle(system, acknowledged: load.acknowledged)
         try await expectNothingLeft(system)
         let (stopped, killed, promoted) = try #require(moments.withLock { $0 })
+        let stop = try #require(stoppedAt.withLock { $0 })
         let dead = try {
             let redis = try system.redis()
             defer { redis.close() }
@@ -135,7 +136,7 @@ struct RedisFailoverTests {
         return FailoverRun(
             load: load, stored: stored, stall: stopped...killed, promoted: promoted, takenAfterwards: takenAfterwards,
             waitTimeouts: timeouts?.split(separator: " ").last.flatMap { Double($0) } ?? 0, dead: dead,
-            timeline: set.roleTimeline(since: stoppedAt.withLock { $0 } ?? .distantPast), stoppedAt: stoppedAt.withLock { $0 } ?? Date())
+            timeline: set.roleTimeline(since: stop), stoppedAt: stop)
     }
 
     /// What a failover run saw: the answers, what Postgres holds afterwards, and when the fault was.
